@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const localBrokerHowTo = "A private broker needs Java 17+ and Maven (scripts/kafka.sh fetches the jars), " +
+	"and is started from the eoskit source tree."
+
+// LocalBroker is a broker of the test's own, started with scripts/kafka.sh in
+// a temporary state folder, for tests that stop, kill or restart the broker:
+// bouncing the shared broker would break every other test running beside it.
+// It is stopped and its data deleted when the test ends.
+type LocalBroker struct {
+	*KafkaCluster
+	script   string
+	stateDir string
+}
+
+// StartLocalBroker starts a private broker and returns it ready. Without Java
+// or the eoskit source tree it skips (or, with EOS_REQUIRE_SERVICES=1, fails)
+// tb. Starting one takes a few seconds; the first ever run also downloads the
+// broker jars.
+func StartLocalBroker(tb testing.TB) *LocalBroker {
+	tb.Helper()
+	script, err := findScript("scripts/kafka.sh")
+	if err != nil {
+		missingService(tb, "private Kafka broker", localBrokerHowTo, err)
+	}
+	if _, err := exec.LookPath("java"); err != nil && os.Getenv("JAVA_HOME") == "" {
+		missingService(tb, "private Kafka broker", localBrokerHowTo, err)
+	}
+	b := &LocalBroker{script: script, stateDir: tb.TempDir()}
+	tb.Cleanup(func() {
+		if _, err := b.run(context.Background(), "clean"); err != nil {
+			tb.Logf("integration: clean private broker: %v", err)
+		}
+	})
+	out, err := b.run(context.Background(), "start")
+	if err != nil {
+		tb.Fatalf("integration: start private broker: %v", err)
+	}
+	brokers, ok := strings.CutPrefix(strings.TrimSpace(lastLine(out)), KafkaBrokersEnv+"=")
+	if !ok {
+		tb.Fatalf("integration: scripts/kafka.sh start printed no %s line: %q", KafkaBrokersEnv, out)
+	}
+	b.KafkaCluster = newKafkaCluster(tb, strings.Split(brokers, ","))
+	return b
+}
+
+// Stop shuts the broker down cleanly (SIGTERM) and waits until it is gone.
+func (b *LocalBroker) Stop(ctx context.Context) error { return b.do(ctx, "stop") }
+
+// Kill kills the broker with SIGKILL, as a crash or power loss would, and
+// waits until it is gone.
+func (b *LocalBroker) Kill(ctx context.Context) error { return b.do(ctx, "kill") }
+
+// Start starts a stopped or killed broker again on the same data and port,
+// and returns once it answers Metadata.
+func (b *LocalBroker) Start(ctx context.Context) error { return b.do(ctx, "start") }
+
+// Restart stops the broker (with SIGKILL when hard) and starts it again.
+func (b *LocalBroker) Restart(ctx context.Context, hard bool) error {
+	if hard {
+		return b.do(ctx, "restart", "--hard")
+	}
+	return b.do(ctx, "restart")
+}
+
+// Log returns the path of the broker's server log, for a failing test to show.
+func (b *LocalBroker) Log() string { return filepath.Join(b.stateDir, "kafka", "logs", "server.log") }
+
+func (b *LocalBroker) do(ctx context.Context, args ...string) error {
+	_, err := b.run(ctx, args...)
+	return err
+}
+
+func (b *LocalBroker) run(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{b.script}, args...)...)
+	cmd.Env = append(os.Environ(), "EOSKIT_STATE_DIR="+b.stateDir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("scripts/kafka.sh %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// findScript walks up from the working directory (a test runs in its
+// package's folder) to the eoskit module root and returns rel under it.
+func findScript(rel string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(mod, []byte("module github.com/eoskit/eoskit\n")) {
+			p := filepath.Join(dir, rel)
+			if _, err := os.Stat(p); err != nil {
+				return "", err
+			}
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the eoskit source tree")
+		}
+		dir = parent
+	}
+}

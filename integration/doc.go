@@ -1,0 +1,30 @@
+// Package integration is eoskit's harness for tests against a real Apache
+// Kafka broker and a real PostgreSQL, and the verifier that checks a run for
+// lost, duplicated and aborted-but-visible records.
+//
+// # Where the services come from
+//
+// [Kafka] and [Postgres] look for their service in this order:
+//
+//  1. The environment: KAFKA_BROKERS (host:port[,host:port]) and DATABASE_URL
+//     (a postgres:// URL of a role allowed to create databases). `make test`
+//     starts both with the scripts under scripts/ and sets them.
+//  2. Docker, through testcontainers-go: the official apache/kafka image and
+//     the postgres image, one container of each per test binary.
+//  3. Neither: the test is skipped with a message saying how to get the
+//     service, unless EOS_REQUIRE_SERVICES=1, which turns the skip into a
+//     failure (`make test` sets it, so CI can not pass by skipping).
+//
+// # Isolation
+//
+// Tests share one broker and one PostgreSQL server. [KafkaCluster.NewTopic]
+// creates a topic with a unique name and [Postgres] a fresh database that is
+// dropped when the test ends, so tests can run in parallel without seeing
+// each other's data.
+//
+// # Fault control
+//
+// A test that bounces the broker (stop, kill, restart) needs a broker it can
+// control; [KafkaCluster.Control] gives that for a broker started by
+// scripts/kafka.sh, and fails or skips like a missing service otherwise.
+package integration

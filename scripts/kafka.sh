@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Runs one real Apache Kafka broker (combined KRaft broker + controller) on
+# 127.0.0.1 for eoskit's tests, from the Apache Kafka jars on Maven Central.
+#
+#   scripts/kafka.sh start          start (or reuse a running broker); prints KAFKA_BROKERS=...
+#   scripts/kafka.sh stop           SIGTERM, wait for a clean shutdown (SIGKILL after 60 s)
+#   scripts/kafka.sh kill           SIGKILL, as a crash would
+#   scripts/kafka.sh restart [--hard]   stop (or kill) and start again on the same data and ports
+#   scripts/kafka.sh status         exit 0 if running, and print the bootstrap address
+#   scripts/kafka.sh env            print KAFKA_BROKERS=... for a running broker
+#   scripts/kafka.sh clean          stop and delete the broker's data
+#
+# Environment:
+#   EOSKIT_CACHE_DIR  where the jars are kept between runs (default ~/.cache/eoskit)
+#   EOSKIT_STATE_DIR  where the broker's config, data, pid and log live
+#                     (default <repo>/.eoskit); its log is kafka/logs/server.log
+#   JAVA_HOME         the JDK to run the broker with (Java 17+); default: java on PATH
+set -euo pipefail
+
+KAFKA_VERSION=4.4.0
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE_DIR=${EOSKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/eoskit}
+LIB_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION/lib
+STATE_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/kafka
+PID_FILE=$STATE_DIR/kafka.pid
+JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
+
+log() { echo "kafka.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+eosdev() { (cd "$ROOT" && go run ./internal/cmd/eosdev "$@"); }
+
+# fetch_jars downloads the broker's runtime classpath once; a marker file makes
+# an interrupted download start over instead of leaving a half-filled cache.
+fetch_jars() {
+	[ -f "$LIB_DIR/.complete" ] && return 0
+	command -v mvn >/dev/null || die "mvn not found: install Maven (Debian package 'maven')"
+	log "resolving org.apache.kafka:kafka_2.13:$KAFKA_VERSION from Maven Central into $LIB_DIR"
+	local tmp=$LIB_DIR.tmp.$$
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	mvn -B -q -f "$ROOT/scripts/kafka/pom.xml" dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$tmp" >&2 ||
+		{ rm -rf "$tmp"; die "mvn could not resolve the broker jars"; }
+	rm -rf "$LIB_DIR"
+	mv "$tmp" "$LIB_DIR"
+	touch "$LIB_DIR/.complete"
+}
+
+running_pid() {
+	[ -f "$PID_FILE" ] || return 1
+	local pid
+	pid=$(cat "$PID_FILE")
+	kill -0 "$pid" 2>/dev/null || return 1
+	echo "$pid"
+}
+
+bootstrap() { cat "$STATE_DIR/bootstrap"; }
+
+# configure runs once per state folder: ports chosen now stay fixed for its
+# life, so a restart comes back on the same address and clients reconnect.
+configure() {
+	[ -f "$STATE_DIR/server.properties" ] && return 0
+	mkdir -p "$STATE_DIR/data" "$STATE_DIR/logs"
+	local ports broker_port controller_port
+	ports=$(eosdev freeport 2)
+	broker_port=${ports% *}
+	controller_port=${ports#* }
+	cat >"$STATE_DIR/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+listeners=PLAINTEXT://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$broker_port
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+controller.quorum.bootstrap.servers=127.0.0.1:$controller_port
+log.dirs=$STATE_DIR/data
+num.partitions=1
+auto.create.topics.enable=false
+# One broker: every internal topic must live with replication factor 1, or
+# transactions and consumer groups never become available.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+min.insync.replicas=1
+# Tests start groups constantly; the production default waits 3 s first.
+group.initial.rebalance.delay.ms=0
+# Zombie tests stall a member past its session timeout; let them use short ones.
+group.min.session.timeout.ms=1000
+EOF
+	cat >"$STATE_DIR/log4j2.properties" <<EOF
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = $STATE_DIR/logs/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+logger.zk.name = org.apache.zookeeper
+logger.zk.level = WARN
+EOF
+	echo "127.0.0.1:$broker_port" >"$STATE_DIR/bootstrap"
+	local cluster_id
+	cluster_id=$("$JAVA" -cp "$LIB_DIR/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+	# transaction.version=2 is KIP-890's protocol (the 4.x default), set
+	# explicitly so that a future default can not silently change what the
+	# fencing tests exercise.
+	"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
+		kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
+		--standalone --feature transaction.version=2 >"$STATE_DIR/logs/format.log" 2>&1 ||
+		{ cat "$STATE_DIR/logs/format.log" >&2; rm -f "$STATE_DIR/server.properties"; die "storage format failed"; }
+}
+
+start() {
+	if pid=$(running_pid); then
+		log "reusing running broker (pid $pid)"
+		echo "KAFKA_BROKERS=$(bootstrap)"
+		return 0
+	fi
+	command -v "$JAVA" >/dev/null || die "java not found: install a JDK 17+ or set JAVA_HOME"
+	fetch_jars
+	configure
+	# Build the readiness helper before the broker starts so that its compile
+	# time is not counted against the broker's start-up wait.
+	(cd "$ROOT" && go build -o "$STATE_DIR/eosdev" ./internal/cmd/eosdev)
+	log "starting broker on $(bootstrap) (log: $STATE_DIR/logs/server.log)"
+	# setsid: the broker must not get the terminal's signals (a Ctrl-C on make
+	# is handled by make's trap, which stops the broker cleanly).
+	setsid "$JAVA" -Xms512m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
+		-Dkafka.logs.dir="$STATE_DIR/logs" \
+		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
+		>"$STATE_DIR/logs/stdout.log" 2>&1 </dev/null &
+	echo $! >"$PID_FILE"
+	if ! "$STATE_DIR/eosdev" wait-kafka -brokers "$(bootstrap)" -timeout 120s; then
+		tail -n 40 "$STATE_DIR/logs/server.log" "$STATE_DIR/logs/stdout.log" >&2 || true
+		stop_with KILL
+		die "broker did not become ready"
+	fi
+	log "broker ready at $(bootstrap)"
+	echo "KAFKA_BROKERS=$(bootstrap)"
+}
+
+# stop_with TERM|KILL sends the signal and waits for the process to be gone.
+stop_with() {
+	local sig=$1 pid
+	if ! pid=$(running_pid); then
+		rm -f "$PID_FILE"
+		return 0
+	fi
+	kill -s "$sig" "$pid" 2>/dev/null || true
+	for _ in $(seq 1 600); do
+		kill -0 "$pid" 2>/dev/null || { rm -f "$PID_FILE"; return 0; }
+		sleep 0.1
+	done
+	log "broker (pid $pid) ignored SIG$sig for 60 s; killing it"
+	kill -s KILL "$pid" 2>/dev/null || true
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	rm -f "$PID_FILE"
+}
+
+case "${1:-}" in
+start) start ;;
+stop) stop_with TERM ;;
+kill) stop_with KILL ;;
+restart)
+	if [ "${2:-}" = "--hard" ]; then stop_with KILL; else stop_with TERM; fi
+	start
+	;;
+status)
+	pid=$(running_pid) || { echo "not running"; exit 1; }
+	echo "running (pid $pid) at $(bootstrap)"
+	;;
+env)
+	running_pid >/dev/null || die "not running"
+	echo "KAFKA_BROKERS=$(bootstrap)"
+	;;
+clean)
+	stop_with TERM
+	rm -rf "$STATE_DIR"
+	;;
+*)
+	sed -n '2,18p' "$0" >&2
+	exit 2
+	;;
+esac
