@@ -167,9 +167,25 @@ func (k *KafkaCluster) ReadNow(topic string, level kgo.IsolationLevel, timeout t
 	return recs
 }
 
+// ReadRaw waits like [KafkaCluster.ReadAll], then reads every record of topic
+// under read_uncommitted, control records (commit and abort markers)
+// included: the input [AbortedPositions] needs.
+func (k *KafkaCluster) ReadRaw(topic string, timeout time.Duration) []*kgo.Record {
+	k.tb.Helper()
+	recs, err := readTopic(context.Background(), k.Brokers, topic, kgo.ReadUncommitted(), true, true, timeout)
+	if err != nil {
+		k.tb.Fatalf("integration: %v", err)
+	}
+	return recs
+}
+
 // ReadTopic is [KafkaCluster.ReadAll] (settled) or [KafkaCluster.ReadNow]
 // for programs that have no testing.TB.
 func ReadTopic(ctx context.Context, brokers []string, topic string, level kgo.IsolationLevel, settled bool, timeout time.Duration) ([]*kgo.Record, error) {
+	return readTopic(ctx, brokers, topic, level, settled, false, timeout)
+}
+
+func readTopic(ctx context.Context, brokers []string, topic string, level kgo.IsolationLevel, settled, keepControl bool, timeout time.Duration) ([]*kgo.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -256,7 +272,7 @@ func ReadTopic(ctx context.Context, brokers []string, topic string, level kgo.Is
 			if wasPending && next[r.Partition] >= end[r.Partition] {
 				pending--
 			}
-			if !r.Attrs.IsControl() {
+			if keepControl || !r.Attrs.IsControl() {
 				out = append(out, r)
 			}
 		})

@@ -1,0 +1,114 @@
+package eos
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Errors callers react to. Every error eos returns that means one of these
+// wraps it, so test with errors.Is.
+var (
+	// ErrInvalidConfig is wrapped by every *ConfigError: a constructor was
+	// given options that are missing, malformed, or contradict the chosen
+	// delivery semantics.
+	ErrInvalidConfig = errors.New("eos: invalid configuration")
+
+	// ErrFenced means a newer producer with the same transactional id has
+	// taken over (Kafka bumped the producer epoch). It is final: the
+	// producer or processor that returned it is closed and must not be used
+	// again. A zombie instance gets it when it wakes up after its
+	// replacement started.
+	ErrFenced = errors.New("eos: fenced by a newer producer with the same transactional id")
+
+	// ErrAborted means the transaction was aborted: none of its records is
+	// visible to read_committed readers, and none of its consumed offsets
+	// was committed. The error also wraps the cause.
+	ErrAborted = errors.New("eos: transaction aborted")
+
+	// ErrOutcomeUnknown means a commit was sent but its outcome could not
+	// be confirmed (for example the connection broke while EndTxn was in
+	// flight). The transaction may or may not be visible. eos has already
+	// retried the end as an abort, which bumps the producer epoch so that
+	// nothing more can be added to it; the producer remains usable.
+	ErrOutcomeUnknown = errors.New("eos: transaction outcome unknown")
+
+	// ErrClosed is returned by calls on a producer or processor that was
+	// closed.
+	ErrClosed = errors.New("eos: closed")
+)
+
+// ConfigError is returned by constructors for a configuration they refuse.
+// It names the setting at fault and why.
+type ConfigError struct {
+	Setting   string    // the option at fault, for example "RequiredAcks"
+	Semantics Semantics // the semantics the setting was checked against, if any
+	Reason    string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Semantics != 0 {
+		return fmt.Sprintf("eos: invalid configuration: %s: %s (semantics %s)", e.Setting, e.Reason, e.Semantics)
+	}
+	return fmt.Sprintf("eos: invalid configuration: %s: %s", e.Setting, e.Reason)
+}
+
+// Unwrap lets errors.Is(err, ErrInvalidConfig) match.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// ProduceError is a record the broker did not acknowledge. Err wraps the
+// franz-go or Kafka error (errors.Is(err, kerr.MessageTooLarge) works).
+type ProduceError struct {
+	Topic     string
+	Partition int32
+	Err       error
+}
+
+func (e *ProduceError) Error() string {
+	return fmt.Sprintf("eos: produce to %s[%d]: %v", e.Topic, e.Partition, e.Err)
+}
+
+func (e *ProduceError) Unwrap() error { return e.Err }
+
+// HandlerError is a handler failure that stopped a [Processor] under the
+// [Stop] policy. It names the input record so an operator can find it; the
+// record's offset was not committed, so it is read again on the next start.
+type HandlerError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (e *HandlerError) Error() string {
+	return fmt.Sprintf("eos: handler failed on %s[%d]@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+func (e *HandlerError) Unwrap() error { return e.Err }
+
+// isFenced reports whether err means this producer's epoch is gone for good.
+// Under transaction protocol v2 (KIP-890, the default on Kafka 4.x) an
+// InvalidProducerEpoch is as final as ProducerFenced.
+func isFenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) ||
+		errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+}
+
+// fencedError wraps err so that errors.Is matches both ErrFenced and the
+// Kafka error that caused it.
+func fencedError(op string, err error) error {
+	return fmt.Errorf("eos: %s: %w: %w", op, ErrFenced, err)
+}
+
+// abortable reports whether EndTxn answered that the commit was not
+// attempted, so that retrying as an abort is safe and its outcome known.
+func abortable(err error) bool {
+	return errors.Is(err, kerr.OperationNotAttempted) || errors.Is(err, kerr.TransactionAbortable)
+}
+
+func produceError(r *kgo.Record, err error) error {
+	return &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
+}

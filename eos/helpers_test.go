@@ -1,0 +1,253 @@
+package eos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+)
+
+// TestMain doubles as the entry point of the copier processes that the crash
+// tests SIGKILL: a real process killed mid-transaction is the fault, not a
+// simulation of one.
+func TestMain(m *testing.M) {
+	if os.Getenv("EOS_TEST_COPIER") == "1" {
+		os.Exit(copierMain())
+	}
+	os.Exit(m.Run())
+}
+
+// testClientOpts keep group membership changes fast: a killed member is
+// noticed after the session timeout, not the 45 s default.
+func testClientOpts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SessionTimeout(6 * time.Second),
+		kgo.RebalanceTimeout(10 * time.Second),
+		kgo.TransactionTimeout(30 * time.Second),
+	}
+}
+
+func copyHandler(out string) eos.HandlerFunc {
+	return func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: out, Key: in.Key, Value: integration.CopyValue(in)}}, nil
+	}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("EOS_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test", t.Name())
+}
+
+// running is a processor started by a test.
+type running struct {
+	cancel   context.CancelFunc
+	finished chan struct{} // closed when Run returned
+	err      error         // what Run returned, once finished is closed
+}
+
+// wait returns what Run returned, failing the test if it does not return
+// within timeout.
+func (r *running) wait(t testing.TB, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case <-r.finished:
+		return r.err
+	case <-time.After(timeout):
+		t.Fatalf("processor did not return within %s", timeout)
+		return nil
+	}
+}
+
+// stop cancels the processor and returns what Run returned.
+func (r *running) stop(t testing.TB) error {
+	t.Helper()
+	r.cancel()
+	return r.wait(t, 60*time.Second)
+}
+
+func startProcessor(t testing.TB, h eos.HandlerFunc, opts ...eos.Option) *running {
+	t.Helper()
+	opts = append([]eos.Option{eos.Logger(testLogger(t)), eos.ClientOptions(testClientOpts()...)}, opts...)
+	p, err := eos.NewProcessor(h, opts...)
+	if err != nil {
+		t.Fatalf("NewProcessor: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, finished: make(chan struct{})}
+	go func() {
+		defer close(r.finished)
+		r.err = p.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.finished:
+		case <-time.After(60 * time.Second):
+		}
+	})
+	return r
+}
+
+// counter follows a topic with a read_committed consumer, so that a test can
+// wait for progress without re-reading the topic.
+type counter struct {
+	n atomic.Int64
+}
+
+func followCommitted(t testing.TB, k *integration.KafkaCluster, topic string) *counter {
+	t.Helper()
+	c := &counter{}
+	cl := k.Client(
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			f := cl.PollFetches(ctx)
+			c.n.Add(int64(f.NumRecords()))
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+// waitFor polls cond every 100 ms until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// endOffsets sums a topic's high watermarks and last stable offsets.
+func endOffsets(t testing.TB, adm *kadm.Client, topic string) (hwm, lso int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = h.Error()
+	}
+	if err != nil {
+		t.Fatalf("list end offsets: %v", err)
+	}
+	l, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = l.Error()
+	}
+	if err != nil {
+		t.Fatalf("list committed offsets: %v", err)
+	}
+	h.Each(func(o kadm.ListedOffset) { hwm += o.Offset })
+	l.Each(func(o kadm.ListedOffset) { lso += o.Offset })
+	return hwm, lso
+}
+
+// groupCommitted sums the offsets group has committed on topic.
+func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatalf("fetch offsets: %v", err)
+	}
+	var sum int64
+	resp.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic && o.Err == nil {
+			sum += o.At
+		}
+	})
+	return sum
+}
+
+// copier is a copy processor in a child process of the test binary.
+type copier struct {
+	cmd *exec.Cmd
+}
+
+func startCopier(t testing.TB, k *integration.KafkaCluster, semantics eos.Semantics, in, out, group, txnID string) *copier {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		"EOS_TEST_COPIER=1",
+		"EOS_COPIER_BROKERS="+strings.Join(k.Brokers, ","),
+		"EOS_COPIER_SEMANTICS="+semantics.String(),
+		"EOS_COPIER_IN="+in,
+		"EOS_COPIER_OUT="+out,
+		"EOS_COPIER_GROUP="+group,
+		"EOS_COPIER_TXN_ID="+txnID,
+	)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start copier: %v", err)
+	}
+	c := &copier{cmd: cmd}
+	t.Cleanup(func() { c.kill() })
+	return c
+}
+
+// kill SIGKILLs the copier, as a crash or an OOM kill would, and reaps it.
+func (c *copier) kill() {
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	_ = c.cmd.Wait()
+}
+
+// copierMain runs one copy processor with long transactions (so that a kill
+// lands inside one) until it is killed.
+func copierMain() int {
+	sem := map[string]eos.Semantics{"exactly-once": eos.ExactlyOnce, "at-least-once": eos.AtLeastOnce}[os.Getenv("EOS_COPIER_SEMANTICS")]
+	opts := []eos.Option{
+		eos.Brokers(strings.Split(os.Getenv("EOS_COPIER_BROKERS"), ",")...),
+		eos.Group(os.Getenv("EOS_COPIER_GROUP")),
+		eos.InputTopics(os.Getenv("EOS_COPIER_IN")),
+		eos.WithSemantics(sem),
+		eos.CommitInterval(2 * time.Second),
+		eos.MaxRecordsPerCommit(1_000_000),
+		eos.ClientOptions(testClientOpts()...),
+	}
+	if id := os.Getenv("EOS_COPIER_TXN_ID"); id != "" {
+		opts = append(opts, eos.TransactionalID(id))
+	}
+	out := os.Getenv("EOS_COPIER_OUT")
+	slow := func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+		time.Sleep(200 * time.Microsecond) // keeps the run long enough to kill it mid-way
+		return copyHandler(out)(ctx, in)
+	}
+	p, err := eos.NewProcessor(slow, opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "copier:", err)
+		return 2
+	}
+	if err := p.Run(context.Background()); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "copier:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,192 @@
+package eos
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Option configures a producer or a [Processor]. Options are checked once,
+// in the constructor: a missing, malformed or contradictory one fails there
+// with a *ConfigError naming it, never later.
+type Option func(*config)
+
+type config struct {
+	brokers        []string
+	txnID          string
+	semantics      Semantics
+	group          string
+	inputTopics    []string
+	commitInterval time.Duration
+	maxRecords     int
+	onError        ErrorPolicy
+	logger         *slog.Logger
+	metrics        Metrics
+	clientOpts     []kgo.Opt
+
+	// set records which options were given, so that a constructor can
+	// reject an option that does not apply to it instead of ignoring it.
+	set map[string]bool
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{
+		semantics:      ExactlyOnce,
+		commitInterval: 100 * time.Millisecond,
+		maxRecords:     1000,
+		onError:        Stop(),
+		logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		metrics:        nopMetrics{},
+		set:            map[string]bool{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+func (c *config) mark(name string) { c.set[name] = true }
+
+// rejectUnless returns a *ConfigError for the first given option that is
+// not in allowed.
+func (c *config) rejectUnless(owner string, allowed ...string) error {
+	ok := map[string]bool{}
+	for _, a := range allowed {
+		ok[a] = true
+	}
+	for name := range c.set {
+		if !ok[name] {
+			return &ConfigError{Setting: name, Reason: "does not apply to " + owner}
+		}
+	}
+	return nil
+}
+
+func (c *config) requireBrokers() error {
+	if len(c.brokers) == 0 {
+		return &ConfigError{Setting: "Brokers", Reason: "at least one seed broker is required"}
+	}
+	for _, b := range c.brokers {
+		if strings.TrimSpace(b) == "" {
+			return &ConfigError{Setting: "Brokers", Reason: "empty broker address"}
+		}
+	}
+	return nil
+}
+
+// Brokers sets the seed brokers (host:port). Required.
+func Brokers(addrs ...string) Option {
+	return func(c *config) { c.brokers = append(c.brokers, addrs...); c.mark("Brokers") }
+}
+
+// TransactionalID sets the producer's transactional id. Required by
+// [NewTransactionalProducer] and by an ExactlyOnce [Processor]; refused
+// elsewhere. It must be stable across restarts of the same instance, and
+// unique among instances running at once: build it with
+// [StableTransactionalID].
+func TransactionalID(id string) Option {
+	return func(c *config) { c.txnID = id; c.mark("TransactionalID") }
+}
+
+// WithSemantics sets a [Processor]'s delivery semantics. Default:
+// ExactlyOnce. AtLeastOnce and AtMostOnce run the same handler with a plain
+// consumer and producer, committing offsets after or before processing; they
+// exist to compare against and for pipelines that accept the weaker
+// guarantee.
+func WithSemantics(s Semantics) Option {
+	return func(c *config) { c.semantics = s; c.mark("WithSemantics") }
+}
+
+// Group sets a [Processor]'s consumer group. Required.
+func Group(group string) Option {
+	return func(c *config) { c.group = group; c.mark("Group") }
+}
+
+// InputTopics sets the topics a [Processor] consumes. Required.
+func InputTopics(topics ...string) Option {
+	return func(c *config) { c.inputTopics = append(c.inputTopics, topics...); c.mark("InputTopics") }
+}
+
+// CommitInterval bounds how long a [Processor] keeps one transaction (or,
+// under the weaker semantics, one batch) open before committing it. Default:
+// 100ms. Longer intervals amortise the commit over more records; shorter
+// ones lower end-to-end latency, since read_committed readers see output
+// only once it is committed. It must stay well below the transaction
+// timeout (kgo.TransactionTimeout, default 40s), or the broker aborts the
+// transaction under the processor.
+func CommitInterval(d time.Duration) Option {
+	return func(c *config) { c.commitInterval = d; c.mark("CommitInterval") }
+}
+
+// MaxRecordsPerCommit bounds how many input records one transaction (or
+// batch) of a [Processor] covers. Default: 1000. Whichever of this and
+// [CommitInterval] is reached first ends the transaction.
+func MaxRecordsPerCommit(n int) Option {
+	return func(c *config) { c.maxRecords = n; c.mark("MaxRecordsPerCommit") }
+}
+
+// OnHandlerError sets what a [Processor] does when its handler returns an
+// error (or panics). Default: [Stop].
+func OnHandlerError(p ErrorPolicy) Option {
+	return func(c *config) { c.onError = p; c.mark("OnHandlerError") }
+}
+
+// Logger sets the logger. Default: discard. eos logs transaction outcomes,
+// rebalances and fencing at Info and Warn; franz-go's own logs are not
+// routed here (add kgo.WithLogger with plugin/kslog through ClientOptions).
+func Logger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+		c.mark("Logger")
+	}
+}
+
+// WithMetrics sets where a [Processor] reports what it does. Default:
+// nowhere. eosprom.New gives a Prometheus implementation.
+func WithMetrics(m Metrics) Option {
+	return func(c *config) {
+		if m != nil {
+			c.metrics = m
+		}
+		c.mark("WithMetrics")
+	}
+}
+
+// ClientOptions passes franz-go options through to the underlying client:
+// TLS, SASL, timeouts, hooks (plugin/kprom), logging (plugin/kslog). They
+// are applied after the semantics preset; one that contradicts the preset
+// (kgo.RequiredAcks(kgo.LeaderAck()) under ExactlyOnce, say) fails the
+// constructor with a *ConfigError rather than silently weakening it.
+// Options eos sets itself (seed brokers, group, topics, transactional id)
+// must be given with eos's own options.
+func ClientOptions(opts ...kgo.Opt) Option {
+	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...); c.mark("ClientOptions") }
+}
+
+// kgoOpts assembles the franz-go options: the preset first, then the
+// caller's pass-through options, then the identity options eos owns.
+func (c *config) kgoOpts(roles ...Role) []kgo.Opt {
+	var opts []kgo.Opt
+	for _, r := range roles {
+		switch r {
+		case RoleProducer:
+			opts = append(opts, c.semantics.ProducerOptions()...)
+		case RoleConsumer:
+			opts = append(opts, c.semantics.ConsumerOptions()...)
+		}
+	}
+	opts = append(opts, c.clientOpts...)
+	opts = append(opts, kgo.SeedBrokers(c.brokers...))
+	if c.txnID != "" {
+		opts = append(opts, kgo.TransactionalID(c.txnID))
+	}
+	if c.group != "" {
+		opts = append(opts, kgo.ConsumerGroup(c.group), kgo.ConsumeTopics(c.inputTopics...))
+	}
+	return opts
+}

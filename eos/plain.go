@@ -1,0 +1,131 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// runPlain is the loop for AtLeastOnce and AtMostOnce: the same handler and
+// batching as the transactional loop, with a plain client and offsets
+// committed after the outputs were acknowledged (at-least-once) or before the
+// records are handled (at-most-once). It exists so that the weaker
+// semantics are one option away, measurable and testable against the same
+// workload; it makes no exactly-once promise.
+func (p *Processor) runPlain(ctx context.Context) error {
+	var revoked atomic.Bool
+	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
+	// Holding the rebalance until the batch's offsets are committed keeps
+	// a batch from being committed by a member that no longer owns it.
+	opts = append(opts, kgo.BlockRebalanceOnPoll())
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error()}
+	}
+	// Close alone would wait forever for a rebalance that the last poll
+	// blocked.
+	defer cl.CloseAllowingRebalance()
+
+	atMostOnce := p.cfg.semantics == AtMostOnce
+	rn := &runner{p: p, produce: cl.Produce, poisoned: map[coords]error{}}
+	poll := func(ctx context.Context, n int) kgo.Fetches {
+		f := cl.PollRecords(ctx, n)
+		if atMostOnce && f.NumRecords() > 0 {
+			// At-most-once: the offsets are committed before the
+			// records are handled, so a crash from here on loses them.
+			if err := cl.CommitRecords(context.WithoutCancel(ctx), f.Records()...); err != nil {
+				p.logger.Warn("eos: commit before processing failed", "err", err)
+			}
+		}
+		return f
+	}
+	for {
+		fetches := poll(ctx, p.cfg.maxRecords)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if fetches.IsClientClosed() {
+			return fmt.Errorf("eos: %w", ErrClosed)
+		}
+		p.logFetchErrors(fetches)
+		if fetches.NumRecords() == 0 {
+			cl.AllowRebalance()
+			continue
+		}
+
+		b := &batch{start: time.Now()}
+		var records []*kgo.Record
+		collectPoll := func(ctx context.Context, n int) kgo.Fetches {
+			f := poll(ctx, n)
+			records = append(records, f.Records()...)
+			return f
+		}
+		records = append(records, fetches.Records()...)
+		handled := rn.collect(ctx, b, fetches, collectPoll, &revoked)
+		// Whatever failed once ctx ended failed because of it: a shutdown,
+		// not a handler or produce error.
+		b.shutdown = b.shutdown || ctx.Err() != nil
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		flushErr := cl.Flush(endCtx)
+		_, produceErr := b.produceErr()
+		var commitErr error
+		if !atMostOnce && handled && flushErr == nil && produceErr == nil {
+			commitErr = cl.CommitRecords(endCtx, records...)
+		}
+		cancel()
+		revoked.Store(false)
+		elapsed := time.Since(b.start)
+
+		switch {
+		case atMostOnce && handled:
+			// Whatever failed to produce is lost: that is the semantics.
+			if produceErr != nil {
+				p.logger.Warn("eos: at-most-once output lost", "err", produceErr)
+			}
+			p.metrics.Committed(b.in, b.out, elapsed)
+		case handled && flushErr == nil && produceErr == nil && commitErr == nil:
+			p.metrics.Committed(b.in, b.out, elapsed)
+		default:
+			reason := "handler-error"
+			switch {
+			case b.shutdown:
+				reason = "shutdown"
+			case produceErr != nil || flushErr != nil:
+				reason = "produce-error"
+			case commitErr != nil:
+				reason = "rebalance"
+			}
+			p.metrics.Aborted(reason, elapsed)
+			p.logger.Info("eos: batch not committed; its inputs will be read again", "reason", reason, "err", errors.Join(commitErr, flushErr))
+			if b.shutdown {
+				return nil
+			}
+			if err := p.afterFailure(ctx, rn, b); err != nil {
+				return err
+			}
+			// Outputs already written stay written: at-least-once
+			// duplicates them when the inputs are read again.
+			rewind(cl, records)
+		}
+		cl.AllowRebalance()
+	}
+}
+
+// rewind sets the consumer back to the first record of each partition in
+// records, so that an uncommitted batch is read again.
+func rewind(cl *kgo.Client, records []*kgo.Record) {
+	first := map[string]map[int32]kgo.EpochOffset{}
+	for _, r := range records {
+		if first[r.Topic] == nil {
+			first[r.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		if _, ok := first[r.Topic][r.Partition]; !ok {
+			first[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+		}
+	}
+	cl.SetOffsets(first)
+}

@@ -1,0 +1,452 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// HandlerFunc turns one input record into zero or more output records. The
+// processor owns producing and committing, which is what lets it put the
+// outputs and the input's offset in one transaction; the handler only
+// returns records, each naming its Topic (and, if it matters, Key or
+// Partition). It must not keep in or its fields after it returns.
+//
+// A handler may be called more than once for the same input: when a
+// transaction aborts (rebalance, failure, crash of a previous owner) the
+// input is read again. Only the outputs of the committed attempt are visible
+// to read_committed readers, so a handler whose only effect is its return
+// value is exactly-once. Side effects outside Kafka (a call to another
+// service, a database write) are not covered: see offsetstore and dedup.
+type HandlerFunc func(ctx context.Context, in *kgo.Record) (out []*kgo.Record, err error)
+
+// Processor is a consume-transform-produce loop. Under ExactlyOnce (the
+// default) it is built on franz-go's GroupTransactSession: the outputs of
+// every input record and the input's consumed offset are committed in one
+// Kafka transaction, so that after any crash, rebalance or fencing each
+// input's outputs are visible to read_committed readers exactly once, in
+// input order per input partition.
+type Processor struct {
+	cfg     *config
+	handler HandlerFunc
+	logger  *slog.Logger
+	metrics Metrics
+	running atomic.Bool
+}
+
+// NewProcessor returns a processor that runs handler. Required options:
+// [Brokers], [Group], [InputTopics], and, for ExactlyOnce, [TransactionalID].
+// Optional: [WithSemantics], [CommitInterval], [MaxRecordsPerCommit],
+// [OnHandlerError], [Logger], [WithMetrics], [ClientOptions].
+func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
+	c := newConfig(opts)
+	if err := c.rejectUnless("NewProcessor", "Brokers", "TransactionalID", "WithSemantics", "Group",
+		"InputTopics", "CommitInterval", "MaxRecordsPerCommit", "OnHandlerError", "Logger",
+		"WithMetrics", "ClientOptions"); err != nil {
+		return nil, err
+	}
+	if err := c.validateProcessor(handler); err != nil {
+		return nil, err
+	}
+	// Build (and close) a client once, so that a pass-through option that
+	// contradicts the semantics fails here rather than in Run.
+	cl, err := newClient(c, RoleProducer, RoleConsumer)
+	if err != nil {
+		return nil, err
+	}
+	cl.Close()
+	logger := c.logger.With("group", c.group, "semantics", c.semantics.String())
+	if c.txnID != "" {
+		logger = logger.With("transactional_id", c.txnID)
+	}
+	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics}, nil
+}
+
+func (c *config) validateProcessor(handler HandlerFunc) error {
+	fail := func(setting, reason string) error {
+		return &ConfigError{Setting: setting, Semantics: c.semantics, Reason: reason}
+	}
+	switch {
+	case handler == nil:
+		return fail("handler", "must not be nil")
+	case !c.semantics.valid():
+		return &ConfigError{Setting: "WithSemantics", Reason: fmt.Sprintf("unknown value %d", int8(c.semantics))}
+	case c.group == "":
+		return fail("Group", "a processor consumes in a consumer group; name one")
+	case len(c.inputTopics) == 0:
+		return fail("InputTopics", "name at least one topic to consume")
+	case c.semantics == ExactlyOnce && c.txnID == "":
+		return fail("TransactionalID", "exactly-once needs a stable transactional id per instance (see StableTransactionalID)")
+	case c.semantics != ExactlyOnce && c.txnID != "":
+		return fail("TransactionalID", "only exactly-once commits in transactions; this semantics would ignore it")
+	case c.commitInterval <= 0:
+		return fail("CommitInterval", "must be positive")
+	case c.maxRecords <= 0:
+		return fail("MaxRecordsPerCommit", "must be positive")
+	case c.onError.kind == policyDeadLetter && c.onError.topic == "":
+		return fail("OnHandlerError", "DeadLetter needs a topic")
+	case c.onError.kind == policyRetry && c.onError.backoff < 0:
+		return fail("OnHandlerError", "Retry backoff must not be negative")
+	}
+	for _, t := range c.inputTopics {
+		if c.onError.kind == policyDeadLetter && t == c.onError.topic {
+			return fail("OnHandlerError", "the dead-letter topic "+t+" is also an input topic")
+		}
+	}
+	return c.requireBrokers()
+}
+
+// Run consumes, transforms and produces until ctx is done or a final error
+// occurs. On ctx's end it aborts the open transaction (its inputs are read
+// again by whoever takes the partitions), leaves the group and returns nil.
+//
+// It returns an error wrapping [ErrFenced] when a newer instance with the
+// same transactional id took over, a *HandlerError under the [Stop] policy,
+// and other errors only when the client fails repeatedly. A Processor runs
+// once at a time; to restart, call Run again.
+func (p *Processor) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return errors.New("eos: Processor.Run called while already running")
+	}
+	defer p.running.Store(false)
+
+	failures := 0
+	for {
+		var err error
+		if p.cfg.semantics == ExactlyOnce {
+			err = p.runTransactional(ctx)
+		} else {
+			err = p.runPlain(ctx)
+		}
+		var restart *restartError
+		if !errors.As(err, &restart) {
+			return err
+		}
+		// An end whose outcome is unknown leaves the client's view of the
+		// committed offsets uncertain; a new session re-reads them from the
+		// broker and re-registers the transactional id, which bumps the
+		// epoch and aborts anything left open.
+		failures++
+		if failures > maxSessionRestarts {
+			return fmt.Errorf("eos: giving up after %d session restarts: %w", maxSessionRestarts, restart.err)
+		}
+		p.logger.Warn("eos: restarting session", "err", restart.err, "attempt", failures)
+		if !sleepCtx(ctx, time.Duration(failures)*time.Second) {
+			return nil
+		}
+	}
+}
+
+const maxSessionRestarts = 5
+
+// restartError asks Run to start over with a new client.
+type restartError struct{ err error }
+
+func (e *restartError) Error() string { return "eos: session must restart: " + e.err.Error() }
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// coords names an input record.
+type coords struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func coordsOf(r *kgo.Record) coords { return coords{r.Topic, r.Partition, r.Offset} }
+
+// batch is the work of one transaction: the inputs handled, the outputs
+// produced, and the first thing that went wrong.
+type batch struct {
+	start     time.Time
+	in, out   int
+	mu        sync.Mutex
+	produceAt coords // the input whose output failed first
+	produce   error  // the first failed output
+	failedAt  coords // the input whose handler failed, under Stop or Retry
+	failed    error
+	shutdown  bool
+}
+
+func (b *batch) produceErr() (coords, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.produceAt, b.produce
+}
+
+// inputKey carries an output's input coordinates through the producer, so
+// that a failed output can be traced to the input record that caused it.
+type inputKey struct{}
+
+// runner is what the two loops share: how to produce within the current
+// batch and how to handle one record.
+type runner struct {
+	p        *Processor
+	produce  func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	poisoned map[coords]error // inputs whose outputs could not be produced, for DeadLetter
+}
+
+// handle runs the handler on r and produces its outputs (or, for a failing
+// record under DeadLetter, the dead letter). It returns false when the batch
+// must end without committing.
+func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
+	b.in++
+	at := coordsOf(r)
+	var outs []*kgo.Record
+	err, poisoned := rn.poisoned[at]
+	if poisoned {
+		delete(rn.poisoned, at)
+	} else {
+		outs, err = rn.callHandler(ctx, r)
+	}
+	if err != nil {
+		if rn.p.cfg.onError.kind != policyDeadLetter {
+			b.failedAt, b.failed = at, err
+			return false
+		}
+		outs = []*kgo.Record{deadLetter(rn.p.cfg.onError.topic, r, err)}
+		rn.p.logger.Warn("eos: handler failed; sending input to dead-letter topic",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err, "dead_letter_topic", rn.p.cfg.onError.topic)
+	}
+	for _, out := range outs {
+		out.Context = context.WithValue(ctx, inputKey{}, at)
+		b.out++
+		rn.produce(ctx, out, func(out *kgo.Record, err error) {
+			if err == nil {
+				return
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.produce == nil {
+				b.produce = err
+				b.produceAt, _ = out.Context.Value(inputKey{}).(coords)
+			}
+		})
+	}
+	return true
+}
+
+// callHandler runs the handler, turning a panic and an output without a
+// topic into errors, so that both follow the error policy.
+func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("eos: handler panicked: %v", v)
+		}
+	}()
+	outs, err = rn.p.handler(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range outs {
+		if o == nil || o.Topic == "" {
+			return nil, errors.New("eos: handler returned an output record with no topic")
+		}
+	}
+	return outs, nil
+}
+
+func deadLetter(topic string, in *kgo.Record, cause error) *kgo.Record {
+	headers := append([]kgo.RecordHeader(nil), in.Headers...)
+	headers = append(headers,
+		kgo.RecordHeader{Key: "eoskit-error", Value: []byte(cause.Error())},
+		kgo.RecordHeader{Key: "eoskit-source-topic", Value: []byte(in.Topic)},
+		kgo.RecordHeader{Key: "eoskit-source-partition", Value: strconv.AppendInt(nil, int64(in.Partition), 10)},
+		kgo.RecordHeader{Key: "eoskit-source-offset", Value: strconv.AppendInt(nil, in.Offset, 10)},
+	)
+	return &kgo.Record{Topic: topic, Key: in.Key, Value: in.Value, Headers: headers}
+}
+
+// collect handles records from first and from further polls until the batch
+// is full, its interval is over, a rebalance took partitions, or a record
+// failed. It reports whether every record was handled.
+func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll func(context.Context, int) kgo.Fetches, revoked *atomic.Bool) bool {
+	cfg := rn.p.cfg
+	fetches := first
+	for {
+		ok := true
+		fetches.EachRecord(func(r *kgo.Record) {
+			if ok {
+				ok = rn.handle(ctx, b, r)
+			}
+		})
+		if !ok {
+			return false
+		}
+		remaining := time.Until(b.start.Add(cfg.commitInterval))
+		if b.in >= cfg.maxRecords || remaining <= 0 || revoked.Load() {
+			return true
+		}
+		pollCtx, cancel := context.WithTimeout(ctx, remaining)
+		fetches = poll(pollCtx, cfg.maxRecords-b.in)
+		cancel()
+		if ctx.Err() != nil {
+			b.shutdown = true
+			return false
+		}
+		rn.p.logFetchErrors(fetches)
+	}
+}
+
+// logFetchErrors logs what a poll reported besides records. franz-go retries
+// fetch errors itself; they are worth a line, not a stop.
+func (p *Processor) logFetchErrors(f kgo.Fetches) {
+	f.EachError(func(topic string, partition int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		p.logger.Warn("eos: fetch error", "topic", topic, "partition", partition, "err", err)
+	})
+}
+
+// groupHooks returns options that record revocations: a batch stops early
+// once the group took partitions, since it can no longer commit.
+func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
+	onTaken := func(what string) func(context.Context, *kgo.Client, map[string][]int32) {
+		return func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			revoked.Store(true)
+			p.metrics.Rebalanced()
+			p.logger.Info("eos: partitions "+what, "partitions", parts)
+		}
+	}
+	return []kgo.Opt{
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			p.logger.Info("eos: partitions assigned", "partitions", parts)
+		}),
+		kgo.OnPartitionsRevoked(onTaken("revoked")),
+		kgo.OnPartitionsLost(onTaken("lost")),
+	}
+}
+
+// afterFailure applies the error policy once a batch ended without a
+// commit. It returns a non-nil error when Run must return it.
+func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) error {
+	at, err := b.failedAt, b.failed
+	if err == nil {
+		// A failed output is the handler's failure too: the input that
+		// produced it follows the policy, so a record that can never be
+		// written (too large, say) does not loop forever.
+		at, err = b.produceErr()
+		if err == nil {
+			return nil
+		}
+		if p.cfg.onError.kind == policyDeadLetter {
+			rn.poisoned[at] = err
+		}
+	}
+	switch p.cfg.onError.kind {
+	case policyStop:
+		return &HandlerError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Err: err}
+	case policyRetry:
+		p.logger.Warn("eos: handler failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset, "err", err, "backoff", p.cfg.onError.backoff)
+		sleepCtx(ctx, p.cfg.onError.backoff)
+	}
+	return nil
+}
+
+// runTransactional is one GroupTransactSession's life: it returns when ctx
+// ends, on a final error, or with a *restartError.
+func (p *Processor) runTransactional(ctx context.Context) error {
+	var revoked atomic.Bool
+	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error()}
+	}
+	// Close leaves the group; by then no transaction is open, because every
+	// path below ends the one it began.
+	defer sess.Close()
+
+	rn := &runner{p: p, produce: sess.Produce, poisoned: map[coords]error{}}
+	for {
+		fetches := sess.PollRecords(ctx, p.cfg.maxRecords)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if fetches.IsClientClosed() {
+			return fmt.Errorf("eos: %w", ErrClosed)
+		}
+		p.logFetchErrors(fetches)
+		if fetches.NumRecords() == 0 {
+			continue
+		}
+
+		if err := sess.Begin(); err != nil {
+			if isFenced(err) {
+				p.metrics.Fenced()
+				return fencedError("begin transaction", err)
+			}
+			return &restartError{fmt.Errorf("begin transaction: %w", err)}
+		}
+		b := &batch{start: time.Now()}
+		handled := rn.collect(ctx, b, fetches, sess.PollRecords, &revoked)
+		// Whatever failed once ctx ended failed because of it: a shutdown,
+		// not a handler or produce error.
+		b.shutdown = b.shutdown || ctx.Err() != nil
+
+		// Flush before deciding: End commits whatever was acknowledged,
+		// so a failed output must turn the commit into an abort here.
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		flushErr := sess.Client().Flush(endCtx)
+		_, produceErr := b.produceErr()
+		wantCommit := handled && flushErr == nil && produceErr == nil
+		committed, endErr := sess.End(endCtx, kgo.TransactionEndTry(wantCommit))
+		cancel()
+		revoked.Store(false)
+		elapsed := time.Since(b.start)
+
+		switch {
+		case isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr):
+			p.metrics.Fenced()
+			p.metrics.Aborted("fenced", elapsed)
+			p.logger.Warn("eos: fenced by a newer instance with the same transactional id; stopping")
+			return fencedError("end transaction", errors.Join(endErr, produceErr, flushErr))
+		case endErr != nil || flushErr != nil:
+			p.metrics.Aborted("outcome-unknown", elapsed)
+			return &restartError{fmt.Errorf("end transaction: %w", errors.Join(endErr, flushErr))}
+		case committed:
+			p.metrics.Committed(b.in, b.out, elapsed)
+			continue
+		}
+
+		reason := "rebalance"
+		switch {
+		case b.shutdown:
+			reason = "shutdown"
+		case b.failed != nil:
+			reason = "handler-error"
+		case produceErr != nil:
+			reason = "produce-error"
+		}
+		p.metrics.Aborted(reason, elapsed)
+		p.logger.Info("eos: transaction aborted; its inputs will be read again", "reason", reason, "records_in", b.in)
+		if b.shutdown {
+			return nil
+		}
+		if wantCommit {
+			continue // a rebalance: the records come back to whoever owns them now
+		}
+		if err := p.afterFailure(ctx, rn, b); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,358 @@
+package eos_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+)
+
+const verifyTimeout = 2 * time.Minute
+
+func processorOpts(k *integration.KafkaCluster, group, in, instance string) []eos.Option {
+	txnID, err := eos.StableTransactionalID(group, instance)
+	if err != nil {
+		panic(err)
+	}
+	return []eos.Option{
+		eos.Brokers(k.Brokers...),
+		eos.Group(group),
+		eos.InputTopics(in),
+		eos.TransactionalID(txnID),
+	}
+}
+
+// 100,000 records through three processors while instances leave and join:
+// every rebalance aborts the transactions in flight, and the output must
+// still hold every input exactly once, in input order per partition.
+func TestProcessorExactlyOnceThroughRebalances(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(6), k.NewTopic(4)
+	group := integration.UniqueName(t, "g")
+	const n = 100_000
+	inputs := k.Seed(in, n)
+	progress := followCommitted(t, k, out)
+
+	var aborts atomic.Int64
+	metrics := &countingMetrics{aborted: &aborts}
+	start := func(instance string) *running {
+		return startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, instance), eos.WithMetrics(metrics))...)
+	}
+	procs := map[string]*running{"a": start("a"), "b": start("b"), "c": start("c")}
+
+	// Rounds of churn: at each milestone one instance leaves (a clean
+	// shutdown) and another joins, each a rebalance mid-stream.
+	churn := []struct {
+		at          int64
+		leave, join string
+	}{{n / 5, "b", "d"}, {2 * n / 5, "a", "b"}, {3 * n / 5, "d", "e"}}
+	for _, c := range churn {
+		waitFor(t, 3*time.Minute, "output to pass the next milestone", func() bool { return progress.n.Load() >= c.at })
+		if err := procs[c.leave].stop(t); err != nil {
+			t.Fatalf("instance %s stopped with %v, want nil on a clean shutdown", c.leave, err)
+		}
+		delete(procs, c.leave)
+		procs[c.join] = start(c.join)
+	}
+	waitFor(t, 3*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
+	for name, p := range procs {
+		if err := p.stop(t); err != nil {
+			t.Fatalf("instance %s stopped with %v", name, err)
+		}
+	}
+	rep := k.VerifyTopic(inputs, out, verifyTimeout)
+	if metrics.rebalances.Load() < int64(len(churn)) {
+		t.Fatalf("saw %d rebalances, want at least %d: the churn did not happen", metrics.rebalances.Load(), len(churn))
+	}
+	t.Logf("verifier: %v; rebalances seen by members: %d; aborted transactions: %d", rep, metrics.rebalances.Load(), aborts.Load())
+}
+
+// countingMetrics counts what tests assert on.
+type countingMetrics struct {
+	committed, rebalances, fenced atomic.Int64
+	aborted                       *atomic.Int64
+	mu                            sync.Mutex
+	reasons                       []string
+}
+
+func (m *countingMetrics) Committed(int, int, time.Duration) { m.committed.Add(1) }
+func (m *countingMetrics) Aborted(reason string, _ time.Duration) {
+	if m.aborted != nil {
+		m.aborted.Add(1)
+	}
+	m.mu.Lock()
+	m.reasons = append(m.reasons, reason)
+	m.mu.Unlock()
+}
+func (m *countingMetrics) Rebalanced() { m.rebalances.Add(1) }
+func (m *countingMetrics) Fenced()     { m.fenced.Add(1) }
+
+func (m *countingMetrics) abortReasons() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return strings.Join(m.reasons, ",")
+}
+
+// A copier process is SIGKILLed while its transaction holds output records;
+// its replacement (same transactional id, as a restarted instance has) must
+// finish the job with nothing lost, nothing doubled, and the killed
+// transaction's records invisible.
+func TestProcessorCrashMidTransactionLosesAndDuplicatesNothing(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(3), k.NewTopic(3)
+	group := integration.UniqueName(t, "g")
+	txnID := group + "-0"
+	const n = 20_000
+	inputs := k.Seed(in, n)
+
+	victim := startCopier(t, k, eos.ExactlyOnce, in, out, group, txnID)
+	// Wait until the victim has output records in an open transaction
+	// (written, not yet committed), then kill it there.
+	waitFor(t, 2*time.Minute, "an open transaction with output records", func() bool {
+		hwm, lso := endOffsets(t, k.Admin, out)
+		return hwm > lso && hwm > 1000
+	})
+	victim.kill()
+	hwm, lso := endOffsets(t, k.Admin, out)
+	t.Logf("killed the copier with %d output records written and the last stable offsets at %d", hwm, lso)
+
+	progress := followCommitted(t, k, out)
+	replacement := startProcessor(t, copyHandler(out), processorOpts(k, group, in, "0")...)
+	waitFor(t, 3*time.Minute, "the replacement to copy every input", func() bool { return progress.n.Load() >= n })
+	if err := replacement.stop(t); err != nil {
+		t.Fatalf("replacement stopped with %v", err)
+	}
+	rep := k.VerifyTopic(inputs, out, verifyTimeout)
+	aborted := integration.AbortedPositions(k.ReadRaw(out, verifyTimeout))
+	if len(aborted) == 0 {
+		t.Fatal("the killed transaction left no aborted records: the kill did not land mid-transaction")
+	}
+	t.Logf("verifier: %v; records of the killed transaction aborted: %d", rep, len(aborted))
+}
+
+// The same kill against the at-least-once loop duplicates records: the proof
+// that the fault bites a weaker design, and so that the exactly-once test
+// above tests something.
+func TestAtLeastOnceCrashBetweenProduceAndCommitDuplicates(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(3), k.NewTopic(3)
+	group := integration.UniqueName(t, "g")
+	const n = 20_000
+	inputs := k.Seed(in, n)
+
+	victim := startCopier(t, k, eos.AtLeastOnce, in, out, group, "")
+	waitFor(t, 2*time.Minute, "outputs written for inputs whose offsets are not committed", func() bool {
+		hwm, _ := endOffsets(t, k.Admin, out)
+		return hwm > 1000 && hwm > groupCommitted(t, k.Admin, group, in)+500
+	})
+	victim.kill()
+
+	progress := followCommitted(t, k, out)
+	opts := []eos.Option{eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.WithSemantics(eos.AtLeastOnce)}
+	replacement := startProcessor(t, copyHandler(out), opts...)
+	waitFor(t, 3*time.Minute, "the replacement to copy every input", func() bool { return progress.n.Load() >= n })
+	if err := replacement.stop(t); err != nil {
+		t.Fatalf("replacement stopped with %v", err)
+	}
+	rep := k.CheckTopic(inputs, out, verifyTimeout)
+	if rep.Lost.Count != 0 {
+		t.Fatalf("at-least-once lost records: %v", rep)
+	}
+	if rep.Duplicated.Count == 0 {
+		t.Fatalf("at-least-once showed no duplicate after a crash between produce and commit: %v", rep)
+	}
+	t.Logf("verifier (duplicates expected): %v", rep)
+}
+
+// A processor stalls in its handler past its session timeout; a replacement
+// with the same transactional id starts meanwhile. When the stalled one
+// wakes, it must find itself fenced and stop with ErrFenced, and the output
+// must be exactly once.
+func TestProcessorZombieIsFenced(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(2), k.NewTopic(2)
+	group := integration.UniqueName(t, "g")
+	const n = 5_000
+	inputs := k.Seed(in, n)
+
+	stalled := make(chan struct{})
+	wake := make(chan struct{})
+	var once sync.Once
+	zombieHandler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if r.Offset == 100 {
+			once.Do(func() { close(stalled) })
+			<-wake
+		}
+		return copyHandler(out)(ctx, r)
+	}
+	zombieMetrics := &countingMetrics{}
+	zombie := startProcessor(t, zombieHandler, append(processorOpts(k, group, in, "0"), eos.WithMetrics(zombieMetrics))...)
+	select {
+	case <-stalled:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the zombie never reached its stall")
+	}
+	time.Sleep(7 * time.Second) // past the 6 s session timeout
+
+	progress := followCommitted(t, k, out)
+	replacement := startProcessor(t, copyHandler(out), processorOpts(k, group, in, "0")...)
+	// Let the replacement commit work before the zombie wakes, so that the
+	// zombie's late commit would duplicate it if it went through.
+	waitFor(t, 2*time.Minute, "the replacement to commit output", func() bool { return progress.n.Load() > 0 })
+	close(wake)
+
+	if err := zombie.wait(t, 2*time.Minute); !errors.Is(err, eos.ErrFenced) {
+		t.Fatalf("zombie returned %v, want ErrFenced", err)
+	}
+	if zombieMetrics.fenced.Load() != 1 {
+		t.Fatalf("zombie reported %d fencings, want 1", zombieMetrics.fenced.Load())
+	}
+	waitFor(t, 3*time.Minute, "the replacement to copy every input", func() bool { return progress.n.Load() >= n })
+	if err := replacement.stop(t); err != nil {
+		t.Fatalf("replacement stopped with %v", err)
+	}
+	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
+}
+
+func failingOn(out string, fails func(r *kgo.Record) bool) eos.HandlerFunc {
+	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if fails(r) {
+			return nil, errors.New("poison record " + string(r.Key))
+		}
+		return copyHandler(out)(ctx, r)
+	}
+}
+
+// A handler that fails a few times is retried, its transaction aborted each
+// time, and each input still lands once.
+func TestProcessorRetryPolicyAbortsAndRedelivers(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(2), k.NewTopic(2)
+	group := integration.UniqueName(t, "g")
+	const n = 2_000
+	inputs := k.Seed(in, n)
+
+	var failures atomic.Int64
+	h := failingOn(out, func(r *kgo.Record) bool {
+		return string(r.Key) == "in-1234" && failures.Add(1) <= 3
+	})
+	metrics := &countingMetrics{}
+	progress := followCommitted(t, k, out)
+	p := startProcessor(t, h, append(processorOpts(k, group, in, "0"),
+		eos.OnHandlerError(eos.Retry(50*time.Millisecond)), eos.WithMetrics(metrics))...)
+	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
+	if err := p.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
+	}
+	k.VerifyTopic(inputs, out, verifyTimeout)
+	if got := strings.Count(metrics.abortReasons(), "handler-error"); got != 3 {
+		t.Fatalf("aborted %d transactions for handler errors (%s), want 3", got, metrics.abortReasons())
+	}
+}
+
+// Poison records go to the dead-letter topic in the transaction that commits
+// their offsets: every input is then in exactly one of the two topics, once.
+func TestProcessorDeadLetterPolicyIsAtomic(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out, dlt := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
+	group := integration.UniqueName(t, "g")
+	const n = 3_000
+	inputs := k.Seed(in, n)
+	poison := func(r *kgo.Record) bool { return strings.HasSuffix(string(r.Key), "7") }
+
+	progress := followCommitted(t, k, out)
+	p := startProcessor(t, failingOn(out, poison), append(processorOpts(k, group, in, "0"),
+		eos.OnHandlerError(eos.DeadLetter(dlt)))...)
+	var good, bad []string
+	for _, id := range inputs {
+		if strings.HasSuffix(id, "7") {
+			bad = append(bad, id)
+		} else {
+			good = append(good, id)
+		}
+	}
+	waitFor(t, 2*time.Minute, "every good input to be copied", func() bool { return progress.n.Load() >= int64(len(good)) })
+	if err := p.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
+	}
+	k.VerifyTopic(good, out, verifyTimeout)
+
+	dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout)
+	got := map[string]int{}
+	for _, r := range dead {
+		got[string(r.Key)]++
+		headers := map[string]string{}
+		for _, h := range r.Headers {
+			headers[h.Key] = string(h.Value)
+		}
+		if headers["eoskit-source-topic"] != in || headers["eoskit-source-offset"] == "" || !strings.Contains(headers["eoskit-error"], "poison") {
+			t.Fatalf("dead letter %s has headers %v", r.Key, headers)
+		}
+	}
+	if len(dead) != len(bad) || len(got) != len(bad) {
+		t.Fatalf("dead-letter topic holds %d records (%d distinct), want each of the %d poison records once", len(dead), len(got), len(bad))
+	}
+}
+
+// Under Stop, the processor aborts and names the record; nothing of the
+// failed transaction is visible, and a fixed processor resumes from the
+// failed record without losing anything.
+func TestProcessorStopPolicyNamesTheRecordAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(1), k.NewTopic(1)
+	group := integration.UniqueName(t, "g")
+	const n = 1_000
+	inputs := k.Seed(in, n)
+
+	p := startProcessor(t, failingOn(out, func(r *kgo.Record) bool { return r.Offset == 500 }), processorOpts(k, group, in, "0")...)
+	err := p.wait(t, 2*time.Minute)
+	var herr *eos.HandlerError
+	if !errors.As(err, &herr) || herr.Topic != in || herr.Partition != 0 || herr.Offset != 500 {
+		t.Fatalf("Run returned %v, want a *HandlerError for %s[0]@500", err, in)
+	}
+	before := k.ReadAll(out, kgo.ReadCommitted(), verifyTimeout)
+	if len(before) >= 500 {
+		t.Fatalf("%d outputs visible after stopping at offset 500; the failed transaction leaked", len(before))
+	}
+
+	progress := followCommitted(t, k, out)
+	fixed := startProcessor(t, copyHandler(out), processorOpts(k, group, in, "0")...)
+	waitFor(t, 2*time.Minute, "the fixed processor to copy the rest", func() bool { return progress.n.Load() >= n })
+	if err := fixed.stop(t); err != nil {
+		t.Fatalf("fixed processor stopped with %v", err)
+	}
+	k.VerifyTopic(inputs, out, verifyTimeout)
+}
+
+func TestProcessorRunTwiceAtOnceIsRefused(t *testing.T) {
+	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("g-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Fatalf("second Run returned %v, want an already-running error", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("first Run returned %v after cancel, want nil", err)
+	}
+}

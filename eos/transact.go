@@ -1,0 +1,244 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// endTimeout bounds the abort eos sends on its own after the caller's
+// context is already done: the abort must still reach the broker, or the
+// transaction stays open until the transaction timeout and stalls
+// read_committed readers.
+const endTimeout = 30 * time.Second
+
+// TransactionalProducer writes records in Kafka transactions: all records of
+// one [TransactionalProducer.Transact] call, to any topics and partitions,
+// become visible to read_committed readers together, or not at all.
+//
+// Only one transaction is open at a time; concurrent Transact calls wait
+// their turn. A TransactionalProducer is fenced, and returns [ErrFenced]
+// forever after, once another producer registers the same transactional id.
+type TransactionalProducer struct {
+	cl     *kgo.Client
+	txnID  string
+	logger *slog.Logger
+
+	mu    sync.Mutex // one transaction at a time; guards final
+	final error      // ErrFenced or ErrClosed once the producer is done for good
+}
+
+// NewTransactionalProducer returns a transactional producer. It accepts
+// [Brokers] and [TransactionalID] (both required), [Logger] and
+// [ClientOptions] (kgo.TransactionTimeout is the one most worth setting:
+// default 40s, the longest a Transact call may take).
+func NewTransactionalProducer(opts ...Option) (*TransactionalProducer, error) {
+	c := newConfig(opts)
+	if err := c.rejectUnless("NewTransactionalProducer", "Brokers", "TransactionalID", "Logger", "ClientOptions"); err != nil {
+		return nil, err
+	}
+	if err := c.requireBrokers(); err != nil {
+		return nil, err
+	}
+	if c.txnID == "" {
+		return nil, &ConfigError{Setting: "TransactionalID", Semantics: ExactlyOnce, Reason: "a transactional producer needs a stable transactional id (see StableTransactionalID)"}
+	}
+	c.semantics = ExactlyOnce
+	cl, err := newClient(c, RoleProducer)
+	if err != nil {
+		return nil, err
+	}
+	return &TransactionalProducer{cl: cl, txnID: c.txnID, logger: c.logger.With("transactional_id", c.txnID)}, nil
+}
+
+// Tx is an open transaction, valid only inside the function given to
+// [TransactionalProducer.Transact].
+type Tx struct {
+	ctx context.Context
+	cl  *kgo.Client
+
+	mu       sync.Mutex
+	firstErr error
+	produced int
+}
+
+// Produce adds r to the transaction without waiting for its
+// acknowledgement; Transact waits for all of them before it commits, and
+// aborts if any failed. Safe for concurrent use within the function.
+func (tx *Tx) Produce(r *kgo.Record) {
+	tx.mu.Lock()
+	tx.produced++
+	tx.mu.Unlock()
+	tx.cl.Produce(tx.ctx, r, func(r *kgo.Record, err error) {
+		if err == nil {
+			return
+		}
+		tx.mu.Lock()
+		defer tx.mu.Unlock()
+		if tx.firstErr == nil {
+			tx.firstErr = produceError(r, err)
+		}
+	})
+}
+
+// ProduceSync adds rs to the transaction and waits for their
+// acknowledgements, returning the first failure, a *ProduceError. A failure
+// dooms the transaction whatever the function returns.
+func (tx *Tx) ProduceSync(rs ...*kgo.Record) error {
+	for _, r := range rs {
+		tx.Produce(r)
+	}
+	if err := tx.cl.Flush(tx.ctx); err != nil {
+		return err
+	}
+	return tx.err()
+}
+
+func (tx *Tx) err() error {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	return tx.firstErr
+}
+
+// Transact runs fn in a transaction and commits it only if fn returned nil,
+// ctx is not done, and every record fn produced was acknowledged. Otherwise
+// it aborts, and returns an error wrapping [ErrAborted] and the cause (fn's
+// error, the first *ProduceError, or ctx's error). If fn panics, Transact
+// aborts and re-panics.
+//
+// Other outcomes: [ErrFenced] (final; the producer is closed), and
+// [ErrOutcomeUnknown] when the commit was sent but not confirmed; eos then
+// retries the end as an abort, which bumps the producer epoch so that the
+// transaction can not be extended, and the producer stays usable. Whether
+// the records became visible must then be found out by reading them back.
+//
+// ctx governs producing and committing. The abort after a failure uses its
+// own 30-second deadline, so that a cancelled ctx still ends the transaction
+// at the broker.
+func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) error) (err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.final != nil {
+		return p.final
+	}
+	if err := p.cl.BeginTransaction(); err != nil {
+		return p.classify("begin transaction", err)
+	}
+	tx := &Tx{ctx: ctx, cl: p.cl}
+
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		// Reached on every path that did not commit, panics included.
+		if abortErr := p.abort(ctx); abortErr != nil {
+			err = errors.Join(err, abortErr)
+		}
+		if r := recover(); r != nil {
+			panic(r)
+		}
+	}()
+
+	if err := fn(tx); err != nil {
+		return fmt.Errorf("%w: %w", ErrAborted, err)
+	}
+	if err := p.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("%w: flush: %w", ErrAborted, err)
+	}
+	if err := tx.err(); err != nil {
+		if isFenced(err) {
+			return p.classify("produce", err)
+		}
+		return fmt.Errorf("%w: %w", ErrAborted, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrAborted, err)
+	}
+
+	endErr := p.cl.EndTransaction(ctx, kgo.TryCommit)
+	switch {
+	case endErr == nil:
+		committed = true
+		return nil
+	case isFenced(endErr):
+		return p.classify("commit", endErr)
+	case abortable(endErr):
+		// The commit was not attempted: the deferred abort makes the
+		// outcome a known abort.
+		return fmt.Errorf("%w: commit not attempted: %w", ErrAborted, endErr)
+	default:
+		// The commit may or may not have landed; the deferred abort
+		// retry reloads the producer id, which bumps the epoch.
+		p.logger.Warn("eos: commit outcome unknown; retrying as abort", "err", endErr)
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, endErr)
+	}
+}
+
+// abort discards buffered records and ends the open transaction with an
+// abort. It is a no-op when the transaction has already ended.
+func (p *TransactionalProducer) abort(ctx context.Context) error {
+	if p.final != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	if err := p.cl.AbortBufferedRecords(ctx); err != nil {
+		return fmt.Errorf("eos: abort buffered records: %w", err)
+	}
+	if err := p.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		if isFenced(err) {
+			// Fenced while aborting: the newer producer already
+			// aborted this transaction for us.
+			_ = p.classify("abort", err)
+			return nil
+		}
+		return fmt.Errorf("eos: abort: %w", err)
+	}
+	return nil
+}
+
+// classify turns a fencing error into the final ErrFenced state (closing the
+// client) and passes any other error through, wrapped.
+func (p *TransactionalProducer) classify(op string, err error) error {
+	if !isFenced(err) {
+		return fmt.Errorf("eos: %s: %w", op, err)
+	}
+	if p.final == nil {
+		p.logger.Warn("eos: fenced by a newer producer with the same transactional id; closing", "err", err)
+		p.final = fencedError(op, err)
+		p.cl.Close()
+	}
+	return p.final
+}
+
+// ProducerID returns the producer id and epoch the broker assigned to this
+// transactional id, for diagnostics: a newer instance with the same id gets
+// the same producer id with a higher epoch.
+func (p *TransactionalProducer) ProducerID(ctx context.Context) (id int64, epoch int16, err error) {
+	id, epoch, err = p.cl.ProducerID(ctx)
+	if err != nil {
+		return id, epoch, fmt.Errorf("eos: producer id: %w", err)
+	}
+	return id, epoch, nil
+}
+
+// Client returns the underlying franz-go client, for metrics and admin use.
+// Do not begin or end transactions on it.
+func (p *TransactionalProducer) Client() *kgo.Client { return p.cl }
+
+// Close closes the producer. A transaction can not be open: Transact always
+// ends the one it began.
+func (p *TransactionalProducer) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.final == nil {
+		p.final = fmt.Errorf("eos: %w", ErrClosed)
+	}
+	p.cl.Close()
+}
