@@ -1,7 +1,7 @@
 # eoskit's commands. `make test` is the one CI runs (through .ci/run).
 SHELL := bash
 
-.PHONY: test services services-stop clean-services
+.PHONY: test bench services services-stop clean-services
 
 # Starts Kafka and PostgreSQL (or reuses running ones), runs gofmt, go vet and
 # every test with -race against them, and stops what it started.
@@ -21,3 +21,8 @@ services-stop:
 # Stops the broker and deletes its data (the downloaded jars stay cached).
 clean-services:
 	@scripts/kafka.sh clean
+
+# Measures eos.Processor against an at-least-once loop and a raw franz-go
+# GroupTransactSession on the local broker, and prints a markdown table.
+bench:
+	@scripts/with-services.sh go run ./internal/cmd/eosbench

@@ -2,4 +2,92 @@
 // delivery-semantics presets, idempotent and transactional producers, and a
 // consume-transform-produce loop that commits its consumed offsets inside the
 // Kafka transaction that carries its output.
+//
+// # Delivery semantics
+//
+// [AtMostOnce], [AtLeastOnce] and [ExactlyOnce] are presets of franz-go
+// options ([Semantics.ProducerOptions], [Semantics.ConsumerOptions]).
+// Constructors check the effective client configuration against the chosen
+// semantics and refuse a contradiction (acks=1 under exactly-once, a
+// transactional id without idempotence, auto-commit with exactly-once) with a
+// *[ConfigError] naming the setting; [Semantics.Check] does the same for a
+// client you build yourself.
+//
+// # Producers
+//
+// [IdempotentProducer] writes each record once per partition, in order,
+// whatever the retries. [TransactionalProducer.Transact] makes writes to any
+// topics and partitions atomic, in the shape of pgx's BeginFunc:
+//
+//	err := p.Transact(ctx, func(tx *eos.Tx) error {
+//		tx.Produce(&kgo.Record{Topic: "orders", Value: order})
+//		tx.Produce(&kgo.Record{Topic: "audit", Value: entry})
+//		return nil
+//	})
+//
+// It commits only if the function returned nil and every record was
+// acknowledged; otherwise it aborts and returns an error wrapping
+// [ErrAborted] and the cause.
+//
+// # The processor
+//
+// [Processor] consumes input topics in a group, calls a [HandlerFunc] for
+// each record, and commits the handler's outputs together with the input
+// offsets in one transaction, every [CommitInterval] or
+// [MaxRecordsPerCommit] records:
+//
+//	p, err := eos.NewProcessor(handler,
+//		eos.Brokers("localhost:9092"),
+//		eos.Group("enricher"),
+//		eos.InputTopics("orders"),
+//		eos.TransactionalID(txnID), // from StableTransactionalID
+//	)
+//	err = p.Run(ctx)
+//
+// # What is guaranteed
+//
+// For every input record, the outputs of exactly one handler call are
+// visible to read_committed readers, and the input's offset is committed in
+// the same transaction; outputs of one input partition appear in input order
+// within each output partition. This holds across crashes of the processor
+// (its open transaction is aborted when a successor registers the same
+// transactional id, or when the transaction times out), rebalances (a batch
+// that straddles a revocation is aborted and read again by the new owner),
+// and zombies (an instance that wakes after its successor started is fenced
+// and stops with [ErrFenced]).
+//
+// It rests on these assumptions, each of which a user can break:
+//
+//   - Readers of the output read with read_committed
+//     (kgo.FetchIsolationLevel(kgo.ReadCommitted())). A read_uncommitted
+//     reader sees the records of aborted transactions.
+//   - Transactional ids are stable per instance and unique among running
+//     instances ([StableTransactionalID]). A random id per start fences
+//     nothing and leaves hanging transactions behind.
+//   - A transaction finishes well within the transaction timeout
+//     (kgo.TransactionTimeout, default 40s): [CommitInterval] plus the
+//     handler's time for one batch must stay below it, or the broker aborts
+//     the transaction and the work is redone.
+//   - The handler's only effect is the records it returns. It may run more
+//     than once for one input (after an abort); effects outside Kafka are
+//     not covered (use package offsetstore or dedup for database effects).
+//   - The broker supports KIP-447 (Kafka 2.5+); eoskit is tested on Apache
+//     Kafka 4.4 with transaction protocol v2 (KIP-890).
+//
+// The weaker semantics run the same loop with [WithSemantics]: AtLeastOnce
+// commits offsets after its outputs are acknowledged (a crash in between
+// duplicates), AtMostOnce before it handles the records (a crash loses them).
+//
+// # Errors
+//
+// Test errors with errors.Is and errors.As: [ErrInvalidConfig]
+// (*[ConfigError]), [ErrFenced] (final), [ErrAborted], [ErrOutcomeUnknown],
+// [ErrClosed], *[ProduceError] (wraps the Kafka error), *[HandlerError]
+// (names topic, partition and offset).
+//
+// # Observability
+//
+// [Logger] takes a *slog.Logger; [WithMetrics] takes a [Metrics], for which
+// package eos/eosprom has a Prometheus implementation. franz-go's own client
+// metrics come from plugin/kprom through [ClientOptions].
 package eos

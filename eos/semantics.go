@@ -70,8 +70,9 @@ func (s Semantics) ProducerOptions() []kgo.Opt {
 	return nil
 }
 
-// ConsumerOptions returns the franz-go consumer options that define s. Every
-// preset disables auto-commit: when offsets are committed relative to
+// ConsumerOptions returns the franz-go group-consumer options that define s;
+// add kgo.ConsumerGroup and kgo.ConsumeTopics. Every preset disables
+// auto-commit: when offsets are committed relative to
 // processing is what tells the semantics apart, so the [Processor] commits
 // them itself.
 func (s Semantics) ConsumerOptions() []kgo.Opt {

@@ -146,6 +146,9 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 	}()
 
 	if err := fn(tx); err != nil {
+		if isFenced(err) { // a record fn waited for was refused as fenced
+			return p.classify("produce", err)
+		}
 		return fmt.Errorf("%w: %w", ErrAborted, err)
 	}
 	if err := p.cl.Flush(ctx); err != nil {

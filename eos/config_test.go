@@ -1,0 +1,179 @@
+package eos_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+)
+
+// These tests need no broker: franz-go clients connect lazily, and every
+// check here happens in a constructor.
+
+func TestPresetsProduceClientsThatPassTheirOwnCheck(t *testing.T) {
+	for _, s := range []eos.Semantics{eos.AtMostOnce, eos.AtLeastOnce, eos.ExactlyOnce} {
+		t.Run(s.String(), func(t *testing.T) {
+			opts := append(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g")}, s.ProducerOptions()...), s.ConsumerOptions()...)
+			cl, err := kgo.NewClient(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			if err := s.Check(cl, eos.RoleProducer, eos.RoleConsumer); err != nil {
+				t.Fatalf("preset fails its own check: %v", err)
+			}
+		})
+	}
+}
+
+func TestPresetsSetWhatTheSemanticsMean(t *testing.T) {
+	tests := []struct {
+		s             eos.Semantics
+		acks          kgo.Acks
+		idempotent    bool
+		readCommitted bool
+		retries       bool
+	}{
+		{eos.AtMostOnce, kgo.LeaderAck(), false, false, false},
+		{eos.AtLeastOnce, kgo.AllISRAcks(), false, false, true},
+		{eos.ExactlyOnce, kgo.AllISRAcks(), true, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.s.String(), func(t *testing.T) {
+			opts := append(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g")}, tt.s.ProducerOptions()...), tt.s.ConsumerOptions()...)
+			cl, err := kgo.NewClient(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			if got := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); got != tt.acks {
+				t.Errorf("acks = %v, want %v", got, tt.acks)
+			}
+			if got := !cl.OptValue(kgo.DisableIdempotentWrite).(bool); got != tt.idempotent {
+				t.Errorf("idempotent = %v, want %v", got, tt.idempotent)
+			}
+			if got := cl.OptValue(kgo.FetchIsolationLevel).(int8) == 1; got != tt.readCommitted {
+				t.Errorf("read_committed = %v, want %v", got, tt.readCommitted)
+			}
+			if got := cl.OptValue(kgo.RecordRetries).(int64) > 0; got != tt.retries {
+				t.Errorf("retries = %v, want %v", got, tt.retries)
+			}
+			if !cl.OptValue(kgo.DisableAutoCommit).(bool) {
+				t.Error("auto-commit is on; every preset commits offsets itself")
+			}
+		})
+	}
+}
+
+func TestCheckRejectsSettingsThatContradictTheSemantics(t *testing.T) {
+	tests := []struct {
+		name    string
+		s       eos.Semantics
+		role    eos.Role
+		extra   []kgo.Opt
+		setting string
+	}{
+		{"exactly-once with auto-commit", eos.ExactlyOnce, eos.RoleConsumer, []kgo.Opt{kgo.ConsumerGroup("g")}, "DisableAutoCommit"},
+		{"exactly-once reading uncommitted", eos.ExactlyOnce, eos.RoleConsumer, []kgo.Opt{kgo.ConsumerGroup("g"), kgo.DisableAutoCommit(), kgo.FetchIsolationLevel(kgo.ReadUncommitted())}, "FetchIsolationLevel"},
+		{"exactly-once without idempotence", eos.ExactlyOnce, eos.RoleProducer, []kgo.Opt{kgo.DisableIdempotentWrite()}, "DisableIdempotentWrite"},
+		{"at-least-once with leader acks", eos.AtLeastOnce, eos.RoleProducer, []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck())}, "RequiredAcks"},
+		{"at-least-once without retries", eos.AtLeastOnce, eos.RoleProducer, []kgo.Opt{kgo.RecordRetries(0)}, "RecordRetries"},
+		{"at-least-once with auto-commit", eos.AtLeastOnce, eos.RoleConsumer, []kgo.Opt{kgo.ConsumerGroup("g")}, "DisableAutoCommit"},
+		{"at-most-once with retries", eos.AtMostOnce, eos.RoleProducer, []kgo.Opt{kgo.DisableIdempotentWrite()}, "RecordRetries"},
+		{"at-most-once with a transactional id", eos.AtMostOnce, eos.RoleProducer, []kgo.Opt{kgo.TransactionalID("x")}, "TransactionalID"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, tt.extra...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			err = tt.s.Check(cl, tt.role)
+			var cerr *eos.ConfigError
+			if !errors.As(err, &cerr) || !errors.Is(err, eos.ErrInvalidConfig) {
+				t.Fatalf("Check = %v, want a *ConfigError wrapping ErrInvalidConfig", err)
+			}
+			if cerr.Setting != tt.setting || cerr.Semantics != tt.s || cerr.Reason == "" {
+				t.Fatalf("Check named %q under %v (%q), want %q under %v with a reason", cerr.Setting, cerr.Semantics, cerr.Reason, tt.setting, tt.s)
+			}
+			if !strings.Contains(err.Error(), tt.setting) || !strings.Contains(err.Error(), tt.s.String()) {
+				t.Fatalf("message %q does not name the setting and the semantics", err)
+			}
+		})
+	}
+}
+
+func TestNewProcessorRejectsBadConfig(t *testing.T) {
+	h := copyHandler("out")
+	base := []eos.Option{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("app-0")}
+	with := func(extra ...eos.Option) []eos.Option { return append(append([]eos.Option(nil), base...), extra...) }
+	tests := []struct {
+		name    string
+		handler eos.HandlerFunc
+		opts    []eos.Option
+		setting string
+	}{
+		{"no brokers", h, []eos.Option{eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Brokers"},
+		{"no group", h, []eos.Option{eos.Brokers("b:1"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Group"},
+		{"no input topics", h, []eos.Option{eos.Brokers("b:1"), eos.Group("g"), eos.TransactionalID("x")}, "InputTopics"},
+		{"exactly-once without transactional id", h, []eos.Option{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in")}, "TransactionalID"},
+		{"transactional id with at-least-once", h, with(eos.WithSemantics(eos.AtLeastOnce)), "TransactionalID"},
+		{"nil handler", nil, base, "handler"},
+		{"unknown semantics", h, with(eos.WithSemantics(eos.Semantics(9))), "WithSemantics"},
+		{"zero commit interval", h, with(eos.CommitInterval(0)), "CommitInterval"},
+		{"zero max records", h, with(eos.MaxRecordsPerCommit(0)), "MaxRecordsPerCommit"},
+		{"dead letter without topic", h, with(eos.OnHandlerError(eos.DeadLetter(""))), "OnHandlerError"},
+		{"dead letter into an input topic", h, with(eos.OnHandlerError(eos.DeadLetter("in"))), "OnHandlerError"},
+		{"acks=leader under exactly-once", h, with(eos.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))), "ClientOptions"},
+		{"read_uncommitted under exactly-once", h, with(eos.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))), "FetchIsolationLevel"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := eos.NewProcessor(tt.handler, tt.opts...)
+			var cerr *eos.ConfigError
+			if p != nil || !errors.As(err, &cerr) || !errors.Is(err, eos.ErrInvalidConfig) {
+				t.Fatalf("NewProcessor = %v, %v; want a *ConfigError", p, err)
+			}
+			if cerr.Setting != tt.setting {
+				t.Fatalf("error names %q (%v), want %q", cerr.Setting, err, tt.setting)
+			}
+		})
+	}
+}
+
+func TestProducersRejectOptionsThatDoNotApply(t *testing.T) {
+	_, err := eos.NewIdempotentProducer(eos.Brokers("b:1"), eos.Group("g"))
+	var cerr *eos.ConfigError
+	if !errors.As(err, &cerr) || cerr.Setting != "Group" {
+		t.Fatalf("NewIdempotentProducer with Group = %v, want a *ConfigError naming Group", err)
+	}
+	_, err = eos.NewTransactionalProducer(eos.Brokers("b:1"))
+	if !errors.As(err, &cerr) || cerr.Setting != "TransactionalID" {
+		t.Fatalf("NewTransactionalProducer without id = %v, want a *ConfigError naming TransactionalID", err)
+	}
+	_, err = eos.NewTransactionalProducer(eos.Brokers("b:1"), eos.TransactionalID("x"), eos.CommitInterval(time.Second))
+	if !errors.As(err, &cerr) || cerr.Setting != "CommitInterval" {
+		t.Fatalf("NewTransactionalProducer with CommitInterval = %v, want a *ConfigError naming CommitInterval", err)
+	}
+	_, err = eos.NewTransactionalProducer(eos.Brokers("b:1"), eos.TransactionalID("x"), eos.ClientOptions(kgo.DisableIdempotentWrite()))
+	if !errors.As(err, &cerr) || cerr.Setting != "ClientOptions" {
+		t.Fatalf("NewTransactionalProducer without idempotence = %v, want a *ConfigError", err)
+	}
+}
+
+func TestStableTransactionalID(t *testing.T) {
+	id, err := eos.StableTransactionalID("orders-enricher", "2")
+	if err != nil || id != "orders-enricher-2" {
+		t.Fatalf("StableTransactionalID = %q, %v", id, err)
+	}
+	for _, bad := range [][2]string{{"", "0"}, {"app", ""}, {"app", "pod 1"}, {"a/b", "0"}} {
+		if _, err := eos.StableTransactionalID(bad[0], bad[1]); !errors.Is(err, eos.ErrInvalidConfig) {
+			t.Errorf("StableTransactionalID(%q, %q) = %v, want ErrInvalidConfig", bad[0], bad[1], err)
+		}
+	}
+}

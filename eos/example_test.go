@@ -1,0 +1,116 @@
+package eos_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+)
+
+// The examples run on franz-go's in-process fake cluster (kfake) so that
+// they need no broker; the guarantees they show are proven against a real
+// broker by this package's other tests.
+
+func ExampleTransactionalProducer_Transact() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "audit"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+
+	txnID, err := eos.StableTransactionalID("order-writer", "0")
+	if err != nil {
+		panic(err)
+	}
+	p, err := eos.NewTransactionalProducer(eos.Brokers(cluster.ListenAddrs()...), eos.TransactionalID(txnID))
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+
+	ctx := context.Background()
+	// Both records become visible together, or neither does.
+	err = p.Transact(ctx, func(tx *eos.Tx) error {
+		tx.Produce(&kgo.Record{Topic: "orders", Value: []byte("order-1")})
+		tx.Produce(&kgo.Record{Topic: "audit", Value: []byte("order-1 created")})
+		return nil
+	})
+	fmt.Println("committed:", err)
+
+	err = p.Transact(ctx, func(tx *eos.Tx) error {
+		tx.Produce(&kgo.Record{Topic: "orders", Value: []byte("order-2")})
+		return fmt.Errorf("payment declined")
+	})
+	fmt.Println("aborted:", err)
+	// Output:
+	// committed: <nil>
+	// aborted: eos: transaction aborted: payment declined
+}
+
+func ExampleNewProcessor_configError() {
+	_, err := eos.NewProcessor(
+		func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
+		eos.Brokers("localhost:9092"),
+		eos.Group("enricher"),
+		eos.InputTopics("orders"),
+		eos.TransactionalID("enricher-0"),
+		eos.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted())),
+	)
+	fmt.Println(err)
+	// Output:
+	// eos: invalid configuration: FetchIsolationLevel: exactly-once must read with read_committed, or it consumes records of aborted transactions (semantics exactly-once)
+}
+
+func ExampleProcessor_Run() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "orders-upper"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	// The handler returns its outputs; the processor commits them together
+	// with the input's offset.
+	upper := func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: "orders-upper", Key: in.Key, Value: []byte(strings.ToUpper(string(in.Value)))}}, nil
+	}
+	txnID, _ := eos.StableTransactionalID("upper", "0")
+	p, err := eos.NewProcessor(upper,
+		eos.Brokers(brokers...),
+		eos.Group("upper"),
+		eos.InputTopics("orders"),
+		eos.TransactionalID(txnID),
+		eos.CommitInterval(50*time.Millisecond),
+	)
+	if err != nil {
+		panic(err)
+	}
+
+	seed, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("orders"))
+	defer seed.Close()
+	for _, v := range []string{"apples", "pears", "plums"} {
+		seed.Produce(context.Background(), &kgo.Record{Value: []byte(v)}, nil)
+	}
+	_ = seed.Flush(context.Background())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	reader, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("orders-upper"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	defer reader.Close()
+	var got []string
+	for len(got) < 3 {
+		reader.PollFetches(context.Background()).EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+	}
+	cancel()
+	fmt.Println(slices.Sorted(slices.Values(got)), <-done)
+	// Output: [APPLES PEARS PLUMS] <nil>
+}

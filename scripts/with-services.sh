@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs a command with the local Apache Kafka broker and PostgreSQL up:
+# starts each unless KAFKA_BROKERS / DATABASE_URL already name a running one
+# (reusing a broker or cluster that is already running), exports those
+# variables and EOS_REQUIRE_SERVICES=1 to the command, and stops whatever it
+# started when the command ends, pass or fail.
+#
+#   scripts/with-services.sh go test ./...
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+started=()
+stop_started() {
+	local s
+	for s in "${started[@]}"; do
+		scripts/"$s".sh stop || true
+	done
+}
+trap stop_started EXIT
+
+# use_service NAME VAR starts scripts/NAME.sh unless VAR is set, remembers
+# whether this run started it, and exports the VAR=... line the script prints.
+use_service() {
+	local name=$1 var=$2 line
+	if [ -n "${!var:-}" ]; then
+		echo "with-services: using $var=${!var}"
+		return 0
+	fi
+	scripts/"$name".sh status >/dev/null 2>&1 || started+=("$name")
+	line=$(scripts/"$name".sh start | tail -n 1)
+	[ "${line%%=*}" = "$var" ] || { echo "with-services: scripts/$name.sh start printed '$line', not $var=..." >&2; exit 1; }
+	export "${line?}"
+	echo "with-services: $line"
+}
+
+use_service kafka KAFKA_BROKERS
+use_service postgres DATABASE_URL
+export EOS_REQUIRE_SERVICES=1
+"$@"
