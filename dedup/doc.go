@@ -1,12 +1,52 @@
 // Package dedup makes an at-least-once Kafka pipeline apply each message's
 // side effect once: the consumer claims the message's unique id with an
-// INSERT ... ON CONFLICT DO NOTHING in the same database transaction as the
+// INSERT ... ON CONFLICT DO NOTHING in the same PostgreSQL transaction as the
 // side effect, and skips ids it has already claimed.
 //
-// Guarantee (once implemented): effectively-once side effects for every
-// message whose id is stable across retries and replays, as long as a
-// redelivery arrives within the retention horizon of the processed-ids table.
+// # Use
 //
-// Status: the package is specified by issue "dedup" and not yet implemented;
-// nothing here may be relied upon.
+// On the producer side, give each message its id once, where it originates:
+//
+//	cl.Produce(ctx, dedup.Stamp(&kgo.Record{Topic: "payments", Value: v}), nil)
+//
+// On the consumer side, write the side effect through the transaction the
+// handler is given:
+//
+//	store, _ := dedup.NewPostgresStore("")
+//	_ = store.Migrate(ctx, pool)
+//	c, err := dedup.NewConsumer(pool, store,
+//		func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+//			_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $1 WHERE id = $2`, amount(r), account(r))
+//			return err
+//		},
+//		dedup.Brokers("localhost:9092"), dedup.Group("ledger"), dedup.Topics("payments"))
+//	err = c.Run(ctx)
+//
+// # What is guaranteed
+//
+// Each message id's side effect is committed exactly once per scope,
+// whatever the copies of the message in the topic (a producer retry after a
+// lost acknowledgement, the same message sent twice), whatever the
+// redeliveries (a crash between the database commit and the Kafka offset
+// commit, a rebalance, an offset reset, a replay), and whatever the number
+// of consumers racing on the same ids in one scope. Assumptions:
+//
+//   - Copies of a message carry the same id, and different messages
+//     different ids: [Stamp] once at the origin, or a natural key ([KeyID],
+//     [HeaderID], or your own [IDFunc]).
+//   - Every write of the handler goes through the given pgx.Tx. A call to
+//     another service, or a write through another connection, is not rolled
+//     back with the claim and may happen more than once.
+//   - A copy arrives within the retention horizon: ids purged by
+//     [PostgresStore.Purge] are forgotten, and a copy arriving later is
+//     applied again. Choose the horizon above the longest redelivery delay
+//     you can have: maximum consumer lag, the time to notice and fix an
+//     outage, any replay from an earlier offset or a backup.
+//
+// Records are not deduplicated in Kafka: the topic keeps its copies and
+// other consumers see them. Order is Kafka's per partition; a skipped copy
+// does not reorder anything.
+//
+// [MemoryStore] is a process-local, bounded alternative with a much weaker
+// guarantee; its documentation says exactly how weak.
 package dedup

@@ -66,9 +66,6 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		}
 		records = append(records, fetches.Records()...)
 		handled := rn.collect(ctx, b, fetches, collectPoll, &revoked)
-		// Whatever failed once ctx ended failed because of it: a shutdown,
-		// not a handler or produce error.
-		b.shutdown = b.shutdown || ctx.Err() != nil
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 		flushErr := cl.Flush(endCtx)
 		_, produceErr := b.produceErr()
@@ -79,6 +76,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		cancel()
 		revoked.Store(false)
 		elapsed := time.Since(b.start)
+		b.shutdown = b.shutdown || ctx.Err() != nil // see runTransactional
 
 		switch {
 		case atMostOnce && handled:

@@ -399,9 +399,6 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		}
 		b := &batch{start: time.Now()}
 		handled := rn.collect(ctx, b, fetches, sess.PollRecords, &revoked)
-		// Whatever failed once ctx ended failed because of it: a shutdown,
-		// not a handler or produce error.
-		b.shutdown = b.shutdown || ctx.Err() != nil
 
 		// Flush before deciding: End commits whatever was acknowledged,
 		// so a failed output must turn the commit into an abort here.
@@ -413,6 +410,9 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		cancel()
 		revoked.Store(false)
 		elapsed := time.Since(b.start)
+		// Whatever failed once ctx ended (a handler, a record produced
+		// under ctx) failed because of it: a shutdown, not an error.
+		b.shutdown = b.shutdown || ctx.Err() != nil
 
 		switch {
 		case isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr):

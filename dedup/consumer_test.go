@@ -1,0 +1,358 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/dedup"
+	"github.com/eoskit/eoskit/integration"
+)
+
+// bed is one test's topic, database, store and side-effect table. The side
+// effect is an insert into effects, which has no unique constraint, plus an
+// increment of a running total: a duplicate shows in both.
+type bed struct {
+	k     *integration.KafkaCluster
+	pool  *pgxpool.Pool
+	store *dedup.PostgresStore
+	topic string
+}
+
+func newBed(t *testing.T, partitions int32) *bed {
+	t.Helper()
+	b := &bed{k: integration.Kafka(t), pool: integration.Postgres(t)}
+	b.topic = b.k.NewTopic(partitions)
+	var err error
+	if b.store, err = dedup.NewPostgresStore(""); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := b.store.Migrate(ctx, b.pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `CREATE TABLE effects (id text NOT NULL, consumer text NOT NULL);
+		CREATE TABLE totals (name text PRIMARY KEY, n bigint NOT NULL); INSERT INTO totals VALUES ('all', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (b *bed) handler(name string) dedup.Handler {
+	return func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		id, _ := dedup.HeaderID(dedup.IDHeader)(r)
+		if id == "" {
+			id = string(r.Value)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO effects (id, consumer) VALUES ($1, $2)`, id, name); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE totals SET n = n + 1 WHERE name = 'all'`)
+		return err
+	}
+}
+
+// produce writes the records with a plain, non-idempotent producer, as an
+// at-least-once pipeline's producer would.
+func (b *bed) produce(t *testing.T, recs ...*kgo.Record) {
+	t.Helper()
+	cl := b.k.Client(kgo.DefaultProduceTopic(b.topic), kgo.DisableIdempotentWrite())
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stamped returns n stamped messages, each with its value as a readable id.
+func stamped(n int) []*kgo.Record {
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = dedup.Stamp(&kgo.Record{Key: fmt.Appendf(nil, "k%d", i%13), Value: fmt.Appendf(nil, "m%d", i)})
+	}
+	return recs
+}
+
+// copies returns fresh records carrying the same ids and payloads, as a
+// producer retry after a lost acknowledgement sends them.
+func copies(recs []*kgo.Record) []*kgo.Record {
+	out := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		out[i] = &kgo.Record{Key: r.Key, Value: r.Value, Headers: append([]kgo.RecordHeader(nil), r.Headers...)}
+	}
+	return out
+}
+
+type run struct {
+	c      *dedup.Consumer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (b *bed) start(t *testing.T, name string, opts ...dedup.Option) *run {
+	t.Helper()
+	opts = append([]dedup.Option{dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Scope("effects"),
+		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))}, opts...)
+	c, err := dedup.NewConsumer(b.pool, b.store, b.handler(name), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	t.Cleanup(cancel)
+	return r
+}
+
+func (r *run) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil after cancel", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("consumer did not stop")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// assertOnce checks that each of the n messages' effects is in the table
+// exactly once and the total counts n.
+func (b *bed) assertOnce(t *testing.T, n int) {
+	t.Helper()
+	var rows, distinct, total int
+	err := b.pool.QueryRow(context.Background(),
+		`SELECT (SELECT count(*) FROM effects), (SELECT count(DISTINCT id) FROM effects), (SELECT n FROM totals)`).Scan(&rows, &distinct, &total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows != n || distinct != n || total != n {
+		t.Fatalf("effects: %d rows, %d distinct ids, total %d; want %d of each", rows, distinct, total, n)
+	}
+}
+
+func (b *bed) effects(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM effects`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Copies really in the topic (a retried non-idempotent send, the same
+// message sent twice) are skipped; then the group's Kafka offsets are set
+// back to the start, which is what a crash between the database commit and
+// the offset commit, or a replay, leaves behind: every redelivery is
+// skipped too.
+func TestDuplicatesInTheTopicAndRedeliveriesApplyOnce(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 3)
+	msgs := stamped(1000)
+	b.produce(t, msgs...)
+	b.produce(t, copies(msgs[200:500])...) // a retry after a lost acknowledgement
+	b.produce(t, copies(msgs[7:8])...)     // sent twice more
+	b.produce(t, copies(msgs[7:8])...)
+	const inTopic = 1000 + 300 + 2
+
+	group := integration.UniqueName(t, "g")
+	r := b.start(t, "a", dedup.Group(group))
+	waitFor(t, "every record to be consumed", func() bool {
+		s := r.c.Stats()
+		return s.Applied+s.Skipped >= inTopic
+	})
+	r.stop(t)
+	b.assertOnce(t, 1000)
+	if s := r.c.Stats(); s.Applied != 1000 || s.Skipped != inTopic-1000 {
+		t.Fatalf("stats %+v, want 1000 applied and %d skipped", s, inTopic-1000)
+	}
+
+	// Kafka's offsets behind the database: everything comes again.
+	adm := b.k.Admin
+	offsets := kadm.Offsets{}
+	for p := range int32(3) {
+		offsets.Add(kadm.Offset{Topic: b.topic, Partition: p, At: 0})
+	}
+	if _, err := adm.CommitOffsets(context.Background(), group, offsets); err != nil {
+		t.Fatal(err)
+	}
+	again := b.start(t, "a", dedup.Group(group))
+	waitFor(t, "the redelivery to be consumed", func() bool { return again.c.Stats().Skipped >= inTopic })
+	again.stop(t)
+	if s := again.c.Stats(); s.Applied != 0 {
+		t.Fatalf("redelivery applied %d records, want 0", s.Applied)
+	}
+	b.assertOnce(t, 1000)
+}
+
+// Two consumers in different groups read the same messages at the same
+// time and race to claim each id in one scope: each effect lands once.
+func TestRacingConsumersApplyEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 4)
+	const n = 5000
+	b.produce(t, stamped(n)...)
+
+	r1 := b.start(t, "one", dedup.Group(integration.UniqueName(t, "g1")), dedup.MaxPollRecords(50))
+	r2 := b.start(t, "two", dedup.Group(integration.UniqueName(t, "g2")), dedup.MaxPollRecords(50))
+	waitFor(t, "both consumers to read everything", func() bool {
+		s1, s2 := r1.c.Stats(), r2.c.Stats()
+		return s1.Applied+s1.Skipped >= n && s2.Applied+s2.Skipped >= n
+	})
+	r1.stop(t)
+	r2.stop(t)
+	b.assertOnce(t, n)
+	s1, s2 := r1.c.Stats(), r2.c.Stats()
+	if s1.Applied+s2.Applied != n || s1.Applied == 0 || s2.Applied == 0 {
+		t.Fatalf("applied %d + %d, want %d split between two racing consumers", s1.Applied, s2.Applied, n)
+	}
+	t.Logf("consumer one applied %d and skipped %d; consumer two applied %d and skipped %d", s1.Applied, s1.Skipped, s2.Applied, s2.Skipped)
+}
+
+func TestMissingIDPolicies(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	msgs := stamped(10)
+	bare := &kgo.Record{Value: []byte("no-id")}
+	b.produce(t, append(msgs[:5:5], append([]*kgo.Record{bare}, msgs[5:]...)...)...)
+
+	r := b.start(t, "a", dedup.Group(integration.UniqueName(t, "g")))
+	var err error
+	select {
+	case err = <-r.done:
+	case <-time.After(time.Minute):
+		t.Fatal("consumer did not stop on a record without an id")
+	}
+	var rerr *dedup.RecordError
+	if !errors.Is(err, dedup.ErrMissingID) || !errors.As(err, &rerr) || rerr.Topic != b.topic || rerr.Offset != 5 {
+		t.Fatalf("Run = %v, want ErrMissingID naming %s[0]@5", err, b.topic)
+	}
+	if n := b.effects(t); n > 5 {
+		t.Fatalf("%d effects applied; the record without id (offset 5) or those after it leaked", n)
+	}
+
+	unique := b.start(t, "a", dedup.Group(integration.UniqueName(t, "g")), dedup.OnMissingID(dedup.TreatAsUnique))
+	waitFor(t, "all 11 records to be consumed", func() bool { return unique.c.Stats().Applied+unique.c.Stats().Skipped >= 11 })
+	unique.stop(t)
+	var bareEffects int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM effects WHERE id = 'no-id'`).Scan(&bareEffects); err != nil {
+		t.Fatal(err)
+	}
+	if bareEffects != 1 {
+		t.Fatalf("the record without id was applied %d times, want 1 under TreatAsUnique", bareEffects)
+	}
+}
+
+// A handler failure rolls back the claims with the effects, so a retry
+// applies the batch once.
+func TestHandlerErrorRollsBackTheClaim(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	b.produce(t, stamped(100)...)
+	failures := 0
+	h := b.handler("a")
+	c, err := dedup.NewConsumer(b.pool, b.store, func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		if string(r.Value) == "m50" && failures < 2 {
+			failures++
+			return errors.New("dependency down")
+		}
+		return h(ctx, tx, r)
+	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")),
+		dedup.RetryHandlerErrors(10*time.Millisecond), dedup.MaxPollRecords(1000),
+		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitFor(t, "all records applied", func() bool { return c.Stats().Applied >= 100 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if failures != 2 {
+		t.Fatalf("handler failed %d times, want 2", failures)
+	}
+	b.assertOnce(t, 100)
+}
+
+// Purge removes expired ids in small batches while a consumer keeps
+// claiming; live ids stay and the consumer is not held up.
+func TestPurgeRemovesExpiredIDsWhileConsuming(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 2)
+	ctx := context.Background()
+	// 20,000 ids processed two days ago, 1,000 processed now.
+	if _, err := b.pool.Exec(ctx, `INSERT INTO eoskit_processed_ids (scope, id, processed_at)
+		SELECT 'effects', 'old-' || g, now() - interval '2 days' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO eoskit_processed_ids (scope, id)
+		SELECT 'effects', 'live-' || g FROM generate_series(1, 1000) g`); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	b.produce(t, stamped(n)...)
+	r := b.start(t, "a", dedup.Group(integration.UniqueName(t, "g")), dedup.MaxPollRecords(100))
+
+	purged, err := b.store.Purge(ctx, b.pool, time.Now().Add(-24*time.Hour), 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the consumer to apply everything during and after the purge", func() bool { return r.c.Stats().Applied >= n })
+	r.stop(t)
+
+	var old, live int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id LIKE 'old-%'), count(*) FILTER (WHERE id LIKE 'live-%') FROM eoskit_processed_ids`).Scan(&old, &live); err != nil {
+		t.Fatal(err)
+	}
+	if purged != 20000 || old != 0 || live != 1000 {
+		t.Fatalf("purged %d; %d expired and %d live ids remain; want 20000 purged, 0 and 1000", purged, old, live)
+	}
+	b.assertOnce(t, n)
+}
+
+func TestNewConsumerRejectsBadConfig(t *testing.T) {
+	store, _ := dedup.NewPostgresStore("")
+	pool := &pgxpool.Pool{} // never used: construction fails first
+	h := func(context.Context, pgx.Tx, *kgo.Record) error { return nil }
+	base := []dedup.Option{dedup.Brokers("127.0.0.1:1"), dedup.Group("g"), dedup.Topics("t")}
+	tests := map[string][]dedup.Option{
+		"no brokers":        {dedup.Group("g"), dedup.Topics("t")},
+		"no group":          {dedup.Brokers("b:1"), dedup.Topics("t")},
+		"no topics":         {dedup.Brokers("b:1"), dedup.Group("g")},
+		"zero poll":         append(base, dedup.MaxPollRecords(0)),
+		"nil id func":       append(base, dedup.ID(nil)),
+		"unknown policy":    append(base, dedup.OnMissingID(9)),
+		"negative backoff":  append(base, dedup.RetryHandlerErrors(-1)),
+		"direct partitions in a group": append(base, dedup.ClientOptions(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset()}}))),
+	}
+	for name, opts := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, err := dedup.NewConsumer(pool, store, h, opts...); !errors.Is(err, dedup.ErrInvalidConfig) {
+				t.Fatalf("NewConsumer = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+	if _, err := dedup.NewPostgresStore("bad;name"); !errors.Is(err, dedup.ErrInvalidConfig) {
+		t.Fatalf("NewPostgresStore(bad) = %v, want ErrInvalidConfig", err)
+	}
+}

@@ -1,0 +1,32 @@
+package dedup
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidConfig is wrapped by every error a constructor returns for
+	// a missing, malformed or contradictory option.
+	ErrInvalidConfig = errors.New("dedup: invalid configuration")
+
+	// ErrMissingID is wrapped by the *RecordError a [Consumer] stops with
+	// when a record has no id under [RejectMissingID].
+	ErrMissingID = errors.New("dedup: record has no message id")
+)
+
+// RecordError is a record that stopped a [Consumer]: it names the record,
+// whose offset was not committed, so the record is read again on the next
+// start. Err is the handler's error or [ErrMissingID].
+type RecordError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("dedup: record %s[%d]@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }

@@ -1,0 +1,134 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PostgresStore records processed message ids in a PostgreSQL table with a
+// primary key on (scope, id). A claim is an INSERT ... ON CONFLICT DO
+// NOTHING inside the caller's transaction, so the claim commits or rolls
+// back with the side effect made in the same transaction. Two transactions
+// claiming one id at once serialise on the key: the second waits for the
+// first, and claims only if the first rolled back. There is no
+// check-then-insert window.
+type PostgresStore struct {
+	table string // quoted identifier
+}
+
+var identifier = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]{0,62}$`)
+
+// NewPostgresStore returns a store on the table with the given name
+// (default "eoskit_processed_ids" when empty). Create it with
+// [PostgresStore.Migrate].
+func NewPostgresStore(table string) (*PostgresStore, error) {
+	if table == "" {
+		table = "eoskit_processed_ids"
+	}
+	if !identifier.MatchString(table) {
+		return nil, fmt.Errorf("%w: table name %q must be a plain identifier", ErrInvalidConfig, table)
+	}
+	return &PostgresStore{table: pgx.Identifier{table}.Sanitize()}, nil
+}
+
+// Migrate creates the table and its index if they do not exist. It is
+// idempotent and safe to run from several instances at once (an advisory
+// lock serialises them).
+func (s *PostgresStore) Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.dedup.migrate'))`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+CREATE TABLE IF NOT EXISTS `+s.table+` (
+	scope        text        NOT NULL,
+	id           text        NOT NULL,
+	processed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (scope, id)
+);
+CREATE INDEX IF NOT EXISTS `+pgx.Identifier{indexName(s.table)}.Sanitize()+` ON `+s.table+` (processed_at);`)
+		return err
+	})
+}
+
+func indexName(quoted string) string {
+	return quoted[1:len(quoted)-1] + "_processed_at_idx"
+}
+
+// Claim records id as processed in scope, within tx, and reports whether
+// this call claimed it (false: already processed, or claimed by a
+// transaction that committed first). Apply the side effect in the same tx
+// only when it returns true.
+func (s *PostgresStore) Claim(ctx context.Context, tx pgx.Tx, scope, id string) (bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, scope, id)
+	if err != nil {
+		return false, fmt.Errorf("dedup: claim %s/%s: %w", scope, id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// ClaimBatch is [PostgresStore.Claim] for many ids in one statement. It
+// returns the set of ids this call claimed. Ids are claimed in sorted order,
+// so two batches with overlapping ids lock them in the same order and do not
+// deadlock.
+func (s *PostgresStore) ClaimBatch(ctx context.Context, tx pgx.Tx, scope string, ids []string) (map[string]bool, error) {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	rows, err := tx.Query(ctx, `
+INSERT INTO `+s.table+` (scope, id)
+SELECT $1, x FROM unnest($2::text[]) AS x ORDER BY x
+ON CONFLICT DO NOTHING
+RETURNING id`, scope, sorted)
+	if err != nil {
+		return nil, fmt.Errorf("dedup: claim %d ids in %s: %w", len(sorted), scope, err)
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("dedup: claim %d ids in %s: %w", len(sorted), scope, err)
+	}
+	set := make(map[string]bool, len(claimed))
+	for _, id := range claimed {
+		set[id] = true
+	}
+	return set, nil
+}
+
+// Purge deletes the ids processed before olderThan, in transactions of at
+// most batch rows each, and returns how many it deleted. Rows a running
+// claim holds are skipped (SKIP LOCKED), so purging never waits for, nor
+// blocks, the consumers; each short transaction holds its row locks only
+// for its own batch.
+//
+// olderThan must lie further back than the longest possible redelivery
+// delay (consumer lag, an offset reset, a replay from backup): a copy of a
+// message that arrives after its id was purged is applied again.
+func (s *PostgresStore) Purge(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		return 0, fmt.Errorf("%w: purge batch must be positive", ErrInvalidConfig)
+	}
+	var total int64
+	for {
+		tag, err := pool.Exec(ctx, `
+DELETE FROM `+s.table+` WHERE ctid IN (
+	SELECT ctid FROM `+s.table+` WHERE processed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
+)`, olderThan, batch)
+		if err != nil {
+			return total, fmt.Errorf("dedup: purge: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, errors.Join(fmt.Errorf("dedup: purge interrupted after %d rows", total), err)
+		}
+	}
+}
