@@ -336,13 +336,13 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 	h := func(context.Context, pgx.Tx, *kgo.Record) error { return nil }
 	base := []dedup.Option{dedup.Brokers("127.0.0.1:1"), dedup.Group("g"), dedup.Topics("t")}
 	tests := map[string][]dedup.Option{
-		"no brokers":        {dedup.Group("g"), dedup.Topics("t")},
-		"no group":          {dedup.Brokers("b:1"), dedup.Topics("t")},
-		"no topics":         {dedup.Brokers("b:1"), dedup.Group("g")},
-		"zero poll":         append(base, dedup.MaxPollRecords(0)),
-		"nil id func":       append(base, dedup.ID(nil)),
-		"unknown policy":    append(base, dedup.OnMissingID(9)),
-		"negative backoff":  append(base, dedup.RetryHandlerErrors(-1)),
+		"no brokers":                   {dedup.Group("g"), dedup.Topics("t")},
+		"no group":                     {dedup.Brokers("b:1"), dedup.Topics("t")},
+		"no topics":                    {dedup.Brokers("b:1"), dedup.Group("g")},
+		"zero poll":                    append(base, dedup.MaxPollRecords(0)),
+		"nil id func":                  append(base, dedup.ID(nil)),
+		"unknown policy":               append(base, dedup.OnMissingID(9)),
+		"negative backoff":             append(base, dedup.RetryHandlerErrors(-1)),
 		"direct partitions in a group": append(base, dedup.ClientOptions(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset()}}))),
 	}
 	for name, opts := range tests {
