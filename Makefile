@@ -22,7 +22,11 @@ services-stop:
 clean-services:
 	@scripts/kafka.sh clean
 
-# Measures eos.Processor against an at-least-once loop and a raw franz-go
-# GroupTransactSession on the local broker, and prints a markdown table.
+# Measures each guarantee against its baseline on the local broker and
+# PostgreSQL, and prints markdown tables: eos.Processor against an
+# at-least-once loop and a raw franz-go GroupTransactSession; offsetstore
+# against an auto-committing consumer; dedup against the same consumer
+# without the claim, and the claim cost as the ids table grows to 10 million.
 bench:
-	@scripts/with-services.sh go run ./internal/cmd/eosbench
+	@scripts/with-services.sh bash -c 'go run ./internal/cmd/eosbench && go run ./internal/cmd/offsetbench && go run ./internal/cmd/dedupbench'
+

@@ -1,15 +1,60 @@
 // Package offsetstore gives exactly-once processing for pipelines whose
 // results live in PostgreSQL: each batch's results and the consumer's next
 // offsets are written in one PostgreSQL transaction, and on every partition
-// assignment the consumer seeks to the offsets stored there, never to the
-// offsets Kafka holds for the group.
+// assignment the consumer positions itself at the offsets stored there, never
+// at the offsets Kafka holds for the group.
 //
-// Guarantee (once implemented): every input record's effect is in the
-// database exactly once, across crashes, restarts and rebalances, provided
-// every write of the handler goes through the transaction it is given, and the
-// offset write fences stale owners (a compare-and-set on the offset a batch
-// started from).
+// # Use
 //
-// Status: the package is specified by issue "offsetstore" and not yet
-// implemented; nothing here may be relied upon.
+//	if err := offsetstore.Migrate(ctx, pool); err != nil { ... }
+//	r, err := offsetstore.New(pool,
+//		func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+//			for _, rec := range recs {
+//				if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ($1, $2)`, rec.Key, rec.Value); err != nil {
+//					return err
+//				}
+//			}
+//			return nil
+//		},
+//		offsetstore.Brokers("localhost:9092"),
+//		offsetstore.Group("orders-loader"),
+//		offsetstore.Topics("orders"))
+//	err = r.Run(ctx)
+//
+// # What is guaranteed
+//
+// Every input record's results are committed to the database exactly once,
+// across crashes (before, during or after the database commit), restarts,
+// rebalances, zombie instances, lost database connections, and whatever
+// Kafka holds as the group's committed offsets. Assumptions:
+//
+//   - Every write of the handler goes through the pgx.Tx it is given, in the
+//     database that holds eoskit_offsets. A write elsewhere (another
+//     database, a service) is not rolled back with the offsets.
+//   - Nobody else writes eoskit_offsets rows of the group.
+//   - The handler is deterministic enough that redoing a rolled-back batch is
+//     harmless; it may be called again with the same records.
+//
+// # Why a compare-and-set, and not the group generation
+//
+// Kafka's group generation tells a member that it was replaced only when it
+// next talks to the group coordinator. An instance that paused (a long GC,
+// a stalled handler, SIGSTOP) past its session timeout can still be inside a
+// database transaction when it wakes up; by then the new owner of its
+// partitions may already have read the stored offsets and committed further.
+// No Kafka check inside the database transaction can be made atomic with the
+// commit. So every offset write is a compare-and-set: it moves a partition's
+// stored offset from the value this owner last read or wrote to the batch's
+// end, and a transaction whose compare fails rolls back whole, results
+// included. Of two owners that both think they hold a partition, only the
+// one whose view of the database is current can commit; the other's batch
+// is refused ([Stats].StaleRejected counts these) and it re-reads the stored
+// offsets.
+//
+// # Kafka's offsets
+//
+// The consumer never commits to Kafka by default and never reads Kafka's
+// committed offsets. [MirrorToKafka] copies the stored offsets to the group
+// after each database commit, best effort, for tools that show lag from
+// Kafka; the copies are never read back.
 package offsetstore

@@ -1,0 +1,553 @@
+package offsetstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+)
+
+// Handler writes the results of one batch with tx. Every write must go
+// through tx: it commits with the batch's offsets, or not at all. The batch
+// holds records of one or more partitions, in offset order per partition.
+// A handler may see the same records again after a failure or a rebalance;
+// only the attempt that committed has any effect.
+type Handler func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error
+
+// Runner consumes topics in a group and commits each batch's results and
+// its next offsets in one PostgreSQL transaction.
+type Runner struct {
+	pool    *pgxpool.Pool
+	handler Handler
+	cfg     config
+
+	mu        sync.Mutex
+	positions map[topicPartition]int64 // next offset the database holds for each owned partition; noRow if none
+
+	batches, records, stale, deadLetters atomic.Int64
+	running                              atomic.Bool
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// noRow marks an owned partition with no stored offset yet.
+const noRow = -1
+
+// Option configures a [Runner].
+type Option func(*config)
+
+type config struct {
+	brokers    []string
+	group      string
+	topics     []string
+	reset      kgo.Offset
+	maxPoll    int
+	policy     ErrorPolicy
+	mirror     bool
+	owner      string
+	logger     *slog.Logger
+	clientOpts []kgo.Opt
+}
+
+// Brokers sets the seed brokers. Required.
+func Brokers(addrs ...string) Option {
+	return func(c *config) { c.brokers = append(c.brokers, addrs...) }
+}
+
+// Group sets the consumer group, which also keys the stored offsets.
+// Required.
+func Group(g string) Option { return func(c *config) { c.group = g } }
+
+// Topics sets the topics to consume. Required.
+func Topics(t ...string) Option { return func(c *config) { c.topics = append(c.topics, t...) } }
+
+// ResetOffset sets where a partition with no stored offset starts. Default:
+// the earliest offset. Kafka's committed offsets are never used, even when
+// the database has none.
+func ResetOffset(o kgo.Offset) Option { return func(c *config) { c.reset = o } }
+
+// MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
+func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
+
+// OnHandlerError sets what happens to a record whose handler fails.
+// Default: [Stop].
+func OnHandlerError(p ErrorPolicy) Option { return func(c *config) { c.policy = p } }
+
+// MirrorToKafka makes the runner copy each committed batch's offsets to the
+// Kafka group after the database commit, so that lag dashboards that read
+// Kafka's committed offsets keep working. It is best effort (a failure is
+// logged), and the copies are never read back: the database alone decides
+// where consumption resumes. Default: off.
+func MirrorToKafka() Option { return func(c *config) { c.mirror = true } }
+
+// Owner names this instance in the offsets table's owner column, for
+// diagnostics. Default: hostname-pid.
+func Owner(name string) Option { return func(c *config) { c.owner = name } }
+
+// Logger sets the logger. Default: discard.
+func Logger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// ClientOptions passes franz-go options through (TLS, SASL, timeouts). They
+// are checked against the at-least-once consumer preset: auto-commit stays
+// off.
+func ClientOptions(opts ...kgo.Opt) Option {
+	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+}
+
+// New returns a runner. Run [Migrate] first.
+func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
+	host, _ := os.Hostname()
+	c := config{
+		reset:   kgo.NewOffset().AtStart(),
+		maxPoll: 500,
+		policy:  Stop(),
+		owner:   host + "-" + strconv.Itoa(os.Getpid()),
+		logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	fail := func(setting, reason string) error { return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, setting, reason) }
+	switch {
+	case pool == nil:
+		return nil, fail("pool", "must not be nil")
+	case handler == nil:
+		return nil, fail("handler", "must not be nil")
+	case len(c.brokers) == 0:
+		return nil, fail("Brokers", "at least one seed broker is required")
+	case c.group == "":
+		return nil, fail("Group", "name the consumer group")
+	case len(c.topics) == 0:
+		return nil, fail("Topics", "name at least one topic")
+	case c.maxPoll <= 0:
+		return nil, fail("MaxPollRecords", "must be positive")
+	case c.policy.kind == policyRetry && c.policy.backoff < 0:
+		return nil, fail("OnHandlerError", "Retry backoff must not be negative")
+	}
+	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}}
+	cl, err := r.newClient()
+	if err != nil {
+		return nil, err
+	}
+	cl.Close()
+	return r, nil
+}
+
+func (r *Runner) newClient() (*kgo.Client, error) {
+	opts := append(eos.AtLeastOnce.ConsumerOptions(), r.cfg.clientOpts...)
+	opts = append(opts,
+		kgo.SeedBrokers(r.cfg.brokers...),
+		kgo.ConsumerGroup(r.cfg.group),
+		kgo.ConsumeTopics(r.cfg.topics...),
+		// A batch never straddles a revocation: the rebalance waits
+		// until the batch committed and AllowRebalance is called.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.AdjustFetchOffsetsFn(r.seekToStored),
+		kgo.OnPartitionsRevoked(r.forget),
+		kgo.OnPartitionsLost(r.forget),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ClientOptions: %w", ErrInvalidConfig, err)
+	}
+	if err := eos.AtLeastOnce.Check(cl, eos.RoleConsumer); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return cl, nil
+}
+
+// seekToStored runs on every assignment, before any record of the assigned
+// partitions is fetched: it replaces the offsets Kafka holds for the group
+// with those stored in PostgreSQL, or the reset point where none is stored.
+func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	topics := make([]string, 0, len(offsets))
+	for t := range offsets {
+		topics = append(topics, t)
+	}
+	var stored map[topicPartition]int64
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		if stored, err = r.load(ctx, topics); err == nil || ctx.Err() != nil {
+			break
+		}
+		r.cfg.logger.Warn("offsetstore: reading stored offsets failed; retrying", "err", err, "attempt", attempt)
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offsetstore: read stored offsets: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, parts := range offsets {
+		for p := range parts {
+			tp := topicPartition{t, p}
+			if next, ok := stored[tp]; ok {
+				// Epoch -1: the stored offset carries no leader epoch,
+				// and must not trigger franz-go's data-loss detection.
+				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
+				r.positions[tp] = next
+			} else {
+				parts[p] = r.cfg.reset
+				r.positions[tp] = noRow
+			}
+		}
+	}
+	r.cfg.logger.Info("offsetstore: assigned; positioned at stored offsets", "offsets", offsets)
+	return offsets, nil
+}
+
+func (r *Runner) load(ctx context.Context, topics []string) (map[topicPartition]int64, error) {
+	rows, err := r.pool.Query(ctx, `SELECT topic, partition, next_offset FROM eoskit_offsets WHERE consumer_group = $1 AND topic = ANY($2)`, r.cfg.group, topics)
+	if err != nil {
+		return nil, err
+	}
+	stored := map[topicPartition]int64{}
+	var t string
+	var p int32
+	var next int64
+	_, err = pgx.ForEachRow(rows, []any{&t, &p, &next}, func() error {
+		stored[topicPartition{t, p}] = next
+		return nil
+	})
+	return stored, err
+}
+
+func (r *Runner) forget(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, ps := range parts {
+		for _, p := range ps {
+			delete(r.positions, topicPartition{t, p})
+		}
+	}
+}
+
+// Stats counts what a runner did since it was created.
+type Stats struct {
+	Batches       int64 // database transactions committed
+	Records       int64 // records whose results were committed (dead letters included)
+	DeadLetters   int64 // records parked in eoskit_dead_letters
+	StaleRejected int64 // commits refused because another owner moved the offset first
+}
+
+// Stats returns the runner's counts so far.
+func (r *Runner) Stats() Stats {
+	return Stats{Batches: r.batches.Load(), Records: r.records.Load(), DeadLetters: r.deadLetters.Load(), StaleRejected: r.stale.Load()}
+}
+
+// maxDBAttempts bounds how often a batch is retried after database errors
+// before Run gives up and returns the error.
+const maxDBAttempts = 10
+
+// Run consumes until ctx is done (it then returns nil, with the open batch
+// rolled back) or a record stops it under the [Stop] policy (a
+// *RecordError). Lost database connections are retried with a growing pause,
+// up to 10 times per batch.
+func (r *Runner) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("offsetstore: Runner.Run called while already running")
+	}
+	defer r.running.Store(false)
+	cl, err := r.newClient()
+	if err != nil {
+		return err
+	}
+	defer cl.CloseAllowingRebalance()
+
+	for {
+		fetches := cl.PollRecords(ctx, r.cfg.maxPoll)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if fetches.IsClientClosed() {
+			return errors.New("offsetstore: client closed")
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			r.cfg.logger.Warn("offsetstore: fetch error", "topic", t, "partition", p, "err", err)
+		})
+		if recs := fetches.Records(); len(recs) > 0 {
+			if err := r.handleBatch(ctx, cl, recs); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
+		cl.AllowRebalance()
+	}
+}
+
+// handleBatch commits recs, splitting the batch to find a failing record and
+// applying the error policy to it.
+func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+	for attempt := 1; ; attempt++ {
+		err := r.commit(ctx, recs, nil)
+		var stale *staleError
+		switch {
+		case err == nil:
+			if r.cfg.mirror {
+				if err := cl.CommitRecords(ctx, recs...); err != nil {
+					r.cfg.logger.Warn("offsetstore: mirroring offsets to Kafka failed (they are never read back)", "err", err)
+				}
+			}
+			return nil
+		case errors.As(err, &stale):
+			return r.resync(ctx, cl, stale)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case r.transient(ctx, err):
+			if attempt >= maxDBAttempts {
+				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
+			}
+			r.cfg.logger.Warn("offsetstore: database unavailable; retrying the batch", "err", err, "attempt", attempt)
+			if !sleepCtx(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+				return ctx.Err()
+			}
+		case len(recs) > 1:
+			// Find the record that fails: one transaction per record
+			// from here, in order.
+			for i := range recs {
+				if err := r.handleBatch(ctx, cl, recs[i:i+1]); err != nil {
+					return err
+				}
+			}
+			return nil
+		case r.cfg.policy.kind == policyRetry:
+			r.cfg.logger.Warn("offsetstore: handler failed; retrying", "topic", recs[0].Topic, "partition", recs[0].Partition,
+				"offset", recs[0].Offset, "err", err, "backoff", r.cfg.policy.backoff)
+			if !sleepCtx(ctx, r.cfg.policy.backoff) {
+				return ctx.Err()
+			}
+			attempt = 0
+		default:
+			return r.applyPolicy(ctx, cl, recs[0], err)
+		}
+	}
+}
+
+// applyPolicy handles a single record whose handler failed, under the Stop
+// or DeadLetter policy (Retry loops in handleBatch).
+func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Record, cause error) error {
+	recErr := &RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: cause}
+	if r.cfg.policy.kind == policyDeadLetter {
+		r.cfg.logger.Warn("offsetstore: handler failed; parking the record in eoskit_dead_letters", "err", recErr)
+		err := r.commit(ctx, []*kgo.Record{rec}, cause)
+		var stale *staleError
+		if errors.As(err, &stale) {
+			return r.resync(ctx, cl, stale)
+		}
+		return err
+	}
+	return recErr
+}
+
+// commit runs the handler (or, with deadLetter set, parks the single record
+// instead) and advances the stored offsets with compare-and-set, all in one
+// transaction.
+func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter error) error {
+	r.mu.Lock()
+	// next is where each partition of the batch ends; expected is where
+	// the database must still be for this owner to be the rightful one.
+	next := map[topicPartition]int64{}
+	expected := map[topicPartition]int64{}
+	fresh := recs[:0:0]
+	var staleParts []topicPartition
+	for _, rec := range recs {
+		tp := topicPartition{rec.Topic, rec.Partition}
+		pos, owned := r.positions[tp]
+		if !owned {
+			staleParts = append(staleParts, tp)
+			continue
+		}
+		if pos != noRow && rec.Offset < pos {
+			continue // already committed; a late copy from a fetch before a resync
+		}
+		expected[tp] = pos
+		next[tp] = rec.Offset + 1
+		fresh = append(fresh, rec)
+	}
+	r.mu.Unlock()
+	if len(staleParts) > 0 {
+		r.stale.Add(1)
+		return &staleError{parts: staleParts}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if deadLetter != nil {
+			rec := fresh[0]
+			if _, err := tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, error)
+				VALUES ($1, $2, $3, $4, $5, $6, $7)`, r.cfg.group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, deadLetter.Error()); err != nil {
+				return err
+			}
+		} else if err := r.handler(ctx, tx, fresh); err != nil {
+			return &handlerError{err}
+		}
+		var staleParts []topicPartition
+		for tp, n := range next {
+			ok, err := r.advance(ctx, tx, tp, expected[tp], n)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				staleParts = append(staleParts, tp)
+			}
+		}
+		if len(staleParts) > 0 {
+			return &staleError{parts: staleParts}
+		}
+		return nil
+	})
+	if err != nil {
+		var stale *staleError
+		if errors.As(err, &stale) {
+			r.stale.Add(1)
+		}
+		var herr *handlerError
+		if errors.As(err, &herr) {
+			return herr.err
+		}
+		return err
+	}
+	r.mu.Lock()
+	for tp, n := range next {
+		if _, owned := r.positions[tp]; owned {
+			r.positions[tp] = n
+		}
+	}
+	r.mu.Unlock()
+	r.batches.Add(1)
+	r.records.Add(int64(len(fresh)))
+	if deadLetter != nil {
+		r.deadLetters.Add(1)
+	}
+	return nil
+}
+
+// advance moves a partition's stored offset from expected to next, and
+// reports false when the row was not at expected: another owner committed
+// first, and this transaction must not.
+func (r *Runner) advance(ctx context.Context, tx pgx.Tx, tp topicPartition, expected, next int64) (bool, error) {
+	var tag pgconn.CommandTag
+	var err error
+	if expected == noRow {
+		tag, err = tx.Exec(ctx, `INSERT INTO eoskit_offsets (consumer_group, topic, partition, next_offset, owner)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, r.cfg.group, tp.topic, tp.partition, next, r.cfg.owner)
+	} else {
+		tag, err = tx.Exec(ctx, `UPDATE eoskit_offsets SET next_offset = $4, owner = $5, updated_at = now()
+			WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $6`,
+			r.cfg.group, tp.topic, tp.partition, next, r.cfg.owner, expected)
+	}
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// resync follows a refused commit: it reads where the database now stands
+// for those partitions and moves the consumer there, so that whatever this
+// instance still owns continues from the other owner's commit instead of
+// redoing it. It runs while the poll holds the rebalance, so it does not race
+// an assignment.
+func (r *Runner) resync(ctx context.Context, cl *kgo.Client, stale *staleError) error {
+	r.cfg.logger.Warn("offsetstore: commit refused; another owner moved these partitions' offsets first (this instance was a zombie); rolled back", "partitions", stale.parts)
+	topics := map[string]bool{}
+	for _, tp := range stale.parts {
+		topics[tp.topic] = true
+	}
+	names := make([]string, 0, len(topics))
+	for t := range topics {
+		names = append(names, t)
+	}
+	stored, err := r.load(ctx, names)
+	if err != nil {
+		return nil // the next commit attempt refuses again, and resyncs again
+	}
+	set := map[string]map[int32]kgo.EpochOffset{}
+	r.mu.Lock()
+	for _, tp := range stale.parts {
+		next, ok := stored[tp]
+		if _, owned := r.positions[tp]; !owned || !ok {
+			continue
+		}
+		r.positions[tp] = next
+		if set[tp.topic] == nil {
+			set[tp.topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: next}
+	}
+	r.mu.Unlock()
+	if len(set) > 0 {
+		cl.SetOffsets(set)
+	}
+	return nil
+}
+
+// transient reports whether err looks like the database going away rather
+// than the handler refusing a record: connection errors, server shutdown or
+// termination, serialization failures and deadlocks, or a server that does
+// not answer a ping.
+func (r *Runner) transient(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		code := pgErr.Code
+		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || code == "40001" || code == "40P01" || strings.HasPrefix(code, "53")
+	}
+	var netErr net.Error
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return true
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return r.pool.Ping(pingCtx) != nil
+}
+
+type staleError struct{ parts []topicPartition }
+
+func (e *staleError) Error() string {
+	return fmt.Sprintf("offsetstore: stored offsets of %v moved under this owner", e.parts)
+}
+
+// handlerError marks an error as the handler's, through pgx.BeginFunc.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,463 @@
+package offsetstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/offsetstore"
+)
+
+// TestMain doubles as the entry point of the loader processes that the
+// crash test SIGKILLs.
+func TestMain(m *testing.M) {
+	if os.Getenv("EOS_TEST_LOADER") == "1" {
+		os.Exit(loaderMain())
+	}
+	os.Exit(m.Run())
+}
+
+// The results table has no unique constraint, so a duplicate is a second
+// row; seq records commit order, so order per partition can be checked.
+const resultsDDL = `CREATE TABLE results (seq bigserial PRIMARY KEY, id text NOT NULL, part integer NOT NULL, off bigint NOT NULL)`
+
+// load is the handler under test: the batch's rows in one COPY.
+func load(stall func(recs []*kgo.Record)) offsetstore.Handler {
+	return func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		if stall != nil {
+			stall(recs)
+		}
+		rows := make([][]any, len(recs))
+		for i, r := range recs {
+			rows[i] = []any{string(r.Key), r.Partition, r.Offset}
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"results"}, []string{"id", "part", "off"}, pgx.CopyFromRows(rows))
+		return err
+	}
+}
+
+func testClientOpts() []kgo.Opt {
+	return []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(5 * time.Second)}
+}
+
+type bed struct {
+	k      *integration.KafkaCluster
+	pool   *pgxpool.Pool // the test's own connections
+	runner *pgxpool.Pool // the runners' connections; pool unless a test sets it
+	dbURL  string
+	topic  string
+	group  string
+	inputs []string
+}
+
+func newBed(t *testing.T, partitions int32, n int) *bed {
+	t.Helper()
+	b := &bed{k: integration.Kafka(t)}
+	b.pool, b.dbURL = integration.PostgresWithURL(t)
+	b.topic = b.k.NewTopic(partitions)
+	b.group = integration.UniqueName(t, "g")
+	ctx := context.Background()
+	if err := offsetstore.Migrate(ctx, b.pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, resultsDDL); err != nil {
+		t.Fatal(err)
+	}
+	b.inputs = b.k.Seed(b.topic, n)
+	b.runner = b.pool
+	return b
+}
+
+type running struct {
+	r        *offsetstore.Runner
+	cancel   context.CancelFunc
+	finished chan struct{}
+	err      error
+}
+
+func (b *bed) start(t *testing.T, h offsetstore.Handler, opts ...offsetstore.Option) *running {
+	t.Helper()
+	opts = append([]offsetstore.Option{offsetstore.Brokers(b.k.Brokers...), offsetstore.Group(b.group),
+		offsetstore.Topics(b.topic), offsetstore.ClientOptions(testClientOpts()...)}, opts...)
+	r, err := offsetstore.New(b.runner, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &running{r: r, cancel: cancel, finished: make(chan struct{})}
+	go func() {
+		defer close(run.finished)
+		run.err = r.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-run.finished
+	})
+	return run
+}
+
+func (run *running) wait(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case <-run.finished:
+		return run.err
+	case <-time.After(timeout):
+		t.Fatalf("runner did not return within %s", timeout)
+		return nil
+	}
+}
+
+func (run *running) stop(t *testing.T) {
+	t.Helper()
+	run.cancel()
+	if err := run.wait(t, time.Minute); err != nil {
+		t.Fatalf("Run returned %v after cancel, want nil", err)
+	}
+}
+
+func (b *bed) rows(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM results`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// verify checks the results table with the verifier: every input exactly
+// once, and per input partition in offset order of commit.
+func (b *bed) verify(t *testing.T) integration.Report {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `SELECT seq, id, part, off FROM results ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs []integration.Output
+	var seq, off int64
+	var id string
+	var part int32
+	if _, err := pgx.ForEachRow(rows, []any{&seq, &id, &part, &off}, func() error {
+		outs = append(outs, integration.Output{ID: id, Stream: strconv.Itoa(int(part)), Seq: off, Position: integration.Position{Topic: "results", Offset: seq}})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep := integration.Verify(integration.Run{Input: b.inputs, Output: outs})
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestExactlyOnceThroughRebalances(t *testing.T) {
+	t.Parallel()
+	const n = 100_000
+	b := newBed(t, 6, n)
+	runs := map[string]*running{"a": b.start(t, load(nil)), "b": b.start(t, load(nil)), "c": b.start(t, load(nil))}
+	for i, c := range []struct{ leave, join string }{{"b", "d"}, {"a", "b"}, {"d", "e"}} {
+		at := (i + 1) * n / 5
+		waitFor(t, 3*time.Minute, fmt.Sprintf("%d rows", at), func() bool { return b.rows(t) >= at })
+		runs[c.leave].stop(t)
+		delete(runs, c.leave)
+		runs[c.join] = b.start(t, load(nil))
+	}
+	waitFor(t, 3*time.Minute, "every row", func() bool { return b.rows(t) >= n })
+	for _, r := range runs {
+		r.stop(t)
+	}
+	t.Logf("verifier: %v", b.verify(t))
+}
+
+// Kafka's committed offsets for the group are set wrong on purpose, ahead
+// and behind: the runner ignores them, before and after the database has
+// offsets of its own.
+func TestKafkaCommittedOffsetsAreIgnored(t *testing.T) {
+	t.Parallel()
+	const n = 3000
+	b := newBed(t, 2, n)
+	commitKafka := func(at map[int32]int64) {
+		t.Helper()
+		offs := kadm.Offsets{}
+		for p, o := range at {
+			offs.Add(kadm.Offset{Topic: b.topic, Partition: p, At: o})
+		}
+		resp, err := b.k.Admin.CommitOffsets(context.Background(), b.group, offs)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	commitKafka(map[int32]int64{0: 1000, 1: 5}) // ahead: would skip records
+
+	r := b.start(t, load(nil), offsetstore.MirrorToKafka())
+	waitFor(t, 2*time.Minute, "every row", func() bool { return b.rows(t) >= n })
+	r.stop(t)
+	b.verify(t)
+
+	// The mirror copied the database's offsets to Kafka.
+	fetched, err := b.k.Admin.FetchOffsets(context.Background(), b.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mirrored int64
+	fetched.Each(func(o kadm.OffsetResponse) { mirrored += o.At })
+	if mirrored != n {
+		t.Fatalf("mirrored offsets sum to %d, want %d", mirrored, n)
+	}
+
+	commitKafka(map[int32]int64{0: 0, 1: 0}) // behind: would redo everything
+	again := b.start(t, load(nil))
+	time.Sleep(3 * time.Second)
+	again.stop(t)
+	b.verify(t)
+}
+
+// A runner stalls inside its database transaction past the rebalance
+// timeout; the group hands its partitions to a second runner, which
+// commits. When the first wakes, its compare-and-set finds the offsets
+// moved and its whole transaction rolls back.
+func TestZombieCommitIsRejected(t *testing.T) {
+	t.Parallel()
+	const n = 5000
+	b := newBed(t, 2, n)
+	stalled := make(chan struct{})
+	wake := make(chan struct{})
+	var once sync.Once
+	zombie := b.start(t, load(func(recs []*kgo.Record) {
+		once.Do(func() {
+			close(stalled)
+			<-wake
+		})
+	}), offsetstore.MaxPollRecords(100))
+	select {
+	case <-stalled:
+	case <-time.After(time.Minute):
+		t.Fatal("the zombie never stalled")
+	}
+
+	successor := b.start(t, load(nil), offsetstore.MaxPollRecords(100))
+	waitFor(t, 2*time.Minute, "the successor to commit", func() bool { return successor.r.Stats().Batches > 0 })
+	close(wake)
+	waitFor(t, time.Minute, "the zombie's commit to be refused", func() bool { return zombie.r.Stats().StaleRejected > 0 })
+	waitFor(t, 2*time.Minute, "every row", func() bool { return b.rows(t) >= n })
+	zombie.stop(t)
+	successor.stop(t)
+	t.Logf("verifier: %v; zombie commits refused: %d", b.verify(t), zombie.r.Stats().StaleRejected)
+}
+
+// The runner's database connections are terminated (pg_terminate_backend)
+// again and again while it loads: it reconnects, and the table is still
+// exactly once.
+func TestDatabaseConnectionsKilledDuringTheRun(t *testing.T) {
+	t.Parallel()
+	const n = 20_000
+	b := newBed(t, 3, n)
+	// The runner gets connections of its own, named, so that only they are
+	// terminated and the test can keep counting rows.
+	runnerPool, err := pgxpool.New(context.Background(), b.dbURL+"&application_name=eoskit-runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(runnerPool.Close)
+	b.runner = runnerPool
+	r := b.start(t, load(func([]*kgo.Record) { time.Sleep(10 * time.Millisecond) }), offsetstore.MaxPollRecords(100))
+
+	admin, err := pgx.Connect(context.Background(), b.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	killed := 0
+	for round := 0; b.rows(t) < n && round < 200; round++ {
+		var k int
+		if err := admin.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'eoskit-runner'`).Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		killed += k
+		time.Sleep(150 * time.Millisecond)
+	}
+	waitFor(t, 2*time.Minute, "every row", func() bool { return b.rows(t) >= n })
+	select {
+	case <-r.finished:
+		t.Fatalf("the runner gave up: %v", r.err)
+	default:
+	}
+	r.stop(t)
+	if killed < 5 {
+		t.Fatalf("terminated only %d backends; the fault did not happen", killed)
+	}
+	t.Logf("verifier: %v; backends terminated: %d", b.verify(t), killed)
+}
+
+func TestDeadLetterAndStopPolicies(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	b := newBed(t, 1, n)
+	poison := func(r *kgo.Record) bool { return strings.HasSuffix(string(r.Key), "37") }
+	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		for _, r := range recs {
+			if poison(r) {
+				return errors.New("poison " + string(r.Key))
+			}
+		}
+		return load(nil)(ctx, tx, recs)
+	}
+
+	stopper := b.start(t, h)
+	err := stopper.wait(t, time.Minute)
+	var rerr *offsetstore.RecordError
+	if !errors.As(err, &rerr) || rerr.Topic != b.topic || rerr.Offset != 37 {
+		t.Fatalf("Run = %v, want a *RecordError at offset 37", err)
+	}
+	if got := b.rows(t); got != 37 {
+		t.Fatalf("%d rows after stopping at offset 37, want the 37 before it", got)
+	}
+
+	parker := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()))
+	var want []string
+	for _, id := range b.inputs {
+		if !strings.HasSuffix(id, "37") {
+			want = append(want, id)
+		}
+	}
+	waitFor(t, time.Minute, "the good rows", func() bool { return b.rows(t) >= len(want) })
+	waitFor(t, time.Minute, "the dead letters", func() bool { return parker.r.Stats().DeadLetters >= int64(n-len(want)) })
+	parker.stop(t)
+	b.inputs = want
+	b.verify(t)
+	var dead, distinct int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT "offset") FROM eoskit_dead_letters WHERE error LIKE 'poison%'`).Scan(&dead, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if dead != n-len(want) || distinct != dead {
+		t.Fatalf("%d dead letters (%d distinct), want %d", dead, distinct, n-len(want))
+	}
+}
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	pool := integration.Postgres(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- offsetstore.Migrate(context.Background(), pool)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var versions, max int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), max(version) FROM eoskit_offsetstore_schema`).Scan(&versions, &max); err != nil {
+		t.Fatal(err)
+	}
+	if versions != offsetstore.SchemaVersion || max != offsetstore.SchemaVersion {
+		t.Fatalf("schema has %d version rows, newest %d; want each migration applied once up to %d", versions, max, offsetstore.SchemaVersion)
+	}
+}
+
+// Loader processes are SIGKILLed three times at random points of a run in
+// which most of the time is spent inside database transactions; each
+// restart must resume from the stored offsets.
+func TestCrashesAroundTheDatabaseCommit(t *testing.T) {
+	t.Parallel()
+	const n = 20_000
+	b := newBed(t, 3, n)
+	for kill := 0; kill < 3; kill++ {
+		before := b.rows(t)
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "EOS_TEST_LOADER=1", "EOS_LOADER_BROKERS="+strings.Join(b.k.Brokers, ","),
+			"EOS_LOADER_DB="+b.dbURL, "EOS_LOADER_GROUP="+b.group, "EOS_LOADER_TOPIC="+b.topic)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, "the loader to make progress", func() bool { return b.rows(t) > before+500 })
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	r := b.start(t, load(nil))
+	waitFor(t, 2*time.Minute, "every row", func() bool { return b.rows(t) >= n })
+	r.stop(t)
+	t.Logf("verifier: %v", b.verify(t))
+}
+
+// loaderMain runs a runner whose transactions each take a while, until it
+// is killed.
+func loaderMain() int {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("EOS_LOADER_DB"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loader:", err)
+		return 2
+	}
+	r, err := offsetstore.New(pool, load(func([]*kgo.Record) { time.Sleep(20 * time.Millisecond) }),
+		offsetstore.Brokers(strings.Split(os.Getenv("EOS_LOADER_BROKERS"), ",")...),
+		offsetstore.Group(os.Getenv("EOS_LOADER_GROUP")), offsetstore.Topics(os.Getenv("EOS_LOADER_TOPIC")),
+		offsetstore.MaxPollRecords(100), offsetstore.ClientOptions(testClientOpts()...))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loader:", err)
+		return 2
+	}
+	if err := r.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "loader:", err)
+		return 1
+	}
+	return 0
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	h := load(nil)
+	pool := &pgxpool.Pool{}
+	base := []offsetstore.Option{offsetstore.Brokers("127.0.0.1:1"), offsetstore.Group("g"), offsetstore.Topics("t")}
+	for name, opts := range map[string][]offsetstore.Option{
+		"no brokers":       {offsetstore.Group("g"), offsetstore.Topics("t")},
+		"no group":         {offsetstore.Brokers("b:1"), offsetstore.Topics("t")},
+		"no topics":        {offsetstore.Brokers("b:1"), offsetstore.Group("g")},
+		"zero poll":        append(base, offsetstore.MaxPollRecords(0)),
+		"negative backoff": append(base, offsetstore.OnHandlerError(offsetstore.Retry(-1))),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := offsetstore.New(pool, h, opts...); !errors.Is(err, offsetstore.ErrInvalidConfig) {
+				t.Fatalf("New = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+	if _, err := offsetstore.New(nil, h, base...); !errors.Is(err, offsetstore.ErrInvalidConfig) {
+		t.Fatalf("New(nil pool) = %v, want ErrInvalidConfig", err)
+	}
+}

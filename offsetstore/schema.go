@@ -1,0 +1,72 @@
+package offsetstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrations are applied in order; each runs once, in its own transaction,
+// and its index+1 is recorded as the schema version. Append, never edit.
+var migrations = []string{
+	// 1: offsets and dead letters.
+	`
+CREATE TABLE eoskit_offsets (
+	consumer_group text        NOT NULL,
+	topic          text        NOT NULL,
+	partition      integer     NOT NULL,
+	next_offset    bigint      NOT NULL,
+	owner          text        NOT NULL,
+	updated_at     timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (consumer_group, topic, partition)
+);
+CREATE TABLE eoskit_dead_letters (
+	id             bigserial   PRIMARY KEY,
+	consumer_group text        NOT NULL,
+	topic          text        NOT NULL,
+	partition      integer     NOT NULL,
+	"offset"       bigint      NOT NULL,
+	key            bytea,
+	value          bytea,
+	error          text        NOT NULL,
+	created_at     timestamptz NOT NULL DEFAULT now(),
+	UNIQUE (consumer_group, topic, partition, "offset")
+);`,
+}
+
+// SchemaVersion is the schema version this package needs.
+const SchemaVersion = 1
+
+// Migrate creates or upgrades the tables offsetstore uses
+// (eoskit_offsets, eoskit_dead_letters) to [SchemaVersion]. It is idempotent,
+// and safe to run from several instances at once: a transaction-scoped
+// advisory lock makes them take turns, and each sees what the one before it
+// applied.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.offsetstore.migrate'))`); err != nil {
+			return fmt.Errorf("offsetstore: migrate: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS eoskit_offsetstore_schema (version integer NOT NULL)`); err != nil {
+			return fmt.Errorf("offsetstore: migrate: %w", err)
+		}
+		var version int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM eoskit_offsetstore_schema`).Scan(&version); err != nil {
+			return fmt.Errorf("offsetstore: migrate: %w", err)
+		}
+		if version > len(migrations) {
+			return fmt.Errorf("offsetstore: the database schema is at version %d, newer than this code's %d: upgrade eoskit", version, len(migrations))
+		}
+		for v := version; v < len(migrations); v++ {
+			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+				return fmt.Errorf("offsetstore: migrate to version %d: %w", v+1, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO eoskit_offsetstore_schema (version) VALUES ($1)`, v+1); err != nil {
+				return fmt.Errorf("offsetstore: migrate to version %d: %w", v+1, err)
+			}
+		}
+		return nil
+	})
+}
