@@ -1,7 +1,7 @@
 # eoskit's commands. `make test` is the one CI runs (through .ci/run).
 SHELL := bash
 
-.PHONY: test bench services services-stop clean-services
+.PHONY: test bench demo services services-stop clean-services
 
 # Starts Kafka and PostgreSQL (or reuses running ones), runs gofmt, go vet and
 # every test with -race against them, and stops what it started.
@@ -21,6 +21,11 @@ services-stop:
 # Stops the broker and deletes its data (the downloaded jars stay cached).
 clean-services:
 	@scripts/kafka.sh clean
+
+# Runs every pattern through the same faults on the local broker and
+# PostgreSQL and prints what the verifier found.
+demo:
+	@scripts/with-services.sh go run ./cmd/eoslab
 
 # Measures each guarantee against its baseline on the local broker and
 # PostgreSQL, and prints markdown tables: eos.Processor against an

@@ -172,11 +172,17 @@ func (k *KafkaCluster) ReadNow(topic string, level kgo.IsolationLevel, timeout t
 // included: the input [AbortedPositions] needs.
 func (k *KafkaCluster) ReadRaw(topic string, timeout time.Duration) []*kgo.Record {
 	k.tb.Helper()
-	recs, err := readTopic(context.Background(), k.Brokers, topic, kgo.ReadUncommitted(), true, true, timeout)
+	recs, err := ReadRawTopic(context.Background(), k.Brokers, topic, timeout)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
 	return recs
+}
+
+// ReadRawTopic is [KafkaCluster.ReadRaw] for programs that have no
+// testing.TB.
+func ReadRawTopic(ctx context.Context, brokers []string, topic string, timeout time.Duration) ([]*kgo.Record, error) {
+	return readTopic(ctx, brokers, topic, kgo.ReadUncommitted(), true, true, timeout)
 }
 
 // ReadTopic is [KafkaCluster.ReadAll] (settled) or [KafkaCluster.ReadNow]

@@ -1,11 +1,35 @@
-// Package patterns holds eoskit's runnable reference patterns, one per
-// delivery guarantee (at-most-once, at-least-once, exactly-once Kafka to
-// Kafka, exactly-once Kafka to PostgreSQL, effectively-once with
-// deduplication, exactly-once producer resume), all on one shared workload so
-// that what each guarantees, and what each loses or duplicates under faults,
-// can be compared side by side.
+// Package patterns holds eoskit's reference patterns, one per delivery
+// guarantee, all on one workload (regional case reports summed into
+// per-region totals) and run through the same faults, so that what each
+// guarantees, and what each loses or duplicates, can be compared side by
+// side. cmd/eoslab runs them all and prints the table.
+//
+// The patterns:
+//
+//   - at-most-once: a producer that gives up on an unknown outcome, and
+//     eos.Processor with eos.AtMostOnce (offsets committed before
+//     processing). Loses.
+//   - at-least-once: a producer that resends, and eos.Processor with
+//     eos.AtLeastOnce (offsets committed after the outputs are
+//     acknowledged). Duplicates.
+//   - exactly-once kafka→kafka: eos.Processor (outputs and offsets in one
+//     transaction), fed by the resume producer.
+//   - exactly-once kafka→postgres: offsetstore (rows and offsets in one
+//     database transaction), fed by the resume producer.
+//   - effectively-once with dedup: a resending producer that stamps message
+//     ids, and dedup.Consumer.
+//   - exactly-once producer resume: one producer per partition that, after an
+//     unknown outcome or a crash, reads its partition's last record to
+//     decide whether to resend.
+//
+// The faults, injected in every run where they apply: the source's outcome
+// unknown for some records (half written with the acknowledgement lost,
+// half never written); an instance stopped abruptly mid-batch and replaced;
+// a second instance joining mid-batch; an instance stalled in its handler
+// past its session timeout while a replacement with its name starts, then
+// woken. The lab stops instances by cancelling them, which for eos.Processor
+// is a clean abort; the SIGKILL versions of these faults are in the eos and
+// offsetstore tests.
 //
 // Nothing imports patterns: it composes eos, offsetstore and dedup.
-//
-// Status: the patterns are specified by issue "patterns" and not yet written.
 package patterns

@@ -1,0 +1,198 @@
+package patterns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+)
+
+func atMostOnce() Pattern {
+	return Pattern{
+		Name:      "at-most-once",
+		Guarantee: "no duplicates; loses what was in flight",
+		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
+			return l.kafkaPipeline(ctx, p, eos.AtMostOnce, giveUp)
+		},
+	}
+}
+
+func atLeastOnce() Pattern {
+	return Pattern{
+		Name:      "at-least-once",
+		Guarantee: "no loss; duplicates what was in flight",
+		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
+			return l.kafkaPipeline(ctx, p, eos.AtLeastOnce, resend)
+		},
+	}
+}
+
+func exactlyOnceKafka() Pattern {
+	return Pattern{
+		Name:      "exactly-once kafka→kafka",
+		Guarantee: "eos.Processor: outputs and offsets in one transaction",
+		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
+			return l.kafkaPipeline(ctx, p, eos.ExactlyOnce, resume)
+		},
+	}
+}
+
+// kafkaPipeline runs the source into an input topic, then an eos.Processor
+// with the given semantics copying reports to an output topic through the
+// lab's faults, and reads the output back as a read_committed reader would.
+func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, policy sourcePolicy) (result, error) {
+	adm, closeAdm, err := l.admin()
+	if err != nil {
+		return result{}, err
+	}
+	defer closeAdm()
+	name := runName(p)
+	in, out := name+"-in", name+"-out"
+	if err := l.newTopics(ctx, adm, in, out); err != nil {
+		return result{}, err
+	}
+	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), in, out) }()
+
+	l.progress(p, "source: writing the workload")
+	srcSem := sem
+	if policy == resume {
+		srcSem = eos.ExactlyOnce // idempotent, without a transactional id
+	}
+	if err := source(ctx, l.Brokers, in, l.Reports, l.LostEvery, policy, srcSem, false); err != nil {
+		return result{}, err
+	}
+
+	copyReport := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: out, Key: r.Key, Value: r.Value}}, nil
+	}
+	start := func(ctx context.Context, instance string, wait func()) error {
+		opts := []eos.Option{
+			eos.Brokers(l.Brokers...), eos.Group(name), eos.InputTopics(in), eos.WithSemantics(sem),
+			eos.CommitInterval(200 * time.Millisecond), eos.Logger(l.Logger.With("pattern", p.Name, "instance", instance)),
+			eos.ClientOptions(l.clientOpts()...),
+		}
+		if sem == eos.ExactlyOnce {
+			txnID, err := eos.StableTransactionalID(name, instance)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, eos.TransactionalID(txnID))
+		}
+		proc, err := eos.NewProcessor(func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			wait()
+			return copyReport(ctx, r)
+		}, opts...)
+		if err != nil {
+			return err
+		}
+		err = proc.Run(ctx)
+		if errors.Is(err, eos.ErrFenced) {
+			return nil // the zombie, stopped as it must be
+		}
+		return err
+	}
+	faults, err := l.churn(ctx, p, start, groupProgress(adm, name, in))
+	if err != nil {
+		return result{}, err
+	}
+	return l.readKafkaOutput(ctx, out, faults)
+}
+
+// readKafkaOutput reads the output topic as a read_committed reader, and its
+// raw log for the records of aborted transactions.
+func (l *Lab) readKafkaOutput(ctx context.Context, topic string, faults []string) (result, error) {
+	committed, err := integration.ReadTopic(ctx, l.Brokers, topic, kgo.ReadCommitted(), true, time.Minute)
+	if err != nil {
+		return result{}, err
+	}
+	res := result{faults: faults, totals: map[string]int{}}
+	for _, r := range committed {
+		rep, err := ParseReport(r.Value)
+		if err != nil {
+			return result{}, err
+		}
+		res.outputs = append(res.outputs, outputOf(rep, integration.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}))
+		res.totals[rep.Region] += rep.Cases
+	}
+	raw, err := integration.ReadRawTopic(ctx, l.Brokers, topic, time.Minute)
+	if err != nil {
+		return result{}, err
+	}
+	res.aborted = integration.AbortedPositions(raw)
+	return res, nil
+}
+
+// producerResume is exactly-once production without transactions: one
+// producer per partition, which after an unknown outcome reads the last
+// record of its partition to decide whether to resend, and which after a
+// crash resumes after the last record it finds.
+func producerResume() Pattern {
+	return Pattern{
+		Name:      "exactly-once producer resume",
+		Guarantee: "one producer per partition; reads its last record to resend or go on",
+		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
+			adm, closeAdm, err := l.admin()
+			if err != nil {
+				return result{}, err
+			}
+			defer closeAdm()
+			topic := runName(p)
+			if err := l.newTopics(ctx, adm, topic); err != nil {
+				return result{}, err
+			}
+			defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
+
+			// The first producer writes 60% and crashes with its last
+			// send's outcome unknown (it was written).
+			cut := len(l.Reports) * 3 / 5
+			l.progress(p, "source: writing until a crash at 60%")
+			if err := source(ctx, l.Brokers, topic, l.Reports[:cut], l.LostEvery, resume, eos.ExactlyOnce, false); err != nil {
+				return result{}, err
+			}
+			// The restarted producer learns from each partition's last
+			// record where it stopped, and goes on after it.
+			l.progress(p, "source: restarted; resuming after each partition's last record")
+			rest, err := resumePoint(ctx, l.Brokers, topic, l.Reports)
+			if err != nil {
+				return result{}, err
+			}
+			if err := source(ctx, l.Brokers, topic, rest, l.LostEvery, resume, eos.ExactlyOnce, false); err != nil {
+				return result{}, err
+			}
+			return l.readKafkaOutput(ctx, topic, []string{"unknown outcome at the source", "producer crash and restart"})
+		},
+	}
+}
+
+// resumePoint returns the reports not yet in topic: per partition, those
+// after the partition's last record.
+func resumePoint(ctx context.Context, brokers []string, topic string, reports []Report) ([]Report, error) {
+	lastIndex := map[string]int{}
+	for _, region := range Regions {
+		id, err := lastReport(ctx, brokers, topic, regionPartition(region))
+		if err != nil {
+			return nil, err
+		}
+		lastIndex[region] = -1
+		for i, r := range reports {
+			if r.ID == id {
+				lastIndex[region] = i
+			}
+		}
+	}
+	var rest []Report
+	for i, r := range reports {
+		if i > lastIndex[r.Region] {
+			rest = append(rest, r)
+		}
+	}
+	if len(rest) == len(reports) {
+		return nil, fmt.Errorf("resume: found nothing written before the crash")
+	}
+	return rest, nil
+}
