@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // Handler applies one message's side effect with tx, the transaction in
@@ -189,16 +190,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer cl.CloseAllowingRebalance()
 
 	for {
-		fetches := cl.PollRecords(ctx, c.cfg.maxPoll)
-		if ctx.Err() != nil {
+		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, c.cfg.maxPoll, c.cfg.logger)
+		if stop {
 			return nil
 		}
-		if fetches.IsClientClosed() {
-			return errors.New("dedup: client closed")
+		if err != nil {
+			return fmt.Errorf("dedup: %w", err)
 		}
-		fetches.EachError(func(t string, p int32, err error) {
-			c.cfg.logger.Warn("dedup: fetch error", "topic", t, "partition", p, "err", err)
-		})
 		recs := fetches.Records()
 		if len(recs) == 0 {
 			cl.AllowRebalance()
@@ -220,7 +218,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				return err
 			case errors.As(err, &rerr):
 				c.cfg.logger.Warn("dedup: handler failed; retrying the batch", "err", err, "backoff", c.cfg.retry)
-				if !sleepCtx(ctx, c.cfg.retry) {
+				if !loop.Sleep(ctx, c.cfg.retry) {
 					return nil
 				}
 			case attempt >= maxDBAttempts:
@@ -230,7 +228,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				// server all pass; a missing table does not, and ends
 				// here after maxDBAttempts.
 				c.cfg.logger.Warn("dedup: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
-				if !sleepCtx(ctx, min(time.Duration(attempt)*100*time.Millisecond, 5*time.Second)) {
+				if !loop.Sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, 5*time.Second)) {
 					return nil
 				}
 			}
@@ -285,15 +283,4 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) (applied, skip
 		return nil
 	})
 	return applied, skipped, err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // runPlain is the loop for AtLeastOnce and AtMostOnce: the same handler and
@@ -44,14 +46,13 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		return f
 	}
 	for {
-		fetches := poll(ctx, p.cfg.maxRecords)
-		if ctx.Err() != nil {
+		fetches, stop, err := loop.Poll(ctx, poll, p.cfg.maxRecords, p.logger)
+		if stop {
 			return nil
 		}
-		if fetches.IsClientClosed() {
-			return fmt.Errorf("eos: %w", ErrClosed)
+		if err != nil {
+			return fmt.Errorf("eos: %w: %w", ErrClosed, err)
 		}
-		p.logFetchErrors(fetches)
 		if fetches.NumRecords() == 0 {
 			cl.AllowRebalance()
 			continue

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // HandlerFunc turns one input record into zero or more output records. The
@@ -138,7 +140,7 @@ func (p *Processor) Run(ctx context.Context) error {
 			return fmt.Errorf("eos: giving up after %d session restarts: %w", maxSessionRestarts, restart.err)
 		}
 		p.logger.Warn("eos: restarting session", "err", restart.err, "attempt", failures)
-		if !sleepCtx(ctx, time.Duration(failures)*time.Second) {
+		if !loop.Sleep(ctx, time.Duration(failures)*time.Second) {
 			return nil
 		}
 	}
@@ -150,20 +152,6 @@ const maxSessionRestarts = 5
 type restartError struct{ err error }
 
 func (e *restartError) Error() string { return "eos: session must restart: " + e.err.Error() }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // coords names an input record.
 type coords struct {
@@ -303,19 +291,8 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 			b.shutdown = true
 			return false
 		}
-		rn.p.logFetchErrors(fetches)
+		loop.LogFetchErrors(fetches, rn.p.logger)
 	}
-}
-
-// logFetchErrors logs what a poll reported besides records. franz-go retries
-// fetch errors itself; they are worth a line, not a stop.
-func (p *Processor) logFetchErrors(f kgo.Fetches) {
-	f.EachError(func(topic string, partition int32, err error) {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return
-		}
-		p.logger.Warn("eos: fetch error", "topic", topic, "partition", partition, "err", err)
-	})
 }
 
 // groupHooks returns options that record revocations: a batch stops early
@@ -358,7 +335,7 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		return &HandlerError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Err: err}
 	case policyRetry:
 		p.logger.Warn("eos: handler failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset, "err", err, "backoff", p.cfg.onError.backoff)
-		sleepCtx(ctx, p.cfg.onError.backoff)
+		loop.Sleep(ctx, p.cfg.onError.backoff)
 	}
 	return nil
 }
@@ -378,14 +355,13 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 
 	rn := &runner{p: p, produce: sess.Produce, poisoned: map[coords]error{}}
 	for {
-		fetches := sess.PollRecords(ctx, p.cfg.maxRecords)
-		if ctx.Err() != nil {
+		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)
+		if stop {
 			return nil
 		}
-		if fetches.IsClientClosed() {
-			return fmt.Errorf("eos: %w", ErrClosed)
+		if err != nil {
+			return fmt.Errorf("eos: %w: %w", ErrClosed, err)
 		}
-		p.logFetchErrors(fetches)
 		if fetches.NumRecords() == 0 {
 			continue
 		}

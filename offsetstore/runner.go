@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // Handler writes the results of one batch with tx. Every write must go
@@ -280,16 +281,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer cl.CloseAllowingRebalance()
 
 	for {
-		fetches := cl.PollRecords(ctx, r.cfg.maxPoll)
-		if ctx.Err() != nil {
+		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, r.cfg.maxPoll, r.cfg.logger)
+		if stop {
 			return nil
 		}
-		if fetches.IsClientClosed() {
-			return errors.New("offsetstore: client closed")
+		if err != nil {
+			return fmt.Errorf("offsetstore: %w", err)
 		}
-		fetches.EachError(func(t string, p int32, err error) {
-			r.cfg.logger.Warn("offsetstore: fetch error", "topic", t, "partition", p, "err", err)
-		})
 		if recs := fetches.Records(); len(recs) > 0 {
 			if err := r.handleBatch(ctx, cl, recs); err != nil {
 				if ctx.Err() != nil {
@@ -325,7 +323,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
 			}
 			r.cfg.logger.Warn("offsetstore: database unavailable; retrying the batch", "err", err, "attempt", attempt)
-			if !sleepCtx(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+			if !loop.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
 				return ctx.Err()
 			}
 		case len(recs) > 1:
@@ -340,7 +338,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 		case r.cfg.policy.kind == policyRetry:
 			r.cfg.logger.Warn("offsetstore: handler failed; retrying", "topic", recs[0].Topic, "partition", recs[0].Partition,
 				"offset", recs[0].Offset, "err", err, "backoff", r.cfg.policy.backoff)
-			if !sleepCtx(ctx, r.cfg.policy.backoff) {
+			if !loop.Sleep(ctx, r.cfg.policy.backoff) {
 				return ctx.Err()
 			}
 			attempt = 0
@@ -540,14 +538,3 @@ type handlerError struct{ err error }
 
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

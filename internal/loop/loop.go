@@ -1,0 +1,56 @@
+// Package loop holds the pieces that eoskit's consume loops (eos.Processor,
+// offsetstore.Runner, dedup.Consumer) share: one poll step and a sleep that
+// ends with its context.
+package loop
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Poll polls up to max records with poll. stop is true when ctx ended: the
+// loop returns without error. err is kgo.ErrClientClosed when the client was
+// closed under the loop. Fetch errors are logged, not returned: franz-go
+// retries them itself.
+func Poll(ctx context.Context, poll func(context.Context, int) kgo.Fetches, max int, logger *slog.Logger) (f kgo.Fetches, stop bool, err error) {
+	f = poll(ctx, max)
+	if ctx.Err() != nil {
+		return nil, true, nil
+	}
+	if f.IsClientClosed() {
+		return nil, false, kgo.ErrClientClosed
+	}
+	LogFetchErrors(f, logger)
+	return f, false, nil
+}
+
+// LogFetchErrors logs what a poll reported besides records, leaving out
+// the context errors of a poll that timed out on purpose.
+func LogFetchErrors(f kgo.Fetches, logger *slog.Logger) {
+	f.EachError(func(topic string, partition int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		logger.Warn("fetch error", "topic", topic, "partition", partition, "err", err)
+	})
+}
+
+// Sleep waits d, or less if ctx ends first; it reports whether it waited the
+// whole d.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
