@@ -356,3 +356,44 @@ func TestProcessorRunTwiceAtOnceIsRefused(t *testing.T) {
 		t.Fatalf("first Run returned %v after cancel, want nil", err)
 	}
 }
+
+// The broker is killed with SIGKILL and restarted on the same data while
+// processors copy: transactions in flight are lost with it or aborted, the
+// processors reconnect, and the output is still exactly once.
+func TestProcessorSurvivesBrokerHardRestart(t *testing.T) {
+	t.Parallel()
+	b := integration.StartLocalBroker(t)
+	k := b.KafkaCluster
+	in, out := k.NewTopic(3), k.NewTopic(3)
+	group := integration.UniqueName(t, "g")
+	const n = 30_000
+	inputs := k.Seed(in, n)
+	progress := followCommitted(t, k, out)
+
+	slow := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		time.Sleep(100 * time.Microsecond)
+		return copyHandler(out)(ctx, r)
+	}
+	procs := []*running{
+		startProcessor(t, slow, processorOpts(k, group, in, "0")...),
+		startProcessor(t, slow, processorOpts(k, group, in, "1")...),
+	}
+	waitFor(t, 2*time.Minute, "30% of the output", func() bool { return progress.n.Load() >= n*3/10 })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	atKill := progress.n.Load()
+	if err := b.Restart(ctx, true); err != nil {
+		t.Fatalf("restart: %v (broker log: %s)", err, b.Log())
+	}
+	if atKill >= n {
+		t.Fatalf("the copy had finished (%d outputs) before the broker was killed: the fault did not land mid-run", atKill)
+	}
+	t.Logf("broker killed and restarted with %d of %d outputs committed", atKill, n)
+	waitFor(t, 3*time.Minute, "every input to be copied after the restart", func() bool { return progress.n.Load() >= n })
+	for i, p := range procs {
+		if err := p.stop(t); err != nil {
+			t.Fatalf("processor %d stopped with %v", i, err)
+		}
+	}
+	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
+}

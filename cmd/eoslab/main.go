@@ -127,9 +127,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 func printTable(w io.Writer, outcomes []patterns.Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "pattern\tinput\toutput\tlost\tduplicated\taborted-visible\tout-of-order\ttotals correct\t")
+	var notes []string
 	for _, o := range outcomes {
 		if o.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t\n", o.Pattern, o.Skipped)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t\n", o.Pattern)
+			notes = append(notes, o.Pattern+": "+o.Skipped)
 			continue
 		}
 		correct := "no"
@@ -139,4 +141,7 @@ func printTable(w io.Writer, outcomes []patterns.Outcome) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", o.Pattern, o.Input, o.Output, o.Lost, o.Duplicated, o.AbortedVisible, o.OutOfOrder, correct)
 	}
 	_ = tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
 }
