@@ -28,7 +28,12 @@ type bed struct {
 
 func newBed(t *testing.T, partitions int32) *bed {
 	t.Helper()
-	b := &bed{k: integration.Kafka(t), pool: integration.Postgres(t)}
+	return newBedOn(t, integration.Kafka(t), partitions)
+}
+
+func newBedOn(t *testing.T, k *integration.KafkaCluster, partitions int32) *bed {
+	t.Helper()
+	b := &bed{k: k, pool: integration.Postgres(t)}
 	b.topic = b.k.NewTopic(partitions)
 	var err error
 	if b.store, err = dedup.NewPostgresStore(""); err != nil {
@@ -355,4 +360,44 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 	if _, err := dedup.NewPostgresStore("bad;name"); !errors.Is(err, dedup.ErrInvalidConfig) {
 		t.Fatalf("NewPostgresStore(bad) = %v, want ErrInvalidConfig", err)
 	}
+}
+
+// The broker is killed with SIGKILL and restarted on the same data while
+// the consumer applies messages, some of whose offset commits are lost with
+// it: the redelivered messages are skipped and each effect lands once.
+func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	broker := integration.StartLocalBroker(t)
+	b := newBedOn(t, broker.KafkaCluster, 3)
+	const n = 10_000
+	b.produce(t, stamped(n)...)
+	slow := b.handler("a")
+	c, err := dedup.NewConsumer(b.pool, b.store, func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		time.Sleep(200 * time.Microsecond)
+		return slow(ctx, tx, r)
+	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")), dedup.MaxPollRecords(100),
+		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitFor(t, "30% applied", func() bool { return c.Stats().Applied >= n*3/10 })
+	atKill := c.Stats().Applied
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	if err := broker.Restart(rctx, true); err != nil {
+		t.Fatalf("restart: %v (broker log: %s)", err, broker.Log())
+	}
+	if atKill >= n {
+		t.Fatal("the run had finished before the broker was killed")
+	}
+	waitFor(t, "every message applied", func() bool { return c.Stats().Applied >= n })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.assertOnce(t, n)
+	t.Logf("broker killed with %d of %d applied; stats after: %+v", atKill, n, c.Stats())
 }

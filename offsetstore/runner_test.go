@@ -66,7 +66,12 @@ type bed struct {
 
 func newBed(t *testing.T, partitions int32, n int) *bed {
 	t.Helper()
-	b := &bed{k: integration.Kafka(t)}
+	return newBedOn(t, integration.Kafka(t), partitions, n)
+}
+
+func newBedOn(t *testing.T, k *integration.KafkaCluster, partitions int32, n int) *bed {
+	t.Helper()
+	b := &bed{k: k}
 	b.pool, b.dbURL = integration.PostgresWithURL(t)
 	b.topic = b.k.NewTopic(partitions)
 	b.group = integration.UniqueName(t, "g")
@@ -460,4 +465,28 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	if _, err := offsetstore.New(nil, h, base...); !errors.Is(err, offsetstore.ErrInvalidConfig) {
 		t.Fatalf("New(nil pool) = %v, want ErrInvalidConfig", err)
 	}
+}
+
+// The broker is killed with SIGKILL and restarted on the same data while
+// the runner loads: fetches fail for a while, the runner carries on from
+// the stored offsets, and the table is still exactly once.
+func TestBrokerHardRestartDuringTheRun(t *testing.T) {
+	t.Parallel()
+	const n = 20_000
+	broker := integration.StartLocalBroker(t)
+	b := newBedOn(t, broker.KafkaCluster, 3, n)
+	r := b.start(t, load(func([]*kgo.Record) { time.Sleep(5 * time.Millisecond) }), offsetstore.MaxPollRecords(100))
+	waitFor(t, 2*time.Minute, "30% of the rows", func() bool { return b.rows(t) >= n*3/10 })
+	atKill := b.rows(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := broker.Restart(ctx, true); err != nil {
+		t.Fatalf("restart: %v (broker log: %s)", err, broker.Log())
+	}
+	if atKill >= n {
+		t.Fatal("the load had finished before the broker was killed")
+	}
+	waitFor(t, 3*time.Minute, "every row", func() bool { return b.rows(t) >= n })
+	r.stop(t)
+	t.Logf("verifier: %v; broker killed with %d of %d rows loaded", b.verify(t), atKill, n)
 }
