@@ -39,8 +39,13 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		if atMostOnce && f.NumRecords() > 0 {
 			// At-most-once: the offsets are committed before the
 			// records are handled, so a crash from here on loses them.
+			// Records whose commit failed are not handled at all: the
+			// group may already have given them to another member, and
+			// handling them here too would duplicate them.
 			if err := cl.CommitRecords(context.WithoutCancel(ctx), f.Records()...); err != nil {
-				p.logger.Warn("eos: commit before processing failed", "err", err)
+				p.logger.Warn("eos: commit before processing failed; not handling the records", "err", err)
+				rewind(cl, f.Records())
+				return kgo.Fetches{}
 			}
 		}
 		return f
