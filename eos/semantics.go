@@ -12,10 +12,14 @@ import (
 type Semantics int8
 
 const (
-	// AtMostOnce never writes a record twice but may lose records: the
-	// producer does not retry, and a consumer commits its offsets before
-	// it processes the records, so a crash during processing skips them.
-	// Acks are the caller's choice (default: the leader's).
+	// AtMostOnce may lose records: the producer does not retry, and a
+	// consumer commits its offsets before it processes the records, so a
+	// crash during processing skips them. Acks are the caller's choice
+	// (default: the leader's). It does not promise "never twice" under
+	// zombies: a member stalled past its session timeout can, after its
+	// client rejoined, commit and handle records of a partition already
+	// given to another member (a classic group's commit checks the
+	// generation, not partition ownership).
 	AtMostOnce Semantics = iota + 1
 
 	// AtLeastOnce never loses a record but may write or process one twice:

@@ -8,7 +8,11 @@
 //
 //   - at-most-once: a producer that gives up on an unknown outcome, and
 //     eos.Processor with eos.AtMostOnce (offsets committed before
-//     processing). Loses.
+//     processing). Loses. It can also duplicate: a member stalled past its
+//     session timeout may, once its client has rejoined the group, commit
+//     and process records of a partition the group has meanwhile given to
+//     another member, since a classic group's offset commit checks the
+//     generation, not who owns the partition. The lab's zombie shows it.
 //   - at-least-once: a producer that resends, and eos.Processor with
 //     eos.AtLeastOnce (offsets committed after the outputs are
 //     acknowledged). Duplicates.

@@ -15,7 +15,7 @@ import (
 func atMostOnce() Pattern {
 	return Pattern{
 		Name:      "at-most-once",
-		Guarantee: "no duplicates; loses what was in flight",
+		Guarantee: "never retries; loses what was in flight",
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
 			return l.kafkaPipeline(ctx, p, eos.AtMostOnce, giveUp)
 		},

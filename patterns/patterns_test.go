@@ -11,7 +11,8 @@ import (
 // TestLabShowsWhatEachPatternGuarantees runs eoslab's scenarios against the
 // real broker and PostgreSQL and asserts the outcomes the demo claims, so
 // that it cannot silently stop demonstrating them: at-most-once loses,
-// at-least-once duplicates, and every exactly-once pattern does neither.
+// at-least-once duplicates (and never loses), and every exactly-once pattern
+// does neither.
 func TestLabShowsWhatEachPatternGuarantees(t *testing.T) {
 	k := integration.Kafka(t)
 	lab := &patterns.Lab{Brokers: k.Brokers, Pool: integration.Postgres(t), Reports: patterns.Workload(3000),
@@ -28,8 +29,9 @@ func TestLabShowsWhatEachPatternGuarantees(t *testing.T) {
 		}
 		switch p.Name {
 		case "at-most-once":
-			if out.Lost == 0 || out.Duplicated != 0 || out.TotalsCorrect {
-				t.Errorf("at-most-once should lose and never duplicate: %v", out.Report)
+			// It may also duplicate: see the at-most-once pattern's doc.
+			if out.Lost == 0 || out.TotalsCorrect {
+				t.Errorf("at-most-once should lose: %v", out.Report)
 			}
 		case "at-least-once":
 			if out.Lost != 0 || out.Duplicated == 0 || out.TotalsCorrect {

@@ -1,0 +1,345 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/offsetstore"
+)
+
+// scenario is one kind of fault, injected in rounds once the copy passed
+// 20% (then 45% and 70%).
+type scenario struct {
+	name    string
+	dbOnly  bool // only for the database paths
+	full    bool // only in the full matrix (make chaos): it disturbs shared services
+	inject  func(ctx context.Context, r *runCtx) error
+}
+
+var scenarios = []scenario{
+	{name: "sigkill-copier", inject: func(ctx context.Context, r *runCtx) error {
+		r.copiers[0].signal(syscall.SIGKILL)
+		return r.replace(0)
+	}},
+	{name: "sigterm-copier", inject: func(ctx context.Context, r *runCtx) error {
+		r.copiers[0].signal(syscall.SIGTERM)
+		return r.replace(0)
+	}},
+	{name: "sigstop-copier", inject: func(ctx context.Context, r *runCtx) error {
+		// Stopped past the session timeout: the group moves on, and the
+		// copier wakes up as a zombie. Its successor takes its name.
+		stopped := r.copiers[0]
+		stopped.signal(syscall.SIGSTOP)
+		time.Sleep(sessionTimeout + 3*time.Second)
+		r.successor(stopped)
+		time.Sleep(2 * time.Second)
+		stopped.signal(syscall.SIGCONT)
+		return nil
+	}},
+	{name: "broker-kill", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, true) }},
+	{name: "broker-restart", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, false) }},
+	{name: "postgres-restart", dbOnly: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
+		out, err := exec.CommandContext(ctx, "bash", filepath.Join(r.root, "scripts/postgres.sh"), "restart").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("postgres restart: %v: %s", err, out)
+		}
+		return nil
+	}},
+}
+
+var paths = []string{"eos", "offsetstore", "dedup"}
+
+const sessionTimeout = 6 * time.Second
+
+// subset is what make test runs: one scenario per path.
+var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-copier", "dedup": "broker-kill"}
+
+// TestChaos runs copiers as separate processes and injects faults into them,
+// the broker and PostgreSQL, the way Apache Kafka's exactly-once system test
+// does, then checks the output with the verifier: nothing lost, nothing
+// duplicated, nothing aborted visible, per-partition order kept, and (for
+// the Kafka path) a concurrent read_committed read that is a prefix of the
+// final one. By default it runs one scenario per path; EOS_CHAOS=full (make
+// chaos) runs every scenario on every path it applies to.
+func TestChaos(t *testing.T) {
+	full := os.Getenv("EOS_CHAOS") == "full"
+	records := 20_000
+	if full {
+		records = 100_000
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "copier")
+	build := exec.Command("go", "build", "-o", bin, "./internal/cmd/copier")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build copier: %v\n%s", err, out)
+	}
+	var rows []string
+	for _, path := range paths {
+		for _, sc := range scenarios {
+			if sc.dbOnly && path == "eos" || sc.full && !full || !full && subset[path] != sc.name {
+				continue
+			}
+			t.Run(path+"/"+sc.name, func(t *testing.T) {
+				row := runScenario(t, root, bin, path, sc, records)
+				rows = append(rows, row)
+			})
+		}
+	}
+	table := "| path | scenario | faults injected | records | verifier | time |\n| --- | --- | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
+	t.Log("\n" + table)
+	if out := os.Getenv("EOS_CHAOS_TABLE"); out != "" {
+		_ = os.WriteFile(out, []byte(table+"\n"), 0o644)
+	}
+}
+
+type copier struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (c *copier) signal(s syscall.Signal) { _ = c.cmd.Process.Signal(s) }
+
+type runCtx struct {
+	t       *testing.T
+	root    string
+	bin     string
+	args    []string
+	broker  *integration.LocalBroker
+	copiers []*copier
+}
+
+func (r *runCtx) start(name string) *copier {
+	cmd := exec.Command(r.bin, append(r.args, "-instance", name)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("start copier: %v", err)
+	}
+	c := &copier{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(c.done) }()
+	return c
+}
+
+// replace waits for copier i to exit (it was just signalled) and starts a
+// new one with its name, as a supervisor restarting a process would.
+func (r *runCtx) replace(i int) error {
+	select {
+	case <-r.copiers[i].done:
+	case <-time.After(time.Minute):
+		return errors.New("copier did not exit after its signal")
+	}
+	r.copiers[i] = r.start(r.copiers[i].name)
+	return nil
+}
+
+// successor starts another copier with the name of one that is stopped but
+// still alive: when the stopped one wakes, it is a zombie.
+func (r *runCtx) successor(of *copier) {
+	r.copiers = append(r.copiers, r.start(of.name))
+}
+
+func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) string {
+	start := time.Now()
+	broker := integration.StartLocalBroker(t)
+	k := broker.KafkaCluster
+	in := k.NewTopic(4)
+	group := integration.UniqueName(t, "g")
+	inputs := k.Seed(in, n)
+	args := []string{"-path", path, "-brokers", strings.Join(k.Brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String()}
+
+	var pool *pgxpool.Pool
+	var out, table string
+	progress := func() int64 { return 0 }
+	var concurrent *reader
+	if path == "eos" {
+		out = k.NewTopic(4)
+		args = append(args, "-out", out)
+		concurrent = follow(t, k, out)
+		progress = concurrent.count
+	} else {
+		var dbURL string
+		pool, dbURL = integration.PostgresWithURL(t)
+		table = "chaos_rows"
+		if _, err := pool.Exec(context.Background(), `CREATE TABLE chaos_rows (seq bigserial PRIMARY KEY, id text NOT NULL, part integer NOT NULL, off bigint NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		if path == "offsetstore" {
+			if err := migrateOffsetstore(pool); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args = append(args, "-database-url", dbURL, "-table", table)
+		progress = func() int64 {
+			var c int64
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = pool.QueryRow(ctx, `SELECT count(*) FROM chaos_rows`).Scan(&c)
+			return c
+		}
+	}
+
+	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker}
+	r.copiers = []*copier{r.start("0"), r.start("1")}
+	t.Cleanup(func() {
+		for _, c := range r.copiers {
+			c.signal(syscall.SIGCONT)
+			c.signal(syscall.SIGKILL)
+			<-c.done
+		}
+	})
+
+	faults := 0
+	for _, at := range []float64{0.2, 0.45, 0.7} {
+		waitFor(t, 3*time.Minute, fmt.Sprintf("%.0f%% progress", at*100), func() bool { return float64(progress()) >= at*float64(n) })
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		if err := sc.inject(ctx, r); err != nil {
+			cancel()
+			t.Fatalf("inject %s: %v", sc.name, err)
+		}
+		cancel()
+		faults++
+	}
+	waitFor(t, 5*time.Minute, "every record copied", func() bool { return progress() >= int64(n) })
+	time.Sleep(time.Second)
+	for _, c := range r.copiers {
+		c.signal(syscall.SIGCONT)
+		c.signal(syscall.SIGTERM)
+	}
+	for _, c := range r.copiers {
+		select {
+		case <-c.done:
+		case <-time.After(time.Minute):
+			t.Fatal("a copier did not stop after SIGTERM")
+		}
+	}
+
+	var rep integration.Report
+	if path == "eos" {
+		rep = k.CheckTopic(inputs, out, 2*time.Minute)
+		concurrent.stop()
+		final := k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute)
+		if err := concurrent.prefixOf(final); err != nil {
+			t.Errorf("concurrent read_committed read: %v", err)
+		}
+	} else {
+		rep = verifyRows(t, pool, inputs)
+	}
+	if err := rep.Err(); err != nil {
+		t.Error(err)
+	}
+	return fmt.Sprintf("| %s | %s | %d | %d | %s | %s |", path, sc.name, faults, n, rep.String(), time.Since(start).Round(time.Second))
+}
+
+func migrateOffsetstore(pool *pgxpool.Pool) error {
+	return offsetstore.Migrate(context.Background(), pool)
+}
+
+func verifyRows(t *testing.T, pool *pgxpool.Pool, inputs []string) integration.Report {
+	rows, err := pool.Query(context.Background(), `SELECT seq, id, part, off FROM chaos_rows ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs []integration.Output
+	var seq, off int64
+	var id string
+	var part int32
+	if _, err := pgx.ForEachRow(rows, []any{&seq, &id, &part, &off}, func() error {
+		outs = append(outs, integration.Output{ID: id, Stream: strconv.Itoa(int(part)), Seq: off, Position: integration.Position{Topic: "chaos_rows", Offset: seq}})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return integration.Verify(integration.Run{Input: inputs, Output: outs})
+}
+
+// reader is the concurrent read_committed reader of the Kafka output.
+type reader struct {
+	mu     sync.Mutex
+	seen   map[int32][]*kgo.Record
+	n      int64
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func follow(t *testing.T, k *integration.KafkaCluster, topic string) *reader {
+	cl := k.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &reader{seen: map[int32][]*kgo.Record{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for ctx.Err() == nil {
+			f := cl.PollFetches(ctx)
+			r.mu.Lock()
+			f.EachRecord(func(rec *kgo.Record) {
+				r.seen[rec.Partition] = append(r.seen[rec.Partition], rec)
+				r.n++
+			})
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *reader) count() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+func (r *reader) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// prefixOf checks that what the reader saw while the copiers ran is, per
+// partition, exactly the start of the final read: no record it saw was later
+// taken back (aborted), and none was skipped or reordered.
+func (r *reader) prefixOf(final []*kgo.Record) error {
+	byPart := map[int32][]*kgo.Record{}
+	for _, rec := range final {
+		byPart[rec.Partition] = append(byPart[rec.Partition], rec)
+	}
+	for p, seen := range r.seen {
+		f := byPart[p]
+		if len(seen) > len(f) {
+			return fmt.Errorf("partition %d: saw %d records while running, only %d in the end", p, len(seen), len(f))
+		}
+		for i, rec := range seen {
+			if rec.Offset != f[i].Offset || string(rec.Value) != string(f[i].Value) {
+				return fmt.Errorf("partition %d: record %d seen as %d:%s while running, %d:%s in the end", p, i, rec.Offset, rec.Value, f[i].Offset, f[i].Value)
+			}
+		}
+	}
+	return nil
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,117 @@
+// Command copier copies the chaos suite's input (records keyed "in-N") along
+// one exactly-once path, as a separate OS process that the suite kills,
+// stops and restarts:
+//
+//	copier -path eos         -brokers B -group G -in T -out T2 -instance 0
+//	copier -path offsetstore -brokers B -group G -in T -database-url U -table rows
+//	copier -path dedup       -brokers B -group G -in T -database-url U -table rows
+//
+// The database paths write one row per record (id, partition, offset) to
+// -table, which has no unique constraint, so a duplicate is a second row.
+// SIGTERM stops it cleanly. Exit status 3 means it was fenced (eos).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/dedup"
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/offsetstore"
+)
+
+func main() {
+	path := flag.String("path", "eos", "eos, offsetstore or dedup")
+	brokers := flag.String("brokers", "", "Kafka bootstrap addresses")
+	dbURL := flag.String("database-url", "", "PostgreSQL URL (database paths)")
+	group := flag.String("group", "", "consumer group")
+	in := flag.String("in", "", "input topic")
+	out := flag.String("out", "", "output topic (eos)")
+	table := flag.String("table", "", "results table (database paths)")
+	instance := flag.String("instance", "0", "stable instance name (eos transactional id)")
+	session := flag.Duration("session-timeout", 6*time.Second, "group session timeout")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	clientOpts := []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(*session / 4), kgo.RebalanceTimeout(*session)}
+	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, clientOpts)
+	switch {
+	case errors.Is(err, eos.ErrFenced):
+		fmt.Fprintln(os.Stderr, "copier: fenced:", err)
+		os.Exit(3)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "copier:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, clientOpts []kgo.Opt) error {
+	if path == "eos" {
+		txnID, err := eos.StableTransactionalID(group, instance)
+		if err != nil {
+			return err
+		}
+		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			return []*kgo.Record{{Topic: out, Key: r.Key, Value: integration.CopyValue(r)}}, nil
+		}, eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
+			eos.CommitInterval(200*time.Millisecond), eos.MaxRecordsPerCommit(750), eos.ClientOptions(clientOpts...))
+		if err != nil {
+			return err
+		}
+		return p.Run(ctx)
+	}
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	insert := `INSERT INTO ` + pgx.Identifier{table}.Sanitize() + ` (id, part, off) VALUES ($1, $2, $3)`
+	switch path {
+	case "offsetstore":
+		r, err := offsetstore.New(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+			for _, rec := range recs {
+				if _, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, offsetstore.Brokers(brokers...), offsetstore.Group(group), offsetstore.Topics(in),
+			offsetstore.MaxPollRecords(750), offsetstore.ClientOptions(clientOpts...))
+		if err != nil {
+			return err
+		}
+		return r.Run(ctx)
+	case "dedup":
+		store, err := dedup.NewPostgresStore(table + "_ids")
+		if err != nil {
+			return err
+		}
+		if err := store.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		c, err := dedup.NewConsumer(pool, store, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+			_, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset)
+			return err
+		}, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(in), dedup.ID(dedup.KeyID()),
+			dedup.MaxPollRecords(750), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}
+	return fmt.Errorf("unknown path %q", path)
+}
