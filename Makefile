@@ -1,7 +1,7 @@
 # eoskit's commands. `make test` is the one CI runs (through .ci/run).
 SHELL := bash
 
-.PHONY: test bench demo services services-stop clean-services
+.PHONY: test bench demo chaos services services-stop clean-services
 
 # Starts Kafka and PostgreSQL (or reuses running ones), runs gofmt, go vet and
 # every test with -race against them, and stops what it started.
@@ -26,6 +26,13 @@ clean-services:
 # PostgreSQL and prints what the verifier found.
 demo:
 	@scripts/with-services.sh go run ./cmd/eoslab
+
+# Runs the full chaos matrix (every fault scenario on every exactly-once
+# path, 100,000 records each, copiers as separate processes) and prints its
+# table; make test runs one scenario per path. Takes about half an hour.
+chaos:
+	@mkdir -p .eoskit
+	@scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 80m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
 
 # Measures each guarantee against its baseline on the local broker and
 # PostgreSQL, and prints markdown tables: eos.Processor against an

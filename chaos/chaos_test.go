@@ -25,10 +25,10 @@ import (
 // scenario is one kind of fault, injected in rounds once the copy passed
 // 20% (then 45% and 70%).
 type scenario struct {
-	name    string
-	dbOnly  bool // only for the database paths
-	full    bool // only in the full matrix (make chaos): it disturbs shared services
-	inject  func(ctx context.Context, r *runCtx) error
+	name   string
+	dbOnly bool // only for the database paths
+	full   bool // only in the full matrix (make chaos): it disturbs shared services
+	inject func(ctx context.Context, r *runCtx) error
 }
 
 var scenarios = []scenario{
