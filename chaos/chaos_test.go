@@ -7,14 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -254,21 +252,11 @@ func migrateOffsetstore(pool *pgxpool.Pool) error {
 }
 
 func verifyRows(t *testing.T, pool *pgxpool.Pool, inputs []string) integration.Report {
-	rows, err := pool.Query(context.Background(), `SELECT seq, id, part, off FROM chaos_rows ORDER BY seq`)
+	rep, err := integration.VerifyRows(context.Background(), pool, "chaos_rows", inputs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var outs []integration.Output
-	var seq, off int64
-	var id string
-	var part int32
-	if _, err := pgx.ForEachRow(rows, []any{&seq, &id, &part, &off}, func() error {
-		outs = append(outs, integration.Output{ID: id, Stream: strconv.Itoa(int(part)), Seq: off, Position: integration.Position{Topic: "chaos_rows", Offset: seq}})
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return integration.Verify(integration.Run{Input: inputs, Output: outs})
+	return rep
 }
 
 // reader is the concurrent read_committed reader of the Kafka output.

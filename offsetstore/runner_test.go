@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -158,21 +157,10 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // once, and per input partition in offset order of commit.
 func (b *bed) verify(t *testing.T) integration.Report {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), `SELECT seq, id, part, off FROM results ORDER BY seq`)
+	rep, err := integration.VerifyRows(context.Background(), b.pool, "results", b.inputs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var outs []integration.Output
-	var seq, off int64
-	var id string
-	var part int32
-	if _, err := pgx.ForEachRow(rows, []any{&seq, &id, &part, &off}, func() error {
-		outs = append(outs, integration.Output{ID: id, Stream: strconv.Itoa(int(part)), Seq: off, Position: integration.Position{Topic: "results", Offset: seq}})
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	rep := integration.Verify(integration.Run{Input: b.inputs, Output: outs})
 	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
