@@ -3,13 +3,15 @@
 // markdown table with each variant's throughput as a ratio to the
 // at-least-once loop.
 //
-//	KAFKA_BROKERS=127.0.0.1:9092 go run ./internal/cmd/eosbench [-records 300000] [-size 1024] [-runs 3] [-only 100ms]
+//	KAFKA_BROKERS=127.0.0.1:9092 go run ./internal/cmd/eosbench [-records 300000] [-sizes 100,1024] [-runs 3] [-only 100ms]
 //
 // Every variant copies the same number of pre-seeded records of the same size
 // from a fresh input topic to a fresh output topic with the same handler. A
 // run's time is from the processor's start until a read_committed reader has
 // seen every output, so it includes joining the group and the last commit.
-// The table gives the median of the runs.
+// Each table gives the median of the runs, and starts with the physical
+// reference: the rate at which an idempotent producer writes, and a plain
+// consumer reads, the same records on this broker.
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -48,7 +51,7 @@ type benchEnv struct {
 
 func main() {
 	records := flag.Int("records", 300_000, "records per run")
-	size := flag.Int("size", 1024, "record value size in bytes")
+	sizesFlag := flag.String("sizes", "100,1024", "record value sizes in bytes, one table each")
 	runs := flag.Int("runs", 3, "runs per variant (the median is reported)")
 	partitions := flag.Int("partitions", 6, "input and output partitions")
 	only := flag.String("only", "", "run only the variants whose name contains this (the at-least-once baseline always runs)")
@@ -92,29 +95,55 @@ func main() {
 
 	adm, admCl := admin(brokers)
 	defer admCl.Close()
+	for _, sz := range strings.Split(*sizesFlag, ",") {
+		size, err := strconv.Atoi(sz)
+		if err != nil {
+			fail(err)
+		}
+		report(adm, brokers, variants, *records, size, *runs, *partitions)
+	}
+}
+
+// The physical reference: how fast this broker takes and gives records at
+// all, measured on the same seeding and topics as the variants.
+const (
+	physProducer = "physical: idempotent producer"
+	physConsumer = "physical: consumer"
+)
+
+func report(adm *kadm.Client, brokers []string, variants []variant, records, size, runs, partitions int) {
 	results := map[string][]float64{}
 	heap := map[string][]uint64{}
 	fmt.Fprintf(os.Stderr, "eosbench: %d records of %d B, %d partitions, %d runs per variant, GOMAXPROCS=%d\n",
-		*records, *size, *partitions, *runs, runtime.GOMAXPROCS(0))
-	for r := range *runs {
+		records, size, partitions, runs, runtime.GOMAXPROCS(0))
+	for r := range runs {
 		// Variants take turns within each round, so that drift in the
 		// machine's load spreads over all of them.
 		for i, v := range variants {
 			env := &benchEnv{brokers: brokers, group: fmt.Sprintf("eosbench-%d-%d-%d", time.Now().UnixNano(), r, i)}
 			env.in, env.out = env.group+"-in", env.group+"-out"
 			for _, t := range []string{env.in, env.out} {
-				if _, err := adm.CreateTopic(context.Background(), int32(*partitions), 1, nil, t); err != nil {
+				if _, err := adm.CreateTopic(context.Background(), int32(partitions), 1, nil, t); err != nil {
 					fail(err)
 				}
 			}
-			if err := seed(brokers, env.in, *records, *size); err != nil {
+			start := time.Now()
+			if err := seed(brokers, env.in, records, size); err != nil {
 				fail(err)
 			}
-			d, peak, err := timeRun(v, env, *records)
+			results[physProducer] = append(results[physProducer], float64(records)/time.Since(start).Seconds())
+			if i == 0 {
+				d, err := consumeAll(brokers, env.in, records)
+				if err != nil {
+					fail(err)
+				}
+				results[physConsumer] = append(results[physConsumer], float64(records)/d.Seconds())
+			}
+			d, peak, err := timeRun(v, env, records)
 			if err != nil {
 				fail(fmt.Errorf("%s: %w", v.name, err))
 			}
-			rate := float64(*records) / d.Seconds()
+			rate := float64(records) / d.Seconds()
 			results[v.name] = append(results[v.name], rate)
 			heap[v.name] = append(heap[v.name], peak)
 			fmt.Fprintf(os.Stderr, "  run %d  %-34s %10.0f records/s  (%s)\n", r+1, v.name, rate, d.Round(time.Millisecond))
@@ -124,12 +153,37 @@ func main() {
 
 	base := median(results[variants[0].name])
 	raw := median(results[variants[1].name])
-	fmt.Printf("\n| variant (%d × %d B records) | records/s (median of %d) | vs at-least-once | vs raw session | peak heap MiB |\n", *records, *size, *runs)
+	fmt.Printf("\n| variant (%d × %d B records) | records/s (median) | vs at-least-once | vs raw session | peak heap MiB |\n", records, size)
 	fmt.Println("| --- | ---: | ---: | ---: | ---: |")
+	for _, name := range []string{physProducer, physConsumer} {
+		m := median(results[name])
+		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | - |\n", name, m, m/base, m/raw)
+	}
 	for _, v := range variants {
 		m := median(results[v.name])
 		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | %.1f |\n", v.name, m, m/base, m/raw, float64(slices.Max(heap[v.name]))/(1<<20))
 	}
+}
+
+// consumeAll reads n records from the start of topic with a plain consumer
+// and returns how long it took.
+func consumeAll(brokers []string, topic string, n int) (time.Duration, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	for seen := 0; seen < n; {
+		f := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("consumed %d of %d: %w", seen, n, err)
+		}
+		seen += f.NumRecords()
+	}
+	return time.Since(start), nil
 }
 
 func fail(err error) {
