@@ -64,7 +64,9 @@ func main() {
 
 	copyTo := func(out string) eos.HandlerFunc {
 		return func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
-			return []*kgo.Record{{Topic: out, Key: in.Key, Value: in.Value}}, nil
+			// The input's timestamp travels with the copy, so that a
+			// reader can measure end-to-end latency.
+			return []*kgo.Record{{Topic: out, Key: in.Key, Value: in.Value, Timestamp: in.Timestamp}}, nil
 		}
 	}
 	processor := func(sem eos.Semantics, interval time.Duration) func(context.Context, *benchEnv) error {
@@ -151,18 +153,91 @@ func report(adm *kadm.Client, brokers []string, variants []variant, records, siz
 		}
 	}
 
+	latency := map[string][2]time.Duration{}
+	for i, v := range variants {
+		env := &benchEnv{brokers: brokers, group: fmt.Sprintf("eosbench-lat-%d-%d", time.Now().UnixNano(), i)}
+		env.in, env.out = env.group+"-in", env.group+"-out"
+		for _, t := range []string{env.in, env.out} {
+			if _, err := adm.CreateTopic(context.Background(), int32(partitions), 1, nil, t); err != nil {
+				fail(err)
+			}
+		}
+		p50, p99, err := latencyRun(v, env, size)
+		if err != nil {
+			fail(fmt.Errorf("%s latency: %w", v.name, err))
+		}
+		latency[v.name] = [2]time.Duration{p50, p99}
+		fmt.Fprintf(os.Stderr, "  latency  %-34s p50 %s  p99 %s\n", v.name, p50, p99)
+		_, _ = adm.DeleteTopics(context.Background(), env.in, env.out)
+	}
+
 	base := median(results[variants[0].name])
 	raw := median(results[variants[1].name])
-	fmt.Printf("\n| variant (%d × %d B records) | records/s (median) | vs at-least-once | vs raw session | peak heap MiB |\n", records, size)
-	fmt.Println("| --- | ---: | ---: | ---: | ---: |")
+	baseLat := latency[variants[0].name]
+	fmt.Printf("\n| variant (%d × %d B records) | records/s (median) | vs at-least-once | vs raw session | p50 latency | p99 latency | p99 vs at-least-once | peak heap MiB |\n", records, size)
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range []string{physProducer, physConsumer} {
 		m := median(results[name])
-		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | - |\n", name, m, m/base, m/raw)
+		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | - | - | - | - |\n", name, m, m/base, m/raw)
 	}
 	for _, v := range variants {
 		m := median(results[v.name])
-		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | %.1f |\n", v.name, m, m/base, m/raw, float64(slices.Max(heap[v.name]))/(1<<20))
+		l := latency[v.name]
+		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | %s | %s | %.2fx | %.1f |\n", v.name, m, m/base, m/raw,
+			l[0].Round(100*time.Microsecond), l[1].Round(100*time.Microsecond), float64(l[1])/float64(baseLat[1]), float64(slices.Max(heap[v.name]))/(1<<20))
 	}
+}
+
+// latencyRun starts v, then produces records at a steady 2,000 per second
+// for 5 seconds while a read_committed reader measures, for each output,
+// the time since its input was produced. It returns the median and the
+// 99th percentile.
+func latencyRun(v variant, env *benchEnv, size int) (p50, p99 time.Duration, err error) {
+	const rate, seconds = 2000, 5
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- v.run(ctx, env) }()
+	reader, err := kgo.NewClient(kgo.SeedBrokers(env.brokers...), kgo.ConsumeTopics(env.out),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer reader.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(env.brokers...), kgo.DefaultProduceTopic(env.in))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer prod.Close()
+	time.Sleep(2 * time.Second) // let the group form before the clock starts
+	value := make([]byte, size)
+	_, _ = rand.Read(value)
+	go func() {
+		tick := time.NewTicker(time.Second / rate)
+		defer tick.Stop()
+		for i := 0; i < rate*seconds; i++ {
+			<-tick.C
+			prod.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value, Timestamp: time.Now()}, nil)
+		}
+	}()
+	var lat []time.Duration
+	deadline := time.Now().Add(time.Minute)
+	for len(lat) < rate*seconds {
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("only %d of %d outputs within a minute", len(lat), rate*seconds)
+		}
+		pollCtx, pollCancel := context.WithTimeout(ctx, time.Second)
+		f := reader.PollFetches(pollCtx)
+		pollCancel()
+		now := time.Now()
+		f.EachRecord(func(r *kgo.Record) { lat = append(lat, now.Sub(r.Timestamp)) })
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return 0, 0, err
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], nil
 }
 
 // consumeAll reads n records from the start of topic with a plain consumer
@@ -325,7 +400,7 @@ func rawSession(interval time.Duration) func(context.Context, *benchEnv) error {
 			for {
 				n += fetches.NumRecords()
 				fetches.EachRecord(func(r *kgo.Record) {
-					sess.Produce(ctx, &kgo.Record{Topic: env.out, Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
+					sess.Produce(ctx, &kgo.Record{Topic: env.out, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}, func(_ *kgo.Record, err error) {
 						if err != nil {
 							failed.Store(true)
 						}
