@@ -15,6 +15,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/pgretry"
 )
 
 // Handler applies one message's side effect with tx, the transaction in
@@ -276,6 +277,9 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) (applied, skip
 				delete(claimed, ids[i]) // a later copy in this batch is a duplicate
 			}
 			if err := c.handler(ctx, tx, r); err != nil {
+				if pgretry.Transient(ctx, c.pool, err) {
+					return err // the database went away: retry the batch
+				}
 				return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
 			}
 			applied++

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/pgretry"
 )
 
 // Handler writes the results of one batch with tx. Every write must go
@@ -318,7 +317,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			return r.resync(ctx, cl, stale)
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case r.transient(ctx, err):
+		case pgretry.Transient(ctx, r.pool, err):
 			if attempt >= maxDBAttempts {
 				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
 			}
@@ -506,25 +505,6 @@ func (r *Runner) resync(ctx context.Context, cl *kgo.Client, stale *staleError) 
 		cl.SetOffsets(set)
 	}
 	return nil
-}
-
-// transient reports whether err looks like the database going away rather
-// than the handler refusing a record: connection errors, server shutdown or
-// termination, serialization failures and deadlocks, or a server that does
-// not answer a ping.
-func (r *Runner) transient(ctx context.Context, err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		code := pgErr.Code
-		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || code == "40001" || code == "40P01" || strings.HasPrefix(code, "53")
-	}
-	var netErr net.Error
-	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return true
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return r.pool.Ping(pingCtx) != nil
 }
 
 type staleError struct{ parts []topicPartition }
