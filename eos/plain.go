@@ -92,6 +92,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 			}
 			p.metrics.Committed(b.in, b.out, elapsed)
 		case handled && flushErr == nil && produceErr == nil && commitErr == nil:
+			p.committed.Add(1)
 			p.metrics.Committed(b.in, b.out, elapsed)
 		default:
 			reason := "handler-error"

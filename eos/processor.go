@@ -41,6 +41,9 @@ type Processor struct {
 	logger  *slog.Logger
 	metrics Metrics
 	running atomic.Bool
+	// committed counts commits, so that Run can tell a session that made
+	// progress from one that failed at once.
+	committed atomic.Int64
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
@@ -121,6 +124,7 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	failures := 0
 	for {
+		committedBefore := p.committed.Load()
 		var err error
 		if p.cfg.semantics == ExactlyOnce {
 			err = p.runTransactional(ctx)
@@ -135,18 +139,27 @@ func (p *Processor) Run(ctx context.Context) error {
 		// committed offsets uncertain; a new session re-reads them from the
 		// broker and re-registers the transactional id, which bumps the
 		// epoch and aborts anything left open.
+		// Only restarts in a row count: a session that committed
+		// something was healthy, and the next failure starts over.
+		if p.committed.Load() > committedBefore {
+			failures = 0
+		}
 		failures++
 		if failures > maxSessionRestarts {
-			return fmt.Errorf("eos: giving up after %d session restarts: %w", maxSessionRestarts, restart.err)
+			return fmt.Errorf("eos: giving up after %d session restarts in a row: %w", maxSessionRestarts, restart.err)
 		}
-		p.logger.Warn("eos: restarting session", "err", restart.err, "attempt", failures)
-		if !loop.Sleep(ctx, time.Duration(failures)*time.Second) {
+		backoff := min(time.Second<<(failures-1), 30*time.Second)
+		p.logger.Warn("eos: restarting session", "err", restart.err, "attempt", failures, "backoff", backoff)
+		if !loop.Sleep(ctx, backoff) {
 			return nil
 		}
 	}
 }
 
-const maxSessionRestarts = 5
+// maxSessionRestarts bounds the restarts in a row, without a commit in
+// between, before Run gives up: with the doubling backoff (1 s up to 30 s)
+// that rides out about four minutes of broker outage.
+const maxSessionRestarts = 10
 
 // restartError asks Run to start over with a new client.
 type restartError struct{ err error }
@@ -400,6 +413,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			p.metrics.Aborted("outcome-unknown", elapsed)
 			return &restartError{fmt.Errorf("end transaction: %w", errors.Join(endErr, flushErr))}
 		case committed:
+			p.committed.Add(1)
 			p.metrics.Committed(b.in, b.out, elapsed)
 			continue
 		}
