@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/dedup"
+	"github.com/eoskit/eoskit/internal/benchkit"
 )
 
 func main() {
@@ -33,15 +33,11 @@ func main() {
 	sizesFlag := flag.String("sizes", "0,1000000,10000000", "processed-ids table sizes to measure claims at")
 	claims := flag.Int("claims", 20_000, "claims measured at each table size")
 	flag.Parse()
-	brokers := strings.Split(os.Getenv("KAFKA_BROKERS"), ",")
-	dbURL := os.Getenv("DATABASE_URL")
-	if brokers[0] == "" || dbURL == "" {
-		fail(fmt.Errorf("set KAFKA_BROKERS and DATABASE_URL (make bench starts both)"))
-	}
+	brokers, dbURL := benchkit.Services("dedupbench", true)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 	defer pool.Close()
 
@@ -50,16 +46,11 @@ func main() {
 	for _, s := range strings.Split(*sizesFlag, ",") {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			fail(err)
+			benchkit.Fail("dedupbench", err)
 		}
 		sizes = append(sizes, n)
 	}
 	claimCost(ctx, pool, sizes, *claims)
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "dedupbench:", err)
-	os.Exit(1)
 }
 
 // throughput consumes the same topic with and without dedup. Both variants
@@ -68,35 +59,35 @@ func fail(err error) {
 func throughput(ctx context.Context, brokers []string, pool *pgxpool.Pool, n, runs int) {
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
 	topic := fmt.Sprintf("dedupbench-%d", time.Now().UnixNano())
 	if _, err := adm.CreateTopic(ctx, 4, 1, nil, topic); err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 	defer func() { _, _ = adm.DeleteTopics(ctx, topic) }()
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 	for i := range n {
 		prod.Produce(ctx, dedup.Stamp(&kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "payload-%090d", i)}), nil)
 	}
 	if err := prod.Flush(ctx); err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 	prod.Close()
 
 	store, err := dedup.NewPostgresStore("dedupbench_ids")
 	if err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
-	exec(ctx, pool, `DROP TABLE IF EXISTS dedupbench_ids, dedupbench_effects; CREATE TABLE dedupbench_effects (id text, value bytea)`)
-	defer exec(ctx, pool, `DROP TABLE IF EXISTS dedupbench_ids, dedupbench_effects`)
+	benchkit.Exec(ctx, "dedupbench", pool, `DROP TABLE IF EXISTS dedupbench_ids, dedupbench_effects; CREATE TABLE dedupbench_effects (id text, value bytea)`)
+	defer benchkit.Exec(ctx, "dedupbench", pool, `DROP TABLE IF EXISTS dedupbench_ids, dedupbench_effects`)
 	if err := store.Migrate(ctx, pool); err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 	insert := func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
 		_, err := tx.Exec(ctx, `INSERT INTO dedupbench_effects VALUES ($1, $2)`, r.Key, r.Value)
@@ -106,14 +97,14 @@ func throughput(ctx context.Context, brokers []string, pool *pgxpool.Pool, n, ru
 	rates := map[string][]float64{}
 	for run := range runs {
 		for _, variant := range []string{"plain", "dedup"} {
-			exec(ctx, pool, `TRUNCATE dedupbench_ids, dedupbench_effects`)
+			benchkit.Exec(ctx, "dedupbench", pool, `TRUNCATE dedupbench_ids, dedupbench_effects`)
 			group := fmt.Sprintf("%s-%s-%d", topic, variant, run)
 			start := time.Now()
 			if variant == "dedup" {
 				c, err := dedup.NewConsumer(pool, store, insert, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(topic),
 					dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 				if err != nil {
-					fail(err)
+					benchkit.Fail("dedupbench", err)
 				}
 				runUntil(c.Run, func() bool { return c.Stats().Applied >= int64(n) })
 			} else {
@@ -124,10 +115,10 @@ func throughput(ctx context.Context, brokers []string, pool *pgxpool.Pool, n, ru
 			fmt.Fprintf(os.Stderr, "  run %d  %-6s %8.0f records/s (%s)\n", run+1, variant, float64(n)/d.Seconds(), d.Round(time.Millisecond))
 		}
 	}
-	base := median(rates["plain"])
+	base := benchkit.Median(rates["plain"])
 	fmt.Printf("\n| consumer (%d records, batches of 500, one insert each) | records/s (median of %d) | vs without dedup |\n| --- | ---: | ---: |\n", n, runs)
 	fmt.Printf("| without dedup | %.0f | 1.00x |\n", base)
-	fmt.Printf("| dedup.Consumer | %.0f | %.2fx |\n", median(rates["dedup"]), median(rates["dedup"])/base)
+	fmt.Printf("| dedup.Consumer | %.0f | %.2fx |\n", benchkit.Median(rates["dedup"]), benchkit.Median(rates["dedup"])/base)
 }
 
 func runUntil(run func(context.Context) error, done func() bool) {
@@ -137,13 +128,13 @@ func runUntil(run func(context.Context) error, done func() bool) {
 	for !done() {
 		select {
 		case err := <-errc:
-			fail(fmt.Errorf("consumer stopped: %v", err))
+			benchkit.Fail("dedupbench", fmt.Errorf("consumer stopped: %v", err))
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	cancel()
 	if err := <-errc; err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 }
 
@@ -152,7 +143,7 @@ func plainConsume(ctx context.Context, brokers []string, pool *pgxpool.Pool, top
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 	defer cl.Close()
 	for done := 0; done < n; {
@@ -166,10 +157,10 @@ func plainConsume(ctx context.Context, brokers []string, pool *pgxpool.Pool, top
 			return nil
 		})
 		if err != nil {
-			fail(err)
+			benchkit.Fail("dedupbench", err)
 		}
 		if err := cl.CommitRecords(ctx, recs...); err != nil {
-			fail(err)
+			benchkit.Fail("dedupbench", err)
 		}
 		done += len(recs)
 	}
@@ -180,12 +171,12 @@ func plainConsume(ctx context.Context, brokers []string, pool *pgxpool.Pool, top
 func claimCost(ctx context.Context, pool *pgxpool.Pool, sizes []int, claims int) {
 	store, err := dedup.NewPostgresStore("dedupbench_growth")
 	if err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
-	exec(ctx, pool, `DROP TABLE IF EXISTS dedupbench_growth`)
-	defer exec(ctx, pool, `DROP TABLE IF EXISTS dedupbench_growth`)
+	benchkit.Exec(ctx, "dedupbench", pool, `DROP TABLE IF EXISTS dedupbench_growth`)
+	defer benchkit.Exec(ctx, "dedupbench", pool, `DROP TABLE IF EXISTS dedupbench_growth`)
 	if err := store.Migrate(ctx, pool); err != nil {
-		fail(err)
+		benchkit.Fail("dedupbench", err)
 	}
 	fmt.Printf("\n| processed ids in table | µs per claim (batches of 500, %d claims) | vs empty table |\n| ---: | ---: | ---: |\n", claims)
 	filled, probe := 0, 0
@@ -195,9 +186,9 @@ func claimCost(ctx context.Context, pool *pgxpool.Pool, sizes []int, claims int)
 			start := time.Now()
 			// UUID-like random ids, as Stamp makes, so the index is the
 			// shape production gives it.
-			exec(ctx, pool, fmt.Sprintf(`INSERT INTO dedupbench_growth (scope, id)
+			benchkit.Exec(ctx, "dedupbench", pool, fmt.Sprintf(`INSERT INTO dedupbench_growth (scope, id)
 				SELECT 's', md5(g::text) FROM generate_series(%d, %d) g`, filled+1, size))
-			exec(ctx, pool, `ANALYZE dedupbench_growth`)
+			benchkit.Exec(ctx, "dedupbench", pool, `ANALYZE dedupbench_growth`)
 			fmt.Fprintf(os.Stderr, "  filled the table to %d ids in %s\n", size, time.Since(start).Round(time.Second))
 			filled = size
 		}
@@ -213,7 +204,7 @@ func claimCost(ctx context.Context, pool *pgxpool.Pool, sizes []int, claims int)
 				return err
 			})
 			if err != nil {
-				fail(err)
+				benchkit.Fail("dedupbench", err)
 			}
 		}
 		perClaim := float64(time.Since(start).Microseconds()) / float64(claims)
@@ -222,16 +213,4 @@ func claimCost(ctx context.Context, pool *pgxpool.Pool, sizes []int, claims int)
 		}
 		fmt.Printf("| %d | %.1f | %.2fx |\n", size, perClaim, perClaim/first)
 	}
-}
-
-func exec(ctx context.Context, pool *pgxpool.Pool, sql string) {
-	if _, err := pool.Exec(ctx, sql); err != nil {
-		fail(fmt.Errorf("%s: %w", sql, err))
-	}
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

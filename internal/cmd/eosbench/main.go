@@ -32,6 +32,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/internal/benchkit"
 )
 
 // maxPerCommit is high enough that the commit interval, not the record
@@ -56,11 +57,7 @@ func main() {
 	partitions := flag.Int("partitions", 6, "input and output partitions")
 	only := flag.String("only", "", "run only the variants whose name contains this (the at-least-once baseline always runs)")
 	flag.Parse()
-	brokers := strings.Split(os.Getenv("KAFKA_BROKERS"), ",")
-	if brokers[0] == "" {
-		fmt.Fprintln(os.Stderr, "eosbench: set KAFKA_BROKERS (make bench starts a broker and sets it)")
-		os.Exit(2)
-	}
+	brokers, _ := benchkit.Services("eosbench", false)
 
 	copyTo := func(out string) eos.HandlerFunc {
 		return func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
@@ -100,7 +97,7 @@ func main() {
 	for _, sz := range strings.Split(*sizesFlag, ",") {
 		size, err := strconv.Atoi(sz)
 		if err != nil {
-			fail(err)
+			benchkit.Fail("eosbench", err)
 		}
 		report(adm, brokers, variants, *records, size, *runs, *partitions)
 	}
@@ -126,24 +123,24 @@ func report(adm *kadm.Client, brokers []string, variants []variant, records, siz
 			env.in, env.out = env.group+"-in", env.group+"-out"
 			for _, t := range []string{env.in, env.out} {
 				if _, err := adm.CreateTopic(context.Background(), int32(partitions), 1, nil, t); err != nil {
-					fail(err)
+					benchkit.Fail("eosbench", err)
 				}
 			}
 			start := time.Now()
 			if err := seed(brokers, env.in, records, size); err != nil {
-				fail(err)
+				benchkit.Fail("eosbench", err)
 			}
 			results[physProducer] = append(results[physProducer], float64(records)/time.Since(start).Seconds())
 			if i == 0 {
 				d, err := consumeAll(brokers, env.in, records)
 				if err != nil {
-					fail(err)
+					benchkit.Fail("eosbench", err)
 				}
 				results[physConsumer] = append(results[physConsumer], float64(records)/d.Seconds())
 			}
 			d, peak, err := timeRun(v, env, records)
 			if err != nil {
-				fail(fmt.Errorf("%s: %w", v.name, err))
+				benchkit.Fail("eosbench", fmt.Errorf("%s: %w", v.name, err))
 			}
 			rate := float64(records) / d.Seconds()
 			results[v.name] = append(results[v.name], rate)
@@ -159,29 +156,29 @@ func report(adm *kadm.Client, brokers []string, variants []variant, records, siz
 		env.in, env.out = env.group+"-in", env.group+"-out"
 		for _, t := range []string{env.in, env.out} {
 			if _, err := adm.CreateTopic(context.Background(), int32(partitions), 1, nil, t); err != nil {
-				fail(err)
+				benchkit.Fail("eosbench", err)
 			}
 		}
 		p50, p99, err := latencyRun(v, env, size)
 		if err != nil {
-			fail(fmt.Errorf("%s latency: %w", v.name, err))
+			benchkit.Fail("eosbench", fmt.Errorf("%s latency: %w", v.name, err))
 		}
 		latency[v.name] = [2]time.Duration{p50, p99}
 		fmt.Fprintf(os.Stderr, "  latency  %-34s p50 %s  p99 %s\n", v.name, p50, p99)
 		_, _ = adm.DeleteTopics(context.Background(), env.in, env.out)
 	}
 
-	base := median(results[variants[0].name])
-	raw := median(results[variants[1].name])
+	base := benchkit.Median(results[variants[0].name])
+	raw := benchkit.Median(results[variants[1].name])
 	baseLat := latency[variants[0].name]
 	fmt.Printf("\n| variant (%d × %d B records) | records/s (median) | vs at-least-once | vs raw session | p50 latency | p99 latency | p99 vs at-least-once | peak heap MiB |\n", records, size)
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range []string{physProducer, physConsumer} {
-		m := median(results[name])
+		m := benchkit.Median(results[name])
 		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | - | - | - | - |\n", name, m, m/base, m/raw)
 	}
 	for _, v := range variants {
-		m := median(results[v.name])
+		m := benchkit.Median(results[v.name])
 		l := latency[v.name]
 		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | %s | %s | %.2fx | %.1f |\n", v.name, m, m/base, m/raw,
 			l[0].Round(100*time.Microsecond), l[1].Round(100*time.Microsecond), float64(l[1])/float64(baseLat[1]), float64(slices.Max(heap[v.name]))/(1<<20))
@@ -261,15 +258,10 @@ func consumeAll(brokers []string, topic string, n int) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "eosbench:", err)
-	os.Exit(1)
-}
-
 func admin(brokers []string) (*kadm.Client, *kgo.Client) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		fail(err)
+		benchkit.Fail("eosbench", err)
 	}
 	return kadm.NewClient(cl), cl
 }
@@ -360,12 +352,6 @@ func timeRun(v variant, env *benchEnv, n int) (time.Duration, uint64, error) {
 		return 0, 0, err
 	}
 	return elapsed, peak.Load(), nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // rawSession is the same copy loop written directly on franz-go's

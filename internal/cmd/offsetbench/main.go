@@ -10,8 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit/internal/benchkit"
 	"github.com/eoskit/eoskit/offsetstore"
 )
 
@@ -26,43 +25,39 @@ func main() {
 	records := flag.Int("records", 500_000, "records per run")
 	runs := flag.Int("runs", 3, "runs per variant (median reported)")
 	flag.Parse()
-	brokers := strings.Split(os.Getenv("KAFKA_BROKERS"), ",")
-	dbURL := os.Getenv("DATABASE_URL")
-	if brokers[0] == "" || dbURL == "" {
-		fail(fmt.Errorf("set KAFKA_BROKERS and DATABASE_URL (make bench starts both)"))
-	}
+	brokers, dbURL := benchkit.Services("offsetbench", true)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 	defer pool.Close()
 	if err := offsetstore.Migrate(ctx, pool); err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
-	exec(ctx, pool, `DROP TABLE IF EXISTS offsetbench_rows; CREATE TABLE offsetbench_rows (id bytea, value bytea, part integer, off bigint)`)
-	defer exec(ctx, pool, `DROP TABLE IF EXISTS offsetbench_rows`)
+	benchkit.Exec(ctx, "offsetbench", pool, `DROP TABLE IF EXISTS offsetbench_rows; CREATE TABLE offsetbench_rows (id bytea, value bytea, part integer, off bigint)`)
+	defer benchkit.Exec(ctx, "offsetbench", pool, `DROP TABLE IF EXISTS offsetbench_rows`)
 
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
 	topic := fmt.Sprintf("offsetbench-%d", time.Now().UnixNano())
 	if _, err := adm.CreateTopic(ctx, 4, 1, nil, topic); err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 	defer func() { _, _ = adm.DeleteTopics(ctx, topic) }()
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 	for i := range *records {
 		prod.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "payload-%090d", i)}, nil)
 	}
 	if err := prod.Flush(ctx); err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 	prod.Close()
 
@@ -71,7 +66,7 @@ func main() {
 	rates := map[string][]float64{}
 	for run := range *runs {
 		for i, v := range variants {
-			exec(ctx, pool, `TRUNCATE offsetbench_rows`)
+			benchkit.Exec(ctx, "offsetbench", pool, `TRUNCATE offsetbench_rows`)
 			group := fmt.Sprintf("%s-%d-%d", topic, run, i)
 			start := time.Now()
 			if i == 0 {
@@ -84,10 +79,10 @@ func main() {
 			fmt.Fprintf(os.Stderr, "  run %d  %-40s %8.0f rows/s (%s)\n", run+1, v, float64(*records)/d.Seconds(), d.Round(time.Millisecond))
 		}
 	}
-	base := median(rates[variants[0]])
+	base := benchkit.Median(rates[variants[0]])
 	fmt.Printf("\n| consumer (%d records, COPY per batch) | rows/s (median of %d) | vs at-least-once |\n| --- | ---: | ---: |\n", *records, *runs)
 	for _, v := range variants {
-		fmt.Printf("| %s | %.0f | %.2fx |\n", v, median(rates[v]), median(rates[v])/base)
+		fmt.Printf("| %s | %.0f | %.2fx |\n", v, benchkit.Median(rates[v]), benchkit.Median(rates[v])/base)
 	}
 }
 
@@ -103,7 +98,7 @@ func copyRows(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 func rowCount(ctx context.Context, pool *pgxpool.Pool) int {
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM offsetbench_rows`).Scan(&n); err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 	return n
 }
@@ -112,7 +107,7 @@ func runner(ctx context.Context, brokers []string, pool *pgxpool.Pool, topic, gr
 	r, err := offsetstore.New(pool, copyRows, offsetstore.Brokers(brokers...), offsetstore.Group(group),
 		offsetstore.Topics(topic), offsetstore.MaxPollRecords(batch))
 	if err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
@@ -120,13 +115,13 @@ func runner(ctx context.Context, brokers []string, pool *pgxpool.Pool, topic, gr
 	for r.Stats().Records < int64(n) {
 		select {
 		case err := <-errc:
-			fail(fmt.Errorf("runner stopped: %v", err))
+			benchkit.Fail("offsetbench", fmt.Errorf("runner stopped: %v", err))
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	cancel()
 	if err := <-errc; err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 }
 
@@ -137,34 +132,17 @@ func autoCommitConsume(ctx context.Context, brokers []string, pool *pgxpool.Pool
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		fail(err)
+		benchkit.Fail("offsetbench", err)
 	}
 	defer cl.Close()
 	for done := 0; done < n; {
 		recs := cl.PollRecords(ctx, batch).Records()
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return copyRows(ctx, tx, recs) }); err != nil {
-			fail(err)
+			benchkit.Fail("offsetbench", err)
 		}
 		done += len(recs)
 	}
 	if got := rowCount(ctx, pool); got < n {
-		fail(fmt.Errorf("baseline wrote %d rows, want %d", got, n))
+		benchkit.Fail("offsetbench", fmt.Errorf("baseline wrote %d rows, want %d", got, n))
 	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "offsetbench:", err)
-	os.Exit(1)
-}
-
-func exec(ctx context.Context, pool *pgxpool.Pool, sql string) {
-	if _, err := pool.Exec(ctx, sql); err != nil {
-		fail(fmt.Errorf("%s: %w", sql, err))
-	}
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
