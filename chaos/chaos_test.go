@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
@@ -127,7 +128,11 @@ type runCtx struct {
 }
 
 func (r *runCtx) start(name string) *copier {
-	cmd := exec.Command(r.bin, append(r.args, "-instance", name)...)
+	args := append(append([]string{}, r.args...), "-instance", name)
+	if os.Getenv("EOS_CHAOS_VERBOSE") == "1" {
+		args = append(args, "-v")
+	}
+	cmd := exec.Command(r.bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("start copier: %v", err)
@@ -205,9 +210,13 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	})
 
+	stalled := func() string { return "" }
+	if path == "eos" {
+		stalled = func() string { return kafkaProgress(k, group, in, out, concurrent) }
+	}
 	faults := 0
 	for _, at := range []float64{0.2, 0.45, 0.7} {
-		waitFor(t, 3*time.Minute, fmt.Sprintf("%.0f%% progress", at*100), func() bool { return float64(progress()) >= at*float64(n) })
+		waitFor(t, 3*time.Minute, fmt.Sprintf("%.0f%% progress", at*100), stalled, func() bool { return float64(progress()) >= at*float64(n) })
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		if err := sc.inject(ctx, r); err != nil {
 			cancel()
@@ -216,7 +225,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		cancel()
 		faults++
 	}
-	waitFor(t, 5*time.Minute, "every record copied", func() bool { return progress() >= int64(n) })
+	waitFor(t, 5*time.Minute, "every record copied", stalled, func() bool { return progress() >= int64(n) })
 	time.Sleep(time.Second)
 	for _, c := range r.copiers {
 		c.signal(syscall.SIGCONT)
@@ -321,13 +330,49 @@ func (r *reader) prefixOf(final []*kgo.Record) error {
 	return nil
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitFor fails the test if cond stays false for timeout; stalled says
+// where the pipeline stands, so that a stall can be told apart from a slow
+// reader.
+func waitFor(t *testing.T, timeout time.Duration, what string, stalled func() string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			t.Fatalf("timed out after %s waiting for %s; %s", timeout, what, stalled())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// kafkaProgress reports, per partition, how far the group committed on the
+// input, and the output's high watermark and last stable offset, next to
+// what the concurrent reader saw.
+func kafkaProgress(k *integration.KafkaCluster, group, in, out string, r *reader) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(k.Client())
+	var b strings.Builder
+	committed, err := adm.FetchOffsets(ctx, group)
+	fmt.Fprintf(&b, "group %s committed on input:", group)
+	if err != nil {
+		fmt.Fprintf(&b, " (%v)", err)
+	}
+	committed.Each(func(o kadm.OffsetResponse) { fmt.Fprintf(&b, " p%d=%d", o.Partition, o.At) })
+	hwm, err1 := adm.ListEndOffsets(ctx, out)
+	lso, err2 := adm.ListCommittedOffsets(ctx, out)
+	fmt.Fprintf(&b, "; output hwm/lso:")
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintf(&b, " (%v)", err)
+	}
+	hwm.Each(func(o kadm.ListedOffset) {
+		l, _ := lso.Lookup(out, o.Partition)
+		fmt.Fprintf(&b, " p%d=%d/%d", o.Partition, o.Offset, l.Offset)
+	})
+	r.mu.Lock()
+	fmt.Fprintf(&b, "; concurrent reader saw:")
+	for p, recs := range r.seen {
+		fmt.Fprintf(&b, " p%d=%d", p, len(recs))
+	}
+	r.mu.Unlock()
+	return b.String()
 }

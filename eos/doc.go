@@ -50,8 +50,10 @@
 // visible to read_committed readers, and the input's offset is committed in
 // the same transaction; outputs of one input partition appear in input order
 // within each output partition. This holds across crashes of the processor
-// (its open transaction is aborted when a successor registers the same
-// transactional id, or when the transaction times out), rebalances (a batch
+// (a Processor registers its transactional id before it consumes, which
+// aborts the transaction a dead predecessor left open; its pending offset
+// commit would otherwise hold the group's partitions until the transaction
+// timeout), broker restarts, rebalances (a batch
 // that straddles a revocation is aborted and read again by the new owner),
 // and zombies (an instance that wakes after its successor started is fenced
 // and stops with [ErrFenced]).

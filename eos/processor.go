@@ -366,6 +366,27 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	// path below ends the one it began.
 	defer sess.Close()
 
+	// Claim the transactional id before consuming, as Kafka Streams'
+	// initTransactions does. A predecessor with this id (this process's
+	// previous session, or a process that died) may have left a
+	// transaction open whose abort never reached the broker; while it is
+	// open, its pending offset commits make the group's offset fetch
+	// answer UNSTABLE_OFFSET_COMMIT, so this session gets no records, and
+	// franz-go initialises the producer id only on a first produce: the
+	// partitions would stall until the broker times the transaction out.
+	// InitProducerID bumps the epoch, which aborts that transaction now
+	// and fences its owner.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case isFenced(err):
+			p.metrics.Fenced()
+			return fencedError("init producer id", err)
+		}
+		return &restartError{fmt.Errorf("init producer id: %w", err)}
+	}
+
 	rn := &runner{p: p, produce: sess.Produce, poisoned: map[coords]error{}}
 	for {
 		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
@@ -396,4 +399,113 @@ func TestProcessorSurvivesBrokerHardRestart(t *testing.T) {
 		}
 	}
 	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
+}
+
+// A predecessor with the processor's transactional id died (or lost the
+// broker) between committing offsets into its transaction and ending it: the
+// transaction stays open, and its pending offset commit makes the group's
+// offset fetch answer UNSTABLE_OFFSET_COMMIT. A processor that waits for
+// records before claiming its transactional id gets none, so it stalls until
+// the broker times the transaction out (5 minutes here). The processor must
+// instead abort it at once and copy everything; and since the pending commit
+// (offset 500 on partition 0) is aborted, not applied, nothing is lost.
+func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(2), k.NewTopic(2)
+	group := integration.UniqueName(t, "g")
+	const n = 2_000
+	inputs := k.Seed(in, n)
+	opts := processorOpts(k, group, in, "0")
+	txnID, err := eos.StableTransactionalID(group, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaveOpenTransactionWithOffsets(t, k, txnID, group, in, 500, 5*time.Minute)
+
+	progress := followCommitted(t, k, out)
+	p := startProcessor(t, copyHandler(out), opts...)
+	waitFor(t, time.Minute, "every input copied, well before the open transaction's 5-minute timeout", func() bool { return progress.n.Load() >= n })
+	if err := p.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
+	}
+	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
+}
+
+// leaveOpenTransactionWithOffsets does, with raw requests, what a producer
+// that dies mid-commit leaves behind: a transaction under txnID holding an
+// offset commit of offset for partition 0 of topic in, never ended.
+func leaveOpenTransactionWithOffsets(t *testing.T, k *integration.KafkaCluster, txnID, group, in string, offset int64, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The group must exist, with committed offsets, for the broker to
+	// report pending ones: plain commits of offset 0 create it and change
+	// nothing.
+	var start kadm.Offsets
+	start.AddOffset(in, 0, 0, -1)
+	start.AddOffset(in, 1, 0, -1)
+	if _, err := k.Admin.CommitOffsets(ctx, group, start); err != nil {
+		t.Fatalf("CommitOffsets: %v", err)
+	}
+	cl := k.Client()
+	initReq := kmsg.NewPtrInitProducerIDRequest()
+	initReq.TransactionalID = &txnID
+	initReq.TransactionTimeoutMillis = int32(timeout.Milliseconds())
+	initResp, err := initReq.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(initResp.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("InitProducerID: %v", err)
+	}
+	pid, epoch := initResp.ProducerID, initResp.ProducerEpoch
+
+	addReq := kmsg.NewPtrAddOffsetsToTxnRequest()
+	addReq.TransactionalID, addReq.ProducerID, addReq.ProducerEpoch, addReq.Group = txnID, pid, epoch, group
+	addResp, err := addReq.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(addResp.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("AddOffsetsToTxn: %v", err)
+	}
+
+	commitReq := kmsg.NewPtrTxnOffsetCommitRequest()
+	commitReq.TransactionalID, commitReq.Group, commitReq.ProducerID, commitReq.ProducerEpoch = txnID, group, pid, epoch
+	commitReq.Generation, commitReq.MemberID = -1, ""
+	details, err := k.Admin.ListTopics(ctx, in)
+	if err == nil {
+		err = details.Error()
+	}
+	if err != nil {
+		t.Fatalf("ListTopics: %v", err)
+	}
+	topic := kmsg.NewTxnOffsetCommitRequestTopic()
+	topic.Topic, topic.TopicID = in, details[in].ID // v6+ names topics by id
+	part := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	part.Partition, part.Offset = 0, offset
+	topic.Partitions = append(topic.Partitions, part)
+	commitReq.Topics = append(commitReq.Topics, topic)
+	commitResp, err := commitReq.RequestWith(ctx, cl)
+	if err == nil {
+		for _, tp := range commitResp.Topics {
+			for _, p := range tp.Partitions {
+				err = errors.Join(err, kerr.ErrorForCode(p.ErrorCode))
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("TxnOffsetCommit: %v", err)
+	}
+
+	// The broker now reports the offset as unstable: the state the
+	// processor must get out of.
+	fetched, err := k.Admin.FetchOffsets(kadm.RequireStable(ctx), group)
+	if err != nil {
+		t.Fatalf("FetchOffsets: %v", err)
+	}
+	if o, ok := fetched.Lookup(in, 0); !ok || !errors.Is(o.Err, kerr.UnstableOffsetCommit) {
+		t.Fatalf("the open transaction's offset commit is not pending: OffsetFetch answered %+v", fetched)
+	}
 }

@@ -8,7 +8,8 @@
 //
 // The database paths write one row per record (id, partition, offset) to
 // -table, which has no unique constraint, so a duplicate is a second row.
-// SIGTERM stops it cleanly. Exit status 3 means it was fenced (eos).
+// SIGTERM stops it cleanly. Exit status 3 means it was fenced (eos). -v logs
+// eoskit at debug and kgo at info level to stderr.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -25,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
@@ -42,12 +45,23 @@ func main() {
 	table := flag.String("table", "", "results table (database paths)")
 	instance := flag.String("instance", "0", "stable instance name (eos transactional id)")
 	session := flag.Duration("session-timeout", 6*time.Second, "group session timeout")
+	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	clientOpts := []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(*session / 4), kgo.RebalanceTimeout(*session)}
-	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, clientOpts)
+	logger := slog.New(slog.DiscardHandler)
+	if *verbose {
+		// The instance and pid tell apart the copiers that share the
+		// driver's stderr, including a zombie and its successor.
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).
+			With("copier", *instance, "pid", os.Getpid())
+		kgoLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).
+			With("copier", *instance, "pid", os.Getpid())
+		clientOpts = append(clientOpts, kgo.WithLogger(kslog.New(kgoLog)))
+	}
+	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, logger, clientOpts)
 	switch {
 	case errors.Is(err, eos.ErrFenced):
 		fmt.Fprintln(os.Stderr, "copier: fenced:", err)
@@ -58,7 +72,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, clientOpts []kgo.Opt) error {
+func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, logger *slog.Logger, clientOpts []kgo.Opt) error {
 	if path == "eos" {
 		txnID, err := eos.StableTransactionalID(group, instance)
 		if err != nil {
@@ -67,7 +81,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			return []*kgo.Record{{Topic: out, Key: r.Key, Value: integration.CopyValue(r)}}, nil
 		}, eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
-			eos.CommitInterval(200*time.Millisecond), eos.MaxRecordsPerCommit(750), eos.ClientOptions(clientOpts...))
+			eos.CommitInterval(200*time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Logger(logger), eos.ClientOptions(clientOpts...))
 		if err != nil {
 			return err
 		}
@@ -90,7 +104,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			}
 			return nil
 		}, offsetstore.Brokers(brokers...), offsetstore.Group(group), offsetstore.Topics(in),
-			offsetstore.MaxPollRecords(750), offsetstore.ClientOptions(clientOpts...))
+			offsetstore.MaxPollRecords(750), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))
 		if err != nil {
 			return err
 		}
@@ -107,7 +121,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			_, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset)
 			return err
 		}, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(in), dedup.ID(dedup.KeyID()),
-			dedup.MaxPollRecords(750), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
+			dedup.MaxPollRecords(750), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
 		if err != nil {
 			return err
 		}
