@@ -1,14 +1,17 @@
 package chaos_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
@@ -103,7 +107,8 @@ func TestChaos(t *testing.T) {
 			})
 		}
 	}
-	table := "| path | scenario | faults injected | records | verifier | time |\n| --- | --- | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
+	table := "| path | scenario | faults injected | records | copier processes | fenced zombies | hanging transactions aborted | aborted records in the log | verifier | time |\n" +
+		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
 	t.Log("\n" + table)
 	if out := os.Getenv("EOS_CHAOS_TABLE"); out != "" {
 		_ = os.WriteFile(out, []byte(table+"\n"), 0o644)
@@ -114,6 +119,7 @@ type copier struct {
 	name string
 	cmd  *exec.Cmd
 	done chan struct{}
+	exit int // once done is closed: the exit code, or -1 when a signal ended it
 }
 
 func (c *copier) signal(s syscall.Signal) { _ = c.cmd.Process.Signal(s) }
@@ -124,7 +130,26 @@ type runCtx struct {
 	bin     string
 	args    []string
 	broker  *integration.LocalBroker
-	copiers []*copier
+	copiers []*copier    // the live ones
+	all     []*copier    // every copier started, for the exit count
+	hanging atomic.Int64 // hanging transactions the copiers aborted
+}
+
+// exits counts how the copiers ended: fenced (status 3, an eos zombie told
+// so by the broker), failed (any other status but 0: a fault the copier
+// did not survive) and stopped (0, or a signal).
+func (r *runCtx) exits() (fenced, failed int) {
+	for _, c := range r.all {
+		<-c.done
+		switch c.exit {
+		case 3:
+			fenced++
+		case 0, -1:
+		default:
+			failed++
+		}
+	}
+	return fenced, failed
 }
 
 func (r *runCtx) start(name string) *copier {
@@ -133,12 +158,35 @@ func (r *runCtx) start(name string) *copier {
 		args = append(args, "-v")
 	}
 	cmd := exec.Command(r.bin, args...)
-	cmd.Stderr = os.Stderr
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		r.t.Fatalf("copier stderr: %v", err)
+	}
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("start copier: %v", err)
 	}
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		// Passed through, and counted where it reports a repair.
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.Contains(line, "aborted a hanging transaction") {
+				r.hanging.Add(1)
+			}
+			fmt.Fprintln(os.Stderr, line)
+		}
+	}()
 	c := &copier{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(c.done) }()
+	go func() {
+		<-logged // Wait closes the pipe: read it to the end first
+		_ = cmd.Wait()
+		c.exit = cmd.ProcessState.ExitCode()
+		close(c.done)
+	}()
+	r.all = append(r.all, c)
 	return c
 }
 
@@ -201,7 +249,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	}
 
 	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker}
-	r.copiers = []*copier{r.start("0"), r.start("1")}
+	r.copiers = []*copier{r.start("0"), r.start("1"), r.start("2")}
 	t.Cleanup(func() {
 		for _, c := range r.copiers {
 			c.signal(syscall.SIGCONT)
@@ -239,7 +287,12 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	}
 
+	fenced, failed := r.exits()
+	if failed > 0 {
+		t.Errorf("%d copier(s) exited with an error: a fault they did not survive (their stderr is above)", failed)
+	}
 	var rep integration.Report
+	aborted := "-"
 	if path == "eos" {
 		rep = k.CheckTopic(inputs, out, 2*time.Minute)
 		concurrent.stop()
@@ -247,13 +300,14 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		if err := concurrent.prefixOf(final); err != nil {
 			t.Errorf("concurrent read_committed read: %v", err)
 		}
+		aborted = fmt.Sprint(len(integration.AbortedPositions(k.ReadRaw(out, 2*time.Minute))))
 	} else {
 		rep = verifyRows(t, pool, inputs)
 	}
 	if err := rep.Err(); err != nil {
 		t.Error(err)
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d | %s | %s |", path, sc.name, faults, n, rep.String(), time.Since(start).Round(time.Second))
+	return fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s |", path, sc.name, faults, n, len(r.all), fenced, r.hanging.Load(), aborted, rep.String(), time.Since(start).Round(time.Second))
 }
 
 func migrateOffsetstore(pool *pgxpool.Pool) error {
@@ -278,13 +332,22 @@ type reader struct {
 }
 
 func follow(t *testing.T, k *integration.KafkaCluster, topic string) *reader {
-	cl := k.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	opts := []kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted())}
+	if os.Getenv("EOS_CHAOS_VERBOSE") == "1" {
+		opts = append(opts, kgo.WithLogger(kslog.New(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("reader", topic))))
+	}
+	cl := k.Client(opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &reader{seen: map[int32][]*kgo.Record{}, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		for ctx.Err() == nil {
 			f := cl.PollFetches(ctx)
+			f.EachError(func(topic string, p int32, err error) {
+				if ctx.Err() == nil {
+					t.Logf("concurrent reader: fetch error on %s[%d]: %v", topic, p, err)
+				}
+			})
 			r.mu.Lock()
 			f.EachRecord(func(rec *kgo.Record) {
 				r.seen[rec.Partition] = append(r.seen[rec.Partition], rec)
@@ -369,9 +432,9 @@ func kafkaProgress(k *integration.KafkaCluster, group, in, out string, r *reader
 		fmt.Fprintf(&b, " p%d=%d/%d", o.Partition, o.Offset, l.Offset)
 	})
 	r.mu.Lock()
-	fmt.Fprintf(&b, "; concurrent reader saw:")
+	fmt.Fprintf(&b, "; concurrent reader saw (records, last offset):")
 	for p, recs := range r.seen {
-		fmt.Fprintf(&b, " p%d=%d", p, len(recs))
+		fmt.Fprintf(&b, " p%d=%d,%d", p, len(recs), recs[len(recs)-1].Offset)
 	}
 	r.mu.Unlock()
 	return b.String()

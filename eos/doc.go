@@ -53,7 +53,9 @@
 // (a Processor registers its transactional id before it consumes, which
 // aborts the transaction a dead predecessor left open; its pending offset
 // commit would otherwise hold the group's partitions until the transaction
-// timeout), broker restarts, rebalances (a batch
+// timeout), broker restarts (the processor also aborts the hanging
+// transactions Kafka may leave behind after one, see
+// [HangingTransactionCheck]), rebalances (a batch
 // that straddles a revocation is aborted and read again by the new owner),
 // and zombies (an instance that wakes after its successor started is fenced
 // and stops with [ErrFenced]).

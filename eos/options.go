@@ -23,6 +23,7 @@ type config struct {
 	commitInterval time.Duration
 	maxRecords     int
 	onError        ErrorPolicy
+	hangCheck      time.Duration
 	logger         *slog.Logger
 	metrics        Metrics
 	clientOpts     []kgo.Opt
@@ -38,6 +39,7 @@ func newConfig(opts []Option) *config {
 		commitInterval: 100 * time.Millisecond,
 		maxRecords:     1000,
 		onError:        Stop(),
+		hangCheck:      10 * time.Second,
 		logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		metrics:        nopMetrics{},
 		set:            map[string]bool{},
@@ -132,6 +134,37 @@ func MaxRecordsPerCommit(n int) Option {
 // error (or panics). Default: [Stop].
 func OnHandlerError(p ErrorPolicy) Option {
 	return func(c *config) { c.onError = p; c.mark("OnHandlerError") }
+}
+
+// HangingTransactionCheck sets how often an exactly-once [Processor] looks
+// for hanging transactions, and aborts them, in the partition of
+// __consumer_offsets that holds its group's offsets and in the partitions
+// it wrote to. Default: 10s; 0 turns the check off.
+//
+// A transaction hangs when a partition holds it open while its
+// transaction coordinator has moved on (KIP-664), so that no marker will
+// ever close it. Apache Kafka 4.4 leaves such transactions behind after a
+// broker restart (the chaos suite finds them in about half its broker
+// bounces). In __consumer_offsets one holds a pending offset commit, and
+// the group's partitions with one are then never consumed again (their
+// offset fetch answers UNSTABLE_OFFSET_COMMIT for good); in an output
+// partition it holds the last stable offset back, and read_committed
+// readers see nothing past it. The check aborts only a transaction that
+// the partition still holds open after its coordinator was seen to have
+// finished it (or, when this client may not see the coordinator's state,
+// that is older than the broker's default 15-minute maximum transaction
+// timeout): the marker kafka-transactions.sh abort writes. Aborting loses
+// nothing the coordinator had not already given up: an aborted offset
+// commit's records are read and processed again, and an aborted output was
+// never visible.
+//
+// It needs, besides what the processor needs anyway, Describe on the
+// transactional ids of the group's other instances, Read on
+// __consumer_offsets and the output topics (DescribeProducers) and
+// ClusterAction (WriteTxnMarkers). A broker that refuses them turns the
+// check off with one warning. It applies only under [ExactlyOnce].
+func HangingTransactionCheck(interval time.Duration) Option {
+	return func(c *config) { c.hangCheck = interval; c.mark("HangingTransactionCheck") }
 }
 
 // Logger sets the logger. Default: discard. eos logs transaction outcomes,

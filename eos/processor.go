@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/loop"
@@ -44,17 +45,21 @@ type Processor struct {
 	// committed counts commits, so that Run can tell a session that made
 	// progress from one that failed at once.
 	committed atomic.Int64
+	// written holds the partitions the processor produced to, where the
+	// hanging-transaction check looks besides the group's offsets.
+	written partitionSet
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
 // [Brokers], [Group], [InputTopics], and, for ExactlyOnce, [TransactionalID].
 // Optional: [WithSemantics], [CommitInterval], [MaxRecordsPerCommit],
-// [OnHandlerError], [Logger], [WithMetrics], [ClientOptions].
+// [OnHandlerError], [HangingTransactionCheck], [Logger], [WithMetrics],
+// [ClientOptions].
 func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	c := newConfig(opts)
 	if err := c.rejectUnless("NewProcessor", "Brokers", "TransactionalID", "WithSemantics", "Group",
 		"InputTopics", "CommitInterval", "MaxRecordsPerCommit", "OnHandlerError", "Logger",
-		"WithMetrics", "ClientOptions"); err != nil {
+		"WithMetrics", "ClientOptions", "HangingTransactionCheck"); err != nil {
 		return nil, err
 	}
 	if err := c.validateProcessor(handler); err != nil {
@@ -95,6 +100,10 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("CommitInterval", "must be positive")
 	case c.maxRecords <= 0:
 		return fail("MaxRecordsPerCommit", "must be positive")
+	case c.hangCheck < 0:
+		return fail("HangingTransactionCheck", "must not be negative (0 turns the check off)")
+	case c.semantics != ExactlyOnce && c.set["HangingTransactionCheck"]:
+		return fail("HangingTransactionCheck", "only exactly-once commits offsets in transactions; this semantics has none to hang")
 	case c.onError.kind == policyDeadLetter && c.onError.topic == "":
 		return fail("OnHandlerError", "DeadLetter needs a topic")
 	case c.onError.kind == policyRetry && c.onError.backoff < 0:
@@ -157,9 +166,40 @@ func (p *Processor) Run(ctx context.Context) error {
 }
 
 // maxSessionRestarts bounds the restarts in a row, without a commit in
-// between, before Run gives up: with the doubling backoff (1 s up to 30 s)
-// that rides out about four minutes of broker outage.
+// between, before Run gives up. Each new session first retries its
+// producer id for up to claimPatience, so with the doubling backoff between
+// sessions (1 s up to 30 s) this rides out over ten minutes of broker
+// outage.
 const maxSessionRestarts = 10
+
+// claimPatience is how long a new session retries registering its
+// transactional id before it gives up and restarts: longer than a broker
+// restart, so that a bounce costs no more than the bounce itself.
+const claimPatience = time.Minute
+
+// claimTransactionalID initialises cl's producer id, retrying in place
+// (100 ms doubling to 1 s) while the broker cannot answer. It returns nil
+// once registered or when ctx ends; ErrFenced when a newer instance holds
+// the id; a *restartError after claimPatience.
+func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) error {
+	deadline := time.Now().Add(claimPatience)
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		_, _, err := cl.ProducerID(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case isFenced(err):
+			p.metrics.Fenced()
+			return fencedError("init producer id", err)
+		case time.Now().After(deadline):
+			return &restartError{fmt.Errorf("init producer id: %w", err)}
+		}
+		p.logger.Warn("eos: registering the transactional id failed; retrying", "err", err, "backoff", backoff)
+		if !loop.Sleep(ctx, backoff) {
+			return nil
+		}
+	}
+}
 
 // restartError asks Run to start over with a new client.
 type restartError struct{ err error }
@@ -376,18 +416,30 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	// partitions would stall until the broker times the transaction out.
 	// InitProducerID bumps the epoch, which aborts that transaction now
 	// and fences its owner.
-	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case isFenced(err):
-			p.metrics.Fenced()
-			return fencedError("init producer id", err)
-		}
-		return &restartError{fmt.Errorf("init producer id: %w", err)}
+	if err := p.claimTransactionalID(ctx, sess.Client()); err != nil || ctx.Err() != nil {
+		return err
+	}
+	if p.cfg.hangCheck > 0 {
+		sweepCtx, stopSweep := context.WithCancel(ctx)
+		swept := make(chan struct{})
+		go func() {
+			defer close(swept)
+			newHangSweeper(kadm.NewClient(sess.Client()), p.cfg.group, &p.written, p.logger).run(sweepCtx, p.cfg.hangCheck)
+		}()
+		// Runs before the deferred Close: the sweeper uses the session's
+		// client.
+		defer func() { stopSweep(); <-swept }()
 	}
 
-	rn := &runner{p: p, produce: sess.Produce, poisoned: map[coords]error{}}
+	produce := func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+		sess.Produce(ctx, r, func(r *kgo.Record, err error) {
+			if err == nil && p.cfg.hangCheck > 0 {
+				p.written.add(r.Topic, r.Partition)
+			}
+			promise(r, err)
+		})
+	}
+	rn := &runner{p: p, produce: produce, poisoned: map[coords]error{}}
 	for {
 		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)
 		if stop {

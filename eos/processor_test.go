@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
@@ -432,80 +429,38 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
 }
 
-// leaveOpenTransactionWithOffsets does, with raw requests, what a producer
-// that dies mid-commit leaves behind: a transaction under txnID holding an
-// offset commit of offset for partition 0 of topic in, never ended.
-func leaveOpenTransactionWithOffsets(t *testing.T, k *integration.KafkaCluster, txnID, group, in string, offset int64, timeout time.Duration) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	// The group must exist, with committed offsets, for the broker to
-	// report pending ones: plain commits of offset 0 create it and change
-	// nothing.
-	var start kadm.Offsets
-	start.AddOffset(in, 0, 0, -1)
-	start.AddOffset(in, 1, 0, -1)
-	if _, err := k.Admin.CommitOffsets(ctx, group, start); err != nil {
-		t.Fatalf("CommitOffsets: %v", err)
-	}
-	cl := k.Client()
-	initReq := kmsg.NewPtrInitProducerIDRequest()
-	initReq.TransactionalID = &txnID
-	initReq.TransactionTimeoutMillis = int32(timeout.Milliseconds())
-	initResp, err := initReq.RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(initResp.ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("InitProducerID: %v", err)
-	}
-	pid, epoch := initResp.ProducerID, initResp.ProducerEpoch
+// A transaction hangs in the group's offsets partition (KIP-664), as Kafka
+// 4.4 leaves one after a broker bounce: its pending offset commit (offset
+// 500 on partition 0) will never be closed by a marker. (The test builds
+// the state on a private broker, see leaveHangingTransaction.) First a processor
+// with the hanging-transaction check off runs for 15 s and copies nothing:
+// the fault is real and does not heal. Then one with the check on must
+// abort the transaction and copy everything; the aborted commit is not
+// applied, so nothing is lost.
+func TestProcessorAbortsHangingTransactionOfItsGroup(t *testing.T) {
+	t.Parallel()
+	b := integration.StartLocalBroker(t)
+	k := b.KafkaCluster
+	in, out := k.NewTopic(2), k.NewTopic(2)
+	group := integration.UniqueName(t, "g")
+	const n = 2_000
+	inputs := k.Seed(in, n)
+	leaveHangingTransaction(t, b, group+"-crashed", group, in, 500)
+	progress := followCommitted(t, k, out)
 
-	addReq := kmsg.NewPtrAddOffsetsToTxnRequest()
-	addReq.TransactionalID, addReq.ProducerID, addReq.ProducerEpoch, addReq.Group = txnID, pid, epoch, group
-	addResp, err := addReq.RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(addResp.ErrorCode)
+	unchecked := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), eos.HangingTransactionCheck(0))...)
+	time.Sleep(15 * time.Second)
+	if err := unchecked.stop(t); err != nil {
+		t.Fatalf("processor without the check stopped with %v", err)
 	}
-	if err != nil {
-		t.Fatalf("AddOffsetsToTxn: %v", err)
+	if got := progress.n.Load(); got != 0 {
+		t.Fatalf("without the check %d records were copied; the hanging transaction should have blocked them all", got)
 	}
 
-	commitReq := kmsg.NewPtrTxnOffsetCommitRequest()
-	commitReq.TransactionalID, commitReq.Group, commitReq.ProducerID, commitReq.ProducerEpoch = txnID, group, pid, epoch
-	commitReq.Generation, commitReq.MemberID = -1, ""
-	details, err := k.Admin.ListTopics(ctx, in)
-	if err == nil {
-		err = details.Error()
+	checked := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), eos.HangingTransactionCheck(time.Second))...)
+	waitFor(t, time.Minute, "every input copied once the hanging transaction is aborted", func() bool { return progress.n.Load() >= n })
+	if err := checked.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
 	}
-	if err != nil {
-		t.Fatalf("ListTopics: %v", err)
-	}
-	topic := kmsg.NewTxnOffsetCommitRequestTopic()
-	topic.Topic, topic.TopicID = in, details[in].ID // v6+ names topics by id
-	part := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-	part.Partition, part.Offset = 0, offset
-	topic.Partitions = append(topic.Partitions, part)
-	commitReq.Topics = append(commitReq.Topics, topic)
-	commitResp, err := commitReq.RequestWith(ctx, cl)
-	if err == nil {
-		for _, tp := range commitResp.Topics {
-			for _, p := range tp.Partitions {
-				err = errors.Join(err, kerr.ErrorForCode(p.ErrorCode))
-			}
-		}
-	}
-	if err != nil {
-		t.Fatalf("TxnOffsetCommit: %v", err)
-	}
-
-	// The broker now reports the offset as unstable: the state the
-	// processor must get out of.
-	fetched, err := k.Admin.FetchOffsets(kadm.RequireStable(ctx), group)
-	if err != nil {
-		t.Fatalf("FetchOffsets: %v", err)
-	}
-	if o, ok := fetched.Lookup(in, 0); !ok || !errors.Is(o.Err, kerr.UnstableOffsetCommit) {
-		t.Fatalf("the open transaction's offset commit is not pending: OffsetFetch answered %+v", fetched)
-	}
+	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
 }

@@ -41,6 +41,9 @@ func StartLocalBroker(tb testing.TB) *LocalBroker {
 	}
 	b := &LocalBroker{script: script, stateDir: tb.TempDir()}
 	tb.Cleanup(func() {
+		if keep := os.Getenv(KeepFailedBrokerEnv); keep != "" && tb.Failed() {
+			b.keep(tb, keep)
+		}
 		if _, err := b.run(context.Background(), "clean"); err != nil {
 			tb.Logf("integration: clean private broker: %v", err)
 		}
@@ -55,6 +58,25 @@ func StartLocalBroker(tb testing.TB) *LocalBroker {
 	}
 	b.KafkaCluster = newKafkaCluster(tb, strings.Split(brokers, ","))
 	return b
+}
+
+// KeepFailedBrokerEnv names a folder: when a test with a private broker
+// fails, the broker's data and logs are copied there (under the test's
+// name), so that its log segments and server.log can be examined.
+const KeepFailedBrokerEnv = "EOS_KEEP_FAILED_BROKER"
+
+func (b *LocalBroker) keep(tb testing.TB, dir string) {
+	dest := filepath.Join(dir, strings.NewReplacer("/", "_").Replace(tb.Name())+"-"+time.Now().Format("150405"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.Stop(ctx); err != nil {
+		tb.Logf("integration: stop private broker before keeping it: %v", err)
+	}
+	if err := os.CopyFS(dest, os.DirFS(b.stateDir)); err != nil {
+		tb.Logf("integration: keep private broker: %v", err)
+		return
+	}
+	tb.Logf("integration: kept the failed test's broker data and logs in %s", dest)
 }
 
 // Stop shuts the broker down cleanly (SIGTERM) and waits until it is gone.

@@ -8,8 +8,9 @@
 //
 // The database paths write one row per record (id, partition, offset) to
 // -table, which has no unique constraint, so a duplicate is a second row.
-// SIGTERM stops it cleanly. Exit status 3 means it was fenced (eos). -v logs
-// eoskit at debug and kgo at info level to stderr.
+// SIGTERM stops it cleanly. Exit status 3 means it was fenced (eos). It logs
+// eoskit's warnings to stderr; -v logs eoskit at debug and kgo at info
+// level.
 package main
 
 import (
@@ -51,7 +52,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	clientOpts := []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(*session / 4), kgo.RebalanceTimeout(*session)}
-	logger := slog.New(slog.DiscardHandler)
+	// Warnings always reach stderr: the chaos suite counts what they
+	// report (hanging transactions aborted, say).
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
+		With("copier", *instance, "pid", os.Getpid())
 	if *verbose {
 		// The instance and pid tell apart the copiers that share the
 		// driver's stderr, including a zombie and its successor.

@@ -1,0 +1,179 @@
+package eos_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/eoskit/eoskit/integration"
+)
+
+// These helpers build, with raw requests, the broker states that a crash
+// or a broker bounce leaves behind, so that a test can put a processor in
+// front of them.
+
+// leaveOpenTransactionWithOffsets leaves what a producer that dies
+// mid-commit leaves: a transaction under txnID holding an offset commit of
+// offset for partition 0 of topic in, never ended.
+func leaveOpenTransactionWithOffsets(t *testing.T, k *integration.KafkaCluster, txnID, group, in string, offset int64, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	createGroupAtStart(ctx, t, k, group, in)
+	cl := k.Client()
+	pid, epoch := initProducerID(ctx, t, cl, txnID, timeout)
+	addReq := kmsg.NewPtrAddOffsetsToTxnRequest()
+	addReq.TransactionalID, addReq.ProducerID, addReq.ProducerEpoch, addReq.Group = txnID, pid, epoch, group
+	addResp, err := addReq.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(addResp.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("AddOffsetsToTxn: %v", err)
+	}
+	txnOffsetCommit(ctx, t, k, cl, txnID, pid, epoch, group, in, offset)
+	requireUnstable(ctx, t, k, group, in)
+}
+
+// leaveHangingTransaction leaves a transaction that hangs (KIP-664) in the
+// group's offsets partition, as Kafka 4.4 leaves one after a broker bounce:
+// the partition holds txnID's offset commit of offset for partition 0 of
+// topic in open, while the transaction coordinator has moved on (Empty, at
+// a later epoch) and will never send the marker that closes it. To get
+// there without a bounce, the broker's transaction verification (KIP-890)
+// is turned off and the offset commit is sent at a pre-KIP-890 version
+// without AddOffsetsToTxn, so the coordinator never learns of the
+// partition; a second InitProducerID then ends the transaction everywhere
+// else. The config change is cluster-wide: use a private broker.
+func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, group, in string, offset int64) {
+	t.Helper()
+	k := b.KafkaCluster
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	createGroupAtStart(ctx, t, k, group, in)
+	resp, err := k.Admin.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "transaction.partition.verification.enable", Value: kadm.StringPtr("false")}})
+	if err == nil {
+		for _, r := range resp {
+			err = errors.Join(err, r.Err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("turn transaction verification off: %v", err)
+	}
+	cl := k.Client(kgo.MaxVersions(kversion.V3_5_0()))
+	for attempt := 0; ; attempt++ {
+		// The config change reaches the broker through its metadata log.
+		pid, epoch := initProducerID(ctx, t, cl, txnID, time.Minute)
+		err := tryTxnOffsetCommit(ctx, k, cl, txnID, pid, epoch, group, in, offset)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, kerr.InvalidTxnState) || attempt == 50 {
+			t.Fatalf("TxnOffsetCommit without AddOffsetsToTxn: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	initProducerID(ctx, t, cl, txnID, time.Minute)
+	described, err := k.Admin.DescribeTransactions(ctx, txnID)
+	if err != nil {
+		t.Fatalf("DescribeTransactions: %v", err)
+	}
+	if d := described[txnID]; d.State == "Ongoing" {
+		t.Fatalf("the transaction is %s at the coordinator, not finished: it would not hang", d.State)
+	}
+	requireUnstable(ctx, t, k, group, in)
+}
+
+// createGroupAtStart commits offset 0 for every partition of topic: the
+// group must exist, with committed offsets, for the broker to report
+// pending ones, and offset 0 changes nothing.
+func createGroupAtStart(ctx context.Context, t *testing.T, k *integration.KafkaCluster, group, topic string) {
+	t.Helper()
+	ends, err := k.Admin.ListStartOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("ListStartOffsets: %v", err)
+	}
+	if _, err := k.Admin.CommitOffsets(ctx, group, ends.Offsets()); err != nil {
+		t.Fatalf("CommitOffsets: %v", err)
+	}
+}
+
+// initProducerID registers txnID, retrying while the coordinator is still
+// finishing what came before.
+func initProducerID(ctx context.Context, t *testing.T, cl *kgo.Client, txnID string, timeout time.Duration) (int64, int16) {
+	t.Helper()
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.TransactionalID = &txnID
+	req.TransactionTimeoutMillis = int32(timeout.Milliseconds())
+	for {
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		switch {
+		case err == nil:
+			return resp.ProducerID, resp.ProducerEpoch
+		case errors.Is(err, kerr.ConcurrentTransactions) || errors.Is(err, kerr.CoordinatorLoadInProgress):
+			time.Sleep(50 * time.Millisecond)
+		default:
+			t.Fatalf("InitProducerID: %v", err)
+		}
+	}
+}
+
+// txnOffsetCommit commits offset for partition 0 of topic in the open
+// transaction of pid and epoch.
+func txnOffsetCommit(ctx context.Context, t *testing.T, k *integration.KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) {
+	t.Helper()
+	if err := tryTxnOffsetCommit(ctx, k, cl, txnID, pid, epoch, group, topic, offset); err != nil {
+		t.Fatalf("TxnOffsetCommit: %v", err)
+	}
+}
+
+func tryTxnOffsetCommit(ctx context.Context, k *integration.KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) error {
+	details, err := k.Admin.ListTopics(ctx, topic)
+	if err == nil {
+		err = details.Error()
+	}
+	if err != nil {
+		return err
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, group, pid, epoch
+	req.Generation, req.MemberID = -1, ""
+	rt := kmsg.NewTxnOffsetCommitRequestTopic()
+	rt.Topic, rt.TopicID = topic, details[topic].ID // v6+ names topics by id
+	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		for _, tp := range resp.Topics {
+			for _, p := range tp.Partitions {
+				err = errors.Join(err, kerr.ErrorForCode(p.ErrorCode))
+			}
+		}
+	}
+	return err
+}
+
+// requireUnstable fails t unless the group's offset for partition 0 of
+// topic is pending: the state the processor must get out of.
+func requireUnstable(ctx context.Context, t *testing.T, k *integration.KafkaCluster, group, topic string) {
+	t.Helper()
+	fetched, err := k.Admin.FetchOffsets(kadm.RequireStable(ctx), group)
+	if err != nil {
+		t.Fatalf("FetchOffsets: %v", err)
+	}
+	if o, ok := fetched.Lookup(topic, 0); !ok || !errors.Is(o.Err, kerr.UnstableOffsetCommit) {
+		t.Fatalf("the offset commit is not pending: OffsetFetch answered %+v", fetched)
+	}
+}
