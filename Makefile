@@ -35,10 +35,12 @@ chaos:
 	@scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 80m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
 
 # Measures each guarantee against its baseline on the local broker and
-# PostgreSQL, and prints markdown tables: eos.Processor against an
-# at-least-once loop and a raw franz-go GroupTransactSession; offsetstore
-# against an auto-committing consumer; dedup against the same consumer
-# without the claim, and the claim cost as the ids table grows to 10 million.
+# PostgreSQL and prints one markdown table (throughput, p50/p99 latency,
+# peak heap, each as a ratio to the path's at-least-once baseline):
+# eos.Processor against an at-least-once loop and a raw franz-go
+# GroupTransactSession, offsetstore against an auto-committing consumer,
+# dedup against the same consumer without the claim; then dedup's claim
+# cost as the ids table grows to 10 million. Takes about 15 minutes.
 bench:
-	@scripts/with-services.sh bash -c 'go run ./internal/cmd/eosbench && go run ./internal/cmd/offsetbench && go run ./internal/cmd/dedupbench'
+	@scripts/with-services.sh go run ./internal/cmd/bench
 

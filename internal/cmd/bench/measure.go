@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/dedup"
+)
+
+type bench struct {
+	brokers []string
+	pool    *pgxpool.Pool
+	adm     *kadm.Client
+	runs    int
+}
+
+// env is one run's fresh input topic, and output topic on the eos path.
+type env struct {
+	brokers []string
+	pool    *pgxpool.Pool
+	in, out string
+	group   string
+}
+
+// running is a consumer under test, started on env.in: progress counts
+// the records whose results are visible (read_committed output, or
+// committed rows), and wait returns what it returned once ctx ended.
+type running struct {
+	progress func() int64
+	wait     func() error
+}
+
+type variant struct {
+	name  string
+	start func(ctx context.Context, e *env) (running, error)
+}
+
+// path is one of eoskit's exactly-once paths with its baselines.
+type path struct {
+	name       string
+	records    int
+	partitions int
+	output     bool      // it writes to an output topic (else to the results table)
+	stamp      bool      // inputs carry dedup's id header
+	physical   bool      // also measure the broker's physical reference
+	variants   []variant // variants[0] is the at-least-once baseline
+}
+
+// row is one line of the report.
+type row struct {
+	path, variant string
+	size, records int
+	rates         []float64
+	heap          uint64        // peak bytes in use; 0 when not measured
+	p50, p99      time.Duration // 0 when not measured
+}
+
+// Physical reference rows, measured on the eos path's seeding.
+const (
+	physProducer = "physical: idempotent producer"
+	physConsumer = "physical: plain consumer"
+)
+
+func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
+	fmt.Fprintf(os.Stderr, "%s: %d records of %d B, %d partitions\n", p.name, p.records, size, p.partitions)
+	rows := make([]row, len(p.variants))
+	for i, v := range p.variants {
+		rows[i] = row{path: p.name, variant: v.name, size: size, records: p.records}
+	}
+	var prodRates, consRates []float64
+	for r := range b.runs {
+		// Variants take turns within each round, so that drift in the
+		// machine's load spreads over all of them.
+		for i, v := range p.variants {
+			e, err := b.newEnv(ctx, p, fmt.Sprintf("%d-%d", r, i))
+			if err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			if err := seed(ctx, b.brokers, e.in, p.records, size, p.stamp); err != nil {
+				return nil, err
+			}
+			prodRates = append(prodRates, float64(p.records)/time.Since(start).Seconds())
+			if p.physical && i == 0 {
+				d, err := consumeAll(ctx, b.brokers, e.in, p.records)
+				if err != nil {
+					return nil, err
+				}
+				consRates = append(consRates, float64(p.records)/d.Seconds())
+			}
+			d, peak, err := throughputRun(ctx, v, e, p.records)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", v.name, err)
+			}
+			rate := float64(p.records) / d.Seconds()
+			rows[i].rates = append(rows[i].rates, rate)
+			rows[i].heap = max(rows[i].heap, peak)
+			fmt.Fprintf(os.Stderr, "  run %d  %-40s %10.0f records/s  (%s)\n", r+1, v.name, rate, d.Round(time.Millisecond))
+			b.dropEnv(ctx, e)
+		}
+	}
+	for i, v := range p.variants {
+		e, err := b.newEnv(ctx, p, fmt.Sprintf("lat-%d", i))
+		if err != nil {
+			return nil, err
+		}
+		lat, err := latencyRun(ctx, v, e, p, size)
+		if err != nil {
+			return nil, fmt.Errorf("%s latency: %w", v.name, err)
+		}
+		rows[i].p50, rows[i].p99 = lat[len(lat)/2], lat[len(lat)*99/100]
+		fmt.Fprintf(os.Stderr, "  latency  %-40s p50 %s  p99 %s\n", v.name, rows[i].p50, rows[i].p99)
+		b.dropEnv(ctx, e)
+	}
+	if !p.physical {
+		return rows, nil
+	}
+	phys := []row{
+		{path: p.name, variant: physProducer, size: size, records: p.records, rates: prodRates},
+		{path: p.name, variant: physConsumer, size: size, records: p.records, rates: consRates},
+	}
+	// The baseline stays first: the table computes ratios against it.
+	return append(rows[:1], append(phys, rows[1:]...)...), nil
+}
+
+func (b *bench) newEnv(ctx context.Context, p path, suffix string) (*env, error) {
+	e := &env{brokers: b.brokers, pool: b.pool, group: fmt.Sprintf("bench-%s-%d-%s", p.name, time.Now().UnixNano(), suffix)}
+	e.in = e.group + "-in"
+	topics := []string{e.in}
+	if p.output {
+		e.out = e.group + "-out"
+		topics = append(topics, e.out)
+	}
+	resp, err := b.adm.CreateTopics(ctx, int32(p.partitions), 1, nil, topics...)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !p.output {
+		if _, err := b.pool.Exec(ctx, `TRUNCATE `+rowsTable+`, `+idsTable); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (b *bench) dropEnv(ctx context.Context, e *env) {
+	topics := []string{e.in}
+	if e.out != "" {
+		topics = append(topics, e.out)
+	}
+	_, _ = b.adm.DeleteTopics(ctx, topics...)
+}
+
+// throughputRun starts v and returns how long until all n results were
+// visible, and the peak heap in use meanwhile.
+func throughputRun(ctx context.Context, v variant, e *env, n int) (time.Duration, uint64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runtime.GC()
+	var peak atomic.Uint64
+	sample := func() {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if ms.HeapInuse > peak.Load() {
+			peak.Store(ms.HeapInuse)
+		}
+	}
+	stopSampling := make(chan struct{})
+	defer close(stopSampling)
+	go func() {
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(100 * time.Millisecond):
+				sample()
+			}
+		}
+	}()
+
+	start := time.Now()
+	run, err := v.start(ctx, e)
+	if err != nil {
+		return 0, 0, err
+	}
+	deadline := start.Add(5 * time.Minute)
+	for run.progress() < int64(n) {
+		if time.Now().After(deadline) {
+			cancel()
+			return 0, 0, fmt.Errorf("only %d of %d results after 5 minutes (consumer: %v)", run.progress(), n, run.wait())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	sample() // a run shorter than the sampling period still gets one
+	cancel()
+	if err := run.wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return 0, 0, err
+	}
+	return elapsed, peak.Load(), nil
+}
+
+// latencyRun starts v, lets its group form, then produces records at a
+// steady 2,000 per second for 5 seconds, each stamped with its produce
+// time, and returns the sorted delays until each result became visible.
+func latencyRun(ctx context.Context, v variant, e *env, p path, size int) ([]time.Duration, error) {
+	const rate, seconds = 2000, 5
+	const n = rate * seconds
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	run, err := v.start(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	obs := newObserver(ctx, e, p.output)
+	time.Sleep(2 * time.Second) // let the group form before the clock starts
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.in))
+	if err != nil {
+		return nil, err
+	}
+	defer prod.Close()
+	value := randomValues(1, size)[0]
+	go func() {
+		tick := time.NewTicker(time.Second / rate)
+		defer tick.Stop()
+		for i := range n {
+			<-tick.C
+			r := &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value, Timestamp: time.Now()}
+			if p.stamp {
+				r = dedup.Stamp(r)
+			}
+			prod.Produce(ctx, r, nil)
+		}
+	}()
+	lat, err := obs.collect(n, time.Minute)
+	cancel()
+	if werr := run.wait(); werr != nil && !errors.Is(werr, context.Canceled) {
+		return nil, werr
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
+
+// seed writes n records with random values of size bytes (franz-go
+// compresses batches, and repeated bytes would flatter every variant).
+func seed(ctx context.Context, brokers []string, topic string, n, size int, stamp bool) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	values := randomValues(4096, size)
+	var firstErr atomic.Value
+	for i := range n {
+		r := &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: values[i%len(values)]}
+		if stamp {
+			r = dedup.Stamp(r)
+		}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	if err, _ := firstErr.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+func randomValues(count, size int) [][]byte {
+	vs := make([][]byte, count)
+	for i := range vs {
+		vs[i] = make([]byte, size)
+		_, _ = rand.Read(vs[i])
+	}
+	return vs
+}
+
+// consumeAll reads n records from the start of topic with a plain consumer
+// and returns how long it took.
+func consumeAll(ctx context.Context, brokers []string, topic string, n int) (time.Duration, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	for seen := 0; seen < n; {
+		f := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("consumed %d of %d: %w", seen, n, err)
+		}
+		seen += f.NumRecords()
+	}
+	return time.Since(start), nil
+}
+
+// background runs fn until ctx ends and returns a wait for its result.
+func background(fn func() error) func() error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	var err error
+	var got bool
+	return func() error {
+		if !got {
+			err, got = <-done, true
+		}
+		return err
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
