@@ -14,42 +14,48 @@ import (
 )
 
 // A hanging transaction (KIP-664) is one that a partition still holds open
-// while its transaction coordinator has moved on: the coordinator finished
-// or forgot it, so no marker will ever close it on that partition. Apache
-// Kafka 4.4 leaves such transactions in __consumer_offsets after a broker
-// bounce (found by the chaos suite: the coordinator reported the
-// transactional id Empty or CompleteAbort at a later epoch, while the
-// group's offsets partition kept the transaction's offset commit pending).
-// A pending transactional offset commit makes the group's offset fetch
-// answer UNSTABLE_OFFSET_COMMIT until a marker arrives, so every partition
-// of the group with a pending commit stops being consumed: forever, since
-// no transaction timeout applies to a transaction the coordinator no
-// longer tracks. The cure is Kafka's own (kafka-transactions.sh abort):
-// write the abort marker to that partition with WriteTxnMarkers.
+// while its transaction coordinator has moved on, so that no marker will
+// ever close it. The chaos suite found Apache Kafka 4.4 leaving them behind
+// after broker bounces, even for transactions whose EndTxn had answered
+// success: the coordinator reported the transactional id at a later epoch,
+// while __consumer_offsets (DescribeProducers) still held the committed
+// transaction's offset commit pending, so the group's offset fetch answered
+// UNSTABLE_OFFSET_COMMIT for good; once an output partition held one too,
+// its last stable offset stuck, and read_committed readers saw nothing past
+// it.
+//
+// The cure is to write the missing marker (WriteTxnMarkers, as
+// kafka-transactions.sh does), and the marker must carry the outcome the
+// coordinator decided: aborting a transaction that committed would undo its
+// offset commit while its outputs stay visible (the chaos suite measured
+// 750 duplicates when it did), and committing one that aborted would lose
+// its inputs. So a processor closes only its own transactions, and only
+// when it knows how each ended: from its own EndTxn answers, or from its
+// coordinator in the state right after that transaction (CompleteCommit or
+// CompleteAbort one epoch later, with transaction protocol v2 bumping the
+// epoch at every end). A hanging transaction whose outcome it cannot know
+// is left alone and reported.
 
 const offsetsTopic = "__consumer_offsets"
 
-// maxTransactionTimeout is the broker's default transaction.max.timeout.ms:
-// no transaction can live longer, so an open one whose coordinator state
-// this client cannot see is hanging once it is older than this.
-const maxTransactionTimeout = 15 * time.Minute
-
-// hangSweeper finds and aborts hanging transactions in the partition of
-// __consumer_offsets that holds one group's offsets, and in the partitions
-// the processor wrote to: there a hanging transaction holds the last
-// stable offset back, and read_committed readers of the output see
-// nothing past it.
+// hangSweeper finds and closes this processor's hanging transactions in the
+// partition of __consumer_offsets that holds its group's offsets and in the
+// partitions it wrote to.
 type hangSweeper struct {
 	adm       *kadm.Client
 	group     string
+	txnID     string
 	outputs   *partitionSet
+	outcomes  *txnOutcomes
 	logger    *slog.Logger
 	partition int32 // of __consumer_offsets; -1 until known
 	disabled  bool  // the broker refused us the requests
+	reported  map[openTxn]bool
 }
 
-func newHangSweeper(adm *kadm.Client, group string, outputs *partitionSet, logger *slog.Logger) *hangSweeper {
-	return &hangSweeper{adm: adm, group: group, outputs: outputs, logger: logger, partition: -1}
+func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
+	return &hangSweeper{adm: adm, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
+		outcomes: &p.outcomes, logger: p.logger, partition: -1, reported: map[openTxn]bool{}}
 }
 
 // partitionSet is the set of partitions a processor wrote to, filled from
@@ -82,6 +88,74 @@ func (s *partitionSet) snapshot() kadm.TopicsSet {
 	return c
 }
 
+// txnOutcomes remembers how this processor's recent transactions ended,
+// by producer id and epoch, as EndTxn answered.
+type txnOutcomes struct {
+	mu    sync.Mutex
+	ended map[producerEpoch]bool // committed?
+	order []producerEpoch
+}
+
+type producerEpoch struct {
+	id    int64
+	epoch int16
+}
+
+// keptOutcomes bounds the memory: a hanging transaction is found within a
+// sweep interval or two, long before this many transactions have passed.
+const keptOutcomes = 1024
+
+func (o *txnOutcomes) record(id int64, epoch int16, committed bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended == nil {
+		o.ended = map[producerEpoch]bool{}
+	}
+	k := producerEpoch{id, epoch}
+	if _, ok := o.ended[k]; !ok {
+		o.order = append(o.order, k)
+	}
+	o.ended[k] = committed
+	if len(o.order) > keptOutcomes {
+		delete(o.ended, o.order[0])
+		o.order = o.order[1:]
+	}
+}
+
+func (o *txnOutcomes) lookup(id int64, epoch int16) (committed, known bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	committed, known = o.ended[producerEpoch{id, epoch}]
+	return committed, known
+}
+
+// errMarkersInFlight says the coordinator is ending a transaction: look
+// again once its markers are written.
+var errMarkersInFlight = errors.New("the coordinator is writing markers")
+
+// beforeClaim sweeps once before the processor registers its
+// transactional id: registering bumps the epoch, and with it goes the
+// coordinator's record of how the previous transaction ended, which is
+// what a predecessor's hanging transaction can be closed by. It waits (up
+// to a minute) while the coordinator is still writing markers.
+func (s *hangSweeper) beforeClaim(ctx context.Context) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := s.sweep(ctx)
+		if !errors.Is(err, errMarkersInFlight) || time.Now().After(deadline) {
+			if err != nil && ctx.Err() == nil && !errors.Is(err, errMarkersInFlight) {
+				s.logger.Debug("eos: hanging-transaction check before registering failed", "err", err)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // run sweeps every interval until ctx ends.
 func (s *hangSweeper) run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
@@ -92,26 +166,29 @@ func (s *hangSweeper) run(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if _, err := s.sweep(ctx); err != nil && ctx.Err() == nil {
-			if isAuthError(err) {
-				s.disabled = true
-				s.logger.Warn("eos: not allowed to look for hanging transactions; the check is off (see HangingTransactionCheck)", "err", err)
-				continue
-			}
-			s.logger.Debug("eos: hanging-transaction check failed", "err", err)
-		}
+		s.sweepOnce(ctx)
 	}
 }
 
-// sweep aborts the transactions that hang in the group's offsets partition
-// or in a partition the processor wrote to, and returns how many it
-// aborted. A transaction is hanging only when all of these hold: a
-// partition holds it open; the coordinator of its transactional id is not
-// in it (neither Ongoing at that producer epoch nor preparing to end it),
-// or, if the coordinator's state cannot be seen, it is older than any
-// transaction may live; and the partition still holds it open, unchanged,
-// after the coordinator was asked, so that a marker in flight is never
-// overtaken.
+// sweepOnce sweeps and logs what went wrong; a refusal turns the check off.
+func (s *hangSweeper) sweepOnce(ctx context.Context) {
+	if _, err := s.sweep(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errMarkersInFlight) {
+		if isAuthError(err) {
+			s.disabled = true
+			s.logger.Warn("eos: not allowed to look for hanging transactions; the check is off (see HangingTransactionCheck)", "err", err)
+			return
+		}
+		s.logger.Debug("eos: hanging-transaction check failed", "err", err)
+	}
+}
+
+// sweep closes this processor's hanging transactions and returns how many
+// it closed. A transaction is closed only when all of these hold: a
+// partition holds it open under this processor's producer id; the
+// coordinator is not in it (neither Ongoing at that epoch nor preparing to
+// end a transaction, whose markers are on their way); its outcome is known;
+// and the partition still holds it open, unchanged, after the coordinator
+// was asked, so that a marker in flight is never overtaken.
 func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	if s.partition < 0 {
 		p, err := s.offsetsPartition(ctx)
@@ -126,55 +203,48 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	if err != nil || len(before) == 0 {
 		return 0, err
 	}
-
-	var ids []int64
-	seenID := map[int64]bool{}
-	for k := range before {
-		if !seenID[k.producerID] {
-			seenID[k.producerID] = true
-			ids = append(ids, k.producerID)
-		}
-	}
-	listed, err := s.adm.ListTransactions(ctx, ids, nil)
+	described, err := s.adm.DescribeTransactions(ctx, s.txnID)
 	if err != nil {
-		return 0, fmt.Errorf("list transactions: %w", err)
+		return 0, fmt.Errorf("describe transaction %s: %w", s.txnID, err)
 	}
-	txnIDs := map[int64]string{}
-	var names []string
-	listed.Each(func(t kadm.ListedTransaction) {
-		txnIDs[t.ProducerID] = t.TxnID
-		names = append(names, t.TxnID)
-	})
-	described := kadm.DescribedTransactions{}
-	if len(names) > 0 {
-		if described, err = s.adm.DescribeTransactions(ctx, names...); err != nil {
-			return 0, fmt.Errorf("describe transactions: %w", err)
-		}
+	coord, ok := described[s.txnID]
+	if !ok || coord.Err != nil {
+		return 0, fmt.Errorf("describe transaction %s: %v", s.txnID, coord.Err)
 	}
-	candidates := map[openTxn]kadm.DescribedProducer{}
+	switch coord.State {
+	case "PrepareCommit", "PrepareAbort", "PrepareEpochFence":
+		return 0, errMarkersInFlight
+	}
+
+	type decided struct {
+		p      kadm.DescribedProducer
+		commit bool
+	}
+	candidates := map[openTxn]decided{}
 	for k, p := range before {
-		name, seen := txnIDs[k.producerID]
-		if !seen {
-			// Unknown to every coordinator this client may ask: hanging
-			// only once no transaction timeout could explain it.
-			if time.Since(time.UnixMilli(p.LastTimestamp)) > maxTransactionTimeout {
-				candidates[k] = p
+		if k.producerID != coord.ProducerID || coord.State == "Ongoing" && coord.ProducerEpoch == p.ProducerEpoch {
+			continue // another producer's, or the live transaction
+		}
+		commit, known := s.outcomes.lookup(k.producerID, p.ProducerEpoch)
+		if !known && coord.ProducerEpoch == p.ProducerEpoch+1 {
+			switch coord.State {
+			case "CompleteCommit":
+				commit, known = true, true
+			case "CompleteAbort":
+				commit, known = false, true
+			}
+		}
+		if !known {
+			if !s.reported[k] {
+				s.reported[k] = true
+				s.logger.Error("eos: a transaction of this processor hangs and its outcome is unknown; close it with kafka-transactions.sh once you know whether it committed",
+					"partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "owner_producer_id", k.producerID,
+					"owner_producer_epoch", p.ProducerEpoch, "open_since_offset", p.CurrentTxnStartOffset,
+					"coordinator_state", coord.State, "coordinator_epoch", coord.ProducerEpoch)
 			}
 			continue
 		}
-		d, ok := described[name]
-		if !ok || d.Err != nil || d.ProducerID != k.producerID {
-			continue
-		}
-		switch d.State {
-		case "PrepareCommit", "PrepareAbort", "PrepareEpochFence":
-			continue // its markers are on their way
-		case "Ongoing":
-			if d.ProducerEpoch == p.ProducerEpoch {
-				continue // the live transaction
-			}
-		}
-		candidates[k] = p
+		candidates[k] = decided{p, commit}
 	}
 	if len(candidates) == 0 {
 		return 0, nil
@@ -184,41 +254,35 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var markers []kadm.TxnMarkers
-	for k, p := range candidates {
-		if q, ok := after[k]; ok && q.ProducerEpoch == p.ProducerEpoch && q.CurrentTxnStartOffset == p.CurrentTxnStartOffset {
-			markers = append(markers, kadm.TxnMarkers{
-				ProducerID: k.producerID, ProducerEpoch: p.ProducerEpoch, CoordinatorEpoch: p.CoordinatorEpoch,
-				Topics: kadm.TopicsSet{k.topic: {k.partition: {}}},
-			})
+	closed := 0
+	for k, c := range candidates {
+		q, ok := after[k]
+		if !ok || q.ProducerEpoch != c.p.ProducerEpoch || q.CurrentTxnStartOffset != c.p.CurrentTxnStartOffset {
+			continue
 		}
-	}
-	if len(markers) == 0 {
-		return 0, nil
-	}
-	aborted := 0
-	// One request per marker: a marker names one producer, and a failure
-	// on one partition must not hide the others.
-	for _, m := range markers {
-		k := openTxn{m.ProducerID, firstTopic(m.Topics), firstPartition(m.Topics)}
-		p := candidates[k]
-		resp, err := s.adm.WriteTxnMarkers(ctx, m)
+		// One request per marker, so that a failure on one partition
+		// hides no other.
+		resp, err := s.adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{
+			ProducerID: k.producerID, ProducerEpoch: c.p.ProducerEpoch, CoordinatorEpoch: c.p.CoordinatorEpoch,
+			Commit: c.commit, Topics: kadm.TopicsSet{k.topic: {k.partition: {}}},
+		})
 		if err == nil {
 			resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) { err = errors.Join(err, r.Err) })
 		}
 		if err != nil {
 			if isAuthError(err) {
-				return aborted, err
+				return closed, err
 			}
-			s.logger.Warn("eos: aborting a hanging transaction failed", "producer_id", k.producerID, "partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "err", err)
+			s.logger.Warn("eos: closing a hanging transaction failed", "partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "err", err)
 			continue
 		}
-		aborted++
-		s.logger.Warn("eos: aborted a hanging transaction",
-			"producer_id", k.producerID, "producer_epoch", p.ProducerEpoch, "transactional_id", txnIDs[k.producerID],
-			"partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "open_since_offset", p.CurrentTxnStartOffset)
+		closed++
+		s.logger.Warn("eos: closed a hanging transaction",
+			"partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "committed", c.commit,
+			"owner_producer_id", k.producerID, "owner_producer_epoch", c.p.ProducerEpoch,
+			"open_since_offset", c.p.CurrentTxnStartOffset)
 	}
-	return aborted, nil
+	return closed, nil
 }
 
 // openTxn names a transaction a partition holds open.
@@ -226,22 +290,6 @@ type openTxn struct {
 	producerID int64
 	topic      string
 	partition  int32
-}
-
-func firstTopic(s kadm.TopicsSet) string {
-	for t := range s {
-		return t
-	}
-	return ""
-}
-
-func firstPartition(s kadm.TopicsSet) int32 {
-	for _, ps := range s {
-		for p := range ps {
-			return p
-		}
-	}
-	return -1
 }
 
 // openTransactions returns the transactions open in set's partitions.

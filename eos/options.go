@@ -137,29 +137,33 @@ func OnHandlerError(p ErrorPolicy) Option {
 }
 
 // HangingTransactionCheck sets how often an exactly-once [Processor] looks
-// for hanging transactions, and aborts them, in the partition of
+// for its own hanging transactions, and closes them, in the partition of
 // __consumer_offsets that holds its group's offsets and in the partitions
-// it wrote to. Default: 10s; 0 turns the check off.
+// it wrote to; it also looks once before it registers its transactional id.
+// Default: 10s; 0 turns the check off.
 //
 // A transaction hangs when a partition holds it open while its
-// transaction coordinator has moved on (KIP-664), so that no marker will
-// ever close it. Apache Kafka 4.4 leaves such transactions behind after a
-// broker restart (the chaos suite finds them in about half its broker
-// bounces). In __consumer_offsets one holds a pending offset commit, and
-// the group's partitions with one are then never consumed again (their
-// offset fetch answers UNSTABLE_OFFSET_COMMIT for good); in an output
-// partition it holds the last stable offset back, and read_committed
-// readers see nothing past it. The check aborts only a transaction that
-// the partition still holds open after its coordinator was seen to have
-// finished it (or, when this client may not see the coordinator's state,
-// that is older than the broker's default 15-minute maximum transaction
-// timeout): the marker kafka-transactions.sh abort writes. Aborting loses
-// nothing the coordinator had not already given up: an aborted offset
-// commit's records are read and processed again, and an aborted output was
-// never visible.
+// transaction coordinator has ended it (KIP-664), so that no marker will
+// ever close it. Apache Kafka 4.4 leaves such transactions behind after
+// broker restarts (the chaos suite met them in its broker-kill and
+// broker-restart scenarios), even ones whose EndTxn answered success. In
+// __consumer_offsets one holds a pending offset commit, and the group's
+// partitions with one are never consumed again (their offset fetch answers
+// UNSTABLE_OFFSET_COMMIT for good); in an output partition it holds the
+// last stable offset back, and read_committed readers see nothing past it.
 //
-// It needs, besides what the processor needs anyway, Describe on the
-// transactional ids of the group's other instances, Read on
+// The check writes the missing marker (as kafka-transactions.sh does) with
+// the outcome the coordinator decided, which it knows from its own EndTxn
+// answers or from the coordinator's state right after that transaction
+// (transaction protocol v2 gives every transaction its own epoch). It
+// closes only transactions of its own producer id, only when the partition
+// still holds them open after the coordinator was asked, and never one
+// whose outcome it cannot know: that one it reports at Error level, to be
+// closed by hand. A wrong outcome would break exactly-once (aborting a
+// committed offset commit duplicates its records; committing an aborted one
+// loses them), so none is guessed.
+//
+// It needs, besides what the processor needs anyway, Read on
 // __consumer_offsets and the output topics (DescribeProducers) and
 // ClusterAction (WriteTxnMarkers). A broker that refuses them turns the
 // check off with one warning. It applies only under [ExactlyOnce].

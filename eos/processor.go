@@ -46,8 +46,10 @@ type Processor struct {
 	// progress from one that failed at once.
 	committed atomic.Int64
 	// written holds the partitions the processor produced to, where the
-	// hanging-transaction check looks besides the group's offsets.
-	written partitionSet
+	// hanging-transaction check looks besides the group's offsets, and
+	// outcomes how its transactions ended.
+	written  partitionSet
+	outcomes txnOutcomes
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
@@ -416,15 +418,20 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	// partitions would stall until the broker times the transaction out.
 	// InitProducerID bumps the epoch, which aborts that transaction now
 	// and fences its owner.
+	var sweeper *hangSweeper
+	if p.cfg.hangCheck > 0 {
+		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
+		sweeper.beforeClaim(ctx)
+	}
 	if err := p.claimTransactionalID(ctx, sess.Client()); err != nil || ctx.Err() != nil {
 		return err
 	}
-	if p.cfg.hangCheck > 0 {
+	if sweeper != nil {
 		sweepCtx, stopSweep := context.WithCancel(ctx)
 		swept := make(chan struct{})
 		go func() {
 			defer close(swept)
-			newHangSweeper(kadm.NewClient(sess.Client()), p.cfg.group, &p.written, p.logger).run(sweepCtx, p.cfg.hangCheck)
+			sweeper.run(sweepCtx, p.cfg.hangCheck)
 		}()
 		// Runs before the deferred Close: the sweeper uses the session's
 		// client.
@@ -459,6 +466,9 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			}
 			return &restartError{fmt.Errorf("begin transaction: %w", err)}
 		}
+		// The epoch names this transaction for the hanging-transaction
+		// check, which must know how it ended.
+		txnID, txnEpoch, idErr := sess.Client().ProducerID(ctx)
 		b := &batch{start: time.Now()}
 		handled := rn.collect(ctx, b, fetches, sess.PollRecords, &revoked)
 
@@ -470,6 +480,13 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		wantCommit := handled && flushErr == nil && produceErr == nil
 		committed, endErr := sess.End(endCtx, kgo.TransactionEndTry(wantCommit))
 		cancel()
+		switch {
+		case idErr != nil:
+		case endErr == nil:
+			p.outcomes.record(txnID, txnEpoch, committed)
+		case !wantCommit:
+			p.outcomes.record(txnID, txnEpoch, false) // never asked to commit: it aborts
+		}
 		revoked.Store(false)
 		elapsed := time.Since(b.start)
 		// Whatever failed once ctx ended (a handler, a record produced

@@ -429,38 +429,61 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
 }
 
-// A transaction hangs in the group's offsets partition (KIP-664), as Kafka
-// 4.4 leaves one after a broker bounce: its pending offset commit (offset
-// 500 on partition 0) will never be closed by a marker. (The test builds
-// the state on a private broker, see leaveHangingTransaction.) First a processor
-// with the hanging-transaction check off runs for 15 s and copies nothing:
-// the fault is real and does not heal. Then one with the check on must
-// abort the transaction and copy everything; the aborted commit is not
-// applied, so nothing is lost.
-func TestProcessorAbortsHangingTransactionOfItsGroup(t *testing.T) {
+// A predecessor's transaction hangs in the group's offsets partition
+// (KIP-664), as Kafka 4.4 leaves one after a broker bounce: its coordinator
+// ended it, but its offset commit (offset 500 on partition 0) stays pending
+// with no marker to come, and the group's partition 0 is blocked for good.
+// A processor with the same transactional id must close it with the
+// coordinator's outcome: a commit applies the offset (the predecessor had
+// done partition 0 up to 500, and redoing it would duplicate), an abort
+// discards it (nothing up to 500 was done, and skipping it would lose).
+// The test builds the state on a private broker (see
+// leaveHangingTransaction) and checks it does not clear by itself.
+func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 	t.Parallel()
 	b := integration.StartLocalBroker(t)
-	k := b.KafkaCluster
-	in, out := k.NewTopic(2), k.NewTopic(2)
-	group := integration.UniqueName(t, "g")
-	const n = 2_000
-	inputs := k.Seed(in, n)
-	leaveHangingTransaction(t, b, group+"-crashed", group, in, 500)
-	progress := followCommitted(t, k, out)
+	for _, committed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "committed", false: "aborted"}[committed], func(t *testing.T) {
+			t.Parallel()
+			k := b.KafkaCluster
+			in, out, side := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
+			group := integration.UniqueName(t, "g")
+			const n, pending = 2_000, 500
+			inputs := k.Seed(in, n)
+			opts := processorOpts(k, group, in, "0")
+			txnID, err := eos.StableTransactionalID(group, "0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaveHangingTransaction(t, b, txnID, group, in, side, pending, committed)
+			time.Sleep(10 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			requireUnstable(ctx, t, k, group, in) // it does not heal
 
-	unchecked := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), eos.HangingTransactionCheck(0))...)
-	time.Sleep(15 * time.Second)
-	if err := unchecked.stop(t); err != nil {
-		t.Fatalf("processor without the check stopped with %v", err)
+			want := inputs
+			if committed {
+				// The predecessor's commit covered partition 0 below 500.
+				done := map[string]bool{}
+				for _, r := range k.ReadAll(in, kgo.ReadCommitted(), verifyTimeout) {
+					if r.Partition == 0 && r.Offset < pending {
+						done[string(r.Value)] = true
+					}
+				}
+				want = nil
+				for _, v := range inputs {
+					if !done[v] {
+						want = append(want, v)
+					}
+				}
+			}
+			progress := followCommitted(t, k, out)
+			p := startProcessor(t, copyHandler(out), append(opts, eos.HangingTransactionCheck(time.Second))...)
+			waitFor(t, time.Minute, "every input left to do copied", func() bool { return progress.n.Load() >= int64(len(want)) })
+			if err := p.stop(t); err != nil {
+				t.Fatalf("processor stopped with %v", err)
+			}
+			t.Logf("%d inputs left to do; verifier: %v", len(want), k.VerifyTopic(want, out, verifyTimeout))
+		})
 	}
-	if got := progress.n.Load(); got != 0 {
-		t.Fatalf("without the check %d records were copied; the hanging transaction should have blocked them all", got)
-	}
-
-	checked := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), eos.HangingTransactionCheck(time.Second))...)
-	waitFor(t, time.Minute, "every input copied once the hanging transaction is aborted", func() bool { return progress.n.Load() >= n })
-	if err := checked.stop(t); err != nil {
-		t.Fatalf("processor stopped with %v", err)
-	}
-	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
 }

@@ -42,17 +42,18 @@ func leaveOpenTransactionWithOffsets(t *testing.T, k *integration.KafkaCluster, 
 	requireUnstable(ctx, t, k, group, in)
 }
 
-// leaveHangingTransaction leaves a transaction that hangs (KIP-664) in the
-// group's offsets partition, as Kafka 4.4 leaves one after a broker bounce:
-// the partition holds txnID's offset commit of offset for partition 0 of
-// topic in open, while the transaction coordinator has moved on (Empty, at
-// a later epoch) and will never send the marker that closes it. To get
-// there without a bounce, the broker's transaction verification (KIP-890)
-// is turned off and the offset commit is sent at a pre-KIP-890 version
-// without AddOffsetsToTxn, so the coordinator never learns of the
-// partition; a second InitProducerID then ends the transaction everywhere
-// else. The config change is cluster-wide: use a private broker.
-func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, group, in string, offset int64) {
+// leaveHangingTransaction leaves what Kafka 4.4 left in the chaos suite
+// after a broker bounce: a transaction of txnID that its coordinator ended
+// (committed if commit, else aborted; CompleteCommit or CompleteAbort one
+// epoch later) while the group's offsets partition still holds its offset
+// commit (offset for partition 0 of topic in) pending, with no marker ever
+// to come. To get there without a bounce, the broker's transaction
+// verification (KIP-890) is turned off and the offset commit goes in at a
+// pre-KIP-890 version without AddOffsetsToTxn, so the coordinator never
+// learns of the offsets partition. The transaction also writes one record
+// to side, so that it has something to end. The config change is
+// cluster-wide: use a private broker.
+func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, group, in, side string, offset int64, commit bool) {
 	t.Helper()
 	k := b.KafkaCluster
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -67,26 +68,46 @@ func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, gr
 	if err != nil {
 		t.Fatalf("turn transaction verification off: %v", err)
 	}
-	cl := k.Client(kgo.MaxVersions(kversion.V3_5_0()))
+	producer := k.Client(kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(side))
+	old := k.Client(kgo.MaxVersions(kversion.V3_5_0()))
 	for attempt := 0; ; attempt++ {
-		// The config change reaches the broker through its metadata log.
-		pid, epoch := initProducerID(ctx, t, cl, txnID, time.Minute)
-		err := tryTxnOffsetCommit(ctx, k, cl, txnID, pid, epoch, group, in, offset)
+		if err := producer.BeginTransaction(); err != nil {
+			t.Fatalf("BeginTransaction: %v", err)
+		}
+		if err := producer.ProduceSync(ctx, &kgo.Record{Value: []byte("predecessor")}).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+		pid, epoch, err := producer.ProducerID(ctx)
+		if err != nil {
+			t.Fatalf("ProducerID: %v", err)
+		}
+		err = tryTxnOffsetCommit(ctx, k, old, txnID, pid, epoch, group, in, offset)
 		if err == nil {
 			break
 		}
+		// The config change reaches the broker through its metadata log.
 		if !errors.Is(err, kerr.InvalidTxnState) || attempt == 50 {
 			t.Fatalf("TxnOffsetCommit without AddOffsetsToTxn: %v", err)
 		}
+		if err := producer.EndTransaction(ctx, kgo.TryAbort); err != nil {
+			t.Fatalf("EndTransaction: %v", err)
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	initProducerID(ctx, t, cl, txnID, time.Minute)
-	described, err := k.Admin.DescribeTransactions(ctx, txnID)
-	if err != nil {
-		t.Fatalf("DescribeTransactions: %v", err)
+	if err := producer.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		t.Fatalf("EndTransaction: %v", err)
 	}
-	if d := described[txnID]; d.State == "Ongoing" {
-		t.Fatalf("the transaction is %s at the coordinator, not finished: it would not hang", d.State)
+	// EndTxn answers before the markers are written: wait for them.
+	want := map[bool]string{true: "CompleteCommit", false: "CompleteAbort"}[commit]
+	for state := ""; state != want; time.Sleep(100 * time.Millisecond) {
+		described, err := k.Admin.DescribeTransactions(ctx, txnID)
+		if err != nil {
+			t.Fatalf("DescribeTransactions: %v", err)
+		}
+		state = described[txnID].State
+		if state != "PrepareCommit" && state != "PrepareAbort" && state != want {
+			t.Fatalf("the transaction is %s at the coordinator, want %s", state, want)
+		}
 	}
 	requireUnstable(ctx, t, k, group, in)
 }
