@@ -29,7 +29,7 @@ demo:
 
 # Runs the full chaos matrix (every fault scenario on every exactly-once
 # path, 100,000 records each, copiers as separate processes) and prints its
-# table; make test runs one scenario per path. Takes about half an hour.
+# table; make test runs one scenario per path. Takes about ten minutes.
 chaos:
 	@mkdir -p .eoskit
 	@scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 80m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'

@@ -107,8 +107,8 @@ func TestChaos(t *testing.T) {
 			})
 		}
 	}
-	table := "| path | scenario | faults injected | records | copier processes | fenced zombies | hanging transactions closed | aborted records in the log | verifier | time |\n" +
-		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
+	table := "| path | scenario | faults injected | records | copier processes | fenced zombies | hanging transactions closed | aborted records in the log | concurrent read_committed read (a prefix) | verifier | time |\n" +
+		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
 	t.Log("\n" + table)
 	if out := os.Getenv("EOS_CHAOS_TABLE"); out != "" {
 		_ = os.WriteFile(out, []byte(table+"\n"), 0o644)
@@ -225,7 +225,12 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		out = k.NewTopic(4)
 		args = append(args, "-out", out)
 		concurrent = follow(t, k, out)
-		progress = concurrent.count
+		// Progress is what the copiers committed, read from the group: the
+		// concurrent reader is a franz-go client like any other, and one
+		// stalled after a broker SIGKILL (see README) while the output was
+		// complete and stable; its read is checked, not waited for.
+		adm := kadm.NewClient(k.Client())
+		progress = func() int64 { return committedInputs(adm, group, in) }
 	} else {
 		var dbURL string
 		pool, dbURL = integration.PostgresWithURL(t)
@@ -292,14 +297,20 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		t.Errorf("%d copier(s) exited with an error: a fault they did not survive (their stderr is above)", failed)
 	}
 	var rep integration.Report
-	aborted := "-"
+	aborted, seen := "-", "-"
 	if path == "eos" {
 		rep = k.CheckTopic(inputs, out, 2*time.Minute)
+		// The concurrent reader gets until the final read is done to catch
+		// up, then what it saw must be a prefix of it.
 		concurrent.stop()
 		final := k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute)
 		if err := concurrent.prefixOf(final); err != nil {
 			t.Errorf("concurrent read_committed read: %v", err)
 		}
+		if got := concurrent.count(); got < int64(len(final)) {
+			t.Logf("the concurrent reader saw %d of %d records; %s", got, len(final), kafkaProgress(k, group, in, out, concurrent))
+		}
+		seen = fmt.Sprint(concurrent.count())
 		aborted = fmt.Sprint(len(integration.AbortedPositions(k.ReadRaw(out, 2*time.Minute))))
 	} else {
 		rep = verifyRows(t, pool, inputs)
@@ -307,7 +318,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if err := rep.Err(); err != nil {
 		t.Error(err)
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s |", path, sc.name, faults, n, len(r.all), fenced, r.hanging.Load(), aborted, rep.String(), time.Since(start).Round(time.Second))
+	return fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s |", path, sc.name, faults, n, len(r.all), fenced, r.hanging.Load(), aborted, seen, rep.String(), time.Since(start).Round(time.Second))
 }
 
 func migrateOffsetstore(pool *pgxpool.Pool) error {
@@ -438,4 +449,22 @@ func kafkaProgress(k *integration.KafkaCluster, group, in, out string, r *reader
 	}
 	r.mu.Unlock()
 	return b.String()
+}
+
+// committedInputs is how many input records the group committed: the sum of
+// its committed offsets (the input holds no control records).
+func committedInputs(adm *kadm.Client, group, in string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	offsets, err := adm.FetchOffsetsForTopics(ctx, group, in)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	offsets.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.At > 0 {
+			n += o.At
+		}
+	})
+	return n
 }
