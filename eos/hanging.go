@@ -136,15 +136,18 @@ var errMarkersInFlight = errors.New("the coordinator is writing markers")
 // beforeClaim sweeps once before the processor registers its
 // transactional id: registering bumps the epoch, and with it goes the
 // coordinator's record of how the previous transaction ended, which is
-// what a predecessor's hanging transaction can be closed by. It waits (up
-// to a minute) while the coordinator is still writing markers.
+// what a predecessor's hanging transaction can be closed by; and the next
+// transaction's data would join a hanging one in its partitions, to share
+// whatever marker closes them. It retries, for up to claimPatience, while
+// the broker cannot answer (a session restarts when the broker went away)
+// or the coordinator is still writing markers.
 func (s *hangSweeper) beforeClaim(ctx context.Context) {
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(claimPatience)
 	for {
 		_, err := s.sweep(ctx)
-		if !errors.Is(err, errMarkersInFlight) || time.Now().After(deadline) {
-			if err != nil && ctx.Err() == nil && !errors.Is(err, errMarkersInFlight) {
-				s.logger.Debug("eos: hanging-transaction check before registering failed", "err", err)
+		if err == nil || isAuthError(err) || time.Now().After(deadline) {
+			if err != nil && ctx.Err() == nil {
+				s.logger.Warn("eos: could not look for hanging transactions before registering the transactional id", "err", err)
 			}
 			return
 		}
@@ -226,13 +229,18 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			continue // another producer's, or the live transaction
 		}
 		commit, known := s.outcomes.lookup(k.producerID, p.ProducerEpoch)
-		if !known && coord.ProducerEpoch == p.ProducerEpoch+1 {
-			switch coord.State {
-			case "CompleteCommit":
-				commit, known = true, true
-			case "CompleteAbort":
-				commit, known = false, true
+		if coordCommit, coordKnown := coordinatorOutcome(coord, p.ProducerEpoch); coordKnown {
+			if known && commit != coordCommit {
+				if !s.reported[k] {
+					s.reported[k] = true
+					s.logger.Error("eos: a transaction of this processor hangs, and the coordinator's record of it contradicts the EndTxn answer this processor got; not touching it",
+						"partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "owner_producer_id", k.producerID,
+						"owner_producer_epoch", p.ProducerEpoch, "answered_committed", commit,
+						"coordinator_state", coord.State, "coordinator_epoch", coord.ProducerEpoch)
+				}
+				continue
 			}
+			commit, known = coordCommit, true
 		}
 		if !known {
 			if !s.reported[k] {
@@ -283,6 +291,29 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			"open_since_offset", c.p.CurrentTxnStartOffset)
 	}
 	return closed, nil
+}
+
+// coordinatorOutcome reads, from the coordinator's state for the
+// transactional id, how its transaction at epoch ended, when the state
+// tells. With transaction protocol v2 every transaction has its epoch, and
+// ending it bumps the coordinator's epoch: CompleteCommit or CompleteAbort
+// one epoch later is that transaction's outcome. A coordinator still at
+// that epoch and not in a transaction (Empty, or Complete* from the one
+// before) never registered it, let alone prepared its commit: a partition
+// accepts transactional data only after the coordinator registered the
+// partition, so such a transaction exists only because the coordinator
+// lost it (a broker killed mid-transaction), and only aborting matches
+// what the coordinator knows. Anything else (a later epoch) says nothing.
+func coordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, known bool) {
+	switch {
+	case coord.ProducerEpoch == epoch+1 && coord.State == "CompleteCommit":
+		return true, true
+	case coord.ProducerEpoch == epoch+1 && coord.State == "CompleteAbort":
+		return false, true
+	case coord.ProducerEpoch == epoch && (coord.State == "Empty" || coord.State == "CompleteCommit" || coord.State == "CompleteAbort"):
+		return false, true
+	}
+	return false, false
 }
 
 // openTxn names a transaction a partition holds open.

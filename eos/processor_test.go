@@ -430,20 +430,22 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 }
 
 // A predecessor's transaction hangs in the group's offsets partition
-// (KIP-664), as Kafka 4.4 leaves one after a broker bounce: its coordinator
-// ended it, but its offset commit (offset 500 on partition 0) stays pending
-// with no marker to come, and the group's partition 0 is blocked for good.
-// A processor with the same transactional id must close it with the
-// coordinator's outcome: a commit applies the offset (the predecessor had
-// done partition 0 up to 500, and redoing it would duplicate), an abort
-// discards it (nothing up to 500 was done, and skipping it would lose).
-// The test builds the state on a private broker (see
-// leaveHangingTransaction) and checks it does not clear by itself.
+// (KIP-664), as Kafka 4.4 leaves one after broker bounces: its coordinator
+// ended it, or lost it, but its offset commit (offset 500 on partition 0)
+// stays pending with no marker to come, and the group's partition 0 is
+// blocked for good. A processor with the same transactional id must close
+// it with the coordinator's outcome: a commit applies the offset (the
+// predecessor had done partition 0 up to 500, and redoing it would
+// duplicate); an abort, or a transaction the coordinator never registered
+// (it can never have committed), discards it (nothing up to 500 was done,
+// and skipping it would lose). The test builds the state on a private
+// broker (see leaveHangingTransaction) and checks it does not clear by
+// itself.
 func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 	t.Parallel()
 	b := integration.StartLocalBroker(t)
-	for _, committed := range []bool{true, false} {
-		t.Run(map[bool]string{true: "committed", false: "aborted"}[committed], func(t *testing.T) {
+	for name, end := range map[string]hangingEnd{"committed": hangCommitted, "aborted": hangAborted, "forgotten": hangForgotten} {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			k := b.KafkaCluster
 			in, out, side := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
@@ -455,14 +457,14 @@ func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			leaveHangingTransaction(t, b, txnID, group, in, side, pending, committed)
+			leaveHangingTransaction(t, b, txnID, group, in, side, pending, end)
 			time.Sleep(10 * time.Second)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			requireUnstable(ctx, t, k, group, in) // it does not heal
 
 			want := inputs
-			if committed {
+			if end == hangCommitted {
 				// The predecessor's commit covered partition 0 below 500.
 				done := map[string]bool{}
 				for _, r := range k.ReadAll(in, kgo.ReadCommitted(), verifyTimeout) {

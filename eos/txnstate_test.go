@@ -42,18 +42,27 @@ func leaveOpenTransactionWithOffsets(t *testing.T, k *integration.KafkaCluster, 
 	requireUnstable(ctx, t, k, group, in)
 }
 
+// How a hanging transaction's coordinator last saw it.
+type hangingEnd int
+
+const (
+	hangCommitted hangingEnd = iota // ended with a commit
+	hangAborted                     // ended with an abort
+	hangForgotten                   // never registered: the coordinator lost it
+)
+
 // leaveHangingTransaction leaves what Kafka 4.4 left in the chaos suite
-// after a broker bounce: a transaction of txnID that its coordinator ended
-// (committed if commit, else aborted; CompleteCommit or CompleteAbort one
-// epoch later) while the group's offsets partition still holds its offset
-// commit (offset for partition 0 of topic in) pending, with no marker ever
-// to come. To get there without a bounce, the broker's transaction
+// after broker bounces: a transaction of txnID whose coordinator ended it
+// (CompleteCommit or CompleteAbort one epoch later) or never knew it (still
+// at its epoch, Empty), while the group's offsets partition still holds its
+// offset commit (offset for partition 0 of topic in) pending, with no
+// marker ever to come. To get there without a bounce, the broker's transaction
 // verification (KIP-890) is turned off and the offset commit goes in at a
 // pre-KIP-890 version without AddOffsetsToTxn, so the coordinator never
 // learns of the offsets partition. The transaction also writes one record
 // to side, so that it has something to end. The config change is
 // cluster-wide: use a private broker.
-func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, group, in, side string, offset int64, commit bool) {
+func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, group, in, side string, offset int64, end hangingEnd) {
 	t.Helper()
 	k := b.KafkaCluster
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -70,6 +79,32 @@ func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, gr
 	}
 	producer := k.Client(kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(side))
 	old := k.Client(kgo.MaxVersions(kversion.V3_5_0()))
+	if end == hangForgotten {
+		pid, epoch, err := producer.ProducerID(ctx)
+		if err != nil {
+			t.Fatalf("ProducerID: %v", err)
+		}
+		for attempt := 0; ; attempt++ {
+			err := tryTxnOffsetCommit(ctx, k, old, txnID, pid, epoch, group, in, offset)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, kerr.InvalidTxnState) || attempt == 50 {
+				t.Fatalf("TxnOffsetCommit without AddOffsetsToTxn: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		described, err := k.Admin.DescribeTransactions(ctx, txnID)
+		if err != nil {
+			t.Fatalf("DescribeTransactions: %v", err)
+		}
+		if d := described[txnID]; d.State != "Empty" || d.ProducerEpoch != epoch {
+			t.Fatalf("the coordinator is %s at epoch %d, want Empty at %d", d.State, d.ProducerEpoch, epoch)
+		}
+		requireUnstable(ctx, t, k, group, in)
+		return
+	}
+	commit := end == hangCommitted
 	for attempt := 0; ; attempt++ {
 		if err := producer.BeginTransaction(); err != nil {
 			t.Fatalf("BeginTransaction: %v", err)
