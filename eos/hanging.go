@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // A hanging transaction (KIP-664) is one that a partition still holds open
@@ -42,19 +44,21 @@ const offsetsTopic = "__consumer_offsets"
 // partition of __consumer_offsets that holds its group's offsets and in the
 // partitions it wrote to.
 type hangSweeper struct {
-	adm       *kadm.Client
-	group     string
-	txnID     string
-	outputs   *partitionSet
-	outcomes  *txnOutcomes
-	logger    *slog.Logger
-	partition int32 // of __consumer_offsets; -1 until known
-	disabled  bool  // the broker refused us the requests
-	reported  map[openTxn]bool
+	adm        *kadm.Client
+	readerOpts []kgo.Opt // to read a partition's log directly
+	group      string
+	txnID      string
+	outputs    *partitionSet
+	outcomes   *txnOutcomes
+	logger     *slog.Logger
+	partition  int32 // of __consumer_offsets; -1 until known
+	disabled   bool  // the broker refused us the requests
+	reported   map[openTxn]bool
 }
 
 func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
-	return &hangSweeper{adm: adm, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
+	readerOpts := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
+	return &hangSweeper{adm: adm, readerOpts: readerOpts, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
 		outcomes: &p.outcomes, logger: p.logger, partition: -1, reported: map[openTxn]bool{}}
 }
 
@@ -88,11 +92,11 @@ func (s *partitionSet) snapshot() kadm.TopicsSet {
 	return c
 }
 
-// txnOutcomes remembers how this processor's recent transactions ended,
-// by producer id and epoch, as EndTxn answered.
+// txnOutcomes remembers, for this processor's recent transactions (by
+// producer id and epoch), how EndTxn answered and where each wrote first.
 type txnOutcomes struct {
 	mu    sync.Mutex
-	ended map[producerEpoch]bool // committed?
+	ended map[producerEpoch]txnRecord
 	order []producerEpoch
 }
 
@@ -101,32 +105,46 @@ type producerEpoch struct {
 	epoch int16
 }
 
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// txnRecord is what the processor knows of one of its transactions.
+type txnRecord struct {
+	committed bool // what EndTxn answered, when known
+	known     bool
+	// firsts is the first offset the transaction wrote in each output
+	// partition: where its fate can be read back from the log.
+	firsts map[topicPartition]int64
+}
+
 // keptOutcomes bounds the memory: a hanging transaction is found within a
 // sweep interval or two, long before this many transactions have passed.
-const keptOutcomes = 1024
+const keptOutcomes = 256
 
-func (o *txnOutcomes) record(id int64, epoch int16, committed bool) {
+func (o *txnOutcomes) record(id int64, epoch int16, rec txnRecord) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ended == nil {
-		o.ended = map[producerEpoch]bool{}
+		o.ended = map[producerEpoch]txnRecord{}
 	}
 	k := producerEpoch{id, epoch}
 	if _, ok := o.ended[k]; !ok {
 		o.order = append(o.order, k)
 	}
-	o.ended[k] = committed
+	o.ended[k] = rec
 	if len(o.order) > keptOutcomes {
 		delete(o.ended, o.order[0])
 		o.order = o.order[1:]
 	}
 }
 
-func (o *txnOutcomes) lookup(id int64, epoch int16) (committed, known bool) {
+func (o *txnOutcomes) lookup(id int64, epoch int16) (txnRecord, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	committed, known = o.ended[producerEpoch{id, epoch}]
-	return committed, known
+	rec, ok := o.ended[producerEpoch{id, epoch}]
+	return rec, ok
 }
 
 // errMarkersInFlight says the coordinator is ending a transaction: look
@@ -228,19 +246,9 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		if k.producerID != coord.ProducerID || coord.State == "Ongoing" && coord.ProducerEpoch == p.ProducerEpoch {
 			continue // another producer's, or the live transaction
 		}
-		commit, known := s.outcomes.lookup(k.producerID, p.ProducerEpoch)
-		if coordCommit, coordKnown := coordinatorOutcome(coord, p.ProducerEpoch); coordKnown {
-			if known && commit != coordCommit {
-				if !s.reported[k] {
-					s.reported[k] = true
-					s.logger.Error("eos: a transaction of this processor hangs, and the coordinator's record of it contradicts the EndTxn answer this processor got; not touching it",
-						"partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "owner_producer_id", k.producerID,
-						"owner_producer_epoch", p.ProducerEpoch, "answered_committed", commit,
-						"coordinator_state", coord.State, "coordinator_epoch", coord.ProducerEpoch)
-				}
-				continue
-			}
-			commit, known = coordCommit, true
+		commit, known, wait := s.decide(ctx, coord, k.producerID, p.ProducerEpoch, before)
+		if wait {
+			continue
 		}
 		if !known {
 			if !s.reported[k] {
@@ -291,6 +299,100 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			"open_since_offset", c.p.CurrentTxnStartOffset)
 	}
 	return closed, nil
+}
+
+// decide says how this processor's transaction at epoch ended, from the
+// best evidence there is: first the log of the output partitions it wrote
+// to (the first marker of this producer after the transaction's first
+// record there is the one that closed its records, whatever the
+// coordinator or EndTxn said: the chaos suite saw a broker lose a
+// committed transaction's markers and the next transaction's abort marker
+// close its records too, and the offsets must then be aborted to match);
+// then the EndTxn answer; then the coordinator's state. wait is true while
+// a partition it wrote to has it joined by a later, live transaction,
+// whose end will decide its records there: nothing is closed before that.
+func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransaction, id int64, epoch int16, open map[openTxn]kadm.DescribedProducer) (commit, known, wait bool) {
+	rec, ok := s.outcomes.lookup(id, epoch)
+	if ok {
+		var seen []bool
+		for tp, first := range rec.firsts {
+			if q, isOpen := open[openTxn{id, tp.topic, tp.partition}]; isOpen && q.CurrentTxnStartOffset <= first {
+				if q.ProducerEpoch != epoch {
+					return false, false, true
+				}
+				continue // still open for this transaction: closed with the rest
+			}
+			c, found, err := s.markerAfter(ctx, tp, first, id)
+			if err != nil {
+				s.logger.Debug("eos: reading a transaction's marker failed", "partition", fmt.Sprintf("%s[%d]", tp.topic, tp.partition), "err", err)
+				return false, false, true
+			}
+			if found {
+				seen = append(seen, c)
+			}
+		}
+		if len(seen) > 0 {
+			for _, c := range seen[1:] {
+				if c != seen[0] {
+					return false, false, false // torn already: reported as unknown
+				}
+			}
+			return seen[0], true, false
+		}
+		if rec.known {
+			return rec.committed, true, false
+		}
+	}
+	commit, known = coordinatorOutcome(coord, epoch)
+	return commit, known, false
+}
+
+// markerAfter reads partition tp from offset from, read_uncommitted with
+// control records, for the first transaction marker of producer id, and
+// says whether it commits.
+func (s *hangSweeper) markerAfter(ctx context.Context, tp topicPartition, from int64, id int64) (commit, found bool, err error) {
+	ends, err := s.adm.ListEndOffsets(ctx, tp.topic)
+	if err != nil {
+		return false, false, err
+	}
+	end, ok := ends.Lookup(tp.topic, tp.partition)
+	if !ok || end.Err != nil {
+		return false, false, fmt.Errorf("end offset of %s[%d]: %v", tp.topic, tp.partition, end.Err)
+	}
+	if end.Offset <= from {
+		return false, false, nil
+	}
+	opts := append(append([]kgo.Opt{}, s.readerOpts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{tp.topic: {tp.partition: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return false, false, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return false, false, err
+		}
+		done := false
+		fetches.EachRecord(func(r *kgo.Record) {
+			switch {
+			case done:
+			case r.Attrs.IsControl() && r.ProducerID == id && len(r.Key) >= 4:
+				// A control record's key is version, then type: 0 abort,
+				// 1 commit.
+				commit, found, done = binary.BigEndian.Uint16(r.Key[2:4]) == 1, true, true
+			case r.Offset+1 >= end.Offset:
+				done = true
+			}
+		})
+		if done {
+			return commit, found, nil
+		}
+	}
 }
 
 // coordinatorOutcome reads, from the coordinator's state for the

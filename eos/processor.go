@@ -228,6 +228,20 @@ type batch struct {
 	failedAt  coords // the input whose handler failed, under Stop or Retry
 	failed    error
 	shutdown  bool
+	firsts    map[topicPartition]int64 // first offset written per output partition
+}
+
+// wrote notes an output the broker acknowledged.
+func (b *batch) wrote(r *kgo.Record) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tp := topicPartition{r.Topic, r.Partition}
+	if first, ok := b.firsts[tp]; !ok || r.Offset < first {
+		if b.firsts == nil {
+			b.firsts = map[topicPartition]int64{}
+		}
+		b.firsts[tp] = r.Offset
+	}
 }
 
 func (b *batch) produceErr() (coords, error) {
@@ -275,6 +289,7 @@ func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 		b.out++
 		rn.produce(ctx, out, func(out *kgo.Record, err error) {
 			if err == nil {
+				b.wrote(out)
 				return
 			}
 			b.mu.Lock()
@@ -480,12 +495,17 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		wantCommit := handled && flushErr == nil && produceErr == nil
 		committed, endErr := sess.End(endCtx, kgo.TransactionEndTry(wantCommit))
 		cancel()
-		switch {
-		case idErr != nil:
-		case endErr == nil:
-			p.outcomes.record(txnID, txnEpoch, committed)
-		case !wantCommit:
-			p.outcomes.record(txnID, txnEpoch, false) // never asked to commit: it aborts
+		if idErr == nil {
+			b.mu.Lock()
+			rec := txnRecord{firsts: b.firsts}
+			b.mu.Unlock()
+			switch {
+			case endErr == nil:
+				rec.committed, rec.known = committed, true
+			case !wantCommit:
+				rec.known = true // never asked to commit: it aborts
+			}
+			p.outcomes.record(txnID, txnEpoch, rec)
 		}
 		revoked.Store(false)
 		elapsed := time.Since(b.start)
