@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf16"
 
@@ -27,16 +29,26 @@ import (
 // it.
 //
 // The cure is to write the missing marker (WriteTxnMarkers, as
-// kafka-transactions.sh does), and the marker must carry the outcome the
-// coordinator decided: aborting a transaction that committed would undo its
-// offset commit while its outputs stay visible (the chaos suite measured
-// 750 duplicates when it did), and committing one that aborted would lose
-// its inputs. So a processor closes only its own transactions, and only
-// when it knows how each ended: from its own EndTxn answers, or from its
-// coordinator in the state right after that transaction (CompleteCommit or
-// CompleteAbort one epoch later, with transaction protocol v2 bumping the
-// epoch at every end). A hanging transaction whose outcome it cannot know
-// is left alone and reported.
+// kafka-transactions.sh does), and it must carry the outcome the
+// transaction's records already have, or exactly-once breaks: aborting an
+// offset commit whose outputs are visible duplicates them, committing one
+// whose outputs were aborted loses them. The chaos suite saw both risks
+// realised by earlier versions of this check (750 duplicates from always
+// aborting; 750 and 1,500 lost from trusting EndTxn's answer). The second
+// came from a further broker failure: a committed transaction lost its
+// marker in an output partition, the processor's next transaction wrote to
+// that partition and joined it (a partition holds one open transaction per
+// producer), and that transaction's abort marker closed both.
+//
+// So a processor closes only its own transactions, and decides how each
+// ended from the best evidence there is: the log of the output partitions
+// it wrote to (the first marker of its producer after the transaction's
+// first record there is what decided those records), then its own EndTxn
+// answer, then its coordinator's state right after that transaction
+// (transaction protocol v2 gives each transaction its own epoch). It writes
+// the same marker to every partition still holding the transaction, waits
+// while a later live transaction has joined it somewhere, and leaves alone,
+// reporting at Error level, one whose outcome it cannot know.
 
 const offsetsTopic = "__consumer_offsets"
 
@@ -147,12 +159,18 @@ func (o *txnOutcomes) lookup(id int64, epoch int16) (txnRecord, bool) {
 	return rec, ok
 }
 
+// disconnectFlag is a franz-go hook that notes that a connection to a
+// broker closed: the next transaction first looks for hanging ones.
+type disconnectFlag struct{ atomic.Bool }
+
+func (f *disconnectFlag) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { f.Store(true) }
+
 // errMarkersInFlight says the coordinator is ending a transaction: look
 // again once its markers are written.
 var errMarkersInFlight = errors.New("the coordinator is writing markers")
 
-// beforeClaim sweeps once before the processor registers its
-// transactional id: registering bumps the epoch, and with it goes the
+// beforeClaim sweeps before the processor registers its transactional id,
+// and before its first transaction after a broker disconnect: registering bumps the epoch, and with it goes the
 // coordinator's record of how the previous transaction ended, which is
 // what a predecessor's hanging transaction can be closed by; and the next
 // transaction's data would join a hanging one in its partitions, to share

@@ -152,20 +152,22 @@ func OnHandlerError(p ErrorPolicy) Option {
 // UNSTABLE_OFFSET_COMMIT for good); in an output partition it holds the
 // last stable offset back, and read_committed readers see nothing past it.
 //
-// The check writes the missing marker (as kafka-transactions.sh does) with
-// the outcome the coordinator decided, which it knows from its own EndTxn
-// answers or from the coordinator's state right after that transaction
-// (transaction protocol v2 gives every transaction its own epoch). It
-// closes only transactions of its own producer id, only when the partition
-// still holds them open after the coordinator was asked, and never one
-// whose outcome it cannot know: that one it reports at Error level, to be
-// closed by hand. A wrong outcome would break exactly-once (aborting a
-// committed offset commit duplicates its records; committing an aborted one
-// loses them), so none is guessed.
+// The check writes the missing marker (as kafka-transactions.sh does), the
+// same one to every partition still holding the transaction, with the
+// outcome its records already have: read from the log of the output
+// partitions it wrote to (the marker that closed them there), else from
+// its own EndTxn answer, else from the coordinator's state right after that
+// transaction (transaction protocol v2 gives every transaction its own
+// epoch). It closes only transactions of its own producer id, only when
+// the partitions still hold them open after the coordinator was asked, and
+// never one whose outcome it cannot know: that one it reports at Error
+// level, to be closed by hand. A wrong outcome would break exactly-once
+// (aborting a committed offset commit duplicates its records; committing an
+// aborted one loses them), so none is guessed.
 //
 // It needs, besides what the processor needs anyway, Read on
-// __consumer_offsets and the output topics (DescribeProducers) and
-// ClusterAction (WriteTxnMarkers). A broker that refuses them turns the
+// __consumer_offsets and the output topics (DescribeProducers, and reading
+// markers back) and ClusterAction (WriteTxnMarkers). A broker that refuses them turns the
 // check off with one warning. It applies only under [ExactlyOnce].
 func HangingTransactionCheck(interval time.Duration) Option {
 	return func(c *config) { c.hangCheck = interval; c.mark("HangingTransactionCheck") }

@@ -415,6 +415,10 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 func (p *Processor) runTransactional(ctx context.Context) error {
 	var revoked atomic.Bool
 	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
+	var disconnected disconnectFlag
+	if p.cfg.hangCheck > 0 {
+		opts = append(opts, kgo.WithHooks(&disconnected))
+	}
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error()}
@@ -474,6 +478,13 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			continue
 		}
 
+		// After a broker went away, the markers of a transaction that
+		// already ended may be missing, and this transaction's offset
+		// commit would join it in __consumer_offsets and share its
+		// marker: close it first, with the outcome its outputs have.
+		if sweeper != nil && disconnected.Swap(false) {
+			sweeper.beforeClaim(ctx)
+		}
 		if err := sess.Begin(); err != nil {
 			if isFenced(err) {
 				p.metrics.Fenced()
