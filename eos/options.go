@@ -139,8 +139,9 @@ func OnHandlerError(p ErrorPolicy) Option {
 // HangingTransactionCheck sets how often an exactly-once [Processor] looks
 // for its own hanging transactions, and closes them, in the partition of
 // __consumer_offsets that holds its group's offsets and in the partitions
-// it wrote to; it also looks once before it registers its transactional id.
-// Default: 10s; 0 turns the check off.
+// it wrote to; it also looks before it registers its transactional id and
+// before its first transaction after a broker connection closed. Default:
+// 10s; 0 turns the check off.
 //
 // A transaction hangs when a partition holds it open while its
 // transaction coordinator has ended it (KIP-664), so that no marker will
