@@ -63,9 +63,13 @@ type hangSweeper struct {
 	outputs    *partitionSet
 	outcomes   *txnOutcomes
 	logger     *slog.Logger
-	partition  int32 // of __consumer_offsets; -1 until known
-	disabled   bool  // the broker refused us the requests
-	reported   map[openTxn]bool
+	disabled   atomic.Bool // the broker refused us the requests
+
+	// mu serialises sweeps: the periodic one runs beside the one the
+	// processor runs before a transaction after a disconnect.
+	mu        sync.Mutex
+	partition int32 // of __consumer_offsets; -1 until known
+	reported  map[openTxn]bool
 }
 
 func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
@@ -179,12 +183,17 @@ var errMarkersInFlight = errors.New("the coordinator is writing markers")
 // or the coordinator is still writing markers.
 func (s *hangSweeper) beforeClaim(ctx context.Context) {
 	deadline := time.Now().Add(claimPatience)
-	for {
+	for !s.disabled.Load() {
 		_, err := s.sweep(ctx)
-		if err == nil || isAuthError(err) || time.Now().After(deadline) {
-			if err != nil && ctx.Err() == nil {
-				s.logger.Warn("eos: could not look for hanging transactions before registering the transactional id", "err", err)
-			}
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return
+		case isAuthError(err):
+			s.disabled.Store(true)
+			s.logger.Warn("eos: not allowed to look for hanging transactions; the check is off (see HangingTransactionCheck)", "err", err)
+			return
+		case time.Now().After(deadline):
+			s.logger.Warn("eos: could not look for hanging transactions before going on", "err", err)
 			return
 		}
 		select {
@@ -199,7 +208,7 @@ func (s *hangSweeper) beforeClaim(ctx context.Context) {
 func (s *hangSweeper) run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for !s.disabled {
+	for !s.disabled.Load() {
 		select {
 		case <-ctx.Done():
 			return
@@ -213,7 +222,7 @@ func (s *hangSweeper) run(ctx context.Context, interval time.Duration) {
 func (s *hangSweeper) sweepOnce(ctx context.Context) {
 	if _, err := s.sweep(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errMarkersInFlight) {
 		if isAuthError(err) {
-			s.disabled = true
+			s.disabled.Store(true)
 			s.logger.Warn("eos: not allowed to look for hanging transactions; the check is off (see HangingTransactionCheck)", "err", err)
 			return
 		}
@@ -229,6 +238,8 @@ func (s *hangSweeper) sweepOnce(ctx context.Context) {
 // and the partition still holds it open, unchanged, after the coordinator
 // was asked, so that a marker in flight is never overtaken.
 func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.partition < 0 {
 		p, err := s.offsetsPartition(ctx)
 		if err != nil {
@@ -259,12 +270,19 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		p      kadm.DescribedProducer
 		commit bool
 	}
+	type decision struct{ commit, known, wait bool }
+	decisions := map[int16]decision{} // one per transaction, however many partitions hold it
 	candidates := map[openTxn]decided{}
 	for k, p := range before {
 		if k.producerID != coord.ProducerID || coord.State == "Ongoing" && coord.ProducerEpoch == p.ProducerEpoch {
 			continue // another producer's, or the live transaction
 		}
-		commit, known, wait := s.decide(ctx, coord, k.producerID, p.ProducerEpoch, before)
+		d, ok := decisions[p.ProducerEpoch]
+		if !ok {
+			d.commit, d.known, d.wait = s.decide(ctx, coord, k.producerID, p.ProducerEpoch, before)
+			decisions[p.ProducerEpoch] = d
+		}
+		commit, known, wait := d.commit, d.known, d.wait
 		if wait {
 			continue
 		}

@@ -427,6 +427,11 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	// path below ends the one it began.
 	defer sess.Close()
 
+	var sweeper *hangSweeper
+	if p.cfg.hangCheck > 0 {
+		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
+		sweeper.beforeClaim(ctx)
+	}
 	// Claim the transactional id before consuming, as Kafka Streams'
 	// initTransactions does. A predecessor with this id (this process's
 	// previous session, or a process that died) may have left a
@@ -437,11 +442,6 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	// partitions would stall until the broker times the transaction out.
 	// InitProducerID bumps the epoch, which aborts that transaction now
 	// and fences its owner.
-	var sweeper *hangSweeper
-	if p.cfg.hangCheck > 0 {
-		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
-		sweeper.beforeClaim(ctx)
-	}
 	if err := p.claimTransactionalID(ctx, sess.Client()); err != nil || ctx.Err() != nil {
 		return err
 	}
@@ -457,15 +457,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		defer func() { stopSweep(); <-swept }()
 	}
 
-	produce := func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
-		sess.Produce(ctx, r, func(r *kgo.Record, err error) {
-			if err == nil && p.cfg.hangCheck > 0 {
-				p.written.add(r.Topic, r.Partition)
-			}
-			promise(r, err)
-		})
-	}
-	rn := &runner{p: p, produce: produce, poisoned: map[coords]error{}}
+	rn := &runner{p: p, produce: sess.Produce, poisoned: map[coords]error{}}
 	for {
 		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)
 		if stop {
@@ -494,7 +486,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		}
 		// The epoch names this transaction for the hanging-transaction
 		// check, which must know how it ended.
-		txnID, txnEpoch, idErr := sess.Client().ProducerID(ctx)
+		producerID, txnEpoch, idErr := sess.Client().ProducerID(ctx)
 		b := &batch{start: time.Now()}
 		handled := rn.collect(ctx, b, fetches, sess.PollRecords, &revoked)
 
@@ -510,13 +502,16 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			b.mu.Lock()
 			rec := txnRecord{firsts: b.firsts}
 			b.mu.Unlock()
+			for tp := range rec.firsts {
+				p.written.add(tp.topic, tp.partition)
+			}
 			switch {
 			case endErr == nil:
 				rec.committed, rec.known = committed, true
 			case !wantCommit:
 				rec.known = true // never asked to commit: it aborts
 			}
-			p.outcomes.record(txnID, txnEpoch, rec)
+			p.outcomes.record(producerID, txnEpoch, rec)
 		}
 		revoked.Store(false)
 		elapsed := time.Since(b.start)
