@@ -158,6 +158,7 @@ func (r *runCtx) start(name string) *copier {
 		args = append(args, "-v")
 	}
 	cmd := exec.Command(r.bin, args...)
+	integration.ChildProcess(r.t, cmd)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		r.t.Fatalf("copier stderr: %v", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,8 @@ type hangSweeper struct {
 	mu        sync.Mutex
 	partition int32 // of __consumer_offsets; -1 until known
 	reported  map[openTxn]bool
+	// noOffsetsTopic: the last sweep found no __consumer_offsets topic.
+	noOffsetsTopic, warnedNoOffsetsTopic bool
 }
 
 func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
@@ -169,6 +172,9 @@ type disconnectFlag struct{ atomic.Bool }
 
 func (f *disconnectFlag) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { f.Store(true) }
 
+// errNoOffsetsTopic says the cluster lists no __consumer_offsets topic.
+var errNoOffsetsTopic = errors.New("no " + offsetsTopic + " topic")
+
 // errMarkersInFlight says the coordinator is ending a transaction: look
 // again once its markers are written.
 var errMarkersInFlight = errors.New("the coordinator is writing markers")
@@ -188,9 +194,7 @@ func (s *hangSweeper) beforeClaim(ctx context.Context) {
 		switch {
 		case err == nil || ctx.Err() != nil:
 			return
-		case isAuthError(err):
-			s.disabled.Store(true)
-			s.logger.Warn("eos: not allowed to look for hanging transactions; the check is off (see HangingTransactionCheck)", "err", err)
+		case s.turnOffIfUnanswerable(err):
 			return
 		case time.Now().After(deadline):
 			s.logger.Warn("eos: could not look for hanging transactions before going on", "err", err)
@@ -215,15 +219,47 @@ func (s *hangSweeper) run(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 		s.sweepOnce(ctx)
+		s.warnIfNoOffsetsTopic()
 	}
+}
+
+// warnIfNoOffsetsTopic says once, after a periodic sweep, that the cluster
+// still shows no offsets topic, though the group has been in use for a
+// sweep interval (Apache Kafka creates the topic when a group first finds
+// its coordinator): the check cannot cover the group's offsets there.
+func (s *hangSweeper) warnIfNoOffsetsTopic() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.partition < 0 && s.noOffsetsTopic && !s.warnedNoOffsetsTopic {
+		s.warnedNoOffsetsTopic = true
+		s.logger.Warn("eos: the cluster lists no " + offsetsTopic + " topic (an in-process or non-Apache broker?); the hanging-transaction check covers only the partitions this processor writes to")
+	}
+}
+
+// turnOffIfUnanswerable turns the check off, saying why once at Warn, when
+// err shows that the cluster will never answer it: the requests are
+// refused (the ACLs are missing) or not supported. It reports whether it
+// did.
+func (s *hangSweeper) turnOffIfUnanswerable(err error) bool {
+	var why string
+	switch {
+	case isAuthError(err):
+		why = "not allowed to look for hanging transactions (DescribeProducers, DescribeTransactions and WriteTxnMarkers need the ACLs listed in HangingTransactionCheck)"
+	case isUnsupportedError(err):
+		why = "the cluster does not support the requests the check needs (DescribeProducers, DescribeTransactions: Kafka 2.8+)"
+	default:
+		return false
+	}
+	if s.disabled.CompareAndSwap(false, true) {
+		s.logger.Warn("eos: the hanging-transaction check is off: "+why, "err", err)
+	}
+	return true
 }
 
 // sweepOnce sweeps and logs what went wrong; a refusal turns the check off.
 func (s *hangSweeper) sweepOnce(ctx context.Context) {
 	if _, err := s.sweep(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errMarkersInFlight) {
-		if isAuthError(err) {
-			s.disabled.Store(true)
-			s.logger.Warn("eos: not allowed to look for hanging transactions; the check is off (see HangingTransactionCheck)", "err", err)
+		if s.turnOffIfUnanswerable(err) {
 			return
 		}
 		s.logger.Debug("eos: hanging-transaction check failed", "err", err)
@@ -241,14 +277,25 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.partition < 0 {
+		// A cluster on which no group has found its coordinator yet has
+		// no offsets topic, and so nothing hanging in it: sweep the
+		// outputs, and look for the topic again next time.
 		p, err := s.offsetsPartition(ctx)
-		if err != nil {
+		s.noOffsetsTopic = errors.Is(err, errNoOffsetsTopic)
+		switch {
+		case err == nil:
+			s.partition = p
+		case !s.noOffsetsTopic:
 			return 0, err
 		}
-		s.partition = p
 	}
 	set := s.outputs.snapshot()
-	set.Add(offsetsTopic, s.partition)
+	if s.partition >= 0 {
+		set.Add(offsetsTopic, s.partition)
+	}
+	if len(set) == 0 {
+		return 0, nil
+	}
 	before, err := s.openTransactions(ctx, set)
 	if err != nil || len(before) == 0 {
 		return 0, err
@@ -485,7 +532,10 @@ func (s *hangSweeper) offsetsPartition(ctx context.Context) (int32, error) {
 		return 0, fmt.Errorf("metadata of %s: %w", offsetsTopic, err)
 	}
 	d, ok := topics[offsetsTopic]
-	if !ok || d.Err != nil || len(d.Partitions) == 0 {
+	switch {
+	case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+		return 0, errNoOffsetsTopic
+	case d.Err != nil || len(d.Partitions) == 0:
 		return 0, fmt.Errorf("metadata of %s: %v", offsetsTopic, d.Err)
 	}
 	return groupPartition(s.group, int32(len(d.Partitions))), nil
@@ -503,6 +553,16 @@ func javaStringHash(s string) int32 {
 		h = 31*h + int32(u)
 	}
 	return h
+}
+
+// isUnsupportedError reports whether err says the broker does not know a
+// request (franz-go's errors for that are not exported).
+func isUnsupportedError(err error) bool {
+	if errors.Is(err, kerr.UnsupportedVersion) || errors.Is(err, kerr.InvalidRequest) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "broker is too old") || strings.Contains(msg, "request key is unknown")
 }
 
 func isAuthError(err error) bool {

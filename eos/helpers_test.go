@@ -202,6 +202,7 @@ func startCopier(t testing.TB, k *integration.KafkaCluster, semantics eos.Semant
 		"EOS_COPIER_TXN_ID="+txnID,
 	)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	integration.ChildProcess(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start copier: %v", err)
 	}

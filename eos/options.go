@@ -168,8 +168,12 @@ func OnHandlerError(p ErrorPolicy) Option {
 //
 // It needs, besides what the processor needs anyway, Read on
 // __consumer_offsets and the output topics (DescribeProducers, and reading
-// markers back) and ClusterAction (WriteTxnMarkers). A broker that refuses them turns the
-// check off with one warning. It applies only under [ExactlyOnce].
+// markers back) and ClusterAction (WriteTxnMarkers). A cluster that
+// refuses them, or does not support them, turns the check off at once with
+// one warning, and the processor starts without waiting. On a cluster that
+// lists no __consumer_offsets topic (franz-go's kfake) the check covers only
+// the output partitions, and says so once at Warn. It applies only under
+// [ExactlyOnce].
 func HangingTransactionCheck(interval time.Duration) Option {
 	return func(c *config) { c.hangCheck = interval; c.mark("HangingTransactionCheck") }
 }

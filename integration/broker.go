@@ -8,13 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
 const localBrokerHowTo = "A private broker needs Java 17+ and Maven (scripts/kafka.sh fetches the jars), " +
-	"and is started from the eoskit source tree."
+	"is started from the eoskit source tree, and runs under `make test` (or with KAFKA_BROKERS set)."
 
 // LocalBroker is a broker of the test's own, started with scripts/kafka.sh in
 // a temporary state folder, for tests that stop, kill or restart the broker:
@@ -26,12 +27,20 @@ type LocalBroker struct {
 	stateDir string
 }
 
-// StartLocalBroker starts a private broker and returns it ready. Without Java
-// or the eoskit source tree it skips (or, with EOS_REQUIRE_SERVICES=1, fails)
-// tb. Starting one takes a few seconds; the first ever run also downloads the
+// StartLocalBroker starts a private broker and returns it ready. With no
+// services configured (neither KAFKA_BROKERS nor EOS_REQUIRE_SERVICES set),
+// or without Java or the eoskit source tree, it skips (or, with
+// EOS_REQUIRE_SERVICES=1, fails) tb. Starting one takes a few seconds; the first ever run also downloads the
 // broker jars.
 func StartLocalBroker(tb testing.TB) *LocalBroker {
 	tb.Helper()
+	if os.Getenv(KafkaBrokersEnv) == "" && !servicesRequired() {
+		// A private broker takes a minute or more to start and bounce:
+		// like every service, it runs when the services are up (make
+		// test), not in a quick `go test ./...`.
+		missingService(tb, "private Kafka broker", localBrokerHowTo,
+			fmt.Errorf("no services configured (%s and %s are unset)", KafkaBrokersEnv, RequireServicesEnv))
+	}
 	script, err := findScript("scripts/kafka.sh")
 	if err != nil {
 		missingService(tb, "private Kafka broker", localBrokerHowTo, err)
@@ -110,7 +119,9 @@ func (b *LocalBroker) run(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{b.script}, args...)...)
-	cmd.Env = append(os.Environ(), "EOSKIT_STATE_DIR="+b.stateDir)
+	cmd.Env = append(os.Environ(), "EOSKIT_STATE_DIR="+b.stateDir,
+		// The broker must not outlive this test binary, however it ends.
+		"EOSKIT_OWNER_PID="+strconv.Itoa(os.Getpid()), StartedByTestEnv+"=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

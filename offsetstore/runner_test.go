@@ -396,6 +396,7 @@ func TestCrashesAroundTheDatabaseCommit(t *testing.T) {
 		cmd.Env = append(os.Environ(), "EOS_TEST_LOADER=1", "EOS_LOADER_BROKERS="+strings.Join(b.k.Brokers, ","),
 			"EOS_LOADER_DB="+b.dbURL, "EOS_LOADER_GROUP="+b.group, "EOS_LOADER_TOPIC="+b.topic)
 		cmd.Stderr = os.Stderr
+		integration.ChildProcess(t, cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

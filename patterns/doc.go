@@ -31,9 +31,15 @@
 // half never written); an instance stopped abruptly mid-batch and replaced;
 // a second instance joining mid-batch; an instance stalled in its handler
 // past its session timeout while a replacement with its name starts, then
-// woken. The lab stops instances by cancelling them, which for eos.Processor
-// is a clean abort; the SIGKILL versions of these faults are in the eos and
-// offsetstore tests.
+// woken. Each fault strikes while a handler is held mid-batch: the lab arms
+// a gate that catches the next handler call, then writes the next part of
+// the workload, so that some handler is certain to arrive, however fast or
+// slow the machine. Every wait of a run (for progress, for a handler to
+// reach a fault, for an instance to stop) is bounded by [Lab.StepTimeout];
+// a step that does not finish fails the run with a *[StepError] naming the
+// pattern, the step and the progress seen. The lab stops instances by
+// cancelling them, which for eos.Processor is a clean abort; the SIGKILL
+// versions of these faults are in the eos and offsetstore tests.
 //
 // Nothing imports patterns: it composes eos, offsetstore and dedup.
 package patterns

@@ -58,13 +58,13 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	}
 	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), in, out) }()
 
-	l.progress(p, "source: writing the workload")
 	srcSem := sem
 	if policy == resume {
 		srcSem = eos.ExactlyOnce // idempotent, without a transactional id
 	}
-	if err := source(ctx, l.Brokers, in, l.Reports, l.LostEvery, policy, srcSem, false); err != nil {
-		return result{}, err
+	feed := func(ctx context.Context, from, to int) error {
+		l.progress(p, fmt.Sprintf("source: writing reports %d to %d", from, to))
+		return source(ctx, l.Brokers, in, l.Reports[from:to], from, l.LostEvery, policy, srcSem, false)
 	}
 
 	copyReport := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -96,7 +96,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 		}
 		return err
 	}
-	faults, err := l.churn(ctx, p, start, groupProgress(adm, name, in))
+	faults, err := l.churn(ctx, p, start, feed, groupProgress(adm, name, in))
 	if err != nil {
 		return result{}, err
 	}
@@ -151,7 +151,7 @@ func producerResume() Pattern {
 			// send's outcome unknown (it was written).
 			cut := len(l.Reports) * 3 / 5
 			l.progress(p, "source: writing until a crash at 60%")
-			if err := source(ctx, l.Brokers, topic, l.Reports[:cut], l.LostEvery, resume, eos.ExactlyOnce, false); err != nil {
+			if err := source(ctx, l.Brokers, topic, l.Reports[:cut], 0, l.LostEvery, resume, eos.ExactlyOnce, false); err != nil {
 				return result{}, err
 			}
 			// The restarted producer learns from each partition's last
@@ -161,7 +161,7 @@ func producerResume() Pattern {
 			if err != nil {
 				return result{}, err
 			}
-			if err := source(ctx, l.Brokers, topic, rest, l.LostEvery, resume, eos.ExactlyOnce, false); err != nil {
+			if err := source(ctx, l.Brokers, topic, rest, len(l.Reports)-len(rest), l.LostEvery, resume, eos.ExactlyOnce, false); err != nil {
 				return result{}, err
 			}
 			return l.readKafkaOutput(ctx, topic, []string{"unknown outcome at the source", "producer crash and restart"})

@@ -21,11 +21,31 @@ import (
 	"github.com/eoskit/eoskit/integration"
 )
 
-// ErrStalled is returned by [Lab.Run] when a pattern made no progress for a
-// minute: the run is abandoned rather than left hanging.
+// ErrStalled is wrapped by the *StepError that [Lab.Run] returns when a
+// step of a pattern's run did not finish within [Lab.StepTimeout]: the run
+// is abandoned rather than left hanging.
 var ErrStalled = errors.New("patterns: run stalled")
 
-const stallLimit = time.Minute
+// StepError says where a run stalled: the pattern, the step it was waiting
+// in, for how long, and the progress it had seen (records whose offsets
+// were committed, of those written so far).
+type StepError struct {
+	Pattern string
+	Step    string
+	Waited  time.Duration
+	Done    int64
+	Total   int64
+	// Err is ErrStalled, or what ended the wait early (an instance that
+	// failed, the context).
+	Err error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("pattern %s: step %q ended after %s at %d of %d records committed: %v",
+		e.Pattern, e.Step, e.Waited.Round(time.Millisecond), e.Done, e.Total, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
 
 // Lab runs patterns on one workload with the same injected faults.
 type Lab struct {
@@ -47,9 +67,13 @@ type Lab struct {
 	// SessionTimeout is the group session timeout of the consumers, and
 	// the zombie stalls for longer than it. Default 3s.
 	SessionTimeout time.Duration
-	// RecordDelay is how long each handler call works, which keeps
-	// batches in flight when the faults strike. Default 500µs.
+	// RecordDelay is how long each handler call works. Default 500µs.
 	RecordDelay time.Duration
+	// StepTimeout bounds every wait of a run (for progress, for a handler
+	// to reach a fault, for a rebalance, for an instance to stop); a step
+	// that takes longer fails the pattern with a *StepError. Default: 30 s,
+	// plus four session timeouts, plus 2 ms per report.
+	StepTimeout time.Duration
 }
 
 func (l *Lab) defaults() {
@@ -68,6 +92,9 @@ func (l *Lab) defaults() {
 	if l.RecordDelay == 0 {
 		l.RecordDelay = 500 * time.Microsecond
 	}
+	if l.StepTimeout == 0 {
+		l.StepTimeout = 30*time.Second + 4*l.SessionTimeout + time.Duration(len(l.Reports))*2*time.Millisecond
+	}
 }
 
 func (l *Lab) progress(p Pattern, step string) {
@@ -82,7 +109,7 @@ func (l *Lab) clientOpts() []kgo.Opt {
 		// The 3 s default heartbeat would let a 3 s session expire.
 		kgo.HeartbeatInterval(l.SessionTimeout / 4),
 		kgo.RebalanceTimeout(l.SessionTimeout),
-		kgo.TransactionTimeout(4 * l.SessionTimeout),
+		kgo.TransactionTimeout(max(4*l.SessionTimeout, 10*time.Second)),
 	}
 }
 
@@ -93,6 +120,9 @@ type Outcome struct {
 	// Skipped says why the pattern did not run, or did not finish ("" if
 	// it ran).
 	Skipped string `json:"skipped,omitempty"`
+	// Failed is set (by the caller of Run) when the run ended with an
+	// error: a stalled step, an instance that failed.
+	Failed bool `json:"failed,omitempty"`
 	// Faults lists the faults injected.
 	Faults         []string           `json:"faults,omitempty"`
 	Input          int                `json:"input"`
@@ -143,7 +173,11 @@ func (l *Lab) Run(ctx context.Context, p Pattern) (Outcome, error) {
 	}
 	start := time.Now()
 	res, err := p.run(ctx, l, p)
-	if err != nil {
+	var stepErr *StepError
+	switch {
+	case errors.As(err, &stepErr):
+		return out, err // names the pattern already
+	case err != nil:
 		return out, fmt.Errorf("pattern %s: %w", p.Name, err)
 	}
 	ids := make([]string, len(l.Reports))
@@ -169,138 +203,296 @@ func outputOf(r Report, pos integration.Position) integration.Output {
 	return integration.Output{ID: r.ID, Stream: r.Region, Seq: n, Position: pos}
 }
 
-// gate paces the handlers of one pattern run, and turns the first handler
-// call after it is armed into a zombie: that call blocks until released.
+// gate is where the lab's faults catch a handler mid-batch. Each handler
+// call passes through it; once armed, the first call to arrive is caught:
+// it blocks, its instance's name is sent to the lab, and it stays blocked
+// until the lab releases it. Arming happens before the lab writes the next
+// part of the workload, so some handler is certain to arrive, on a fast
+// machine or a slow one.
 type gate struct {
-	delay    time.Duration
-	armed    atomic.Bool
-	zombie   chan string // receives the name of the instance that stalled
+	delay  time.Duration
+	mu     sync.Mutex
+	armed  *catch // nil when disarmed
+	closed bool
+}
+
+// catch is one armed fault: the instance caught, and its release.
+type catch struct {
+	caught   chan string // receives the caught instance's name
 	release  chan struct{}
 	released atomic.Bool
 }
 
-func newGate(delay time.Duration) *gate {
-	return &gate{delay: delay, zombie: make(chan string, 1), release: make(chan struct{})}
-}
-
-// wait does the handler's work for one record in the named instance, and
-// stalls it if the gate is armed.
-func (g *gate) wait(instance string) {
-	time.Sleep(g.delay)
-	if g.armed.CompareAndSwap(true, false) {
-		g.zombie <- instance
-		<-g.release
+func (c *catch) free() {
+	if c.released.CompareAndSwap(false, true) {
+		close(c.release)
 	}
 }
 
-func (g *gate) wake() {
-	if g.released.CompareAndSwap(false, true) {
-		close(g.release)
+func newGate(delay time.Duration) *gate { return &gate{delay: delay} }
+
+// arm makes the next handler call block; the returned catch names it.
+func (g *gate) arm() *catch {
+	c := &catch{caught: make(chan string, 1), release: make(chan struct{})}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		c.free()
+	} else {
+		g.armed = c
+	}
+	return c
+}
+
+// wait does the handler's work for one record in the named instance, and
+// blocks it if the gate is armed.
+func (g *gate) wait(instance string) {
+	time.Sleep(g.delay)
+	g.mu.Lock()
+	c := g.armed
+	g.armed = nil
+	g.mu.Unlock()
+	if c != nil {
+		c.caught <- instance
+		<-c.release
+	}
+}
+
+// close releases whatever is caught and lets every later call through.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.armed != nil {
+		g.armed.free()
+		g.armed = nil
 	}
 }
 
 // instance is one running consumer of a pattern.
 type instance struct {
+	name   string
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{} // closed once the instance returned
 }
 
 // launcher starts one instance of a consumer-side pattern: it runs until
 // ctx ends, calling wait in its handler for each record.
 type launcher func(ctx context.Context, name string, wait func()) error
 
+// feeder writes l.Reports[from:to] to a pattern's input topic.
+type feeder func(ctx context.Context, from, to int) error
+
+// The workload is written in parts, each after the fault it feeds is
+// armed: the fractions of it written before the crash, the rebalance and
+// the zombie.
+const (
+	beforeCrash     = 0.3
+	beforeRebalance = 0.5
+	beforeZombie    = 0.7
+)
+
 // churn runs a consumer-side pattern through the lab's faults, in order: an
 // instance stopped abruptly mid-batch and replaced (a crash between
 // processing and committing); a second instance joining mid-batch (a
-// rebalance); an instance stalled in its handler past the session timeout
-// while a replacement with its name starts (a zombie), then woken. It
-// returns once progress reports everything consumed and all instances
-// stopped. Errors the faults are expected to cause (a fenced zombie) are
-// not errors of the run.
-func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, progress func(context.Context) (done, total int64, err error)) ([]string, error) {
-	var mu sync.Mutex
-	var instances []*instance
+// rebalance); an instance stalled in its handler past its session timeout
+// while a replacement with its name starts (a zombie), then woken. Each
+// fault strikes while a handler is caught in the gate, so it lands
+// mid-batch whatever the machine's speed. It writes the workload with feed,
+// part by part, and returns once progress reports everything consumed and
+// all instances stopped. Every wait is bounded by l.StepTimeout and fails
+// with a *StepError naming its step. Errors the faults are expected to
+// cause (a fenced zombie) are not errors of the run: the launcher filters
+// them; any other error an instance returns ends the run.
+func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder, progress func(context.Context) (done, total int64, err error)) ([]string, error) {
+	ctx, cancelAll := context.WithCancel(ctx)
+	defer cancelAll()
 	g := newGate(l.RecordDelay)
-	defer g.wake()
+	defer g.close()
+	var instances []*instance
+	failed := make(chan error, 16) // instances that returned an error of their own
 	launch := func(name string) *instance {
 		ictx, cancel := context.WithCancel(ctx)
-		in := &instance{cancel: cancel, done: make(chan error, 1)}
-		go func() { in.done <- start(ictx, name, func() { g.wait(name) }) }()
-		mu.Lock()
+		in := &instance{name: name, cancel: cancel, done: make(chan struct{})}
+		go func() {
+			defer close(in.done)
+			if err := start(ictx, name, func() { g.wait(name) }); err != nil && ictx.Err() == nil {
+				select {
+				case failed <- fmt.Errorf("instance %s: %w", name, err):
+				default:
+				}
+			}
+		}()
 		instances = append(instances, in)
-		mu.Unlock()
 		return in
 	}
-	reached := func(frac float64) error {
-		last, since := int64(-1), time.Now()
+	// Stop every instance on the way out, each within the step bound;
+	// the gate is closed first so that no handler stays caught.
+	defer func() {
+		g.close()
+		for _, in := range instances {
+			in.cancel()
+		}
+		for _, in := range instances {
+			select {
+			case <-in.done:
+			case <-time.After(l.StepTimeout):
+				l.Logger.Error("patterns: an instance did not stop", "pattern", p.Name, "instance", in.name, "waited", l.StepTimeout)
+			}
+		}
+	}()
+
+	var last, total int64 // the progress last seen, for errors
+	stalled := func(step string, began time.Time, err error) error {
+		return &StepError{Pattern: p.Name, Step: step, Waited: time.Since(began), Done: last, Total: total, Err: err}
+	}
+	// reached waits until the committed offsets cover frac of the records
+	// written so far.
+	reached := func(step string, frac float64) error {
+		began := time.Now()
+		deadline := time.NewTimer(l.StepTimeout)
+		defer deadline.Stop()
 		for {
 			// A coordinator busy with a rebalance may hold the offset
 			// fetch; that counts as no progress, not as an error.
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			done, total, err := progress(pctx)
+			done, tot, err := progress(pctx)
 			cancel()
-			if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				done, total, err = last, 0, nil
-			}
-			if err != nil {
-				return err
-			}
-			if total > 0 && float64(done) >= frac*float64(total) {
-				return nil
-			}
-			if done > last {
-				last, since = done, time.Now()
-			} else if time.Since(since) > stallLimit {
-				return fmt.Errorf("%w: no progress for %s at %d of %d records", ErrStalled, stallLimit, last, total)
+			switch {
+			case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			case err != nil:
+				return stalled(step, began, err)
+			default:
+				last, total = done, tot
+				if tot > 0 && float64(done) >= frac*float64(tot) {
+					return nil
+				}
 			}
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return stalled(step, began, ctx.Err())
+			case err := <-failed:
+				return stalled(step, began, err)
+			case <-deadline.C:
+				return stalled(step, began, ErrStalled)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
-	defer func() {
-		for _, in := range instances {
-			in.cancel()
-			<-in.done
+	n := len(l.Reports)
+	part := func(f float64) int { return int(float64(n) * f) }
+	catchOne := func(step string, c *catch) (string, error) {
+		began := time.Now()
+		select {
+		case name := <-c.caught:
+			return name, nil
+		case <-ctx.Done():
+			return "", stalled(step, began, ctx.Err())
+		case err := <-failed:
+			return "", stalled(step, began, err)
+		case <-time.After(l.StepTimeout):
+			return "", stalled(step, began, fmt.Errorf("%w: no handler reached the fault", ErrStalled))
 		}
-	}()
+	}
+	stop := func(step string, in *instance) error {
+		began := time.Now()
+		in.cancel()
+		select {
+		case <-in.done:
+			return nil
+		case <-time.After(l.StepTimeout):
+			return stalled(step, began, fmt.Errorf("%w: instance %s did not stop", ErrStalled, in.name))
+		}
+	}
+	pause := func(step string, d time.Duration) error {
+		select {
+		case <-ctx.Done():
+			return stalled(step, time.Now(), ctx.Err())
+		case err := <-failed:
+			return stalled(step, time.Now(), err)
+		case <-time.After(d):
+			return nil
+		}
+	}
 
+	// Crash: instance a is caught mid-batch and stopped abruptly; a
+	// replacement with its name starts.
+	if err := feed(ctx, 0, part(beforeCrash)); err != nil {
+		return nil, err
+	}
 	a := launch("a")
-	if err := reached(0.25); err != nil {
+	if err := reached("crash: waiting for the first commits", 0.5); err != nil {
+		return nil, err
+	}
+	c := g.arm()
+	if err := feed(ctx, part(beforeCrash), part(beforeRebalance)); err != nil {
+		return nil, err
+	}
+	if _, err := catchOne("crash: waiting for a handler mid-batch", c); err != nil {
 		return nil, err
 	}
 	l.progress(p, "crash: stopping an instance abruptly mid-batch")
 	a.cancel()
+	c.free()
+	if err := stop("crash: waiting for the crashed instance to stop", a); err != nil {
+		return nil, err
+	}
 	launch("a")
-	if err := reached(0.45); err != nil {
+
+	// Rebalance: a second instance joins while the first is caught
+	// mid-batch, held long enough for the first to learn of the
+	// rebalance from a heartbeat.
+	c = g.arm()
+	if err := feed(ctx, part(beforeRebalance), part(beforeZombie)); err != nil {
+		return nil, err
+	}
+	if _, err := catchOne("rebalance: waiting for a handler mid-batch", c); err != nil {
 		return nil, err
 	}
 	l.progress(p, "rebalance: a second instance joins mid-batch")
 	launch("b")
-	if err := reached(0.65); err != nil {
+	err := pause("rebalance: holding the batch while b joins", l.SessionTimeout/4+time.Second)
+	c.free()
+	if err != nil {
 		return nil, err
 	}
-	g.armed.Store(true)
-	var zombie string
-	select {
-	case zombie = <-g.zombie:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+
+	// Zombie: the next handler to arrive stalls past its session
+	// timeout, a replacement with its name starts, then it wakes.
+	c = g.arm()
+	if err := feed(ctx, part(beforeZombie), n); err != nil {
+		return nil, err
+	}
+	zombie, err := catchOne("zombie: waiting for a handler mid-batch", c)
+	if err != nil {
+		return nil, err
 	}
 	l.progress(p, "zombie: instance "+zombie+" stalls past its session timeout; a replacement starts")
-	time.Sleep(l.SessionTimeout + 2*time.Second)
-	launch(zombie)
-	time.Sleep(l.SessionTimeout)
-	l.progress(p, "zombie: instance "+zombie+" wakes up")
-	g.wake()
-	if err := reached(1); err != nil {
+	if err := pause("zombie: stalled", l.SessionTimeout+2*time.Second); err != nil {
+		c.free()
 		return nil, err
 	}
-	// Let the last batches land before the instances stop.
-	time.Sleep(2 * time.Second)
+	launch(zombie)
+	err = pause("zombie: replacement running", l.SessionTimeout)
+	l.progress(p, "zombie: instance "+zombie+" wakes up")
+	c.free()
+	if err != nil {
+		return nil, err
+	}
+	if err := reached("finishing: waiting for every record's commit", 1); err != nil {
+		return nil, err
+	}
+	// Let the last batches land, and a woken zombie do what it does,
+	// before the instances stop.
+	if err := pause("finishing", 2*time.Second); err != nil {
+		return nil, err
+	}
 	l.progress(p, "stopping")
+	for _, in := range instances {
+		if err := stop("stopping the instances", in); err != nil {
+			return nil, err
+		}
+	}
 	return []string{"unknown outcome at the source", "crash mid-batch", "rebalance mid-batch", "zombie"}, nil
 }
 

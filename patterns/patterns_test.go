@@ -18,29 +18,60 @@ func TestLabShowsWhatEachPatternGuarantees(t *testing.T) {
 	lab := &patterns.Lab{Brokers: k.Brokers, Pool: integration.Postgres(t), Reports: patterns.Workload(3000),
 		Progress: func(pattern, step string) { t.Logf("%s: %s", pattern, step) }}
 	for _, p := range patterns.All() {
-		out, err := lab.Run(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
+		checkPattern(t, lab, p)
+	}
+}
+
+// TestEmbeddedLabShowsWhatEachPatternGuarantees runs what `go run
+// ./cmd/eoslab` runs with no services (every Kafka pattern, every fault, on
+// the embedded kfake cluster) with the same assertions as the real-broker
+// test, so that the README's first command is kept working.
+func TestEmbeddedLabShowsWhatEachPatternGuarantees(t *testing.T) {
+	cluster, err := patterns.EmbeddedCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	lab := &patterns.Lab{Brokers: cluster.ListenAddrs(), SessionTimeout: patterns.EmbeddedSessionTimeout,
+		Progress: func(pattern, step string) { t.Logf("%s: %s", pattern, step) }}
+	ran := 0
+	for _, p := range patterns.All() {
+		if p.NeedsDatabase {
+			continue
 		}
-		t.Logf("%-30s input=%d output=%d lost=%d duplicated=%d aborted-visible=%d out-of-order=%d totals-correct=%v",
-			out.Pattern, out.Input, out.Output, out.Lost, out.Duplicated, out.AbortedVisible, out.OutOfOrder, out.TotalsCorrect)
-		if out.Skipped != "" {
-			t.Fatalf("%s did not run: %s", p.Name, out.Skipped)
+		checkPattern(t, lab, p)
+		ran++
+	}
+	if ran < 4 {
+		t.Fatalf("only %d Kafka patterns ran; want at-most-once, at-least-once, exactly-once and producer resume", ran)
+	}
+}
+
+// checkPattern runs p and asserts what it must show.
+func checkPattern(t *testing.T, lab *patterns.Lab, p patterns.Pattern) {
+	t.Helper()
+	out, err := lab.Run(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%-30s input=%d output=%d lost=%d duplicated=%d aborted-visible=%d out-of-order=%d totals-correct=%v faults=%q in %s",
+		out.Pattern, out.Input, out.Output, out.Lost, out.Duplicated, out.AbortedVisible, out.OutOfOrder, out.TotalsCorrect, out.Faults, out.Duration)
+	if out.Skipped != "" {
+		t.Fatalf("%s did not run: %s", p.Name, out.Skipped)
+	}
+	switch p.Name {
+	case "at-most-once":
+		// It may also duplicate: see the at-most-once pattern's doc.
+		if out.Lost == 0 || out.TotalsCorrect {
+			t.Errorf("at-most-once should lose: %v", out.Report)
 		}
-		switch p.Name {
-		case "at-most-once":
-			// It may also duplicate: see the at-most-once pattern's doc.
-			if out.Lost == 0 || out.TotalsCorrect {
-				t.Errorf("at-most-once should lose: %v", out.Report)
-			}
-		case "at-least-once":
-			if out.Lost != 0 || out.Duplicated == 0 || out.TotalsCorrect {
-				t.Errorf("at-least-once should duplicate and never lose: %v", out.Report)
-			}
-		default:
-			if !out.Report.OK() || !out.TotalsCorrect {
-				t.Errorf("%s should be exactly once with correct totals: %v (totals %v)", p.Name, out.Report, out.Totals)
-			}
+	case "at-least-once":
+		if out.Lost != 0 || out.Duplicated == 0 || out.TotalsCorrect {
+			t.Errorf("at-least-once should duplicate and never lose: %v", out.Report)
+		}
+	default:
+		if !out.Report.OK() || !out.TotalsCorrect {
+			t.Errorf("%s should be exactly once with correct totals: %v (totals %v)", p.Name, out.Report, out.Totals)
 		}
 	}
 }

@@ -133,9 +133,9 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 		}
 	}
 
-	l.progress(p, "source: writing the workload")
-	if err := source(ctx, l.Brokers, in, l.Reports, l.LostEvery, policy, eos.ExactlyOnce, stamp); err != nil {
-		return result{}, err
+	feed := func(ctx context.Context, from, to int) error {
+		l.progress(p, fmt.Sprintf("source: writing reports %d to %d", from, to))
+		return source(ctx, l.Brokers, in, l.Reports[from:to], from, l.LostEvery, policy, eos.ExactlyOnce, stamp)
 	}
 	kafkaProgress := groupProgress(adm, name, in)
 	prog := kafkaProgress
@@ -151,7 +151,7 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 	}
 	faults, err := l.churn(ctx, p, func(ctx context.Context, instance string, wait func()) error {
 		return start(ctx, name, in, tables, wait)
-	}, prog)
+	}, feed, prog)
 	if err != nil {
 		return result{}, err
 	}

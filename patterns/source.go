@@ -54,10 +54,11 @@ func faultFor(i, lostEvery int) unknownOutcome {
 }
 
 // source writes reports to topic, one partition per region, suffering an
-// unknown outcome every lostEvery reports and reacting with policy. With
-// stamp, each report carries a message id (dedup.Stamp) that its resends
-// keep.
-func source(ctx context.Context, brokers []string, topic string, reports []Report, lostEvery int, policy sourcePolicy, sem eos.Semantics, stamp bool) error {
+// unknown outcome every lostEvery reports of the workload and reacting with
+// policy; first is the workload index of reports[0], so that the faults
+// fall on the same reports however the workload is split. With stamp, each
+// report carries a message id (dedup.Stamp) that its resends keep.
+func source(ctx context.Context, brokers []string, topic string, reports []Report, first, lostEvery int, policy sourcePolicy, sem eos.Semantics, stamp bool) error {
 	opts := append(sem.ProducerOptions(), kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -69,7 +70,7 @@ func source(ctx context.Context, brokers []string, topic string, reports []Repor
 		if stamp {
 			dedup.Stamp(rec)
 		}
-		fault := faultFor(i, lostEvery)
+		fault := faultFor(first+i, lostEvery)
 		if fault != notWritten {
 			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 				return fmt.Errorf("source: produce %s: %w", rep.ID, err)

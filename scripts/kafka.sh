@@ -15,6 +15,8 @@
 #   EOSKIT_STATE_DIR  where the broker's config, data, pid and log live
 #                     (default <repo>/.eoskit); its log is kafka/logs/server.log
 #   JAVA_HOME         the JDK to run the broker with (Java 17+); default: java on PATH
+#   EOSKIT_OWNER_PID  when set (tests set it to their own pid), a watchdog stops
+#                     the broker once that process is gone, however it ended
 set -euo pipefail
 
 KAFKA_VERSION=4.4.0
@@ -142,6 +144,7 @@ start() {
 		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
 		>"$STATE_DIR/logs/stdout.log" 2>&1 </dev/null &
 	echo $! >"$PID_FILE"
+	[ -n "${EOSKIT_OWNER_PID:-}" ] && watch_owner "$EOSKIT_OWNER_PID" "$!"
 	if ! "$STATE_DIR/eosdev" wait-kafka -brokers "$(bootstrap)" -timeout 120s; then
 		tail -n 40 "$STATE_DIR/logs/server.log" "$STATE_DIR/logs/stdout.log" >&2 || true
 		stop_with KILL
@@ -149,6 +152,22 @@ start() {
 	fi
 	log "broker ready at $(bootstrap)"
 	echo "KAFKA_BROKERS=$(bootstrap)"
+}
+
+# watch_owner OWNER BROKER starts a detached watchdog that stops BROKER
+# (SIGTERM, SIGKILL 30 s later) once OWNER is gone: a test binary killed by
+# its timeout, a panic or a signal runs no cleanup, and its private broker
+# must not outlive it. The watchdog ends with the broker.
+watch_owner() {
+	local owner=$1 broker=$2
+	setsid bash -c '
+		owner=$1 broker=$2
+		while kill -0 "$owner" 2>/dev/null && kill -0 "$broker" 2>/dev/null; do sleep 1; done
+		kill -0 "$broker" 2>/dev/null || exit 0
+		kill -TERM "$broker" 2>/dev/null
+		for _ in $(seq 1 300); do kill -0 "$broker" 2>/dev/null || exit 0; sleep 0.1; done
+		kill -KILL "$broker" 2>/dev/null
+	' eoskit-broker-watchdog "$owner" "$broker" </dev/null >/dev/null 2>&1 &
 }
 
 # stop_with TERM|KILL sends the signal and waits for the process to be gone.

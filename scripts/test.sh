@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's one test command (run it as `make test`): with the local
 # Kafka broker and PostgreSQL up (scripts/with-services.sh, which requires
-# them and stops what it started), checks formatting and vet, and runs every
-# test under the race detector.
+# them and stops what it started), checks formatting and vet, runs every
+# test under the race detector, and fails if a process a test started is
+# still running afterwards.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,4 +18,8 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 go vet ./...
-go test -race -count=1 -timeout 25m ./...
+rc=0
+go test -race -count=1 -timeout 25m ./... || rc=$?
+# No broker, copier or loader that a test started may outlive the tests.
+scripts/leftovers.sh || rc=1
+exit "$rc"

@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/eoskit/eoskit/patterns"
 )
@@ -60,16 +59,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	where := "Kafka at " + *brokers
 	if *brokers == "" {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		cluster, err := patterns.EmbeddedCluster()
 		if err != nil {
 			fmt.Fprintln(stderr, "eoslab:", err)
 			return 1
 		}
 		defer cluster.Close()
 		lab.Brokers = cluster.ListenAddrs()
-		// kfake keeps Kafka's default minimum session timeout of 6 s
-		// (the local broker allows 1 s, and the lab uses 3 s there).
-		lab.SessionTimeout = 6 * time.Second
+		lab.SessionTimeout = patterns.EmbeddedSessionTimeout
 		where = "an embedded in-process Kafka (franz-go's kfake): a demo, not a proof; give --brokers for a real broker"
 	} else {
 		lab.Brokers = strings.Split(*brokers, ",")
@@ -100,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			// Report it in the table and go on with the others.
 			fmt.Fprintln(stderr, "eoslab:", err)
-			out.Skipped = "failed: " + err.Error()
+			out.Skipped, out.Failed = "failed: "+err.Error(), true
 			failed = true
 		}
 		if out.Skipped == "" {
@@ -130,7 +127,11 @@ func printTable(w io.Writer, outcomes []patterns.Outcome) {
 	var notes []string
 	for _, o := range outcomes {
 		if o.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t\n", o.Pattern)
+			verdict := "skipped"
+			if o.Failed {
+				verdict = "FAILED"
+			}
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t\n", o.Pattern, verdict)
 			notes = append(notes, o.Pattern+": "+o.Skipped)
 			continue
 		}

@@ -1,0 +1,97 @@
+package eos_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+)
+
+// syncBuffer is a log sink safe for the processor's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere runs a
+// Processor with the default hanging-transaction check on kfake, which
+// lists no __consumer_offsets topic. It used to retry the check for a
+// minute, twice, before consuming (ExampleProcessor_Run took 120 s); now it
+// copies its first record at once, and says once at Warn that the check
+// covers only the output partitions.
+func TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+	var logs syncBuffer
+	txnID, _ := eos.StableTransactionalID("kfake", "0")
+	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(brokers...), eos.Group("kfake"), eos.InputTopics("in"),
+		eos.TransactionalID(txnID), eos.CommitInterval(50*time.Millisecond),
+		eos.HangingTransactionCheck(300*time.Millisecond),
+		eos.Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(seed.Close)
+	if err := seed.ProduceSync(context.Background(), &kgo.Record{Value: []byte("first")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- p.Run(ctx) }()
+	reader, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reader.Close)
+	pollCtx, pollCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer pollCancel()
+	if reader.PollFetches(pollCtx).NumRecords() == 0 {
+		t.Fatalf("no output within 10 s; logs:\n%s", logs.String())
+	}
+	took := time.Since(began)
+	t.Logf("first output %s after Run", took.Round(time.Millisecond))
+	// A bound on a stall, not a speed goal: the check used to hold the
+	// start for 60 s.
+	if took > 5*time.Second {
+		t.Errorf("first output took %s; the hanging-transaction check must not hold the start", took)
+	}
+	time.Sleep(time.Second) // a few periodic checks
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	const said = "covers only the partitions this processor writes to"
+	if n := strings.Count(logs.String(), said); n != 1 {
+		t.Errorf("the warning %q was logged %d times, want once; logs:\n%s", said, n, logs.String())
+	}
+}

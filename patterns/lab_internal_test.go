@@ -1,0 +1,53 @@
+package patterns
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestLabStepThatCannotProgressFailsWithinItsBound checks the lab's
+// deadlines: a run whose consumers never commit, or whose handlers never
+// reach a fault, fails with a *StepError naming the pattern and the step,
+// wrapping ErrStalled, within its StepTimeout, instead of hanging.
+func TestLabStepThatCannotProgressFailsWithinItsBound(t *testing.T) {
+	const bound = 2 * time.Second
+	for _, tc := range []struct {
+		name      string
+		committed int64 // what progress reports, of 100 written
+		step      string
+	}{
+		{"no commits", 0, "crash: waiting for the first commits"},
+		{"no handler reaches the fault", 100, "crash: waiting for a handler mid-batch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := Pattern{Name: "stuck", run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
+				// An instance that never calls its handler: it waits to
+				// be stopped, as a consumer with nothing to poll does.
+				idle := func(ctx context.Context, _ string, _ func()) error { <-ctx.Done(); return nil }
+				feed := func(context.Context, int, int) error { return nil }
+				progress := func(context.Context) (int64, int64, error) { return tc.committed, 100, nil }
+				_, err := l.churn(ctx, p, idle, feed, progress)
+				return result{}, err
+			}}
+			lab := &Lab{StepTimeout: bound}
+			began := time.Now()
+			_, err := lab.Run(context.Background(), p)
+			took := time.Since(began)
+			var stepErr *StepError
+			if !errors.As(err, &stepErr) || !errors.Is(err, ErrStalled) {
+				t.Fatalf("Run returned %v; want a *StepError wrapping ErrStalled", err)
+			}
+			if stepErr.Pattern != "stuck" || stepErr.Step != tc.step || stepErr.Done != tc.committed || stepErr.Total != 100 {
+				t.Errorf("error names pattern %q, step %q, progress %d of %d; want stuck, %q, %d of 100",
+					stepErr.Pattern, stepErr.Step, stepErr.Done, stepErr.Total, tc.step, tc.committed)
+			}
+			if took < bound || took > bound+3*time.Second {
+				t.Errorf("failed after %s; want just past its bound of %s", took, bound)
+			}
+			t.Logf("%v (after %s)", err, took.Round(time.Millisecond))
+		})
+	}
+}
