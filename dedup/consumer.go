@@ -99,8 +99,9 @@ func Logger(l *slog.Logger) Option {
 }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
-// hooks). They are checked against the at-least-once preset: one that turns
-// auto-commit on, for example, is refused.
+// hooks). They are checked against eos.ExactlyOnce's consumer preset: one
+// that turns auto-commit on, or reads uncommitted data (records of
+// transactions that aborted upstream), is refused.
 func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
@@ -146,17 +147,21 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 	return &Consumer{pool: pool, store: store, handler: handler, cfg: c}, nil
 }
 
-// newClient builds the at-least-once group consumer: offsets are committed
-// by the consumer after the database commit, never automatically.
+// newClient builds the group consumer: offsets are committed by the
+// consumer after the database commit, never automatically, and it reads
+// committed data only. That is eos.ExactlyOnce's consumer preset, checked
+// after the user's options: a record of an aborted transaction upstream
+// (an eos.Processor, Kafka Streams, Flink) was never sent, and applying it
+// is an anomaly no id can deduplicate.
 func (c *config) newClient() (*kgo.Client, error) {
-	opts := append(eos.AtLeastOnce.ConsumerOptions(), c.clientOpts...)
+	opts := append(eos.ExactlyOnce.ConsumerOptions(), c.clientOpts...)
 	opts = append(opts, kgo.SeedBrokers(c.brokers...), kgo.ConsumerGroup(c.group), kgo.ConsumeTopics(c.topics...),
 		kgo.BlockRebalanceOnPoll())
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: ClientOptions: %w", ErrInvalidConfig, err)
 	}
-	if err := eos.AtLeastOnce.Check(cl, eos.RoleConsumer); err != nil {
+	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -335,6 +335,44 @@ func TestPurgeRemovesExpiredIDsWhileConsuming(t *testing.T) {
 	b.assertOnce(t, n)
 }
 
+// The input is written by a transactional producer upstream that aborts
+// every other transaction, over three partitions: only the committed
+// messages may take effect. Before the consumer read with read_committed,
+// every aborted message was applied.
+func TestAbortedInputsAreNeverApplied(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 3)
+	ctx := context.Background()
+	committed, aborted, err := integration.SeedTransactional(ctx, b.k.Brokers, b.topic, 3000, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.start(t, "a", dedup.Group(integration.UniqueName(t, "g")), dedup.ID(dedup.KeyID()))
+	// Aborted transactions sit between committed ones in every partition:
+	// once the last committed message took effect, a consumer that
+	// applies aborted ones has applied all but the last few.
+	waitFor(t, "every committed message to take effect", func() bool { return b.effects(t) >= len(committed) })
+	time.Sleep(2 * time.Second) // and the aborted transactions after the last committed ones
+	r.stop(t)
+	rows, err := b.pool.Query(ctx, `SELECT id FROM effects`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs []integration.Output
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		outs = append(outs, integration.Output{ID: id, Position: integration.Position{Topic: "effects", Offset: int64(len(outs))}})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep := integration.Verify(integration.Run{Input: committed, Output: outs, AbortedInput: aborted})
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d committed and %d aborted inputs; verifier: %v", len(committed), len(aborted), rep)
+}
+
 func TestNewConsumerRejectsBadConfig(t *testing.T) {
 	store, _ := dedup.NewPostgresStore("")
 	pool := &pgxpool.Pool{} // never used: construction fails first
@@ -349,6 +387,7 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 		"unknown policy":               append(base, dedup.OnMissingID(9)),
 		"negative backoff":             append(base, dedup.RetryHandlerErrors(-1)),
 		"direct partitions in a group": append(base, dedup.ClientOptions(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset()}}))),
+		"read uncommitted":             append(base, dedup.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
 	}
 	for name, opts := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -29,7 +29,10 @@
 // lost acknowledgement, the same message sent twice), whatever the
 // redeliveries (a crash between the database commit and the Kafka offset
 // commit, a rebalance, an offset reset, a replay), and whatever the number
-// of consumers racing on the same ids in one scope. Assumptions:
+// of consumers racing on the same ids in one scope. Records of transactions
+// that aborted upstream are never applied: the consumer reads with
+// read_committed, and an option that would read uncommitted data is
+// refused. Assumptions:
 //
 //   - Copies of a message carry the same id, and different messages
 //     different ids: [Stamp] once at the origin, or a natural key ([KeyID],

@@ -103,9 +103,20 @@ func databaseURL(serverURL, database string) string {
 // part (input partition) and off (input offset). A duplicate is a second
 // row, so the table must have no unique constraint on id.
 func VerifyRows(ctx context.Context, pool *pgxpool.Pool, table string, inputs []string) (Report, error) {
-	rows, err := pool.Query(ctx, `SELECT seq, id, part, off FROM `+pgx.Identifier{table}.Sanitize()+` ORDER BY seq`)
+	outs, err := ReadRows(ctx, pool, table)
 	if err != nil {
 		return Report{}, err
+	}
+	return Verify(Run{Input: inputs, Output: outs}), nil
+}
+
+// ReadRows reads a results table laid out as [VerifyRows] expects into the
+// verifier's outputs, in commit order, for a [Run] that needs more than
+// VerifyRows gives (aborted inputs, say).
+func ReadRows(ctx context.Context, pool *pgxpool.Pool, table string) ([]Output, error) {
+	rows, err := pool.Query(ctx, `SELECT seq, id, part, off FROM `+pgx.Identifier{table}.Sanitize()+` ORDER BY seq`)
+	if err != nil {
+		return nil, err
 	}
 	var outs []Output
 	var seq, off int64
@@ -115,7 +126,7 @@ func VerifyRows(ctx context.Context, pool *pgxpool.Pool, table string, inputs []
 		outs = append(outs, Output{ID: id, Stream: strconv.Itoa(int(part)), Seq: off, Position: Position{Topic: table, Offset: seq}})
 		return nil
 	}); err != nil {
-		return Report{}, err
+		return nil, err
 	}
-	return Verify(Run{Input: inputs, Output: outs}), nil
+	return outs, nil
 }

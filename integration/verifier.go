@@ -40,6 +40,11 @@ type Run struct {
 	Input   []string
 	Output  []Output
 	Aborted map[Position]bool
+	// AbortedInput lists ids that were written to the input only by
+	// transactions that aborted (as [SeedTransactional] returns them): an
+	// output of one means a consumer applied aborted data, and counts as
+	// aborted-visible, wherever the output lives (a topic or a table).
+	AbortedInput []string
 }
 
 // Finding is one kind of anomaly: how many, and the first few examples.
@@ -66,7 +71,8 @@ type Report struct {
 	// extra outputs).
 	Duplicated Finding
 	// AbortedVisible: outputs a read_committed reader saw at a position
-	// that an aborted transaction wrote.
+	// that an aborted transaction wrote, and outputs of inputs that only
+	// aborted transactions wrote.
 	AbortedVisible Finding
 	// OutOfOrder: outputs that came before an output of an earlier input
 	// of the same stream, in the same output partition.
@@ -113,6 +119,10 @@ func Verify(run Run) Report {
 	for _, id := range run.Input {
 		fed[id] = true
 	}
+	abortedInput := make(map[string]bool, len(run.AbortedInput))
+	for _, id := range run.AbortedInput {
+		abortedInput[id] = true
+	}
 	seen := make(map[string]int, len(run.Output))
 	type streamInPartition struct {
 		topic     string
@@ -124,7 +134,10 @@ func Verify(run Run) Report {
 		if run.Aborted[o.Position] {
 			r.AbortedVisible.add(fmt.Sprintf("%s at %s", o.ID, o.Position))
 		}
-		if !fed[o.ID] {
+		switch {
+		case abortedInput[o.ID]:
+			r.AbortedVisible.add(fmt.Sprintf("%s (an aborted input) at %s", o.ID, o.Position))
+		case !fed[o.ID]:
 			r.Unexpected.add(fmt.Sprintf("%s at %s", o.ID, o.Position))
 		}
 		seen[o.ID]++

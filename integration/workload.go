@@ -2,9 +2,12 @@ package integration
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -56,6 +59,90 @@ func SeedTopic(ctx context.Context, brokers []string, topic string, n int) ([]st
 	default:
 	}
 	return ids, nil
+}
+
+// SeedTransactional writes n input records with ids "in-0" .. "in-(n-1)"
+// to topic as a transactional producer upstream would (an eos.Processor,
+// Kafka Streams, Flink): in transactions of batch records spread over the
+// topic's partitions by key, each committed one followed by one that
+// writes batch records with ids "aborted-0", "aborted-1", ... and aborts.
+// The aborted records are in the log, flushed before the abort, so a
+// read_uncommitted consumer sees them and a read_committed one must not.
+// decorate, when not nil, changes each record before it is produced (to
+// stamp a message id, say). It returns the committed ids in the order
+// written, and the aborted ids: give both to [Verify] (Run.AbortedInput).
+func SeedTransactional(ctx context.Context, brokers []string, topic string, n, batch int, decorate func(*kgo.Record)) (committed, aborted []string, err error) {
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.TransactionalID("eoskit-seed-"+topic+"-"+hex.EncodeToString(suffix[:])), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cl.Close()
+	var failed atomicError
+	write := func(ids []string, commit bool) error {
+		if err := cl.BeginTransaction(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			r := &kgo.Record{Key: []byte(id), Value: []byte(id)}
+			if decorate != nil {
+				decorate(r)
+			}
+			cl.Produce(ctx, r, func(_ *kgo.Record, err error) { failed.set(err) })
+		}
+		if err := cl.Flush(ctx); err != nil {
+			return err
+		}
+		if err := failed.get(); err != nil {
+			_ = cl.EndTransaction(ctx, kgo.TryAbort)
+			return err
+		}
+		return cl.EndTransaction(ctx, kgo.TransactionEndTry(commit))
+	}
+	for start := 0; start < n; start += batch {
+		ids := make([]string, 0, batch)
+		for i := start; i < min(start+batch, n); i++ {
+			ids = append(ids, "in-"+strconv.Itoa(i))
+		}
+		if err := write(ids, true); err != nil {
+			return nil, nil, fmt.Errorf("seed %s: committed transaction: %w", topic, err)
+		}
+		committed = append(committed, ids...)
+		ids = ids[:0]
+		for range batch {
+			ids = append(ids, "aborted-"+strconv.Itoa(len(aborted)+len(ids)))
+		}
+		if err := write(ids, false); err != nil {
+			return nil, nil, fmt.Errorf("seed %s: aborted transaction: %w", topic, err)
+		}
+		aborted = append(aborted, ids...)
+	}
+	return committed, aborted, nil
+}
+
+// atomicError keeps the first error set.
+type atomicError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (a *atomicError) set(err error) {
+	if err == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err == nil {
+		a.err = err
+	}
+}
+
+func (a *atomicError) get() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
 }
 
 // CopyValue is the output value a copier writes for input record in.

@@ -26,7 +26,10 @@
 // Every input record's results are committed to the database exactly once,
 // across crashes (before, during or after the database commit), restarts,
 // rebalances, zombie instances, lost database connections, and whatever
-// Kafka holds as the group's committed offsets. Assumptions:
+// Kafka holds as the group's committed offsets. Records of transactions
+// that aborted upstream (an eos.Processor, Kafka Streams, Flink) are never
+// applied: the consumer reads with read_committed, and an option that
+// would read uncommitted data is refused. Assumptions:
 //
 //   - Every write of the handler goes through the pgx.Tx it is given, in the
 //     database that holds eoskit_offsets. A write elsewhere (another

@@ -112,8 +112,10 @@ func Logger(l *slog.Logger) Option {
 }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts). They
-// are checked against the at-least-once consumer preset: auto-commit stays
-// off.
+// are checked against eos.ExactlyOnce's consumer preset: auto-commit stays
+// off, and records are read with read_committed (an option that reads
+// uncommitted data is refused: a record of a transaction that aborted
+// upstream was never sent, and must not reach the database).
 func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
@@ -158,7 +160,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 }
 
 func (r *Runner) newClient() (*kgo.Client, error) {
-	opts := append(eos.AtLeastOnce.ConsumerOptions(), r.cfg.clientOpts...)
+	opts := append(eos.ExactlyOnce.ConsumerOptions(), r.cfg.clientOpts...)
 	opts = append(opts,
 		kgo.SeedBrokers(r.cfg.brokers...),
 		kgo.ConsumerGroup(r.cfg.group),
@@ -174,7 +176,7 @@ func (r *Runner) newClient() (*kgo.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: ClientOptions: %w", ErrInvalidConfig, err)
 	}
-	if err := eos.AtLeastOnce.Check(cl, eos.RoleConsumer); err != nil {
+	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

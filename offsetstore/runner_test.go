@@ -434,6 +434,36 @@ func loaderMain() int {
 	return 0
 }
 
+// The input is written by a transactional producer upstream that aborts
+// every other transaction, over three partitions: only the committed
+// records may reach the results. Before the runner read with
+// read_committed, every aborted record was applied.
+func TestAbortedInputsAreNeverApplied(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 3, 0)
+	ctx := context.Background()
+	committed, aborted, err := integration.SeedTransactional(ctx, b.k.Brokers, b.topic, 3000, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.start(t, load(nil), offsetstore.MaxPollRecords(250))
+	// Aborted transactions sit between committed ones in every partition:
+	// once every committed record is in, a runner that applies aborted
+	// ones has applied all but the last few.
+	waitFor(t, 2*time.Minute, "every committed record", func() bool { return b.rows(t) >= len(committed) })
+	time.Sleep(2 * time.Second) // and the aborted transactions after the last committed ones
+	r.stop(t)
+	outs, err := integration.ReadRows(ctx, b.pool, "results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := integration.Verify(integration.Run{Input: committed, Output: outs, AbortedInput: aborted})
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d committed and %d aborted inputs; verifier: %v", len(committed), len(aborted), rep)
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	h := load(nil)
 	pool := &pgxpool.Pool{}
@@ -444,6 +474,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no topics":        {offsetstore.Brokers("b:1"), offsetstore.Group("g")},
 		"zero poll":        append(base, offsetstore.MaxPollRecords(0)),
 		"negative backoff": append(base, offsetstore.OnHandlerError(offsetstore.Retry(-1))),
+		"read uncommitted": append(base, offsetstore.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := offsetstore.New(pool, h, opts...); !errors.Is(err, offsetstore.ErrInvalidConfig) {
