@@ -229,6 +229,7 @@ type batch struct {
 	failed    error
 	shutdown  bool
 	firsts    map[topicPartition]int64 // first offset written per output partition
+	promises  promises                 // outputs whose promise has not returned
 }
 
 // wrote notes an output the broker acknowledged.
@@ -242,6 +243,16 @@ func (b *batch) wrote(r *kgo.Record) {
 		}
 		b.firsts[tp] = r.Offset
 	}
+}
+
+// settle flushes cl and waits until every output's promise returned,
+// including those of records franz-go failed before buffering them, which
+// Flush does not wait for.
+func (b *batch) settle(ctx context.Context, cl *kgo.Client) error {
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	return b.promises.wait(ctx)
 }
 
 func (b *batch) produceErr() (coords, error) {
@@ -287,7 +298,9 @@ func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 	for _, out := range outs {
 		out.Context = context.WithValue(ctx, inputKey{}, at)
 		b.out++
+		b.promises.add()
 		rn.produce(ctx, out, func(out *kgo.Record, err error) {
+			defer b.promises.done()
 			if err == nil {
 				b.wrote(out)
 				return
@@ -490,10 +503,11 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		b := &batch{start: time.Now()}
 		handled := rn.collect(ctx, b, fetches, sess.PollRecords, &revoked)
 
-		// Flush before deciding: End commits whatever was acknowledged,
-		// so a failed output must turn the commit into an abort here.
+		// Flush and settle every output before deciding: End commits
+		// whatever was acknowledged, so a failed output must turn the
+		// commit into an abort here.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-		flushErr := sess.Client().Flush(endCtx)
+		flushErr := b.settle(endCtx, sess.Client())
 		_, produceErr := b.produceErr()
 		wantCommit := handled && flushErr == nil && produceErr == nil
 		committed, endErr := sess.End(endCtx, kgo.TransactionEndTry(wantCommit))

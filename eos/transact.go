@@ -65,6 +65,7 @@ type Tx struct {
 	mu       sync.Mutex
 	firstErr error
 	produced int
+	promises promises
 }
 
 // Produce adds r to the transaction without waiting for its
@@ -74,7 +75,9 @@ func (tx *Tx) Produce(r *kgo.Record) {
 	tx.mu.Lock()
 	tx.produced++
 	tx.mu.Unlock()
+	tx.promises.add()
 	tx.cl.Produce(tx.ctx, r, func(r *kgo.Record, err error) {
+		defer tx.promises.done()
 		if err == nil {
 			return
 		}
@@ -93,10 +96,20 @@ func (tx *Tx) ProduceSync(rs ...*kgo.Record) error {
 	for _, r := range rs {
 		tx.Produce(r)
 	}
-	if err := tx.cl.Flush(tx.ctx); err != nil {
+	if err := tx.settle(tx.ctx); err != nil {
 		return err
 	}
 	return tx.err()
+}
+
+// settle flushes and waits until every record's promise returned,
+// including those of records franz-go failed before buffering them, which
+// Flush does not wait for.
+func (tx *Tx) settle(ctx context.Context) error {
+	if err := tx.cl.Flush(ctx); err != nil {
+		return err
+	}
+	return tx.promises.wait(ctx)
 }
 
 func (tx *Tx) err() error {
@@ -151,7 +164,7 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		}
 		return fmt.Errorf("%w: %w", ErrAborted, err)
 	}
-	if err := p.cl.Flush(ctx); err != nil {
+	if err := tx.settle(ctx); err != nil {
 		return fmt.Errorf("%w: flush: %w", ErrAborted, err)
 	}
 	if err := tx.err(); err != nil {
