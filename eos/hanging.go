@@ -63,6 +63,7 @@ type hangSweeper struct {
 	txnID      string
 	outputs    *partitionSet
 	outcomes   *txnOutcomes
+	committed  func() bool // whether the processor has committed a transaction
 	logger     *slog.Logger
 	disabled   atomic.Bool // the broker refused us the requests
 
@@ -78,7 +79,8 @@ type hangSweeper struct {
 func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
 	readerOpts := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
 	return &hangSweeper{adm: adm, readerOpts: readerOpts, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
-		outcomes: &p.outcomes, logger: p.logger, partition: -1, reported: map[openTxn]bool{}}
+		outcomes: &p.outcomes, committed: func() bool { return p.committed.Load() > 0 }, logger: p.logger,
+		partition: -1, reported: map[openTxn]bool{}}
 }
 
 // partitionSet is the set of partitions a processor wrote to, filled from
@@ -224,13 +226,14 @@ func (s *hangSweeper) run(ctx context.Context, interval time.Duration) {
 }
 
 // warnIfNoOffsetsTopic says once, after a periodic sweep, that the cluster
-// still shows no offsets topic, though the group has been in use for a
-// sweep interval (Apache Kafka creates the topic when a group first finds
-// its coordinator): the check cannot cover the group's offsets there.
+// still shows no offsets topic though the processor has committed offsets
+// (Apache Kafka creates the topic when a group first finds its
+// coordinator, and keeps the offsets there): the check cannot cover the
+// group's offsets on such a cluster.
 func (s *hangSweeper) warnIfNoOffsetsTopic() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.partition < 0 && s.noOffsetsTopic && !s.warnedNoOffsetsTopic {
+	if s.partition < 0 && s.noOffsetsTopic && !s.warnedNoOffsetsTopic && s.committed() {
 		s.warnedNoOffsetsTopic = true
 		s.logger.Warn("eos: the cluster lists no " + offsetsTopic + " topic (an in-process or non-Apache broker?); the hanging-transaction check covers only the partitions this processor writes to")
 	}
@@ -305,7 +308,10 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("describe transaction %s: %w", s.txnID, err)
 	}
 	coord, ok := described[s.txnID]
-	if !ok || coord.Err != nil {
+	switch {
+	case ok && errors.Is(coord.Err, kerr.TransactionalIDNotFound):
+		return 0, nil // never registered: none of the open transactions is ours
+	case !ok || coord.Err != nil:
 		return 0, fmt.Errorf("describe transaction %s: %v", s.txnID, coord.Err)
 	}
 	switch coord.State {
@@ -558,7 +564,7 @@ func javaStringHash(s string) int32 {
 // isUnsupportedError reports whether err says the broker does not know a
 // request (franz-go's errors for that are not exported).
 func isUnsupportedError(err error) bool {
-	if errors.Is(err, kerr.UnsupportedVersion) || errors.Is(err, kerr.InvalidRequest) {
+	if errors.Is(err, kerr.UnsupportedVersion) {
 		return true
 	}
 	msg := err.Error()

@@ -81,8 +81,9 @@ func TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere(t *testin
 	took := time.Since(began)
 	t.Logf("first output %s after Run", took.Round(time.Millisecond))
 	// A bound on a stall, not a speed goal: the check used to hold the
-	// start for 60 s.
-	if took > 5*time.Second {
+	// start for 60 s. The issue asks for a second; 0.1 s is typical, and
+	// the bound leaves room for a loaded CI machine running -race.
+	if took > 2*time.Second {
 		t.Errorf("first output took %s; the hanging-transaction check must not hold the start", took)
 	}
 	time.Sleep(time.Second) // a few periodic checks

@@ -121,7 +121,7 @@ func (b *LocalBroker) run(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "bash", append([]string{b.script}, args...)...)
 	cmd.Env = append(os.Environ(), "EOSKIT_STATE_DIR="+b.stateDir,
 		// The broker must not outlive this test binary, however it ends.
-		"EOSKIT_OWNER_PID="+strconv.Itoa(os.Getpid()), StartedByTestEnv+"=1")
+		"EOSKIT_OWNER_PID="+strconv.Itoa(os.Getpid()), startedByTest())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -70,11 +70,11 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	copyReport := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		return []*kgo.Record{{Topic: out, Key: r.Key, Value: r.Value}}, nil
 	}
-	start := func(ctx context.Context, instance string, wait func()) error {
+	start := func(ctx context.Context, instance string, clientOpts []kgo.Opt, wait func()) error {
 		opts := []eos.Option{
 			eos.Brokers(l.Brokers...), eos.Group(name), eos.InputTopics(in), eos.WithSemantics(sem),
 			eos.CommitInterval(200 * time.Millisecond), eos.Logger(l.Logger.With("pattern", p.Name, "instance", instance)),
-			eos.ClientOptions(l.clientOpts()...),
+			eos.ClientOptions(clientOpts...),
 		}
 		if sem == eos.ExactlyOnce {
 			txnID, err := eos.StableTransactionalID(name, instance)
@@ -96,7 +96,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 		}
 		return err
 	}
-	faults, err := l.churn(ctx, p, start, feed, groupProgress(adm, name, in))
+	faults, err := l.churn(ctx, p, start, feed, groupProgress(adm, name, in), describeGroup(adm, name))
 	if err != nil {
 		return result{}, err
 	}

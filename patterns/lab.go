@@ -103,14 +103,35 @@ func (l *Lab) progress(p Pattern, step string) {
 	}
 }
 
+// heartbeat is the consumers' heartbeat interval.
+func (l *Lab) heartbeat() time.Duration { return l.SessionTimeout / 4 }
+
 func (l *Lab) clientOpts() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.SessionTimeout(l.SessionTimeout),
 		// The 3 s default heartbeat would let a 3 s session expire.
-		kgo.HeartbeatInterval(l.SessionTimeout / 4),
+		kgo.HeartbeatInterval(l.heartbeat()),
 		kgo.RebalanceTimeout(l.SessionTimeout),
 		kgo.TransactionTimeout(max(4*l.SessionTimeout, 10*time.Second)),
 	}
+}
+
+// UnknownOutcomes returns how many reports of the workload the source
+// writes with the acknowledgement lost, and how many it never writes (see
+// LostEvery): what the source alone makes a resending producer duplicate,
+// and a producer that gives up lose. A consumer-side fault must show on
+// top of these.
+func (l *Lab) UnknownOutcomes() (ackLost, neverWritten int) {
+	l.defaults()
+	for i := range l.Reports {
+		switch faultFor(i, l.LostEvery) {
+		case writtenAckLost:
+			ackLost++
+		case notWritten:
+			neverWritten++
+		}
+	}
+	return ackLost, neverWritten
 }
 
 // Outcome is what the verifier found for one pattern.
@@ -123,7 +144,8 @@ type Outcome struct {
 	// Failed is set (by the caller of Run) when the run ended with an
 	// error: a stalled step, an instance that failed.
 	Failed bool `json:"failed,omitempty"`
-	// Faults lists the faults injected.
+	// Faults lists the faults injected, each with what showed it took
+	// hold (the instance caught mid-batch, the group's state).
 	Faults         []string           `json:"faults,omitempty"`
 	Input          int                `json:"input"`
 	Output         int                `json:"output"`
@@ -206,14 +228,15 @@ func outputOf(r Report, pos integration.Position) integration.Output {
 // gate is where the lab's faults catch a handler mid-batch. Each handler
 // call passes through it; once armed, the first call to arrive is caught:
 // it blocks, its instance's name is sent to the lab, and it stays blocked
-// until the lab releases it. Arming happens before the lab writes the next
-// part of the workload, so some handler is certain to arrive, on a fast
-// machine or a slow one.
+// until the lab releases it, its instance is stopped, or the gate closes.
+// Arming happens before the lab writes the next part of the workload, so
+// some handler is certain to arrive, on a fast machine or a slow one.
 type gate struct {
 	delay  time.Duration
+	closed chan struct{}
+	once   sync.Once
 	mu     sync.Mutex
 	armed  *catch // nil when disarmed
-	closed bool
 }
 
 // catch is one armed fault: the instance caught, and its release.
@@ -229,56 +252,52 @@ func (c *catch) free() {
 	}
 }
 
-func newGate(delay time.Duration) *gate { return &gate{delay: delay} }
+func newGate(delay time.Duration) *gate { return &gate{delay: delay, closed: make(chan struct{})} }
 
 // arm makes the next handler call block; the returned catch names it.
 func (g *gate) arm() *catch {
 	c := &catch{caught: make(chan string, 1), release: make(chan struct{})}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
-		c.free()
-	} else {
-		g.armed = c
-	}
+	g.armed = c
 	return c
 }
 
 // wait does the handler's work for one record in the named instance, and
 // blocks it if the gate is armed.
-func (g *gate) wait(instance string) {
+func (g *gate) wait(ctx context.Context, instance string) {
 	time.Sleep(g.delay)
 	g.mu.Lock()
 	c := g.armed
 	g.armed = nil
 	g.mu.Unlock()
-	if c != nil {
-		c.caught <- instance
-		<-c.release
+	if c == nil {
+		return
+	}
+	c.caught <- instance // buffered: never blocks
+	select {
+	case <-c.release:
+	case <-ctx.Done():
+	case <-g.closed:
 	}
 }
 
-// close releases whatever is caught and lets every later call through.
-func (g *gate) close() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.closed = true
-	if g.armed != nil {
-		g.armed.free()
-		g.armed = nil
-	}
-}
+// close releases whatever is caught, now and later.
+func (g *gate) close() { g.once.Do(func() { close(g.closed) }) }
 
 // instance is one running consumer of a pattern.
 type instance struct {
-	name   string
-	cancel context.CancelFunc
-	done   chan struct{} // closed once the instance returned
+	name     string
+	clientID string
+	cancel   context.CancelFunc
+	done     chan struct{} // closed once the instance returned
 }
 
 // launcher starts one instance of a consumer-side pattern: it runs until
-// ctx ends, calling wait in its handler for each record.
-type launcher func(ctx context.Context, name string, wait func()) error
+// ctx ends, with opts added to its client's options (they name the client,
+// so that the lab can find it in the group), calling wait in its handler
+// for each record.
+type launcher func(ctx context.Context, name string, opts []kgo.Opt, wait func()) error
 
 // feeder writes l.Reports[from:to] to a pattern's input topic.
 type feeder func(ctx context.Context, from, to int) error
@@ -292,208 +311,336 @@ const (
 	beforeZombie    = 0.7
 )
 
+// minReports is the smallest workload whose parts all hold records.
+const minReports = 40
+
+// churnRun is one pattern's run through the faults (see [Lab.churn]).
+type churnRun struct {
+	l         *Lab
+	p         Pattern
+	ctx       context.Context
+	start     launcher
+	feed      feeder
+	progress  func(context.Context) (done, total int64, err error)
+	group     func(context.Context) (groupView, error)
+	gate      *gate
+	instances []*instance
+	launched  int
+	failed    chan error // instances that returned an error of their own
+	evidence  []string   // what each fault did, as seen from outside
+	// last and total are the progress last seen, for errors.
+	last, total int64
+}
+
+// groupView is the consumer group as DescribeGroups shows it.
+type groupView struct {
+	state     string
+	clientIDs map[string]bool
+}
+
 // churn runs a consumer-side pattern through the lab's faults, in order: an
 // instance stopped abruptly mid-batch and replaced (a crash between
 // processing and committing); a second instance joining mid-batch (a
-// rebalance); an instance stalled in its handler past its session timeout
-// while a replacement with its name starts (a zombie), then woken. Each
-// fault strikes while a handler is caught in the gate, so it lands
-// mid-batch whatever the machine's speed. It writes the workload with feed,
-// part by part, and returns once progress reports everything consumed and
-// all instances stopped. Every wait is bounded by l.StepTimeout and fails
-// with a *StepError naming its step. Errors the faults are expected to
-// cause (a fenced zombie) are not errors of the run: the launcher filters
-// them; any other error an instance returns ends the run.
-func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder, progress func(context.Context) (done, total int64, err error)) ([]string, error) {
+// rebalance); an instance stalled in its handler while a replacement with
+// its name starts and the group rebalances without it (a zombie), then
+// woken. Each fault strikes while a handler is caught in the gate, so it
+// lands mid-batch whatever the machine's speed, and each step waits for
+// the group to show the fault took hold. It writes the workload with feed,
+// part by part, and returns the faults with their evidence once progress
+// reports everything consumed and all instances stopped. Every wait is
+// bounded by l.StepTimeout and fails with a *StepError naming its step.
+// Errors the faults are expected to cause (a fenced zombie) are not errors
+// of the run: the launcher filters them; any other error an instance
+// returns ends the run.
+func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder,
+	progress func(context.Context) (done, total int64, err error), group func(context.Context) (groupView, error),
+) ([]string, error) {
+	if len(l.Reports) < minReports {
+		return nil, fmt.Errorf("patterns: a run needs at least %d reports, not %d", minReports, len(l.Reports))
+	}
 	ctx, cancelAll := context.WithCancel(ctx)
 	defer cancelAll()
-	g := newGate(l.RecordDelay)
-	defer g.close()
-	var instances []*instance
-	failed := make(chan error, 16) // instances that returned an error of their own
-	launch := func(name string) *instance {
-		ictx, cancel := context.WithCancel(ctx)
-		in := &instance{name: name, cancel: cancel, done: make(chan struct{})}
-		go func() {
-			defer close(in.done)
-			if err := start(ictx, name, func() { g.wait(name) }); err != nil && ictx.Err() == nil {
-				select {
-				case failed <- fmt.Errorf("instance %s: %w", name, err):
-				default:
-				}
-			}
-		}()
-		instances = append(instances, in)
-		return in
+	r := &churnRun{l: l, p: p, ctx: ctx, start: start, feed: feed, progress: progress, group: group,
+		gate: newGate(l.RecordDelay), failed: make(chan error, 16)}
+	defer r.stopAll()
+	if err := r.faults(); err != nil {
+		return nil, err
 	}
-	// Stop every instance on the way out, each within the step bound;
-	// the gate is closed first so that no handler stays caught.
-	defer func() {
-		g.close()
-		for _, in := range instances {
-			in.cancel()
-		}
-		for _, in := range instances {
-			select {
-			case <-in.done:
-			case <-time.After(l.StepTimeout):
-				l.Logger.Error("patterns: an instance did not stop", "pattern", p.Name, "instance", in.name, "waited", l.StepTimeout)
-			}
-		}
-	}()
+	return append([]string{"unknown outcome at the source"}, r.evidence...), nil
+}
 
-	var last, total int64 // the progress last seen, for errors
-	stalled := func(step string, began time.Time, err error) error {
-		return &StepError{Pattern: p.Name, Step: step, Waited: time.Since(began), Done: last, Total: total, Err: err}
-	}
-	// reached waits until the committed offsets cover frac of the records
-	// written so far.
-	reached := func(step string, frac float64) error {
-		began := time.Now()
-		deadline := time.NewTimer(l.StepTimeout)
-		defer deadline.Stop()
-		for {
-			// A coordinator busy with a rebalance may hold the offset
-			// fetch; that counts as no progress, not as an error.
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			done, tot, err := progress(pctx)
-			cancel()
-			switch {
-			case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			case err != nil:
-				return stalled(step, began, err)
-			default:
-				last, total = done, tot
-				if tot > 0 && float64(done) >= frac*float64(tot) {
-					return nil
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return stalled(step, began, ctx.Err())
-			case err := <-failed:
-				return stalled(step, began, err)
-			case <-deadline.C:
-				return stalled(step, began, ErrStalled)
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
-	n := len(l.Reports)
+func (r *churnRun) faults() error {
+	l, n := r.l, len(r.l.Reports)
 	part := func(f float64) int { return int(float64(n) * f) }
-	catchOne := func(step string, c *catch) (string, error) {
-		began := time.Now()
-		select {
-		case name := <-c.caught:
-			return name, nil
-		case <-ctx.Done():
-			return "", stalled(step, began, ctx.Err())
-		case err := <-failed:
-			return "", stalled(step, began, err)
-		case <-time.After(l.StepTimeout):
-			return "", stalled(step, began, fmt.Errorf("%w: no handler reached the fault", ErrStalled))
-		}
-	}
-	stop := func(step string, in *instance) error {
-		began := time.Now()
-		in.cancel()
-		select {
-		case <-in.done:
-			return nil
-		case <-time.After(l.StepTimeout):
-			return stalled(step, began, fmt.Errorf("%w: instance %s did not stop", ErrStalled, in.name))
-		}
-	}
-	pause := func(step string, d time.Duration) error {
-		select {
-		case <-ctx.Done():
-			return stalled(step, time.Now(), ctx.Err())
-		case err := <-failed:
-			return stalled(step, time.Now(), err)
-		case <-time.After(d):
-			return nil
-		}
-	}
 
 	// Crash: instance a is caught mid-batch and stopped abruptly; a
 	// replacement with its name starts.
-	if err := feed(ctx, 0, part(beforeCrash)); err != nil {
-		return nil, err
+	if err := r.write("crash: writing the first reports", 0, part(beforeCrash)); err != nil {
+		return err
 	}
-	a := launch("a")
-	if err := reached("crash: waiting for the first commits", 0.5); err != nil {
-		return nil, err
+	a := r.launch("a")
+	if err := r.reached("crash: waiting for the first commits", 0.5); err != nil {
+		return err
 	}
-	c := g.arm()
-	if err := feed(ctx, part(beforeCrash), part(beforeRebalance)); err != nil {
-		return nil, err
+	c := r.gate.arm()
+	if err := r.write("crash: writing the reports it strikes in", part(beforeCrash), part(beforeRebalance)); err != nil {
+		return err
 	}
-	if _, err := catchOne("crash: waiting for a handler mid-batch", c); err != nil {
-		return nil, err
+	if _, err := r.catchOne("crash: waiting for a handler mid-batch", c); err != nil {
+		return err
 	}
-	l.progress(p, "crash: stopping an instance abruptly mid-batch")
+	l.progress(r.p, "crash: stopping an instance abruptly mid-batch")
 	a.cancel()
 	c.free()
-	if err := stop("crash: waiting for the crashed instance to stop", a); err != nil {
-		return nil, err
+	if err := r.stop("crash: waiting for the crashed instance to stop", a); err != nil {
+		return err
 	}
-	launch("a")
+	r.evidence = append(r.evidence, "crash mid-batch: instance a stopped with a handler call in flight")
+	r.launch("a")
 
 	// Rebalance: a second instance joins while the first is caught
-	// mid-batch, held long enough for the first to learn of the
-	// rebalance from a heartbeat.
-	c = g.arm()
-	if err := feed(ctx, part(beforeRebalance), part(beforeZombie)); err != nil {
-		return nil, err
+	// mid-batch, held until the group is rebalancing and then for one
+	// more heartbeat, so that the first learns of it mid-batch.
+	c = r.gate.arm()
+	if err := r.write("rebalance: writing the reports it strikes in", part(beforeRebalance), part(beforeZombie)); err != nil {
+		return err
 	}
-	if _, err := catchOne("rebalance: waiting for a handler mid-batch", c); err != nil {
-		return nil, err
+	held, err := r.catchOne("rebalance: waiting for a handler mid-batch", c)
+	if err != nil {
+		return err
 	}
-	l.progress(p, "rebalance: a second instance joins mid-batch")
-	launch("b")
-	err := pause("rebalance: holding the batch while b joins", l.SessionTimeout/4+time.Second)
+	l.progress(r.p, "rebalance: a second instance joins mid-batch")
+	b := r.launch("b")
+	view, err := r.awaitGroup("rebalance: waiting for the group to see the second instance", func(v groupView) bool {
+		return v.state != "Stable" || v.clientIDs[b.clientID]
+	})
+	if err == nil {
+		err = r.pause("rebalance: holding the batch for a heartbeat", l.heartbeat()+200*time.Millisecond)
+	}
 	c.free()
 	if err != nil {
-		return nil, err
+		return err
 	}
+	r.evidence = append(r.evidence, fmt.Sprintf("rebalance mid-batch: b joined (group %s) while %s held a handler call", view.state, held))
 
-	// Zombie: the next handler to arrive stalls past its session
-	// timeout, a replacement with its name starts, then it wakes.
-	c = g.arm()
-	if err := feed(ctx, part(beforeZombie), n); err != nil {
-		return nil, err
+	// Zombie: the next handler to arrive stalls; a replacement with its
+	// name starts, and the group rebalances without the stalled one
+	// (evicted, or stripped of its partitions); then it wakes.
+	c = r.gate.arm()
+	if err := r.write("zombie: writing the reports it strikes in", part(beforeZombie), n); err != nil {
+		return err
 	}
-	zombie, err := catchOne("zombie: waiting for a handler mid-batch", c)
+	zombie, err := r.catchOne("zombie: waiting for a handler mid-batch", c)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	l.progress(p, "zombie: instance "+zombie+" stalls past its session timeout; a replacement starts")
-	if err := pause("zombie: stalled", l.SessionTimeout+2*time.Second); err != nil {
+	l.progress(r.p, "zombie: instance "+zombie+" stalls past its session timeout; a replacement starts")
+	if err := r.pause("zombie: stalled past its session timeout", l.SessionTimeout+time.Second); err != nil {
 		c.free()
-		return nil, err
+		return err
 	}
-	launch(zombie)
-	err = pause("zombie: replacement running", l.SessionTimeout)
-	l.progress(p, "zombie: instance "+zombie+" wakes up")
+	replacement := r.launch(zombie)
+	view, err = r.awaitGroup("zombie: waiting for the group to rebalance onto the replacement", func(v groupView) bool {
+		return v.state == "Stable" && v.clientIDs[replacement.clientID]
+	})
+	l.progress(r.p, "zombie: instance "+zombie+" wakes up")
 	c.free()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := reached("finishing: waiting for every record's commit", 1); err != nil {
-		return nil, err
+	r.evidence = append(r.evidence, fmt.Sprintf("zombie: %s stalled mid-batch while the group (%d members) rebalanced onto its replacement", zombie, len(view.clientIDs)))
+
+	if err := r.reached("finishing: waiting for every record's commit", 1); err != nil {
+		return err
 	}
 	// Let the last batches land, and a woken zombie do what it does,
 	// before the instances stop.
-	if err := pause("finishing", 2*time.Second); err != nil {
-		return nil, err
+	if err := r.pause("finishing", 2*time.Second); err != nil {
+		return err
 	}
-	l.progress(p, "stopping")
-	for _, in := range instances {
-		if err := stop("stopping the instances", in); err != nil {
-			return nil, err
+	l.progress(r.p, "stopping")
+	for _, in := range r.instances {
+		if err := r.stop("stopping the instances", in); err != nil {
+			return err
 		}
 	}
-	return []string{"unknown outcome at the source", "crash mid-batch", "rebalance mid-batch", "zombie"}, nil
+	select {
+	case err := <-r.failed:
+		return r.stalled("stopping the instances", time.Now(), err)
+	default:
+	}
+	return nil
+}
+
+func (r *churnRun) launch(name string) *instance {
+	r.launched++
+	ictx, cancel := context.WithCancel(r.ctx)
+	in := &instance{name: name, clientID: fmt.Sprintf("eoslab-%s-%d", name, r.launched), cancel: cancel, done: make(chan struct{})}
+	opts := append(r.l.clientOpts(), kgo.ClientID(in.clientID))
+	go func() {
+		defer close(in.done)
+		if err := r.start(ictx, name, opts, func() { r.gate.wait(ictx, name) }); err != nil && ictx.Err() == nil {
+			select {
+			case r.failed <- fmt.Errorf("instance %s: %w", name, err):
+			default:
+			}
+		}
+	}()
+	r.instances = append(r.instances, in)
+	return in
+}
+
+// stopAll stops every instance on the way out, all within one step bound;
+// the gate is closed first so that no handler stays caught.
+func (r *churnRun) stopAll() {
+	r.gate.close()
+	for _, in := range r.instances {
+		in.cancel()
+	}
+	deadline := time.After(r.l.StepTimeout)
+	for _, in := range r.instances {
+		select {
+		case <-in.done:
+		case <-deadline:
+			r.l.Logger.Error("patterns: an instance did not stop", "pattern", r.p.Name, "instance", in.name, "waited", r.l.StepTimeout)
+			return
+		}
+	}
+}
+
+func (r *churnRun) stalled(step string, began time.Time, err error) error {
+	return &StepError{Pattern: r.p.Name, Step: step, Waited: time.Since(began), Done: r.last, Total: r.total, Err: err}
+}
+
+// wait waits until d passes (ok), or fails the step when ctx ends, an
+// instance fails or the step's bound passes first.
+func (r *churnRun) wait(step string, began time.Time, d <-chan time.Time, bound <-chan time.Time) error {
+	select {
+	case <-r.ctx.Done():
+		return r.stalled(step, began, r.ctx.Err())
+	case err := <-r.failed:
+		return r.stalled(step, began, err)
+	case <-bound:
+		return r.stalled(step, began, ErrStalled)
+	case <-d:
+		return nil
+	}
+}
+
+// write feeds reports [from, to) within the step bound.
+func (r *churnRun) write(step string, from, to int) error {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(r.ctx, r.l.StepTimeout)
+	defer cancel()
+	if err := r.feed(ctx, from, to); err != nil {
+		if ctx.Err() != nil && r.ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", ErrStalled, err)
+		}
+		return r.stalled(step, began, err)
+	}
+	return nil
+}
+
+// reached waits until the committed offsets cover frac of the records
+// written so far.
+func (r *churnRun) reached(step string, frac float64) error {
+	began := time.Now()
+	bound := time.NewTimer(r.l.StepTimeout)
+	defer bound.Stop()
+	for {
+		// A coordinator busy with a rebalance may hold the offset
+		// fetch; that counts as no progress, not as an error.
+		pctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		done, total, err := r.progress(pctx)
+		cancel()
+		switch {
+		case err != nil && r.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		case err != nil:
+			return r.stalled(step, began, err)
+		case total > 0:
+			r.last, r.total = done, total
+			if float64(done) >= frac*float64(total) {
+				return nil
+			}
+		}
+		if err := r.wait(step, began, time.After(50*time.Millisecond), bound.C); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitGroup waits until the consumer group's view satisfies cond.
+func (r *churnRun) awaitGroup(step string, cond func(groupView) bool) (groupView, error) {
+	began := time.Now()
+	bound := time.NewTimer(r.l.StepTimeout)
+	defer bound.Stop()
+	for {
+		gctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		v, err := r.group(gctx)
+		cancel()
+		if err == nil && cond(v) {
+			return v, nil
+		}
+		if err := r.wait(step, began, time.After(50*time.Millisecond), bound.C); err != nil {
+			return v, err
+		}
+	}
+}
+
+// catchOne waits for a handler to be caught by c; on failure it frees c,
+// so that a handler caught late does not stay blocked.
+func (r *churnRun) catchOne(step string, c *catch) (string, error) {
+	began := time.Now()
+	bound := time.NewTimer(r.l.StepTimeout)
+	defer bound.Stop()
+	select {
+	case name := <-c.caught:
+		return name, nil
+	case <-r.ctx.Done():
+		c.free()
+		return "", r.stalled(step, began, r.ctx.Err())
+	case err := <-r.failed:
+		c.free()
+		return "", r.stalled(step, began, err)
+	case <-bound.C:
+		c.free()
+		return "", r.stalled(step, began, fmt.Errorf("%w: no handler reached the fault", ErrStalled))
+	}
+}
+
+func (r *churnRun) stop(step string, in *instance) error {
+	began := time.Now()
+	in.cancel()
+	select {
+	case <-in.done:
+		return nil
+	case <-time.After(r.l.StepTimeout):
+		return r.stalled(step, began, fmt.Errorf("%w: instance %s did not stop", ErrStalled, in.name))
+	}
+}
+
+// pause waits d, failing the step if the run ends or an instance fails.
+func (r *churnRun) pause(step string, d time.Duration) error {
+	return r.wait(step, time.Now(), time.After(d), nil)
+}
+
+// describeGroup returns a function reading the group's state and members.
+func describeGroup(adm *kadm.Client, group string) func(context.Context) (groupView, error) {
+	return func(ctx context.Context) (groupView, error) {
+		described, err := adm.DescribeGroups(ctx, group)
+		if err != nil {
+			return groupView{}, err
+		}
+		d, ok := described[group]
+		if !ok || d.Err != nil {
+			return groupView{}, fmt.Errorf("describe group %s: %v", group, d.Err)
+		}
+		v := groupView{state: d.State, clientIDs: map[string]bool{}}
+		for _, m := range d.Members {
+			v.clientIDs[m.ClientID] = true
+		}
+		return v, nil
+	}
 }
 
 // groupProgress reports a group's committed offsets against the topic's

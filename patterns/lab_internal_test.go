@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestLabStepThatCannotProgressFailsWithinItsBound checks the lab's
@@ -26,10 +28,11 @@ func TestLabStepThatCannotProgressFailsWithinItsBound(t *testing.T) {
 			p := Pattern{Name: "stuck", run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
 				// An instance that never calls its handler: it waits to
 				// be stopped, as a consumer with nothing to poll does.
-				idle := func(ctx context.Context, _ string, _ func()) error { <-ctx.Done(); return nil }
+				idle := func(ctx context.Context, _ string, _ []kgo.Opt, _ func()) error { <-ctx.Done(); return nil }
 				feed := func(context.Context, int, int) error { return nil }
 				progress := func(context.Context) (int64, int64, error) { return tc.committed, 100, nil }
-				_, err := l.churn(ctx, p, idle, feed, progress)
+				group := func(context.Context) (groupView, error) { return groupView{state: "Stable"}, nil }
+				_, err := l.churn(ctx, p, idle, feed, progress, group)
 				return result{}, err
 			}}
 			lab := &Lab{StepTimeout: bound}

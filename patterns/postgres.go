@@ -27,7 +27,7 @@ func exactlyOncePostgres() Pattern {
 			if err := offsetstore.Migrate(ctx, l.Pool); err != nil {
 				return result{}, err
 			}
-			return l.postgresPipeline(ctx, p, resume, false, func(ctx context.Context, name, in, tables string, wait func()) error {
+			return l.postgresPipeline(ctx, p, resume, false, func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error {
 				r, err := offsetstore.New(l.Pool,
 					func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 						for _, rec := range recs {
@@ -40,7 +40,7 @@ func exactlyOncePostgres() Pattern {
 					},
 					offsetstore.Brokers(l.Brokers...), offsetstore.Group(name), offsetstore.Topics(in),
 					offsetstore.MaxPollRecords(200), offsetstore.Logger(l.Logger.With("pattern", p.Name)),
-					offsetstore.ClientOptions(l.clientOpts()...))
+					offsetstore.ClientOptions(clientOpts...))
 				if err != nil {
 					return err
 				}
@@ -61,7 +61,7 @@ func dedupPostgres() Pattern {
 		NeedsDatabase: true,
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
 			var store *dedup.PostgresStore
-			return l.postgresPipeline(ctx, p, resend, true, func(ctx context.Context, name, in, tables string, wait func()) error {
+			return l.postgresPipeline(ctx, p, resend, true, func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error {
 				c, err := dedup.NewConsumer(l.Pool, store,
 					func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 						wait()
@@ -69,7 +69,7 @@ func dedupPostgres() Pattern {
 					},
 					dedup.Brokers(l.Brokers...), dedup.Group(name), dedup.Topics(in), dedup.MaxPollRecords(200),
 					dedup.Logger(l.Logger.With("pattern", p.Name)),
-					dedup.ClientOptions(append(l.clientOpts(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
+					dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
 				if err != nil {
 					return err
 				}
@@ -104,7 +104,7 @@ func applyReport(ctx context.Context, tx pgx.Tx, tables string, rec *kgo.Record)
 // nil, the group's Kafka offsets are used. setup, when given, prepares
 // pattern tables named after the run.
 func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePolicy, stamp bool,
-	start func(ctx context.Context, name, in, tables string, wait func()) error,
+	start func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error,
 	progress func(ctx context.Context, name, in string) (int64, int64, error),
 	setup ...func(ctx context.Context, tables string) error,
 ) (result, error) {
@@ -149,9 +149,9 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 			return done, total, err
 		}
 	}
-	faults, err := l.churn(ctx, p, func(ctx context.Context, instance string, wait func()) error {
-		return start(ctx, name, in, tables, wait)
-	}, feed, prog)
+	faults, err := l.churn(ctx, p, func(ctx context.Context, _ string, clientOpts []kgo.Opt, wait func()) error {
+		return start(ctx, name, in, tables, clientOpts, wait)
+	}, feed, prog, describeGroup(adm, name))
 	if err != nil {
 		return result{}, err
 	}

@@ -158,15 +158,20 @@ start() {
 # (SIGTERM, SIGKILL 30 s later) once OWNER is gone: a test binary killed by
 # its timeout, a panic or a signal runs no cleanup, and its private broker
 # must not outlive it. The watchdog ends with the broker.
+# Each pid is known by its start time too (field 22 of /proc/PID/stat), so
+# that a pid reused by another process is never taken for it.
 watch_owner() {
 	local owner=$1 broker=$2
 	setsid bash -c '
 		owner=$1 broker=$2
-		while kill -0 "$owner" 2>/dev/null && kill -0 "$broker" 2>/dev/null; do sleep 1; done
-		kill -0 "$broker" 2>/dev/null || exit 0
+		started() { cut -d" " -f22 "/proc/$1/stat" 2>/dev/null; }
+		owner_start=$(started "$owner") broker_start=$(started "$broker")
+		alive() { [ -n "$2" ] && [ "$(started "$1")" = "$2" ]; }
+		while alive "$owner" "$owner_start" && alive "$broker" "$broker_start"; do sleep 1; done
+		alive "$broker" "$broker_start" || exit 0
 		kill -TERM "$broker" 2>/dev/null
-		for _ in $(seq 1 300); do kill -0 "$broker" 2>/dev/null || exit 0; sleep 0.1; done
-		kill -KILL "$broker" 2>/dev/null
+		for _ in $(seq 1 300); do alive "$broker" "$broker_start" || exit 0; sleep 0.1; done
+		alive "$broker" "$broker_start" && kill -KILL "$broker" 2>/dev/null
 	' eoskit-broker-watchdog "$owner" "$broker" </dev/null >/dev/null 2>&1 &
 }
 

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Fails if a process that a test started (a private broker, a copier or
-# loader process: each carries EOSKIT_STARTED_BY_TEST=1 in its environment)
-# is still running once the tests are over. Watchdogs stop a private broker
-# whose test binary died, so this waits up to 45 s for them first; whatever
-# is left after that is listed, killed, and fails the run.
+# Fails if a process that this test run started (a private broker, its
+# watchdog, a copier or loader process) is still running once the tests are
+# over. scripts/test.sh gives each run a token in EOSKIT_TEST_RUN; every
+# process a test starts carries EOSKIT_STARTED_BY_TEST=<that token> in its
+# environment, so another run's processes on the same machine are left
+# alone. Watchdogs stop a private broker whose test binary died, so this
+# waits up to 45 s for them first; whatever is left after that is listed,
+# killed, and fails the run.
 #
-#   scripts/leftovers.sh
+#   EOSKIT_TEST_RUN=<token> scripts/leftovers.sh
 set -euo pipefail
+
+token=${EOSKIT_TEST_RUN:?leftovers.sh: set EOSKIT_TEST_RUN to the test run token}
 
 leftovers() {
 	local environ pid
@@ -14,7 +19,7 @@ leftovers() {
 		pid=${environ#/proc/}
 		pid=${pid%/environ}
 		[ "$pid" = "$$" ] && continue
-		if { tr '\0' '\n' <"$environ"; } 2>/dev/null | grep -qx 'EOSKIT_STARTED_BY_TEST=1'; then
+		if grep -qzx "EOSKIT_STARTED_BY_TEST=$token" "$environ" 2>/dev/null; then
 			echo "$pid"
 		fi
 	done

@@ -19,6 +19,9 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 rc=0
+# Every process a test starts carries this run's token (integration.StartedByTestEnv).
+EOSKIT_TEST_RUN=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+export EOSKIT_TEST_RUN
 go test -race -count=1 -timeout 25m ./... || rc=$?
 # No broker, copier or loader that a test started may outlive the tests.
 scripts/leftovers.sh || rc=1
