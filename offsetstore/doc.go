@@ -46,13 +46,20 @@
 // database transaction when it wakes up; by then the new owner of its
 // partitions may already have read the stored offsets and committed further.
 // No Kafka check inside the database transaction can be made atomic with the
-// commit. So every offset write is a compare-and-set: it moves a partition's
-// stored offset from the value this owner last read or wrote to the batch's
-// end, and a transaction whose compare fails rolls back whole, results
-// included. Of two owners that both think they hold a partition, only the
-// one whose view of the database is current can commit; the other's batch
-// is refused ([Stats].StaleRejected counts these) and it re-reads the stored
-// offsets.
+// commit. So every batch's transaction first claims the offsets row of each
+// partition it holds (SELECT ... FOR UPDATE, in a fixed order; a row not
+// stored yet is created at the batch's first offset) and checks that it
+// still holds the value this owner last read or wrote; only then does the
+// handler run, and the offsets move to the batch's end. A stale owner is
+// refused before any side effect, so its handler never fails on rows its
+// successor wrote (a unique key, say) and no valid record is taken for a
+// poison one; two owners of one partition queue on its row lock, and the
+// second finds the row moved. Of two owners that both think they hold a
+// partition, only the one whose view of the database is current can
+// commit; the other's batch is refused ([Stats].StaleRejected counts
+// these), and every partition the refused batch held, not only the
+// contested ones, goes back to where the database stands, so that nothing
+// after the refused records is skipped.
 //
 // # Kafka's offsets
 //

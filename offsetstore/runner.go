@@ -1,19 +1,20 @@
 package offsetstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -290,7 +291,16 @@ func (r *Runner) Run(ctx context.Context) error {
 			return fmt.Errorf("offsetstore: %w", err)
 		}
 		if recs := fetches.Records(); len(recs) > 0 {
-			if err := r.handleBatch(ctx, cl, recs); err != nil {
+			err := r.handleBatch(ctx, cl, recs)
+			var stale *staleError
+			if errors.As(err, &stale) {
+				// The batch was refused whole, or part of it was: every
+				// partition it held goes back to where the database
+				// stands, not only the refused ones, since the consumer
+				// is past all of them.
+				err = r.rewind(ctx, cl, stale, recs)
+			}
+			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -316,7 +326,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			}
 			return nil
 		case errors.As(err, &stale):
-			return r.resync(ctx, cl, stale)
+			return err // Run rewinds the whole polled batch
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case pgretry.Transient(ctx, r.pool, err):
@@ -329,7 +339,8 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			}
 		case len(recs) > 1:
 			// Find the record that fails: one transaction per record
-			// from here, in order.
+			// from here, in order. A refusal ends the batch: the
+			// records after it are not this owner's to apply.
 			for i := range recs {
 				if err := r.handleBatch(ctx, cl, recs[i:i+1]); err != nil {
 					return err
@@ -355,12 +366,7 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 	recErr := &RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: cause}
 	if r.cfg.policy.kind == policyDeadLetter {
 		r.cfg.logger.Warn("offsetstore: handler failed; parking the record in eoskit_dead_letters", "err", recErr)
-		err := r.commit(ctx, []*kgo.Record{rec}, cause)
-		var stale *staleError
-		if errors.As(err, &stale) {
-			return r.resync(ctx, cl, stale)
-		}
-		return err
+		return r.commit(ctx, []*kgo.Record{rec}, cause)
 	}
 	return recErr
 }
@@ -371,9 +377,11 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter error) error {
 	r.mu.Lock()
 	// next is where each partition of the batch ends; expected is where
-	// the database must still be for this owner to be the rightful one.
+	// the database must still be for this owner to be the rightful one;
+	// first is the batch's first offset in each.
 	next := map[topicPartition]int64{}
 	expected := map[topicPartition]int64{}
+	first := map[topicPartition]int64{}
 	fresh := recs[:0:0]
 	var staleParts []topicPartition
 	for _, rec := range recs {
@@ -385,6 +393,9 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		}
 		if pos != noRow && rec.Offset < pos {
 			continue // already committed; a late copy from a fetch before a resync
+		}
+		if _, ok := first[tp]; !ok {
+			first[tp] = rec.Offset
 		}
 		expected[tp] = pos
 		next[tp] = rec.Offset + 1
@@ -399,7 +410,36 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		return nil
 	}
 
+	// Partitions in a fixed order, so that owners claiming the same rows
+	// queue on them instead of deadlocking.
+	parts := make([]topicPartition, 0, len(next))
+	for tp := range next {
+		parts = append(parts, tp)
+	}
+	slices.SortFunc(parts, func(a, b topicPartition) int {
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		// Claim and check every partition's row before any side effect:
+		// a stale owner is refused here, not by a failure of its
+		// handler, and an owner committing the same partitions waits
+		// for this transaction's end.
+		var staleParts []topicPartition
+		claimed := map[topicPartition]int64{}
+		for _, tp := range parts {
+			at, ok, err := r.claim(ctx, tx, tp, expected[tp], first[tp])
+			if err != nil {
+				return err
+			}
+			if !ok {
+				staleParts = append(staleParts, tp)
+			}
+			claimed[tp] = at
+		}
+		if len(staleParts) > 0 {
+			return &staleError{parts: staleParts}
+		}
 		if deadLetter != nil {
 			rec := fresh[0]
 			if _, err := tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, error)
@@ -409,18 +449,10 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		} else if err := r.handler(ctx, tx, fresh); err != nil {
 			return &handlerError{err}
 		}
-		var staleParts []topicPartition
-		for tp, n := range next {
-			ok, err := r.advance(ctx, tx, tp, expected[tp], n)
-			if err != nil {
+		for _, tp := range parts {
+			if err := r.advance(ctx, tx, tp, claimed[tp], next[tp]); err != nil {
 				return err
 			}
-			if !ok {
-				staleParts = append(staleParts, tp)
-			}
-		}
-		if len(staleParts) > 0 {
-			return &staleError{parts: staleParts}
 		}
 		return nil
 	})
@@ -450,62 +482,91 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 	return nil
 }
 
-// advance moves a partition's stored offset from expected to next, and
-// reports false when the row was not at expected: another owner committed
-// first, and this transaction must not.
-func (r *Runner) advance(ctx context.Context, tx pgx.Tx, tp topicPartition, expected, next int64) (bool, error) {
-	var tag pgconn.CommandTag
-	var err error
+// claim locks a partition's offsets row for this transaction and reports
+// whether it is where this owner expects it: at expected, or absent when
+// expected is noRow, in which case claim creates it at the batch's first
+// offset (a concurrent creator waits on the unique index, then finds it
+// taken). It returns the row's offset as claimed.
+func (r *Runner) claim(ctx context.Context, tx pgx.Tx, tp topicPartition, expected, first int64) (at int64, ok bool, err error) {
 	if expected == noRow {
-		tag, err = tx.Exec(ctx, `INSERT INTO eoskit_offsets (consumer_group, topic, partition, next_offset, owner)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, r.cfg.group, tp.topic, tp.partition, next, r.cfg.owner)
-	} else {
-		tag, err = tx.Exec(ctx, `UPDATE eoskit_offsets SET next_offset = $4, owner = $5, updated_at = now()
-			WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $6`,
-			r.cfg.group, tp.topic, tp.partition, next, r.cfg.owner, expected)
+		tag, err := tx.Exec(ctx, `INSERT INTO eoskit_offsets (consumer_group, topic, partition, next_offset, owner)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, r.cfg.group, tp.topic, tp.partition, first, r.cfg.owner)
+		return first, err == nil && tag.RowsAffected() == 1, err
 	}
-	if err != nil {
-		return false, err
+	err = tx.QueryRow(ctx, `SELECT next_offset FROM eoskit_offsets
+		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, r.cfg.group, tp.topic, tp.partition).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
 	}
-	return tag.RowsAffected() == 1, nil
+	return at, err == nil && at == expected, err
 }
 
-// resync follows a refused commit: it reads where the database now stands
-// for those partitions and moves the consumer there, so that whatever this
-// instance still owns continues from the other owner's commit instead of
-// redoing it. It runs while the poll holds the rebalance, so it does not race
-// an assignment.
-func (r *Runner) resync(ctx context.Context, cl *kgo.Client, stale *staleError) error {
-	r.cfg.logger.Warn("offsetstore: commit refused; another owner moved these partitions' offsets first (this instance was a zombie); rolled back", "partitions", stale.parts)
+// advance moves a partition's stored offset, claimed and locked by this
+// transaction at from, to next.
+func (r *Runner) advance(ctx context.Context, tx pgx.Tx, tp topicPartition, from, next int64) error {
+	tag, err := tx.Exec(ctx, `UPDATE eoskit_offsets SET next_offset = $4, owner = $5, updated_at = now()
+		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $6`,
+		r.cfg.group, tp.topic, tp.partition, next, r.cfg.owner, from)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("offsetstore: the claimed offsets row of %s[%d] moved under its lock", tp.topic, tp.partition)
+	}
+	return err
+}
+
+// rewind follows a refused batch: it moves the consumer back, for every
+// partition the polled batch held and this instance still owns, to where
+// the database stands (or, with no row stored, to the batch's first
+// record, since nothing before it was ever applied), and drops the records
+// buffered since. Whatever this instance still owns then continues from
+// the other owner's commit instead of skipping records after its own
+// refused ones. It runs while the poll holds the rebalance, so it does not
+// race an assignment. The stored offsets are read with retries; if the
+// database stays away, Run returns the error rather than go on from an
+// unknown position.
+func (r *Runner) rewind(ctx context.Context, cl *kgo.Client, stale *staleError, recs []*kgo.Record) error {
+	r.cfg.logger.Warn("offsetstore: commit refused; another owner moved these partitions' offsets first (this instance was a zombie); rolled back and rewinding every partition of the batch", "partitions", stale.parts)
+	first := map[topicPartition]int64{}
 	topics := map[string]bool{}
-	for _, tp := range stale.parts {
-		topics[tp.topic] = true
+	for _, rec := range recs {
+		tp := topicPartition{rec.Topic, rec.Partition}
+		if _, ok := first[tp]; !ok {
+			first[tp] = rec.Offset
+		}
+		topics[rec.Topic] = true
 	}
 	names := make([]string, 0, len(topics))
 	for t := range topics {
 		names = append(names, t)
 	}
-	stored, err := r.load(ctx, names)
-	if err != nil {
-		return nil // the next commit attempt refuses again, and resyncs again
+	var stored map[topicPartition]int64
+	var err error
+	for attempt := 1; ; attempt++ {
+		if stored, err = r.load(ctx, names); err == nil {
+			break
+		}
+		if attempt >= maxDBAttempts || !loop.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+			return fmt.Errorf("offsetstore: read stored offsets after a refused batch: %w", err)
+		}
 	}
 	set := map[string]map[int32]kgo.EpochOffset{}
 	r.mu.Lock()
-	for _, tp := range stale.parts {
-		next, ok := stored[tp]
-		if _, owned := r.positions[tp]; !owned || !ok {
+	for tp, firstOffset := range first {
+		if _, owned := r.positions[tp]; !owned {
 			continue
 		}
-		r.positions[tp] = next
+		to, ok := stored[tp]
+		if ok {
+			r.positions[tp] = to
+		} else {
+			r.positions[tp], to = noRow, firstOffset
+		}
 		if set[tp.topic] == nil {
 			set[tp.topic] = map[int32]kgo.EpochOffset{}
 		}
-		set[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: next}
+		set[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: to}
 	}
 	r.mu.Unlock()
-	if len(set) > 0 {
-		cl.SetOffsets(set)
-	}
+	cl.SetOffsets(set)
 	return nil
 }
 

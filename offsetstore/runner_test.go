@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -236,6 +237,12 @@ func TestKafkaCommittedOffsetsAreIgnored(t *testing.T) {
 // timeout; the group hands its partitions to a second runner, which
 // commits. When the first wakes, its compare-and-set finds the offsets
 // moved and its whole transaction rolls back.
+// A runner stalls inside its batch's transaction (holding its partitions'
+// offsets rows) past its rebalance timeout; a successor takes the
+// partitions and queues on the rows. When the stalled one wakes, whichever
+// of the two holds a row first commits its batch, and the other's batch on
+// that partition is refused (it finds the row moved) and rewound: every
+// row lands once, in order.
 func TestZombieCommitIsRejected(t *testing.T) {
 	t.Parallel()
 	const n = 5000
@@ -256,13 +263,21 @@ func TestZombieCommitIsRejected(t *testing.T) {
 	}
 
 	successor := b.start(t, load(nil), offsetstore.MaxPollRecords(100))
-	waitFor(t, 2*time.Minute, "the successor to commit", func() bool { return successor.r.Stats().Batches > 0 })
+	waitFor(t, 2*time.Minute, "the successor to queue on the zombie's row lock", func() bool {
+		var waiting int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting > 0
+	})
 	close(wake)
-	waitFor(t, time.Minute, "the zombie's commit to be refused", func() bool { return zombie.r.Stats().StaleRejected > 0 })
+	refused := func() int64 { return zombie.r.Stats().StaleRejected + successor.r.Stats().StaleRejected }
+	waitFor(t, time.Minute, "one of the two commits to be refused", func() bool { return refused() > 0 })
 	waitFor(t, 2*time.Minute, "every row", func() bool { return b.rows(t) >= n })
 	zombie.stop(t)
 	successor.stop(t)
-	t.Logf("verifier: %v; zombie commits refused: %d", b.verify(t), zombie.r.Stats().StaleRejected)
+	t.Logf("verifier: %v; commits refused: zombie %d, successor %d", b.verify(t), zombie.r.Stats().StaleRejected, successor.r.Stats().StaleRejected)
 }
 
 // The runner's database connections are terminated (pg_terminate_backend)
@@ -462,6 +477,180 @@ func TestAbortedInputsAreNeverApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d committed and %d aborted inputs; verifier: %v", len(committed), len(aborted), rep)
+}
+
+// A zombie owner commits the next record of the partition (its row and the
+// offset past it) between the runner's poll and its commit. The results
+// table has a natural key, as in the package doc, so running the handler on
+// that record again fails with a unique violation. The stale batch must be
+// refused before the handler runs, and the run go on with nothing lost or
+// applied twice. Before the offset check came first, the handler's unique
+// violation was taken for a poison record and, under Stop, Run returned a
+// *RecordError blaming a valid record.
+func TestStaleBatchIsRefusedBeforeTheHandlerRuns(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	b := newBed(t, 1, n)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `ALTER TABLE results ADD CONSTRAINT results_id_unique UNIQUE (id)`); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[int64]string{}
+	for _, r := range b.k.ReadAll(b.topic, kgo.ReadCommitted(), time.Minute) {
+		ids[r.Offset] = string(r.Key)
+	}
+	// The runner's own pool: the zombie strikes as the runner takes a
+	// connection, after its first commit.
+	var struck atomic.Int64
+	cfg, err := pgxpool.ParseConfig(b.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.PrepareConn = func(ctx context.Context, _ *pgx.Conn) (bool, error) {
+		if struck.Load() != 0 {
+			return true, nil
+		}
+		var next int64
+		if err := b.pool.QueryRow(ctx, `SELECT next_offset FROM eoskit_offsets WHERE consumer_group = $1`, b.group).Scan(&next); err != nil || next >= n {
+			return true, nil // nothing committed yet, or nothing left
+		}
+		struck.Store(next)
+		_, err := b.pool.Exec(ctx, `WITH moved AS (UPDATE eoskit_offsets SET next_offset = $3 + 1, owner = 'zombie'
+				WHERE consumer_group = $1 AND partition = 0 AND next_offset = $3 RETURNING 1)
+			INSERT INTO results (id, part, off) SELECT $2, 0, $3 FROM moved`, b.group, ids[next], next)
+		return err == nil, err
+	}
+	runnerPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(runnerPool.Close)
+	b.runner = runnerPool
+
+	r := b.start(t, load(nil), offsetstore.MaxPollRecords(100))
+	waitFor(t, 2*time.Minute, "every row, or the runner to stop", func() bool {
+		select {
+		case <-r.finished:
+			return true
+		default:
+			return b.rows(t) >= n
+		}
+	})
+	r.stop(t)
+	if struck.Load() == 0 {
+		t.Fatal("the zombie never committed")
+	}
+	if r.r.Stats().StaleRejected == 0 {
+		t.Fatal("no batch was refused; the zombie's commit went unnoticed")
+	}
+	t.Logf("zombie committed offset %d first; refused: %d; verifier: %v", struck.Load(), r.r.Stats().StaleRejected, b.verify(t))
+}
+
+// A zombie owner commits a partition's next record after the runner polled
+// a batch holding records of that partition and of another, and before
+// its commit: the batch is refused whole, and every partition it held must
+// go back to its stored position. Before, only the refused partition was
+// rewound: the other's records of the batch were skipped, and the next
+// batch moved their offsets over them, never applied.
+func TestRefusedBatchRewindsEveryPartitionItHeld(t *testing.T) {
+	t.Parallel()
+	const n = 4000
+	b := newBed(t, 2, 0)
+	ctx := context.Background()
+	// Small record batches and small fetches, so that polls hold records
+	// of both partitions.
+	seeder := b.k.Client(kgo.DefaultProduceTopic(b.topic), kgo.ProducerBatchMaxBytes(1<<10))
+	for i := range n {
+		id := fmt.Sprintf("in-%d", i)
+		b.inputs = append(b.inputs, id)
+		seeder.Produce(ctx, &kgo.Record{Key: []byte(id), Value: []byte(id)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("seed: %v", err)
+			}
+		})
+	}
+	if err := seeder.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// polled notes what the runner's last poll handed it; the zombie
+	// strikes when the runner then takes a connection to commit.
+	polled := &pollNotes{}
+	var struck atomic.Bool
+	cfg, err := pgxpool.ParseConfig(b.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.PrepareConn = func(ctx context.Context, _ *pgx.Conn) (bool, error) {
+		first, mixed := polled.take()
+		if struck.Load() || !mixed || first == nil || first.Offset == 0 {
+			return true, nil
+		}
+		tag, err := b.pool.Exec(ctx, `WITH moved AS (UPDATE eoskit_offsets SET next_offset = $3 + 1, owner = 'zombie'
+				WHERE consumer_group = $1 AND partition = 0 AND next_offset = $3 RETURNING 1)
+			INSERT INTO results (id, part, off) SELECT $2, 0, $3 FROM moved`, b.group, string(first.Key), first.Offset)
+		if err == nil && tag.RowsAffected() == 1 {
+			struck.Store(true)
+		}
+		return err == nil, err
+	}
+	runnerPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(runnerPool.Close)
+	b.runner = runnerPool
+
+	r := b.start(t, load(nil), offsetstore.MaxPollRecords(500),
+		offsetstore.ClientOptions(kgo.FetchMaxPartitionBytes(4<<10), kgo.WithHooks(polled)))
+	// The stored offsets reach the end of the log whether records were
+	// applied or skipped: the verifier tells which.
+	waitFor(t, 2*time.Minute, "the stored offsets to reach the end of the log", func() bool {
+		var stored int64
+		if err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM eoskit_offsets WHERE consumer_group = $1`, b.group).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		return stored >= n
+	})
+	r.stop(t)
+	if !struck.Load() {
+		t.Fatal("no batch held records of both partitions; the zombie never struck")
+	}
+	if r.r.Stats().StaleRejected == 0 {
+		t.Fatal("the batch the zombie struck was not refused")
+	}
+	t.Logf("refused: %d; verifier: %v", r.r.Stats().StaleRejected, b.verify(t))
+}
+
+// pollNotes is a franz-go hook noting the records a poll hands out: the
+// first of partition 0, and whether partition 1 came too.
+type pollNotes struct {
+	mu    sync.Mutex
+	first *kgo.Record
+	other bool
+}
+
+func (p *pollNotes) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if !polled {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case r.Partition == 0 && p.first == nil:
+		p.first = r
+	case r.Partition == 1:
+		p.other = true
+	}
+}
+
+// take returns and forgets what was noted since the last take.
+func (p *pollNotes) take() (first *kgo.Record, mixed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first, mixed = p.first, p.first != nil && p.other
+	p.first, p.other = nil, false
+	return first, mixed
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
