@@ -88,6 +88,32 @@ func (e *HandlerError) Error() string {
 
 func (e *HandlerError) Unwrap() error { return e.Err }
 
+// DeadLetterError is returned by a [Processor] under the [DeadLetter]
+// policy when an input's dead letter could not be written after a few
+// attempts with a growing backoff (the dead-letter topic is missing, not
+// writable, or the dead letter, with its headers, is too large). The
+// input's offset was not committed: nothing is lost, and the record is read
+// again when the processor next starts. errors.Is matches Err.
+type DeadLetterError struct {
+	// Topic, Partition and Offset name the input.
+	Topic     string
+	Partition int32
+	Offset    int64
+	// DeadLetterTopic is where it was to go, after Attempts tries.
+	DeadLetterTopic string
+	Attempts        int
+	// Cause is why the input was dead-lettered (its handler's error, or
+	// its output's); Err why the dead letter could not be written.
+	Cause, Err error
+}
+
+func (e *DeadLetterError) Error() string {
+	return fmt.Sprintf("eos: the dead letter of %s[%d]@%d could not be written to %s (%d attempts): %v; the record had failed with: %v",
+		e.Topic, e.Partition, e.Offset, e.DeadLetterTopic, e.Attempts, e.Err, e.Cause)
+}
+
+func (e *DeadLetterError) Unwrap() error { return e.Err }
+
 // isFenced reports whether err means this producer's epoch is gone for good.
 // Under transaction protocol v2 (KIP-890, the default on Kafka 4.x) an
 // InvalidProducerEpoch is as final as ProducerFenced.

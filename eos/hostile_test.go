@@ -112,3 +112,83 @@ func TestTransactNeverCommitsBeforeEveryRecordIsSettled(t *testing.T) {
 	}
 	t.Logf("Transact: %v", err)
 }
+
+// The output topic does not exist: every output fails with
+// UNKNOWN_TOPIC_OR_PARTITION, which is no input's fault. Under DeadLetter
+// no input may be dead-lettered for it: the processor restarts its session
+// with backoff, and once the topic exists it copies every input exactly
+// once. Before, the first failed output's input went to the dead-letter
+// topic unprocessed.
+func TestMissingOutputTopicBlamesNoInput(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, dlt := k.NewTopic(2), k.NewTopic(1)
+	out := integration.UniqueName(t, "missing")
+	group := integration.UniqueName(t, "g")
+	const n = 200
+	inputs := k.Seed(in, n)
+	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"),
+		eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(kgo.UnknownTopicRetries(1)))...)
+	time.Sleep(8 * time.Second) // a few sessions fail on the missing topic
+	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 0 {
+		t.Fatalf("%d inputs dead-lettered for a missing output topic (first: %s); no input was at fault", len(dead), dead[0].Key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := k.Admin.CreateTopic(ctx, 2, 1, nil, out); err != nil {
+		t.Fatal(err)
+	}
+	progress := followCommitted(t, k, out)
+	waitFor(t, 2*time.Minute, "every input to be copied once the topic exists", func() bool { return progress.n.Load() >= n })
+	if err := p.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
+	}
+	rep := k.VerifyTopic(inputs, out, verifyTimeout)
+	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 0 {
+		t.Fatalf("%d inputs dead-lettered; none was at fault", len(dead))
+	}
+	t.Logf("verifier: %v; nothing dead-lettered", rep)
+}
+
+// The dead-letter topic does not exist, so a failing record's dead letter
+// cannot be written. Run must give up after a few attempts with backoff,
+// returning a *DeadLetterError that names the record and both errors, with
+// the record's offset not committed: a processor started once the topic
+// exists dead-letters it and copies the rest, nothing lost. Before, every
+// round aborted and retried at once, and Run never returned.
+func TestUnwritableDeadLetterStopsRunNamingTheRecord(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(1), k.NewTopic(1)
+	dlt := integration.UniqueName(t, "missing-dlt")
+	group := integration.UniqueName(t, "g")
+	const n, poison = 100, 50
+	inputs := k.Seed(in, n)
+	fails := func(r *kgo.Record) bool { return r.Offset == poison }
+	opts := append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(kgo.UnknownTopicRetries(1)))
+	p := startProcessor(t, failingOn(out, fails), opts...)
+	err := p.wait(t, 2*time.Minute)
+	var dlErr *eos.DeadLetterError
+	if !errors.As(err, &dlErr) || dlErr.Topic != in || dlErr.Offset != poison || dlErr.DeadLetterTopic != dlt || dlErr.Cause == nil {
+		t.Fatalf("Run returned %v; want a *DeadLetterError naming %s[0]@%d and %s", err, in, poison, dlt)
+	}
+	t.Logf("Run: %v", err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := k.Admin.CreateTopic(ctx, 1, 1, nil, dlt); err != nil {
+		t.Fatal(err)
+	}
+	progress := followCommitted(t, k, out)
+	fixed := startProcessor(t, failingOn(out, fails), opts...)
+	good := append(append([]string(nil), inputs[:poison]...), inputs[poison+1:]...)
+	waitFor(t, 2*time.Minute, "the rest to be copied", func() bool { return progress.n.Load() >= int64(len(good)) })
+	time.Sleep(time.Second)
+	if err := fixed.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
+	}
+	k.VerifyTopic(good, out, verifyTimeout)
+	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 1 || string(dead[0].Key) != inputs[poison] {
+		t.Fatalf("dead-letter topic holds %d records; want exactly %s", len(dead), inputs[poison])
+	}
+}

@@ -33,7 +33,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 	defer cl.CloseAllowingRebalance()
 
 	atMostOnce := p.cfg.semantics == AtMostOnce
-	rn := &runner{p: p, produce: cl.Produce, poisoned: map[coords]error{}}
+	rn := newRunner(p, cl.Produce)
 	poll := func(ctx context.Context, n int) kgo.Fetches {
 		f := cl.PollRecords(ctx, n)
 		if atMostOnce && f.NumRecords() > 0 {

@@ -41,6 +41,14 @@ func Retry(backoff time.Duration) ErrorPolicy {
 // transaction that commits its offset, and go on with the next record. The
 // record is then either in the dead-letter topic with its offset committed,
 // or neither: never lost, never both twice.
+//
+// A record is dead-lettered when its handler fails or panics, or when one
+// of its outputs fails for its own sake (too large, invalid). An output that
+// fails for a reason that is no record's fault (a missing topic, a refused
+// ACL, a delivery timeout) sends nothing to the dead-letter topic: the
+// session restarts with backoff, and Run eventually returns the error. A
+// dead letter that cannot be written is tried 4 times with a growing
+// backoff (1 s, 2 s, 4 s), then Run returns a *DeadLetterError.
 func DeadLetter(topic string) ErrorPolicy { return ErrorPolicy{kind: policyDeadLetter, topic: topic} }
 
 func (p ErrorPolicy) String() string {

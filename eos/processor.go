@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/loop"
@@ -230,6 +231,9 @@ type batch struct {
 	shutdown  bool
 	firsts    map[topicPartition]int64 // first offset written per output partition
 	promises  promises                 // outputs whose promise has not returned
+	// deadLetters holds the inputs this batch sent to the dead-letter
+	// topic, with the error that sent them there.
+	deadLetters map[coords]error
 }
 
 // wrote notes an output the broker acknowledged.
@@ -271,6 +275,13 @@ type runner struct {
 	p        *Processor
 	produce  func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 	poisoned map[coords]error // inputs whose outputs could not be produced, for DeadLetter
+	// deadLetterFailures counts, per input, the dead letters that could
+	// not be written, in a row.
+	deadLetterFailures map[coords]int
+}
+
+func newRunner(p *Processor, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) *runner {
+	return &runner{p: p, produce: produce, poisoned: map[coords]error{}, deadLetterFailures: map[coords]int{}}
 }
 
 // handle runs the handler on r and produces its outputs (or, for a failing
@@ -292,6 +303,10 @@ func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 			return false
 		}
 		outs = []*kgo.Record{deadLetter(rn.p.cfg.onError.topic, r, err)}
+		if b.deadLetters == nil {
+			b.deadLetters = map[coords]error{}
+		}
+		b.deadLetters[at] = err
 		rn.p.logger.Warn("eos: handler failed; sending input to dead-letter topic",
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err, "dead_letter_topic", rn.p.cfg.onError.topic)
 	}
@@ -402,12 +417,21 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) error {
 	at, err := b.failedAt, b.failed
 	if err == nil {
-		// A failed output is the handler's failure too: the input that
-		// produced it follows the policy, so a record that can never be
-		// written (too large, say) does not loop forever.
 		at, err = b.produceErr()
 		if err == nil {
 			return nil
+		}
+		if cause, ok := b.deadLetters[at]; ok {
+			return p.deadLetterFailed(ctx, rn, at, cause, err)
+		}
+		// An output that failed for its own sake (too large, invalid) is
+		// the input's failure too: the input follows the policy, so a
+		// record that can never be written does not loop forever. Any
+		// other produce failure (a missing topic, a refused ACL, a
+		// delivery timeout) fails every record alike and is no record's
+		// fault: the session restarts with backoff.
+		if !recordSpecific(err) {
+			return &restartError{fmt.Errorf("produce failed, not because of the input %s[%d]@%d: %w", at.topic, at.partition, at.offset, err)}
 		}
 		if p.cfg.onError.kind == policyDeadLetter {
 			rn.poisoned[at] = err
@@ -421,6 +445,38 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		loop.Sleep(ctx, p.cfg.onError.backoff)
 	}
 	return nil
+}
+
+// maxDeadLetterAttempts bounds how often one input's dead letter is tried
+// before Run gives up with a *DeadLetterError.
+const maxDeadLetterAttempts = 4
+
+// deadLetterFailed handles a dead letter that could not be written (too
+// large with the headers added, a missing dead-letter topic, no write ACL
+// on it): it tries again after a growing backoff, a few times, then returns
+// a *DeadLetterError naming the input and both errors. The input's offset
+// is not committed: it is read again when the processor next starts.
+func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords, cause, err error) error {
+	rn.deadLetterFailures[at]++
+	attempts := rn.deadLetterFailures[at]
+	if attempts >= maxDeadLetterAttempts {
+		delete(rn.deadLetterFailures, at)
+		return &DeadLetterError{Topic: at.topic, Partition: at.partition, Offset: at.offset,
+			DeadLetterTopic: p.cfg.onError.topic, Attempts: attempts, Cause: cause, Err: err}
+	}
+	backoff := time.Second << (attempts - 1)
+	p.logger.Warn("eos: writing a dead letter failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
+		"dead_letter_topic", p.cfg.onError.topic, "err", err, "attempt", attempts, "backoff", backoff)
+	rn.poisoned[at] = cause
+	loop.Sleep(ctx, backoff)
+	return nil
+}
+
+// recordSpecific reports whether a produce error is the record's own fault,
+// so that the input that made it may be blamed.
+func recordSpecific(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.InvalidTimestamp)
 }
 
 // runTransactional is one GroupTransactSession's life: it returns when ctx
@@ -470,7 +526,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		defer func() { stopSweep(); <-swept }()
 	}
 
-	rn := &runner{p: p, produce: sess.Produce, poisoned: map[coords]error{}}
+	rn := newRunner(p, sess.Produce)
 	for {
 		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)
 		if stop {
