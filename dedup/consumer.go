@@ -220,7 +220,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			var rerr *RecordError
 			switch {
-			case errors.As(err, &rerr) && (c.cfg.stop || errors.Is(err, ErrMissingID)):
+			case errors.As(err, &rerr) && (c.cfg.stop || errors.Is(err, ErrMissingID) || errors.Is(err, ErrIDTooLong)):
 				return err
 			case errors.As(err, &rerr):
 				c.cfg.logger.Warn("dedup: handler failed; retrying the batch", "err", err, "backoff", c.cfg.retry)
@@ -264,6 +264,10 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) (applied, skip
 				return 0, 0, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: ErrMissingID}
 			}
 			continue
+		}
+		if len(ids[i]) > MaxIDLength {
+			return 0, 0, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+				Err: fmt.Errorf("%w (%d bytes)", ErrIDTooLong, len(ids[i]))}
 		}
 		claim = append(claim, ids[i])
 	}

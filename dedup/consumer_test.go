@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -307,11 +308,11 @@ func TestPurgeRemovesExpiredIDsWhileConsuming(t *testing.T) {
 	ctx := context.Background()
 	// 20,000 ids processed two days ago, 1,000 processed now.
 	if _, err := b.pool.Exec(ctx, `INSERT INTO eoskit_processed_ids (scope, id, processed_at)
-		SELECT 'effects', 'old-' || g, now() - interval '2 days' FROM generate_series(1, 20000) g`); err != nil {
+		SELECT 'effects', convert_to('old-' || g, 'UTF8'), now() - interval '2 days' FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.pool.Exec(ctx, `INSERT INTO eoskit_processed_ids (scope, id)
-		SELECT 'effects', 'live-' || g FROM generate_series(1, 1000) g`); err != nil {
+		SELECT 'effects', convert_to('live-' || g, 'UTF8') FROM generate_series(1, 1000) g`); err != nil {
 		t.Fatal(err)
 	}
 	const n = 3000
@@ -326,7 +327,7 @@ func TestPurgeRemovesExpiredIDsWhileConsuming(t *testing.T) {
 	r.stop(t)
 
 	var old, live int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id LIKE 'old-%'), count(*) FILTER (WHERE id LIKE 'live-%') FROM eoskit_processed_ids`).Scan(&old, &live); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE convert_from(id, 'UTF8') LIKE 'old-%'), count(*) FILTER (WHERE convert_from(id, 'UTF8') LIKE 'live-%') FROM eoskit_processed_ids`).Scan(&old, &live); err != nil {
 		t.Fatal(err)
 	}
 	if purged != 20000 || old != 0 || live != 1000 {
@@ -439,4 +440,83 @@ func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 	}
 	b.assertOnce(t, n)
 	t.Logf("broker killed with %d of %d applied; stats after: %+v", atKill, n, c.Stats())
+}
+
+// Ids are bytes, not text: schema-registry keys start with 0x00, and keys
+// or headers need not be UTF-8. Messages keyed by such ids (each sent
+// twice) take effect once each; an id longer than MaxIDLength stops Run
+// with a *RecordError naming its record and wrapping ErrIDTooLong, before
+// anything of its batch is applied (as a missing id does).
+// Before, ids were text: every claim of a binary id failed, was retried as
+// a database error, and Run returned an error naming no record.
+func TestBinaryAndOversizeIDs(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	var msgs []*kgo.Record
+	for i := range 50 {
+		key := []byte{0x00, 0x00, 0x00, 0x00, byte(i), 0xff, 0xfe, byte(i * 7)} // a schema-registry-style key, not UTF-8
+		msgs = append(msgs, &kgo.Record{Key: key, Value: fmt.Appendf(nil, "b%d", i)})
+	}
+	b.produce(t, msgs...)
+	b.produce(t, copies(msgs)...)
+	group := integration.UniqueName(t, "g")
+	r := b.start(t, "a", dedup.Group(group), dedup.ID(dedup.KeyID()))
+	waitFor(t, "every binary id to be consumed", func() bool {
+		s := r.c.Stats()
+		return s.Applied+s.Skipped >= 100
+	})
+	r.stop(t)
+	b.assertOnce(t, 50)
+
+	long := &kgo.Record{Key: bytes.Repeat([]byte{0x01}, dedup.MaxIDLength+1), Value: []byte("too-long")}
+	b.produce(t, &kgo.Record{Key: []byte("fine-1"), Value: []byte("fine-1")}, long, &kgo.Record{Key: []byte("fine-2"), Value: []byte("fine-2")})
+	again := b.start(t, "a", dedup.Group(group), dedup.ID(dedup.KeyID()))
+	var err error
+	select {
+	case err = <-again.done:
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not stop on an id over MaxIDLength")
+	}
+	var rerr *dedup.RecordError
+	if !errors.As(err, &rerr) || !errors.Is(err, dedup.ErrIDTooLong) || rerr.Topic != b.topic || rerr.Offset != 101 {
+		t.Fatalf("Run returned %v; want a *RecordError for %s[0]@101 wrapping ErrIDTooLong", err, b.topic)
+	}
+	b.assertOnce(t, 50) // nothing of the long id's batch
+	t.Logf("Run: %v", err)
+}
+
+// A table made by an earlier eoskit holds ids as text: Migrate turns the
+// column into bytea with each id's UTF-8 bytes, so ids claimed before the
+// upgrade stay claimed.
+func TestMigrateTurnsTextIDsIntoBytes(t *testing.T) {
+	t.Parallel()
+	pool := integration.Postgres(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE old_ids (scope text NOT NULL, id text NOT NULL,
+		processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, id));
+		INSERT INTO old_ids (scope, id) VALUES ('s', 'payment-1'), ('s', 'zahlung-ü')`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := dedup.NewPostgresStore("old_ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // idempotent
+		if err := store.Migrate(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		claimed, err := store.ClaimBatch(ctx, tx, "s", []string{"payment-1", "zahlung-ü", "payment-2"})
+		if err != nil {
+			return err
+		}
+		if len(claimed) != 1 || !claimed["payment-2"] {
+			t.Errorf("claimed %v after the upgrade; want only payment-2", claimed)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

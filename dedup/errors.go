@@ -13,7 +13,18 @@ var (
 	// ErrMissingID is wrapped by the *RecordError a [Consumer] stops with
 	// when a record has no id under [RejectMissingID].
 	ErrMissingID = errors.New("dedup: record has no message id")
+
+	// ErrIDTooLong is wrapped by the *RecordError a [Consumer] stops with
+	// when a record's id is longer than [MaxIDLength] bytes: a key index
+	// entry that large is refused by PostgreSQL, so the record could never
+	// be claimed.
+	ErrIDTooLong = fmt.Errorf("dedup: message id longer than %d bytes", MaxIDLength)
 )
+
+// MaxIDLength is the longest message id, in bytes, a [PostgresStore] claims.
+// PostgreSQL's B-tree index refuses entries over about 2.7 KB; ids are
+// checked against this bound before the database sees them.
+const MaxIDLength = 1024
 
 // RecordError is a record that stopped a [Consumer]: it names the record,
 // whose offset was not committed, so the record is read again on the next

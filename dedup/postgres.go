@@ -13,7 +13,9 @@ import (
 )
 
 // PostgresStore records processed message ids in a PostgreSQL table with a
-// primary key on (scope, id). A claim is an INSERT ... ON CONFLICT DO
+// primary key on (scope, id). Ids are stored as bytes (bytea): binary keys
+// (a schema-registry key starts with 0x00) and headers that are not UTF-8
+// are ids like any other. A claim is an INSERT ... ON CONFLICT DO
 // NOTHING inside the caller's transaction, so the claim commits or rolls
 // back with the side effect made in the same transaction. Two transactions
 // claiming one id at once serialise on the key: the second waits for the
@@ -38,22 +40,35 @@ func NewPostgresStore(table string) (*PostgresStore, error) {
 	return &PostgresStore{table: pgx.Identifier{table}.Sanitize()}, nil
 }
 
-// Migrate creates the table and its index if they do not exist. It is
-// idempotent and safe to run from several instances at once (an advisory
-// lock serialises them).
+// Migrate creates the table and its index if they do not exist, and turns
+// the id column of a table made by an earlier eoskit (text) into bytea, each
+// id its UTF-8 bytes, so that claims keep matching. It is idempotent and
+// safe to run from several instances at once (an advisory lock serialises
+// them).
 func (s *PostgresStore) Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.dedup.migrate'))`); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `
+		if _, err := tx.Exec(ctx, `
 CREATE TABLE IF NOT EXISTS `+s.table+` (
 	scope        text        NOT NULL,
-	id           text        NOT NULL,
+	id           bytea       NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (scope, id)
 );
-CREATE INDEX IF NOT EXISTS `+pgx.Identifier{indexName(s.table)}.Sanitize()+` ON `+s.table+` (processed_at);`)
+CREATE INDEX IF NOT EXISTS `+pgx.Identifier{indexName(s.table)}.Sanitize()+` ON `+s.table+` (processed_at);`); err != nil {
+			return err
+		}
+		var idType string
+		if err := tx.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attname = 'id'`, s.table).Scan(&idType); err != nil {
+			return err
+		}
+		if idType == "bytea" {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `ALTER TABLE `+s.table+` ALTER COLUMN id TYPE bytea USING convert_to(id, 'UTF8')`)
 		return err
 	})
 }
@@ -66,10 +81,15 @@ func indexName(quoted string) string {
 // this call claimed it (false: already processed, or claimed by a
 // transaction that committed first). Apply the side effect in the same tx
 // only when it returns true.
+// An id longer than [MaxIDLength] is refused with an error wrapping
+// [ErrIDTooLong] before the database sees it.
 func (s *PostgresStore) Claim(ctx context.Context, tx pgx.Tx, scope, id string) (bool, error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, scope, id)
+	if len(id) > MaxIDLength {
+		return false, fmt.Errorf("dedup: claim in %s: %w (%d bytes)", scope, ErrIDTooLong, len(id))
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, scope, []byte(id))
 	if err != nil {
-		return false, fmt.Errorf("dedup: claim %s/%s: %w", scope, id, err)
+		return false, fmt.Errorf("dedup: claim %s/%q: %w", scope, id, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }
@@ -82,21 +102,30 @@ func (s *PostgresStore) ClaimBatch(ctx context.Context, tx pgx.Tx, scope string,
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
+	raw := make([][]byte, len(sorted))
+	for i, id := range sorted {
+		if len(id) > MaxIDLength {
+			return nil, fmt.Errorf("dedup: claim in %s: %w (%d bytes)", scope, ErrIDTooLong, len(id))
+		}
+		raw[i] = []byte(id)
+	}
+	// Sorted as bytes, as Go sorts strings: the order the rows are
+	// locked in is the same for every batch.
 	rows, err := tx.Query(ctx, `
 INSERT INTO `+s.table+` (scope, id)
-SELECT $1, x FROM unnest($2::text[]) AS x ORDER BY x
+SELECT $1, x FROM unnest($2::bytea[]) AS x ORDER BY x
 ON CONFLICT DO NOTHING
-RETURNING id`, scope, sorted)
+RETURNING id`, scope, raw)
 	if err != nil {
 		return nil, fmt.Errorf("dedup: claim %d ids in %s: %w", len(sorted), scope, err)
 	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	claimed, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
 		return nil, fmt.Errorf("dedup: claim %d ids in %s: %w", len(sorted), scope, err)
 	}
 	set := make(map[string]bool, len(claimed))
 	for _, id := range claimed {
-		set[id] = true
+		set[string(id)] = true
 	}
 	return set, nil
 }

@@ -192,7 +192,7 @@ func claimCost(ctx context.Context, w io.Writer, pool *pgxpool.Pool, sizes []int
 			start := time.Now()
 			// UUID-like random ids, as Stamp makes, so that the index
 			// has the shape production gives it.
-			if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (scope, id) SELECT 's', md5(g::text) FROM generate_series(%d, %d) g`, growthTable, filled+1, size)); err != nil {
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (scope, id) SELECT 's', convert_to(md5(g::text), 'UTF8') FROM generate_series(%d, %d) g`, growthTable, filled+1, size)); err != nil {
 				return err
 			}
 			if _, err := pool.Exec(ctx, `ANALYZE `+growthTable); err != nil {
