@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,7 +108,7 @@ func TestChaos(t *testing.T) {
 			})
 		}
 	}
-	table := "| path | scenario | faults injected | records | copier processes | fenced zombies | hanging transactions closed | aborted records in the log | concurrent read_committed read (a prefix) | verifier | time |\n" +
+	table := "| path | scenario | faults injected | records (committed, aborted in the input) | copier processes | fenced zombies | hanging transactions closed | aborted records in the log | concurrent read_committed read (a prefix) | verifier | time |\n" +
 		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
 	t.Log("\n" + table)
 	if out := os.Getenv("EOS_CHAOS_TABLE"); out != "" {
@@ -215,7 +216,13 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	k := broker.KafkaCluster
 	in := k.NewTopic(4)
 	group := integration.UniqueName(t, "g")
-	inputs := k.Seed(in, n)
+	// The input comes from a transactional producer that aborts every
+	// other transaction: no path may apply an aborted record.
+	inputs, abortedInputs, err := integration.SeedTransactional(context.Background(), k.Brokers, in, n, 500, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	positions := committedPositions(t, k, in)
 	args := []string{"-path", path, "-brokers", strings.Join(k.Brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String()}
 
 	var pool *pgxpool.Pool
@@ -231,7 +238,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		// stalled after a broker SIGKILL (see README) while the output was
 		// complete and stable; its read is checked, not waited for.
 		adm := kadm.NewClient(k.Client())
-		progress = func() int64 { return committedInputs(adm, group, in) }
+		progress = func() int64 { return committedInputs(adm, group, in, positions) }
 	} else {
 		var dbURL string
 		pool, dbURL = integration.PostgresWithURL(t)
@@ -300,7 +307,12 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	var rep integration.Report
 	aborted, seen := "-", "-"
 	if path == "eos" {
-		rep = k.CheckTopic(inputs, out, 2*time.Minute)
+		outs, err := integration.DecodeOutputs(k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep = integration.Verify(integration.Run{Input: inputs, Output: outs,
+			Aborted: integration.AbortedPositions(k.ReadRaw(out, 2*time.Minute)), AbortedInput: abortedInputs})
 		// The concurrent reader gets until the final read is done to catch
 		// up, then what it saw must be a prefix of it.
 		concurrent.stop()
@@ -314,24 +326,36 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		seen = fmt.Sprint(concurrent.count())
 		aborted = fmt.Sprint(len(integration.AbortedPositions(k.ReadRaw(out, 2*time.Minute))))
 	} else {
-		rep = verifyRows(t, pool, inputs)
+		rep = verifyRows(t, pool, inputs, abortedInputs)
 	}
 	if err := rep.Err(); err != nil {
 		t.Error(err)
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s |", path, sc.name, faults, n, len(r.all), fenced, r.hanging.Load(), aborted, seen, rep.String(), time.Since(start).Round(time.Second))
+	return fmt.Sprintf("| %s | %s | %d | %d (+%d aborted) | %d | %d | %d | %s | %s | %s | %s |", path, sc.name, faults, n, len(abortedInputs), len(r.all), fenced, r.hanging.Load(), aborted, seen, rep.String(), time.Since(start).Round(time.Second))
 }
 
 func migrateOffsetstore(pool *pgxpool.Pool) error {
 	return offsetstore.Migrate(context.Background(), pool)
 }
 
-func verifyRows(t *testing.T, pool *pgxpool.Pool, inputs []string) integration.Report {
-	rep, err := integration.VerifyRows(context.Background(), pool, "chaos_rows", inputs)
+func verifyRows(t *testing.T, pool *pgxpool.Pool, inputs, abortedInputs []string) integration.Report {
+	outs, err := integration.ReadRows(context.Background(), pool, "chaos_rows")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rep
+	return integration.Verify(integration.Run{Input: inputs, Output: outs, AbortedInput: abortedInputs})
+}
+
+// committedPositions returns, per partition, the offsets of the input's
+// committed records in order: the input also holds aborted records and
+// transaction markers, so an offset is not a count.
+func committedPositions(t *testing.T, k *integration.KafkaCluster, topic string) map[int32][]int64 {
+	t.Helper()
+	positions := map[int32][]int64{}
+	for _, r := range k.ReadAll(topic, kgo.ReadCommitted(), 2*time.Minute) {
+		positions[r.Partition] = append(positions[r.Partition], r.Offset)
+	}
+	return positions
 }
 
 // reader is the concurrent read_committed reader of the Kafka output.
@@ -452,9 +476,9 @@ func kafkaProgress(k *integration.KafkaCluster, group, in, out string, r *reader
 	return b.String()
 }
 
-// committedInputs is how many input records the group committed: the sum of
-// its committed offsets (the input holds no control records).
-func committedInputs(adm *kadm.Client, group, in string) int64 {
+// committedInputs is how many committed input records lie below the
+// group's committed offsets.
+func committedInputs(adm *kadm.Client, group, in string, positions map[int32][]int64) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	offsets, err := adm.FetchOffsetsForTopics(ctx, group, in)
@@ -464,7 +488,8 @@ func committedInputs(adm *kadm.Client, group, in string) int64 {
 	var n int64
 	offsets.Each(func(o kadm.OffsetResponse) {
 		if o.Err == nil && o.At > 0 {
-			n += o.At
+			below, _ := slices.BinarySearch(positions[o.Partition], o.At)
+			n += int64(below)
 		}
 	})
 	return n

@@ -199,7 +199,9 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 			break
 		}
 		r.cfg.logger.Warn("offsetstore: reading stored offsets failed; retrying", "err", err, "attempt", attempt)
-		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		if !loop.Sleep(ctx, time.Duration(attempt)*200*time.Millisecond) {
+			break
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("offsetstore: read stored offsets: %w", err)
@@ -364,11 +366,25 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 // or DeadLetter policy (Retry loops in handleBatch).
 func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Record, cause error) error {
 	recErr := &RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: cause}
-	if r.cfg.policy.kind == policyDeadLetter {
-		r.cfg.logger.Warn("offsetstore: handler failed; parking the record in eoskit_dead_letters", "err", recErr)
-		return r.commit(ctx, []*kgo.Record{rec}, cause)
+	if r.cfg.policy.kind != policyDeadLetter {
+		return recErr
 	}
-	return recErr
+	r.cfg.logger.Warn("offsetstore: handler failed; parking the record in eoskit_dead_letters", "err", recErr)
+	// Parked like any batch is committed: a database that goes away
+	// meanwhile is retried, not a reason to stop.
+	for attempt := 1; ; attempt++ {
+		err := r.commit(ctx, []*kgo.Record{rec}, cause)
+		if err == nil || ctx.Err() != nil || !pgretry.Transient(ctx, r.pool, err) {
+			return err
+		}
+		if attempt >= maxDBAttempts {
+			return fmt.Errorf("offsetstore: parking %s[%d]@%d failed %d times: %w", rec.Topic, rec.Partition, rec.Offset, attempt, err)
+		}
+		r.cfg.logger.Warn("offsetstore: database unavailable; retrying the dead letter", "err", err, "attempt", attempt)
+		if !loop.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+			return ctx.Err()
+		}
+	}
 }
 
 // commit runs the handler (or, with deadLetter set, parks the single record
