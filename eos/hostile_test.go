@@ -54,13 +54,21 @@ func TestProcessorNeverCommitsBeforeEveryOutputIsSettled(t *testing.T) {
 				eos.OnHandlerError(eos.DeadLetter(dlt)),
 				eos.ClientOptions(kgo.MaxBufferedBytes(64<<10), kgo.WithHooks(slowFailedPromises{2 * time.Second}))}
 			if sem == eos.ExactlyOnce {
-				opts = append(opts, processorOpts(k, group, in, "0")[3])
+				txnID, err := eos.StableTransactionalID(group, "0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts = append(opts, eos.TransactionalID(txnID))
 			}
 			progress := followCommitted(t, k, out)
 			p := startProcessor(t, handler, opts...)
 			good := append(append([]string(nil), inputs[:poison]...), inputs[poison+1:]...)
 			waitFor(t, 2*time.Minute, "every other input to be copied", func() bool { return progress.n.Load() >= int64(len(good)) })
-			time.Sleep(3 * time.Second) // the dead letter, if any, after the late promise
+			// The dead letter comes after the late promise; without the
+			// fix it never comes, and the wait fails.
+			waitFor(t, time.Minute, "the input's dead letter", func() bool {
+				return len(k.ReadNow(dlt, kgo.ReadCommitted(), 10*time.Second)) > 0
+			})
 			if err := p.stop(t); err != nil {
 				t.Fatalf("processor stopped with %v", err)
 			}

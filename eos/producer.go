@@ -29,8 +29,9 @@ func newClient(c *config, roles ...Role) (*kgo.Client, error) {
 // one partition stay in the order they were produced. It does not make
 // writes to several partitions atomic; [TransactionalProducer] does.
 type IdempotentProducer struct {
-	cl     *kgo.Client
-	logger *slog.Logger
+	cl       *kgo.Client
+	logger   *slog.Logger
+	promises promises // ProduceAsync records whose promise has not returned
 }
 
 // NewIdempotentProducer returns an idempotent producer. It accepts
@@ -68,7 +69,9 @@ func (p *IdempotentProducer) Produce(ctx context.Context, rs ...*kgo.Record) err
 // outcome, a *ProduceError on failure. It blocks only while the client's
 // buffer is full.
 func (p *IdempotentProducer) ProduceAsync(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.promises.add()
 	p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		defer p.promises.done()
 		if err != nil {
 			err = produceError(r, err)
 		}
@@ -78,8 +81,16 @@ func (p *IdempotentProducer) ProduceAsync(ctx context.Context, r *kgo.Record, pr
 	})
 }
 
-// Flush waits until every record produced so far is acknowledged or failed.
-func (p *IdempotentProducer) Flush(ctx context.Context) error { return p.cl.Flush(ctx) }
+// Flush waits until every record produced so far is acknowledged or
+// failed, and its promise has returned: also the records franz-go fails
+// before buffering them (over MaxBufferedBytes, say), whose promises its
+// own Flush does not wait for.
+func (p *IdempotentProducer) Flush(ctx context.Context) error {
+	if err := p.cl.Flush(ctx); err != nil {
+		return err
+	}
+	return p.promises.wait(ctx)
+}
 
 // ProducerID returns the producer id and epoch the broker assigned, for
 // diagnostics (kadm's DescribeProducers shows the same pair on the broker).

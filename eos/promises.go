@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 )
 
 // promises counts the produce promises of a transaction or batch that have
@@ -13,35 +12,49 @@ import (
 // flushing, a context that ended while Produce blocked) on another
 // goroutine, possibly after Flush returned; deciding to commit before its
 // promise ran commits without that output. So nothing is decided until
-// wait returns nil.
+// wait returns nil. Unlike a sync.WaitGroup, records may be added while
+// another goroutine waits (Tx.Produce is safe for concurrent use).
 type promises struct {
-	wg      sync.WaitGroup
-	pending atomic.Int64
+	mu      sync.Mutex
+	pending int
+	settled chan struct{} // closed when pending drops to 0; nil while 0
 }
 
 // add notes one record about to be produced; its promise must call done.
 func (p *promises) add() {
-	p.wg.Add(1)
-	p.pending.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending == 0 {
+		p.settled = make(chan struct{})
+	}
+	p.pending++
 }
 
 func (p *promises) done() {
-	p.pending.Add(-1)
-	p.wg.Done()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending--
+	if p.pending == 0 {
+		close(p.settled)
+		p.settled = nil
+	}
 }
 
-// wait returns once every promise returned, or an error saying how many
-// had not when ctx ended.
+// wait returns once every promise added so far returned, or an error
+// saying how many had not when ctx ended.
 func (p *promises) wait(ctx context.Context) error {
-	if p.pending.Load() == 0 {
+	p.mu.Lock()
+	settled := p.settled
+	p.mu.Unlock()
+	if settled == nil {
 		return nil
 	}
-	settled := make(chan struct{})
-	go func() { p.wg.Wait(); close(settled) }() // franz-go calls every promise, so this ends
 	select {
 	case <-settled:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("eos: %d produced records still unsettled: %w", p.pending.Load(), ctx.Err())
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return fmt.Errorf("eos: %d produced records still unsettled: %w", p.pending, ctx.Err())
 	}
 }

@@ -319,6 +319,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 	for attempt := 1; ; attempt++ {
 		err := r.commit(ctx, recs, nil)
 		var stale *staleError
+		var herr *handlerError
 		switch {
 		case err == nil:
 			if r.cfg.mirror {
@@ -331,11 +332,14 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			return err // Run rewinds the whole polled batch
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case pgretry.Transient(ctx, r.pool, err):
+		case !errors.As(err, &herr) || pgretry.Transient(ctx, r.pool, herr.err):
+			// Not the handler's doing (claiming the offsets rows timed
+			// out, the commit failed), or the database went away under
+			// the handler: no record is to blame; retry the batch.
 			if attempt >= maxDBAttempts {
 				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
 			}
-			r.cfg.logger.Warn("offsetstore: database unavailable; retrying the batch", "err", err, "attempt", attempt)
+			r.cfg.logger.Warn("offsetstore: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
 			if !loop.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
 				return ctx.Err()
 			}
@@ -351,13 +355,13 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			return nil
 		case r.cfg.policy.kind == policyRetry:
 			r.cfg.logger.Warn("offsetstore: handler failed; retrying", "topic", recs[0].Topic, "partition", recs[0].Partition,
-				"offset", recs[0].Offset, "err", err, "backoff", r.cfg.policy.backoff)
+				"offset", recs[0].Offset, "err", herr.err, "backoff", r.cfg.policy.backoff)
 			if !loop.Sleep(ctx, r.cfg.policy.backoff) {
 				return ctx.Err()
 			}
 			attempt = 0
 		default:
-			return r.applyPolicy(ctx, cl, recs[0], err)
+			return r.applyPolicy(ctx, cl, recs[0], herr.err)
 		}
 	}
 }
@@ -374,7 +378,8 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 	// meanwhile is retried, not a reason to stop.
 	for attempt := 1; ; attempt++ {
 		err := r.commit(ctx, []*kgo.Record{rec}, cause)
-		if err == nil || ctx.Err() != nil || !pgretry.Transient(ctx, r.pool, err) {
+		var stale *staleError
+		if err == nil || ctx.Err() != nil || errors.As(err, &stale) {
 			return err
 		}
 		if attempt >= maxDBAttempts {
@@ -441,6 +446,12 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		// a stale owner is refused here, not by a failure of its
 		// handler, and an owner committing the same partitions waits
 		// for this transaction's end.
+		// A claim waits for another owner's transaction on the same rows,
+		// but not for ever: an owner frozen mid-batch must not stall this
+		// one (and the rebalance its poll holds) without a word.
+		if _, err := tx.Exec(ctx, claimLockTimeoutSQL); err != nil {
+			return err
+		}
 		var staleParts []topicPartition
 		claimed := map[topicPartition]int64{}
 		for _, tp := range parts {
@@ -477,11 +488,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		if errors.As(err, &stale) {
 			r.stale.Add(1)
 		}
-		var herr *handlerError
-		if errors.As(err, &herr) {
-			return herr.err
-		}
-		return err
+		return err // a *handlerError when the handler failed
 	}
 	r.mu.Lock()
 	for tp, n := range next {
@@ -497,6 +504,13 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 	}
 	return nil
 }
+
+// claimLockTimeout bounds how long a batch waits for another owner's lock
+// on its offsets rows; past it the batch is retried like one that met a
+// database error, and after maxDBAttempts Run returns the error.
+const claimLockTimeout = 10 * time.Second
+
+var claimLockTimeoutSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTimeout.Milliseconds())
 
 // claim locks a partition's offsets row for this transaction and reports
 // whether it is where this owner expects it: at expected, or absent when

@@ -233,16 +233,13 @@ func TestKafkaCommittedOffsetsAreIgnored(t *testing.T) {
 	b.verify(t)
 }
 
-// A runner stalls inside its database transaction past the rebalance
-// timeout; the group hands its partitions to a second runner, which
-// commits. When the first wakes, its compare-and-set finds the offsets
-// moved and its whole transaction rolls back.
 // A runner stalls inside its batch's transaction (holding its partitions'
 // offsets rows) past its rebalance timeout; a successor takes the
-// partitions and queues on the rows. When the stalled one wakes, whichever
-// of the two holds a row first commits its batch, and the other's batch on
-// that partition is refused (it finds the row moved) and rewound: every
-// row lands once, in order.
+// partitions and queues on the rows, past the claim's lock timeout (its
+// batch is retried, and no record blamed for the wait). When the stalled
+// one wakes, whichever of the two holds a row first commits its batch, and
+// the other's batch on that partition is refused (it finds the row moved)
+// and rewound: every row lands once, in order, and neither Run fails.
 func TestZombieCommitIsRejected(t *testing.T) {
 	t.Parallel()
 	const n = 5000
@@ -271,6 +268,7 @@ func TestZombieCommitIsRejected(t *testing.T) {
 		}
 		return waiting > 0
 	})
+	time.Sleep(11 * time.Second) // past the 10 s lock timeout of a claim
 	close(wake)
 	refused := func() int64 { return zombie.r.Stats().StaleRejected + successor.r.Stats().StaleRejected }
 	waitFor(t, time.Minute, "one of the two commits to be refused", func() bool { return refused() > 0 })
@@ -515,17 +513,10 @@ func TestStaleBatchIsRefusedBeforeTheHandlerRuns(t *testing.T) {
 			return true, nil // nothing committed yet, or nothing left
 		}
 		struck.Store(next)
-		_, err := b.pool.Exec(ctx, `WITH moved AS (UPDATE eoskit_offsets SET next_offset = $3 + 1, owner = 'zombie'
-				WHERE consumer_group = $1 AND partition = 0 AND next_offset = $3 RETURNING 1)
-			INSERT INTO results (id, part, off) SELECT $2, 0, $3 FROM moved`, b.group, ids[next], next)
+		_, err := b.zombieCommits(ctx, ids[next], next)
 		return err == nil, err
 	}
-	runnerPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(runnerPool.Close)
-	b.runner = runnerPool
+	b.runnerPoolWith(t, cfg)
 
 	r := b.start(t, load(nil), offsetstore.MaxPollRecords(100))
 	waitFor(t, 2*time.Minute, "every row, or the runner to stop", func() bool {
@@ -586,20 +577,13 @@ func TestRefusedBatchRewindsEveryPartitionItHeld(t *testing.T) {
 		if struck.Load() || !mixed || first == nil || first.Offset == 0 {
 			return true, nil
 		}
-		tag, err := b.pool.Exec(ctx, `WITH moved AS (UPDATE eoskit_offsets SET next_offset = $3 + 1, owner = 'zombie'
-				WHERE consumer_group = $1 AND partition = 0 AND next_offset = $3 RETURNING 1)
-			INSERT INTO results (id, part, off) SELECT $2, 0, $3 FROM moved`, b.group, string(first.Key), first.Offset)
-		if err == nil && tag.RowsAffected() == 1 {
+		moved, err := b.zombieCommits(ctx, string(first.Key), first.Offset)
+		if moved {
 			struck.Store(true)
 		}
 		return err == nil, err
 	}
-	runnerPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(runnerPool.Close)
-	b.runner = runnerPool
+	b.runnerPoolWith(t, cfg)
 
 	r := b.start(t, load(nil), offsetstore.MaxPollRecords(500),
 		offsetstore.ClientOptions(kgo.FetchMaxPartitionBytes(4<<10), kgo.WithHooks(polled)))
@@ -620,6 +604,28 @@ func TestRefusedBatchRewindsEveryPartitionItHeld(t *testing.T) {
 		t.Fatal("the batch the zombie struck was not refused")
 	}
 	t.Logf("refused: %d; verifier: %v", r.r.Stats().StaleRejected, b.verify(t))
+}
+
+// zombieCommits does what a zombie owner of partition 0 does when it
+// commits the record at offset first: writes its row and moves the stored
+// offset past it, if the offset is still there. It reports whether it did.
+func (b *bed) zombieCommits(ctx context.Context, id string, offset int64) (bool, error) {
+	tag, err := b.pool.Exec(ctx, `WITH moved AS (UPDATE eoskit_offsets SET next_offset = $3 + 1, owner = 'zombie'
+			WHERE consumer_group = $1 AND partition = 0 AND next_offset = $3 RETURNING 1)
+		INSERT INTO results (id, part, off) SELECT $2, 0, $3 FROM moved`, b.group, id, offset)
+	return err == nil && tag.RowsAffected() == 1, err
+}
+
+// runnerPoolWith gives the bed's runners a pool of their own, built from
+// cfg (with a PrepareConn hook, say).
+func (b *bed) runnerPoolWith(t *testing.T, cfg *pgxpool.Config) {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b.runner = pool
 }
 
 // pollNotes is a franz-go hook noting the records a poll hands out: the
