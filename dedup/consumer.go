@@ -188,6 +188,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return errors.New("dedup: Consumer.Run called while already running")
 	}
 	defer c.running.Store(false)
+	if err := c.store.check(ctx, c.pool); err != nil {
+		return err
+	}
 	cl, err := c.cfg.newClient()
 	if err != nil {
 		return err

@@ -501,6 +501,15 @@ func TestMigrateTurnsTextIDsIntoBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Before Migrate, a consumer refuses the table: every claim would fail.
+	c, err := dedup.NewConsumer(pool, store, func(context.Context, pgx.Tx, *kgo.Record) error { return nil },
+		dedup.Brokers("127.0.0.1:1"), dedup.Group("g"), dedup.Topics("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); !errors.Is(err, dedup.ErrInvalidConfig) {
+		t.Fatalf("Run on an unmigrated table returned %v; want ErrInvalidConfig", err)
+	}
 	for range 2 { // idempotent
 		if err := store.Migrate(ctx, pool); err != nil {
 			t.Fatal(err)

@@ -44,7 +44,10 @@ func NewPostgresStore(table string) (*PostgresStore, error) {
 // the id column of a table made by an earlier eoskit (text) into bytea, each
 // id its UTF-8 bytes, so that claims keep matching. It is idempotent and
 // safe to run from several instances at once (an advisory lock serialises
-// them).
+// them). That conversion rewrites the table and its key under an exclusive
+// lock, which blocks claims while it runs; consumers of the earlier version
+// cannot claim in the converted table, so stop them first. A [Consumer]
+// refuses, at Run, a table not yet converted.
 func (s *PostgresStore) Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.dedup.migrate'))`); err != nil {
@@ -75,6 +78,24 @@ CREATE INDEX IF NOT EXISTS `+pgx.Identifier{indexName(s.table)}.Sanitize()+` ON 
 
 func indexName(quoted string) string {
 	return quoted[1:len(quoted)-1] + "_processed_at_idx"
+}
+
+// check refuses a table that Migrate has not brought up to date (ids still
+// text, from an earlier eoskit): every claim would fail on it. A table that
+// does not exist yet is left for the first claim to report.
+func (s *PostgresStore) check(ctx context.Context, pool *pgxpool.Pool) error {
+	var idType *string
+	err := pool.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attname = 'id'`, s.table).Scan(&idType)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("dedup: check the ids table %s: %w", s.table, err)
+	case idType != nil && *idType != "bytea":
+		return fmt.Errorf("%w: the ids table %s holds ids as %s, not bytea: run PostgresStore.Migrate (stop consumers of an earlier eoskit first: they cannot claim in the migrated table)", ErrInvalidConfig, s.table, *idType)
+	}
+	return nil
 }
 
 // Claim records id as processed in scope, within tx, and reports whether

@@ -94,6 +94,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		case handled && flushErr == nil && produceErr == nil && commitErr == nil:
 			p.committed.Add(1)
 			p.metrics.Committed(b.in, b.out, elapsed)
+			p.forgetDeadLetters(b)
 		default:
 			reason := "handler-error"
 			switch {

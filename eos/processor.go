@@ -51,6 +51,10 @@ type Processor struct {
 	// outcomes how its transactions ended.
 	written  partitionSet
 	outcomes txnOutcomes
+	// deadLetterFailures counts, per input, the dead letters that could
+	// not be written since it last committed, across sessions; only Run's
+	// goroutine uses it.
+	deadLetterFailures map[coords]int
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
@@ -79,7 +83,7 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	if c.txnID != "" {
 		logger = logger.With("transactional_id", c.txnID)
 	}
-	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics}, nil
+	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics, deadLetterFailures: map[coords]int{}}, nil
 }
 
 func (c *config) validateProcessor(handler HandlerFunc) error {
@@ -275,13 +279,10 @@ type runner struct {
 	p        *Processor
 	produce  func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 	poisoned map[coords]error // inputs whose outputs could not be produced, for DeadLetter
-	// deadLetterFailures counts, per input, the dead letters that could
-	// not be written, in a row.
-	deadLetterFailures map[coords]int
 }
 
 func newRunner(p *Processor, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) *runner {
-	return &runner{p: p, produce: produce, poisoned: map[coords]error{}, deadLetterFailures: map[coords]int{}}
+	return &runner{p: p, produce: produce, poisoned: map[coords]error{}}
 }
 
 // handle runs the handler on r and produces its outputs (or, for a failing
@@ -457,10 +458,10 @@ const maxDeadLetterAttempts = 4
 // a *DeadLetterError naming the input and both errors. The input's offset
 // is not committed: it is read again when the processor next starts.
 func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords, cause, err error) error {
-	rn.deadLetterFailures[at]++
-	attempts := rn.deadLetterFailures[at]
+	p.deadLetterFailures[at]++
+	attempts := p.deadLetterFailures[at]
 	if attempts >= maxDeadLetterAttempts {
-		delete(rn.deadLetterFailures, at)
+		delete(p.deadLetterFailures, at)
 		return &DeadLetterError{Topic: at.topic, Partition: at.partition, Offset: at.offset,
 			DeadLetterTopic: p.cfg.onError.topic, Attempts: attempts, Cause: cause, Err: err}
 	}
@@ -470,6 +471,14 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	rn.poisoned[at] = cause
 	loop.Sleep(ctx, backoff)
 	return nil
+}
+
+// forgetDeadLetters clears the failure counts of the dead letters a
+// committed batch wrote.
+func (p *Processor) forgetDeadLetters(b *batch) {
+	for at := range b.deadLetters {
+		delete(p.deadLetterFailures, at)
+	}
 }
 
 // recordSpecific reports whether a produce error is the record's own fault,
@@ -583,7 +592,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			}
 			p.outcomes.record(producerID, txnEpoch, rec)
 		}
-		revoked.Store(false)
+		sawRevoke := revoked.Swap(false)
 		elapsed := time.Since(b.start)
 		// Whatever failed once ctx ended (a handler, a record produced
 		// under ctx) failed because of it: a shutdown, not an error.
@@ -601,7 +610,20 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		case committed:
 			p.committed.Add(1)
 			p.metrics.Committed(b.in, b.out, elapsed)
+			p.forgetDeadLetters(b)
 			continue
+		case wantCommit && !b.shutdown && !sawRevoke:
+			// A commit was asked for, ended as not committed, and no
+			// partition was taken: franz-go retried a failed EndTxn
+			// (UNKNOWN_SERVER_ERROR, say) as an abort, or a group error
+			// stopped it. The broker may have committed, and this
+			// session's view of the committed offsets (franz-go's)
+			// may be older than the broker's: going on would copy a
+			// committed batch again. A new session reads the offsets
+			// from the broker.
+			p.metrics.Aborted("outcome-unknown", elapsed)
+			p.logger.Warn("eos: a commit ended unconfirmed with no rebalance; its outcome is unknown, restarting the session to read the committed offsets from the broker", "records_in", b.in)
+			return &restartError{errors.New("commit not confirmed and no partition revoked: outcome unknown")}
 		}
 
 		reason := "rebalance"

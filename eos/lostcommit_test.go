@@ -1,0 +1,156 @@
+package eos_test
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+)
+
+// endTxnTamperer is a franz-go dialer whose connections tell the client
+// that one EndTxn commit failed with UNKNOWN_SERVER_ERROR after the broker
+// carried it out: a commit whose outcome the client cannot know, as a
+// broker that fails between writing the markers and answering would leave
+// it. Everything else passes untouched.
+type endTxnTamperer struct {
+	commitsBefore int32        // EndTxn commits let through before the tampered one
+	seen          atomic.Int32 // EndTxn commits seen so far
+	tampered      atomic.Bool
+}
+
+func (d *endTxnTamperer) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	return &tamperedConn{Conn: c, d: d, pending: map[int32]int{}}, nil
+}
+
+type tamperedConn struct {
+	net.Conn
+	d       *endTxnTamperer
+	mu      sync.Mutex
+	pending map[int32]int // correlation id -> offset of the error code in the response
+	// the response being read: bytes of it seen, its size, and the
+	// error-code offset to rewrite (-1: none)
+	pos, size int
+	header    [8]byte
+	target    int
+}
+
+// Write parses each request franz-go writes (one whole request per Write)
+// and notes the EndTxn commit to tamper with.
+func (c *tamperedConn) Write(p []byte) (int, error) {
+	if len(p) >= 12 && binary.BigEndian.Uint16(p[4:6]) == 26 { // EndTxn
+		version := int16(binary.BigEndian.Uint16(p[6:8]))
+		corr := int32(binary.BigEndian.Uint32(p[8:12]))
+		if commit, ok := endTxnCommits(p, version); ok && commit {
+			if c.d.seen.Add(1) == c.d.commitsBefore+1 && c.d.tampered.CompareAndSwap(false, true) {
+				offset := 4 + 4 + 4 // size, correlation id, throttle
+				if version >= 3 {
+					offset++ // the flexible response header's empty tag buffer
+				}
+				c.mu.Lock()
+				c.pending[corr] = offset
+				c.mu.Unlock()
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// endTxnCommits reads the committed flag of an EndTxn request frame.
+func endTxnCommits(p []byte, version int16) (commit, ok bool) {
+	i := 12 // size, api key, version, correlation id
+	if len(p) < i+2 {
+		return false, false
+	}
+	clientID := int(int16(binary.BigEndian.Uint16(p[i:])))
+	i += 2 + max(clientID, 0)
+	flexible := version >= 3
+	if flexible {
+		i++ // empty request header tag buffer (franz-go sends none)
+		n, w := binary.Uvarint(p[i:])
+		if w <= 0 {
+			return false, false
+		}
+		i += w + int(n) - 1 // compact transactional id
+	} else {
+		if len(p) < i+2 {
+			return false, false
+		}
+		i += 2 + int(binary.BigEndian.Uint16(p[i:]))
+	}
+	i += 8 + 2 // producer id, epoch
+	if len(p) <= i {
+		return false, false
+	}
+	return p[i] == 1, true
+}
+
+// Read passes responses through, rewriting the error code of the tampered
+// EndTxn's response to UNKNOWN_SERVER_ERROR (-1).
+func (c *tamperedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	for i := 0; i < n; i++ {
+		if c.pos < 8 {
+			c.header[c.pos] = p[i]
+			if c.pos == 7 {
+				c.size = int(binary.BigEndian.Uint32(c.header[:4])) + 4
+				corr := int32(binary.BigEndian.Uint32(c.header[4:8]))
+				c.mu.Lock()
+				off, ok := c.pending[corr]
+				delete(c.pending, corr)
+				c.mu.Unlock()
+				c.target = -1
+				if ok {
+					c.target = off
+				}
+			}
+		} else if c.target >= 0 && (c.pos == c.target || c.pos == c.target+1) {
+			p[i] = 0xff
+		}
+		c.pos++
+		if c.pos >= 8 && c.pos == c.size {
+			c.pos, c.size = 0, 0
+		}
+	}
+	return n, err
+}
+
+// A commit whose outcome is unknown: the broker committed the transaction,
+// and the processor was told UNKNOWN_SERVER_ERROR. franz-go retries that as
+// an abort and End returns (false, nil), which looks like a rebalance; a
+// processor that goes on in the same session rewinds to franz-go's own
+// view of the committed offsets, older than the broker's, and copies the
+// committed batch again. It must start a new session, which reads the
+// offsets from the broker: every input once.
+func TestProcessorRestartsWhenACommitsOutcomeIsUnknown(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(2), k.NewTopic(2)
+	group := integration.UniqueName(t, "g")
+	const n = 5000
+	inputs := k.Seed(in, n)
+	tamper := &endTxnTamperer{commitsBefore: 2}
+	progress := followCommitted(t, k, out)
+	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"),
+		eos.MaxRecordsPerCommit(500), eos.ClientOptions(kgo.Dialer(tamper.dial)))...)
+	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
+	time.Sleep(2 * time.Second) // a duplicate copy, if any, lands by now
+	if err := p.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
+	}
+	if !tamper.tampered.Load() {
+		t.Fatal("no EndTxn commit was tampered with; the fault never struck")
+	}
+	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
+}
