@@ -126,6 +126,8 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		{"nil handler", nil, base, "handler"},
 		{"unknown semantics", h, with(eos.WithSemantics(eos.Semantics(9))), "WithSemantics"},
 		{"zero commit interval", h, with(eos.CommitInterval(0)), "CommitInterval"},
+		{"commit interval over half the transaction timeout", h, with(eos.CommitInterval(25 * time.Second)), "CommitInterval"},
+		{"commit interval over half a shorter transaction timeout", h, with(eos.CommitInterval(3*time.Second), eos.ClientOptions(kgo.TransactionTimeout(5*time.Second))), "CommitInterval"},
 		{"zero max records", h, with(eos.MaxRecordsPerCommit(0)), "MaxRecordsPerCommit"},
 		{"dead letter without topic", h, with(eos.OnHandlerError(eos.DeadLetter(""))), "OnHandlerError"},
 		{"dead letter into an input topic", h, with(eos.OnHandlerError(eos.DeadLetter("in"))), "OnHandlerError"},

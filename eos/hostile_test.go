@@ -3,6 +3,7 @@ package eos_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,4 +200,43 @@ func TestUnwritableDeadLetterStopsRunNamingTheRecord(t *testing.T) {
 	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 1 || string(dead[0].Key) != inputs[poison] {
 		t.Fatalf("dead-letter topic holds %d records; want exactly %s", len(dead), inputs[poison])
 	}
+}
+
+// One handler call outlives the transaction timeout (5 s here): the
+// coordinator aborts the transaction under the processor and bumps the
+// epoch, and the processor's next request fails with an epoch error. That
+// is not another instance taking the transactional id: the processor must
+// start a new session and go on, every input copied once. Before, Run
+// returned ErrFenced, documented as final, and the copy stopped.
+func TestProcessorOutlivingItsTransactionTimeoutIsNotFenced(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(1), k.NewTopic(1)
+	group := integration.UniqueName(t, "g")
+	const n, slow = 300, 100
+	inputs := k.Seed(in, n)
+	var stalled atomic.Bool
+	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if r.Offset == slow && stalled.CompareAndSwap(false, true) {
+			// Past the 5 s timeout and the coordinator's 10 s check
+			// for timed-out transactions.
+			time.Sleep(16 * time.Second)
+		}
+		return copyHandler(out)(ctx, r)
+	}
+	progress := followCommitted(t, k, out)
+	p := startProcessor(t, handler, append(processorOpts(k, group, in, "0"),
+		eos.ClientOptions(kgo.TransactionTimeout(5*time.Second)))...)
+	waitFor(t, 2*time.Minute, "every input to be copied, or Run to return", func() bool {
+		select {
+		case <-p.finished:
+			return true
+		default:
+			return progress.n.Load() >= n
+		}
+	})
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run returned %v after a transaction outlived its timeout; want the processor to go on", err)
+	}
+	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
 }

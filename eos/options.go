@@ -116,9 +116,12 @@ func InputTopics(topics ...string) Option {
 // under the weaker semantics, one batch) open before committing it. Default:
 // 100ms. Longer intervals amortise the commit over more records; shorter
 // ones lower end-to-end latency, since read_committed readers see output
-// only once it is committed. It must stay well below the transaction
-// timeout (kgo.TransactionTimeout, default 40s), or the broker aborts the
-// transaction under the processor.
+// only once it is committed. Under ExactlyOnce it must be at most half the
+// transaction timeout (kgo.TransactionTimeout, default 40s), or
+// NewProcessor refuses it. A transaction that outlives the timeout anyway
+// (a handler slower than it, a long GC pause) is aborted by the broker; the
+// processor then restarts its session and reads the batch again (it does
+// not take the broker's epoch error for fencing).
 func CommitInterval(d time.Duration) Option {
 	return func(c *config) { c.commitInterval = d; c.mark("CommitInterval") }
 }

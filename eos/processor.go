@@ -78,7 +78,12 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	if err != nil {
 		return nil, err
 	}
+	txnTimeout := transactionTimeout(cl)
 	cl.Close()
+	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {
+		return nil, &ConfigError{Setting: "CommitInterval", Semantics: c.semantics, Reason: fmt.Sprintf(
+			"%s is not well below the transaction timeout (%s): keep it at most half of it, or the broker aborts transactions under the processor", c.commitInterval, txnTimeout)}
+	}
 	logger := c.logger.With("group", c.group, "semantics", c.semantics.String())
 	if c.txnID != "" {
 		logger = logger.With("transactional_id", c.txnID)
@@ -473,6 +478,13 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	return nil
 }
 
+// transactionTimeout is the client's transaction timeout (franz-go's
+// default, 40 s, unless kgo.TransactionTimeout set it).
+func transactionTimeout(cl *kgo.Client) time.Duration {
+	d, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
+	return d
+}
+
 // forgetDeadLetters clears the failure counts of the dead letters a
 // committed batch wrote.
 func (p *Processor) forgetDeadLetters(b *batch) {
@@ -536,6 +548,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	}
 
 	rn := newRunner(p, sess.Produce)
+	txnTimeout := transactionTimeout(sess.Client())
 	for {
 		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)
 		if stop {
@@ -599,6 +612,15 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		b.shutdown = b.shutdown || ctx.Err() != nil
 
 		switch {
+		case (isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr)) && elapsed >= txnTimeout:
+			// The transaction outlived its timeout: the coordinator
+			// aborted it and bumped the epoch, which is what the epoch
+			// error says. No other instance is involved; a new session
+			// registers the transactional id again and goes on.
+			p.metrics.Aborted("timeout", elapsed)
+			p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",
+				"elapsed", elapsed, "transaction_timeout", txnTimeout, "records_in", b.in)
+			return &restartError{fmt.Errorf("transaction outlived its timeout (%s > %s): %w", elapsed.Round(time.Millisecond), txnTimeout, errors.Join(endErr, produceErr, flushErr))}
 		case isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr):
 			p.metrics.Fenced()
 			p.metrics.Aborted("fenced", elapsed)
