@@ -61,6 +61,15 @@
 // contested ones, goes back to where the database stands, so that nothing
 // after the refused records is skipped.
 //
+// # A topic deleted and created again
+//
+// Each stored offset carries its topic's ID (schema version 2). When a
+// topic is deleted and created under the same name, the offset stored for
+// the old one is not applied to the new one: the new topic is read from the
+// reset point ([ResetOffset]) and its row replaced on the first commit.
+// Rows stored before IDs were (version 1) are trusted, and get the ID on
+// their next commit.
+//
 // # Kafka's offsets
 //
 // The consumer never commits to Kafka by default and never reads Kafka's

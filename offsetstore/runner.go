@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
@@ -39,6 +42,8 @@ type Runner struct {
 
 	mu        sync.Mutex
 	positions map[topicPartition]int64 // next offset the database holds for each owned partition; noRow if none
+	topicIDs  map[string]pgtype.UUID   // the assigned topics' IDs, as of their last assignment (invalid if unknown)
+	admin     *kadm.Client             // on Run's client, for topic IDs
 
 	batches, records, stale, deadLetters atomic.Int64
 	running                              atomic.Bool
@@ -151,7 +156,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	case c.policy.kind == policyRetry && c.policy.backoff < 0:
 		return nil, fail("OnHandlerError", "Retry backoff must not be negative")
 	}
-	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}}
+	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{}}
 	cl, err := r.newClient()
 	if err != nil {
 		return nil, err
@@ -193,9 +198,13 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 		topics = append(topics, t)
 	}
 	var stored map[topicPartition]int64
+	var ids map[string]pgtype.UUID
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
-		if stored, err = r.load(ctx, topics); err == nil || ctx.Err() != nil {
+		if ids, err = r.currentTopicIDs(ctx, topics); err == nil {
+			stored, err = r.load(ctx, topics, ids)
+		}
+		if err == nil || ctx.Err() != nil {
 			break
 		}
 		r.cfg.logger.Warn("offsetstore: reading stored offsets failed; retrying", "err", err, "attempt", attempt)
@@ -208,6 +217,7 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	maps.Copy(r.topicIDs, ids)
 	for t, parts := range offsets {
 		for p := range parts {
 			tp := topicPartition{t, p}
@@ -226,8 +236,12 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 	return offsets, nil
 }
 
-func (r *Runner) load(ctx context.Context, topics []string) (map[topicPartition]int64, error) {
-	rows, err := r.pool.Query(ctx, `SELECT topic, partition, next_offset FROM eoskit_offsets WHERE consumer_group = $1 AND topic = ANY($2)`, r.cfg.group, topics)
+// load reads the stored offsets of topics. A row stored for another topic
+// of the same name (its ID differs from ids: the topic was deleted and
+// created again) is left out, as if none were stored; a row with no ID
+// (stored before IDs were) is trusted.
+func (r *Runner) load(ctx context.Context, topics []string, ids map[string]pgtype.UUID) (map[topicPartition]int64, error) {
+	rows, err := r.pool.Query(ctx, `SELECT topic, partition, next_offset, topic_id FROM eoskit_offsets WHERE consumer_group = $1 AND topic = ANY($2)`, r.cfg.group, topics)
 	if err != nil {
 		return nil, err
 	}
@@ -235,11 +249,34 @@ func (r *Runner) load(ctx context.Context, topics []string) (map[topicPartition]
 	var t string
 	var p int32
 	var next int64
-	_, err = pgx.ForEachRow(rows, []any{&t, &p, &next}, func() error {
+	var id pgtype.UUID
+	_, err = pgx.ForEachRow(rows, []any{&t, &p, &next, &id}, func() error {
+		if current := ids[t]; id.Valid && current.Valid && id != current {
+			r.cfg.logger.Warn("offsetstore: the stored offset belongs to an earlier topic of this name (deleted and created again); reading the new one from the reset point",
+				"topic", t, "partition", p, "stored_offset", next)
+			return nil
+		}
 		stored[topicPartition{t, p}] = next
 		return nil
 	})
 	return stored, err
+}
+
+// currentTopicIDs returns the topics' IDs from the cluster's metadata
+// (invalid where the cluster has none).
+func (r *Runner) currentTopicIDs(ctx context.Context, topics []string) (map[string]pgtype.UUID, error) {
+	details, err := r.admin.ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("topic IDs: %w", err)
+	}
+	ids := map[string]pgtype.UUID{}
+	for _, t := range topics {
+		d, ok := details[t]
+		if ok && d.Err == nil && d.ID != (kadm.TopicID{}) {
+			ids[t] = pgtype.UUID{Bytes: d.ID, Valid: true}
+		}
+	}
+	return ids, nil
 }
 
 func (r *Runner) forget(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
@@ -283,6 +320,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer cl.CloseAllowingRebalance()
+	r.admin = kadm.NewClient(cl) // set before the first poll, which runs seekToStored
 
 	for {
 		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, r.cfg.maxPoll, r.cfg.logger)
@@ -403,6 +441,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 	next := map[topicPartition]int64{}
 	expected := map[topicPartition]int64{}
 	first := map[topicPartition]int64{}
+	ids := map[string]pgtype.UUID{}
 	fresh := recs[:0:0]
 	var staleParts []topicPartition
 	for _, rec := range recs {
@@ -417,6 +456,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		}
 		if _, ok := first[tp]; !ok {
 			first[tp] = rec.Offset
+			ids[tp.topic] = r.topicIDs[tp.topic]
 		}
 		expected[tp] = pos
 		next[tp] = rec.Offset + 1
@@ -455,7 +495,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		var staleParts []topicPartition
 		claimed := map[topicPartition]int64{}
 		for _, tp := range parts {
-			at, ok, err := r.claim(ctx, tx, tp, expected[tp], first[tp])
+			at, ok, err := r.claim(ctx, tx, tp, ids[tp.topic], expected[tp], first[tp])
 			if err != nil {
 				return err
 			}
@@ -477,7 +517,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 			return &handlerError{err}
 		}
 		for _, tp := range parts {
-			if err := r.advance(ctx, tx, tp, claimed[tp], next[tp]); err != nil {
+			if err := r.advance(ctx, tx, tp, ids[tp.topic], claimed[tp], next[tp]); err != nil {
 				return err
 			}
 		}
@@ -513,30 +553,37 @@ const claimLockTimeout = 10 * time.Second
 var claimLockTimeoutSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTimeout.Milliseconds())
 
 // claim locks a partition's offsets row for this transaction and reports
-// whether it is where this owner expects it: at expected, or absent when
-// expected is noRow, in which case claim creates it at the batch's first
-// offset (a concurrent creator waits on the unique index, then finds it
-// taken). It returns the row's offset as claimed.
-func (r *Runner) claim(ctx context.Context, tx pgx.Tx, tp topicPartition, expected, first int64) (at int64, ok bool, err error) {
+// whether it is where this owner expects it: at expected, of the topic with
+// this ID, or absent when expected is noRow, in which case claim creates it
+// at the batch's first offset (a concurrent creator waits on the unique
+// index, then finds it taken), replacing a row left by an earlier topic of
+// the same name. It returns the row's offset as claimed.
+func (r *Runner) claim(ctx context.Context, tx pgx.Tx, tp topicPartition, id pgtype.UUID, expected, first int64) (at int64, ok bool, err error) {
 	if expected == noRow {
-		tag, err := tx.Exec(ctx, `INSERT INTO eoskit_offsets (consumer_group, topic, partition, next_offset, owner)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, r.cfg.group, tp.topic, tp.partition, first, r.cfg.owner)
+		tag, err := tx.Exec(ctx, `INSERT INTO eoskit_offsets (consumer_group, topic, partition, next_offset, owner, topic_id)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+				SET next_offset = EXCLUDED.next_offset, owner = EXCLUDED.owner, topic_id = EXCLUDED.topic_id, updated_at = now()
+				WHERE eoskit_offsets.topic_id IS NOT NULL AND EXCLUDED.topic_id IS NOT NULL AND eoskit_offsets.topic_id <> EXCLUDED.topic_id`,
+			r.cfg.group, tp.topic, tp.partition, first, r.cfg.owner, id)
 		return first, err == nil && tag.RowsAffected() == 1, err
 	}
-	err = tx.QueryRow(ctx, `SELECT next_offset FROM eoskit_offsets
-		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, r.cfg.group, tp.topic, tp.partition).Scan(&at)
+	var stored pgtype.UUID
+	err = tx.QueryRow(ctx, `SELECT next_offset, topic_id FROM eoskit_offsets
+		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, r.cfg.group, tp.topic, tp.partition).Scan(&at, &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
-	return at, err == nil && at == expected, err
+	sameTopic := !stored.Valid || !id.Valid || stored == id
+	return at, err == nil && at == expected && sameTopic, err
 }
 
 // advance moves a partition's stored offset, claimed and locked by this
-// transaction at from, to next.
-func (r *Runner) advance(ctx context.Context, tx pgx.Tx, tp topicPartition, from, next int64) error {
-	tag, err := tx.Exec(ctx, `UPDATE eoskit_offsets SET next_offset = $4, owner = $5, updated_at = now()
+// transaction at from, to next, and records the topic's ID with it.
+func (r *Runner) advance(ctx context.Context, tx pgx.Tx, tp topicPartition, id pgtype.UUID, from, next int64) error {
+	tag, err := tx.Exec(ctx, `UPDATE eoskit_offsets SET next_offset = $4, owner = $5, updated_at = now(), topic_id = coalesce($7, topic_id)
 		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $6`,
-		r.cfg.group, tp.topic, tp.partition, next, r.cfg.owner, from)
+		r.cfg.group, tp.topic, tp.partition, next, r.cfg.owner, from, id)
 	if err == nil && tag.RowsAffected() != 1 {
 		err = fmt.Errorf("offsetstore: the claimed offsets row of %s[%d] moved under its lock", tp.topic, tp.partition)
 	}
@@ -570,8 +617,11 @@ func (r *Runner) rewind(ctx context.Context, cl *kgo.Client, stale *staleError, 
 	}
 	var stored map[topicPartition]int64
 	var err error
+	r.mu.Lock()
+	ids := maps.Clone(r.topicIDs)
+	r.mu.Unlock()
 	for attempt := 1; ; attempt++ {
-		if stored, err = r.load(ctx, names); err == nil {
+		if stored, err = r.load(ctx, names, ids); err == nil {
 			break
 		}
 		if attempt >= maxDBAttempts || !loop.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {

@@ -606,6 +606,67 @@ func TestRefusedBatchRewindsEveryPartitionItHeld(t *testing.T) {
 	t.Logf("refused: %d; verifier: %v", r.r.Stats().StaleRejected, b.verify(t))
 }
 
+// A topic is deleted and created again under the same name (a cleanup
+// script, a reset) and gets more records than the old one had: the offset
+// stored for the old topic must not be applied to the new one, which is
+// read from its start. Before topic IDs were stored, the runner resumed at
+// the old offset and skipped the new topic's first 500 records.
+func TestRecreatedTopicIsReadFromItsStart(t *testing.T) {
+	t.Parallel()
+	const before, after = 500, 800
+	b := newBed(t, 1, before)
+	r := b.start(t, load(nil))
+	waitFor(t, time.Minute, "the first topic's rows", func() bool { return b.rows(t) >= before })
+	r.stop(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := b.k.Admin.DeleteTopics(ctx, b.topic); err != nil {
+		t.Fatal(err)
+	}
+	for { // deletion completes in the background
+		resp, err := b.k.Admin.CreateTopic(ctx, 1, 1, nil, b.topic)
+		if err == nil && resp.Err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("recreate %s: %v %v", b.topic, err, resp.Err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	seeder := b.k.Client(kgo.DefaultProduceTopic(b.topic))
+	var again []string
+	for i := range after {
+		id := fmt.Sprintf("again-%d", i)
+		again = append(again, id)
+		if err := seeder.ProduceSync(ctx, &kgo.Record{Key: []byte(id), Value: []byte(id)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r = b.start(t, load(nil))
+	waitFor(t, time.Minute, "the stored offset to reach the new topic's end", func() bool {
+		var next int64
+		_ = b.pool.QueryRow(ctx, `SELECT next_offset FROM eoskit_offsets WHERE consumer_group = $1`, b.group).Scan(&next)
+		return next >= after
+	})
+	r.stop(t)
+	outs, err := integration.ReadRows(ctx, b.pool, "results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range outs { // the new topic's partition is another stream, its offsets from 0 again
+		if strings.HasPrefix(outs[i].ID, "again-") {
+			outs[i].Stream = "new topic " + outs[i].Stream
+		}
+	}
+	rep := integration.Verify(integration.Run{Input: append(append([]string(nil), b.inputs...), again...), Output: outs})
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("verifier (both topics): %v", rep)
+}
+
 // zombieCommits does what a zombie owner of partition 0 does when it
 // commits the record at offset first: writes its row and moves the stored
 // offset past it, if the offset is still there. It reports whether it did.

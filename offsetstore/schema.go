@@ -34,10 +34,14 @@ CREATE TABLE eoskit_dead_letters (
 	created_at     timestamptz NOT NULL DEFAULT now(),
 	UNIQUE (consumer_group, topic, partition, "offset")
 );`,
+	// 2: the topic's ID with each offset, so that an offset stored for a
+	// deleted topic is never applied to a new topic of the same name.
+	// Rows from version 1 keep NULL (trusted) until their next commit.
+	`ALTER TABLE eoskit_offsets ADD COLUMN topic_id uuid`,
 }
 
 // SchemaVersion is the schema version this package needs.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Migrate creates or upgrades the tables offsetstore uses
 // (eoskit_offsets, eoskit_dead_letters) to [SchemaVersion]. It is idempotent,
