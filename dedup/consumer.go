@@ -251,6 +251,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
+// callHandler runs the handler, turning a panic into an error naming
+// nothing but the panic, so that the batch rolls back and the record is
+// stopped on (or retried) like one whose handler failed, instead of the
+// process ending.
+func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("dedup: handler panicked: %v", v)
+		}
+	}()
+	return c.handler(ctx, tx, r)
+}
+
 // maxDBAttempts bounds how often a batch is retried after database errors
 // (not handler errors) before Run gives up.
 const maxDBAttempts = 10
@@ -288,7 +301,7 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) (applied, skip
 				}
 				delete(claimed, ids[i]) // a later copy in this batch is a duplicate
 			}
-			if err := c.handler(ctx, tx, r); err != nil {
+			if err := c.callHandler(ctx, tx, r); err != nil {
 				if pgretry.Transient(ctx, c.pool, err) {
 					return err // the database went away: retry the batch
 				}

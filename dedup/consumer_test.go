@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -528,4 +529,44 @@ func TestMigrateTurnsTextIDsIntoBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A handler that panics on one message: its batch rolls back (the claims
+// with it) and Run returns a *RecordError naming the record; a consumer
+// with a fixed handler then applies every message once. Before, the panic
+// ended the process.
+func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	msgs := stamped(200)
+	b.produce(t, msgs...)
+	group := integration.UniqueName(t, "g")
+	opts := []dedup.Option{dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Scope("effects"), dedup.Group(group),
+		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))}
+	handler := b.handler("a")
+	c, err := dedup.NewConsumer(b.pool, b.store, func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		if string(r.Value) == "m77" {
+			panic("cannot parse m77")
+		}
+		return handler(ctx, tx, r)
+	}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(context.Background()) }()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not stop on a panicking handler")
+	}
+	var rerr *dedup.RecordError
+	if !errors.As(err, &rerr) || rerr.Offset != 77 || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("Run returned %v; want a *RecordError for offset 77 saying the handler panicked", err)
+	}
+	fixed := b.start(t, "a", dedup.Group(group))
+	waitFor(t, "every message to take effect", func() bool { return b.effects(t) >= 200 })
+	fixed.stop(t)
+	b.assertOnce(t, 200)
+	t.Logf("Run: %v", err)
 }

@@ -513,7 +513,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 				VALUES ($1, $2, $3, $4, $5, $6, $7)`, r.cfg.group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, deadLetter.Error()); err != nil {
 				return err
 			}
-		} else if err := r.handler(ctx, tx, fresh); err != nil {
+		} else if err := r.callHandler(ctx, tx, fresh); err != nil {
 			return &handlerError{err}
 		}
 		for _, tp := range parts {
@@ -654,6 +654,18 @@ type staleError struct{ parts []topicPartition }
 
 func (e *staleError) Error() string {
 	return fmt.Sprintf("offsetstore: stored offsets of %v moved under this owner", e.parts)
+}
+
+// callHandler runs the handler, turning a panic into an error, so that it
+// follows the error policy (the batch rolls back; split, the record that
+// panics is the one named) instead of ending the process.
+func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("offsetstore: handler panicked: %v", v)
+		}
+	}()
+	return r.handler(ctx, tx, recs)
 }
 
 // handlerError marks an error as the handler's, through pgx.BeginFunc.

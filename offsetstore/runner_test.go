@@ -667,6 +667,33 @@ func TestRecreatedTopicIsReadFromItsStart(t *testing.T) {
 	t.Logf("verifier (both topics): %v", rep)
 }
 
+// A handler that panics on one record: the batch rolls back, the record is
+// found by splitting, and under Stop Run returns a *RecordError naming it;
+// a runner with a fixed handler then applies everything once. Before, the
+// panic ended the process.
+func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
+	t.Parallel()
+	const n, bad = 300, 120
+	b := newBed(t, 1, n)
+	panicky := load(func(recs []*kgo.Record) {
+		for _, r := range recs {
+			if r.Offset == bad {
+				panic("cannot parse " + string(r.Key))
+			}
+		}
+	})
+	r := b.start(t, panicky)
+	err := r.wait(t, time.Minute)
+	var rerr *offsetstore.RecordError
+	if !errors.As(err, &rerr) || rerr.Offset != bad || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("Run returned %v; want a *RecordError for offset %d saying the handler panicked", err, bad)
+	}
+	fixed := b.start(t, load(nil))
+	waitFor(t, time.Minute, "every row", func() bool { return b.rows(t) >= n })
+	fixed.stop(t)
+	t.Logf("Run: %v; verifier: %v", err, b.verify(t))
+}
+
 // zombieCommits does what a zombie owner of partition 0 does when it
 // commits the record at offset first: writes its row and moves the stored
 // offset past it, if the offset is still there. It reports whether it did.
