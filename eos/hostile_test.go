@@ -240,3 +240,39 @@ func TestProcessorOutlivingItsTransactionTimeoutIsNotFenced(t *testing.T) {
 	}
 	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
 }
+
+// The output topic's max.message.bytes (1,000) is below what franz-go puts
+// in one produce batch, though every output alone fits: the broker refuses
+// whole batches with MESSAGE_TOO_LARGE, which franz-go hands to every
+// record in them. No input is at fault, and none may be dead-lettered: the
+// processor reads the batch again settling each input's outputs alone, and
+// every input is copied once. Before, the first output of each refused
+// batch sent its input to the dead-letter topic unprocessed.
+func TestBatchRefusedWholeBlamesNoInput(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, dlt := k.NewTopic(1), k.NewTopic(1)
+	out := integration.UniqueName(t, "small")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if resp, err := k.Admin.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": kadmString("1000")}, out); err != nil || resp.Err != nil {
+		t.Fatalf("create %s: %v %v", out, err, resp.Err)
+	}
+	t.Cleanup(func() { _, _ = k.Admin.DeleteTopics(context.Background(), out) })
+	group := integration.UniqueName(t, "g")
+	const n = 300
+	inputs := k.Seed(in, n)
+	progress := followCommitted(t, k, out)
+	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.DeadLetter(dlt)))...)
+	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
+	if err := p.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
+	}
+	rep := k.VerifyTopic(inputs, out, verifyTimeout)
+	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 0 {
+		t.Fatalf("%d inputs dead-lettered (first: %s); none was at fault", len(dead), dead[0].Key)
+	}
+	t.Logf("verifier: %v; nothing dead-lettered", rep)
+}
+
+func kadmString(s string) *string { return &s }

@@ -33,7 +33,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 	defer cl.CloseAllowingRebalance()
 
 	atMostOnce := p.cfg.semantics == AtMostOnce
-	rn := newRunner(p, cl.Produce)
+	rn := newRunner(p, cl, cl.Produce)
 	poll := func(ctx context.Context, n int) kgo.Fetches {
 		f := cl.PollRecords(ctx, n)
 		if atMostOnce && f.NumRecords() > 0 {
@@ -73,7 +73,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		records = append(records, fetches.Records()...)
 		handled := rn.collect(ctx, b, fetches, collectPoll, &revoked)
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-		flushErr := b.settle(endCtx, cl)
+		flushErr := b.settle(endCtx, rn.flush)
 		_, produceErr := b.produceErr()
 		var commitErr error
 		if !atMostOnce && handled && flushErr == nil && produceErr == nil {
@@ -95,6 +95,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 			p.committed.Add(1)
 			p.metrics.Committed(b.in, b.out, elapsed)
 			p.forgetDeadLetters(b)
+			rn.isolate = false
 		default:
 			reason := "handler-error"
 			switch {

@@ -243,6 +243,8 @@ type batch struct {
 	// deadLetters holds the inputs this batch sent to the dead-letter
 	// topic, with the error that sent them there.
 	deadLetters map[coords]error
+	// failedInputs holds the inputs whose outputs failed.
+	failedInputs map[coords]bool
 }
 
 // wrote notes an output the broker acknowledged.
@@ -261,11 +263,17 @@ func (b *batch) wrote(r *kgo.Record) {
 // settle flushes cl and waits until every output's promise returned,
 // including those of records franz-go failed before buffering them, which
 // Flush does not wait for.
-func (b *batch) settle(ctx context.Context, cl *kgo.Client) error {
-	if err := cl.Flush(ctx); err != nil {
+func (b *batch) settle(ctx context.Context, flush func(context.Context) error) error {
+	if err := flush(ctx); err != nil {
 		return err
 	}
 	return b.promises.wait(ctx)
+}
+
+func (b *batch) failedInputCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.failedInputs)
 }
 
 func (b *batch) produceErr() (coords, error) {
@@ -283,11 +291,16 @@ type inputKey struct{}
 type runner struct {
 	p        *Processor
 	produce  func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	flush    func(ctx context.Context) error
 	poisoned map[coords]error // inputs whose outputs could not be produced, for DeadLetter
+	// isolate makes the next batch settle each input's outputs before
+	// the next input is handled: set after a failure that several
+	// inputs' outputs shared, so that a failure is traced to one input.
+	isolate bool
 }
 
-func newRunner(p *Processor, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) *runner {
-	return &runner{p: p, produce: produce, poisoned: map[coords]error{}}
+func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) *runner {
+	return &runner{p: p, produce: produce, flush: cl.Flush, poisoned: map[coords]error{}}
 }
 
 // handle runs the handler on r and produces its outputs (or, for a failing
@@ -328,11 +341,23 @@ func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 			}
 			b.mu.Lock()
 			defer b.mu.Unlock()
+			failedAt, _ := out.Context.Value(inputKey{}).(coords)
+			if b.failedInputs == nil {
+				b.failedInputs = map[coords]bool{}
+			}
+			b.failedInputs[failedAt] = true
 			if b.produce == nil {
-				b.produce = err
-				b.produceAt, _ = out.Context.Value(inputKey{}).(coords)
+				b.produce, b.produceAt = err, failedAt
 			}
 		})
+	}
+	if rn.isolate && len(outs) > 0 {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		err := b.settle(sctx, rn.flush)
+		cancel()
+		if _, produceErr := b.produceErr(); err != nil || produceErr != nil {
+			return false // this input's outputs failed, and no later input's
+		}
 	}
 	return true
 }
@@ -438,6 +463,16 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		// fault: the session restarts with backoff.
 		if !recordSpecific(err) {
 			return &restartError{fmt.Errorf("produce failed, not because of the input %s[%d]@%d: %w", at.topic, at.partition, at.offset, err)}
+		}
+		if b.failedInputCount() > 1 && !rn.isolate {
+			// The outputs of several inputs failed alike: a produce
+			// batch the broker refused whole (a topic whose
+			// max.message.bytes is below the producer's batch size, say)
+			// fails every record in it, and the first is not to blame.
+			// Read the batch again settling each input's outputs alone.
+			rn.isolate = true
+			p.logger.Warn("eos: the outputs of several inputs failed alike; reading the batch again one input at a time to find whose fault it is", "err", err)
+			return nil
 		}
 		if p.cfg.onError.kind == policyDeadLetter {
 			rn.poisoned[at] = err
@@ -547,7 +582,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		defer func() { stopSweep(); <-swept }()
 	}
 
-	rn := newRunner(p, sess.Produce)
+	rn := newRunner(p, sess.Client(), sess.Produce)
 	txnTimeout := transactionTimeout(sess.Client())
 	for {
 		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)
@@ -585,7 +620,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		// whatever was acknowledged, so a failed output must turn the
 		// commit into an abort here.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-		flushErr := b.settle(endCtx, sess.Client())
+		flushErr := b.settle(endCtx, rn.flush)
 		_, produceErr := b.produceErr()
 		wantCommit := handled && flushErr == nil && produceErr == nil
 		committed, endErr := sess.End(endCtx, kgo.TransactionEndTry(wantCommit))
@@ -633,6 +668,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			p.committed.Add(1)
 			p.metrics.Committed(b.in, b.out, elapsed)
 			p.forgetDeadLetters(b)
+			rn.isolate = false
 			continue
 		case wantCommit && !b.shutdown && !sawRevoke:
 			// A commit was asked for, ended as not committed, and no
