@@ -12,7 +12,8 @@ type Metrics interface {
 	Committed(recordsIn, recordsOut int, d time.Duration)
 	// Aborted is called after a transaction was aborted, with why:
 	// "rebalance", "handler-error", "produce-error", "shutdown",
-	// "outcome-unknown" or "fenced".
+	// "outcome-unknown", "timeout" (the transaction outlived its timeout)
+	// or "fenced".
 	Aborted(reason string, d time.Duration)
 	// Rebalanced is called when the group takes partitions from this
 	// member (revoked or lost).

@@ -245,6 +245,9 @@ type batch struct {
 	deadLetters map[coords]error
 	// failedInputs holds the inputs whose outputs failed.
 	failedInputs map[coords]bool
+	// ends is, per input partition, the offset after the last input
+	// handled: where the group's offset stands if the batch committed.
+	ends map[topicPartition]int64
 }
 
 // wrote notes an output the broker acknowledged.
@@ -309,6 +312,10 @@ func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r
 func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 	b.in++
 	at := coordsOf(r)
+	if b.ends == nil {
+		b.ends = map[topicPartition]int64{}
+	}
+	b.ends[topicPartition{r.Topic, r.Partition}] = max(b.ends[topicPartition{r.Topic, r.Partition}], r.Offset+1)
 	var outs []*kgo.Record
 	err, poisoned := rn.poisoned[at]
 	if poisoned {
@@ -452,6 +459,17 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		if err == nil {
 			return nil
 		}
+		if recordSpecific(err) && b.failedInputCount() > 1 && !rn.isolate {
+			// The outputs (or dead letters) of several inputs failed
+			// alike: a produce batch the broker refused whole (a topic
+			// whose max.message.bytes is below the producer's batch
+			// size, say) fails every record in it, and the first is not
+			// to blame. Read the batch again settling each input's
+			// outputs alone.
+			rn.isolate = true
+			p.logger.Warn("eos: the outputs of several inputs failed alike; reading the batch again one input at a time to find whose fault it is", "err", err)
+			return nil
+		}
 		if cause, ok := b.deadLetters[at]; ok {
 			return p.deadLetterFailed(ctx, rn, at, cause, err)
 		}
@@ -464,16 +482,7 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		if !recordSpecific(err) {
 			return &restartError{fmt.Errorf("produce failed, not because of the input %s[%d]@%d: %w", at.topic, at.partition, at.offset, err)}
 		}
-		if b.failedInputCount() > 1 && !rn.isolate {
-			// The outputs of several inputs failed alike: a produce
-			// batch the broker refused whole (a topic whose
-			// max.message.bytes is below the producer's batch size, say)
-			// fails every record in it, and the first is not to blame.
-			// Read the batch again settling each input's outputs alone.
-			rn.isolate = true
-			p.logger.Warn("eos: the outputs of several inputs failed alike; reading the batch again one input at a time to find whose fault it is", "err", err)
-			return nil
-		}
+
 		if p.cfg.onError.kind == policyDeadLetter {
 			rn.poisoned[at] = err
 		}
@@ -511,6 +520,33 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	rn.poisoned[at] = cause
 	loop.Sleep(ctx, backoff)
 	return nil
+}
+
+// knownAbort reports whether the group's committed offsets, read from the
+// broker (stable only), stand before every input partition's end in b:
+// then a commit that End reported as not made was indeed aborted (a group
+// error, a failed heartbeat, a rebalance under the cooperative balancer
+// that took nothing from this member), and the session goes on as after a
+// rebalance. When they show the batch committed, or cannot be read, the
+// outcome is unknown.
+func (p *Processor) knownAbort(ctx context.Context, adm *kadm.Client, b *batch) bool {
+	if len(b.ends) == 0 {
+		return true // nothing consumed: nothing to commit
+	}
+	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	committed, err := adm.FetchOffsets(fetchCtx, p.cfg.group)
+	if err != nil {
+		p.logger.Debug("eos: reading the group's offsets after an unconfirmed commit failed", "err", err)
+		return false
+	}
+	for tp, end := range b.ends {
+		o, ok := committed.Lookup(tp.topic, tp.partition)
+		if ok && (o.Err != nil || o.At >= end) {
+			return false // unstable (markers on their way), or committed
+		}
+	}
+	return true
 }
 
 // transactionTimeout is the client's transaction timeout (franz-go's
@@ -583,6 +619,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	}
 
 	rn := newRunner(p, sess.Client(), sess.Produce)
+	adm := kadm.NewClient(sess.Client())
 	txnTimeout := transactionTimeout(sess.Client())
 	for {
 		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)
@@ -633,10 +670,12 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 				p.written.add(tp.topic, tp.partition)
 			}
 			switch {
-			case endErr == nil:
-				rec.committed, rec.known = committed, true
 			case !wantCommit:
 				rec.known = true // never asked to commit: it aborts
+			case endErr == nil && committed:
+				rec.committed, rec.known = true, true
+				// A wanted commit that ended not committed may have
+				// committed at the broker (see below): unknown.
 			}
 			p.outcomes.record(producerID, txnEpoch, rec)
 		}
@@ -670,15 +709,15 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			p.forgetDeadLetters(b)
 			rn.isolate = false
 			continue
-		case wantCommit && !b.shutdown && !sawRevoke:
-			// A commit was asked for, ended as not committed, and no
-			// partition was taken: franz-go retried a failed EndTxn
-			// (UNKNOWN_SERVER_ERROR, say) as an abort, or a group error
-			// stopped it. The broker may have committed, and this
-			// session's view of the committed offsets (franz-go's)
-			// may be older than the broker's: going on would copy a
-			// committed batch again. A new session reads the offsets
-			// from the broker.
+		case wantCommit && !b.shutdown && !sawRevoke && !p.knownAbort(ctx, adm, b):
+			// A commit was asked for and ended as not committed, with
+			// no partition taken, and the broker's committed offsets
+			// do not show it aborted: franz-go retried a failed EndTxn
+			// (UNKNOWN_SERVER_ERROR, say) as an abort, and the broker
+			// may have committed. This session's view of the committed
+			// offsets (franz-go's) may be older than the broker's:
+			// going on would copy a committed batch again. A new
+			// session reads the offsets from the broker.
 			p.metrics.Aborted("outcome-unknown", elapsed)
 			p.logger.Warn("eos: a commit ended unconfirmed with no rebalance; its outcome is unknown, restarting the session to read the committed offsets from the broker", "records_in", b.in)
 			return &restartError{errors.New("commit not confirmed and no partition revoked: outcome unknown")}
