@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -43,7 +44,11 @@ type Runner struct {
 	mu        sync.Mutex
 	positions map[topicPartition]int64 // next offset the database holds for each owned partition; noRow if none
 	topicIDs  map[string]pgtype.UUID   // the assigned topics' IDs, as of their last assignment (invalid if unknown)
-	admin     *kadm.Client             // on Run's client, for topic IDs
+	// oldRows holds, per owned partition, the topic ID of a stored row
+	// left by an earlier topic of the same name: the first commit
+	// replaces that row, and only that row.
+	oldRows map[topicPartition]pgtype.UUID
+	admin   atomic.Pointer[kadm.Client] // on Run's client, for topic IDs
 
 	batches, records, stale, deadLetters atomic.Int64
 	running                              atomic.Bool
@@ -156,7 +161,8 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	case c.policy.kind == policyRetry && c.policy.backoff < 0:
 		return nil, fail("OnHandlerError", "Retry backoff must not be negative")
 	}
-	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{}}
+	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
+		oldRows: map[topicPartition]pgtype.UUID{}}
 	cl, err := r.newClient()
 	if err != nil {
 		return nil, err
@@ -198,11 +204,12 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 		topics = append(topics, t)
 	}
 	var stored map[topicPartition]int64
+	var oldRows map[topicPartition]pgtype.UUID
 	var ids map[string]pgtype.UUID
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
 		if ids, err = r.currentTopicIDs(ctx, topics); err == nil {
-			stored, err = r.load(ctx, topics, ids)
+			stored, oldRows, err = r.loadRows(ctx, topics, ids)
 		}
 		if err == nil || ctx.Err() != nil {
 			break
@@ -217,10 +224,21 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	maps.Copy(r.topicIDs, ids)
+	for _, t := range topics {
+		if id, ok := ids[t]; ok {
+			r.topicIDs[t] = id
+		} else {
+			delete(r.topicIDs, t) // unknown now: no older ID is trusted
+		}
+	}
 	for t, parts := range offsets {
 		for p := range parts {
 			tp := topicPartition{t, p}
+			if id, ok := oldRows[tp]; ok {
+				r.oldRows[tp] = id
+			} else {
+				delete(r.oldRows, tp)
+			}
 			if next, ok := stored[tp]; ok {
 				// Epoch -1: the stored offset carries no leader epoch,
 				// and must not trigger franz-go's data-loss detection.
@@ -241,11 +259,19 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 // created again) is left out, as if none were stored; a row with no ID
 // (stored before IDs were) is trusted.
 func (r *Runner) load(ctx context.Context, topics []string, ids map[string]pgtype.UUID) (map[topicPartition]int64, error) {
+	stored, _, err := r.loadRows(ctx, topics, ids)
+	return stored, err
+}
+
+// loadRows is load that also returns the rows it left out, with their
+// topic IDs.
+func (r *Runner) loadRows(ctx context.Context, topics []string, ids map[string]pgtype.UUID) (map[topicPartition]int64, map[topicPartition]pgtype.UUID, error) {
 	rows, err := r.pool.Query(ctx, `SELECT topic, partition, next_offset, topic_id FROM eoskit_offsets WHERE consumer_group = $1 AND topic = ANY($2)`, r.cfg.group, topics)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stored := map[topicPartition]int64{}
+	old := map[topicPartition]pgtype.UUID{}
 	var t string
 	var p int32
 	var next int64
@@ -254,18 +280,41 @@ func (r *Runner) load(ctx context.Context, topics []string, ids map[string]pgtyp
 		if current := ids[t]; id.Valid && current.Valid && id != current {
 			r.cfg.logger.Warn("offsetstore: the stored offset belongs to an earlier topic of this name (deleted and created again); reading the new one from the reset point",
 				"topic", t, "partition", p, "stored_offset", next)
+			old[topicPartition{t, p}] = id
 			return nil
 		}
 		stored[topicPartition{t, p}] = next
 		return nil
 	})
-	return stored, err
+	return stored, old, err
+}
+
+// checkSchema refuses a database whose offsetstore schema is older than
+// this code's: every assignment would fail on it.
+func (r *Runner) checkSchema(ctx context.Context) error {
+	var version int
+	err := r.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM eoskit_offsetstore_schema`).Scan(&version)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		version = 0
+	case err != nil:
+		return fmt.Errorf("offsetstore: read the schema version: %w", err)
+	}
+	if version < SchemaVersion {
+		return fmt.Errorf("%w: the database's offsetstore schema is at version %d, this code needs %d: run offsetstore.Migrate", ErrInvalidConfig, version, SchemaVersion)
+	}
+	return nil
 }
 
 // currentTopicIDs returns the topics' IDs from the cluster's metadata
 // (invalid where the cluster has none).
 func (r *Runner) currentTopicIDs(ctx context.Context, topics []string) (map[string]pgtype.UUID, error) {
-	details, err := r.admin.ListTopics(ctx, topics...)
+	adm := r.admin.Load()
+	if adm == nil {
+		return nil, errors.New("the runner is starting")
+	}
+	details, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("topic IDs: %w", err)
 	}
@@ -320,7 +369,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer cl.CloseAllowingRebalance()
-	r.admin = kadm.NewClient(cl) // set before the first poll, which runs seekToStored
+	if err := r.checkSchema(ctx); err != nil {
+		return err
+	}
+	r.admin.Store(kadm.NewClient(cl)) // before the first poll; seekToStored retries until it is there
 
 	for {
 		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, r.cfg.maxPoll, r.cfg.logger)
@@ -442,6 +494,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 	expected := map[topicPartition]int64{}
 	first := map[topicPartition]int64{}
 	ids := map[string]pgtype.UUID{}
+	oldRows := map[topicPartition]pgtype.UUID{}
 	fresh := recs[:0:0]
 	var staleParts []topicPartition
 	for _, rec := range recs {
@@ -457,6 +510,9 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		if _, ok := first[tp]; !ok {
 			first[tp] = rec.Offset
 			ids[tp.topic] = r.topicIDs[tp.topic]
+			if id, ok := r.oldRows[tp]; ok {
+				oldRows[tp] = id
+			}
 		}
 		expected[tp] = pos
 		next[tp] = rec.Offset + 1
@@ -495,7 +551,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		var staleParts []topicPartition
 		claimed := map[topicPartition]int64{}
 		for _, tp := range parts {
-			at, ok, err := r.claim(ctx, tx, tp, ids[tp.topic], expected[tp], first[tp])
+			at, ok, err := r.claim(ctx, tx, tp, ids[tp.topic], oldRows[tp], expected[tp], first[tp])
 			if err != nil {
 				return err
 			}
@@ -535,6 +591,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		if _, owned := r.positions[tp]; owned {
 			r.positions[tp] = n
 		}
+		delete(r.oldRows, tp)
 	}
 	r.mu.Unlock()
 	r.batches.Add(1)
@@ -558,14 +615,17 @@ var claimLockTimeoutSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTi
 // at the batch's first offset (a concurrent creator waits on the unique
 // index, then finds it taken), replacing a row left by an earlier topic of
 // the same name. It returns the row's offset as claimed.
-func (r *Runner) claim(ctx context.Context, tx pgx.Tx, tp topicPartition, id pgtype.UUID, expected, first int64) (at int64, ok bool, err error) {
+func (r *Runner) claim(ctx context.Context, tx pgx.Tx, tp topicPartition, id, oldRow pgtype.UUID, expected, first int64) (at int64, ok bool, err error) {
 	if expected == noRow {
+		// Replace only the very row seen at assignment, left by an
+		// earlier topic (oldRow): a compare-and-set on its ID, so that
+		// an owner holding a stale ID never overwrites a newer row.
 		tag, err := tx.Exec(ctx, `INSERT INTO eoskit_offsets (consumer_group, topic, partition, next_offset, owner, topic_id)
 			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (consumer_group, topic, partition) DO UPDATE
 				SET next_offset = EXCLUDED.next_offset, owner = EXCLUDED.owner, topic_id = EXCLUDED.topic_id, updated_at = now()
-				WHERE eoskit_offsets.topic_id IS NOT NULL AND EXCLUDED.topic_id IS NOT NULL AND eoskit_offsets.topic_id <> EXCLUDED.topic_id`,
-			r.cfg.group, tp.topic, tp.partition, first, r.cfg.owner, id)
+				WHERE $7::uuid IS NOT NULL AND eoskit_offsets.topic_id = $7::uuid`,
+			r.cfg.group, tp.topic, tp.partition, first, r.cfg.owner, id, oldRow)
 		return first, err == nil && tag.RowsAffected() == 1, err
 	}
 	var stored pgtype.UUID

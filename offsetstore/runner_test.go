@@ -747,6 +747,21 @@ func (p *pollNotes) take() (first *kgo.Record, mixed bool) {
 	return first, mixed
 }
 
+// A database whose offsetstore schema is missing or older than the code's
+// is refused at Run with a configuration error that says to migrate, not
+// failed on at every assignment.
+func TestRunRefusesAnUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	pool := integration.Postgres(t)
+	r, err := offsetstore.New(pool, load(nil), offsetstore.Brokers("127.0.0.1:1"), offsetstore.Group("g"), offsetstore.Topics("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(context.Background()); !errors.Is(err, offsetstore.ErrInvalidConfig) || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("Run on an unmigrated database returned %v; want ErrInvalidConfig saying to run Migrate", err)
+	}
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	h := load(nil)
 	pool := &pgxpool.Pool{}
