@@ -237,7 +237,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				// server all pass; a missing table does not, and ends
 				// here after maxDBAttempts.
 				c.cfg.logger.Warn("dedup: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
-				if !loop.Sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, 5*time.Second)) {
+				if !loop.Sleep(ctx, loop.Backoff(attempt, 100*time.Millisecond)) {
 					return nil
 				}
 			}
@@ -255,13 +255,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 // nothing but the panic, so that the batch rolls back and the record is
 // stopped on (or retried) like one whose handler failed, instead of the
 // process ending.
-func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("dedup: handler panicked: %v", v)
-		}
-	}()
-	return c.handler(ctx, tx, r)
+func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+	return loop.Recover("dedup", func() error { return c.handler(ctx, tx, r) })
 }
 
 // maxDBAttempts bounds how often a batch is retried after database errors

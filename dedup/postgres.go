@@ -63,15 +63,11 @@ CREATE TABLE IF NOT EXISTS `+s.table+` (
 CREATE INDEX IF NOT EXISTS `+pgx.Identifier{indexName(s.table)}.Sanitize()+` ON `+s.table+` (processed_at);`); err != nil {
 			return err
 		}
-		var idType string
-		if err := tx.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-			WHERE attrelid = $1::regclass AND attname = 'id'`, s.table).Scan(&idType); err != nil {
+		idType, err := s.idType(ctx, tx)
+		if err != nil || idType == "bytea" {
 			return err
 		}
-		if idType == "bytea" {
-			return nil
-		}
-		_, err := tx.Exec(ctx, `ALTER TABLE `+s.table+` ALTER COLUMN id TYPE bytea USING convert_to(id, 'UTF8')`)
+		_, err = tx.Exec(ctx, `ALTER TABLE `+s.table+` ALTER COLUMN id TYPE bytea USING convert_to(id, 'UTF8')`)
 		return err
 	})
 }
@@ -84,16 +80,35 @@ func indexName(quoted string) string {
 // text, from an earlier eoskit): every claim would fail on it. A table that
 // does not exist yet is left for the first claim to report.
 func (s *PostgresStore) check(ctx context.Context, pool *pgxpool.Pool) error {
-	var idType *string
-	err := pool.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-		WHERE attrelid = to_regclass($1) AND attname = 'id'`, s.table).Scan(&idType)
+	idType, err := s.idType(ctx, pool)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil
 	case err != nil:
 		return fmt.Errorf("dedup: check the ids table %s: %w", s.table, err)
-	case idType != nil && *idType != "bytea":
-		return fmt.Errorf("%w: the ids table %s holds ids as %s, not bytea: run PostgresStore.Migrate (stop consumers of an earlier eoskit first: they cannot claim in the migrated table)", ErrInvalidConfig, s.table, *idType)
+	case idType != "" && idType != "bytea":
+		return fmt.Errorf("%w: the ids table %s holds ids as %s, not bytea: run PostgresStore.Migrate (stop consumers of an earlier eoskit first: they cannot claim in the migrated table)", ErrInvalidConfig, s.table, idType)
+	}
+	return nil
+}
+
+// idType returns the type of the table's id column, "" if there is no such
+// table.
+func (s *PostgresStore) idType(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (string, error) {
+	var idType string
+	err := q.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attname = 'id'`, s.table).Scan(&idType)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return idType, err
+}
+
+// checkID refuses an id the table's key cannot hold, before the database
+// sees it.
+func checkID(scope, id string) error {
+	if len(id) > MaxIDLength {
+		return fmt.Errorf("dedup: claim in %s: %w (%d bytes)", scope, ErrIDTooLong, len(id))
 	}
 	return nil
 }
@@ -105,8 +120,8 @@ func (s *PostgresStore) check(ctx context.Context, pool *pgxpool.Pool) error {
 // An id longer than [MaxIDLength] is refused with an error wrapping
 // [ErrIDTooLong] before the database sees it.
 func (s *PostgresStore) Claim(ctx context.Context, tx pgx.Tx, scope, id string) (bool, error) {
-	if len(id) > MaxIDLength {
-		return false, fmt.Errorf("dedup: claim in %s: %w (%d bytes)", scope, ErrIDTooLong, len(id))
+	if err := checkID(scope, id); err != nil {
+		return false, err
 	}
 	tag, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, scope, []byte(id))
 	if err != nil {
@@ -125,8 +140,8 @@ func (s *PostgresStore) ClaimBatch(ctx context.Context, tx pgx.Tx, scope string,
 	sorted = slices.Compact(sorted)
 	raw := make([][]byte, len(sorted))
 	for i, id := range sorted {
-		if len(id) > MaxIDLength {
-			return nil, fmt.Errorf("dedup: claim in %s: %w (%d bytes)", scope, ErrIDTooLong, len(id))
+		if err := checkID(scope, id); err != nil {
+			return nil, err
 		}
 		raw[i] = []byte(id)
 	}

@@ -73,7 +73,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		records = append(records, fetches.Records()...)
 		handled := rn.collect(ctx, b, fetches, collectPoll, &revoked)
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-		flushErr := b.settle(endCtx, rn.flush)
+		flushErr := b.promises.settle(endCtx, rn.flush)
 		_, produceErr := b.produceErr()
 		var commitErr error
 		if !atMostOnce && handled && flushErr == nil && produceErr == nil {

@@ -263,14 +263,17 @@ func (b *batch) wrote(r *kgo.Record) {
 	}
 }
 
-// settle flushes cl and waits until every output's promise returned,
-// including those of records franz-go failed before buffering them, which
-// Flush does not wait for.
-func (b *batch) settle(ctx context.Context, flush func(context.Context) error) error {
-	if err := flush(ctx); err != nil {
-		return err
-	}
-	return b.promises.wait(ctx)
+// noteEnds notes, per partition, the offset after the last record of a
+// handled poll (once per partition, not per record).
+func (b *batch) noteEnds(fetches kgo.Fetches) {
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if n := len(p.Records); n > 0 {
+			if b.ends == nil {
+				b.ends = map[topicPartition]int64{}
+			}
+			b.ends[topicPartition{p.Topic, p.Partition}] = p.Records[n-1].Offset + 1
+		}
+	})
 }
 
 func (b *batch) failedInputCount() int {
@@ -312,10 +315,6 @@ func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r
 func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 	b.in++
 	at := coordsOf(r)
-	if b.ends == nil {
-		b.ends = map[topicPartition]int64{}
-	}
-	b.ends[topicPartition{r.Topic, r.Partition}] = max(b.ends[topicPartition{r.Topic, r.Partition}], r.Offset+1)
 	var outs []*kgo.Record
 	err, poisoned := rn.poisoned[at]
 	if poisoned {
@@ -360,7 +359,7 @@ func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 	}
 	if rn.isolate && len(outs) > 0 {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-		err := b.settle(sctx, rn.flush)
+		err := b.promises.settle(sctx, rn.flush)
 		cancel()
 		if _, produceErr := b.produceErr(); err != nil || produceErr != nil {
 			return false // this input's outputs failed, and no later input's
@@ -372,12 +371,10 @@ func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 // callHandler runs the handler, turning a panic and an output without a
 // topic into errors, so that both follow the error policy.
 func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("eos: handler panicked: %v", v)
-		}
-	}()
-	outs, err = rn.p.handler(ctx, r)
+	err = loop.Recover("eos", func() (err error) {
+		outs, err = rn.p.handler(ctx, r)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -416,6 +413,7 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		if !ok {
 			return false
 		}
+		b.noteEnds(fetches)
 		remaining := time.Until(b.start.Add(cfg.commitInterval))
 		if b.in >= cfg.maxRecords || remaining <= 0 || revoked.Load() {
 			return true
@@ -657,7 +655,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		// whatever was acknowledged, so a failed output must turn the
 		// commit into an abort here.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-		flushErr := b.settle(endCtx, rn.flush)
+		flushErr := b.promises.settle(endCtx, rn.flush)
 		_, produceErr := b.produceErr()
 		wantCommit := handled && flushErr == nil && produceErr == nil
 		committed, endErr := sess.End(endCtx, kgo.TransactionEndTry(wantCommit))
@@ -672,11 +670,12 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			switch {
 			case !wantCommit:
 				rec.known = true // never asked to commit: it aborts
-			case endErr == nil && committed:
+			case committed:
 				rec.committed, rec.known = true, true
-				// A wanted commit that ended not committed may have
-				// committed at the broker (see below): unknown.
 			}
+			// A wanted commit that ended not committed may have
+			// committed at the broker (see below): its outcome stays
+			// unknown.
 			p.outcomes.record(producerID, txnEpoch, rec)
 		}
 		sawRevoke := revoked.Swap(false)

@@ -86,10 +86,7 @@ func (p *IdempotentProducer) ProduceAsync(ctx context.Context, r *kgo.Record, pr
 // before buffering them (over MaxBufferedBytes, say), whose promises its
 // own Flush does not wait for.
 func (p *IdempotentProducer) Flush(ctx context.Context) error {
-	if err := p.cl.Flush(ctx); err != nil {
-		return err
-	}
-	return p.promises.wait(ctx)
+	return p.promises.settle(ctx, p.cl.Flush)
 }
 
 // ProducerID returns the producer id and epoch the broker assigned, for

@@ -40,6 +40,15 @@ func (p *promises) done() {
 	}
 }
 
+// settle flushes the client (flush is its Flush) and then waits for every
+// promise: Flush alone does not wait for records failed before buffering.
+func (p *promises) settle(ctx context.Context, flush func(context.Context) error) error {
+	if err := flush(ctx); err != nil {
+		return err
+	}
+	return p.wait(ctx)
+}
+
 // wait returns once every promise added so far returned, or an error
 // saying how many had not when ctx ended.
 func (p *promises) wait(ctx context.Context) error {

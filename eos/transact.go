@@ -96,20 +96,10 @@ func (tx *Tx) ProduceSync(rs ...*kgo.Record) error {
 	for _, r := range rs {
 		tx.Produce(r)
 	}
-	if err := tx.settle(tx.ctx); err != nil {
+	if err := tx.promises.settle(tx.ctx, tx.cl.Flush); err != nil {
 		return err
 	}
 	return tx.err()
-}
-
-// settle flushes and waits until every record's promise returned,
-// including those of records franz-go failed before buffering them, which
-// Flush does not wait for.
-func (tx *Tx) settle(ctx context.Context) error {
-	if err := tx.cl.Flush(ctx); err != nil {
-		return err
-	}
-	return tx.promises.wait(ctx)
 }
 
 func (tx *Tx) err() error {
@@ -164,7 +154,7 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		}
 		return fmt.Errorf("%w: %w", ErrAborted, err)
 	}
-	if err := tx.settle(ctx); err != nil {
+	if err := tx.promises.settle(ctx, tx.cl.Flush); err != nil {
 		return fmt.Errorf("%w: flush: %w", ErrAborted, err)
 	}
 	if err := tx.err(); err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -80,22 +79,22 @@ func SeedTransactional(ctx context.Context, brokers []string, topic string, n, b
 		return nil, nil, err
 	}
 	defer cl.Close()
-	var failed atomicError
 	write := func(ids []string, commit bool) error {
 		if err := cl.BeginTransaction(); err != nil {
 			return err
 		}
+		var failed kgo.FirstErrPromise // Err waits for every promise
 		for _, id := range ids {
 			r := &kgo.Record{Key: []byte(id), Value: []byte(id)}
 			if decorate != nil {
 				decorate(r)
 			}
-			cl.Produce(ctx, r, func(_ *kgo.Record, err error) { failed.set(err) })
+			cl.Produce(ctx, r, failed.Promise())
 		}
 		if err := cl.Flush(ctx); err != nil {
 			return err
 		}
-		if err := failed.get(); err != nil {
+		if err := failed.Err(); err != nil {
 			_ = cl.EndTransaction(ctx, kgo.TryAbort)
 			return err
 		}
@@ -120,29 +119,6 @@ func SeedTransactional(ctx context.Context, brokers []string, topic string, n, b
 		aborted = append(aborted, ids...)
 	}
 	return committed, aborted, nil
-}
-
-// atomicError keeps the first error set.
-type atomicError struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (a *atomicError) set(err error) {
-	if err == nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.err == nil {
-		a.err = err
-	}
-}
-
-func (a *atomicError) get() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.err
 }
 
 // CopyValue is the output value a copier writes for input record in.

@@ -430,7 +430,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
 			}
 			r.cfg.logger.Warn("offsetstore: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
-			if !loop.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+			if !loop.Sleep(ctx, loop.Backoff(attempt, 200*time.Millisecond)) {
 				return ctx.Err()
 			}
 		case len(recs) > 1:
@@ -476,7 +476,7 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 			return fmt.Errorf("offsetstore: parking %s[%d]@%d failed %d times: %w", rec.Topic, rec.Partition, rec.Offset, attempt, err)
 		}
 		r.cfg.logger.Warn("offsetstore: database unavailable; retrying the dead letter", "err", err, "attempt", attempt)
-		if !loop.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+		if !loop.Sleep(ctx, loop.Backoff(attempt, 200*time.Millisecond)) {
 			return ctx.Err()
 		}
 	}
@@ -542,23 +542,24 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		// a stale owner is refused here, not by a failure of its
 		// handler, and an owner committing the same partitions waits
 		// for this transaction's end.
+		claimed := map[topicPartition]int64{}
+		var staleParts []topicPartition
+		claims := &pgx.Batch{}
 		// A claim waits for another owner's transaction on the same rows,
 		// but not for ever: an owner frozen mid-batch must not stall this
 		// one (and the rebalance its poll holds) without a word.
-		if _, err := tx.Exec(ctx, claimLockTimeoutSQL); err != nil {
-			return err
-		}
-		var staleParts []topicPartition
-		claimed := map[topicPartition]int64{}
+		claims.Queue(claimLockTimeoutSQL)
 		for _, tp := range parts {
-			at, ok, err := r.claim(ctx, tx, tp, ids[tp.topic], oldRows[tp], expected[tp], first[tp])
-			if err != nil {
-				return err
-			}
-			if !ok {
-				staleParts = append(staleParts, tp)
-			}
-			claimed[tp] = at
+			r.queueClaim(claims, tp, ids[tp.topic], oldRows[tp], expected[tp], first[tp], func(at int64, ok bool) {
+				claimed[tp] = at
+				if !ok {
+					staleParts = append(staleParts, tp)
+				}
+			})
+		}
+		// One round trip for them all; the server runs them in order.
+		if err := tx.SendBatch(ctx, claims).Close(); err != nil {
+			return err
 		}
 		if len(staleParts) > 0 {
 			return &staleError{parts: staleParts}
@@ -609,33 +610,44 @@ const claimLockTimeout = 10 * time.Second
 
 var claimLockTimeoutSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTimeout.Milliseconds())
 
-// claim locks a partition's offsets row for this transaction and reports
-// whether it is where this owner expects it: at expected, of the topic with
-// this ID, or absent when expected is noRow, in which case claim creates it
-// at the batch's first offset (a concurrent creator waits on the unique
-// index, then finds it taken), replacing a row left by an earlier topic of
-// the same name. It returns the row's offset as claimed.
-func (r *Runner) claim(ctx context.Context, tx pgx.Tx, tp topicPartition, id, oldRow pgtype.UUID, expected, first int64) (at int64, ok bool, err error) {
+// queueClaim queues the claim of a partition's offsets row for this
+// transaction: it locks the row and calls done with the row's offset and
+// whether it is where this owner expects it, at expected, of the topic with
+// this ID; or, when expected is noRow, creates the row at the batch's first
+// offset (a concurrent creator waits on the unique index, then finds it
+// taken), replacing only a row left by an earlier topic of the same name,
+// seen at assignment (oldRow): a compare-and-set on its ID, so that an owner
+// holding a stale ID never overwrites a newer row.
+func (r *Runner) queueClaim(b *pgx.Batch, tp topicPartition, id, oldRow pgtype.UUID, expected, first int64, done func(at int64, ok bool)) {
 	if expected == noRow {
-		// Replace only the very row seen at assignment, left by an
-		// earlier topic (oldRow): a compare-and-set on its ID, so that
-		// an owner holding a stale ID never overwrites a newer row.
-		tag, err := tx.Exec(ctx, `INSERT INTO eoskit_offsets (consumer_group, topic, partition, next_offset, owner, topic_id)
+		b.Queue(`INSERT INTO eoskit_offsets (consumer_group, topic, partition, next_offset, owner, topic_id)
 			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (consumer_group, topic, partition) DO UPDATE
 				SET next_offset = EXCLUDED.next_offset, owner = EXCLUDED.owner, topic_id = EXCLUDED.topic_id, updated_at = now()
 				WHERE $7::uuid IS NOT NULL AND eoskit_offsets.topic_id = $7::uuid`,
-			r.cfg.group, tp.topic, tp.partition, first, r.cfg.owner, id, oldRow)
-		return first, err == nil && tag.RowsAffected() == 1, err
+			r.cfg.group, tp.topic, tp.partition, first, r.cfg.owner, id, oldRow,
+		).Exec(func(tag pgconn.CommandTag) error {
+			done(first, tag.RowsAffected() == 1)
+			return nil
+		})
+		return
 	}
-	var stored pgtype.UUID
-	err = tx.QueryRow(ctx, `SELECT next_offset, topic_id FROM eoskit_offsets
-		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, r.cfg.group, tp.topic, tp.partition).Scan(&at, &stored)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	sameTopic := !stored.Valid || !id.Valid || stored == id
-	return at, err == nil && at == expected && sameTopic, err
+	b.Queue(`SELECT next_offset, topic_id FROM eoskit_offsets
+		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, r.cfg.group, tp.topic, tp.partition,
+	).QueryRow(func(row pgx.Row) error {
+		var at int64
+		var stored pgtype.UUID
+		switch err := row.Scan(&at, &stored); {
+		case errors.Is(err, pgx.ErrNoRows):
+			done(0, false)
+		case err != nil:
+			return err
+		default:
+			sameTopic := !stored.Valid || !id.Valid || stored == id
+			done(at, at == expected && sameTopic)
+		}
+		return nil
+	})
 }
 
 // advance moves a partition's stored offset, claimed and locked by this
@@ -684,7 +696,7 @@ func (r *Runner) rewind(ctx context.Context, cl *kgo.Client, stale *staleError, 
 		if stored, err = r.load(ctx, names, ids); err == nil {
 			break
 		}
-		if attempt >= maxDBAttempts || !loop.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+		if attempt >= maxDBAttempts || !loop.Sleep(ctx, loop.Backoff(attempt, 200*time.Millisecond)) {
 			return fmt.Errorf("offsetstore: read stored offsets after a refused batch: %w", err)
 		}
 	}
@@ -719,13 +731,8 @@ func (e *staleError) Error() string {
 // callHandler runs the handler, turning a panic into an error, so that it
 // follows the error policy (the batch rolls back; split, the record that
 // panics is the one named) instead of ending the process.
-func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("offsetstore: handler panicked: %v", v)
-		}
-	}()
-	return r.handler(ctx, tx, recs)
+func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+	return loop.Recover("offsetstore", func() error { return r.handler(ctx, tx, recs) })
 }
 
 // handlerError marks an error as the handler's, through pgx.BeginFunc.

@@ -1,11 +1,13 @@
 // Package loop holds the pieces that eoskit's consume loops (eos.Processor,
-// offsetstore.Runner, dedup.Consumer) share: one poll step and a sleep that
-// ends with its context.
+// offsetstore.Runner, dedup.Consumer) share: one poll step, a sleep that
+// ends with its context, the backoff between database retries, and the
+// recovery of a handler's panic.
 package loop
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -53,4 +55,22 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// Backoff is the pause before retry number attempt (from 1): attempt
+// steps, at most 5 s.
+func Backoff(attempt int, step time.Duration) time.Duration {
+	return min(time.Duration(attempt)*step, 5*time.Second)
+}
+
+// Recover runs a user's handler call, turning a panic into an error
+// ("<pkg>: handler panicked: ..."), so that it follows the error policy
+// like any failed record instead of ending the process.
+func Recover(pkg string, call func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%s: handler panicked: %v", pkg, v)
+		}
+	}()
+	return call()
 }
