@@ -69,9 +69,16 @@
 //     instances ([StableTransactionalID]). A random id per start fences
 //     nothing and leaves hanging transactions behind.
 //   - A transaction finishes well within the transaction timeout
-//     (kgo.TransactionTimeout, default 40s): [CommitInterval] plus the
-//     handler's time for one batch must stay below it, or the broker aborts
-//     the transaction and the work is redone.
+//     (kgo.TransactionTimeout, default 40s). The processor gives each
+//     transaction a budget of three quarters of it, and the handler a ctx
+//     that ends with the budget: when the budget runs out before the polled
+//     records are handled, it aborts the transaction itself (before the
+//     broker would) and takes fewer records per transaction, down to one; a
+//     record whose handler alone outlasts the budget fails with
+//     [ErrHandlerTooSlow] and follows the error policy. A handler that
+//     ignores its ctx and runs past the timeout gets its transaction
+//     aborted by the broker; the processor restarts its session and reads
+//     the batch again, which repeats for as long as the handler does.
 //   - The handler's only effect is the records it returns. It may run more
 //     than once for one input (after an abort); effects outside Kafka are
 //     not covered (use package offsetstore or dedup for database effects).

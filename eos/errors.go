@@ -35,6 +35,12 @@ var (
 	// nothing more can be added to it; the producer remains usable.
 	ErrOutcomeUnknown = errors.New("eos: transaction outcome unknown")
 
+	// ErrHandlerTooSlow is wrapped by the *HandlerError of an input record
+	// whose handler, alone in its transaction, did not return within the
+	// transaction's budget (three quarters of the transaction timeout):
+	// no transaction can hold it, so it follows the error policy.
+	ErrHandlerTooSlow = errors.New("eos: handler slower than a transaction may last")
+
 	// ErrClosed is returned by calls on a producer or processor that was
 	// closed.
 	ErrClosed = errors.New("eos: closed")

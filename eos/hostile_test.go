@@ -3,6 +3,8 @@ package eos_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -276,3 +278,124 @@ func TestBatchRefusedWholeBlamesNoInput(t *testing.T) {
 }
 
 func kadmString(s string) *string { return &s }
+
+// slowCopy copies like copyHandler after d, or returns ctx's error if ctx
+// ends first (a handler calling a slow service with ctx).
+func slowCopy(out string, d time.Duration) eos.HandlerFunc {
+	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return copyHandler(out)(ctx, r)
+	}
+}
+
+// Every record takes 500 ms and a poll brings up to 40 of them: a batch
+// that handled its whole poll would stay open for 10 s or more under a 5 s
+// transaction timeout, be aborted by the coordinator, and be read again in
+// the same shape: nothing would ever commit. The processor must end each
+// transaction early, before the coordinator kills it, and handle fewer
+// records per transaction until they fit: everything copied exactly once,
+// no transaction aborted by the broker, no record blamed. Inputs come from a
+// transactional producer that also aborts, over 2 partitions.
+func TestSlowHandlersEndTheirTransactionBeforeTheBrokerAbortsIt(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(2), k.NewTopic(2)
+	group := integration.UniqueName(t, "g")
+	inputs := k.SeedHostile(in, 40, 10)
+	metrics := &countingMetrics{}
+	progress := followCommitted(t, k, out)
+	p := startProcessor(t, slowCopy(out, 500*time.Millisecond), append(processorOpts(k, group, in, "0"),
+		eos.WithMetrics(metrics), eos.ClientOptions(kgo.TransactionTimeout(5*time.Second)))...)
+	waitFor(t, 2*time.Minute, "every input to be copied, or Run to return", func() bool {
+		select {
+		case <-p.finished:
+			return true
+		default:
+			return progress.n.Load() >= int64(len(inputs.Committed))
+		}
+	})
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run returned %v; slow handlers are no record's fault", err)
+	}
+	if reasons := metrics.abortReasons(); strings.Contains(reasons, "timeout") || strings.Contains(reasons, "handler-error") {
+		t.Fatalf("transactions aborted for %q: the broker killed one, or a record was blamed", reasons)
+	}
+	rep := k.VerifyInputs(inputs, out, verifyTimeout)
+	t.Logf("verifier: %v; %d transactions committed; aborts: %s", rep, metrics.committed.Load(), metrics.abortReasons())
+}
+
+// One record's handler never finishes on its own (it waits for its ctx, as
+// a call to a hung service does): alone in its transaction it is slower
+// than any transaction may last, which is that record's fault. Under Stop,
+// Run returns a *HandlerError naming it and wrapping ErrHandlerTooSlow, the
+// records before it are copied once and the ones after it are not lost
+// (their offsets are not committed). Under DeadLetter it goes to the
+// dead-letter topic and everything else is copied once. Before, the
+// coordinator aborted the transaction, the session restarted, and the same
+// record stalled it again, forever.
+func TestHandlerSlowerThanATransactionIsBlamed(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"stop", "dead-letter"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			k := integration.Kafka(t)
+			in, out, dlt := k.NewTopic(1), k.NewTopic(1), k.NewTopic(1)
+			group := integration.UniqueName(t, "g")
+			inputs := k.SeedHostile(in, 30, 10)
+			const hung = "in-10"
+			var hungAt atomic.Int64
+			handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+				if string(r.Key) == hung {
+					hungAt.Store(r.Offset)
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(20 * time.Second): // past the 5 s timeout: the broker aborts
+					}
+				}
+				return copyHandler(out)(ctx, r)
+			}
+			opts := append(processorOpts(k, group, in, "0"), eos.ClientOptions(kgo.TransactionTimeout(5*time.Second)))
+			if policy == "dead-letter" {
+				opts = append(opts, eos.OnHandlerError(eos.DeadLetter(dlt)))
+			}
+			progress := followCommitted(t, k, out)
+			p := startProcessor(t, handler, opts...)
+			good := slices.DeleteFunc(slices.Clone(inputs.Committed), func(id string) bool { return id == hung })
+			if policy == "stop" {
+				err := p.wait(t, 2*time.Minute)
+				var he *eos.HandlerError
+				if !errors.As(err, &he) || !errors.Is(err, eos.ErrHandlerTooSlow) || he.Offset != hungAt.Load() {
+					t.Fatalf("Run returned %v; want a *HandlerError for %s wrapping ErrHandlerTooSlow", err, hung)
+				}
+				rep := k.VerifyInputs(integration.Inputs{Committed: inputs.Committed[:10], Aborted: inputs.Aborted}, out, verifyTimeout)
+				if at := groupCommitted(t, k.Admin, group, in); at != hungAt.Load() {
+					t.Fatalf("the group's offset is %d; want %d, the blamed record's, so that it and the records after it are read again", at, hungAt.Load())
+				}
+				t.Logf("Run: %v; verifier over the records before it: %v", err, rep)
+				return
+			}
+			waitFor(t, 2*time.Minute, "every other input to be copied, or Run to return", func() bool {
+				select {
+				case <-p.finished:
+					return true
+				default:
+					return progress.n.Load() >= int64(len(good))
+				}
+			})
+			if err := p.stop(t); err != nil {
+				t.Fatalf("Run returned %v", err)
+			}
+			rep := k.VerifyInputs(integration.Inputs{Committed: good, Aborted: inputs.Aborted}, out, verifyTimeout)
+			dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout)
+			if len(dead) != 1 || string(dead[0].Key) != hung {
+				t.Fatalf("dead-letter topic holds %d records; want exactly %s", len(dead), hung)
+			}
+			t.Logf("verifier: %v; dead letter: %s", rep, dead[0].Key)
+		})
+	}
+}

@@ -12,8 +12,9 @@ type Metrics interface {
 	Committed(recordsIn, recordsOut int, d time.Duration)
 	// Aborted is called after a transaction was aborted, with why:
 	// "rebalance", "handler-error", "produce-error", "shutdown",
-	// "outcome-unknown", "timeout" (the transaction outlived its timeout)
-	// or "fenced".
+	// "outcome-unknown", "budget" (handlers ran out of the transaction's
+	// budget; ended early), "timeout" (the transaction outlived its
+	// timeout) or "fenced".
 	Aborted(reason string, d time.Duration)
 	// Rebalanced is called when the group takes partitions from this
 	// member (revoked or lost).

@@ -128,7 +128,11 @@ func CommitInterval(d time.Duration) Option {
 
 // MaxRecordsPerCommit bounds how many input records one transaction (or
 // batch) of a [Processor] covers. Default: 1000. Whichever of this and
-// [CommitInterval] is reached first ends the transaction.
+// [CommitInterval] is reached first ends the transaction. Under
+// ExactlyOnce, a transaction whose handlers ran out of its budget (three
+// quarters of the transaction timeout) makes the processor take fewer
+// records per transaction, and it takes more again, up to this bound,
+// while transactions end well within the budget.
 func MaxRecordsPerCommit(n int) Option {
 	return func(c *config) { c.maxRecords = n; c.mark("MaxRecordsPerCommit") }
 }

@@ -55,6 +55,10 @@ type Processor struct {
 	// not be written since it last committed, across sessions; only Run's
 	// goroutine uses it.
 	deadLetterFailures map[coords]int
+	// perTxn bounds the records of one transaction: MaxRecordsPerCommit,
+	// lowered after a transaction ran out of its budget and raised again
+	// while transactions end well within it; only Run's goroutine uses it.
+	perTxn int
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
@@ -88,7 +92,7 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	if c.txnID != "" {
 		logger = logger.With("transactional_id", c.txnID)
 	}
-	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics, deadLetterFailures: map[coords]int{}}, nil
+	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics, deadLetterFailures: map[coords]int{}, perTxn: c.maxRecords}, nil
 }
 
 func (c *config) validateProcessor(handler HandlerFunc) error {
@@ -248,6 +252,11 @@ type batch struct {
 	// ends is, per input partition, the offset after the last input
 	// handled: where the group's offset stands if the batch committed.
 	ends map[topicPartition]int64
+	// overBudget is set when the batch ran out of its transaction's
+	// budget before its polled records were handled; fits is how many it
+	// handled within the budget.
+	overBudget bool
+	fits       int
 }
 
 // wrote notes an output the broker acknowledged.
@@ -303,16 +312,20 @@ type runner struct {
 	// the next input is handled: set after a failure that several
 	// inputs' outputs shared, so that a failure is traced to one input.
 	isolate bool
+	// budget bounds how long a transaction may take to handle its
+	// records (0: no bound, outside transactions).
+	budget time.Duration
 }
 
 func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) *runner {
 	return &runner{p: p, produce: produce, flush: cl.Flush, poisoned: map[coords]error{}}
 }
 
-// handle runs the handler on r and produces its outputs (or, for a failing
-// record under DeadLetter, the dead letter). It returns false when the batch
-// must end without committing.
-func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
+// handle runs the handler on r, under hctx (ctx bounded by the
+// transaction's budget), and produces its outputs (or, for a failing record
+// under DeadLetter, the dead letter). It returns false when the batch must
+// end without committing.
+func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) bool {
 	b.in++
 	at := coordsOf(r)
 	var outs []*kgo.Record
@@ -320,7 +333,27 @@ func (rn *runner) handle(ctx context.Context, b *batch, r *kgo.Record) bool {
 	if poisoned {
 		delete(rn.poisoned, at)
 	} else {
-		outs, err = rn.callHandler(ctx, r)
+		outs, err = rn.callHandler(hctx, r)
+	}
+	if err != nil && hctx.Err() != nil && ctx.Err() == nil {
+		// The budget ran out while the handler ran.
+		if b.in > 1 {
+			// The records before it took part of the time: no
+			// record's fault yet. Fewer records per transaction
+			// tell.
+			b.overBudget, b.fits = true, b.in-1
+			return false
+		}
+		// Alone in its transaction: no transaction can hold this
+		// record, which is its own fault.
+		err = fmt.Errorf("%w: no result within %s, the transaction's budget: %w", ErrHandlerTooSlow, rn.budget, err)
+		if rn.p.cfg.onError.kind == policyDeadLetter {
+			// This transaction has no time left: the dead letter
+			// goes first in the next one.
+			rn.poisoned[at] = err
+			b.overBudget, b.fits = true, 1
+			return false
+		}
 	}
 	if err != nil {
 		if rn.p.cfg.onError.kind != policyDeadLetter {
@@ -400,26 +433,44 @@ func deadLetter(topic string, in *kgo.Record, cause error) *kgo.Record {
 // collect handles records from first and from further polls until the batch
 // is full, its interval is over, a rebalance took partitions, or a record
 // failed. It reports whether every record was handled.
+//
+// A transaction's offsets cover every record polled into it, so a batch
+// cannot commit before its last polled record is handled. When the budget
+// runs out first, the batch ends without committing (the broker would abort
+// it at the timeout anyway) and the processor takes fewer records per
+// transaction.
 func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll func(context.Context, int) kgo.Fetches, revoked *atomic.Bool) bool {
 	cfg := rn.p.cfg
+	hctx := ctx
+	if rn.budget > 0 {
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithDeadline(ctx, b.start.Add(rn.budget))
+		defer cancel()
+	}
+	limit := rn.p.perTxn
 	fetches := first
 	for {
 		ok := true
 		fetches.EachRecord(func(r *kgo.Record) {
-			if ok {
-				ok = rn.handle(ctx, b, r)
+			if !ok {
+				return
 			}
+			if b.in > 0 && hctx.Err() != nil && ctx.Err() == nil {
+				b.overBudget, b.fits, ok = true, b.in, false
+				return
+			}
+			ok = rn.handle(ctx, hctx, b, r)
 		})
 		if !ok {
 			return false
 		}
 		b.noteEnds(fetches)
 		remaining := time.Until(b.start.Add(cfg.commitInterval))
-		if b.in >= cfg.maxRecords || remaining <= 0 || revoked.Load() {
+		if b.in >= limit || remaining <= 0 || revoked.Load() {
 			return true
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, remaining)
-		fetches = poll(pollCtx, cfg.maxRecords-b.in)
+		fetches = poll(pollCtx, limit-b.in)
 		cancel()
 		if ctx.Err() != nil {
 			b.shutdown = true
@@ -547,6 +598,11 @@ func (p *Processor) knownAbort(ctx context.Context, adm *kadm.Client, b *batch) 
 	return true
 }
 
+// transactionBudget is how long a transaction may spend handling records:
+// three quarters of the transaction timeout, leaving the rest to flush and
+// end it before the broker aborts it.
+func transactionBudget(txnTimeout time.Duration) time.Duration { return txnTimeout * 3 / 4 }
+
 // transactionTimeout is the client's transaction timeout (franz-go's
 // default, 40 s, unless kgo.TransactionTimeout set it).
 func transactionTimeout(cl *kgo.Client) time.Duration {
@@ -619,8 +675,9 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	rn := newRunner(p, sess.Client(), sess.Produce)
 	adm := kadm.NewClient(sess.Client())
 	txnTimeout := transactionTimeout(sess.Client())
+	rn.budget = transactionBudget(txnTimeout)
 	for {
-		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.cfg.maxRecords, p.logger)
+		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.perTxn, p.logger)
 		if stop {
 			return nil
 		}
@@ -707,6 +764,9 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			p.metrics.Committed(b.in, b.out, elapsed)
 			p.forgetDeadLetters(b)
 			rn.isolate = false
+			if b.in >= p.perTxn && p.perTxn < p.cfg.maxRecords && elapsed < rn.budget/4 {
+				p.perTxn = min(2*p.perTxn, p.cfg.maxRecords)
+			}
 			continue
 		case wantCommit && !b.shutdown && !sawRevoke && !p.knownAbort(ctx, adm, b):
 			// A commit was asked for and ended as not committed, with
@@ -730,11 +790,18 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			reason = "handler-error"
 		case produceErr != nil:
 			reason = "produce-error"
+		case b.overBudget:
+			reason = "budget"
 		}
 		p.metrics.Aborted(reason, elapsed)
 		p.logger.Info("eos: transaction aborted; its inputs will be read again", "reason", reason, "records_in", b.in)
 		if b.shutdown {
 			return nil
+		}
+		if reason == "budget" {
+			p.perTxn = max(1, b.fits/2)
+			p.logger.Warn("eos: handlers ran out of the transaction's budget before the polled records were handled; ended the transaction early and taking fewer records per transaction",
+				"budget", rn.budget, "handled_in_budget", b.fits, "records_per_transaction", p.perTxn)
 		}
 		if wantCommit {
 			continue // a rebalance: the records come back to whoever owns them now

@@ -29,6 +29,29 @@ func (k *KafkaCluster) Seed(topic string, n int) []string {
 	return ids
 }
 
+// Inputs are what a hostile seed wrote: the committed ids in the order
+// written, and the ids written only by transactions that aborted.
+type Inputs struct {
+	Committed []string
+	Aborted   []string
+}
+
+// SeedHostile is [SeedTransactional] for tests: n committed records in
+// transactions of batch, each followed by an aborted one of the same size,
+// spread over the topic's partitions. Check outputs with
+// [KafkaCluster.VerifyInputs], which counts an aborted id in the output as
+// aborted-visible.
+func (k *KafkaCluster) SeedHostile(topic string, n, batch int) Inputs {
+	k.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	committed, aborted, err := SeedTransactional(ctx, k.Brokers, topic, n, batch, nil)
+	if err != nil {
+		k.tb.Fatalf("integration: %v", err)
+	}
+	return Inputs{Committed: committed, Aborted: aborted}
+}
+
 // SeedTopic is [KafkaCluster.Seed] for programs that have no testing.TB.
 func SeedTopic(ctx context.Context, brokers []string, topic string, n int) ([]string, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
@@ -149,7 +172,14 @@ func DecodeOutputs(recs []*kgo.Record) ([]Output, error) {
 // It returns the report for further assertions.
 func (k *KafkaCluster) VerifyTopic(inputs []string, output string, timeout time.Duration) Report {
 	k.tb.Helper()
-	rep := k.CheckTopic(inputs, output, timeout)
+	return k.VerifyInputs(Inputs{Committed: inputs}, output, timeout)
+}
+
+// VerifyInputs is [KafkaCluster.VerifyTopic] for inputs that a hostile seed
+// wrote: an output of an aborted input is aborted-visible.
+func (k *KafkaCluster) VerifyInputs(in Inputs, output string, timeout time.Duration) Report {
+	k.tb.Helper()
+	rep := k.checkInputs(in, output, timeout)
 	if err := rep.Err(); err != nil {
 		k.tb.Fatal(err)
 	}
@@ -160,10 +190,15 @@ func (k *KafkaCluster) VerifyTopic(inputs []string, output string, timeout time.
 // expect anomalies (a weaker semantics under a fault).
 func (k *KafkaCluster) CheckTopic(inputs []string, output string, timeout time.Duration) Report {
 	k.tb.Helper()
+	return k.checkInputs(Inputs{Committed: inputs}, output, timeout)
+}
+
+func (k *KafkaCluster) checkInputs(in Inputs, output string, timeout time.Duration) Report {
+	k.tb.Helper()
 	committed := k.ReadAll(output, kgo.ReadCommitted(), timeout)
 	outs, err := DecodeOutputs(committed)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
-	return Verify(Run{Input: inputs, Output: outs, Aborted: AbortedPositions(k.ReadRaw(output, timeout))})
+	return Verify(Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs, Aborted: AbortedPositions(k.ReadRaw(output, timeout))})
 }
