@@ -55,6 +55,26 @@ var scenarios = []scenario{
 		stopped.signal(syscall.SIGCONT)
 		return nil
 	}},
+	{name: "sigstop-owner", dbOnly: true, inject: func(ctx context.Context, r *runCtx) error {
+		// The copier owning the most partitions stalls past its session
+		// timeout, the others take its partitions over (each batch of a
+		// taker then spans its own partitions and a taken one) and
+		// commit, and it wakes (no successor takes its name) with the
+		// batch it was handling, which it then commits. Its commit
+		// or the new owners' must be refused (offsetstore: the offsets
+		// rows; dedup: the claimed ids), and whoever is refused must
+		// rewind every partition of its batch.
+		owner, parts, err := r.busiest(ctx)
+		if err != nil {
+			return err
+		}
+		if len(parts) < 2 {
+			return fmt.Errorf("copier %s owns %v; want at least 2 partitions to spread", owner.name, parts)
+		}
+		owner.signal(syscall.SIGSTOP)
+		defer owner.signal(syscall.SIGCONT)
+		return r.waitTaken(ctx, owner, parts)
+	}},
 	{name: "broker-kill", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, true) }},
 	{name: "broker-restart", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, false) }},
 	{name: "postgres-restart", dbOnly: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
@@ -71,7 +91,7 @@ var paths = []string{"eos", "offsetstore", "dedup"}
 const sessionTimeout = 6 * time.Second
 
 // subset is what make test runs: one scenario per path.
-var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-copier", "dedup": "broker-kill"}
+var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-owner", "dedup": "broker-kill"}
 
 // TestChaos runs copiers as separate processes and injects faults into them,
 // the broker and PostgreSQL, the way Apache Kafka's exactly-once system test
@@ -108,8 +128,8 @@ func TestChaos(t *testing.T) {
 			})
 		}
 	}
-	table := "| path | scenario | faults injected | records (committed, aborted in the input) | copier processes | fenced zombies | hanging transactions closed | aborted records in the log | concurrent read_committed read (a prefix) | verifier | time |\n" +
-		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
+	table := "| path | scenario | faults injected | records (committed, aborted in the input) | copier processes | fenced zombies | hanging transactions closed | stale commits refused | aborted records in the log | concurrent read_committed read (a prefix) | verifier | time |\n" +
+		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
 	t.Log("\n" + table)
 	if out := os.Getenv("EOS_CHAOS_TABLE"); out != "" {
 		_ = os.WriteFile(out, []byte(table+"\n"), 0o644)
@@ -134,7 +154,84 @@ type runCtx struct {
 	copiers []*copier    // the live ones
 	all     []*copier    // every copier started, for the exit count
 	hanging atomic.Int64 // hanging transactions the copiers closed
+	// stale counts commits refused (offsetstore) or failed after the
+	// database committed (dedup) because another member had moved on:
+	// the evidence that a woken owner committed.
+	stale atomic.Int64
+	adm   *kadm.Client
+	group string
 }
+
+// busiest returns the live copier that owns the most input partitions.
+func (r *runCtx) busiest(ctx context.Context) (*copier, []int32, error) {
+	owned, _, err := r.assignment(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var best *copier
+	for _, c := range r.copiers {
+		if best == nil || len(owned[c.name]) > len(owned[best.name]) {
+			best = c
+		}
+	}
+	return best, owned[best.name], nil
+}
+
+// waitTaken waits until the group is stable without stalled and other
+// members that also own partitions of their own hold the ones it had.
+func (r *runCtx) waitTaken(ctx context.Context, stalled *copier, parts []int32) error {
+	var last string
+	for {
+		owned, state, err := r.assignment(ctx)
+		last = fmt.Sprintf("group %s, owned %v, err %v", state, owned, err)
+		if err == nil && state == "Stable" && len(owned[stalled.name]) == 0 {
+			taken := 0
+			for _, ps := range owned {
+				for _, p := range ps {
+					if slices.Contains(parts, p) && len(ps) > 1 {
+						taken++
+					}
+				}
+			}
+			if taken == len(parts) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("copier %s's partitions %v were not taken over by members owning others (last: %s): %w", stalled.name, parts, last, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// assignment reads, per copier name, the input partitions it owns, and
+// the group's state.
+func (r *runCtx) assignment(ctx context.Context) (map[string][]int32, string, error) {
+	described, err := r.adm.DescribeGroups(ctx, r.group)
+	if err != nil {
+		return nil, "", err
+	}
+	d := described[r.group]
+	if d.Err != nil {
+		return nil, "", d.Err
+	}
+	owned := map[string][]int32{}
+	for _, m := range d.Members {
+		name, ok := strings.CutPrefix(m.ClientID, copierClientID)
+		a, isConsumer := m.Assigned.AsConsumer()
+		if !ok || !isConsumer {
+			continue
+		}
+		for _, t := range a.Topics {
+			owned[name] = append(owned[name], t.Partitions...)
+		}
+	}
+	return owned, d.State, nil
+}
+
+// copierClientID prefixes the copiers' client ids (internal/cmd/copier).
+const copierClientID = "eoskit-copier-"
 
 // exits counts how the copiers ended: fenced (status 3, an eos zombie told
 // so by the broker), failed (any other status but 0: a fault the copier
@@ -177,6 +274,9 @@ func (r *runCtx) start(name string) *copier {
 			line := sc.Text()
 			if strings.Contains(line, "closed a hanging transaction") {
 				r.hanging.Add(1)
+			}
+			if strings.Contains(line, "offsetstore: commit refused") || strings.Contains(line, "dedup: offset commit failed") {
+				r.stale.Add(1)
 			}
 			fmt.Fprintln(os.Stderr, line)
 		}
@@ -261,7 +361,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	}
 
-	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker}
+	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, adm: kadm.NewClient(k.Client()), group: group}
 	r.copiers = []*copier{r.start("0"), r.start("1"), r.start("2")}
 	t.Cleanup(func() {
 		for _, c := range r.copiers {
@@ -331,7 +431,14 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if err := rep.Err(); err != nil {
 		t.Error(err)
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d (+%d aborted) | %d | %d | %d | %s | %s | %s | %s |", path, sc.name, faults, n, len(abortedInputs), len(r.all), fenced, r.hanging.Load(), aborted, seen, rep.String(), time.Since(start).Round(time.Second))
+	if sc.name == "sigstop-owner" && r.stale.Load() == 0 {
+		t.Errorf("no stale commit was refused in %d stalls: the woken owner never committed, so the fault did not strike", faults)
+	}
+	stale := "-"
+	if path != "eos" {
+		stale = fmt.Sprint(r.stale.Load())
+	}
+	return fmt.Sprintf("| %s | %s | %d | %d (+%d aborted) | %d | %d | %d | %s | %s | %s | %s | %s |", path, sc.name, faults, n, len(abortedInputs), len(r.all), fenced, r.hanging.Load(), stale, aborted, seen, rep.String(), time.Since(start).Round(time.Second))
 }
 
 func migrateOffsetstore(pool *pgxpool.Pool) error {

@@ -137,7 +137,7 @@ func TestMissingOutputTopicBlamesNoInput(t *testing.T) {
 	out := integration.UniqueName(t, "missing")
 	group := integration.UniqueName(t, "g")
 	const n = 200
-	inputs := k.Seed(in, n)
+	inputs := k.SeedHostile(in, n, 50)
 	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"),
 		eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(kgo.UnknownTopicRetries(1)))...)
 	time.Sleep(8 * time.Second) // a few sessions fail on the missing topic
@@ -150,11 +150,11 @@ func TestMissingOutputTopicBlamesNoInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	progress := followCommitted(t, k, out)
-	waitFor(t, 2*time.Minute, "every input to be copied once the topic exists", func() bool { return progress.n.Load() >= n })
+	waitFor(t, 2*time.Minute, "every input to be copied once the topic exists", func() bool { return progress.n.Load() >= int64(len(inputs.Committed)) })
 	if err := p.stop(t); err != nil {
 		t.Fatalf("processor stopped with %v", err)
 	}
-	rep := k.VerifyTopic(inputs, out, verifyTimeout)
+	rep := k.VerifyInputs(inputs, out, verifyTimeout)
 	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 0 {
 		t.Fatalf("%d inputs dead-lettered; none was at fault", len(dead))
 	}
@@ -173,15 +173,22 @@ func TestUnwritableDeadLetterStopsRunNamingTheRecord(t *testing.T) {
 	in, out := k.NewTopic(1), k.NewTopic(1)
 	dlt := integration.UniqueName(t, "missing-dlt")
 	group := integration.UniqueName(t, "g")
-	const n, poison = 100, 50
-	inputs := k.Seed(in, n)
-	fails := func(r *kgo.Record) bool { return r.Offset == poison }
+	inputs := k.SeedHostile(in, 100, 25)
+	const poison = "in-50"
+	var poisonAt atomic.Int64
+	fails := func(r *kgo.Record) bool {
+		if string(r.Key) != poison {
+			return false
+		}
+		poisonAt.Store(r.Offset)
+		return true
+	}
 	opts := append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(kgo.UnknownTopicRetries(1)))
 	p := startProcessor(t, failingOn(out, fails), opts...)
 	err := p.wait(t, 2*time.Minute)
 	var dlErr *eos.DeadLetterError
-	if !errors.As(err, &dlErr) || dlErr.Topic != in || dlErr.Offset != poison || dlErr.DeadLetterTopic != dlt || dlErr.Cause == nil {
-		t.Fatalf("Run returned %v; want a *DeadLetterError naming %s[0]@%d and %s", err, in, poison, dlt)
+	if !errors.As(err, &dlErr) || dlErr.Topic != in || dlErr.Offset != poisonAt.Load() || dlErr.DeadLetterTopic != dlt || dlErr.Cause == nil {
+		t.Fatalf("Run returned %v; want a *DeadLetterError naming %s[0]@%d (%s) and %s", err, in, poisonAt.Load(), poison, dlt)
 	}
 	t.Logf("Run: %v", err)
 
@@ -192,15 +199,15 @@ func TestUnwritableDeadLetterStopsRunNamingTheRecord(t *testing.T) {
 	}
 	progress := followCommitted(t, k, out)
 	fixed := startProcessor(t, failingOn(out, fails), opts...)
-	good := append(append([]string(nil), inputs[:poison]...), inputs[poison+1:]...)
+	good := slices.DeleteFunc(slices.Clone(inputs.Committed), func(id string) bool { return id == poison })
 	waitFor(t, 2*time.Minute, "the rest to be copied", func() bool { return progress.n.Load() >= int64(len(good)) })
 	time.Sleep(time.Second)
 	if err := fixed.stop(t); err != nil {
 		t.Fatalf("processor stopped with %v", err)
 	}
-	k.VerifyTopic(good, out, verifyTimeout)
-	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 1 || string(dead[0].Key) != inputs[poison] {
-		t.Fatalf("dead-letter topic holds %d records; want exactly %s", len(dead), inputs[poison])
+	k.VerifyInputs(integration.Inputs{Committed: good, Aborted: inputs.Aborted}, out, verifyTimeout)
+	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 1 || string(dead[0].Key) != poison {
+		t.Fatalf("dead-letter topic holds %d records; want exactly %s", len(dead), poison)
 	}
 }
 
@@ -215,11 +222,10 @@ func TestProcessorOutlivingItsTransactionTimeoutIsNotFenced(t *testing.T) {
 	k := integration.Kafka(t)
 	in, out := k.NewTopic(1), k.NewTopic(1)
 	group := integration.UniqueName(t, "g")
-	const n, slow = 300, 100
-	inputs := k.Seed(in, n)
+	inputs := k.SeedHostile(in, 300, 50)
 	var stalled atomic.Bool
 	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		if r.Offset == slow && stalled.CompareAndSwap(false, true) {
+		if string(r.Key) == "in-100" && stalled.CompareAndSwap(false, true) {
 			// Past the 5 s timeout and the coordinator's 10 s check
 			// for timed-out transactions.
 			time.Sleep(16 * time.Second)
@@ -234,13 +240,13 @@ func TestProcessorOutlivingItsTransactionTimeoutIsNotFenced(t *testing.T) {
 		case <-p.finished:
 			return true
 		default:
-			return progress.n.Load() >= n
+			return progress.n.Load() >= int64(len(inputs.Committed))
 		}
 	})
 	if err := p.stop(t); err != nil {
 		t.Fatalf("Run returned %v after a transaction outlived its timeout; want the processor to go on", err)
 	}
-	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
+	t.Logf("verifier: %v", k.VerifyInputs(inputs, out, verifyTimeout))
 }
 
 // The output topic's max.message.bytes (1,000) is below what franz-go puts
@@ -262,13 +268,19 @@ func TestBatchRefusedWholeBlamesNoInput(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = k.Admin.DeleteTopics(context.Background(), out) })
 	group := integration.UniqueName(t, "g")
+	// Plain seeding: the records arrive in one poll, so the outputs fill
+	// produce batches larger than the topic takes.
 	const n = 300
 	inputs := k.Seed(in, n)
 	progress := followCommitted(t, k, out)
-	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.DeadLetter(dlt)))...)
+	metrics := &countingMetrics{}
+	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.DeadLetter(dlt)), eos.WithMetrics(metrics))...)
 	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
 	if err := p.stop(t); err != nil {
 		t.Fatalf("processor stopped with %v", err)
+	}
+	if !strings.Contains(metrics.abortReasons(), "produce-error") {
+		t.Fatalf("no produce batch was refused (aborts: %q): the fault was not injected", metrics.abortReasons())
 	}
 	rep := k.VerifyTopic(inputs, out, verifyTimeout)
 	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 0 {

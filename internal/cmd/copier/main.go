@@ -51,7 +51,10 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	clientOpts := []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(*session / 4), kgo.RebalanceTimeout(*session)}
+	// The client id names the instance in DescribeGroups, where the chaos
+	// suite finds which copier owns which partitions.
+	clientOpts := []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(*session / 4), kgo.RebalanceTimeout(*session),
+		kgo.ClientID("eoskit-copier-" + *instance)}
 	// Warnings always reach stderr: the chaos suite counts what they
 	// report (hanging transactions aborted, say).
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
