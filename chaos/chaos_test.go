@@ -71,6 +71,7 @@ var scenarios = []scenario{
 		if len(parts) < 2 {
 			return fmt.Errorf("copier %s owns %v; want at least 2 partitions to spread", owner.name, parts)
 		}
+		r.stalls = append(r.stalls, stall{owner, owner.staleCommits.Load()})
 		owner.signal(syscall.SIGSTOP)
 		defer owner.signal(syscall.SIGCONT)
 		return r.waitTaken(ctx, owner, parts)
@@ -141,6 +142,9 @@ type copier struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	exit int // once done is closed: the exit code, or -1 when a signal ended it
+	// staleCommits counts its dedup offset commits refused because the
+	// group had moved on without it.
+	staleCommits atomic.Int64
 }
 
 func (c *copier) signal(s syscall.Signal) { _ = c.cmd.Process.Signal(s) }
@@ -154,27 +158,59 @@ type runCtx struct {
 	copiers []*copier    // the live ones
 	all     []*copier    // every copier started, for the exit count
 	hanging atomic.Int64 // hanging transactions the copiers closed
-	// stale counts commits refused (offsetstore) or failed after the
-	// database committed (dedup) because another member had moved on:
-	// the evidence that a woken owner committed.
-	stale atomic.Int64
-	adm   *kadm.Client
-	group string
+	// refused counts offsetstore commits refused because another owner
+	// had moved the offsets first, and stalls the copiers stalled by
+	// sigstop-owner: with the dedup commits they failed once woken, the
+	// evidence that a woken owner committed.
+	refused atomic.Int64
+	stalls  []stall
+	adm     *kadm.Client
+	group   string
 }
 
-// busiest returns the live copier that owns the most input partitions.
-func (r *runCtx) busiest(ctx context.Context) (*copier, []int32, error) {
-	owned, _, err := r.assignment(ctx)
-	if err != nil {
-		return nil, nil, err
+type stall struct {
+	c      *copier
+	before int64 // its staleCommits when it was stopped
+}
+
+// staleCommits is the evidence that woken owners committed: offsetstore
+// commits refused (by them or by the new owners), and dedup offset commits
+// a stalled copier made after the group had moved on.
+func (r *runCtx) staleCommits() int64 {
+	n := r.refused.Load()
+	for _, s := range r.stalls {
+		n += s.c.staleCommits.Load() - s.before
 	}
-	var best *copier
-	for _, c := range r.copiers {
-		if best == nil || len(owned[c.name]) > len(owned[best.name]) {
-			best = c
+	return n
+}
+
+// busiest returns the live copier that owns the most input partitions,
+// once the group is stable with every live copier in it (DescribeGroups
+// shows assignments only then).
+func (r *runCtx) busiest(ctx context.Context) (*copier, []int32, error) {
+	var last string
+	for {
+		owned, state, members, err := r.assignment(ctx)
+		last = fmt.Sprintf("group %s, members %v, owned %v, err %v", state, members, owned, err)
+		all := err == nil && state == "Stable"
+		for _, c := range r.copiers {
+			all = all && members[c.name]
+		}
+		if all {
+			var best *copier
+			for _, c := range r.copiers {
+				if best == nil || len(owned[c.name]) > len(owned[best.name]) {
+					best = c
+				}
+			}
+			return best, owned[best.name], nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("the group did not become stable with every live copier in it (last: %s): %w", last, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	return best, owned[best.name], nil
 }
 
 // waitTaken waits until the group is stable without stalled and other
@@ -182,7 +218,7 @@ func (r *runCtx) busiest(ctx context.Context) (*copier, []int32, error) {
 func (r *runCtx) waitTaken(ctx context.Context, stalled *copier, parts []int32) error {
 	var last string
 	for {
-		owned, state, err := r.assignment(ctx)
+		owned, state, _, err := r.assignment(ctx)
 		last = fmt.Sprintf("group %s, owned %v, err %v", state, owned, err)
 		if err == nil && state == "Stable" && len(owned[stalled.name]) == 0 {
 			taken := 0
@@ -205,29 +241,31 @@ func (r *runCtx) waitTaken(ctx context.Context, stalled *copier, parts []int32) 
 	}
 }
 
-// assignment reads, per copier name, the input partitions it owns, and
-// the group's state.
-func (r *runCtx) assignment(ctx context.Context) (map[string][]int32, string, error) {
+// assignment reads, per copier name, the input partitions it owns, the
+// group's state, and which copiers are members.
+func (r *runCtx) assignment(ctx context.Context) (owned map[string][]int32, state string, members map[string]bool, err error) {
 	described, err := r.adm.DescribeGroups(ctx, r.group)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	d := described[r.group]
 	if d.Err != nil {
-		return nil, "", d.Err
+		return nil, "", nil, d.Err
 	}
-	owned := map[string][]int32{}
+	owned, members = map[string][]int32{}, map[string]bool{}
 	for _, m := range d.Members {
 		name, ok := strings.CutPrefix(m.ClientID, copierClientID)
-		a, isConsumer := m.Assigned.AsConsumer()
-		if !ok || !isConsumer {
+		if !ok {
 			continue
 		}
-		for _, t := range a.Topics {
-			owned[name] = append(owned[name], t.Partitions...)
+		members[name] = true
+		if a, isConsumer := m.Assigned.AsConsumer(); isConsumer {
+			for _, t := range a.Topics {
+				owned[name] = append(owned[name], t.Partitions...)
+			}
 		}
 	}
-	return owned, d.State, nil
+	return owned, d.State, members, nil
 }
 
 // copierClientID prefixes the copiers' client ids (internal/cmd/copier).
@@ -264,6 +302,7 @@ func (r *runCtx) start(name string) *copier {
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("start copier: %v", err)
 	}
+	c := &copier{name: name, cmd: cmd, done: make(chan struct{})}
 	logged := make(chan struct{})
 	go func() {
 		defer close(logged)
@@ -275,13 +314,15 @@ func (r *runCtx) start(name string) *copier {
 			if strings.Contains(line, "closed a hanging transaction") {
 				r.hanging.Add(1)
 			}
-			if strings.Contains(line, "offsetstore: commit refused") || strings.Contains(line, "dedup: offset commit failed") {
-				r.stale.Add(1)
+			if strings.Contains(line, "offsetstore: commit refused") {
+				r.refused.Add(1)
+			}
+			if strings.Contains(line, "dedup: offset commit failed") && (strings.Contains(line, "UNKNOWN_MEMBER_ID") || strings.Contains(line, "ILLEGAL_GENERATION") || strings.Contains(line, "REBALANCE_IN_PROGRESS")) {
+				c.staleCommits.Add(1)
 			}
 			fmt.Fprintln(os.Stderr, line)
 		}
 	}()
-	c := &copier{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		<-logged // Wait closes the pipe: read it to the end first
 		_ = cmd.Wait()
@@ -431,12 +472,12 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if err := rep.Err(); err != nil {
 		t.Error(err)
 	}
-	if sc.name == "sigstop-owner" && r.stale.Load() == 0 {
+	if sc.name == "sigstop-owner" && r.staleCommits() == 0 {
 		t.Errorf("no stale commit was refused in %d stalls: the woken owner never committed, so the fault did not strike", faults)
 	}
 	stale := "-"
 	if path != "eos" {
-		stale = fmt.Sprint(r.stale.Load())
+		stale = fmt.Sprint(r.staleCommits())
 	}
 	return fmt.Sprintf("| %s | %s | %d | %d (+%d aborted) | %d | %d | %d | %s | %s | %s | %s | %s |", path, sc.name, faults, n, len(abortedInputs), len(r.all), fenced, r.hanging.Load(), stale, aborted, seen, rep.String(), time.Since(start).Round(time.Second))
 }

@@ -133,6 +133,8 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		{"dead letter into an input topic", h, with(eos.OnHandlerError(eos.DeadLetter("in"))), "OnHandlerError"},
 		{"acks=leader under exactly-once", h, with(eos.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))), "ClientOptions"},
 		{"read_uncommitted under exactly-once", h, with(eos.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))), "FetchIsolationLevel"},
+		{"hanging policy under at-least-once", h, []eos.Option{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in"), eos.WithSemantics(eos.AtLeastOnce), eos.OnHangingTransaction(eos.WaitWhenHanging())}, "OnHangingTransaction"},
+		{"hanging policy with the check off", h, with(eos.HangingTransactionCheck(0), eos.OnHangingTransaction(eos.RepairHangingTransactions())), "OnHangingTransaction"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -53,9 +53,9 @@
 // (a Processor registers its transactional id before it consumes, which
 // aborts the transaction a dead predecessor left open; its pending offset
 // commit would otherwise hold the group's partitions until the transaction
-// timeout), broker restarts (the processor also aborts the hanging
-// transactions Kafka may leave behind after one, see
-// [HangingTransactionCheck]), rebalances (a batch
+// timeout), broker restarts (the processor looks for hanging transactions
+// Kafka may leave behind after one and stops before joining one, see
+// [HangingTransactionCheck] and [OnHangingTransaction]), rebalances (a batch
 // that straddles a revocation is aborted and read again by the new owner),
 // and zombies (an instance that wakes after its successor started is fenced
 // and stops with [ErrFenced]).
@@ -73,12 +73,15 @@
 //     transaction a budget of three quarters of it, and the handler a ctx
 //     that ends with the budget: when the budget runs out before the polled
 //     records are handled, it aborts the transaction itself (before the
-//     broker would) and takes fewer records per transaction, down to one; a
-//     record whose handler alone outlasts the budget fails with
-//     [ErrHandlerTooSlow] and follows the error policy. A handler that
-//     ignores its ctx and runs past the timeout gets its transaction
-//     aborted by the broker; the processor restarts its session and reads
-//     the batch again, which repeats for as long as the handler does.
+//     broker would) and takes fewer records per transaction, down to one,
+//     then more again while transactions end within half the budget. A
+//     record whose handler gives up with the ctx's error twice while alone
+//     in its transaction fails with [ErrHandlerTooSlow] and follows the
+//     error policy. A handler that ignores its ctx and runs past the
+//     timeout gets its transaction aborted by the broker; the processor
+//     restarts its session with half as many records per transaction, and
+//     restarts again for as long as one record's handler alone outlives the
+//     timeout.
 //   - The handler's only effect is the records it returns. It may run more
 //     than once for one input (after an abort); effects outside Kafka are
 //     not covered (use package offsetstore or dedup for database effects).

@@ -36,10 +36,14 @@ var (
 	ErrOutcomeUnknown = errors.New("eos: transaction outcome unknown")
 
 	// ErrHandlerTooSlow is wrapped by the *HandlerError of an input record
-	// whose handler, alone in its transaction, did not return within the
-	// transaction's budget (three quarters of the transaction timeout):
-	// no transaction can hold it, so it follows the error policy.
+	// whose handler, alone in its transaction, gave up with its ctx's error
+	// when the transaction's budget (three quarters of the transaction
+	// timeout) ran out, twice: no transaction can hold it, so it follows
+	// the error policy.
 	ErrHandlerTooSlow = errors.New("eos: handler slower than a transaction may last")
+
+	// ErrHangingTransaction is wrapped by every *HangingTransactionError.
+	ErrHangingTransaction = errors.New("eos: a transaction of this processor hangs")
 
 	// ErrClosed is returned by calls on a producer or processor that was
 	// closed.
@@ -144,3 +148,28 @@ func abortable(err error) bool {
 func produceError(r *kgo.Record, err error) error {
 	return &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
 }
+
+// HangingTransactionError is what Run returns, under [StopWhenHanging],
+// when a partition holds one of the processor's own transactions open
+// while its coordinator has moved on (KIP-664): no marker will ever close
+// it, and the processor's next transaction would join it there. Close it
+// (kafka-transactions.sh --bootstrap-server B abort --topic T --partition P
+// --start-offset O for an abort; a commit needs a marker written with the
+// committed outcome), then run the processor again.
+type HangingTransactionError struct {
+	Topic         string
+	Partition     int32
+	ProducerID    int64
+	ProducerEpoch int16
+	StartOffset   int64  // the transaction's first offset in the partition
+	Outcome       string // "committed", "aborted" or "unknown": how its records elsewhere ended
+	Evidence      string // what the outcome was read from
+}
+
+func (e *HangingTransactionError) Error() string {
+	return fmt.Sprintf("eos: a transaction of this processor hangs in %s[%d] (producer id %d, epoch %d, open since offset %d; outcome %s, from %s)",
+		e.Topic, e.Partition, e.ProducerID, e.ProducerEpoch, e.StartOffset, e.Outcome, e.Evidence)
+}
+
+// Unwrap lets errors.Is(err, ErrHangingTransaction) match.
+func (e *HangingTransactionError) Unwrap() error { return ErrHangingTransaction }

@@ -1,12 +1,14 @@
 package eos
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // A hanging transaction (KIP-664) is one that a partition still holds open
@@ -74,13 +77,32 @@ type hangSweeper struct {
 	reported  map[openTxn]bool
 	// noOffsetsTopic: the last sweep found no __consumer_offsets topic.
 	noOffsetsTopic, warnedNoOffsetsTopic bool
+	// policy is what to do with a hanging transaction; found, unless
+	// repairing, what the last sweep found hanging.
+	policy  HangingPolicy
+	found   []*HangingTransactionError
+	metrics hangMetrics
+	// foundNew tells a waiting poll that a sweep found hanging
+	// transactions.
+	foundNew chan struct{}
+}
+
+// hanging returns the first hanging transaction the last sweep found, or
+// nil.
+func (s *hangSweeper) hanging() *HangingTransactionError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.found) == 0 {
+		return nil
+	}
+	return s.found[0]
 }
 
 func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
 	readerOpts := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
 	return &hangSweeper{adm: adm, readerOpts: readerOpts, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
 		outcomes: &p.outcomes, committed: func() bool { return p.committed.Load() > 0 }, logger: p.logger,
-		partition: -1, reported: map[openTxn]bool{}}
+		partition: -1, reported: map[openTxn]bool{}, policy: p.cfg.onHang, metrics: hangMetrics{p.metrics}, foundNew: make(chan struct{}, 1)}
 }
 
 // partitionSet is the set of partitions a processor wrote to, filled from
@@ -247,7 +269,7 @@ func (s *hangSweeper) turnOffIfUnanswerable(err error) bool {
 	var why string
 	switch {
 	case isAuthError(err):
-		why = "not allowed to look for hanging transactions (DescribeProducers, DescribeTransactions and WriteTxnMarkers need the ACLs listed in HangingTransactionCheck)"
+		why = "not allowed to look for hanging transactions (DescribeProducers, DescribeTransactions and, to repair, WriteTxnMarkers need the ACLs listed at HangingTransactionCheck)"
 	case isUnsupportedError(err):
 		why = "the cluster does not support the requests the check needs (DescribeProducers, DescribeTransactions: Kafka 2.8+)"
 	default:
@@ -300,8 +322,12 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	before, err := s.openTransactions(ctx, set)
-	if err != nil || len(before) == 0 {
+	if err != nil {
 		return 0, err
+	}
+	if len(before) == 0 {
+		s.found = nil
+		return 0, nil
 	}
 	described, err := s.adm.DescribeTransactions(ctx, s.txnID)
 	if err != nil {
@@ -310,6 +336,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	coord, ok := described[s.txnID]
 	switch {
 	case ok && errors.Is(coord.Err, kerr.TransactionalIDNotFound):
+		s.found = nil
 		return 0, nil // never registered: none of the open transactions is ours
 	case !ok || coord.Err != nil:
 		return 0, fmt.Errorf("describe transaction %s: %v", s.txnID, coord.Err)
@@ -323,19 +350,36 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		p      kadm.DescribedProducer
 		commit bool
 	}
-	type decision struct{ commit, known, wait bool }
+	type decision struct {
+		commit, known, wait bool
+		evidence            string
+	}
 	decisions := map[int16]decision{} // one per transaction, however many partitions hold it
 	candidates := map[openTxn]decided{}
+	var found []*HangingTransactionError
 	for k, p := range before {
 		if k.producerID != coord.ProducerID || coord.State == "Ongoing" && coord.ProducerEpoch == p.ProducerEpoch {
 			continue // another producer's, or the live transaction
 		}
 		d, ok := decisions[p.ProducerEpoch]
 		if !ok {
-			d.commit, d.known, d.wait = s.decide(ctx, coord, k.producerID, p.ProducerEpoch, before)
+			d.commit, d.known, d.wait, d.evidence = s.decide(ctx, coord, k.producerID, p.ProducerEpoch, before)
 			decisions[p.ProducerEpoch] = d
 		}
 		commit, known, wait := d.commit, d.known, d.wait
+		if s.policy.kind != hangRepair {
+			// Detect only: no marker is written. The processor stops
+			// or waits before its next transaction, whose records
+			// would join this one in the partition.
+			outcome := "unknown"
+			if known {
+				outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
+			}
+			found = append(found, &HangingTransactionError{Topic: k.topic, Partition: k.partition, ProducerID: k.producerID,
+				ProducerEpoch: p.ProducerEpoch, StartOffset: p.CurrentTxnStartOffset, Outcome: outcome,
+				Evidence: fmt.Sprintf("%s; coordinator %s at epoch %d", d.evidence, coord.State, coord.ProducerEpoch)})
+			continue
+		}
 		if wait {
 			continue
 		}
@@ -350,6 +394,9 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			continue
 		}
 		candidates[k] = decided{p, commit}
+	}
+	if s.policy.kind != hangRepair {
+		return 0, s.keepHanging(ctx, set, found)
 	}
 	if len(candidates) == 0 {
 		return 0, nil
@@ -390,6 +437,64 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	return closed, nil
 }
 
+// keepHanging keeps, of found, what the partitions still hold open
+// unchanged now that the coordinator was asked (a transaction that ended
+// between the two questions is not hanging), reports each the first time,
+// and makes them what hanging returns.
+func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found []*HangingTransactionError) error {
+	if len(found) > 0 {
+		after, err := s.openTransactions(ctx, set)
+		if err != nil {
+			return err
+		}
+		found = slices.DeleteFunc(found, func(h *HangingTransactionError) bool {
+			q, ok := after[openTxn{h.ProducerID, h.Topic, h.Partition}]
+			return !ok || q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.StartOffset
+		})
+	}
+	slices.SortFunc(found, func(a, b *HangingTransactionError) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	for _, h := range found {
+		k := openTxn{h.ProducerID, h.Topic, h.Partition}
+		if s.reported[k] {
+			continue
+		}
+		s.reported[k] = true
+		s.metrics.hanging(h.Outcome)
+		s.logger.Error("eos: a transaction of this processor hangs: its partition holds it open and its coordinator has moved on. Not writing past it; close it with kafka-transactions.sh once its outcome is known (or opt in to eos.RepairHangingTransactions)",
+			"partition", fmt.Sprintf("%s[%d]", h.Topic, h.Partition), "owner_producer_id", h.ProducerID,
+			"owner_producer_epoch", h.ProducerEpoch, "open_since_offset", h.StartOffset,
+			"outcome", h.Outcome, "evidence", h.Evidence)
+	}
+	s.found = found
+	if len(found) > 0 {
+		select {
+		case s.foundNew <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// interruptible wraps a poll so that it returns early when a sweep finds a
+// hanging transaction: a hang in the group's offsets partition can keep
+// every poll empty, and the processor must get to apply its policy.
+func (s *hangSweeper) interruptible(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
+	return func(ctx context.Context, n int) kgo.Fetches {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-s.foundNew:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		return poll(ctx, n)
+	}
+}
+
 // decide says how this processor's transaction at epoch ended, from the
 // best evidence there is: first the log of the output partitions it wrote
 // to (the first marker of this producer after the transaction's first
@@ -400,21 +505,21 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 // then the EndTxn answer; then the coordinator's state. wait is true while
 // a partition it wrote to has it joined by a later, live transaction,
 // whose end will decide its records there: nothing is closed before that.
-func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransaction, id int64, epoch int16, open map[openTxn]kadm.DescribedProducer) (commit, known, wait bool) {
+func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransaction, id int64, epoch int16, open map[openTxn]kadm.DescribedProducer) (commit, known, wait bool, evidence string) {
 	rec, ok := s.outcomes.lookup(id, epoch)
 	if ok {
 		var seen []bool
 		for tp, first := range rec.firsts {
 			if q, isOpen := open[openTxn{id, tp.topic, tp.partition}]; isOpen && q.CurrentTxnStartOffset <= first {
 				if q.ProducerEpoch != epoch {
-					return false, false, true
+					return false, false, true, fmt.Sprintf("joined in %s[%d] by this producer's transaction at epoch %d", tp.topic, tp.partition, q.ProducerEpoch)
 				}
 				continue // still open for this transaction: closed with the rest
 			}
 			c, found, err := s.markerAfter(ctx, tp, first, id)
 			if err != nil {
 				s.logger.Debug("eos: reading a transaction's marker failed", "partition", fmt.Sprintf("%s[%d]", tp.topic, tp.partition), "err", err)
-				return false, false, true
+				return false, false, true, "its marker in " + fmt.Sprintf("%s[%d]", tp.topic, tp.partition) + " could not be read: " + err.Error()
 			}
 			if found {
 				seen = append(seen, c)
@@ -423,17 +528,20 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 		if len(seen) > 0 {
 			for _, c := range seen[1:] {
 				if c != seen[0] {
-					return false, false, false // torn already: reported as unknown
+					return false, false, false, "torn: its output partitions hold both markers" // reported as unknown
 				}
 			}
-			return seen[0], true, false
+			return seen[0], true, false, "the marker that closed its records in an output partition"
 		}
 		if rec.known {
-			return rec.committed, true, false
+			return rec.committed, true, false, "this processor's EndTxn answer"
 		}
 	}
 	commit, known = coordinatorOutcome(coord, epoch)
-	return commit, known, false
+	if !known {
+		return false, false, false, fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)
+	}
+	return commit, known, false, fmt.Sprintf("the coordinator's state (%s at epoch %d)", coord.State, coord.ProducerEpoch)
 }
 
 // markerAfter reads partition tp from offset from, read_uncommitted with
@@ -577,4 +685,48 @@ func isAuthError(err error) bool {
 		errors.Is(err, kerr.ClusterAuthorizationFailed) ||
 		errors.Is(err, kerr.TopicAuthorizationFailed) ||
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+}
+
+// checkRepairable refuses RepairHangingTransactions where writing markers
+// cannot be done safely: the outcome the sweeper writes rests on
+// transaction protocol v2 (an epoch per transaction), and WriteTxnMarkers
+// needs ClusterAction. A cluster that cannot be asked right now restarts
+// the session.
+func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, endTimeout)
+	defer cancel()
+	refuse := func(reason string) error {
+		return &ConfigError{Setting: "OnHangingTransaction", Semantics: p.cfg.semantics, Reason: "RepairHangingTransactions: " + reason}
+	}
+	versions, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(versions.ErrorCode)
+	}
+	if err != nil {
+		return &restartError{fmt.Errorf("read the cluster's transaction.version: %w", err)}
+	}
+	var level int16
+	for _, f := range versions.FinalizedFeatures {
+		if f.Name == "transaction.version" {
+			level = f.MaxVersionLevel
+		}
+	}
+	if level < 2 {
+		return refuse(fmt.Sprintf("the cluster runs transaction.version %d; the outcome written rests on transaction protocol v2 (transaction.version 2, an epoch per transaction)", level))
+	}
+	req := kmsg.NewPtrDescribeClusterRequest()
+	req.IncludeClusterAuthorizedOperations = true
+	described, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(described.ErrorCode)
+	}
+	switch {
+	case isAuthError(err):
+		return refuse("not allowed to describe the cluster, so ClusterAction cannot be checked: " + err.Error())
+	case err != nil:
+		return &restartError{fmt.Errorf("read the cluster's authorized operations: %w", err)}
+	case !slices.Contains(kadm.DecodeACLOperations(described.ClusterAuthorizedOperations), kadm.OpClusterAction):
+		return refuse("this principal lacks ClusterAction on the cluster, which WriteTxnMarkers needs")
+	}
+	return nil
 }

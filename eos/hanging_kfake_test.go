@@ -3,6 +3,7 @@ package eos_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/eoskit/eoskit/eos"
 )
@@ -94,5 +96,30 @@ func TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere(t *testin
 	const said = "covers only the partitions this processor writes to"
 	if n := strings.Count(logs.String(), said); n != 1 {
 		t.Errorf("the warning %q was logged %d times, want once; logs:\n%s", said, n, logs.String())
+	}
+}
+
+// Writing markers is opt-in, and Run refuses it on a cluster that does not
+// run transaction protocol v2 (kfake acting as Kafka 3.9, which finalizes
+// no transaction.version): a *ConfigError naming the option, before
+// anything is consumed.
+func TestRepairIsRefusedWithoutTransactionProtocolV2(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"), kfake.MaxVersions(kversion.V3_9_0()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	txnID, _ := eos.StableTransactionalID("kfake", "0")
+	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.InputTopics("in"),
+		eos.TransactionalID(txnID), eos.OnHangingTransaction(eos.RepairHangingTransactions()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Run(ctx)
+	var cerr *eos.ConfigError
+	if !errors.As(err, &cerr) || cerr.Setting != "OnHangingTransaction" || !strings.Contains(err.Error(), "transaction.version") {
+		t.Fatalf("Run returned %v; want a *ConfigError for OnHangingTransaction naming transaction.version", err)
 	}
 }

@@ -13,8 +13,9 @@ type Metrics interface {
 	// Aborted is called after a transaction was aborted, with why:
 	// "rebalance", "handler-error", "produce-error", "shutdown",
 	// "outcome-unknown", "budget" (handlers ran out of the transaction's
-	// budget; ended early), "timeout" (the transaction outlived its
-	// timeout) or "fenced".
+	// budget, so it ended early; also when a record too slow for any
+	// transaction is dead-lettered in the next), "timeout" (the
+	// transaction outlived its timeout) or "fenced".
 	Aborted(reason string, d time.Duration)
 	// Rebalanced is called when the group takes partitions from this
 	// member (revoked or lost).
@@ -30,3 +31,19 @@ func (nopMetrics) Committed(int, int, time.Duration) {}
 func (nopMetrics) Aborted(string, time.Duration)     {}
 func (nopMetrics) Rebalanced()                       {}
 func (nopMetrics) Fenced()                           {}
+
+// HangingMetrics is implemented by a [Metrics] that also counts the hanging
+// transactions a [Processor] found (eosprom's does). outcome is
+// "committed", "aborted" or "unknown".
+type HangingMetrics interface {
+	HangingTransaction(outcome string)
+}
+
+// hangMetrics calls m's HangingTransaction when it has one.
+type hangMetrics struct{ m Metrics }
+
+func (h hangMetrics) hanging(outcome string) {
+	if hm, ok := h.m.(HangingMetrics); ok {
+		hm.HangingTransaction(outcome)
+	}
+}

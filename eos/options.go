@@ -24,6 +24,7 @@ type config struct {
 	maxRecords     int
 	onError        ErrorPolicy
 	hangCheck      time.Duration
+	onHang         HangingPolicy
 	logger         *slog.Logger
 	metrics        Metrics
 	clientOpts     []kgo.Opt
@@ -144,45 +145,56 @@ func OnHandlerError(p ErrorPolicy) Option {
 }
 
 // HangingTransactionCheck sets how often an exactly-once [Processor] looks
-// for its own hanging transactions, and closes them, in the partition of
-// __consumer_offsets that holds its group's offsets and in the partitions
-// it wrote to; it also looks before it registers its transactional id and
-// before its first transaction after a broker connection closed. Default:
-// 10s; 0 turns the check off.
+// for its own hanging transactions in the partition of __consumer_offsets
+// that holds its group's offsets and in the partitions it wrote to; it
+// also looks before it registers its transactional id and before its
+// first transaction after a broker connection closed. Default: 10s; 0
+// turns the check off. What it does with one it finds is
+// [OnHangingTransaction]'s policy: by default it stops, writing nothing.
 //
 // A transaction hangs when a partition holds it open while its
 // transaction coordinator has ended it (KIP-664), so that no marker will
-// ever close it. Apache Kafka 4.4 leaves such transactions behind after
-// broker restarts (the chaos suite met them in its broker-kill and
-// broker-restart scenarios), even ones whose EndTxn answered success. In
-// __consumer_offsets one holds a pending offset commit, and the group's
-// partitions with one are never consumed again (their offset fetch answers
-// UNSTABLE_OFFSET_COMMIT for good); in an output partition it holds the
-// last stable offset back, and read_committed readers see nothing past it.
+// ever close it. Apache Kafka 4.1 to 4.4 leaves such transactions behind
+// when a partition is leaderless while the coordinator writes its markers
+// (KAFKA-20734), which every restart of a single broker causes; the chaos
+// suite met them in its broker-kill and broker-restart scenarios, even for
+// transactions whose EndTxn answered success. In __consumer_offsets one
+// holds a pending offset commit, and the group's partitions with one are
+// never consumed again (their offset fetch answers UNSTABLE_OFFSET_COMMIT
+// for good); in an output partition it holds the last stable offset back,
+// and read_committed readers see nothing past it. Worse, the producer's
+// next transaction writing to that partition joins it, and one marker then
+// decides both: records lost or aborted ones made visible. So the
+// processor never begins a transaction while it knows of one.
 //
-// The check writes the missing marker (as kafka-transactions.sh does), the
-// same one to every partition still holding the transaction, with the
-// outcome its records already have: read from the log of the output
-// partitions it wrote to (the marker that closed them there), else from
-// its own EndTxn answer, else from the coordinator's state right after that
-// transaction (transaction protocol v2 gives every transaction its own
-// epoch). It closes only transactions of its own producer id, only when
-// the partitions still hold them open after the coordinator was asked, and
-// never one whose outcome it cannot know: that one it reports at Error
-// level, to be closed by hand. A wrong outcome would break exactly-once
-// (aborting a committed offset commit duplicates its records; committing an
-// aborted one loses them), so none is guessed.
+// For each, it works out the outcome the transaction's records already
+// have, to report it (and, under [RepairHangingTransactions], to write it):
+// read from the log of the output partitions it wrote to (the marker that
+// closed them there), else from its own EndTxn answer, else from the
+// coordinator's state right after that transaction (transaction protocol
+// v2 gives every transaction its own epoch); it looks only at transactions
+// of its own producer id, and only at ones the partitions still hold open
+// after the coordinator was asked.
 //
-// It needs, besides what the processor needs anyway, Read on
-// __consumer_offsets and the output topics (DescribeProducers, and reading
-// markers back) and ClusterAction (WriteTxnMarkers). A cluster that
-// refuses them, or does not support them, turns the check off at once with
-// one warning, and the processor starts without waiting. On a cluster that
-// lists no __consumer_offsets topic (franz-go's kfake) the check covers only
-// the output partitions, and says so once at Warn. It applies only under
+// Looking needs, besides what the processor needs anyway, Describe on the
+// transactional id (DescribeTransactions) and Read on __consumer_offsets
+// and the output topics (DescribeProducers, and reading markers back);
+// repairing needs ClusterAction too. A cluster that refuses them, or does
+// not support them, turns the check off at once with one warning, and the
+// processor starts without waiting. On a cluster that lists no
+// __consumer_offsets topic (franz-go's kfake) the check covers only the
+// output partitions, and says so once at Warn. It applies only under
 // [ExactlyOnce].
 func HangingTransactionCheck(interval time.Duration) Option {
 	return func(c *config) { c.hangCheck = interval; c.mark("HangingTransactionCheck") }
+}
+
+// OnHangingTransaction sets what an exactly-once [Processor] does when
+// [HangingTransactionCheck] finds one of its transactions hanging:
+// [StopWhenHanging] (the default), [WaitWhenHanging] or
+// [RepairHangingTransactions].
+func OnHangingTransaction(p HangingPolicy) Option {
+	return func(c *config) { c.onHang = p; c.mark("OnHangingTransaction") }
 }
 
 // Logger sets the logger. Default: discard. eos logs transaction outcomes,

@@ -60,3 +60,58 @@ func (p ErrorPolicy) String() string {
 	}
 	return "stop"
 }
+
+// HangingPolicy is what an exactly-once [Processor] does when it finds one
+// of its own transactions hanging (see [HangingTransactionCheck]). Build
+// one with [StopWhenHanging] (the default), [WaitWhenHanging] or
+// [RepairHangingTransactions].
+type HangingPolicy struct{ kind hangKind }
+
+type hangKind int8
+
+const (
+	hangStop hangKind = iota
+	hangWait
+	hangRepair
+)
+
+// StopWhenHanging makes Run return a *HangingTransactionError (wrapping
+// [ErrHangingTransaction]) before the processor's next transaction, whose
+// records would otherwise join the hanging one in its partition and share
+// whatever marker closes it. Nothing is written to the cluster. This is
+// the default.
+func StopWhenHanging() HangingPolicy { return HangingPolicy{kind: hangStop} }
+
+// WaitWhenHanging makes the processor hold its next transaction, looking
+// again every check interval, until the hanging transaction is gone
+// (closed by an operator with kafka-transactions.sh, say); it reports it
+// at Error level once. Nothing is written to the cluster.
+func WaitWhenHanging() HangingPolicy { return HangingPolicy{kind: hangWait} }
+
+// RepairHangingTransactions makes the processor close its own hanging
+// transactions by writing the missing marker itself (WriteTxnMarkers), with
+// the outcome their records already have, as described at
+// [HangingTransactionCheck]; one whose outcome it cannot know is reported
+// and left, and the processor goes on.
+//
+// Opt in knowingly. Writing markers is the brokers' job: it needs
+// ClusterAction on the cluster, the inter-broker privilege, which managed
+// or locked-down clusters never grant an application, and it makes the
+// processor a second writer beside the transaction coordinator, deciding an
+// outcome from evidence (a wrong one duplicates or loses a transaction's
+// records). It exists for clusters that leave hanging transactions behind
+// (Apache Kafka 4.1-4.4 with a single broker, KAFKA-20734). Run refuses to
+// start with it unless the cluster runs transaction protocol v2
+// (transaction.version 2, whose epoch per transaction the outcome rests on)
+// and grants ClusterAction.
+func RepairHangingTransactions() HangingPolicy { return HangingPolicy{kind: hangRepair} }
+
+func (p HangingPolicy) String() string {
+	switch p.kind {
+	case hangWait:
+		return "wait"
+	case hangRepair:
+		return "repair"
+	}
+	return "stop"
+}

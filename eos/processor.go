@@ -57,8 +57,15 @@ type Processor struct {
 	deadLetterFailures map[coords]int
 	// perTxn bounds the records of one transaction: MaxRecordsPerCommit,
 	// lowered after a transaction ran out of its budget and raised again
-	// while transactions end well within it; only Run's goroutine uses it.
-	perTxn int
+	// while transactions end well within it. tooSlow counts, per input,
+	// the transactions that ran out of budget with it alone in its
+	// handler. poisoned holds the inputs to dead-letter without running
+	// the handler (their outputs could not be written, or their handler
+	// was too slow) until a transaction holding their dead letter
+	// commits. Only Run's goroutine uses them, across sessions.
+	perTxn   int
+	tooSlow  map[coords]int
+	poisoned map[coords]error
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
@@ -70,7 +77,7 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	c := newConfig(opts)
 	if err := c.rejectUnless("NewProcessor", "Brokers", "TransactionalID", "WithSemantics", "Group",
 		"InputTopics", "CommitInterval", "MaxRecordsPerCommit", "OnHandlerError", "Logger",
-		"WithMetrics", "ClientOptions", "HangingTransactionCheck"); err != nil {
+		"WithMetrics", "ClientOptions", "HangingTransactionCheck", "OnHangingTransaction"); err != nil {
 		return nil, err
 	}
 	if err := c.validateProcessor(handler); err != nil {
@@ -92,7 +99,8 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	if c.txnID != "" {
 		logger = logger.With("transactional_id", c.txnID)
 	}
-	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics, deadLetterFailures: map[coords]int{}, perTxn: c.maxRecords}, nil
+	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics, deadLetterFailures: map[coords]int{},
+		perTxn: c.maxRecords, tooSlow: map[coords]int{}, poisoned: map[coords]error{}}, nil
 }
 
 func (c *config) validateProcessor(handler HandlerFunc) error {
@@ -120,6 +128,10 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("HangingTransactionCheck", "must not be negative (0 turns the check off)")
 	case c.semantics != ExactlyOnce && c.set["HangingTransactionCheck"]:
 		return fail("HangingTransactionCheck", "only exactly-once commits offsets in transactions; this semantics has none to hang")
+	case c.semantics != ExactlyOnce && c.set["OnHangingTransaction"]:
+		return fail("OnHangingTransaction", "only exactly-once commits offsets in transactions; this semantics has none to hang")
+	case c.hangCheck == 0 && c.set["OnHangingTransaction"]:
+		return fail("OnHangingTransaction", "the hanging-transaction check is off (HangingTransactionCheck(0)): nothing would apply the policy")
 	case c.onError.kind == policyDeadLetter && c.onError.topic == "":
 		return fail("OnHandlerError", "DeadLetter needs a topic")
 	case c.onError.kind == policyRetry && c.onError.backoff < 0:
@@ -217,6 +229,30 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 	}
 }
 
+// holdWhileHanging applies the hanging-transaction policy before a
+// transaction: while the sweeper knows of a hanging transaction of this
+// processor, StopWhenHanging returns it and WaitWhenHanging waits,
+// looking again every check interval. Under RepairHangingTransactions the
+// sweeper closes what it can and reports nothing here.
+func (p *Processor) holdWhileHanging(ctx context.Context, sweeper *hangSweeper) error {
+	if sweeper == nil {
+		return nil
+	}
+	for {
+		h := sweeper.hanging()
+		if h == nil {
+			return nil
+		}
+		if p.cfg.onHang.kind == hangStop {
+			return h
+		}
+		if !loop.Sleep(ctx, p.cfg.hangCheck) {
+			return nil
+		}
+		sweeper.sweepOnce(ctx)
+	}
+}
+
 // restartError asks Run to start over with a new client.
 type restartError struct{ err error }
 
@@ -253,10 +289,11 @@ type batch struct {
 	// handled: where the group's offset stands if the batch committed.
 	ends map[topicPartition]int64
 	// overBudget is set when the batch ran out of its transaction's
-	// budget before its polled records were handled; fits is how many it
-	// handled within the budget.
+	// budget before its polled records were handled; next is then how
+	// many records the next transaction takes.
 	overBudget bool
-	fits       int
+	next       int
+	first      coords // the first input handled
 }
 
 // wrote notes an output the broker acknowledged.
@@ -307,7 +344,6 @@ type runner struct {
 	p        *Processor
 	produce  func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 	flush    func(ctx context.Context) error
-	poisoned map[coords]error // inputs whose outputs could not be produced, for DeadLetter
 	// isolate makes the next batch settle each input's outputs before
 	// the next input is handled: set after a failure that several
 	// inputs' outputs shared, so that a failure is traced to one input.
@@ -318,7 +354,7 @@ type runner struct {
 }
 
 func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) *runner {
-	return &runner{p: p, produce: produce, flush: cl.Flush, poisoned: map[coords]error{}}
+	return &runner{p: p, produce: produce, flush: cl.Flush}
 }
 
 // handle runs the handler on r, under hctx (ctx bounded by the
@@ -328,31 +364,27 @@ func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r
 func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) bool {
 	b.in++
 	at := coordsOf(r)
-	var outs []*kgo.Record
-	err, poisoned := rn.poisoned[at]
-	if poisoned {
-		delete(rn.poisoned, at)
-	} else {
-		outs, err = rn.callHandler(hctx, r)
+	if b.in == 1 {
+		b.first = at
 	}
-	if err != nil && hctx.Err() != nil && ctx.Err() == nil {
-		// The budget ran out while the handler ran.
-		if b.in > 1 {
-			// The records before it took part of the time: no
-			// record's fault yet. Fewer records per transaction
-			// tell.
-			b.overBudget, b.fits = true, b.in-1
-			return false
-		}
-		// Alone in its transaction: no transaction can hold this
-		// record, which is its own fault.
-		err = fmt.Errorf("%w: no result within %s, the transaction's budget: %w", ErrHandlerTooSlow, rn.budget, err)
-		if rn.p.cfg.onError.kind == policyDeadLetter {
-			// This transaction has no time left: the dead letter
-			// goes first in the next one.
-			rn.poisoned[at] = err
-			b.overBudget, b.fits = true, 1
-			return false
+	var outs []*kgo.Record
+	err, poisoned := rn.p.poisoned[at]
+	if !poisoned {
+		started := time.Now()
+		outs, err = rn.callHandler(hctx, r)
+		if err != nil && ctx.Err() == nil && hctx.Err() != nil && errors.Is(err, hctx.Err()) {
+			// The handler gave up when the budget ran out.
+			if !rn.outOfBudget(b, at, time.Since(started)) {
+				return false
+			}
+			err = fmt.Errorf("%w: no result within %s, the transaction's budget, twice alone in its transaction (%v)", ErrHandlerTooSlow, rn.budget, err)
+			if rn.p.cfg.onError.kind == policyDeadLetter {
+				// This transaction has no time left: the dead
+				// letter goes first in the next one.
+				rn.p.poisoned[at] = err
+				b.overBudget, b.next = true, 1
+				return false
+			}
 		}
 	}
 	if err != nil {
@@ -398,6 +430,32 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 			return false // this input's outputs failed, and no later input's
 		}
 	}
+	return true
+}
+
+// outOfBudget handles a handler that gave up when its transaction's budget
+// ran out after took, and reports whether the input is to blame: only when
+// it was alone in its transaction, twice (once could be a passing outage
+// or pause). Otherwise the batch ends (b.overBudget) with how many records
+// the next transaction takes: when the handler took most of the budget,
+// the records before it, so that it leads the one after; else half of
+// them.
+func (rn *runner) outOfBudget(b *batch, at coords, took time.Duration) bool {
+	b.overBudget = true
+	if b.in > 1 {
+		b.next = max(1, (b.in-1)/2)
+		if took > rn.budget/2 {
+			b.next = b.in - 1
+		}
+		return false
+	}
+	b.next = 1
+	rn.p.tooSlow[at]++
+	if rn.p.tooSlow[at] < 2 {
+		return false
+	}
+	delete(rn.p.tooSlow, at)
+	b.overBudget = false
 	return true
 }
 
@@ -456,7 +514,7 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 				return
 			}
 			if b.in > 0 && hctx.Err() != nil && ctx.Err() == nil {
-				b.overBudget, b.fits, ok = true, b.in, false
+				b.overBudget, b.next, ok = true, max(1, b.in/2), false
 				return
 			}
 			ok = rn.handle(ctx, hctx, b, r)
@@ -533,7 +591,7 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		}
 
 		if p.cfg.onError.kind == policyDeadLetter {
-			rn.poisoned[at] = err
+			p.poisoned[at] = err
 		}
 	}
 	switch p.cfg.onError.kind {
@@ -566,7 +624,7 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	backoff := time.Second << (attempts - 1)
 	p.logger.Warn("eos: writing a dead letter failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
 		"dead_letter_topic", p.cfg.onError.topic, "err", err, "attempt", attempts, "backoff", backoff)
-	rn.poisoned[at] = cause
+	p.poisoned[at] = cause
 	loop.Sleep(ctx, backoff)
 	return nil
 }
@@ -615,7 +673,9 @@ func transactionTimeout(cl *kgo.Client) time.Duration {
 func (p *Processor) forgetDeadLetters(b *batch) {
 	for at := range b.deadLetters {
 		delete(p.deadLetterFailures, at)
+		delete(p.poisoned, at)
 	}
+	delete(p.tooSlow, b.first)
 }
 
 // recordSpecific reports whether a produce error is the record's own fault,
@@ -643,9 +703,16 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	defer sess.Close()
 
 	var sweeper *hangSweeper
+	poll := sess.PollRecords
 	if p.cfg.hangCheck > 0 {
+		if p.cfg.onHang.kind == hangRepair {
+			if err := p.checkRepairable(ctx, sess.Client()); err != nil {
+				return err
+			}
+		}
 		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
 		sweeper.beforeClaim(ctx)
+		poll = sweeper.interruptible(sess.PollRecords)
 	}
 	// Claim the transactional id before consuming, as Kafka Streams'
 	// initTransactions does. A predecessor with this id (this process's
@@ -677,7 +744,10 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	txnTimeout := transactionTimeout(sess.Client())
 	rn.budget = transactionBudget(txnTimeout)
 	for {
-		fetches, stop, err := loop.Poll(ctx, sess.PollRecords, p.perTxn, p.logger)
+		if err := p.holdWhileHanging(ctx, sweeper); err != nil || ctx.Err() != nil {
+			return err
+		}
+		fetches, stop, err := loop.Poll(ctx, poll, p.perTxn, p.logger)
 		if stop {
 			return nil
 		}
@@ -694,6 +764,11 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		// marker: close it first, with the outcome its outputs have.
 		if sweeper != nil && disconnected.Swap(false) {
 			sweeper.beforeClaim(ctx)
+		}
+		if err := p.holdWhileHanging(ctx, sweeper); err != nil || ctx.Err() != nil {
+			// The polled records are read again by whoever runs next:
+			// no transaction took them.
+			return err
 		}
 		if err := sess.Begin(); err != nil {
 			if isFenced(err) {
@@ -748,6 +823,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			// error says. No other instance is involved; a new session
 			// registers the transactional id again and goes on.
 			p.metrics.Aborted("timeout", elapsed)
+			p.perTxn = max(1, b.in/2) // kept by the next session
 			p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",
 				"elapsed", elapsed, "transaction_timeout", txnTimeout, "records_in", b.in)
 			return &restartError{fmt.Errorf("transaction outlived its timeout (%s > %s): %w", elapsed.Round(time.Millisecond), txnTimeout, errors.Join(endErr, produceErr, flushErr))}
@@ -764,8 +840,13 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			p.metrics.Committed(b.in, b.out, elapsed)
 			p.forgetDeadLetters(b)
 			rn.isolate = false
-			if b.in >= p.perTxn && p.perTxn < p.cfg.maxRecords && elapsed < rn.budget/4 {
-				p.perTxn = min(2*p.perTxn, p.cfg.maxRecords)
+			if b.in >= p.perTxn && p.perTxn < p.cfg.maxRecords {
+				switch {
+				case elapsed < rn.budget/8:
+					p.perTxn = min(2*p.perTxn, p.cfg.maxRecords)
+				case elapsed < rn.budget/2:
+					p.perTxn = min(p.perTxn+max(1, p.perTxn/4), p.cfg.maxRecords)
+				}
 			}
 			continue
 		case wantCommit && !b.shutdown && !sawRevoke && !p.knownAbort(ctx, adm, b):
@@ -798,10 +879,10 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		if b.shutdown {
 			return nil
 		}
-		if reason == "budget" {
-			p.perTxn = max(1, b.fits/2)
+		if b.overBudget {
+			p.perTxn = b.next
 			p.logger.Warn("eos: handlers ran out of the transaction's budget before the polled records were handled; ended the transaction early and taking fewer records per transaction",
-				"budget", rn.budget, "handled_in_budget", b.fits, "records_per_transaction", p.perTxn)
+				"budget", rn.budget, "records_in", b.in, "records_per_transaction", p.perTxn)
 		}
 		if wantCommit {
 			continue // a rebalance: the records come back to whoever owns them now

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
@@ -376,9 +377,13 @@ func TestProcessorSurvivesBrokerHardRestart(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 		return copyHandler(out)(ctx, r)
 	}
+	// A single broker's restart leaves partitions leaderless while markers
+	// are written, and Kafka 4.1-4.4 then drops them (KAFKA-20734): on one
+	// broker the processors must repair what that leaves hanging.
+	repair := eos.OnHangingTransaction(eos.RepairHangingTransactions())
 	procs := []*running{
-		startProcessor(t, slow, processorOpts(k, group, in, "0")...),
-		startProcessor(t, slow, processorOpts(k, group, in, "1")...),
+		startProcessor(t, slow, append(processorOpts(k, group, in, "0"), repair)...),
+		startProcessor(t, slow, append(processorOpts(k, group, in, "1"), repair)...),
 	}
 	waitFor(t, 2*time.Minute, "30% of the output", func() bool { return progress.n.Load() >= n*3/10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -435,8 +440,9 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 // (KIP-664), as Kafka 4.4 leaves one after broker bounces: its coordinator
 // ended it, or lost it, but its offset commit (offset 500 on partition 0)
 // stays pending with no marker to come, and the group's partition 0 is
-// blocked for good. A processor with the same transactional id must close
-// it with the coordinator's outcome: a commit applies the offset (the
+// blocked for good. A processor with the same transactional id that opted
+// in to RepairHangingTransactions must close it with the coordinator's
+// outcome: a commit applies the offset (the
 // predecessor had done partition 0 up to 500, and redoing it would
 // duplicate); an abort, or a transaction the coordinator never registered
 // (it can never have committed), discards it (nothing up to 500 was done,
@@ -482,12 +488,124 @@ func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 				}
 			}
 			progress := followCommitted(t, k, out)
-			p := startProcessor(t, copyHandler(out), append(opts, eos.HangingTransactionCheck(time.Second))...)
+			p := startProcessor(t, copyHandler(out), append(opts, eos.HangingTransactionCheck(time.Second),
+				eos.OnHangingTransaction(eos.RepairHangingTransactions()))...)
 			waitFor(t, time.Minute, "every input left to do copied", func() bool { return progress.n.Load() >= int64(len(want)) })
 			if err := p.stop(t); err != nil {
 				t.Fatalf("processor stopped with %v", err)
 			}
 			t.Logf("%d inputs left to do; verifier: %v", len(want), k.VerifyTopic(want, out, verifyTimeout))
 		})
+	}
+}
+
+// The same hanging transactions without opting in to repair. By default
+// the processor must write nothing: Run returns a *HangingTransactionError
+// naming the partition, the producer, where the transaction starts and the
+// outcome its records have, the hang is still there afterwards, and
+// nothing was copied (a transaction of its own would have joined the
+// hanging one). Under WaitWhenHanging it holds, copying nothing, until an
+// operator closes the transaction (here, by hand with WriteTxnMarkers, as
+// kafka-transactions.sh does), then copies every input once.
+func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *testing.T) {
+	t.Parallel()
+	b := integration.StartLocalBroker(t)
+	cases := map[string]struct {
+		end     hangingEnd
+		policy  eos.HangingPolicy
+		outcome string
+	}{
+		"stop/committed": {hangCommitted, eos.StopWhenHanging(), "committed"},
+		"stop/forgotten": {hangForgotten, eos.StopWhenHanging(), "aborted"},
+		"wait/aborted":   {hangAborted, eos.WaitWhenHanging(), "aborted"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := b.KafkaCluster
+			in, out, side := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
+			group := integration.UniqueName(t, "g")
+			const n, pending = 1_000, 500
+			inputs := k.SeedHostile(in, n, 100)
+			txnID, err := eos.StableTransactionalID(group, "0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaveHangingTransaction(t, b, txnID, group, in, side, pending, c.end)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			opts := append(processorOpts(k, group, in, "0"), eos.HangingTransactionCheck(time.Second))
+			if name != "stop/committed" { // the default is stop
+				opts = append(opts, eos.OnHangingTransaction(c.policy))
+			}
+			progress := followCommitted(t, k, out)
+			p := startProcessor(t, copyHandler(out), opts...)
+			if c.policy == eos.StopWhenHanging() {
+				err := p.wait(t, 2*time.Minute)
+				var h *eos.HangingTransactionError
+				if !errors.As(err, &h) || !errors.Is(err, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Outcome != c.outcome {
+					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets with outcome %s", err, c.outcome)
+				}
+				requireUnstable(ctx, t, k, group, in) // left as it was: no marker written
+				if got := len(k.ReadNow(out, kgo.ReadUncommitted(), 10*time.Second)); got != 0 {
+					t.Fatalf("%d records written to the output; the processor must not begin a transaction past a hanging one", got)
+				}
+				t.Logf("Run: %v", err)
+				return
+			}
+			time.Sleep(5 * time.Second)
+			if got := progress.n.Load(); got != 0 {
+				t.Fatalf("%d records copied while the transaction hung", got)
+			}
+			select {
+			case <-p.finished:
+				t.Fatalf("Run returned %v; under WaitWhenHanging it must wait", p.err)
+			default:
+			}
+			closeHangingByHand(ctx, t, k, txnID, false)
+			waitFor(t, 2*time.Minute, "every input copied once the transaction was closed", func() bool { return progress.n.Load() >= n })
+			if err := p.stop(t); err != nil {
+				t.Fatalf("processor stopped with %v", err)
+			}
+			t.Logf("verifier: %v", k.VerifyInputs(inputs, out, verifyTimeout))
+		})
+	}
+}
+
+// closeHangingByHand writes the marker an operator would (as
+// kafka-transactions.sh does) to every partition of __consumer_offsets that
+// holds txnID's producer open.
+func closeHangingByHand(ctx context.Context, t *testing.T, k *integration.KafkaCluster, txnID string, commit bool) {
+	t.Helper()
+	described, err := k.Admin.DescribeTransactions(ctx, txnID)
+	if err != nil {
+		t.Fatalf("DescribeTransactions: %v", err)
+	}
+	pid := described[txnID].ProducerID
+	topics, err := k.Admin.ListTopics(ctx, "__consumer_offsets")
+	if err != nil {
+		t.Fatalf("ListTopics: %v", err)
+	}
+	producers, err := k.Admin.DescribeProducers(ctx, topics.TopicsSet())
+	if err != nil {
+		t.Fatalf("DescribeProducers: %v", err)
+	}
+	closed := 0
+	producers.EachProducer(func(p kadm.DescribedProducer) {
+		if p.ProducerID != pid || p.CurrentTxnStartOffset < 0 {
+			return
+		}
+		resp, err := k.Admin.WriteTxnMarkers(ctx, kadm.TxnMarkers{ProducerID: pid, ProducerEpoch: p.ProducerEpoch,
+			CoordinatorEpoch: p.CoordinatorEpoch, Commit: commit, Topics: kadm.TopicsSet{p.Topic: {p.Partition: {}}}})
+		if err == nil {
+			resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) { err = errors.Join(err, r.Err) })
+		}
+		if err != nil {
+			t.Fatalf("WriteTxnMarkers: %v", err)
+		}
+		closed++
+	})
+	if closed == 0 {
+		t.Fatal("no hanging transaction of " + txnID + " to close")
 	}
 }

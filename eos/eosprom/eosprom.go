@@ -9,6 +9,7 @@
 //	records_in_total, records_out_total                        counters (committed work only)
 //	rebalances_total                                           counter
 //	fencings_total                                             counter
+//	hanging_transactions_total{outcome}                        counter
 //	transaction_duration_seconds{outcome}                      histogram
 //
 // For the franz-go client's own metrics (bytes, requests, buffered records),
@@ -31,10 +32,14 @@ type Metrics struct {
 	recordsOut   prometheus.Counter
 	rebalances   prometheus.Counter
 	fencings     prometheus.Counter
+	hanging      *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 }
 
-var _ eos.Metrics = (*Metrics)(nil)
+var (
+	_ eos.Metrics        = (*Metrics)(nil)
+	_ eos.HangingMetrics = (*Metrics)(nil)
+)
 
 // Option configures New.
 type Option func(*config)
@@ -75,12 +80,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		recordsOut: counter("records_out_total", "Output records of committed transactions."),
 		rebalances: counter("rebalances_total", "Times the group took partitions from a processor."),
 		fencings:   counter("fencings_total", "Times a newer instance with the same transactional id fenced a processor."),
+		hanging: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: c.namespace, Subsystem: "processor", Name: "hanging_transactions_total", ConstLabels: c.labels,
+			Help: "Hanging transactions of a processor found in a partition, by the outcome their records elsewhere have (committed, aborted, unknown).",
+		}, []string{"outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: c.namespace, Subsystem: "processor", Name: "transaction_duration_seconds", ConstLabels: c.labels,
 			Help: "Time from the start of a transaction to its commit or abort.", Buckets: c.buckets,
 		}, []string{"outcome"}),
 	}
-	for _, col := range []prometheus.Collector{m.transactions, m.recordsIn, m.recordsOut, m.rebalances, m.fencings, m.duration} {
+	for _, col := range []prometheus.Collector{m.transactions, m.recordsIn, m.recordsOut, m.rebalances, m.fencings, m.hanging, m.duration} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
@@ -107,3 +116,6 @@ func (m *Metrics) Rebalanced() { m.rebalances.Inc() }
 
 // Fenced implements eos.Metrics.
 func (m *Metrics) Fenced() { m.fencings.Inc() }
+
+// HangingTransaction implements eos.HangingMetrics.
+func (m *Metrics) HangingTransaction(outcome string) { m.hanging.WithLabelValues(outcome).Inc() }

@@ -88,7 +88,11 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			return []*kgo.Record{{Topic: out, Key: r.Key, Value: integration.CopyValue(r)}}, nil
 		}, eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
-			eos.CommitInterval(200*time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Logger(logger), eos.ClientOptions(clientOpts...))
+			eos.CommitInterval(200*time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Logger(logger), eos.ClientOptions(clientOpts...),
+			// The suite bounces a single broker, which Kafka 4.1-4.4
+			// answers by dropping transaction markers (KAFKA-20734):
+			// repair what that leaves hanging rather than stop.
+			eos.OnHangingTransaction(eos.RepairHangingTransactions()))
 		if err != nil {
 			return err
 		}
