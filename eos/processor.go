@@ -341,9 +341,9 @@ type inputKey struct{}
 // runner is what the two loops share: how to produce within the current
 // batch and how to handle one record.
 type runner struct {
-	p        *Processor
-	produce  func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
-	flush    func(ctx context.Context) error
+	p       *Processor
+	produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	flush   func(ctx context.Context) error
 	// isolate makes the next batch settle each input's outputs before
 	// the next input is handled: set after a failure that several
 	// inputs' outputs shared, so that a failure is traced to one input.
