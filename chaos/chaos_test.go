@@ -32,7 +32,9 @@ type scenario struct {
 	name   string
 	dbOnly bool // only for the database paths
 	full   bool // only in the full matrix (make chaos): it disturbs shared services
-	inject func(ctx context.Context, r *runCtx) error
+	// copierArgs are added to every copier's arguments.
+	copierArgs []string
+	inject     func(ctx context.Context, r *runCtx) error
 }
 
 var scenarios = []scenario{
@@ -55,7 +57,7 @@ var scenarios = []scenario{
 		stopped.signal(syscall.SIGCONT)
 		return nil
 	}},
-	{name: "sigstop-owner", dbOnly: true, inject: func(ctx context.Context, r *runCtx) error {
+	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, inject: func(ctx context.Context, r *runCtx) error {
 		// The copier owning the most partitions stalls past its session
 		// timeout, the others take its partitions over (each batch of a
 		// taker then spans its own partitions and a taken one) and
@@ -72,7 +74,9 @@ var scenarios = []scenario{
 			return fmt.Errorf("copier %s owns %v; want at least 2 partitions to spread", owner.name, parts)
 		}
 		r.stalls = append(r.stalls, stall{owner, owner.staleCommits.Load()})
-		owner.signal(syscall.SIGSTOP)
+		if err := r.stopInTransaction(ctx, owner); err != nil {
+			return err
+		}
 		defer owner.signal(syscall.SIGCONT)
 		return r.waitTaken(ctx, owner, parts)
 	}},
@@ -92,7 +96,7 @@ var paths = []string{"eos", "offsetstore", "dedup"}
 const sessionTimeout = 6 * time.Second
 
 // subset is what make test runs: one scenario per path.
-var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-owner", "dedup": "broker-kill"}
+var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-copier", "dedup": "broker-kill"}
 
 // TestChaos runs copiers as separate processes and injects faults into them,
 // the broker and PostgreSQL, the way Apache Kafka's exactly-once system test
@@ -166,6 +170,7 @@ type runCtx struct {
 	stalls  []stall
 	adm     *kadm.Client
 	group   string
+	pool    *pgxpool.Pool // the database paths' results database
 }
 
 type stall struct {
@@ -209,6 +214,40 @@ func (r *runCtx) busiest(ctx context.Context) (*copier, []int32, error) {
 		case <-ctx.Done():
 			return nil, nil, fmt.Errorf("the group did not become stable with every live copier in it (last: %s): %w", last, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// stopInTransaction SIGSTOPs c while it is inside a database transaction
+// (its batch's rows claimed, its handler's work not committed), as
+// pg_stat_activity shows it: stopped anywhere else, it may wake with no
+// batch to commit. It watches for a transaction, stops c, and checks the
+// same transaction is still open; else it lets c go on and watches again,
+// until ctx ends.
+func (r *runCtx) stopInTransaction(ctx context.Context, c *copier) error {
+	openSince := func() (time.Time, error) {
+		var since *time.Time
+		err := r.pool.QueryRow(ctx, `SELECT max(xact_start) FROM pg_stat_activity WHERE application_name = $1`, copierClientID+c.name).Scan(&since)
+		if err != nil || since == nil {
+			return time.Time{}, err
+		}
+		return *since, nil
+	}
+	var lastErr error
+	for tries := 1; ; tries++ {
+		if since, err := openSince(); err != nil || since.IsZero() {
+			lastErr = err
+		} else {
+			c.signal(syscall.SIGSTOP)
+			if still, err := openSince(); err == nil && still.Equal(since) {
+				return nil
+			}
+			c.signal(syscall.SIGCONT)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("copier %s was never caught inside a database transaction in %d tries (last error %v): %w", c.name, tries, lastErr, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }
@@ -364,7 +403,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		t.Fatal(err)
 	}
 	positions := committedPositions(t, k, in)
-	args := []string{"-path", path, "-brokers", strings.Join(k.Brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String()}
+	args := append([]string{"-path", path, "-brokers", strings.Join(k.Brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String()}, sc.copierArgs...)
 
 	var pool *pgxpool.Pool
 	var out, table string
@@ -402,7 +441,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	}
 
-	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, adm: kadm.NewClient(k.Client()), group: group}
+	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, adm: kadm.NewClient(k.Client()), group: group, pool: pool}
 	r.copiers = []*copier{r.start("0"), r.start("1"), r.start("2")}
 	t.Cleanup(func() {
 		for _, c := range r.copiers {

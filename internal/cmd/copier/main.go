@@ -47,6 +47,7 @@ func main() {
 	instance := flag.String("instance", "0", "stable instance name (eos transactional id)")
 	session := flag.Duration("session-timeout", 6*time.Second, "group session timeout")
 	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
+	delay := flag.Duration("record-delay", 0, "time the handler spends on each record (database paths), so that a run lasts long enough for its faults")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -68,7 +69,7 @@ func main() {
 			With("copier", *instance, "pid", os.Getpid())
 		clientOpts = append(clientOpts, kgo.WithLogger(kslog.New(kgoLog)))
 	}
-	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, logger, clientOpts)
+	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, logger, clientOpts)
 	switch {
 	case errors.Is(err, eos.ErrFenced):
 		fmt.Fprintln(os.Stderr, "copier: fenced:", err)
@@ -79,7 +80,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, logger *slog.Logger, clientOpts []kgo.Opt) error {
+func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, logger *slog.Logger, clientOpts []kgo.Opt) error {
 	if path == "eos" {
 		txnID, err := eos.StableTransactionalID(group, instance)
 		if err != nil {
@@ -99,7 +100,14 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 		return p.Run(ctx)
 	}
 
-	pool, err := pgxpool.New(ctx, dbURL)
+	poolCfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	// The application name shows the instance in pg_stat_activity, where
+	// the chaos suite waits to catch it inside a transaction.
+	poolCfg.ConnConfig.RuntimeParams["application_name"] = "eoskit-copier-" + instance
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
 	}
@@ -109,6 +117,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 	case "offsetstore":
 		r, err := offsetstore.New(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 			for _, rec := range recs {
+				time.Sleep(delay)
 				if _, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset); err != nil {
 					return err
 				}
@@ -129,6 +138,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			return err
 		}
 		c, err := dedup.NewConsumer(pool, store, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+			time.Sleep(delay)
 			_, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset)
 			return err
 		}, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(in), dedup.ID(dedup.KeyID()),
