@@ -152,10 +152,13 @@ func produceError(r *kgo.Record, err error) error {
 // HangingTransactionError is what Run returns, under [StopWhenHanging],
 // when a partition holds one of the processor's own transactions open
 // while its coordinator has moved on (KIP-664): no marker will ever close
-// it, and the processor's next transaction would join it there. Close it
-// (kafka-transactions.sh --bootstrap-server B abort --topic T --partition P
-// --start-offset O for an abort; a commit needs a marker written with the
-// committed outcome), then run the processor again.
+// it, and the processor's next transaction would join it there. An
+// operator closes it with the outcome its records already have: for
+// "aborted", kafka-transactions.sh --bootstrap-server B abort --topic T
+// --partition P --start-offset O (it needs ClusterAction); for "committed",
+// only a commit marker will do, which kafka-transactions.sh cannot write
+// (RepairHangingTransactions can); for "unknown", find out first (read the
+// output partitions' markers). Then run the processor again.
 type HangingTransactionError struct {
 	Topic         string
 	Partition     int32

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -32,7 +33,11 @@ import (
 // its last stable offset stuck, and read_committed readers saw nothing past
 // it.
 //
-// The cure is to write the missing marker (WriteTxnMarkers, as
+// By default a processor only looks (DescribeProducers,
+// DescribeTransactions), reports what it finds with the evidence of its
+// outcome, and stops or waits (HangingPolicy) before a transaction of its
+// own could join it. Under RepairHangingTransactions it closes it: the
+// cure is to write the missing marker (WriteTxnMarkers, as
 // kafka-transactions.sh does), and it must carry the outcome the
 // transaction's records already have, or exactly-once breaks: aborting an
 // offset commit whose outputs are visible duplicates them, committing one
@@ -73,13 +78,15 @@ type hangSweeper struct {
 	// mu serialises sweeps: the periodic one runs beside the one the
 	// processor runs before a transaction after a disconnect.
 	mu        sync.Mutex
-	partition int32 // of __consumer_offsets; -1 until known
-	reported  map[openTxn]bool
+	partition int32            // of __consumer_offsets; -1 until known
+	reported  map[openTxn]bool // repair mode: unknown outcomes reported
+	announced map[hangKey]bool // detect mode: hangs reported (and counted)
 	// noOffsetsTopic: the last sweep found no __consumer_offsets topic.
 	noOffsetsTopic, warnedNoOffsetsTopic bool
 	// policy is what to do with a hanging transaction; found, unless
 	// repairing, what the last sweep found hanging.
 	policy  HangingPolicy
+	v2      bool // the cluster runs transaction protocol v2
 	found   []*HangingTransactionError
 	metrics hangMetrics
 	// foundNew tells a waiting poll that a sweep found hanging
@@ -102,7 +109,7 @@ func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
 	readerOpts := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
 	return &hangSweeper{adm: adm, readerOpts: readerOpts, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
 		outcomes: &p.outcomes, committed: func() bool { return p.committed.Load() > 0 }, logger: p.logger,
-		partition: -1, reported: map[openTxn]bool{}, policy: p.cfg.onHang, metrics: hangMetrics{p.metrics}, foundNew: make(chan struct{}, 1)}
+		partition: -1, reported: map[openTxn]bool{}, announced: map[hangKey]bool{}, policy: p.cfg.onHang, metrics: hangMetrics{p.metrics}, foundNew: make(chan struct{}, 1)}
 }
 
 // partitionSet is the set of partitions a processor wrote to, filled from
@@ -339,7 +346,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		s.found = nil
 		return 0, nil // never registered: none of the open transactions is ours
 	case !ok || coord.Err != nil:
-		return 0, fmt.Errorf("describe transaction %s: %v", s.txnID, coord.Err)
+		return 0, fmt.Errorf("describe transaction %s: %w", s.txnID, coord.Err)
 	}
 	switch coord.State {
 	case "PrepareCommit", "PrepareAbort", "PrepareEpochFence":
@@ -367,6 +374,12 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			decisions[p.ProducerEpoch] = d
 		}
 		commit, known, wait := d.commit, d.known, d.wait
+		if !s.v2 {
+			// Under transaction protocol v1 a producer keeps its epoch
+			// across transactions: neither the coordinator's state nor
+			// what this processor remembers names one transaction.
+			known, d.evidence = false, "none: the cluster runs transaction protocol v1, where an epoch spans many transactions"
+		}
 		if s.policy.kind != hangRepair {
 			// Detect only: no marker is written. The processor stops
 			// or waits before its next transaction, whose records
@@ -455,18 +468,23 @@ func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found
 	slices.SortFunc(found, func(a, b *HangingTransactionError) int {
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
+	seen := map[hangKey]bool{}
 	for _, h := range found {
-		k := openTxn{h.ProducerID, h.Topic, h.Partition}
-		if s.reported[k] {
+		k := hangKey{h.ProducerID, h.ProducerEpoch, h.Topic, h.Partition, h.StartOffset}
+		seen[k] = true
+		if s.announced[k] {
 			continue
 		}
-		s.reported[k] = true
+		s.announced[k] = true
 		s.metrics.hanging(h.Outcome)
 		s.logger.Error("eos: a transaction of this processor hangs: its partition holds it open and its coordinator has moved on. Not writing past it; close it with kafka-transactions.sh once its outcome is known (or opt in to eos.RepairHangingTransactions)",
 			"partition", fmt.Sprintf("%s[%d]", h.Topic, h.Partition), "owner_producer_id", h.ProducerID,
 			"owner_producer_epoch", h.ProducerEpoch, "open_since_offset", h.StartOffset,
 			"outcome", h.Outcome, "evidence", h.Evidence)
 	}
+	// A hang closed since is forgotten: another one later in the same
+	// partition is news.
+	maps.DeleteFunc(s.announced, func(k hangKey, _ bool) bool { return !seen[k] })
 	s.found = found
 	if len(found) > 0 {
 		select {
@@ -615,6 +633,15 @@ func coordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, k
 	return false, false
 }
 
+// hangKey names one hanging transaction in one partition.
+type hangKey struct {
+	producerID  int64
+	epoch       int16
+	topic       string
+	partition   int32
+	startOffset int64
+}
+
 // openTxn names a transaction a partition holds open.
 type openTxn struct {
 	producerID int64
@@ -627,6 +654,18 @@ func (s *hangSweeper) openTransactions(ctx context.Context, set kadm.TopicsSet) 
 	described, err := s.adm.DescribeProducers(ctx, set)
 	if err != nil {
 		return nil, fmt.Errorf("describe producers: %w", err)
+	}
+	// A partition that could not be described (leaderless right after a
+	// bounce, say) may hold a hanging transaction: the sweep fails, and
+	// what the last one found stands.
+	var partErr error
+	described.EachPartition(func(p kadm.DescribedProducersPartition) {
+		if p.Err != nil {
+			partErr = errors.Join(partErr, fmt.Errorf("describe producers of %s[%d]: %w", p.Topic, p.Partition, p.Err))
+		}
+	})
+	if partErr != nil {
+		return nil, partErr
 	}
 	open := map[openTxn]kadm.DescribedProducer{}
 	described.EachProducer(func(p kadm.DescribedProducer) {
@@ -698,18 +737,9 @@ func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client) error {
 	refuse := func(reason string) error {
 		return &ConfigError{Setting: "OnHangingTransaction", Semantics: p.cfg.semantics, Reason: "RepairHangingTransactions: " + reason}
 	}
-	versions, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(versions.ErrorCode)
-	}
+	level, err := transactionVersion(ctx, cl)
 	if err != nil {
-		return &restartError{fmt.Errorf("read the cluster's transaction.version: %w", err)}
-	}
-	var level int16
-	for _, f := range versions.FinalizedFeatures {
-		if f.Name == "transaction.version" {
-			level = f.MaxVersionLevel
-		}
+		return &restartError{err}
 	}
 	if level < 2 {
 		return refuse(fmt.Sprintf("the cluster runs transaction.version %d; the outcome written rests on transaction protocol v2 (transaction.version 2, an epoch per transaction)", level))
@@ -726,7 +756,29 @@ func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client) error {
 	case err != nil:
 		return &restartError{fmt.Errorf("read the cluster's authorized operations: %w", err)}
 	case !slices.Contains(kadm.DecodeACLOperations(described.ClusterAuthorizedOperations), kadm.OpClusterAction):
-		return refuse("this principal lacks ClusterAction on the cluster, which WriteTxnMarkers needs")
+		// A principal without Describe on the cluster is told of no
+		// operation at all: it cannot be told apart from one without
+		// ClusterAction, and both are refused.
+		return refuse("the cluster does not show ClusterAction (which WriteTxnMarkers needs) among this principal's operations; it needs Describe on the cluster too, for the check")
 	}
 	return nil
+}
+
+// transactionVersion reads the cluster's finalized transaction.version (0
+// when it lists none: transaction protocol v1).
+func transactionVersion(ctx context.Context, cl *kgo.Client) (int16, error) {
+	versions, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(versions.ErrorCode)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the cluster's transaction.version: %w", err)
+	}
+	var level int16
+	for _, f := range versions.FinalizedFeatures {
+		if f.Name == "transaction.version" {
+			level = f.MaxVersionLevel
+		}
+	}
+	return level, nil
 }

@@ -165,7 +165,11 @@ func OnHandlerError(p ErrorPolicy) Option {
 // and read_committed readers see nothing past it. Worse, the producer's
 // next transaction writing to that partition joins it, and one marker then
 // decides both: records lost or aborted ones made visible. So the
-// processor never begins a transaction while it knows of one.
+// processor begins no transaction while it knows of one. It learns of one
+// at the sweeps above; a hang that a bounce leaves between two sweeps, in a
+// partition the processor keeps writing to, can be joined before the next
+// one (on a cluster with replication, where leadership moves on a bounce,
+// the chaos suite has not seen one form).
 //
 // For each, it works out the outcome the transaction's records already
 // have, to report it (and, under [RepairHangingTransactions], to write it):

@@ -151,7 +151,10 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 //
 // It returns an error wrapping [ErrFenced] when a newer instance with the
 // same transactional id took over, a *HandlerError under the [Stop] policy,
-// and other errors only when the client fails repeatedly. A Processor runs
+// a *DeadLetterError when a dead letter cannot be written, a
+// *HangingTransactionError under [StopWhenHanging], a *ConfigError when
+// the cluster refuses [RepairHangingTransactions], and other errors only
+// when the client fails repeatedly. A Processor runs
 // once at a time; to restart, call Run again.
 func (p *Processor) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
@@ -238,18 +241,34 @@ func (p *Processor) holdWhileHanging(ctx context.Context, sweeper *hangSweeper) 
 	if sweeper == nil {
 		return nil
 	}
+	confirmed := false
 	for {
 		h := sweeper.hanging()
 		if h == nil {
 			return nil
 		}
+		wait := p.cfg.hangCheck
 		if p.cfg.onHang.kind == hangStop {
-			return h
+			// One look is not enough to stop for good: a sweep that
+			// raced a transaction's end can see it open at one
+			// epoch and the coordinator past it. Look again.
+			if confirmed {
+				return h
+			}
+			confirmed, wait = true, time.Second
 		}
-		if !loop.Sleep(ctx, p.cfg.hangCheck) {
+		if !loop.Sleep(ctx, wait) {
 			return nil
 		}
-		sweeper.sweepOnce(ctx)
+		if _, err := sweeper.sweep(ctx); err != nil {
+			// Not a confirmation: what the last sweep found stands,
+			// and is looked at again.
+			confirmed = false
+			if sweeper.turnOffIfUnanswerable(err) {
+				return h // refused from now on: stopping or waiting is all that is left
+			}
+			p.logger.Debug("eos: hanging-transaction check failed", "err", err)
+		}
 	}
 }
 
@@ -711,8 +730,21 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			}
 		}
 		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
+		vctx, cancel := context.WithTimeout(ctx, endTimeout)
+		level, err := transactionVersion(vctx, sess.Client())
+		cancel()
+		if err != nil {
+			p.logger.Debug("eos: reading the cluster's transaction.version failed; outcomes of hanging transactions will be unknown", "err", err)
+		}
+		sweeper.v2 = level >= 2
 		sweeper.beforeClaim(ctx)
 		poll = sweeper.interruptible(sess.PollRecords)
+		// Before registering the transactional id, which bumps the epoch
+		// and with it the coordinator's record of how the hanging
+		// transaction ended: stopping or waiting changes nothing.
+		if err := p.holdWhileHanging(ctx, sweeper); err != nil || ctx.Err() != nil {
+			return err
+		}
 	}
 	// Claim the transactional id before consuming, as Kafka Streams'
 	// initTransactions does. A predecessor with this id (this process's

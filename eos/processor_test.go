@@ -3,6 +3,7 @@ package eos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,10 +80,10 @@ func TestProcessorExactlyOnceThroughRebalances(t *testing.T) {
 
 // countingMetrics counts what tests assert on.
 type countingMetrics struct {
-	committed, rebalances, fenced atomic.Int64
-	aborted                       *atomic.Int64
-	mu                            sync.Mutex
-	reasons                       []string
+	committed, rebalances, fenced, hanging atomic.Int64
+	aborted                                *atomic.Int64
+	mu                                     sync.Mutex
+	reasons                                []string
 }
 
 func (m *countingMetrics) Committed(int, int, time.Duration) { m.committed.Add(1) }
@@ -94,8 +95,9 @@ func (m *countingMetrics) Aborted(reason string, _ time.Duration) {
 	m.reasons = append(m.reasons, reason)
 	m.mu.Unlock()
 }
-func (m *countingMetrics) Rebalanced() { m.rebalances.Add(1) }
-func (m *countingMetrics) Fenced()     { m.fenced.Add(1) }
+func (m *countingMetrics) Rebalanced()               { m.rebalances.Add(1) }
+func (m *countingMetrics) HangingTransaction(string) { m.hanging.Add(1) }
+func (m *countingMetrics) Fenced()                   { m.fenced.Add(1) }
 
 func (m *countingMetrics) abortReasons() string {
 	m.mu.Lock()
@@ -534,23 +536,40 @@ func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *te
 			leaveHangingTransaction(t, b, txnID, group, in, side, pending, c.end)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			opts := append(processorOpts(k, group, in, "0"), eos.HangingTransactionCheck(time.Second))
+			metrics := &countingMetrics{}
+			opts := append(processorOpts(k, group, in, "0"), eos.HangingTransactionCheck(time.Second), eos.WithMetrics(metrics))
 			if name != "stop/committed" { // the default is stop
 				opts = append(opts, eos.OnHangingTransaction(c.policy))
+			}
+			before, err := k.Admin.DescribeTransactions(ctx, txnID)
+			if err != nil {
+				t.Fatalf("DescribeTransactions: %v", err)
 			}
 			progress := followCommitted(t, k, out)
 			p := startProcessor(t, copyHandler(out), opts...)
 			if c.policy == eos.StopWhenHanging() {
-				err := p.wait(t, 2*time.Minute)
+				runErr := p.wait(t, 2*time.Minute)
 				var h *eos.HangingTransactionError
-				if !errors.As(err, &h) || !errors.Is(err, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Outcome != c.outcome {
-					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets with outcome %s", err, c.outcome)
+				if !errors.As(runErr, &h) || !errors.Is(runErr, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Outcome != c.outcome {
+					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets with outcome %s", runErr, c.outcome)
 				}
 				requireUnstable(ctx, t, k, group, in) // left as it was: no marker written
+				// Not registered either: that bumps the epoch, and with
+				// it goes the coordinator's evidence of the outcome.
+				after, err := k.Admin.DescribeTransactions(ctx, txnID)
+				if err != nil {
+					t.Fatalf("DescribeTransactions: %v", err)
+				}
+				if b, a := before[txnID], after[txnID]; a.State != b.State || a.ProducerEpoch != b.ProducerEpoch {
+					t.Fatalf("the coordinator went from %s at epoch %d to %s at %d: the processor registered its id past a hang", b.State, b.ProducerEpoch, a.State, a.ProducerEpoch)
+				}
+				if got := metrics.hanging.Load(); got != 1 {
+					t.Fatalf("HangingTransaction called %d times; want once", got)
+				}
 				if got := len(k.ReadNow(out, kgo.ReadUncommitted(), 10*time.Second)); got != 0 {
 					t.Fatalf("%d records written to the output; the processor must not begin a transaction past a hanging one", got)
 				}
-				t.Logf("Run: %v", err)
+				t.Logf("Run: %v", runErr)
 				return
 			}
 			time.Sleep(5 * time.Second)
@@ -608,4 +627,114 @@ func closeHangingByHand(ctx context.Context, t *testing.T, k *integration.KafkaC
 	if closed == 0 {
 		t.Fatal("no hanging transaction of " + txnID + " to close")
 	}
+}
+
+// Broker bounces on a three-node cluster (RF=3, min.insync.replicas=2),
+// with the hanging-transaction check at its default (detect and stop, no
+// marker ever written): SIGKILL of the node leading an output partition,
+// SIGKILL of the node coordinating a processor's transactions, each started
+// again, then a clean rolling restart of all three. Leadership moves on
+// every bounce, so no partition is leaderless while markers are written
+// (KAFKA-20734 needs that), and nothing may hang: every input copied
+// exactly once, no processor stopped (a hang would stop it with
+// *HangingTransactionError), and no transaction left open in any partition
+// at the end (DescribeProducers). Inputs come from a transactional producer
+// that also aborts.
+func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
+	t.Parallel()
+	c := integration.StartLocalCluster(t)
+	k := c.KafkaCluster
+	in, out := k.NewTopic(3), k.NewTopic(3)
+	group := integration.UniqueName(t, "g")
+	inputs := k.SeedHostile(in, 30_000, 500)
+	n := int64(len(inputs.Committed))
+	progress := followCommitted(t, k, out)
+	slow := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		time.Sleep(200 * time.Microsecond)
+		return copyHandler(out)(ctx, r)
+	}
+	procs := []*running{
+		startProcessor(t, slow, processorOpts(k, group, in, "0")...),
+		startProcessor(t, slow, processorOpts(k, group, in, "1")...),
+	}
+	txnID, err := eos.StableTransactionalID(group, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	leaderOf := func(topic string, partition int32) int {
+		md, err := k.Admin.Metadata(ctx, topic)
+		if err != nil {
+			t.Fatalf("metadata: %v", err)
+		}
+		return int(md.Topics[topic].Partitions[partition].Leader)
+	}
+	coordinatorOf := func(txnID string) int {
+		resp := k.Admin.FindTxnCoordinators(ctx, txnID)
+		r, ok := resp[txnID]
+		if !ok || r.Err != nil {
+			t.Fatalf("find coordinator of %s: %v", txnID, r.Err)
+		}
+		return int(r.NodeID)
+	}
+	bounces := []struct {
+		at   int64
+		what string
+		do   func() error
+	}{
+		{n / 4, "SIGKILL the leader of an output partition", func() error {
+			node := leaderOf(out, 0)
+			if err := c.Kill(ctx, node); err != nil {
+				return err
+			}
+			return c.StartNode(ctx, node)
+		}},
+		{n / 2, "SIGKILL the transaction coordinator of processor 0", func() error {
+			node := coordinatorOf(txnID)
+			if err := c.Kill(ctx, node); err != nil {
+				return err
+			}
+			return c.StartNode(ctx, node)
+		}},
+		{3 * n / 4, "a clean rolling restart", func() error { return c.RollingRestart(ctx, false) }},
+	}
+	for _, b := range bounces {
+		waitFor(t, 3*time.Minute, fmt.Sprintf("%d outputs before %s", b.at, b.what), func() bool { return progress.n.Load() >= b.at })
+		start := time.Now()
+		if err := b.do(); err != nil {
+			t.Fatalf("%s: %v", b.what, err)
+		}
+		t.Logf("%s at %d outputs, %s", b.what, progress.n.Load(), time.Since(start).Round(time.Millisecond))
+		for i, p := range procs {
+			select {
+			case <-p.finished:
+				t.Fatalf("processor %d returned %v after %s", i, p.err, b.what)
+			default:
+			}
+		}
+	}
+	waitFor(t, 3*time.Minute, "every input copied", func() bool { return progress.n.Load() >= n })
+	for i, p := range procs {
+		if err := p.stop(t); err != nil {
+			t.Fatalf("processor %d stopped with %v", i, err)
+		}
+	}
+	rep := k.VerifyInputs(inputs, out, verifyTimeout)
+	// Nothing left open anywhere: the inputs, the outputs and the
+	// group's offsets.
+	topics, err := k.Admin.ListTopics(ctx, in, out, "__consumer_offsets")
+	if err != nil {
+		t.Fatalf("list topics: %v", err)
+	}
+	producers, err := k.Admin.DescribeProducers(ctx, topics.TopicsSet())
+	if err != nil {
+		t.Fatalf("describe producers: %v", err)
+	}
+	producers.EachProducer(func(p kadm.DescribedProducer) {
+		if p.CurrentTxnStartOffset >= 0 {
+			t.Errorf("%s[%d] holds producer %d's transaction open since offset %d", p.Topic, p.Partition, p.ProducerID, p.CurrentTxnStartOffset)
+		}
+	})
+	t.Logf("verifier: %v; no transaction open in %d partitions", rep, len(topics.TopicsSet()[in])+len(topics.TopicsSet()[out])+len(topics.TopicsSet()["__consumer_offsets"]))
 }

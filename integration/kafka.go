@@ -117,14 +117,15 @@ func UniqueName(tb testing.TB, prefix string) string {
 }
 
 // NewTopic creates a topic with a unique name and the given number of
-// partitions (replication factor 1), deletes it when the test ends, and
-// returns its name.
+// partitions (the cluster's default replication factor: 1 on one broker, 3
+// on the local cluster), deletes it when the test ends, and returns its
+// name.
 func (k *KafkaCluster) NewTopic(partitions int32) string {
 	k.tb.Helper()
 	topic := UniqueName(k.tb, "t")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := k.Admin.CreateTopic(ctx, partitions, 1, nil, topic)
+	resp, err := k.Admin.CreateTopic(ctx, partitions, -1, nil, topic)
 	if err == nil {
 		err = resp.Err
 	}

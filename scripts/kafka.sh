@@ -193,6 +193,9 @@ stop_with() {
 	rm -f "$PID_FILE"
 }
 
+# Sourced (by kafka-cluster.sh) for its functions only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
+
 case "${1:-}" in
 start) start ;;
 stop) stop_with TERM ;;

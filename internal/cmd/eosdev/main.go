@@ -3,7 +3,8 @@
 // ports, and waiting until a Kafka broker really answers a Metadata request.
 //
 //	eosdev freeport [N]                 prints N (default 1) free TCP ports on 127.0.0.1
-//	eosdev wait-kafka -brokers B [-timeout 120s]
+//	eosdev wait-kafka -brokers B [-min-brokers N] [-node-id ID] [-timeout 120s]
+//	eosdev wait-isr -brokers B [-timeout 120s]
 //
 // It is internal to eoskit's own tooling; users never import or run it.
 package main
@@ -21,6 +22,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func main() {
@@ -33,6 +35,8 @@ func main() {
 		err = freePorts(os.Args[2:])
 	case "wait-kafka":
 		err = waitKafka(os.Args[2:])
+	case "wait-isr":
+		err = waitISR(os.Args[2:])
 	default:
 		usage()
 	}
@@ -43,7 +47,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: eosdev freeport [N] | eosdev wait-kafka -brokers host:port [-timeout 120s]")
+	fmt.Fprintln(os.Stderr, "usage: eosdev freeport [N] | eosdev wait-kafka -brokers host:port [-min-brokers N] [-timeout 120s] | eosdev wait-isr -brokers host:port [-timeout 120s]")
 	os.Exit(2)
 }
 
@@ -76,6 +80,8 @@ func freePorts(args []string) error {
 func waitKafka(args []string) error {
 	fs := flag.NewFlagSet("wait-kafka", flag.ContinueOnError)
 	brokers := fs.String("brokers", "", "bootstrap address, host:port[,host:port]")
+	minBrokers := fs.Int("min-brokers", 1, "how many brokers Metadata must list")
+	nodeID := fs.Int("node-id", -1, "a node Metadata must list as a live broker (a restarted node lists itself only once unfenced)")
 	timeout := fs.Duration("timeout", 120*time.Second, "how long to wait")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,25 +94,80 @@ func waitKafka(args []string) error {
 		return fmt.Errorf("wait-kafka: %w", err)
 	}
 	defer cl.Close()
-	adm := kadm.NewClient(cl)
-
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	var lastErr error
 	for {
+		// A raw Metadata request: kadm's BrokerMetadata may answer from
+		// the client's cache, which can miss brokers that joined since.
 		reqCtx, reqCancel := context.WithTimeout(ctx, 3*time.Second)
-		md, err := adm.BrokerMetadata(reqCtx)
+		md, err := kmsg.NewPtrMetadataRequest().RequestWith(reqCtx, cl)
 		reqCancel()
-		if err == nil && len(md.Brokers) > 0 {
-			return nil
-		}
+		listed := *nodeID < 0
 		if err == nil {
-			err = errors.New("metadata lists no broker yet")
+			for _, b := range md.Brokers {
+				listed = listed || b.NodeID == int32(*nodeID)
+			}
+			if len(md.Brokers) >= *minBrokers && listed {
+				return nil
+			}
+			err = fmt.Errorf("metadata lists %d brokers (want %d), node %d listed: %v", len(md.Brokers), *minBrokers, *nodeID, listed)
 		}
 		lastErr = err
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait-kafka: %s did not answer Metadata within %s: %w", *brokers, *timeout, lastErr)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitISR returns once every partition of every topic (internal ones
+// included) has all its replicas in sync: after a broker came back, the
+// cluster is whole again only then, and a rolling restart must not take the
+// next broker down before.
+func waitISR(args []string) error {
+	fs := flag.NewFlagSet("wait-isr", flag.ContinueOnError)
+	brokers := fs.String("brokers", "", "bootstrap address, host:port[,host:port]")
+	timeout := fs.Duration("timeout", 120*time.Second, "how long to wait")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...))
+	if err != nil {
+		return fmt.Errorf("wait-isr: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var last string
+	for {
+		reqCtx, reqCancel := context.WithTimeout(ctx, 3*time.Second)
+		md, err := adm.Metadata(reqCtx)
+		reqCancel()
+		if err == nil {
+			last = ""
+			for _, t := range md.Topics.Sorted() {
+				for _, p := range t.Partitions.Sorted() {
+					if p.Err != nil || len(p.ISR) < len(p.Replicas) || p.Leader < 0 {
+						last = fmt.Sprintf("%s[%d]: leader %d, isr %v of replicas %v, err %v", t.Topic, p.Partition, p.Leader, p.ISR, p.Replicas, p.Err)
+						break
+					}
+				}
+				if last != "" {
+					break
+				}
+			}
+			if last == "" {
+				return nil
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait-isr: not every partition is fully in sync after %s (last: %s)", *timeout, last)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
