@@ -34,21 +34,7 @@ type LocalBroker struct {
 // broker jars.
 func StartLocalBroker(tb testing.TB) *LocalBroker {
 	tb.Helper()
-	if os.Getenv(KafkaBrokersEnv) == "" && !servicesRequired() {
-		// A private broker takes a minute or more to start and bounce:
-		// like every service, it runs when the services are up (make
-		// test), not in a quick `go test ./...`.
-		missingService(tb, "private Kafka broker", localBrokerHowTo,
-			fmt.Errorf("no services configured (%s and %s are unset)", KafkaBrokersEnv, RequireServicesEnv))
-	}
-	script, err := findScript("scripts/kafka.sh")
-	if err != nil {
-		missingService(tb, "private Kafka broker", localBrokerHowTo, err)
-	}
-	if _, err := exec.LookPath("java"); err != nil && os.Getenv("JAVA_HOME") == "" {
-		missingService(tb, "private Kafka broker", localBrokerHowTo, err)
-	}
-	b := &LocalBroker{script: script, stateDir: tb.TempDir()}
+	b := &LocalBroker{script: privateKafkaScript(tb, "private Kafka broker", "scripts/kafka.sh"), stateDir: tb.TempDir()}
 	tb.Cleanup(func() {
 		if keep := os.Getenv(KeepFailedBrokerEnv); keep != "" && tb.Failed() {
 			b.keep(tb, keep)
@@ -67,6 +53,28 @@ func StartLocalBroker(tb testing.TB) *LocalBroker {
 	}
 	b.KafkaCluster = newKafkaCluster(tb, strings.Split(brokers, ","))
 	return b
+}
+
+// privateKafkaScript returns the path of the script that runs a private
+// broker or cluster, or skips (or, with EOS_REQUIRE_SERVICES=1, fails) tb
+// when one cannot run here.
+func privateKafkaScript(tb testing.TB, what, rel string) string {
+	tb.Helper()
+	if os.Getenv(KafkaBrokersEnv) == "" && !servicesRequired() {
+		// A private broker takes a minute or more to start and bounce:
+		// like every service, it runs when the services are up (make
+		// test), not in a quick `go test ./...`.
+		missingService(tb, what, localBrokerHowTo,
+			fmt.Errorf("no services configured (%s and %s are unset)", KafkaBrokersEnv, RequireServicesEnv))
+	}
+	script, err := findScript(rel)
+	if err != nil {
+		missingService(tb, what, localBrokerHowTo, err)
+	}
+	if _, err := exec.LookPath("java"); err != nil && os.Getenv("JAVA_HOME") == "" {
+		missingService(tb, what, localBrokerHowTo, err)
+	}
+	return script
 }
 
 // KeepFailedBrokerEnv names a folder: when a test with a private broker
@@ -185,15 +193,7 @@ type LocalCluster struct {
 // Starting one takes 10 to 20 seconds and three broker JVMs.
 func StartLocalCluster(tb testing.TB) *LocalCluster {
 	tb.Helper()
-	if os.Getenv(KafkaBrokersEnv) == "" && !servicesRequired() {
-		missingService(tb, "private Kafka cluster", localBrokerHowTo,
-			fmt.Errorf("no services configured (%s and %s are unset)", KafkaBrokersEnv, RequireServicesEnv))
-	}
-	script, err := findScript("scripts/kafka-cluster.sh")
-	if err != nil {
-		missingService(tb, "private Kafka cluster", localBrokerHowTo, err)
-	}
-	c := &LocalCluster{script: script, stateDir: tb.TempDir()}
+	c := &LocalCluster{script: privateKafkaScript(tb, "private Kafka cluster", "scripts/kafka-cluster.sh"), stateDir: tb.TempDir()}
 	tb.Cleanup(func() {
 		if _, err := runScript(context.Background(), c.script, c.stateDir, "clean"); err != nil {
 			tb.Logf("integration: clean private cluster: %v", err)

@@ -82,16 +82,7 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 EOF
 		echo "127.0.0.1:${ports[2 * i - 2]}" >"$STATE_DIR/bootstrap"
-		cat >"$STATE_DIR/log4j2.properties" <<EOF
-status = warn
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = $STATE_DIR/logs/server.log
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-EOF
+		write_log4j
 		"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 			kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
 			--feature transaction.version=2 >"$STATE_DIR/logs/format.log" 2>&1 ||
@@ -107,14 +98,7 @@ start_node() {
 		return 0
 	fi
 	log "starting node $1 (log: $STATE_DIR/logs/server.log)"
-	setsid "$JAVA" -Xms384m -Xmx384m -XX:+UseG1GC -Djava.awt.headless=true \
-		-Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
-		-Dkafka.logs.dir="$STATE_DIR/logs" \
-		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
-		>"$STATE_DIR/logs/stdout.log" 2>&1 </dev/null &
-	echo $! >"$PID_FILE"
-	[ -n "${EOSKIT_OWNER_PID:-}" ] && watch_owner "$EOSKIT_OWNER_PID" "$!"
-	return 0
+	launch_broker 384m
 }
 
 # wait_whole [N] waits until node N (when given) answers Metadata itself,

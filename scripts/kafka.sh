@@ -59,6 +59,42 @@ running_pid() {
 
 bootstrap() { cat "$STATE_DIR/bootstrap"; }
 
+# write_log4j writes the logging config of the broker in $STATE_DIR: INFO,
+# to logs/server.log.
+write_log4j() {
+	cat >"$STATE_DIR/log4j2.properties" <<EOF
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = $STATE_DIR/logs/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+logger.zk.name = org.apache.zookeeper
+logger.zk.level = WARN
+EOF
+}
+
+# launch_broker HEAP starts the broker of $STATE_DIR in the background and
+# records its pid. setsid: the broker must not get the terminal's signals
+# (a Ctrl-C on make is handled by make's trap, which stops it cleanly).
+# With EOSKIT_OWNER_PID set, a watchdog stops it once that process is gone.
+launch_broker() {
+	setsid "$JAVA" -Xms"$1" -Xmx"$1" -XX:+UseG1GC -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
+		-Dkafka.logs.dir="$STATE_DIR/logs" \
+		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
+		>"$STATE_DIR/logs/stdout.log" 2>&1 </dev/null &
+	echo $! >"$PID_FILE"
+	[ -n "${EOSKIT_OWNER_PID:-}" ] && watch_owner "$EOSKIT_OWNER_PID" "$!"
+	return 0
+}
+
 # configure runs once per state folder: ports chosen now stay fixed for its
 # life, so a restart comes back on the same address and clients reconnect.
 configure() {
@@ -95,22 +131,7 @@ group.initial.rebalance.delay.ms=0
 # Zombie tests stall a member past its session timeout; let them use short ones.
 group.min.session.timeout.ms=1000
 EOF
-	cat >"$STATE_DIR/log4j2.properties" <<EOF
-status = warn
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = $STATE_DIR/logs/server.log
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-logger.kafka.name = kafka
-logger.kafka.level = INFO
-logger.apache.name = org.apache.kafka
-logger.apache.level = INFO
-logger.zk.name = org.apache.zookeeper
-logger.zk.level = WARN
-EOF
+	write_log4j
 	echo "127.0.0.1:$broker_port" >"$STATE_DIR/bootstrap"
 	local cluster_id
 	cluster_id=$("$JAVA" -cp "$LIB_DIR/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
@@ -136,15 +157,7 @@ start() {
 	# time is not counted against the broker's start-up wait.
 	(cd "$ROOT" && go build -o "$STATE_DIR/eosdev" ./internal/cmd/eosdev)
 	log "starting broker on $(bootstrap) (log: $STATE_DIR/logs/server.log)"
-	# setsid: the broker must not get the terminal's signals (a Ctrl-C on make
-	# is handled by make's trap, which stops the broker cleanly).
-	setsid "$JAVA" -Xms512m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
-		-Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
-		-Dkafka.logs.dir="$STATE_DIR/logs" \
-		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
-		>"$STATE_DIR/logs/stdout.log" 2>&1 </dev/null &
-	echo $! >"$PID_FILE"
-	[ -n "${EOSKIT_OWNER_PID:-}" ] && watch_owner "$EOSKIT_OWNER_PID" "$!"
+	launch_broker 512m
 	if ! "$STATE_DIR/eosdev" wait-kafka -brokers "$(bootstrap)" -timeout 120s; then
 		tail -n 40 "$STATE_DIR/logs/server.log" "$STATE_DIR/logs/stdout.log" >&2 || true
 		stop_with KILL
