@@ -34,7 +34,11 @@ type scenario struct {
 	full   bool // only in the full matrix (make chaos): it disturbs shared services
 	// copierArgs are added to every copier's arguments.
 	copierArgs []string
-	inject     func(ctx context.Context, r *runCtx) error
+	// cluster runs the scenario on a three-node cluster (RF=3,
+	// min.insync.replicas=2) with the copiers' hanging-transaction check
+	// at its default: detect and stop, no marker written.
+	cluster bool
+	inject  func(ctx context.Context, r *runCtx) error
 }
 
 var scenarios = []scenario{
@@ -79,6 +83,39 @@ var scenarios = []scenario{
 		}
 		defer owner.signal(syscall.SIGCONT)
 		return r.waitTaken(ctx, owner, parts)
+	}},
+	{name: "cluster-kill-leader", cluster: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
+		// The node leading input partition 0 (and likely others).
+		node, err := r.leaderOf(ctx, r.in, 0)
+		if err != nil {
+			return err
+		}
+		return r.cluster.Restart(ctx, node, true)
+	}},
+	{name: "cluster-kill-coordinator", cluster: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
+		// The node coordinating the group (and, for eos, the
+		// transactions of copier 0).
+		resp := r.adm.FindGroupCoordinators(ctx, r.group)
+		c, ok := resp[r.group]
+		if !ok || c.Err != nil {
+			return fmt.Errorf("find the group's coordinator: %v", c.Err)
+		}
+		return r.cluster.Restart(ctx, int(c.NodeID), true)
+	}},
+	{name: "cluster-pause-broker", cluster: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
+		// A hung broker: SIGSTOP past the session and request timeouts.
+		node, err := r.leaderOf(ctx, r.in, 1)
+		if err != nil {
+			return err
+		}
+		if err := r.cluster.Pause(ctx, node); err != nil {
+			return err
+		}
+		time.Sleep(2*sessionTimeout + 5*time.Second)
+		return r.cluster.Resume(ctx, node)
+	}},
+	{name: "cluster-rolling-restart", cluster: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
+		return r.cluster.RollingRestart(ctx, false)
 	}},
 	{name: "broker-kill", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, true) }},
 	{name: "broker-restart", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, false) }},
@@ -171,6 +208,21 @@ type runCtx struct {
 	adm     *kadm.Client
 	group   string
 	pool    *pgxpool.Pool // the database paths' results database
+	cluster *integration.LocalCluster
+	in      string
+}
+
+// leaderOf returns the node leading partition of topic.
+func (r *runCtx) leaderOf(ctx context.Context, topic string, partition int32) (int, error) {
+	md, err := r.adm.Metadata(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	p, ok := md.Topics[topic].Partitions[partition]
+	if !ok || p.Leader < 0 {
+		return 0, fmt.Errorf("%s[%d] has no leader", topic, partition)
+	}
+	return int(p.Leader), nil
 }
 
 type stall struct {
@@ -392,8 +444,17 @@ func (r *runCtx) successor(of *copier) {
 
 func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) string {
 	start := time.Now()
-	broker := integration.StartLocalBroker(t)
-	k := broker.KafkaCluster
+	var broker *integration.LocalBroker
+	var cluster *integration.LocalCluster
+	var k *integration.KafkaCluster
+	if sc.cluster {
+		cluster = integration.StartLocalCluster(t)
+		k = cluster.KafkaCluster
+		sc.copierArgs = append(sc.copierArgs, "-repair=false")
+	} else {
+		broker = integration.StartLocalBroker(t)
+		k = broker.KafkaCluster
+	}
 	in := k.NewTopic(4)
 	group := integration.UniqueName(t, "g")
 	// The input comes from a transactional producer that aborts every
@@ -441,7 +502,8 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	}
 
-	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, adm: kadm.NewClient(k.Client()), group: group, pool: pool}
+	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, cluster: cluster, in: in,
+		adm: kadm.NewClient(k.Client()), group: group, pool: pool}
 	r.copiers = []*copier{r.start("0"), r.start("1"), r.start("2")}
 	t.Cleanup(func() {
 		for _, c := range r.copiers {
@@ -511,6 +573,13 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if err := rep.Err(); err != nil {
 		t.Error(err)
 	}
+	if sc.cluster {
+		// Nothing may be left hanging: no partition of the input, the
+		// output or the offsets topic holds a transaction open.
+		if open := openTransactions(t, r.adm, in, out); len(open) > 0 {
+			t.Errorf("transactions left open at the end: %v", open)
+		}
+	}
 	if sc.name == "sigstop-owner" && r.staleCommits() == 0 {
 		t.Errorf("no stale commit was refused in %d stalls: the woken owner never committed, so the fault did not strike", faults)
 	}
@@ -519,6 +588,34 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		stale = fmt.Sprint(r.staleCommits())
 	}
 	return fmt.Sprintf("| %s | %s | %d | %d (+%d aborted) | %d | %d | %d | %s | %s | %s | %s | %s |", path, sc.name, faults, n, len(abortedInputs), len(r.all), fenced, r.hanging.Load(), stale, aborted, seen, rep.String(), time.Since(start).Round(time.Second))
+}
+
+// openTransactions lists the transactions that the partitions of topics
+// (empty names skipped) and of __consumer_offsets hold open.
+func openTransactions(t *testing.T, adm *kadm.Client, topics ...string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := []string{"__consumer_offsets"}
+	for _, tp := range topics {
+		if tp != "" {
+			names = append(names, tp)
+		}
+	}
+	listed, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		t.Fatalf("list topics: %v", err)
+	}
+	described, err := adm.DescribeProducers(ctx, listed.TopicsSet())
+	if err != nil {
+		t.Fatalf("describe producers: %v", err)
+	}
+	var open []string
+	described.EachProducer(func(p kadm.DescribedProducer) {
+		if p.CurrentTxnStartOffset >= 0 {
+			open = append(open, fmt.Sprintf("%s[%d] producer %d epoch %d since %d", p.Topic, p.Partition, p.ProducerID, p.ProducerEpoch, p.CurrentTxnStartOffset))
+		}
+	})
+	return open
 }
 
 func migrateOffsetstore(pool *pgxpool.Pool) error {

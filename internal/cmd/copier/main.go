@@ -47,6 +47,7 @@ func main() {
 	instance := flag.String("instance", "0", "stable instance name (eos transactional id)")
 	session := flag.Duration("session-timeout", 6*time.Second, "group session timeout")
 	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
+	repair := flag.Bool("repair", true, "eos: write the markers of hanging transactions (single broker, KAFKA-20734); false keeps the default, detect and stop")
 	delay := flag.Duration("record-delay", 0, "time the handler spends on each record (database paths), so that a run lasts long enough for its faults")
 	flag.Parse()
 
@@ -69,7 +70,7 @@ func main() {
 			With("copier", *instance, "pid", os.Getpid())
 		clientOpts = append(clientOpts, kgo.WithLogger(kslog.New(kgoLog)))
 	}
-	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, logger, clientOpts)
+	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, logger, clientOpts)
 	switch {
 	case errors.Is(err, eos.ErrFenced):
 		fmt.Fprintln(os.Stderr, "copier: fenced:", err)
@@ -80,20 +81,23 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, logger *slog.Logger, clientOpts []kgo.Opt) error {
+func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, logger *slog.Logger, clientOpts []kgo.Opt) error {
 	if path == "eos" {
 		txnID, err := eos.StableTransactionalID(group, instance)
 		if err != nil {
 			return err
 		}
-		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-			return []*kgo.Record{{Topic: out, Key: r.Key, Value: integration.CopyValue(r)}}, nil
-		}, eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
-			eos.CommitInterval(200*time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Logger(logger), eos.ClientOptions(clientOpts...),
+		opts := []eos.Option{eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
+			eos.CommitInterval(200 * time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Logger(logger), eos.ClientOptions(clientOpts...)}
+		if repair {
 			// The suite bounces a single broker, which Kafka 4.1-4.4
 			// answers by dropping transaction markers (KAFKA-20734):
 			// repair what that leaves hanging rather than stop.
-			eos.OnHangingTransaction(eos.RepairHangingTransactions()))
+			opts = append(opts, eos.OnHangingTransaction(eos.RepairHangingTransactions()))
+		}
+		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			return []*kgo.Record{{Topic: out, Key: r.Key, Value: integration.CopyValue(r)}}, nil
+		}, opts...)
 		if err != nil {
 			return err
 		}
