@@ -84,10 +84,12 @@ type hangSweeper struct {
 	// noOffsetsTopic: the last sweep found no __consumer_offsets topic.
 	noOffsetsTopic, warnedNoOffsetsTopic bool
 	// policy is what to do with a hanging transaction; found, unless
-	// repairing, what the last sweep found hanging.
+	// repairing, the first hanging transaction the last sweep found (an
+	// atomic, so that the check before every transaction never waits for
+	// a sweep in progress).
 	policy  HangingPolicy
 	v2      bool // the cluster runs transaction protocol v2
-	found   []*HangingTransactionError
+	found   atomic.Pointer[HangingTransactionError]
 	metrics hangMetrics
 	// foundNew tells a waiting poll that a sweep found hanging
 	// transactions.
@@ -96,14 +98,7 @@ type hangSweeper struct {
 
 // hanging returns the first hanging transaction the last sweep found, or
 // nil.
-func (s *hangSweeper) hanging() *HangingTransactionError {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.found) == 0 {
-		return nil
-	}
-	return s.found[0]
-}
+func (s *hangSweeper) hanging() *HangingTransactionError { return s.found.Load() }
 
 func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
 	readerOpts := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
@@ -333,7 +328,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if len(before) == 0 {
-		s.found = nil
+		s.found.Store(nil)
 		return 0, nil
 	}
 	described, err := s.adm.DescribeTransactions(ctx, s.txnID)
@@ -343,7 +338,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	coord, ok := described[s.txnID]
 	switch {
 	case ok && errors.Is(coord.Err, kerr.TransactionalIDNotFound):
-		s.found = nil
+		s.found.Store(nil)
 		return 0, nil // never registered: none of the open transactions is ours
 	case !ok || coord.Err != nil:
 		return 0, fmt.Errorf("describe transaction %s: %w", s.txnID, coord.Err)
@@ -485,7 +480,10 @@ func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found
 	// A hang closed since is forgotten: another one later in the same
 	// partition is news.
 	maps.DeleteFunc(s.announced, func(k hangKey, _ bool) bool { return !seen[k] })
-	s.found = found
+	s.found.Store(nil)
+	if len(found) > 0 {
+		s.found.Store(found[0])
+	}
 	if len(found) > 0 {
 		select {
 		case s.foundNew <- struct{}{}:
