@@ -308,9 +308,19 @@ func TestDatabaseConnectionsKilledDuringTheRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		killed += k
-		time.Sleep(150 * time.Millisecond)
+		// Every 400 ms: often enough to kill many batches, not so often
+		// that each of a batch's 10 retries (about 9 s of backoff) finds
+		// its connections dead, after which the runner rightly gives up.
+		time.Sleep(400 * time.Millisecond)
 	}
-	waitFor(t, 2*time.Minute, "every row", func() bool { return b.rows(t) >= n })
+	waitFor(t, 2*time.Minute, "every row, or Run to return", func() bool {
+		select {
+		case <-r.finished:
+			return true
+		default:
+			return b.rows(t) >= n
+		}
+	})
 	select {
 	case <-r.finished:
 		t.Fatalf("the runner gave up: %v", r.err)
