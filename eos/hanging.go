@@ -283,14 +283,14 @@ func (s *hangSweeper) turnOffIfUnanswerable(err error) bool {
 	return true
 }
 
-// sweepOnce sweeps and logs what went wrong; a refusal turns the check off.
-func (s *hangSweeper) sweepOnce(ctx context.Context) {
-	if _, err := s.sweep(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errMarkersInFlight) {
-		if s.turnOffIfUnanswerable(err) {
-			return
-		}
+// sweepOnce sweeps and logs what went wrong; a refusal turns the check
+// off. It reports whether the sweep completed.
+func (s *hangSweeper) sweepOnce(ctx context.Context) bool {
+	_, err := s.sweep(ctx)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errMarkersInFlight) && !s.turnOffIfUnanswerable(err) {
 		s.logger.Debug("eos: hanging-transaction check failed", "err", err)
 	}
+	return err == nil
 }
 
 // sweep closes this processor's hanging transactions and returns how many
@@ -729,15 +729,11 @@ func isAuthError(err error) bool {
 // transaction protocol v2 (an epoch per transaction), and WriteTxnMarkers
 // needs ClusterAction. A cluster that cannot be asked right now restarts
 // the session.
-func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client) error {
+func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client, level int16) error {
 	ctx, cancel := context.WithTimeout(ctx, endTimeout)
 	defer cancel()
 	refuse := func(reason string) error {
 		return &ConfigError{Setting: "OnHangingTransaction", Semantics: p.cfg.semantics, Reason: "RepairHangingTransactions: " + reason}
-	}
-	level, err := transactionVersion(ctx, cl)
-	if err != nil {
-		return &restartError{err}
 	}
 	if level < 2 {
 		return refuse(fmt.Sprintf("the cluster runs transaction.version %d; the outcome written rests on transaction protocol v2 (transaction.version 2, an epoch per transaction)", level))

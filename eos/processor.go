@@ -260,14 +260,13 @@ func (p *Processor) holdWhileHanging(ctx context.Context, sweeper *hangSweeper) 
 		if !loop.Sleep(ctx, wait) {
 			return nil
 		}
-		if _, err := sweeper.sweep(ctx); err != nil {
+		if !sweeper.sweepOnce(ctx) {
 			// Not a confirmation: what the last sweep found stands,
 			// and is looked at again.
 			confirmed = false
-			if sweeper.turnOffIfUnanswerable(err) {
+			if sweeper.disabled.Load() {
 				return h // refused from now on: stopping or waiting is all that is left
 			}
-			p.logger.Debug("eos: hanging-transaction check failed", "err", err)
 		}
 	}
 }
@@ -724,18 +723,20 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	var sweeper *hangSweeper
 	poll := sess.PollRecords
 	if p.cfg.hangCheck > 0 {
-		if p.cfg.onHang.kind == hangRepair {
-			if err := p.checkRepairable(ctx, sess.Client()); err != nil {
-				return err
-			}
-		}
-		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
 		vctx, cancel := context.WithTimeout(ctx, endTimeout)
 		level, err := transactionVersion(vctx, sess.Client())
 		cancel()
-		if err != nil {
+		if p.cfg.onHang.kind == hangRepair {
+			if err != nil {
+				return &restartError{err}
+			}
+			if err := p.checkRepairable(ctx, sess.Client(), level); err != nil {
+				return err
+			}
+		} else if err != nil {
 			p.logger.Debug("eos: reading the cluster's transaction.version failed; outcomes of hanging transactions will be unknown", "err", err)
 		}
+		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
 		sweeper.v2 = level >= 2
 		sweeper.beforeClaim(ctx)
 		poll = sweeper.interruptible(sess.PollRecords)

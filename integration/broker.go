@@ -43,15 +43,7 @@ func StartLocalBroker(tb testing.TB) *LocalBroker {
 			tb.Logf("integration: clean private broker: %v", err)
 		}
 	})
-	out, err := b.run(context.Background(), "start")
-	if err != nil {
-		tb.Fatalf("integration: start private broker: %v", err)
-	}
-	brokers, ok := strings.CutPrefix(strings.TrimSpace(lastLine(out)), KafkaBrokersEnv+"=")
-	if !ok {
-		tb.Fatalf("integration: scripts/kafka.sh start printed no %s line: %q", KafkaBrokersEnv, out)
-	}
-	b.KafkaCluster = newKafkaCluster(tb, strings.Split(brokers, ","))
+	b.KafkaCluster = startPrivate(tb, b.script, b.stateDir)
 	return b
 }
 
@@ -75,6 +67,21 @@ func privateKafkaScript(tb testing.TB, what, rel string) string {
 		missingService(tb, what, localBrokerHowTo, err)
 	}
 	return script
+}
+
+// startPrivate runs script's start on stateDir and connects to the
+// bootstrap addresses it prints last (KAFKA_BROKERS=a[,b,c]).
+func startPrivate(tb testing.TB, script, stateDir string) *KafkaCluster {
+	tb.Helper()
+	out, err := runScript(context.Background(), script, stateDir, "start")
+	if err != nil {
+		tb.Fatalf("integration: start %s: %v", filepath.Base(script), err)
+	}
+	brokers, ok := strings.CutPrefix(strings.TrimSpace(lastLine(out)), KafkaBrokersEnv+"=")
+	if !ok {
+		tb.Fatalf("integration: %s start printed no %s line: %q", filepath.Base(script), KafkaBrokersEnv, out)
+	}
+	return newKafkaCluster(tb, strings.Split(brokers, ","))
 }
 
 // KeepFailedBrokerEnv names a folder: when a test with a private broker
@@ -199,15 +206,7 @@ func StartLocalCluster(tb testing.TB) *LocalCluster {
 			tb.Logf("integration: clean private cluster: %v", err)
 		}
 	})
-	out, err := runScript(context.Background(), c.script, c.stateDir, "start")
-	if err != nil {
-		tb.Fatalf("integration: start private cluster: %v", err)
-	}
-	brokers, ok := strings.CutPrefix(strings.TrimSpace(lastLine(out)), KafkaBrokersEnv+"=")
-	if !ok {
-		tb.Fatalf("integration: scripts/kafka-cluster.sh start printed no %s line: %q", KafkaBrokersEnv, out)
-	}
-	c.KafkaCluster = newKafkaCluster(tb, strings.Split(brokers, ","))
+	c.KafkaCluster = startPrivate(tb, c.script, c.stateDir)
 	return c
 }
 
