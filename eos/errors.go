@@ -153,12 +153,16 @@ func produceError(r *kgo.Record, err error) error {
 // when a partition holds one of the processor's own transactions open
 // while its coordinator has moved on (KIP-664): no marker will ever close
 // it, and the processor's next transaction would join it there. An
-// operator closes it with the outcome its records already have: for
-// "aborted", kafka-transactions.sh --bootstrap-server B abort --topic T
-// --partition P --start-offset O (it needs ClusterAction); for "committed",
-// only a commit marker will do, which kafka-transactions.sh cannot write
-// (RepairHangingTransactions can); for "unknown", find out first (read the
-// output partitions' markers). Then run the processor again.
+// operator closes it with the outcome its records already have, with
+// eoskit's command (it needs ClusterAction):
+//
+//	go run github.com/eoskit/eoskit/cmd/eoskit txn close -topic T -partition P -producer-id N -dry-run
+//
+// which writes the marker of the outcome the coordinator's state gives,
+// and refuses when that is unknown until it is told (find out first: read
+// the output partitions' markers). kafka-transactions.sh abort writes only
+// abort markers: right for "aborted", wrong for "committed". Then run the
+// processor again.
 type HangingTransactionError struct {
 	Topic         string
 	Partition     int32

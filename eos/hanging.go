@@ -3,23 +3,22 @@ package eos
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
 // A hanging transaction (KIP-664) is one that a partition still holds open
@@ -59,8 +58,6 @@ import (
 // while a later live transaction has joined it somewhere, and leaves alone,
 // reporting at Error level, one whose outcome it cannot know.
 
-const offsetsTopic = "__consumer_offsets"
-
 // hangSweeper finds and closes this processor's hanging transactions in the
 // partition of __consumer_offsets that holds its group's offsets and in the
 // partitions it wrote to.
@@ -78,9 +75,9 @@ type hangSweeper struct {
 	// mu serialises sweeps: the periodic one runs beside the one the
 	// processor runs before a transaction after a disconnect.
 	mu        sync.Mutex
-	partition int32            // of __consumer_offsets; -1 until known
-	reported  map[openTxn]bool // repair mode: unknown outcomes reported
-	announced map[hangKey]bool // detect mode: hangs reported (and counted)
+	partition int32                // of __consumer_offsets; -1 until known
+	reported  map[txnscan.Key]bool // repair mode: unknown outcomes reported
+	announced map[hangKey]bool     // detect mode: hangs reported (and counted)
 	// noOffsetsTopic: the last sweep found no __consumer_offsets topic.
 	noOffsetsTopic, warnedNoOffsetsTopic bool
 	// policy is what to do with a hanging transaction; found, unless
@@ -104,7 +101,7 @@ func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
 	readerOpts := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
 	return &hangSweeper{adm: adm, readerOpts: readerOpts, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
 		outcomes: &p.outcomes, committed: func() bool { return p.committed.Load() > 0 }, logger: p.logger,
-		partition: -1, reported: map[openTxn]bool{}, announced: map[hangKey]bool{}, policy: p.cfg.onHang, metrics: hangMetrics{p.metrics}, foundNew: make(chan struct{}, 1)}
+		partition: -1, reported: map[txnscan.Key]bool{}, announced: map[hangKey]bool{}, policy: p.cfg.onHang, metrics: hangMetrics{p.metrics}, foundNew: make(chan struct{}, 1)}
 }
 
 // partitionSet is the set of partitions a processor wrote to, filled from
@@ -198,9 +195,6 @@ type disconnectFlag struct{ atomic.Bool }
 
 func (f *disconnectFlag) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { f.Store(true) }
 
-// errNoOffsetsTopic says the cluster lists no __consumer_offsets topic.
-var errNoOffsetsTopic = errors.New("no " + offsetsTopic + " topic")
-
 // errMarkersInFlight says the coordinator is ending a transaction: look
 // again once its markers are written.
 var errMarkersInFlight = errors.New("the coordinator is writing markers")
@@ -259,7 +253,7 @@ func (s *hangSweeper) warnIfNoOffsetsTopic() {
 	defer s.mu.Unlock()
 	if s.partition < 0 && s.noOffsetsTopic && !s.warnedNoOffsetsTopic && s.committed() {
 		s.warnedNoOffsetsTopic = true
-		s.logger.Warn("eos: the cluster lists no " + offsetsTopic + " topic (an in-process or non-Apache broker?); the hanging-transaction check covers only the partitions this processor writes to")
+		s.logger.Warn("eos: the cluster lists no " + txnscan.OffsetsTopic + " topic (an in-process or non-Apache broker?); the hanging-transaction check covers only the partitions this processor writes to")
 	}
 }
 
@@ -270,9 +264,9 @@ func (s *hangSweeper) warnIfNoOffsetsTopic() {
 func (s *hangSweeper) turnOffIfUnanswerable(err error) bool {
 	var why string
 	switch {
-	case isAuthError(err):
+	case txnscan.IsAuthError(err):
 		why = "not allowed to look for hanging transactions (DescribeProducers, DescribeTransactions and, to repair, WriteTxnMarkers need the ACLs listed at HangingTransactionCheck)"
-	case isUnsupportedError(err):
+	case txnscan.IsUnsupportedError(err):
 		why = "the cluster does not support the requests the check needs (DescribeProducers, DescribeTransactions: Kafka 2.8+)"
 	default:
 		return false
@@ -307,8 +301,8 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		// A cluster on which no group has found its coordinator yet has
 		// no offsets topic, and so nothing hanging in it: sweep the
 		// outputs, and look for the topic again next time.
-		p, err := s.offsetsPartition(ctx)
-		s.noOffsetsTopic = errors.Is(err, errNoOffsetsTopic)
+		p, err := txnscan.OffsetsPartition(ctx, s.adm, s.group)
+		s.noOffsetsTopic = errors.Is(err, txnscan.ErrNoOffsetsTopic)
 		switch {
 		case err == nil:
 			s.partition = p
@@ -318,12 +312,12 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	}
 	set := s.outputs.snapshot()
 	if s.partition >= 0 {
-		set.Add(offsetsTopic, s.partition)
+		set.Add(txnscan.OffsetsTopic, s.partition)
 	}
 	if len(set) == 0 {
 		return 0, nil
 	}
-	before, err := s.openTransactions(ctx, set)
+	before, err := txnscan.Open(ctx, s.adm, set)
 	if err != nil {
 		return 0, err
 	}
@@ -357,15 +351,15 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		evidence            string
 	}
 	decisions := map[int16]decision{} // one per transaction, however many partitions hold it
-	candidates := map[openTxn]decided{}
+	candidates := map[txnscan.Key]decided{}
 	var found []*HangingTransactionError
 	for k, p := range before {
-		if k.producerID != coord.ProducerID || coord.State == "Ongoing" && coord.ProducerEpoch == p.ProducerEpoch {
+		if k.ProducerID != coord.ProducerID || txnscan.Classify(coord, p, s.v2) != txnscan.Hanging {
 			continue // another producer's, or the live transaction
 		}
 		d, ok := decisions[p.ProducerEpoch]
 		if !ok {
-			d.commit, d.known, d.wait, d.evidence = s.decide(ctx, coord, k.producerID, p.ProducerEpoch, before)
+			d.commit, d.known, d.wait, d.evidence = s.decide(ctx, coord, k.ProducerID, p.ProducerEpoch, before)
 			decisions[p.ProducerEpoch] = d
 		}
 		commit, known, wait := d.commit, d.known, d.wait
@@ -383,7 +377,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			if known {
 				outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
 			}
-			found = append(found, &HangingTransactionError{Topic: k.topic, Partition: k.partition, ProducerID: k.producerID,
+			found = append(found, &HangingTransactionError{Topic: k.Topic, Partition: k.Partition, ProducerID: k.ProducerID,
 				ProducerEpoch: p.ProducerEpoch, StartOffset: p.CurrentTxnStartOffset, Outcome: outcome,
 				Evidence: fmt.Sprintf("%s; coordinator %s at epoch %d", d.evidence, coord.State, coord.ProducerEpoch)})
 			continue
@@ -394,8 +388,8 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		if !known {
 			if !s.reported[k] {
 				s.reported[k] = true
-				s.logger.Error("eos: a transaction of this processor hangs and its outcome is unknown; close it with kafka-transactions.sh once you know whether it committed",
-					"partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "owner_producer_id", k.producerID,
+				s.logger.Error("eos: a transaction of this processor hangs and its outcome is unknown; close it (eoskit txn close -outcome commit|abort) once you know whether it committed",
+					"partition", fmt.Sprintf("%s[%d]", k.Topic, k.Partition), "owner_producer_id", k.ProducerID,
 					"owner_producer_epoch", p.ProducerEpoch, "open_since_offset", p.CurrentTxnStartOffset,
 					"coordinator_state", coord.State, "coordinator_epoch", coord.ProducerEpoch)
 			}
@@ -410,7 +404,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 
-	after, err := s.openTransactions(ctx, set)
+	after, err := txnscan.Open(ctx, s.adm, set)
 	if err != nil {
 		return 0, err
 	}
@@ -423,23 +417,23 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		// One request per marker, so that a failure on one partition
 		// hides no other.
 		resp, err := s.adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{
-			ProducerID: k.producerID, ProducerEpoch: c.p.ProducerEpoch, CoordinatorEpoch: c.p.CoordinatorEpoch,
-			Commit: c.commit, Topics: kadm.TopicsSet{k.topic: {k.partition: {}}},
+			ProducerID: k.ProducerID, ProducerEpoch: c.p.ProducerEpoch, CoordinatorEpoch: c.p.CoordinatorEpoch,
+			Commit: c.commit, Topics: kadm.TopicsSet{k.Topic: {k.Partition: {}}},
 		})
 		if err == nil {
 			resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) { err = errors.Join(err, r.Err) })
 		}
 		if err != nil {
-			if isAuthError(err) {
+			if txnscan.IsAuthError(err) {
 				return closed, err
 			}
-			s.logger.Warn("eos: closing a hanging transaction failed", "partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "err", err)
+			s.logger.Warn("eos: closing a hanging transaction failed", "partition", fmt.Sprintf("%s[%d]", k.Topic, k.Partition), "err", err)
 			continue
 		}
 		closed++
 		s.logger.Warn("eos: closed a hanging transaction",
-			"partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "committed", c.commit,
-			"owner_producer_id", k.producerID, "owner_producer_epoch", c.p.ProducerEpoch,
+			"partition", fmt.Sprintf("%s[%d]", k.Topic, k.Partition), "committed", c.commit,
+			"owner_producer_id", k.ProducerID, "owner_producer_epoch", c.p.ProducerEpoch,
 			"open_since_offset", c.p.CurrentTxnStartOffset)
 	}
 	return closed, nil
@@ -451,12 +445,12 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 // and makes them what hanging returns.
 func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found []*HangingTransactionError) error {
 	if len(found) > 0 {
-		after, err := s.openTransactions(ctx, set)
+		after, err := txnscan.Open(ctx, s.adm, set)
 		if err != nil {
 			return err
 		}
 		found = slices.DeleteFunc(found, func(h *HangingTransactionError) bool {
-			q, ok := after[openTxn{h.ProducerID, h.Topic, h.Partition}]
+			q, ok := after[txnscan.Key{ProducerID: h.ProducerID, Topic: h.Topic, Partition: h.Partition}]
 			return !ok || q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.StartOffset
 		})
 	}
@@ -472,7 +466,7 @@ func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found
 		}
 		s.announced[k] = true
 		s.metrics.hanging(h.Outcome)
-		s.logger.Error("eos: a transaction of this processor hangs: its partition holds it open and its coordinator has moved on. Not writing past it; close it with kafka-transactions.sh once its outcome is known (or opt in to eos.RepairHangingTransactions)",
+		s.logger.Error("eos: a transaction of this processor hangs: its partition holds it open and its coordinator has moved on. Not writing past it; close it with the marker of its outcome (eoskit txn close: github.com/eoskit/eoskit/cmd/eoskit), or opt in to eos.RepairHangingTransactions",
 			"partition", fmt.Sprintf("%s[%d]", h.Topic, h.Partition), "owner_producer_id", h.ProducerID,
 			"owner_producer_epoch", h.ProducerEpoch, "open_since_offset", h.StartOffset,
 			"outcome", h.Outcome, "evidence", h.Evidence)
@@ -521,18 +515,18 @@ func (s *hangSweeper) interruptible(poll func(context.Context, int) kgo.Fetches)
 // then the EndTxn answer; then the coordinator's state. wait is true while
 // a partition it wrote to has it joined by a later, live transaction,
 // whose end will decide its records there: nothing is closed before that.
-func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransaction, id int64, epoch int16, open map[openTxn]kadm.DescribedProducer) (commit, known, wait bool, evidence string) {
+func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransaction, id int64, epoch int16, open map[txnscan.Key]kadm.DescribedProducer) (commit, known, wait bool, evidence string) {
 	rec, ok := s.outcomes.lookup(id, epoch)
 	if ok {
 		var seen []bool
 		for tp, first := range rec.firsts {
-			if q, isOpen := open[openTxn{id, tp.topic, tp.partition}]; isOpen && q.CurrentTxnStartOffset <= first {
+			if q, isOpen := open[txnscan.Key{ProducerID: id, Topic: tp.topic, Partition: tp.partition}]; isOpen && q.CurrentTxnStartOffset <= first {
 				if q.ProducerEpoch != epoch {
 					return false, false, true, fmt.Sprintf("joined in %s[%d] by this producer's transaction at epoch %d", tp.topic, tp.partition, q.ProducerEpoch)
 				}
 				continue // still open for this transaction: closed with the rest
 			}
-			c, found, err := s.markerAfter(ctx, tp, first, id)
+			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.topic, tp.partition, first, id)
 			if err != nil {
 				s.logger.Debug("eos: reading a transaction's marker failed", "partition", fmt.Sprintf("%s[%d]", tp.topic, tp.partition), "err", err)
 				return false, false, true, "its marker in " + fmt.Sprintf("%s[%d]", tp.topic, tp.partition) + " could not be read: " + err.Error()
@@ -553,82 +547,11 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 			return rec.committed, true, false, "this processor's EndTxn answer"
 		}
 	}
-	commit, known = coordinatorOutcome(coord, epoch)
+	commit, known = txnscan.CoordinatorOutcome(coord, epoch)
 	if !known {
 		return false, false, false, fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)
 	}
 	return commit, known, false, fmt.Sprintf("the coordinator's state (%s at epoch %d)", coord.State, coord.ProducerEpoch)
-}
-
-// markerAfter reads partition tp from offset from, read_uncommitted with
-// control records, for the first transaction marker of producer id, and
-// says whether it commits.
-func (s *hangSweeper) markerAfter(ctx context.Context, tp topicPartition, from int64, id int64) (commit, found bool, err error) {
-	ends, err := s.adm.ListEndOffsets(ctx, tp.topic)
-	if err != nil {
-		return false, false, err
-	}
-	end, ok := ends.Lookup(tp.topic, tp.partition)
-	if !ok || end.Err != nil {
-		return false, false, fmt.Errorf("end offset of %s[%d]: %v", tp.topic, tp.partition, end.Err)
-	}
-	if end.Offset <= from {
-		return false, false, nil
-	}
-	opts := append(append([]kgo.Opt{}, s.readerOpts...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{tp.topic: {tp.partition: kgo.NewOffset().At(from)}}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return false, false, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		fetches := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return false, false, err
-		}
-		done := false
-		fetches.EachRecord(func(r *kgo.Record) {
-			switch {
-			case done:
-			case r.Attrs.IsControl() && r.ProducerID == id && len(r.Key) >= 4:
-				// A control record's key is version, then type: 0 abort,
-				// 1 commit.
-				commit, found, done = binary.BigEndian.Uint16(r.Key[2:4]) == 1, true, true
-			case r.Offset+1 >= end.Offset:
-				done = true
-			}
-		})
-		if done {
-			return commit, found, nil
-		}
-	}
-}
-
-// coordinatorOutcome reads, from the coordinator's state for the
-// transactional id, how its transaction at epoch ended, when the state
-// tells. With transaction protocol v2 every transaction has its epoch, and
-// ending it bumps the coordinator's epoch: CompleteCommit or CompleteAbort
-// one epoch later is that transaction's outcome. A coordinator still at
-// that epoch and not in a transaction (Empty, or Complete* from the one
-// before) never registered it, let alone prepared its commit: a partition
-// accepts transactional data only after the coordinator registered the
-// partition, so such a transaction exists only because the coordinator
-// lost it (a broker killed mid-transaction), and only aborting matches
-// what the coordinator knows. Anything else (a later epoch) says nothing.
-func coordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, known bool) {
-	switch {
-	case coord.ProducerEpoch == epoch+1 && coord.State == "CompleteCommit":
-		return true, true
-	case coord.ProducerEpoch == epoch+1 && coord.State == "CompleteAbort":
-		return false, true
-	case coord.ProducerEpoch == epoch && (coord.State == "Empty" || coord.State == "CompleteCommit" || coord.State == "CompleteAbort"):
-		return false, true
-	}
-	return false, false
 }
 
 // hangKey names one hanging transaction in one partition.
@@ -638,90 +561,6 @@ type hangKey struct {
 	topic       string
 	partition   int32
 	startOffset int64
-}
-
-// openTxn names a transaction a partition holds open.
-type openTxn struct {
-	producerID int64
-	topic      string
-	partition  int32
-}
-
-// openTransactions returns the transactions open in set's partitions.
-func (s *hangSweeper) openTransactions(ctx context.Context, set kadm.TopicsSet) (map[openTxn]kadm.DescribedProducer, error) {
-	described, err := s.adm.DescribeProducers(ctx, set)
-	if err != nil {
-		return nil, fmt.Errorf("describe producers: %w", err)
-	}
-	// A partition that could not be described (leaderless right after a
-	// bounce, say) may hold a hanging transaction: the sweep fails, and
-	// what the last one found stands.
-	var partErr error
-	described.EachPartition(func(p kadm.DescribedProducersPartition) {
-		if p.Err != nil {
-			partErr = errors.Join(partErr, fmt.Errorf("describe producers of %s[%d]: %w", p.Topic, p.Partition, p.Err))
-		}
-	})
-	if partErr != nil {
-		return nil, partErr
-	}
-	open := map[openTxn]kadm.DescribedProducer{}
-	described.EachProducer(func(p kadm.DescribedProducer) {
-		if p.CurrentTxnStartOffset >= 0 {
-			open[openTxn{p.ProducerID, p.Topic, p.Partition}] = p
-		}
-	})
-	return open, nil
-}
-
-// offsetsPartition returns the partition of __consumer_offsets that holds
-// the group's offsets, as the broker picks it: the group id's Java
-// String.hashCode, made non-negative, modulo the partition count.
-func (s *hangSweeper) offsetsPartition(ctx context.Context) (int32, error) {
-	topics, err := s.adm.ListTopics(ctx, offsetsTopic)
-	if err != nil {
-		return 0, fmt.Errorf("metadata of %s: %w", offsetsTopic, err)
-	}
-	d, ok := topics[offsetsTopic]
-	switch {
-	case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
-		return 0, errNoOffsetsTopic
-	case d.Err != nil || len(d.Partitions) == 0:
-		return 0, fmt.Errorf("metadata of %s: %v", offsetsTopic, d.Err)
-	}
-	return groupPartition(s.group, int32(len(d.Partitions))), nil
-}
-
-func groupPartition(group string, partitions int32) int32 {
-	return (javaStringHash(group) & 0x7fffffff) % partitions
-}
-
-// javaStringHash is Java's String.hashCode: over UTF-16 code units, with
-// int32 overflow.
-func javaStringHash(s string) int32 {
-	var h int32
-	for _, u := range utf16.Encode([]rune(s)) {
-		h = 31*h + int32(u)
-	}
-	return h
-}
-
-// isUnsupportedError reports whether err says the broker does not know a
-// request (franz-go's errors for that are not exported).
-func isUnsupportedError(err error) bool {
-	if errors.Is(err, kerr.UnsupportedVersion) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "broker is too old") || strings.Contains(msg, "request key is unknown")
-}
-
-func isAuthError(err error) bool {
-	var ae *kadm.AuthError
-	return errors.As(err, &ae) ||
-		errors.Is(err, kerr.ClusterAuthorizationFailed) ||
-		errors.Is(err, kerr.TopicAuthorizationFailed) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }
 
 // checkRepairable refuses RepairHangingTransactions where writing markers
@@ -745,7 +584,7 @@ func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client, level i
 		err = kerr.ErrorForCode(described.ErrorCode)
 	}
 	switch {
-	case isAuthError(err):
+	case txnscan.IsAuthError(err):
 		return refuse("not allowed to describe the cluster, so ClusterAction cannot be checked: " + err.Error())
 	case err != nil:
 		return &restartError{fmt.Errorf("read the cluster's authorized operations: %w", err)}
@@ -756,23 +595,4 @@ func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client, level i
 		return refuse("the cluster does not show ClusterAction (which WriteTxnMarkers needs) among this principal's operations; it needs Describe on the cluster too, for the check")
 	}
 	return nil
-}
-
-// transactionVersion reads the cluster's finalized transaction.version (0
-// when it lists none: transaction protocol v1).
-func transactionVersion(ctx context.Context, cl *kgo.Client) (int16, error) {
-	versions, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(versions.ErrorCode)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the cluster's transaction.version: %w", err)
-	}
-	var level int16
-	for _, f := range versions.FinalizedFeatures {
-		if f.Name == "transaction.version" {
-			level = f.MaxVersionLevel
-		}
-	}
-	return level, nil
 }

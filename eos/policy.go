@@ -84,7 +84,7 @@ func StopWhenHanging() HangingPolicy { return HangingPolicy{kind: hangStop} }
 
 // WaitWhenHanging makes the processor hold its next transaction, looking
 // again every check interval, until the hanging transaction is gone
-// (closed by an operator with kafka-transactions.sh, say); it reports it
+// (closed by an operator with cmd/eoskit's txn close, say); it reports it
 // at Error level once. Nothing is written to the cluster.
 func WaitWhenHanging() HangingPolicy { return HangingPolicy{kind: hangWait} }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
 // HandlerFunc turns one input record into zero or more output records. The
@@ -724,7 +725,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	poll := sess.PollRecords
 	if p.cfg.hangCheck > 0 {
 		vctx, cancel := context.WithTimeout(ctx, endTimeout)
-		level, err := transactionVersion(vctx, sess.Client())
+		level, err := txnscan.TransactionVersion(vctx, sess.Client())
 		cancel()
 		if p.cfg.onHang.kind == hangRepair {
 			if err != nil {

@@ -427,7 +427,7 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaveOpenTransactionWithOffsets(t, k, txnID, group, in, 500, 5*time.Minute)
+	k.LeaveOpenTransactionWithOffsets(t, txnID, group, in, 500, 5*time.Minute)
 
 	progress := followCommitted(t, k, out)
 	p := startProcessor(t, copyHandler(out), opts...)
@@ -449,12 +449,12 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 // duplicate); an abort, or a transaction the coordinator never registered
 // (it can never have committed), discards it (nothing up to 500 was done,
 // and skipping it would lose). The test builds the state on a private
-// broker (see leaveHangingTransaction) and checks it does not clear by
+// broker (see integration.LocalBroker.LeaveHangingTransaction) and checks it does not clear by
 // itself.
 func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 	t.Parallel()
 	b := integration.StartLocalBroker(t)
-	for name, end := range map[string]hangingEnd{"committed": hangCommitted, "aborted": hangAborted, "forgotten": hangForgotten} {
+	for name, end := range map[string]integration.HangingEnd{"committed": integration.HangCommitted, "aborted": integration.HangAborted, "forgotten": integration.HangForgotten} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			k := b.KafkaCluster
@@ -467,14 +467,14 @@ func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			leaveHangingTransaction(t, b, txnID, group, in, side, pending, end)
+			b.LeaveHangingTransaction(t, txnID, group, in, side, pending, end)
 			time.Sleep(10 * time.Second)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			requireUnstable(ctx, t, k, group, in) // it does not heal
+			k.RequireUnstable(ctx, t, group, in) // it does not heal
 
 			want := inputs
-			if end == hangCommitted {
+			if end == integration.HangCommitted {
 				// The predecessor's commit covered partition 0 below 500.
 				done := map[string]bool{}
 				for _, r := range k.ReadAll(in, kgo.ReadCommitted(), verifyTimeout) {
@@ -513,13 +513,13 @@ func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *te
 	t.Parallel()
 	b := integration.StartLocalBroker(t)
 	cases := map[string]struct {
-		end     hangingEnd
+		end     integration.HangingEnd
 		policy  eos.HangingPolicy
 		outcome string
 	}{
-		"stop/committed": {hangCommitted, eos.StopWhenHanging(), "committed"},
-		"stop/forgotten": {hangForgotten, eos.StopWhenHanging(), "aborted"},
-		"wait/aborted":   {hangAborted, eos.WaitWhenHanging(), "aborted"},
+		"stop/committed": {integration.HangCommitted, eos.StopWhenHanging(), "committed"},
+		"stop/forgotten": {integration.HangForgotten, eos.StopWhenHanging(), "aborted"},
+		"wait/aborted":   {integration.HangAborted, eos.WaitWhenHanging(), "aborted"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -533,7 +533,7 @@ func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *te
 			if err != nil {
 				t.Fatal(err)
 			}
-			leaveHangingTransaction(t, b, txnID, group, in, side, pending, c.end)
+			b.LeaveHangingTransaction(t, txnID, group, in, side, pending, c.end)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			metrics := &countingMetrics{}
@@ -553,7 +553,7 @@ func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *te
 				if !errors.As(runErr, &h) || !errors.Is(runErr, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Outcome != c.outcome {
 					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets with outcome %s", runErr, c.outcome)
 				}
-				requireUnstable(ctx, t, k, group, in) // left as it was: no marker written
+				k.RequireUnstable(ctx, t, group, in) // left as it was: no marker written
 				// Not registered either: that bumps the epoch, and with
 				// it goes the coordinator's evidence of the outcome.
 				after, err := k.Admin.DescribeTransactions(ctx, txnID)

@@ -1,4 +1,4 @@
-package eos
+package txnscan
 
 import "testing"
 
@@ -25,8 +25,8 @@ func TestJavaStringHashMatchesJava(t *testing.T) {
 	// Kafka takes hash & 0x7fffffff, not Math.abs (which stays negative
 	// for the minimum int32).
 	for group, want := range map[string]int32{"a-much-longer-consumer-group-name": 38, "polygenelubricants": 0} {
-		if got := groupPartition(group, 50); got != want {
-			t.Errorf("groupPartition(%q, 50) = %d, want %d", group, got, want)
+		if got := GroupPartition(group, 50); got != want {
+			t.Errorf("GroupPartition(%q, 50) = %d, want %d", group, got, want)
 		}
 	}
 }

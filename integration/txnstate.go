@@ -1,4 +1,4 @@
-package eos_test
+package integration
 
 import (
 	"context"
@@ -11,18 +11,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
-
-	"github.com/eoskit/eoskit/integration"
 )
 
 // These helpers build, with raw requests, the broker states that a crash
 // or a broker bounce leaves behind, so that a test can put a processor in
 // front of them.
 
-// leaveOpenTransactionWithOffsets leaves what a producer that dies
+// LeaveOpenTransactionWithOffsets leaves what a producer that dies
 // mid-commit leaves: a transaction under txnID holding an offset commit of
 // offset for partition 0 of topic in, never ended.
-func leaveOpenTransactionWithOffsets(t *testing.T, k *integration.KafkaCluster, txnID, group, in string, offset int64, timeout time.Duration) {
+func (k *KafkaCluster) LeaveOpenTransactionWithOffsets(t testing.TB, txnID, group, in string, offset int64, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -39,19 +37,19 @@ func leaveOpenTransactionWithOffsets(t *testing.T, k *integration.KafkaCluster, 
 		t.Fatalf("AddOffsetsToTxn: %v", err)
 	}
 	txnOffsetCommit(ctx, t, k, cl, txnID, pid, epoch, group, in, offset)
-	requireUnstable(ctx, t, k, group, in)
+	k.RequireUnstable(ctx, t, group, in)
 }
 
 // How a hanging transaction's coordinator last saw it.
-type hangingEnd int
+type HangingEnd int
 
 const (
-	hangCommitted hangingEnd = iota // ended with a commit
-	hangAborted                     // ended with an abort
-	hangForgotten                   // never registered: the coordinator lost it
+	HangCommitted HangingEnd = iota // ended with a commit
+	HangAborted                     // ended with an abort
+	HangForgotten                   // never registered: the coordinator lost it
 )
 
-// leaveHangingTransaction leaves what Kafka 4.4 left in the chaos suite
+// LeaveHangingTransaction leaves what Kafka 4.4 left in the chaos suite
 // after broker bounces: a transaction of txnID whose coordinator ended it
 // (CompleteCommit or CompleteAbort one epoch later) or never knew it (still
 // at its epoch, Empty), while the group's offsets partition still holds its
@@ -62,7 +60,7 @@ const (
 // learns of the offsets partition. The transaction also writes one record
 // to side, so that it has something to end. The config change is
 // cluster-wide: use a private broker.
-func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, group, in, side string, offset int64, end hangingEnd) {
+func (b *LocalBroker) LeaveHangingTransaction(t testing.TB, txnID, group, in, side string, offset int64, end HangingEnd) {
 	t.Helper()
 	k := b.KafkaCluster
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -79,7 +77,7 @@ func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, gr
 	}
 	producer := k.Client(kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(side))
 	old := k.Client(kgo.MaxVersions(kversion.V3_5_0()))
-	if end == hangForgotten {
+	if end == HangForgotten {
 		pid, epoch, err := producer.ProducerID(ctx)
 		if err != nil {
 			t.Fatalf("ProducerID: %v", err)
@@ -101,10 +99,10 @@ func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, gr
 		if d := described[txnID]; d.State != "Empty" || d.ProducerEpoch != epoch {
 			t.Fatalf("the coordinator is %s at epoch %d, want Empty at %d", d.State, d.ProducerEpoch, epoch)
 		}
-		requireUnstable(ctx, t, k, group, in)
+		k.RequireUnstable(ctx, t, group, in)
 		return
 	}
-	commit := end == hangCommitted
+	commit := end == HangCommitted
 	for attempt := 0; ; attempt++ {
 		if err := producer.BeginTransaction(); err != nil {
 			t.Fatalf("BeginTransaction: %v", err)
@@ -144,13 +142,13 @@ func leaveHangingTransaction(t *testing.T, b *integration.LocalBroker, txnID, gr
 			t.Fatalf("the transaction is %s at the coordinator, want %s", state, want)
 		}
 	}
-	requireUnstable(ctx, t, k, group, in)
+	k.RequireUnstable(ctx, t, group, in)
 }
 
 // createGroupAtStart commits offset 0 for every partition of topic: the
 // group must exist, with committed offsets, for the broker to report
 // pending ones, and offset 0 changes nothing.
-func createGroupAtStart(ctx context.Context, t *testing.T, k *integration.KafkaCluster, group, topic string) {
+func createGroupAtStart(ctx context.Context, t testing.TB, k *KafkaCluster, group, topic string) {
 	t.Helper()
 	ends, err := k.Admin.ListStartOffsets(ctx, topic)
 	if err != nil {
@@ -163,7 +161,7 @@ func createGroupAtStart(ctx context.Context, t *testing.T, k *integration.KafkaC
 
 // initProducerID registers txnID, retrying while the coordinator is still
 // finishing what came before.
-func initProducerID(ctx context.Context, t *testing.T, cl *kgo.Client, txnID string, timeout time.Duration) (int64, int16) {
+func initProducerID(ctx context.Context, t testing.TB, cl *kgo.Client, txnID string, timeout time.Duration) (int64, int16) {
 	t.Helper()
 	req := kmsg.NewPtrInitProducerIDRequest()
 	req.TransactionalID = &txnID
@@ -186,14 +184,14 @@ func initProducerID(ctx context.Context, t *testing.T, cl *kgo.Client, txnID str
 
 // txnOffsetCommit commits offset for partition 0 of topic in the open
 // transaction of pid and epoch.
-func txnOffsetCommit(ctx context.Context, t *testing.T, k *integration.KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) {
+func txnOffsetCommit(ctx context.Context, t testing.TB, k *KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) {
 	t.Helper()
 	if err := tryTxnOffsetCommit(ctx, k, cl, txnID, pid, epoch, group, topic, offset); err != nil {
 		t.Fatalf("TxnOffsetCommit: %v", err)
 	}
 }
 
-func tryTxnOffsetCommit(ctx context.Context, k *integration.KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) error {
+func tryTxnOffsetCommit(ctx context.Context, k *KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) error {
 	details, err := k.Admin.ListTopics(ctx, topic)
 	if err == nil {
 		err = details.Error()
@@ -221,9 +219,9 @@ func tryTxnOffsetCommit(ctx context.Context, k *integration.KafkaCluster, cl *kg
 	return err
 }
 
-// requireUnstable fails t unless the group's offset for partition 0 of
+// RequireUnstable fails t unless the group's offset for partition 0 of
 // topic is pending: the state the processor must get out of.
-func requireUnstable(ctx context.Context, t *testing.T, k *integration.KafkaCluster, group, topic string) {
+func (k *KafkaCluster) RequireUnstable(ctx context.Context, t testing.TB, group, topic string) {
 	t.Helper()
 	fetched, err := k.Admin.FetchOffsets(kadm.RequireStable(ctx), group)
 	if err != nil {

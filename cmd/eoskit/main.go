@@ -1,0 +1,394 @@
+// Command eoskit is the operator's tool for what eoskit's processors detect
+// and, by default, never repair themselves: hanging transactions (KIP-664),
+// which a partition holds open while their coordinator has moved on (Apache
+// Kafka 4.1 to 4.4 leave them behind when a partition is leaderless while
+// markers are written, KAFKA-20734; see docs/KAFKA-20734.md).
+//
+//	go run ./cmd/eoskit txn find-hanging [-topic T]...
+//	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
+//	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run]
+//
+// find-hanging lists every hanging transaction in the given topics (default:
+// every topic, __consumer_offsets included) with the evidence of how it
+// ended. describe shows one transactional id as its coordinator sees it, and
+// every partition that holds a transaction of its producer open. Both only
+// read: DescribeProducers, ListTransactions and DescribeTransactions need
+// Describe on the topics and the transactional ids.
+//
+// close writes the marker that closes one hanging transaction in one
+// partition (WriteTxnMarkers, as kafka-transactions.sh abort does, which
+// needs ClusterAction). The marker must carry the outcome the transaction's
+// other records already have: aborting an offset commit whose outputs are
+// visible duplicates them, committing one whose outputs were aborted loses
+// them. So close takes the outcome from the coordinator's state (transaction
+// protocol v2) and refuses when that is unknown, unless -outcome names it; it
+// refuses an -outcome that contradicts the coordinator too. -dry-run shows
+// the marker and writes nothing.
+//
+// Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
+// -timeout (default 1m), -json. Exit status: 0 done (find-hanging: none
+// found), 1 error or refusal, 2 usage, 3 find-hanging found some.
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/txnscan"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  eoskit txn find-hanging [-topic T]...
+  eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
+  eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run]
+common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
+`
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+	exitFound = 3
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) < 2 || args[0] != "txn" {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd := args[1]
+	fs := flag.NewFlagSet("eoskit txn "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defaultBrokers := os.Getenv("KAFKA_BROKERS")
+	if defaultBrokers == "" {
+		defaultBrokers = "127.0.0.1:9092"
+	}
+	brokers := fs.String("brokers", defaultBrokers, "Kafka bootstrap addresses, comma-separated")
+	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
+	asJSON := fs.Bool("json", false, "print JSON")
+	var topics topicList
+	fs.Var(&topics, "topic", "a topic to look in (repeatable; default every topic, __consumer_offsets included)")
+	var (
+		id         *string
+		partition  *int
+		producerID *int64
+		outcome    *string
+		dryRun     *bool
+	)
+	switch cmd {
+	case "find-hanging":
+	case "describe":
+		id = fs.String("id", "", "the transactional id (required)")
+	case "close":
+		partition = fs.Int("partition", -1, "the partition (required)")
+		producerID = fs.Int64("producer-id", -1, "the producer id that holds the transaction open (required)")
+		outcome = fs.String("outcome", "auto", "the marker to write: auto (the coordinator's outcome; refused when unknown), commit or abort")
+		dryRun = fs.Bool("dry-run", false, "show the marker, write nothing")
+	default:
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	if err := fs.Parse(args[2:]); err != nil {
+		return exitUsage
+	}
+	switch {
+	case cmd == "describe" && *id == "":
+		fmt.Fprintln(stderr, "describe needs -id")
+		return exitUsage
+	case cmd == "close" && (len(topics) != 1 || *partition < 0 || *producerID < 0):
+		fmt.Fprintln(stderr, "close needs one -topic, -partition and -producer-id (as find-hanging prints them)")
+		return exitUsage
+	case cmd == "close" && *outcome != "auto" && *outcome != "commit" && *outcome != "abort":
+		fmt.Fprintf(stderr, "-outcome %q: want auto, commit or abort\n", *outcome)
+		return exitUsage
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	t, err := connect(ctx, strings.Split(*brokers, ","))
+	if err != nil {
+		fmt.Fprintf(stderr, "eoskit: %v\n", err)
+		return exitError
+	}
+	defer t.close()
+	var o output = textOutput{stdout}
+	if *asJSON {
+		o = jsonOutput{stdout}
+	}
+	switch cmd {
+	case "find-hanging":
+		hangs, err := t.findHanging(ctx, topics)
+		if err != nil {
+			fmt.Fprintf(stderr, "eoskit: find hanging transactions: %v\n", err)
+			return exitError
+		}
+		o.hangs(hangs)
+		if len(hangs) > 0 {
+			return exitFound
+		}
+	case "describe":
+		d, err := t.describe(ctx, *id, topics)
+		if err != nil {
+			fmt.Fprintf(stderr, "eoskit: describe %s: %v\n", *id, err)
+			return exitError
+		}
+		o.described(d)
+	case "close":
+		c, err := t.closeHang(ctx, topics[0], int32(*partition), *producerID, *outcome, *dryRun)
+		if err != nil {
+			fmt.Fprintf(stderr, "eoskit: close: %v\n", err)
+			return exitError
+		}
+		o.closed(c)
+	}
+	return exitOK
+}
+
+// topicList is a repeatable -topic flag.
+type topicList []string
+
+func (l *topicList) String() string     { return strings.Join(*l, ",") }
+func (l *topicList) Set(v string) error { *l = append(*l, v); return nil }
+
+// txnTool holds the connection to the cluster.
+type txnTool struct {
+	opts []kgo.Opt
+	cl   *kgo.Client
+	adm  *kadm.Client
+	v2   bool
+}
+
+func connect(ctx context.Context, brokers []string) (*txnTool, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	level, err := txnscan.TransactionVersion(ctx, cl)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("reach %s: %w", strings.Join(brokers, ","), err)
+	}
+	return &txnTool{opts: opts, cl: cl, adm: kadm.NewClient(cl), v2: level >= 2}, nil
+}
+
+func (t *txnTool) close() { t.cl.Close() }
+
+// partitions returns every partition of topics (of every topic when none
+// is given, internal ones included).
+func (t *txnTool) partitions(ctx context.Context, topics []string) (kadm.TopicsSet, error) {
+	var details kadm.TopicDetails
+	var err error
+	if len(topics) == 0 {
+		details, err = t.adm.ListTopicsWithInternal(ctx)
+	} else {
+		details, err = t.adm.ListTopicsWithInternal(ctx, topics...)
+	}
+	if err == nil {
+		err = details.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	return details.TopicsSet(), nil
+}
+
+func (t *txnTool) findHanging(ctx context.Context, topics []string) ([]txnscan.Hang, error) {
+	set, err := t.partitions(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	return txnscan.Find(ctx, t.adm, set, t.v2)
+}
+
+// description is what describe prints.
+type description struct {
+	Coordinator kadm.DescribedTransaction `json:"coordinator"`
+	// Open is every partition holding a transaction of its producer open,
+	// with what each is.
+	Open []openPartition `json:"open"`
+}
+
+type openPartition struct {
+	kadm.DescribedProducer
+	State string `json:"state"`
+}
+
+func (t *txnTool) describe(ctx context.Context, id string, topics []string) (*description, error) {
+	described, err := t.adm.DescribeTransactions(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	coord, ok := described[id]
+	if !ok || coord.Err != nil {
+		return nil, fmt.Errorf("the coordinator answered %v", coord.Err)
+	}
+	set, err := t.partitions(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	open, err := txnscan.Open(ctx, t.adm, set)
+	if err != nil {
+		return nil, err
+	}
+	d := &description{Coordinator: coord}
+	for k, p := range open {
+		if k.ProducerID == coord.ProducerID {
+			d.Open = append(d.Open, openPartition{p, txnscan.Classify(coord, p, t.v2).String()})
+		}
+	}
+	return d, nil
+}
+
+// closing is what close did or, with -dry-run, would do.
+type closing struct {
+	Hang    txnscan.Hang `json:"hang"`
+	Commit  bool         `json:"commit"`
+	Written bool         `json:"written"`
+}
+
+// errRefused is a close that would risk exactly-once.
+var errRefused = errors.New("refused")
+
+func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, producerID int64, outcome string, dryRun bool) (*closing, error) {
+	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, t.v2)
+	if err != nil {
+		return nil, err
+	}
+	var h *txnscan.Hang
+	for i := range hangs {
+		if hangs[i].ProducerID == producerID {
+			h = &hangs[i]
+		}
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: %s[%d] holds no hanging transaction of producer id %d (closed, live, or never there: run find-hanging)", errRefused, topic, partition, producerID)
+	}
+	var commit bool
+	switch {
+	case outcome == "auto" && h.Outcome == "unknown":
+		return nil, fmt.Errorf("%w: the outcome of producer id %d's transaction in %s[%d] is unknown (evidence: %s); find out whether it committed (for example, whether its outputs are visible to a read_committed reader) and give -outcome commit or -outcome abort", errRefused, producerID, topic, partition, h.Evidence)
+	case outcome == "auto":
+		commit = h.Outcome == "committed"
+	case h.Outcome != "unknown" && (outcome == "commit") != (h.Outcome == "committed"):
+		return nil, fmt.Errorf("%w: -outcome %s contradicts the transaction's outcome, %s (evidence: %s); a marker of the other outcome loses or duplicates records", errRefused, outcome, h.Outcome, h.Evidence)
+	default:
+		commit = outcome == "commit"
+	}
+	c := &closing{Hang: *h, Commit: commit}
+	if dryRun {
+		return c, nil
+	}
+	resp, err := t.adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{
+		ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, CoordinatorEpoch: h.CoordinatorEpoch,
+		Commit: commit, Topics: kadm.TopicsSet{topic: {partition: {}}},
+	})
+	if err == nil {
+		resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) { err = errors.Join(err, r.Err) })
+	}
+	if err != nil {
+		if txnscan.IsAuthError(err) {
+			return nil, fmt.Errorf("write the marker: %w (WriteTxnMarkers needs ClusterAction on the cluster)", err)
+		}
+		return nil, fmt.Errorf("write the marker: %w", err)
+	}
+	open, err := txnscan.Open(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}})
+	if err != nil {
+		return nil, fmt.Errorf("the marker was written; checking that the partition let go failed: %w", err)
+	}
+	if q, ok := open[txnscan.Key{ProducerID: producerID, Topic: topic, Partition: partition}]; ok && q.CurrentTxnStartOffset == h.CurrentTxnStartOffset {
+		return nil, fmt.Errorf("the marker was written but %s[%d] still holds the transaction open", topic, partition)
+	}
+	c.Written = true
+	return c, nil
+}
+
+// output prints results as text or JSON.
+type output interface {
+	hangs([]txnscan.Hang)
+	described(*description)
+	closed(*closing)
+}
+
+type textOutput struct{ w io.Writer }
+
+func (o textOutput) hangs(hs []txnscan.Hang) {
+	if len(hs) == 0 {
+		fmt.Fprintln(o.w, "no hanging transactions")
+		return
+	}
+	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tPRODUCER-ID\tEPOCH\tSTART-OFFSET\tTRANSACTIONAL-ID\tCOORDINATOR\tOUTCOME\tEVIDENCE")
+	for _, h := range hs {
+		coord := "-"
+		if h.TransactionalID != "" {
+			coord = fmt.Sprintf("%s@%d", h.Coordinator.State, h.Coordinator.ProducerEpoch)
+		}
+		fmt.Fprintf(tw, "%s[%d]\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", h.Topic, h.Partition, h.ProducerID, h.ProducerEpoch,
+			h.CurrentTxnStartOffset, cmp.Or(h.TransactionalID, "-"), coord, h.Outcome, h.Evidence)
+	}
+	tw.Flush()
+}
+
+func (o textOutput) described(d *description) {
+	c := d.Coordinator
+	fmt.Fprintf(o.w, "transactional id %s: producer id %d, epoch %d, %s (coordinator node %d, timeout %d ms)\n",
+		c.TxnID, c.ProducerID, c.ProducerEpoch, c.State, c.Coordinator, c.TimeoutMillis)
+	if len(d.Open) == 0 {
+		fmt.Fprintln(o.w, "no partition holds a transaction of its producer open")
+		return
+	}
+	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tEPOCH\tSTART-OFFSET\tSTATE")
+	for _, p := range d.Open {
+		fmt.Fprintf(tw, "%s[%d]\t%d\t%d\t%s\n", p.Topic, p.Partition, p.ProducerEpoch, p.CurrentTxnStartOffset, p.State)
+	}
+	tw.Flush()
+}
+
+func (o textOutput) closed(c *closing) {
+	verb := "would write"
+	if c.Written {
+		verb = "wrote"
+	}
+	marker := map[bool]string{true: "a COMMIT", false: "an ABORT"}[c.Commit]
+	fmt.Fprintf(o.w, "%s %s marker to %s[%d] for producer id %d epoch %d (coordinator epoch %d), closing the transaction open since offset %d; evidence: %s\n",
+		verb, marker, c.Hang.Topic, c.Hang.Partition, c.Hang.ProducerID, c.Hang.ProducerEpoch, c.Hang.CoordinatorEpoch, c.Hang.CurrentTxnStartOffset, c.Hang.Evidence)
+}
+
+type jsonOutput struct{ w io.Writer }
+
+func (o jsonOutput) print(v any) {
+	enc := json.NewEncoder(o.w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func (o jsonOutput) hangs(hs []txnscan.Hang) {
+	if hs == nil {
+		hs = []txnscan.Hang{}
+	}
+	o.print(hs)
+}
+func (o jsonOutput) described(d *description) { o.print(d) }
+func (o jsonOutput) closed(c *closing)        { o.print(c) }

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/txnscan"
+)
+
+// An operator finds the hanging transactions Kafka 4.4 leaves behind after
+// broker bounces (here built on a private broker, see
+// integration.LocalBroker.LeaveHangingTransaction: a group's offset commit
+// for partition 0 pending in __consumer_offsets with no marker to come, its
+// coordinator having committed it, or never having known it), and closes
+// each with the marker of its outcome, never the other one:
+//   - find-hanging lists exactly the hangs there are (exit 3), with the
+//     transactional id and the outcome the coordinator's state gives;
+//   - close -dry-run, and close with an -outcome that contradicts the
+//     coordinator, write nothing: the group's offset stays pending;
+//   - close writes the marker, and the group's offset becomes what the
+//     transaction's outcome says (500 committed; 0, the offset before, for
+//     the forgotten one, which can only be aborted);
+//   - find-hanging then finds nothing (exit 0).
+func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.T) {
+	b := integration.StartLocalBroker(t)
+	k := b.KafkaCluster
+	cases := []struct {
+		name    string
+		end     integration.HangingEnd
+		outcome string // what find-hanging must say
+		wrong   string // the -outcome close must refuse
+		offset  int64  // the group's offset once closed
+	}{
+		{"committed", integration.HangCommitted, "committed", "abort", 500},
+		{"forgotten", integration.HangForgotten, "aborted", "commit", 0},
+	}
+	// The hangs are built first, all on one broker, so that find-hanging
+	// must tell them apart.
+	type built struct {
+		group, in, txnID string
+	}
+	var hangs []built
+	for _, c := range cases {
+		in, side := k.NewTopic(2), k.NewTopic(1)
+		k.Seed(in, 1_000)
+		group := integration.UniqueName(t, "g-"+c.name)
+		txnID, err := eos.StableTransactionalID(group, "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.LeaveHangingTransaction(t, txnID, group, in, side, 500, c.end)
+		hangs = append(hangs, built{group, in, txnID})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	brokers := "-brokers=" + strings.Join(k.Brokers, ",")
+
+	found := findHanging(ctx, t, brokers)
+	table, _ := runTool(ctx, "txn", "find-hanging", brokers)
+	t.Logf("find-hanging:\n%s", table)
+	if len(found) != len(cases) {
+		t.Fatalf("find-hanging listed %d hanging transactions, want %d: %+v", len(found), len(cases), found)
+	}
+	for i, c := range cases {
+		h := hangs[i]
+		var hang *txnscan.Hang
+		for j := range found {
+			if found[j].TransactionalID == h.txnID {
+				hang = &found[j]
+			}
+		}
+		if hang == nil {
+			t.Fatalf("%s: find-hanging did not list %s's transaction: %+v", c.name, h.txnID, found)
+		}
+		if hang.Topic != txnscan.OffsetsTopic || hang.Outcome != c.outcome {
+			t.Fatalf("%s: find-hanging listed %s[%d] with outcome %s (%s); want %s with outcome %s", c.name, hang.Topic, hang.Partition, hang.Outcome, hang.Evidence, txnscan.OffsetsTopic, c.outcome)
+		}
+		out, code := runTool(ctx, "txn", "describe", brokers, "-json", "-id", h.txnID, "-topic", txnscan.OffsetsTopic, "-topic", h.in)
+		var d description
+		if err := json.Unmarshal([]byte(out), &d); code != exitOK || err != nil {
+			t.Fatalf("%s: describe exited %d: %s", c.name, code, out)
+		}
+		if len(d.Open) != 1 || d.Open[0].State != "hanging" || d.Open[0].Topic != txnscan.OffsetsTopic {
+			t.Fatalf("%s: describe shows %+v open; want the one hanging in %s", c.name, d.Open, txnscan.OffsetsTopic)
+		}
+		target := []string{"txn", "close", brokers, "-topic", hang.Topic, "-partition", strconv.Itoa(int(hang.Partition)), "-producer-id", strconv.FormatInt(hang.ProducerID, 10)}
+
+		out, code = runTool(ctx, append(target, "-dry-run")...)
+		if code != exitOK || !strings.Contains(out, "would write") {
+			t.Fatalf("%s: close -dry-run exited %d: %s", c.name, code, out)
+		}
+		k.RequireUnstable(ctx, t, h.group, h.in)
+
+		out, code = runTool(ctx, append(target, "-outcome", c.wrong)...)
+		if code != exitError || !strings.Contains(out, "contradicts") {
+			t.Fatalf("%s: close -outcome %s exited %d, want a refusal: %s", c.name, c.wrong, code, out)
+		}
+		k.RequireUnstable(ctx, t, h.group, h.in)
+
+		out, code = runTool(ctx, target...)
+		if code != exitOK || !strings.Contains(out, "wrote") {
+			t.Fatalf("%s: close exited %d: %s", c.name, code, out)
+		}
+		t.Logf("%s: %s", c.name, out)
+		fetched, err := k.Admin.FetchOffsets(kadm.RequireStable(ctx), h.group)
+		if err != nil {
+			t.Fatalf("FetchOffsets: %v", err)
+		}
+		if o, ok := fetched.Lookup(h.in, 0); !ok || o.Err != nil || o.At != c.offset {
+			t.Fatalf("%s: the group's offset for %s[0] is %+v once closed; want %d", c.name, h.in, o, c.offset)
+		}
+	}
+	if left := findHanging(ctx, t, brokers); len(left) != 0 {
+		t.Fatalf("find-hanging still lists %+v", left)
+	}
+	// Closing again is refused: nothing hangs there any more.
+	out, code := runTool(ctx, "txn", "close", brokers, "-topic", txnscan.OffsetsTopic, "-partition", strconv.Itoa(int(found[0].Partition)), "-producer-id", strconv.FormatInt(found[0].ProducerID, 10))
+	if code != exitError || !strings.Contains(out, "holds no hanging transaction") {
+		t.Fatalf("closing a closed transaction exited %d: %s", code, out)
+	}
+}
+
+// findHanging runs find-hanging -json and decodes what it lists; it fails t
+// unless the exit status matches the listing.
+func findHanging(ctx context.Context, t *testing.T, brokers string) []txnscan.Hang {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"txn", "find-hanging", brokers, "-json"}, &stdout, &stderr)
+	var hangs []txnscan.Hang
+	if err := json.Unmarshal(stdout.Bytes(), &hangs); err != nil {
+		t.Fatalf("find-hanging exited %d and printed %q (stderr %q): %v", code, stdout.String(), stderr.String(), err)
+	}
+	if want := map[bool]int{true: exitFound, false: exitOK}[len(hangs) > 0]; code != want {
+		t.Fatalf("find-hanging exited %d listing %d hangs; want %d (stderr %q)", code, len(hangs), want, stderr.String())
+	}
+	return hangs
+}
+
+// runTool runs the command and returns its stdout and stderr together.
+func runTool(ctx context.Context, args ...string) (string, int) {
+	var out bytes.Buffer
+	code := run(ctx, args, &out, &out)
+	return out.String(), code
+}
+
+// Usage errors exit 2 before touching the network; a cluster that cannot
+// be reached is an error that names where it looked, within -timeout.
+func TestTxnCommandRefusesBadUsage(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{},
+		{"txn"},
+		{"txn", "frobnicate"},
+		{"txn", "describe"},
+		{"txn", "close", "-topic", "t", "-partition", "0"},
+		{"txn", "close", "-topic", "t", "-partition", "0", "-producer-id", "1", "-outcome", "maybe"},
+	} {
+		if out, code := runTool(ctx, args...); code != exitUsage {
+			t.Errorf("%q exited %d, want %d: %s", args, code, exitUsage, out)
+		}
+	}
+	start := time.Now()
+	out, code := runTool(ctx, "txn", "find-hanging", "-brokers", "127.0.0.1:1", "-timeout", "2s")
+	if code != exitError || !strings.Contains(out, "127.0.0.1:1") || time.Since(start) > 20*time.Second {
+		t.Fatalf("an unreachable cluster: exit %d after %s: %s", code, time.Since(start), out)
+	}
+}

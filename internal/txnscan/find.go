@@ -1,0 +1,110 @@
+package txnscan
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// A Hang is a transaction that a partition holds open while its coordinator
+// has moved on.
+type Hang struct {
+	// The partition's view: topic, partition, producer id and epoch,
+	// coordinator epoch and the offset the transaction starts at.
+	kadm.DescribedProducer
+	// TransactionalID holds the producer id; empty when none that the
+	// caller may describe does any more (expired, or another principal's).
+	TransactionalID string
+	// Coordinator is the coordinator's state for TransactionalID.
+	Coordinator kadm.DescribedTransaction
+	// Outcome is how the transaction ended, where the coordinator's state
+	// tells (transaction protocol v2 only): committed, aborted or
+	// unknown. A marker written to close it must carry this outcome, or
+	// exactly-once breaks.
+	Outcome string
+	// Evidence says what Outcome rests on.
+	Evidence string
+}
+
+// Find returns the hanging transactions in set's partitions, sorted by
+// partition. v2 says whether the cluster runs transaction protocol v2
+// (TransactionVersion >= 2); under v1 no outcome is known. A transaction
+// that ends while Find looks is not reported: each hang is checked again,
+// unchanged, after its coordinator was asked.
+func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool) ([]Hang, error) {
+	before, err := Open(ctx, adm, set)
+	if err != nil || len(before) == 0 {
+		return nil, err
+	}
+	var pids []int64
+	for k := range before {
+		if !slices.Contains(pids, k.ProducerID) {
+			pids = append(pids, k.ProducerID)
+		}
+	}
+	listed, err := adm.ListTransactions(ctx, pids, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list transactions of producer ids %v: %w", pids, err)
+	}
+	idOf := map[int64]string{}
+	var ids []string
+	for _, l := range listed.Sorted() {
+		if _, ok := idOf[l.ProducerID]; !ok {
+			idOf[l.ProducerID] = l.TxnID
+			ids = append(ids, l.TxnID)
+		}
+	}
+	described := kadm.DescribedTransactions{}
+	if len(ids) > 0 {
+		if described, err = adm.DescribeTransactions(ctx, ids...); err != nil {
+			return nil, fmt.Errorf("describe transactions %v: %w", ids, err)
+		}
+	}
+	var found []Hang
+	for k, p := range before {
+		h := Hang{DescribedProducer: p, TransactionalID: idOf[k.ProducerID], Outcome: "unknown"}
+		if h.TransactionalID == "" {
+			h.Evidence = fmt.Sprintf("none: no transactional id (that this principal may describe) holds producer id %d any more", k.ProducerID)
+			found = append(found, h)
+			continue
+		}
+		coord, ok := described[h.TransactionalID]
+		if !ok || coord.Err != nil {
+			return nil, fmt.Errorf("describe transaction %s: %v", h.TransactionalID, coord.Err)
+		}
+		h.Coordinator = coord
+		if Classify(coord, p, v2) != Hanging {
+			continue
+		}
+		switch commit, known := CoordinatorOutcome(coord, p.ProducerEpoch); {
+		case coord.ProducerID != p.ProducerID:
+			h.Evidence = fmt.Sprintf("none: transactional id %s moved on to producer id %d", h.TransactionalID, coord.ProducerID)
+		case !v2:
+			h.Evidence = "none: the cluster runs transaction protocol v1, where an epoch spans many transactions"
+		case known:
+			h.Outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
+			h.Evidence = fmt.Sprintf("the coordinator's state (%s at epoch %d)", coord.State, coord.ProducerEpoch)
+		default:
+			h.Evidence = fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)
+		}
+		found = append(found, h)
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	after, err := Open(ctx, adm, set)
+	if err != nil {
+		return nil, err
+	}
+	found = slices.DeleteFunc(found, func(h Hang) bool {
+		q, ok := after[Key{h.ProducerID, h.Topic, h.Partition}]
+		return !ok || q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.CurrentTxnStartOffset
+	})
+	slices.SortFunc(found, func(a, b Hang) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.ProducerID, b.ProducerID))
+	})
+	return found, nil
+}
