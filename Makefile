@@ -1,7 +1,7 @@
 # eoskit's commands. `make test` is the one CI runs (through .ci/run).
 SHELL := bash
 
-.PHONY: test bench demo chaos services services-stop clean-services
+.PHONY: test bench demo chaos compat repro-kafka-20734 services services-stop clean-services
 
 # Starts Kafka and PostgreSQL (or reuses running ones), runs gofmt, go vet and
 # every test with -race against them, and stops what it started.
@@ -33,6 +33,21 @@ demo:
 chaos:
 	@mkdir -p .eoskit
 	@scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 80m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
+
+# Runs every eos test on Apache Kafka 3.9.1 (transaction protocol v1) as
+# well; make test runs the protocol-dependent fault tests there. About 6
+# minutes.
+compat:
+	@scripts/compat.sh --full
+
+# Reproduces the broker bug KAFKA-20734 (docs/KAFKA-20734.md), which is not
+# eoskit's: plain franz-go transactional copiers on a private single-node
+# Apache Kafka 4.4.0, the broker restarted four times mid-copy; prints the
+# markers the broker dropped, the transactions left hanging and what a
+# read_committed reader lost or saw twice. Up to 3 runs of about 3 minutes.
+# EOSKIT_KAFKA_VERSION=4.0.2 runs the same on a release without the bug.
+repro-kafka-20734:
+	@EOS_REQUIRE_SERVICES=1 EOS_REPRO_KAFKA_20734=1 go test -count=1 -v -timeout 60m -run 'TestReproduceKafka20734' ./chaos
 
 # Measures each guarantee against its baseline on the local broker and
 # PostgreSQL and prints one markdown table (throughput, p50/p99 latency,

@@ -38,6 +38,9 @@ type scenario struct {
 	// min.insync.replicas=2) with the copiers' hanging-transaction check
 	// at its default: detect and stop, no marker written.
 	cluster bool
+	// proxied puts the copiers behind a TCP proxy per node
+	// (integration.Proxies), which the scenario cuts and heals.
+	proxied bool
 	inject  func(ctx context.Context, r *runCtx) error
 }
 
@@ -117,6 +120,28 @@ var scenarios = []scenario{
 	{name: "cluster-rolling-restart", cluster: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
 		return r.cluster.RollingRestart(ctx, false)
 	}},
+	{name: "cluster-network-cut", cluster: true, proxied: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
+		// The copiers lose the network to the node leading input
+		// partition 0, past their session and request timeouts, while
+		// the nodes still reach each other: that node stays leader,
+		// and the copiers see only their own requests time out.
+		node, err := r.leaderOf(ctx, r.in, 0)
+		if err != nil {
+			return err
+		}
+		held := r.proxies.Held(node)
+		if err := r.proxies.Cut(node); err != nil {
+			return err
+		}
+		time.Sleep(2*sessionTimeout + 5*time.Second)
+		if err := r.proxies.Heal(node); err != nil {
+			return err
+		}
+		if r.proxies.Held(node) == held {
+			return fmt.Errorf("the cut of node %d held no traffic: the fault struck nothing", node)
+		}
+		return nil
+	}},
 	{name: "broker-kill", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, true) }},
 	{name: "broker-restart", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, false) }},
 	{name: "postgres-restart", dbOnly: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
@@ -152,12 +177,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "copier")
-	build := exec.Command("go", "build", "-o", bin, "./internal/cmd/copier")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build copier: %v\n%s", err, out)
-	}
+	bin := buildCopier(t)
 	var rows []string
 	for _, path := range paths {
 		for _, sc := range scenarios {
@@ -176,6 +196,18 @@ func TestChaos(t *testing.T) {
 	if out := os.Getenv("EOS_CHAOS_TABLE"); out != "" {
 		_ = os.WriteFile(out, []byte(table+"\n"), 0o644)
 	}
+}
+
+// buildCopier builds internal/cmd/copier into the test's temporary folder.
+func buildCopier(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "copier")
+	build := exec.Command("go", "build", "-o", bin, "./internal/cmd/copier")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build copier: %v\n%s", err, out)
+	}
+	return bin
 }
 
 type copier struct {
@@ -209,6 +241,7 @@ type runCtx struct {
 	group   string
 	pool    *pgxpool.Pool // the database paths' results database
 	cluster *integration.LocalCluster
+	proxies *integration.Proxies
 	in      string
 }
 
@@ -464,7 +497,13 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		t.Fatal(err)
 	}
 	positions := committedPositions(t, k, in)
-	args := append([]string{"-path", path, "-brokers", strings.Join(k.Brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String()}, sc.copierArgs...)
+	brokers := k.Brokers
+	var proxies *integration.Proxies
+	if sc.proxied {
+		proxies = cluster.Proxied(t)
+		brokers = proxies.Brokers
+	}
+	args := append([]string{"-path", path, "-brokers", strings.Join(brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String()}, sc.copierArgs...)
 
 	var pool *pgxpool.Pool
 	var out, table string
@@ -502,7 +541,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	}
 
-	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, cluster: cluster, in: in,
+	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, cluster: cluster, proxies: proxies, in: in,
 		adm: kadm.NewClient(k.Client()), group: group, pool: pool}
 	r.copiers = []*copier{r.start("0"), r.start("1"), r.start("2")}
 	t.Cleanup(func() {

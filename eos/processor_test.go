@@ -381,11 +381,19 @@ func TestProcessorSurvivesBrokerHardRestart(t *testing.T) {
 	}
 	// A single broker's restart leaves partitions leaderless while markers
 	// are written, and Kafka 4.1-4.4 then drops them (KAFKA-20734): on one
-	// broker the processors must repair what that leaves hanging.
-	repair := eos.OnHangingTransaction(eos.RepairHangingTransactions())
+	// such broker the processors must repair what that leaves hanging.
+	// Kafka 3.x has no such bug (and no transaction protocol v2, which
+	// the repair needs): there the default, detect and stop, must do.
+	opts := func(instance string) []eos.Option {
+		o := processorOpts(k, group, in, instance)
+		if k.TransactionVersion() >= 2 {
+			o = append(o, eos.OnHangingTransaction(eos.RepairHangingTransactions()))
+		}
+		return o
+	}
 	procs := []*running{
-		startProcessor(t, slow, append(processorOpts(k, group, in, "0"), repair)...),
-		startProcessor(t, slow, append(processorOpts(k, group, in, "1"), repair)...),
+		startProcessor(t, slow, opts("0")...),
+		startProcessor(t, slow, opts("1")...),
 	}
 	waitFor(t, 2*time.Minute, "30% of the output", func() bool { return progress.n.Load() >= n*3/10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -472,6 +480,20 @@ func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			k.RequireUnstable(ctx, t, group, in) // it does not heal
+			repair := append(opts, eos.HangingTransactionCheck(time.Second), eos.OnHangingTransaction(eos.RepairHangingTransactions()))
+			if k.TransactionVersion() < 2 {
+				// Transaction protocol v1 (Kafka 3.x): an epoch spans
+				// many transactions, so no outcome can be known, and
+				// the repair is refused before anything is written.
+				runErr := startProcessor(t, copyHandler(out), repair...).wait(t, time.Minute)
+				var ce *eos.ConfigError
+				if !errors.As(runErr, &ce) || ce.Setting != "OnHangingTransaction" {
+					t.Fatalf("Run returned %v; want a *ConfigError refusing OnHangingTransaction on transaction protocol v1", runErr)
+				}
+				k.RequireUnstable(ctx, t, group, in)
+				t.Logf("refused: %v", runErr)
+				return
+			}
 
 			want := inputs
 			if end == integration.HangCommitted {
@@ -490,8 +512,7 @@ func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 				}
 			}
 			progress := followCommitted(t, k, out)
-			p := startProcessor(t, copyHandler(out), append(opts, eos.HangingTransactionCheck(time.Second),
-				eos.OnHangingTransaction(eos.RepairHangingTransactions()))...)
+			p := startProcessor(t, copyHandler(out), repair...)
 			waitFor(t, time.Minute, "every input left to do copied", func() bool { return progress.n.Load() >= int64(len(want)) })
 			if err := p.stop(t); err != nil {
 				t.Fatalf("processor stopped with %v", err)
@@ -549,9 +570,13 @@ func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *te
 			p := startProcessor(t, copyHandler(out), opts...)
 			if c.policy == eos.StopWhenHanging() {
 				runErr := p.wait(t, 2*time.Minute)
+				want := c.outcome
+				if k.TransactionVersion() < 2 {
+					want = "unknown" // protocol v1: an epoch spans many transactions
+				}
 				var h *eos.HangingTransactionError
-				if !errors.As(runErr, &h) || !errors.Is(runErr, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Outcome != c.outcome {
-					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets with outcome %s", runErr, c.outcome)
+				if !errors.As(runErr, &h) || !errors.Is(runErr, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Outcome != want {
+					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets with outcome %s", runErr, want)
 				}
 				k.RequireUnstable(ctx, t, group, in) // left as it was: no marker written
 				// Not registered either: that bumps the epoch, and with

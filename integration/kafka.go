@@ -14,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
 // KafkaBrokersEnv names the environment variable with the bootstrap
@@ -322,4 +324,18 @@ func offsetsEqual(a, b kadm.ListedOffsets) bool {
 		}
 	})
 	return n > 0 && equal
+}
+
+// TransactionVersion returns the cluster's finalized transaction.version:
+// 2 is transaction protocol v2 (KIP-890, Kafka 4.x), below is v1 (Kafka
+// 3.x), where an epoch spans many transactions.
+func (k *KafkaCluster) TransactionVersion() int16 {
+	k.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	level, err := txnscan.TransactionVersion(ctx, k.Client())
+	if err != nil {
+		k.tb.Fatalf("integration: %v", err)
+	}
+	return level
 }

@@ -19,7 +19,8 @@
 #   scripts/kafka-cluster.sh clean             stop every node and delete the cluster's data
 #
 # Environment: as scripts/kafka.sh (EOSKIT_CACHE_DIR, EOSKIT_STATE_DIR, whose
-# cluster/ folder holds node1..node3, JAVA_HOME, EOSKIT_OWNER_PID).
+# cluster/ folder holds node1..node3, JAVA_HOME, EOSKIT_OWNER_PID,
+# EOSKIT_KAFKA_VERSION).
 set -euo pipefail
 
 # shellcheck source=scripts/kafka.sh
@@ -28,6 +29,8 @@ log() { echo "kafka-cluster.sh: $*" >&2; }
 
 NODES=3
 CLUSTER_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/cluster
+# The shared folder is per version; a private one (EOSKIT_STATE_DIR) is the caller's.
+[ -n "${EOSKIT_STATE_DIR:-}" ] || [ "$KAFKA_VERSION" = "$DEFAULT_KAFKA_VERSION" ] || CLUSTER_DIR+=-$KAFKA_VERSION
 
 # use_node N points kafka.sh's functions (running_pid, stop_with) at node N.
 use_node() {
@@ -43,11 +46,17 @@ bootstrap_all() { cat "$CLUSTER_DIR/bootstrap"; }
 configure_cluster() {
 	[ -f "$CLUSTER_DIR/bootstrap" ] && return 0
 	mkdir -p "$CLUSTER_DIR"
+	# Four ports a node: its broker listener (PLAINTEXT, which the brokers
+	# and the bootstrap addresses use), its controller, and a CLIENT
+	# listener that advertises a fourth port, where a test's network-cut
+	# proxy listens (integration.LocalCluster.Proxied; proxies lists them).
 	local ports voters="" brokers="" i
-	read -r -a ports <<<"$(eosdev freeport $((2 * NODES)))"
+	read -r -a ports <<<"$(eosdev freeport $((4 * NODES)))"
+	: >"$CLUSTER_DIR/proxies.tmp"
 	for i in $(seq 1 $NODES); do
-		voters+="${voters:+,}$i@127.0.0.1:${ports[2 * i - 1]}"
-		brokers+="${brokers:+,}127.0.0.1:${ports[2 * i - 2]}"
+		voters+="${voters:+,}$i@127.0.0.1:${ports[4 * i - 3]}"
+		brokers+="${brokers:+,}127.0.0.1:${ports[4 * i - 4]}"
+		echo "$i 127.0.0.1:${ports[4 * i - 1]} 127.0.0.1:${ports[4 * i - 2]}" >>"$CLUSTER_DIR/proxies.tmp"
 	done
 	local cluster_id
 	cluster_id=$("$JAVA" -cp "$LIB_DIR/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
@@ -57,9 +66,9 @@ configure_cluster() {
 		cat >"$STATE_DIR/server.properties" <<EOF
 process.roles=broker,controller
 node.id=$i
-listeners=PLAINTEXT://127.0.0.1:${ports[2 * i - 2]},CONTROLLER://127.0.0.1:${ports[2 * i - 1]}
-advertised.listeners=PLAINTEXT://127.0.0.1:${ports[2 * i - 2]}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:${ports[4 * i - 4]},CONTROLLER://127.0.0.1:${ports[4 * i - 3]},CLIENT://127.0.0.1:${ports[4 * i - 2]}
+advertised.listeners=PLAINTEXT://127.0.0.1:${ports[4 * i - 4]},CLIENT://127.0.0.1:${ports[4 * i - 1]}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 controller.quorum.voters=$voters
@@ -81,13 +90,15 @@ share.coordinator.state.topic.min.isr=2
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 EOF
-		echo "127.0.0.1:${ports[2 * i - 2]}" >"$STATE_DIR/bootstrap"
+		echo "127.0.0.1:${ports[4 * i - 4]}" >"$STATE_DIR/bootstrap"
 		write_log4j
+		# shellcheck disable=SC2046 # the flag is two words
 		"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 			kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
-			--feature transaction.version=2 >"$STATE_DIR/logs/format.log" 2>&1 ||
+			$(format_features) >"$STATE_DIR/logs/format.log" 2>&1 ||
 			{ cat "$STATE_DIR/logs/format.log" >&2; rm -rf "$CLUSTER_DIR"; die "storage format of node $i failed"; }
 	done
+	mv "$CLUSTER_DIR/proxies.tmp" "$CLUSTER_DIR/proxies"
 	echo "$brokers" >"$CLUSTER_DIR/bootstrap"
 }
 

@@ -15,15 +15,23 @@
 #   EOSKIT_STATE_DIR  where the broker's config, data, pid and log live
 #                     (default <repo>/.eoskit); its log is kafka/logs/server.log
 #   JAVA_HOME         the JDK to run the broker with (Java 17+); default: java on PATH
+#   EOSKIT_KAFKA_VERSION  the Apache Kafka release to run (default 4.4.0; 3.9.x
+#                     runs transaction protocol v1, 4.x is formatted with v2).
+#                     Each version has its own jars and, unless 4.4.0 or
+#                     EOSKIT_STATE_DIR is set, its own state folder (kafka-VERSION)
 #   EOSKIT_OWNER_PID  when set (tests set it to their own pid), a watchdog stops
 #                     the broker once that process is gone, however it ended
 set -euo pipefail
 
-KAFKA_VERSION=4.4.0
+DEFAULT_KAFKA_VERSION=4.4.0
+KAFKA_VERSION=${EOSKIT_KAFKA_VERSION:-$DEFAULT_KAFKA_VERSION}
+[[ $KAFKA_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "kafka.sh: EOSKIT_KAFKA_VERSION=$KAFKA_VERSION is not a release (x.y.z)" >&2; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE_DIR=${EOSKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/eoskit}
 LIB_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION/lib
 STATE_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/kafka
+# The shared folder is per version; a private one (EOSKIT_STATE_DIR) is the caller's.
+[ -n "${EOSKIT_STATE_DIR:-}" ] || [ "$KAFKA_VERSION" = "$DEFAULT_KAFKA_VERSION" ] || STATE_DIR+=-$KAFKA_VERSION
 PID_FILE=$STATE_DIR/kafka.pid
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 
@@ -42,7 +50,7 @@ fetch_jars() {
 	rm -rf "$tmp"
 	mkdir -p "$tmp"
 	mvn -B -q -f "$ROOT/scripts/kafka/pom.xml" dependency:copy-dependencies \
-		-DincludeScope=runtime -DoutputDirectory="$tmp" >&2 ||
+		-Dkafka.version="$KAFKA_VERSION" -DincludeScope=runtime -DoutputDirectory="$tmp" >&2 ||
 		{ rm -rf "$tmp"; die "mvn could not resolve the broker jars"; }
 	rm -rf "$LIB_DIR"
 	mv "$tmp" "$LIB_DIR"
@@ -58,6 +66,16 @@ running_pid() {
 }
 
 bootstrap() { cat "$STATE_DIR/bootstrap"; }
+
+# format_features is StorageTool's feature flag: transaction protocol v2
+# (KIP-890, the 4.x default) set explicitly on 4.x, so that a future default
+# can not silently change what the fencing tests exercise; 3.x has only v1.
+format_features() {
+	case "$KAFKA_VERSION" in
+	3.*) ;;
+	*) echo --feature transaction.version=2 ;;
+	esac
+}
 
 # write_log4j writes the logging config of the broker in $STATE_DIR: INFO,
 # to logs/server.log.
@@ -135,12 +153,10 @@ EOF
 	echo "127.0.0.1:$broker_port" >"$STATE_DIR/bootstrap"
 	local cluster_id
 	cluster_id=$("$JAVA" -cp "$LIB_DIR/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
-	# transaction.version=2 is KIP-890's protocol (the 4.x default), set
-	# explicitly so that a future default can not silently change what the
-	# fencing tests exercise.
+	# shellcheck disable=SC2046 # the flag is two words
 	"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 		kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
-		--standalone --feature transaction.version=2 >"$STATE_DIR/logs/format.log" 2>&1 ||
+		--standalone $(format_features) >"$STATE_DIR/logs/format.log" 2>&1 ||
 		{ cat "$STATE_DIR/logs/format.log" >&2; rm -f "$STATE_DIR/server.properties"; die "storage format failed"; }
 }
 
@@ -163,7 +179,7 @@ start() {
 		stop_with KILL
 		die "broker did not become ready"
 	fi
-	log "broker ready at $(bootstrap)"
+	log "broker (Apache Kafka $KAFKA_VERSION) ready at $(bootstrap)"
 	echo "KAFKA_BROKERS=$(bootstrap)"
 }
 
@@ -230,7 +246,7 @@ clean)
 	rm -rf "$STATE_DIR"
 	;;
 *)
-	sed -n '2,18p' "$0" >&2
+	sed -n '2,22p' "$0" >&2
 	exit 2
 	;;
 esac

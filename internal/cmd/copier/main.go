@@ -5,6 +5,10 @@
 //	copier -path eos         -brokers B -group G -in T -out T2 -instance 0
 //	copier -path offsetstore -brokers B -group G -in T -database-url U -table rows
 //	copier -path dedup       -brokers B -group G -in T -database-url U -table rows
+//	copier -path raw         -brokers B -group G -in T -out T2 -instance 0
+//
+// raw is a plain franz-go transactional copier with no eoskit code, for the
+// reproduction of the broker bug KAFKA-20734 (see raw.go).
 //
 // The database paths write one row per record (id, partition, offset) to
 // -table, which has no unique constraint, so a duplicate is a second row.
@@ -37,7 +41,7 @@ import (
 )
 
 func main() {
-	path := flag.String("path", "eos", "eos, offsetstore or dedup")
+	path := flag.String("path", "eos", "eos, offsetstore, dedup or raw")
 	brokers := flag.String("brokers", "", "Kafka bootstrap addresses")
 	dbURL := flag.String("database-url", "", "PostgreSQL URL (database paths)")
 	group := flag.String("group", "", "consumer group")
@@ -82,6 +86,9 @@ func main() {
 }
 
 func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, logger *slog.Logger, clientOpts []kgo.Opt) error {
+	if path == "raw" {
+		return rawCopy(ctx, brokers, group, in, out, group+"-"+instance, logger, clientOpts)
+	}
 	if path == "eos" {
 		txnID, err := eos.StableTransactionalID(group, instance)
 		if err != nil {

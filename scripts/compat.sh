@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs eos's tests against another Apache Kafka release than the one the
+# suite is proven on (4.4.0): by default 3.9.1, the last release with only
+# transaction protocol v1, where an epoch spans many transactions and the
+# hanging-transaction check must not assume v2. Starts that version's
+# broker beside any other (its own state folder, scripts/kafka.sh with
+# EOSKIT_KAFKA_VERSION), and private brokers and clusters of that version
+# for the fault tests, and stops them at the end.
+#
+#   scripts/compat.sh           the fault tests that depend on the protocol (make test runs these)
+#   scripts/compat.sh --full    every eos test (make compat)
+#
+# EOSKIT_COMPAT_KAFKA_VERSION picks another release.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+version=${EOSKIT_COMPAT_KAFKA_VERSION:-3.9.1}
+run='TestProcessor(CrashMidTransaction|ZombieIsFenced|StopsOrWaits|ClosesItsHanging|SurvivesBrokerHardRestart|AbortsPredecessors)'
+[ "${1:-}" = "--full" ] && run=.
+echo "compat.sh: eos tests ($run) on Apache Kafka $version"
+env -u KAFKA_BROKERS EOSKIT_KAFKA_VERSION="$version" \
+	scripts/with-services.sh go test -race -count=1 -timeout 30m -run "$run" ./eos
