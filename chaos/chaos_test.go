@@ -41,7 +41,40 @@ type scenario struct {
 	// proxied puts the copiers behind a TCP proxy per node
 	// (integration.Proxies), which the scenario cuts and heals.
 	proxied bool
-	inject  func(ctx context.Context, r *runCtx) error
+	// soak: records and fault points of their own (not the matrix's 3
+	// rounds at 20, 45 and 70%); run by EOS_CHAOS=full and =soak.
+	soak   *soak
+	inject func(ctx context.Context, r *runCtx) error
+}
+
+type soak struct {
+	records int
+	faults  int // injected at even steps of progress, from 3% to 90%
+}
+
+// The soak: a million records on the cluster, and 30 faults of every kind
+// the cluster scenarios inject, one after another (the copiers' own faults
+// too), which no copier may fail to survive.
+func init() {
+	kinds := []string{"sigkill-copier", "cluster-kill-leader", "sigstop-copier", "cluster-network-cut",
+		"sigterm-copier", "cluster-kill-coordinator", "cluster-pause-broker", "cluster-rolling-restart"}
+	byName := map[string]scenario{}
+	for _, sc := range scenarios {
+		byName[sc.name] = sc
+	}
+	for _, k := range kinds {
+		if byName[k].inject == nil {
+			panic("soak: no scenario " + k)
+		}
+	}
+	scenarios = append(scenarios, scenario{name: "cluster-soak", cluster: true, proxied: true, full: true,
+		soak: &soak{records: 1_000_000, faults: 30},
+		inject: func(ctx context.Context, r *runCtx) error {
+			kind := kinds[r.round%len(kinds)]
+			r.t.Logf("soak fault %d: %s", r.round+1, kind)
+			r.kinds = append(r.kinds, kind)
+			return byName[kind].inject(ctx, r)
+		}})
 }
 
 var scenarios = []scenario{
@@ -169,6 +202,7 @@ var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-
 // chaos) runs every scenario on every path it applies to.
 func TestChaos(t *testing.T) {
 	full := os.Getenv("EOS_CHAOS") == "full"
+	soakOnly := os.Getenv("EOS_CHAOS") == "soak"
 	records := 20_000
 	if full {
 		records = 100_000
@@ -181,11 +215,22 @@ func TestChaos(t *testing.T) {
 	var rows []string
 	for _, path := range paths {
 		for _, sc := range scenarios {
-			if sc.dbOnly && path == "eos" || sc.full && !full || !full && subset[path] != sc.name {
+			switch {
+			case sc.dbOnly && path == "eos":
+				continue
+			case soakOnly:
+				if sc.soak == nil {
+					continue
+				}
+			case sc.full && !full || !full && subset[path] != sc.name:
 				continue
 			}
+			n := records
+			if sc.soak != nil {
+				n = sc.soak.records
+			}
 			t.Run(path+"/"+sc.name, func(t *testing.T) {
-				row := runScenario(t, root, bin, path, sc, records)
+				row := runScenario(t, root, bin, path, sc, n)
 				rows = append(rows, row)
 			})
 		}
@@ -243,6 +288,8 @@ type runCtx struct {
 	cluster *integration.LocalCluster
 	proxies *integration.Proxies
 	in      string
+	round   int      // the fault being injected, from 0
+	kinds   []string // the soak's faults, in order
 }
 
 // leaderOf returns the node leading partition of topic.
@@ -556,8 +603,16 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if path == "eos" {
 		stalled = func() string { return kafkaProgress(k, group, in, out, concurrent) }
 	}
+	points := []float64{0.2, 0.45, 0.7}
+	if sc.soak != nil {
+		points = nil
+		for i := range sc.soak.faults {
+			points = append(points, 0.03+0.87*float64(i)/float64(sc.soak.faults-1))
+		}
+	}
 	faults := 0
-	for _, at := range []float64{0.2, 0.45, 0.7} {
+	for i, at := range points {
+		r.round = i
 		waitFor(t, 3*time.Minute, fmt.Sprintf("%.0f%% progress", at*100), stalled, func() bool { return float64(progress()) >= at*float64(n) })
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		if err := sc.inject(ctx, r); err != nil {
@@ -567,7 +622,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		cancel()
 		faults++
 	}
-	waitFor(t, 5*time.Minute, "every record copied", stalled, func() bool { return progress() >= int64(n) })
+	waitFor(t, 5*time.Minute+time.Duration(n/1000)*time.Second, "every record copied", stalled, func() bool { return progress() >= int64(n) })
 	time.Sleep(time.Second)
 	for _, c := range r.copiers {
 		c.signal(syscall.SIGCONT)

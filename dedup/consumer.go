@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/pgretry"
 )
@@ -198,8 +199,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// The last poll may hold a rebalance; Close alone would wait for it.
 	defer cl.CloseAllowingRebalance()
 
+	refused := &authz.Watch{Group: c.cfg.group, Grace: authz.DefaultGrace}
 	for {
-		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, c.cfg.maxPoll, c.cfg.logger)
+		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, c.cfg.maxPoll, c.cfg.logger, refused)
 		if stop {
 			return nil
 		}

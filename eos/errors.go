@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/authz"
 )
 
 // Errors callers react to. Every error eos returns that means one of these
@@ -128,9 +130,27 @@ func (e *DeadLetterError) Unwrap() error { return e.Err }
 // Under transaction protocol v2 (KIP-890, the default on Kafka 4.x) an
 // InvalidProducerEpoch is as final as ProducerFenced.
 func isFenced(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) ||
-		errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+// AuthorizationError is what Run returns when the broker refuses a request
+// for want of an ACL, naming the permission to grant (Permission: "Read on
+// topic T", "Read on group G", "Write on topic T", "Write on transactional
+// id T"); errors.Is matches the broker's refusal
+// (kerr.TopicAuthorizationFailed and the like). A refused read must last
+// a few seconds first (an ACL granted a moment after the start is fine);
+// a refused write or transaction ends the run at once, its transaction
+// aborted, so nothing is lost: grant the ACL and run again. The README
+// lists the ACLs each path needs.
+type AuthorizationError = authz.Error
+
+// pollError wraps what a poll returned: a refusal as it is, anything
+// else as the client closing under the processor.
+func pollError(err error) error {
+	if _, ok := errors.AsType[*authz.Error](err); ok {
+		return err
+	}
+	return fmt.Errorf("eos: %w: %w", ErrClosed, err)
 }
 
 // fencedError wraps err so that errors.Is matches both ErrFenced and the

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,7 @@ type hangSweeper struct {
 	// mu serialises sweeps: the periodic one runs beside the one the
 	// processor runs before a transaction after a disconnect.
 	mu        sync.Mutex
-	partition int32                // of __consumer_offsets; -1 until known
+	partition int32                // of __consumer_offsets; -1 until known, offsetsRefused
 	reported  map[txnscan.Key]bool // repair mode: unknown outcomes reported
 	announced map[hangKey]bool     // detect mode: hangs reported (and counted)
 	// noOffsetsTopic: the last sweep found no __consumer_offsets topic.
@@ -91,6 +92,25 @@ type hangSweeper struct {
 	// foundNew tells a waiting poll that a sweep found hanging
 	// transactions.
 	foundNew chan struct{}
+}
+
+// offsetsRefused marks a group's offsets partition that the principal may
+// not describe (no Read on __consumer_offsets).
+const offsetsRefused = -2
+
+// refuseOffsets makes the check look at the outputs alone from now on: it
+// may not read the group's offsets partition (Read on __consumer_offsets,
+// which shows every group's offsets, is not granted).
+func (s *hangSweeper) refuseOffsets(err error) {
+	s.partition = offsetsRefused
+	s.logger.Warn("eos: the hanging-transaction check cannot look at the group's offsets; it covers the partitions this processor writes to (grant this principal Read on topic "+txnscan.OffsetsTopic+" to cover them too)", "err", err)
+}
+
+// offsetsUnreadable reports whether DescribeProducers on the group's
+// offsets partition alone is refused.
+func (s *hangSweeper) offsetsUnreadable(ctx context.Context) bool {
+	_, err := txnscan.Open(ctx, s.adm, kadm.TopicsSet{txnscan.OffsetsTopic: {s.partition: {}}})
+	return err != nil && txnscan.IsAuthError(err)
 }
 
 // hanging returns the first hanging transaction the last sweep found, or
@@ -265,7 +285,12 @@ func (s *hangSweeper) turnOffIfUnanswerable(err error) bool {
 	var why string
 	switch {
 	case txnscan.IsAuthError(err):
-		why = "not allowed to look for hanging transactions (DescribeProducers, DescribeTransactions and, to repair, WriteTxnMarkers need the ACLs listed at HangingTransactionCheck)"
+		var grant []string
+		for _, t := range slices.Sorted(maps.Keys(s.outputs.snapshot())) {
+			grant = append(grant, "Read on topic "+t)
+		}
+		why = "not allowed to look for hanging transactions: grant this principal " + strings.Join(append(grant, "Describe on transactional id "+s.txnID), ", ") +
+			" (DescribeProducers, DescribeTransactions; to repair, WriteTxnMarkers needs ClusterAction)"
 	case txnscan.IsUnsupportedError(err):
 		why = "the cluster does not support the requests the check needs (DescribeProducers, DescribeTransactions: Kafka 2.8+)"
 	default:
@@ -297,7 +322,7 @@ func (s *hangSweeper) sweepOnce(ctx context.Context) bool {
 func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.partition < 0 {
+	if s.partition == -1 {
 		// A cluster on which no group has found its coordinator yet has
 		// no offsets topic, and so nothing hanging in it: sweep the
 		// outputs, and look for the topic again next time.
@@ -306,6 +331,8 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		switch {
 		case err == nil:
 			s.partition = p
+		case txnscan.IsAuthError(err):
+			s.refuseOffsets(err)
 		case !s.noOffsetsTopic:
 			return 0, err
 		}
@@ -318,6 +345,14 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	before, err := txnscan.Open(ctx, s.adm, set)
+	if err != nil && txnscan.IsAuthError(err) && s.partition >= 0 && s.offsetsUnreadable(ctx) {
+		s.refuseOffsets(err)
+		delete(set, txnscan.OffsetsTopic)
+		if len(set) == 0 {
+			return 0, nil
+		}
+		before, err = txnscan.Open(ctx, s.adm, set)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -180,11 +180,14 @@ func OnHandlerError(p ErrorPolicy) Option {
 // of its own producer id, and only at ones the partitions still hold open
 // after the coordinator was asked.
 //
-// Looking needs, besides what the processor needs anyway, Describe on the
-// transactional id (DescribeTransactions) and Read on __consumer_offsets
-// and the output topics (DescribeProducers, and reading markers back);
-// repairing needs ClusterAction too. A cluster that refuses them, or does
-// not support them, turns the check off at once with one warning, and the
+// Looking needs, besides what the processor needs anyway (Describe on the
+// transactional id, for DescribeTransactions, comes with Write on it), Read
+// on the output topics (DescribeProducers, and reading markers back), and
+// Read on __consumer_offsets to cover the group's offsets partition too:
+// without that one the check covers the outputs alone and says so once at
+// Warn. Repairing needs ClusterAction too. A cluster that refuses the
+// rest, or does not support them, turns the check off at once with one
+// warning naming the ACLs to grant, and the
 // processor starts without waiting. On a cluster that lists no
 // __consumer_offsets topic (franz-go's kfake) the check covers only the
 // output partitions, and says so once at Warn. It applies only under

@@ -3,7 +3,6 @@ package eos
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -51,12 +50,12 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		return f
 	}
 	for {
-		fetches, stop, err := loop.Poll(ctx, poll, p.cfg.maxRecords, p.logger)
+		fetches, stop, err := loop.Poll(ctx, poll, p.cfg.maxRecords, p.logger, p.refused)
 		if stop {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("eos: %w: %w", ErrClosed, err)
+			return pollError(err)
 		}
 		if fetches.NumRecords() == 0 {
 			cl.AllowRebalance()

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
@@ -50,6 +51,9 @@ type Processor struct {
 	// written holds the partitions the processor produced to, where the
 	// hanging-transaction check looks besides the group's offsets, and
 	// outcomes how its transactions ended.
+	// refused turns the refusals the polls report, once they last, into
+	// an *AuthorizationError (one Watch per Run).
+	refused  *authz.Watch
 	written  partitionSet
 	outcomes txnOutcomes
 	// deadLetterFailures counts, per input, the dead letters that could
@@ -162,6 +166,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		return errors.New("eos: Processor.Run called while already running")
 	}
 	defer p.running.Store(false)
+	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
 
 	failures := 0
 	for {
@@ -220,6 +225,8 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 		switch {
 		case err == nil || ctx.Err() != nil:
 			return nil
+		case authz.Refused(err):
+			return authz.Write("", p.cfg.txnID, err)
 		case isFenced(err):
 			p.metrics.Fenced()
 			return fencedError("init producer id", err)
@@ -294,11 +301,13 @@ type batch struct {
 	mu        sync.Mutex
 	produceAt coords // the input whose output failed first
 	produce   error  // the first failed output
-	failedAt  coords // the input whose handler failed, under Stop or Retry
-	failed    error
-	shutdown  bool
-	firsts    map[topicPartition]int64 // first offset written per output partition
-	promises  promises                 // outputs whose promise has not returned
+	// produceTopic is where the first failed output went.
+	produceTopic string
+	failedAt     coords // the input whose handler failed, under Stop or Retry
+	failed       error
+	shutdown     bool
+	firsts       map[topicPartition]int64 // first offset written per output partition
+	promises     promises                 // outputs whose promise has not returned
 	// deadLetters holds the inputs this batch sent to the dead-letter
 	// topic, with the error that sent them there.
 	deadLetters map[coords]error
@@ -437,7 +446,7 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 			}
 			b.failedInputs[failedAt] = true
 			if b.produce == nil {
-				b.produce, b.produceAt = err, failedAt
+				b.produce, b.produceAt, b.produceTopic = err, failedAt, out.Topic
 			}
 		})
 	}
@@ -584,6 +593,14 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		at, err = b.produceErr()
 		if err == nil {
 			return nil
+		}
+		// No ACL to write the output (or the dead letter) is no
+		// record's fault, and waiting will not grant it.
+		if authz.Refused(err) {
+			b.mu.Lock()
+			topic := b.produceTopic
+			b.mu.Unlock()
+			return authz.Write(topic, p.cfg.txnID, err)
 		}
 		if recordSpecific(err) && b.failedInputCount() > 1 && !rn.isolate {
 			// The outputs (or dead letters) of several inputs failed
@@ -781,12 +798,12 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		if err := p.holdWhileHanging(ctx, sweeper); err != nil || ctx.Err() != nil {
 			return err
 		}
-		fetches, stop, err := loop.Poll(ctx, poll, p.perTxn, p.logger)
+		fetches, stop, err := loop.Poll(ctx, poll, p.perTxn, p.logger, p.refused)
 		if stop {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("eos: %w: %w", ErrClosed, err)
+			return pollError(err)
 		}
 		if fetches.NumRecords() == 0 {
 			continue
@@ -805,6 +822,9 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			return err
 		}
 		if err := sess.Begin(); err != nil {
+			if authz.Refused(err) {
+				return authz.Write("", p.cfg.txnID, err)
+			}
 			if isFenced(err) {
 				p.metrics.Fenced()
 				return fencedError("begin transaction", err)
@@ -851,6 +871,11 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		b.shutdown = b.shutdown || ctx.Err() != nil
 
 		switch {
+		case authz.Refused(endErr):
+			// The transactional id (EndTxn, AddOffsetsToTxn) or the
+			// group (TxnOffsetCommit) refused: the transaction aborts.
+			p.metrics.Aborted("refused", elapsed)
+			return authz.Write("", p.cfg.txnID, endErr)
 		case (isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr)) && elapsed >= txnTimeout:
 			// The transaction outlived its timeout: the coordinator
 			// aborted it and bumped the epoch, which is what the epoch

@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 const localBrokerHowTo = "A private broker needs Java 17+ and Maven (scripts/kafka.sh fetches the jars), " +
@@ -34,6 +40,14 @@ type LocalBroker struct {
 // broker jars.
 func StartLocalBroker(tb testing.TB) *LocalBroker {
 	tb.Helper()
+	b := newLocalBroker(tb)
+	b.KafkaCluster = startPrivate(tb, b.script, b.stateDir)
+	return b
+}
+
+// newLocalBroker prepares a private broker's state folder and its cleanup.
+func newLocalBroker(tb testing.TB) *LocalBroker {
+	tb.Helper()
 	b := &LocalBroker{script: privateKafkaScript(tb, "private Kafka broker", "scripts/kafka.sh"), stateDir: tb.TempDir()}
 	tb.Cleanup(func() {
 		if keep := os.Getenv(KeepFailedBrokerEnv); keep != "" && tb.Failed() {
@@ -43,8 +57,62 @@ func StartLocalBroker(tb testing.TB) *LocalBroker {
 			tb.Logf("integration: clean private broker: %v", err)
 		}
 	})
-	b.KafkaCluster = startPrivate(tb, b.script, b.stateDir)
 	return b
+}
+
+// ACLBroker is a private broker that authenticates every client
+// (SASL/SCRAM-SHA-512, plaintext, loopback only) and authorizes every
+// request (Kafka's StandardAuthorizer, allow.everyone.if.no.acl.found
+// false: no ACL, no access), for least-privilege tests. Its KafkaCluster
+// (Admin, Client, Seed, Read*) acts as the super user; NewUser makes an
+// application principal, which holds only the ACLs the test grants it
+// (Admin.CreateACLs). It is stopped and its data deleted when the test
+// ends.
+type ACLBroker struct {
+	*LocalBroker
+}
+
+// StartLocalBrokerWithACLs starts a private broker with authentication and
+// ACLs. It skips or fails like [StartLocalBroker].
+func StartLocalBrokerWithACLs(tb testing.TB) *ACLBroker {
+	tb.Helper()
+	b := newLocalBroker(tb)
+	b.KafkaCluster = startPrivateWith(tb, b.script, b.stateDir, []string{"EOSKIT_KAFKA_SASL=1"})
+	if len(b.conn) < 2 {
+		tb.Fatal("integration: the broker with ACLs left no super user's credentials")
+	}
+	return &ACLBroker{b}
+}
+
+// User is an application principal on an [ACLBroker].
+type User struct {
+	Principal string    // User:name, as ACLs name it
+	Password  string    // to check that no log or error carries it
+	Opts      []kgo.Opt // the seed brokers and the SASL mechanism that connect as it
+}
+
+// NewUser creates the SCRAM-SHA-512 user name, with no ACL.
+func (b *ACLBroker) NewUser(tb testing.TB, name string) User {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var secret [16]byte
+	_, _ = rand.Read(secret[:])
+	pass := hex.EncodeToString(secret[:])
+	altered, err := b.Admin.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: name, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: pass}})
+	if err == nil {
+		altered.EachError(func(a kadm.AlteredUserSCRAM) { err = fmt.Errorf("%w: %s", a.Err, a.ErrMessage) })
+	}
+	if err != nil {
+		tb.Fatalf("integration: create user %s: %v", name, err)
+	}
+	// A new credential reaches the broker through its metadata log:
+	// wait until it lets the user in.
+	opts := []kgo.Opt{kgo.SeedBrokers(b.Brokers...), scramOpt(name, pass)}
+	if err := waitForKafka(ctx, opts); err != nil {
+		tb.Fatalf("integration: user %s cannot connect: %v", name, err)
+	}
+	return User{Principal: "User:" + name, Password: pass, Opts: opts}
 }
 
 // privateKafkaScript returns the path of the script that runs a private
@@ -73,7 +141,15 @@ func privateKafkaScript(tb testing.TB, what, rel string) string {
 // bootstrap addresses it prints last (KAFKA_BROKERS=a[,b,c]).
 func startPrivate(tb testing.TB, script, stateDir string) *KafkaCluster {
 	tb.Helper()
-	out, err := runScript(context.Background(), script, stateDir, "start")
+	return startPrivateWith(tb, script, stateDir, nil)
+}
+
+// startPrivateWith is startPrivate with env added to the script's
+// environment, and with the super user's credentials when the script left
+// them (kafka/admin.sasl: a broker with ACLs).
+func startPrivateWith(tb testing.TB, script, stateDir string, env []string) *KafkaCluster {
+	tb.Helper()
+	out, err := runScriptEnv(context.Background(), script, stateDir, env, "start")
 	if err != nil {
 		tb.Fatalf("integration: start %s: %v", filepath.Base(script), err)
 	}
@@ -81,7 +157,16 @@ func startPrivate(tb testing.TB, script, stateDir string) *KafkaCluster {
 	if !ok {
 		tb.Fatalf("integration: %s start printed no %s line: %q", filepath.Base(script), KafkaBrokersEnv, out)
 	}
-	return newKafkaCluster(tb, strings.Split(brokers, ","))
+	var extra []kgo.Opt
+	if b, err := os.ReadFile(filepath.Join(stateDir, "kafka", "admin.sasl")); err == nil {
+		user, pass, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		extra = append(extra, scramOpt(user, pass))
+	}
+	return newKafkaCluster(tb, strings.Split(brokers, ","), extra...)
+}
+
+func scramOpt(user, pass string) kgo.Opt {
+	return kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism())
 }
 
 // KeepFailedBrokerEnv names a folder: when a test with a private broker
@@ -136,10 +221,15 @@ func (b *LocalBroker) run(ctx context.Context, args ...string) (string, error) {
 
 // runScript runs one of the service scripts on the state folder stateDir.
 func runScript(ctx context.Context, script, stateDir string, args ...string) (string, error) {
+	return runScriptEnv(ctx, script, stateDir, nil, args...)
+}
+
+// runScriptEnv is runScript with env added to the script's environment.
+func runScriptEnv(ctx context.Context, script, stateDir string, env []string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
-	cmd.Env = append(os.Environ(), "EOSKIT_STATE_DIR="+stateDir,
+	cmd.Env = append(append(os.Environ(), env...), "EOSKIT_STATE_DIR="+stateDir,
 		// The broker must not outlive this test binary, however it ends.
 		"EOSKIT_OWNER_PID="+strconv.Itoa(os.Getpid()), startedByTest())
 	var stdout, stderr bytes.Buffer

@@ -112,9 +112,9 @@ func startKafkaContainer(ctx context.Context) (string, error) {
 		}
 		return "", fmt.Errorf("start %s: %w", KafkaImage, err)
 	}
-	if err := waitForKafka(ctx, strings.Split(brokers, ",")); err != nil {
+	if err := waitForKafka(ctx, connOpts(strings.Split(brokers, ","))); err != nil {
 		_ = ctr.Terminate(context.Background())
-		return "", err
+		return "", fmt.Errorf("kafka at %s does not answer: %w", brokers, err)
 	}
 	return brokers, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,13 @@ type KafkaCluster struct {
 	Admin *kadm.Client
 
 	tb testing.TB
+	// conn reaches the cluster as the harness: the seed brokers, and on
+	// a broker with ACLs its super user's SASL credentials.
+	conn []kgo.Opt
 }
+
+// connOpts are the options that reach brokers with no credentials.
+func connOpts(brokers []string) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(brokers...)} }
 
 // Kafka returns a handle on a real Kafka cluster, from KAFKA_BROKERS or a
 // testcontainers broker, and skips (or, with EOS_REQUIRE_SERVICES=1, fails)
@@ -51,22 +58,23 @@ func Kafka(tb testing.TB) *KafkaCluster {
 	return newKafkaCluster(tb, strings.Split(brokers, ","))
 }
 
-func newKafkaCluster(tb testing.TB, brokers []string) *KafkaCluster {
+func newKafkaCluster(tb testing.TB, brokers []string, extra ...kgo.Opt) *KafkaCluster {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := waitForKafka(ctx, brokers); err != nil {
-		missingService(tb, "Kafka", kafkaHowTo, err)
+	conn := append(connOpts(brokers), extra...)
+	if err := waitForKafka(ctx, conn); err != nil {
+		missingService(tb, "Kafka", kafkaHowTo, fmt.Errorf("kafka at %s does not answer: %w", strings.Join(brokers, ","), err))
 	}
-	k := &KafkaCluster{Brokers: brokers, tb: tb}
+	k := &KafkaCluster{Brokers: brokers, tb: tb, conn: conn}
 	k.Admin = kadm.NewClient(k.Client())
 	return k
 }
 
 // waitForKafka returns once the cluster answers Metadata with at least one
 // broker, retrying until ctx ends.
-func waitForKafka(ctx context.Context, brokers []string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func waitForKafka(ctx context.Context, conn []kgo.Opt) error {
+	cl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return err
 	}
@@ -82,7 +90,7 @@ func waitForKafka(ctx context.Context, brokers []string) error {
 			if err == nil {
 				err = errors.New("metadata lists no broker")
 			}
-			return fmt.Errorf("kafka at %s does not answer: %w", strings.Join(brokers, ","), err)
+			return err
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -92,7 +100,7 @@ func waitForKafka(ctx context.Context, brokers []string) error {
 // opts, closed when the test ends.
 func (k *KafkaCluster) Client(opts ...kgo.Opt) *kgo.Client {
 	k.tb.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, opts...)...)
+	cl, err := kgo.NewClient(append(slices.Clip(k.conn), opts...)...)
 	if err != nil {
 		k.tb.Fatalf("integration: new kafka client: %v", err)
 	}
@@ -151,7 +159,7 @@ func (k *KafkaCluster) NewTopic(partitions int32) string {
 // read, within timeout. Records come in offset order within each partition.
 func (k *KafkaCluster) ReadAll(topic string, level kgo.IsolationLevel, timeout time.Duration) []*kgo.Record {
 	k.tb.Helper()
-	recs, err := ReadTopic(context.Background(), k.Brokers, topic, level, true, timeout)
+	recs, err := readTopic(context.Background(), k.conn, topic, level, true, false, timeout)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
@@ -163,7 +171,7 @@ func (k *KafkaCluster) ReadAll(topic string, level kgo.IsolationLevel, timeout t
 // read_uncommitted, up to the last stable offset under read_committed.
 func (k *KafkaCluster) ReadNow(topic string, level kgo.IsolationLevel, timeout time.Duration) []*kgo.Record {
 	k.tb.Helper()
-	recs, err := ReadTopic(context.Background(), k.Brokers, topic, level, false, timeout)
+	recs, err := readTopic(context.Background(), k.conn, topic, level, false, false, timeout)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
@@ -175,7 +183,7 @@ func (k *KafkaCluster) ReadNow(topic string, level kgo.IsolationLevel, timeout t
 // included: the input [AbortedPositions] needs.
 func (k *KafkaCluster) ReadRaw(topic string, timeout time.Duration) []*kgo.Record {
 	k.tb.Helper()
-	recs, err := ReadRawTopic(context.Background(), k.Brokers, topic, timeout)
+	recs, err := readTopic(context.Background(), k.conn, topic, kgo.ReadUncommitted(), true, true, timeout)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
@@ -185,19 +193,19 @@ func (k *KafkaCluster) ReadRaw(topic string, timeout time.Duration) []*kgo.Recor
 // ReadRawTopic is [KafkaCluster.ReadRaw] for programs that have no
 // testing.TB.
 func ReadRawTopic(ctx context.Context, brokers []string, topic string, timeout time.Duration) ([]*kgo.Record, error) {
-	return readTopic(ctx, brokers, topic, kgo.ReadUncommitted(), true, true, timeout)
+	return readTopic(ctx, connOpts(brokers), topic, kgo.ReadUncommitted(), true, true, timeout)
 }
 
 // ReadTopic is [KafkaCluster.ReadAll] (settled) or [KafkaCluster.ReadNow]
 // for programs that have no testing.TB.
 func ReadTopic(ctx context.Context, brokers []string, topic string, level kgo.IsolationLevel, settled bool, timeout time.Duration) ([]*kgo.Record, error) {
-	return readTopic(ctx, brokers, topic, level, settled, false, timeout)
+	return readTopic(ctx, connOpts(brokers), topic, level, settled, false, timeout)
 }
 
-func readTopic(ctx context.Context, brokers []string, topic string, level kgo.IsolationLevel, settled, keepControl bool, timeout time.Duration) ([]*kgo.Record, error) {
+func readTopic(ctx context.Context, conn []kgo.Opt, topic string, level kgo.IsolationLevel, settled, keepControl bool, timeout time.Duration) ([]*kgo.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	admCl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return nil, err
 	}
@@ -248,13 +256,12 @@ func readTopic(ctx context.Context, brokers []string, topic string, level kgo.Is
 		return nil, nil
 	}
 
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(append(slices.Clip(conn),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(level),
 		kgo.KeepControlRecords(),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,7 @@ import (
 // returns the ids in the order written.
 func (k *KafkaCluster) Seed(topic string, n int) []string {
 	k.tb.Helper()
-	ids, err := SeedTopic(context.Background(), k.Brokers, topic, n)
+	ids, err := seedTopic(context.Background(), k.conn, topic, n)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
@@ -45,7 +46,7 @@ func (k *KafkaCluster) SeedHostile(topic string, n, batch int) Inputs {
 	k.tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	committed, aborted, err := SeedTransactional(ctx, k.Brokers, topic, n, batch, nil)
+	committed, aborted, err := seedTransactional(ctx, k.conn, topic, n, batch, nil)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
@@ -54,7 +55,11 @@ func (k *KafkaCluster) SeedHostile(topic string, n, batch int) Inputs {
 
 // SeedTopic is [KafkaCluster.Seed] for programs that have no testing.TB.
 func SeedTopic(ctx context.Context, brokers []string, topic string, n int) ([]string, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
+	return seedTopic(ctx, connOpts(brokers), topic, n)
+}
+
+func seedTopic(ctx context.Context, conn []kgo.Opt, topic string, n int) ([]string, error) {
+	cl, err := kgo.NewClient(append(slices.Clip(conn), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))...)
 	if err != nil {
 		return nil, err
 	}
@@ -94,10 +99,14 @@ func SeedTopic(ctx context.Context, brokers []string, topic string, n int) ([]st
 // stamp a message id, say). It returns the committed ids in the order
 // written, and the aborted ids: give both to [Verify] (Run.AbortedInput).
 func SeedTransactional(ctx context.Context, brokers []string, topic string, n, batch int, decorate func(*kgo.Record)) (committed, aborted []string, err error) {
+	return seedTransactional(ctx, connOpts(brokers), topic, n, batch, decorate)
+}
+
+func seedTransactional(ctx context.Context, conn []kgo.Opt, topic string, n, batch int, decorate func(*kgo.Record)) (committed, aborted []string, err error) {
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.TransactionalID("eoskit-seed-"+topic+"-"+hex.EncodeToString(suffix[:])), kgo.ProducerLinger(5*time.Millisecond))
+	cl, err := kgo.NewClient(append(slices.Clip(conn), kgo.DefaultProduceTopic(topic),
+		kgo.TransactionalID("eoskit-seed-"+topic+"-"+hex.EncodeToString(suffix[:])), kgo.ProducerLinger(5*time.Millisecond))...)
 	if err != nil {
 		return nil, nil, err
 	}

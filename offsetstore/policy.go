@@ -1,10 +1,22 @@
 package offsetstore
 
 import (
+	"github.com/eoskit/eoskit/internal/authz"
+
 	"errors"
 	"fmt"
 	"time"
 )
+
+// AuthorizationError is what Run returns when the broker keeps refusing to
+// let the runner read its topic or join its group for want of an ACL,
+// naming the permission to grant (Permission: "Read on topic T", "Read on
+// group G"); errors.Is matches the broker's refusal
+// (kerr.TopicAuthorizationFailed, kerr.GroupAuthorizationFailed). The
+// refusal must last a few seconds first (an ACL granted a moment after the
+// start is fine). Nothing was applied for a record it could not read. The
+// README lists the ACLs each path needs.
+type AuthorizationError = authz.Error
 
 var (
 	// ErrInvalidConfig is wrapped by every error [New] returns for a

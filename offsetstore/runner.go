@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/pgretry"
 )
@@ -374,8 +375,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.admin.Store(kadm.NewClient(cl)) // before the first poll; seekToStored retries until it is there
 
+	refused := &authz.Watch{Group: r.cfg.group, Grace: authz.DefaultGrace}
 	for {
-		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, r.cfg.maxPoll, r.cfg.logger)
+		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, r.cfg.maxPoll, r.cfg.logger, refused)
 		if stop {
 			return nil
 		}

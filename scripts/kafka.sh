@@ -19,6 +19,11 @@
 #                     runs transaction protocol v1, 4.x is formatted with v2).
 #                     Each version has its own jars and, unless 4.4.0 or
 #                     EOSKIT_STATE_DIR is set, its own state folder (kafka-VERSION)
+#   EOSKIT_KAFKA_SASL=1  configure the broker (when its state folder is new) to
+#                     authenticate every client with SASL/SCRAM-SHA-512 and
+#                     authorize every request (StandardAuthorizer, no ACL no
+#                     access); the super user is admin, its password in the
+#                     state folder's kafka/admin.sasl (user, then password)
 #   EOSKIT_OWNER_PID  when set (tests set it to their own pid), a watchdog stops
 #                     the broker once that process is gone, however it ended
 set -euo pipefail
@@ -122,13 +127,32 @@ configure() {
 	ports=$(eosdev freeport 2)
 	broker_port=${ports% *}
 	controller_port=${ports#* }
+	local proto=PLAINTEXT security="" scram=()
+	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ]; then
+		proto=SASL_PLAINTEXT
+		local pw
+		pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+		(umask 077 && printf 'admin\n%s\n' "$pw" >"$STATE_DIR/admin.sasl")
+		scram=(--add-scram "SCRAM-SHA-512=[name=admin,password=$pw]")
+		security="
+# Every client authenticates (SCRAM-SHA-512) and every request is authorized:
+# no ACL, no access. The broker's own traffic runs as admin, whose password
+# is in admin.sasl; the controller listener (plaintext, loopback, never
+# advertised) as ANONYMOUS. Both are super users.
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$pw\";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin;User:ANONYMOUS"
+	fi
 	cat >"$STATE_DIR/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
-listeners=PLAINTEXT://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$broker_port
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+listeners=$proto://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=$proto://127.0.0.1:$broker_port
+listener.security.protocol.map=$proto:$proto,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=$proto
 controller.listener.names=CONTROLLER
 controller.quorum.bootstrap.servers=127.0.0.1:$controller_port
 log.dirs=$STATE_DIR/data
@@ -147,7 +171,7 @@ min.insync.replicas=1
 # Tests start groups constantly; the production default waits 3 s first.
 group.initial.rebalance.delay.ms=0
 # Zombie tests stall a member past its session timeout; let them use short ones.
-group.min.session.timeout.ms=1000
+group.min.session.timeout.ms=1000$security
 EOF
 	write_log4j
 	echo "127.0.0.1:$broker_port" >"$STATE_DIR/bootstrap"
@@ -156,7 +180,7 @@ EOF
 	# shellcheck disable=SC2046 # the flag is two words
 	"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 		kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
-		--standalone $(format_features) >"$STATE_DIR/logs/format.log" 2>&1 ||
+		--standalone $(format_features) "${scram[@]}" >"$STATE_DIR/logs/format.log" 2>&1 ||
 		{ cat "$STATE_DIR/logs/format.log" >&2; rm -f "$STATE_DIR/server.properties"; die "storage format failed"; }
 }
 
@@ -174,7 +198,9 @@ start() {
 	(cd "$ROOT" && go build -o "$STATE_DIR/eosdev" ./internal/cmd/eosdev)
 	log "starting broker on $(bootstrap) (log: $STATE_DIR/logs/server.log)"
 	launch_broker 512m
-	if ! "$STATE_DIR/eosdev" wait-kafka -brokers "$(bootstrap)" -timeout 120s; then
+	local sasl=()
+	[ -f "$STATE_DIR/admin.sasl" ] && sasl=(-sasl-file "$STATE_DIR/admin.sasl")
+	if ! "$STATE_DIR/eosdev" wait-kafka -brokers "$(bootstrap)" -timeout 120s "${sasl[@]}"; then
 		tail -n 40 "$STATE_DIR/logs/server.log" "$STATE_DIR/logs/stdout.log" >&2 || true
 		stop_with KILL
 		die "broker did not become ready"
@@ -246,7 +272,7 @@ clean)
 	rm -rf "$STATE_DIR"
 	;;
 *)
-	sed -n '2,22p' "$0" >&2
+	sed -n '2,27p' "$0" >&2
 	exit 2
 	;;
 esac

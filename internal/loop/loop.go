@@ -12,13 +12,16 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/authz"
 )
 
 // Poll polls up to max records with poll. stop is true when ctx ended: the
 // loop returns without error. err is kgo.ErrClientClosed when the client was
-// closed under the loop. Fetch errors are logged, not returned: franz-go
-// retries them itself.
-func Poll(ctx context.Context, poll func(context.Context, int) kgo.Fetches, max int, logger *slog.Logger) (f kgo.Fetches, stop bool, err error) {
+// closed under the loop, or an *authz.Error once refused reads last (refused
+// tells). Other fetch errors are logged, not returned: franz-go retries them
+// itself.
+func Poll(ctx context.Context, poll func(context.Context, int) kgo.Fetches, max int, logger *slog.Logger, refused *authz.Watch) (f kgo.Fetches, stop bool, err error) {
 	f = poll(ctx, max)
 	if ctx.Err() != nil {
 		return nil, true, nil
@@ -27,6 +30,9 @@ func Poll(ctx context.Context, poll func(context.Context, int) kgo.Fetches, max 
 		return nil, false, kgo.ErrClientClosed
 	}
 	LogFetchErrors(f, logger)
+	if err := refused.Check(f, time.Now()); err != nil {
+		return nil, false, err
+	}
 	return f, false, nil
 }
 

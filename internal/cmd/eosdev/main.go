@@ -3,8 +3,11 @@
 // ports, and waiting until a Kafka broker really answers a Metadata request.
 //
 //	eosdev freeport [N]                 prints N (default 1) free TCP ports on 127.0.0.1
-//	eosdev wait-kafka -brokers B [-min-brokers N] [-node-id ID] [-timeout 120s]
-//	eosdev wait-isr -brokers B [-timeout 120s]
+//	eosdev wait-kafka -brokers B [-min-brokers N] [-node-id ID] [-timeout 120s] [-sasl-file F]
+//	eosdev wait-isr -brokers B [-timeout 120s] [-sasl-file F]
+//
+// -sasl-file names a file holding a SCRAM-SHA-512 user name and password, one
+// a line (a broker with ACLs, scripts/kafka.sh with EOSKIT_KAFKA_SASL=1).
 //
 // It is internal to eoskit's own tooling; users never import or run it.
 package main
@@ -23,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 func main() {
@@ -75,6 +79,24 @@ func freePorts(args []string) error {
 	return nil
 }
 
+// client connects to brokers, with SCRAM-SHA-512 when saslFile names the
+// credentials.
+func client(brokers, saslFile string) (*kgo.Client, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}
+	if saslFile != "" {
+		b, err := os.ReadFile(saslFile)
+		if err != nil {
+			return nil, err
+		}
+		user, pass, ok := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if !ok {
+			return nil, fmt.Errorf("%s: want a user and a password, one a line", saslFile)
+		}
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+	}
+	return kgo.NewClient(opts...)
+}
+
 // waitKafka returns once the broker answers Metadata and lists itself, which
 // only happens after a KRaft broker has been unfenced by its controller.
 func waitKafka(args []string) error {
@@ -83,13 +105,14 @@ func waitKafka(args []string) error {
 	minBrokers := fs.Int("min-brokers", 1, "how many brokers Metadata must list")
 	nodeID := fs.Int("node-id", -1, "a node Metadata must list as a live broker (a restarted node lists itself only once unfenced)")
 	timeout := fs.Duration("timeout", 120*time.Second, "how long to wait")
+	saslFile := fs.String("sasl-file", "", "a file with a SCRAM-SHA-512 user and password, one a line")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *brokers == "" {
 		return errors.New("wait-kafka: -brokers is required")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...))
+	cl, err := client(*brokers, *saslFile)
 	if err != nil {
 		return fmt.Errorf("wait-kafka: %w", err)
 	}
@@ -130,10 +153,11 @@ func waitISR(args []string) error {
 	fs := flag.NewFlagSet("wait-isr", flag.ContinueOnError)
 	brokers := fs.String("brokers", "", "bootstrap address, host:port[,host:port]")
 	timeout := fs.Duration("timeout", 120*time.Second, "how long to wait")
+	saslFile := fs.String("sasl-file", "", "a file with a SCRAM-SHA-512 user and password, one a line")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...))
+	cl, err := client(*brokers, *saslFile)
 	if err != nil {
 		return fmt.Errorf("wait-isr: %w", err)
 	}
