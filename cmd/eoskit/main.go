@@ -4,7 +4,7 @@
 // Kafka 4.1 to 4.4 leave them behind when a partition is leaderless while
 // markers are written, KAFKA-20734; see docs/KAFKA-20734.md).
 //
-//	go run ./cmd/eoskit txn find-hanging [-topic T]...
+//	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 15m]
 //	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
 //	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run]
 //
@@ -26,8 +26,12 @@
 // the marker and writes nothing.
 //
 // Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
-// -timeout (default 1m), -json. Exit status: 0 done (find-hanging: none
-// found), 1 error or refusal, 2 usage, 3 find-hanging found some.
+// -timeout (default 1m), -json; on a cluster that authenticates,
+// -sasl-mechanism (scram-sha-256, scram-sha-512 or plain) and -sasl-user,
+// with the password in $EOSKIT_SASL_PASSWORD (never on the command line,
+// where other users of the machine can read it), and -tls. Exit status: 0
+// done (find-hanging: none found), 1 error or refusal, 2 usage, 3
+// find-hanging found some.
 package main
 
 import (
@@ -46,6 +50,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
@@ -57,10 +64,11 @@ func main() {
 }
 
 const usage = `usage:
-  eoskit txn find-hanging [-topic T]...
+  eoskit txn find-hanging [-topic T]... [-min-age 15m]
   eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
   eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run]
 common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
+  -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD) -tls
 `
 
 // Exit statuses.
@@ -86,8 +94,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	brokers := fs.String("brokers", defaultBrokers, "Kafka bootstrap addresses, comma-separated")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
 	asJSON := fs.Bool("json", false, "print JSON")
+	mechanism := fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD)")
+	user := fs.String("sasl-user", "", "SASL user name")
+	useTLS := fs.Bool("tls", false, "connect with TLS (the system's root certificates)")
 	var topics topicList
 	fs.Var(&topics, "topic", "a topic to look in (repeatable; default every topic, __consumer_offsets included)")
+	minAge := fs.Duration("min-age", 15*time.Minute, "report a transaction that no transactional id (this principal may describe) holds only once its producer last wrote this long ago")
 	var (
 		id         *string
 		partition  *int
@@ -123,9 +135,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
+	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...)}
+	if *useTLS {
+		opts = append(opts, kgo.DialTLS())
+	}
+	if *mechanism != "" || *user != "" {
+		mech, err := saslMechanism(*mechanism, *user, os.Getenv("EOSKIT_SASL_PASSWORD"))
+		if err != nil {
+			fmt.Fprintln(stderr, "eoskit:", err)
+			return exitUsage
+		}
+		opts = append(opts, kgo.SASL(mech))
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	t, err := connect(ctx, strings.Split(*brokers, ","))
+	t, err := connect(ctx, *brokers, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "eoskit: %v\n", err)
 		return exitError
@@ -137,7 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "find-hanging":
-		hangs, err := t.findHanging(ctx, topics)
+		hangs, err := t.findHanging(ctx, topics, *minAge)
 		if err != nil {
 			fmt.Fprintf(stderr, "eoskit: find hanging transactions: %v\n", err)
 			return exitError
@@ -154,7 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		o.described(d)
 	case "close":
-		c, err := t.closeHang(ctx, topics[0], int32(*partition), *producerID, *outcome, *dryRun)
+		c, err := t.closeHang(ctx, topics[0], int32(*partition), *producerID, *outcome, *dryRun, *minAge)
 		if err != nil {
 			fmt.Fprintf(stderr, "eoskit: close: %v\n", err)
 			return exitError
@@ -178,8 +202,23 @@ type txnTool struct {
 	v2   bool
 }
 
-func connect(ctx context.Context, brokers []string) (*txnTool, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+// saslMechanism builds the SASL mechanism the flags name.
+func saslMechanism(name, user, pass string) (sasl.Mechanism, error) {
+	if user == "" || pass == "" {
+		return nil, errors.New("SASL needs -sasl-user and the password in $EOSKIT_SASL_PASSWORD")
+	}
+	switch strings.ToLower(name) {
+	case "scram-sha-256":
+		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
+	case "scram-sha-512":
+		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
+	case "plain":
+		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
+	}
+	return nil, fmt.Errorf("-sasl-mechanism %q: want scram-sha-256, scram-sha-512 or plain", name)
+}
+
+func connect(ctx context.Context, brokers string, opts []kgo.Opt) (*txnTool, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
@@ -187,7 +226,7 @@ func connect(ctx context.Context, brokers []string) (*txnTool, error) {
 	level, err := txnscan.TransactionVersion(ctx, cl)
 	if err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("reach %s: %w", strings.Join(brokers, ","), err)
+		return nil, fmt.Errorf("reach %s: %w", brokers, err)
 	}
 	return &txnTool{opts: opts, cl: cl, adm: kadm.NewClient(cl), v2: level >= 2}, nil
 }
@@ -213,12 +252,12 @@ func (t *txnTool) partitions(ctx context.Context, topics []string) (kadm.TopicsS
 	return details.TopicsSet(), nil
 }
 
-func (t *txnTool) findHanging(ctx context.Context, topics []string) ([]txnscan.Hang, error) {
+func (t *txnTool) findHanging(ctx context.Context, topics []string, minAge time.Duration) ([]txnscan.Hang, error) {
 	set, err := t.partitions(ctx, topics)
 	if err != nil {
 		return nil, err
 	}
-	return txnscan.Find(ctx, t.adm, set, t.v2)
+	return txnscan.Find(ctx, t.adm, set, t.v2, minAge)
 }
 
 // description is what describe prints.
@@ -270,8 +309,8 @@ type closing struct {
 // errRefused is a close that would risk exactly-once.
 var errRefused = errors.New("refused")
 
-func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, producerID int64, outcome string, dryRun bool) (*closing, error) {
-	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, t.v2)
+func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, producerID int64, outcome string, dryRun bool, minAge time.Duration) (*closing, error) {
+	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, t.v2, minAge)
 	if err != nil {
 		return nil, err
 	}

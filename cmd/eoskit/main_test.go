@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
@@ -172,5 +174,58 @@ func TestTxnCommandRefusesBadUsage(t *testing.T) {
 	out, code := runTool(ctx, "txn", "find-hanging", "-brokers", "127.0.0.1:1", "-timeout", "2s")
 	if code != exitError || !strings.Contains(out, "127.0.0.1:1") || time.Since(start) > 20*time.Second {
 		t.Fatalf("an unreachable cluster: exit %d after %s: %s", code, time.Since(start), out)
+	}
+}
+
+// On a cluster that authenticates every client and authorizes every
+// request, find-hanging runs as an operator principal holding only Read on
+// the topics it looks at and Describe on the transactional ids (no cluster
+// right), and tells a live transaction from a hanging one. Without Read on the topic it fails naming the refusal. The
+// password comes from $EOSKIT_SASL_PASSWORD and appears in no output.
+func TestTxnCommandFindsHangingWithReadAndDescribeOnly(t *testing.T) {
+	b := integration.StartLocalBrokerWithACLs(t)
+	k := b.KafkaCluster
+	topic := k.NewTopic(2)
+	k.SeedHostile(topic, 200, 50) // transactional producers on the topic
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A live transaction, so that find-hanging asks its coordinator
+	// (ListTransactions, DescribeTransactions) and must tell it is live.
+	live := k.Client(kgo.TransactionalID(integration.UniqueName(t, "live")), kgo.DefaultProduceTopic(topic))
+	if err := live.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := live.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ops := b.NewUser(t, "ops")
+	results, err := k.Admin.CreateACLs(ctx, kadm.NewACLs().Topics(topic).TransactionalIDs("*").Allow(ops.Principal).Operations(kadm.OpRead, kadm.OpDescribe))
+	if err == nil {
+		for _, r := range results {
+			err = errors.Join(err, r.Err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("grant: %v", err)
+	}
+	t.Setenv("EOSKIT_SASL_PASSWORD", ops.Password)
+	// -min-age 0: a transaction no describable id holds counts at once,
+	// so that a missing Describe would show as a false hang.
+	args := []string{"txn", "find-hanging", "-brokers=" + strings.Join(k.Brokers, ","), "-sasl-mechanism", "scram-sha-512", "-sasl-user", "ops", "-min-age", "0s"}
+	out, code := runTool(ctx, append(args, "-topic", topic)...)
+	if code != exitOK || !strings.Contains(out, "no hanging transactions") {
+		t.Fatalf("find-hanging as ops exited %d: %s", code, out)
+	}
+	other := k.NewTopic(1)
+	out2, code := runTool(ctx, append(args, "-topic", other)...)
+	if code != exitError || !strings.Contains(out2, "TOPIC_AUTHORIZATION_FAILED") {
+		t.Fatalf("find-hanging on a topic ops may not read exited %d: %s", code, out2)
+	}
+	if strings.Contains(out+out2, ops.Password) {
+		t.Fatal("the output carries the password")
+	}
+	t.Setenv("EOSKIT_SASL_PASSWORD", "")
+	if out, code := runTool(ctx, append(args, "-topic", topic)...); code != exitUsage {
+		t.Fatalf("SASL without a password exited %d: %s", code, out)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 )
@@ -33,8 +34,12 @@ type Hang struct {
 // partition. v2 says whether the cluster runs transaction protocol v2
 // (TransactionVersion >= 2); under v1 no outcome is known. A transaction
 // that ends while Find looks is not reported: each hang is checked again,
-// unchanged, after its coordinator was asked.
-func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool) ([]Hang, error) {
+// unchanged, after its coordinator was asked. One that no transactional id
+// holds is reported only once its producer last wrote minAge ago or more:
+// ListTransactions shows only the ids the caller may describe, so a young
+// one may be another principal's live transaction (kafka-transactions.sh
+// find-hanging waits transaction.max.timeout.ms, 15 minutes by default).
+func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool, minAge time.Duration) ([]Hang, error) {
 	before, err := Open(ctx, adm, set)
 	if err != nil || len(before) == 0 {
 		return nil, err
@@ -67,6 +72,9 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool) ([
 	for k, p := range before {
 		h := Hang{DescribedProducer: p, TransactionalID: idOf[k.ProducerID], Outcome: "unknown"}
 		if h.TransactionalID == "" {
+			if time.Since(time.UnixMilli(p.LastTimestamp)) < minAge {
+				continue
+			}
 			h.Evidence = fmt.Sprintf("none: no transactional id (that this principal may describe) holds producer id %d any more", k.ProducerID)
 			found = append(found, h)
 			continue
