@@ -135,16 +135,7 @@ func reproduceOnce(t *testing.T, bin string, n int) reproResult {
 	if stalled == "complete" {
 		reach(int64(n))
 	}
-	for _, c := range r.copiers {
-		c.signal(syscall.SIGTERM)
-	}
-	for _, c := range r.copiers {
-		select {
-		case <-c.done:
-		case <-time.After(time.Minute):
-			t.Fatal("a copier did not stop after SIGTERM")
-		}
-	}
+	r.terminate()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -356,6 +356,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.logger.Debug("eos: looked for hanging transactions", "topics", slices.Sorted(maps.Keys(set)), "open", len(before))
 	if len(before) == 0 {
 		s.found.Store(nil)
 		return 0, nil
@@ -389,7 +390,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	candidates := map[txnscan.Key]decided{}
 	var found []*HangingTransactionError
 	for k, p := range before {
-		if k.ProducerID != coord.ProducerID || txnscan.Classify(coord, p, s.v2) != txnscan.Hanging {
+		if k.ProducerID != coord.ProducerID || txnscan.Classify(coord, p) != txnscan.Hanging {
 			continue // another producer's, or the live transaction
 		}
 		d, ok := decisions[p.ProducerEpoch]

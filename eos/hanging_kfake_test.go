@@ -1,12 +1,10 @@
 package eos_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
 )
-
-// syncBuffer is a log sink safe for the processor's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere runs a
 // Processor with the default hanging-transaction check on kfake, which
@@ -48,7 +29,7 @@ func TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere(t *testin
 	}
 	t.Cleanup(cluster.Close)
 	brokers := cluster.ListenAddrs()
-	var logs syncBuffer
+	var logs integration.LogBuffer
 	txnID, _ := eos.StableTransactionalID("kfake", "0")
 	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(brokers...), eos.Group("kfake"), eos.InputTopics("in"),
 		eos.TransactionalID(txnID), eos.CommitInterval(50*time.Millisecond),

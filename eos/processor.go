@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
@@ -226,7 +228,7 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 		case err == nil || ctx.Err() != nil:
 			return nil
 		case authz.Refused(err):
-			return authz.Write("", p.cfg.txnID, err)
+			return authz.Write("", p.cfg.txnID, p.cfg.group, err)
 		case isFenced(err):
 			p.metrics.Fenced()
 			return fencedError("init producer id", err)
@@ -600,7 +602,7 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 			b.mu.Lock()
 			topic := b.produceTopic
 			b.mu.Unlock()
-			return authz.Write(topic, p.cfg.txnID, err)
+			return authz.Write(topic, p.cfg.txnID, p.cfg.group, err)
 		}
 		if recordSpecific(err) && b.failedInputCount() > 1 && !rn.isolate {
 			// The outputs (or dead letters) of several inputs failed
@@ -714,6 +716,20 @@ func (p *Processor) forgetDeadLetters(b *batch) {
 	delete(p.tooSlow, b.first)
 }
 
+// speaksV2 reports whether cl uses transaction protocol v2 where the
+// cluster offers it: a client whose versions the user capped below EndTxn
+// v5 (kgo.MaxVersions in ClientOptions) keeps v1, where an epoch spans many
+// transactions, and the hanging-transaction check must not read outcomes
+// as if each had its own.
+func speaksV2(cl *kgo.Client) bool {
+	v, ok := cl.OptValue(kgo.MaxVersions).(*kversion.Versions)
+	if !ok || v == nil {
+		return true
+	}
+	max, listed := v.LookupMaxKeyVersion(kmsg.EndTxn.Int16())
+	return !listed || max >= 5
+}
+
 // recordSpecific reports whether a produce error is the record's own fault,
 // so that the input that made it may be blamed.
 func recordSpecific(err error) bool {
@@ -755,7 +771,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			p.logger.Debug("eos: reading the cluster's transaction.version failed; outcomes of hanging transactions will be unknown", "err", err)
 		}
 		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
-		sweeper.v2 = level >= 2
+		sweeper.v2 = level >= 2 && speaksV2(sess.Client())
 		sweeper.beforeClaim(ctx)
 		poll = sweeper.interruptible(sess.PollRecords)
 		// Before registering the transactional id, which bumps the epoch
@@ -823,7 +839,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		}
 		if err := sess.Begin(); err != nil {
 			if authz.Refused(err) {
-				return authz.Write("", p.cfg.txnID, err)
+				return authz.Write("", p.cfg.txnID, p.cfg.group, err)
 			}
 			if isFenced(err) {
 				p.metrics.Fenced()
@@ -873,9 +889,12 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		switch {
 		case authz.Refused(endErr):
 			// The transactional id (EndTxn, AddOffsetsToTxn) or the
-			// group (TxnOffsetCommit) refused: the transaction aborts.
+			// group (TxnOffsetCommit) refused. franz-go's abort is
+			// refused too: the broker aborts the transaction at its
+			// timeout, and until then read_committed readers of its
+			// partitions wait.
 			p.metrics.Aborted("refused", elapsed)
-			return authz.Write("", p.cfg.txnID, endErr)
+			return authz.Write("", p.cfg.txnID, p.cfg.group, endErr)
 		case (isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr)) && elapsed >= txnTimeout:
 			// The transaction outlived its timeout: the coordinator
 			// aborted it and bumped the epoch, which is what the epoch

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/authz"
 )
 
 // endTimeout bounds the abort eos sends on its own after the caller's
@@ -152,6 +154,9 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		if isFenced(err) { // a record fn waited for was refused as fenced
 			return p.classify("produce", err)
 		}
+		if refused := p.refused(err); refused != nil {
+			return refused
+		}
 		return fmt.Errorf("%w: %w", ErrAborted, err)
 	}
 	if err := tx.promises.settle(ctx, tx.cl.Flush); err != nil {
@@ -160,6 +165,9 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 	if err := tx.err(); err != nil {
 		if isFenced(err) {
 			return p.classify("produce", err)
+		}
+		if refused := p.refused(err); refused != nil {
+			return refused
 		}
 		return fmt.Errorf("%w: %w", ErrAborted, err)
 	}
@@ -174,6 +182,10 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		return nil
 	case isFenced(endErr):
 		return p.classify("commit", endErr)
+	case authz.Refused(endErr):
+		// Refused before anything was done: not committed. The abort is
+		// refused too; the broker aborts at the transaction timeout.
+		return p.refused(endErr)
 	case abortable(endErr):
 		// The commit was not attempted: the deferred abort makes the
 		// outcome a known abort.
@@ -184,6 +196,19 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		p.logger.Warn("eos: commit outcome unknown; retrying as abort", "err", endErr)
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, endErr)
 	}
+}
+
+// refused turns a refusal for want of an ACL into an *AuthorizationError
+// naming it (the transaction aborted), and returns nil for anything else.
+func (p *TransactionalProducer) refused(err error) error {
+	if !authz.Refused(err) {
+		return nil
+	}
+	topic := ""
+	if pe, ok := errors.AsType[*ProduceError](err); ok {
+		topic = pe.Topic
+	}
+	return fmt.Errorf("%w: %w", ErrAborted, authz.Write(topic, p.txnID, "", err))
 }
 
 // abort discards buffered records and ends the open transaction with an

@@ -12,8 +12,10 @@
 // every topic, __consumer_offsets included) with the evidence of how it
 // ended. describe shows one transactional id as its coordinator sees it, and
 // every partition that holds a transaction of its producer open. Both only
-// read: DescribeProducers, ListTransactions and DescribeTransactions need
-// Describe on the topics and the transactional ids.
+// read: DescribeProducers needs Read on the topics, ListTransactions and
+// DescribeTransactions Describe on the transactional ids. A topic the
+// principal may not see is left out of "every topic": find-hanging says
+// how many partitions it looked at.
 //
 // close writes the marker that closes one hanging transaction in one
 // partition (WriteTxnMarkers, as kafka-transactions.sh abort does, which
@@ -161,12 +163,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "find-hanging":
-		hangs, err := t.findHanging(ctx, topics, *minAge)
+		hangs, looked, err := t.findHanging(ctx, topics, *minAge)
 		if err != nil {
 			fmt.Fprintf(stderr, "eoskit: find hanging transactions: %v\n", err)
 			return exitError
 		}
-		o.hangs(hangs)
+		o.hangs(hangs, looked)
 		if len(hangs) > 0 {
 			return exitFound
 		}
@@ -252,12 +254,19 @@ func (t *txnTool) partitions(ctx context.Context, topics []string) (kadm.TopicsS
 	return details.TopicsSet(), nil
 }
 
-func (t *txnTool) findHanging(ctx context.Context, topics []string, minAge time.Duration) ([]txnscan.Hang, error) {
+// findHanging returns the hanging transactions in topics, and how many
+// partitions it looked at.
+func (t *txnTool) findHanging(ctx context.Context, topics []string, minAge time.Duration) ([]txnscan.Hang, int, error) {
 	set, err := t.partitions(ctx, topics)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return txnscan.Find(ctx, t.adm, set, t.v2, minAge)
+	looked := 0
+	for _, ps := range set {
+		looked += len(ps)
+	}
+	hangs, err := txnscan.Find(ctx, t.adm, set, t.v2, minAge)
+	return hangs, looked, err
 }
 
 // description is what describe prints.
@@ -293,7 +302,7 @@ func (t *txnTool) describe(ctx context.Context, id string, topics []string) (*de
 	d := &description{Coordinator: coord}
 	for k, p := range open {
 		if k.ProducerID == coord.ProducerID {
-			d.Open = append(d.Open, openPartition{p, txnscan.Classify(coord, p, t.v2).String()})
+			d.Open = append(d.Open, openPartition{p, txnscan.Classify(coord, p).String()})
 		}
 	}
 	return d, nil
@@ -364,16 +373,16 @@ func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, 
 
 // output prints results as text or JSON.
 type output interface {
-	hangs([]txnscan.Hang)
+	hangs(hs []txnscan.Hang, looked int)
 	described(*description)
 	closed(*closing)
 }
 
 type textOutput struct{ w io.Writer }
 
-func (o textOutput) hangs(hs []txnscan.Hang) {
+func (o textOutput) hangs(hs []txnscan.Hang, looked int) {
 	if len(hs) == 0 {
-		fmt.Fprintln(o.w, "no hanging transactions")
+		fmt.Fprintf(o.w, "no hanging transactions in %d partitions\n", looked)
 		return
 	}
 	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
@@ -423,7 +432,7 @@ func (o jsonOutput) print(v any) {
 	_ = enc.Encode(v)
 }
 
-func (o jsonOutput) hangs(hs []txnscan.Hang) {
+func (o jsonOutput) hangs(hs []txnscan.Hang, _ int) {
 	if hs == nil {
 		hs = []txnscan.Hang{}
 	}

@@ -22,15 +22,18 @@ import (
 // broker bounces (here built on a private broker, see
 // integration.LocalBroker.LeaveHangingTransaction: a group's offset commit
 // for partition 0 pending in __consumer_offsets with no marker to come, its
-// coordinator having committed it, or never having known it), and closes
-// each with the marker of its outcome, never the other one:
+// coordinator having committed it, or being Empty at its epoch, which is an
+// abort for a protocol v2 client and unknown for a v1 one), and closes each
+// with the marker of its outcome, never the other one:
 //   - find-hanging lists exactly the hangs there are (exit 3), with the
-//     transactional id and the outcome the coordinator's state gives;
-//   - close -dry-run, and close with an -outcome that contradicts the
-//     coordinator, write nothing: the group's offset stays pending;
+//     transactional id and the outcome the coordinator's state gives
+//     whichever protocol the client spoke;
+//   - close -dry-run, close with an -outcome that contradicts the
+//     coordinator, and close of an unknown outcome without -outcome,
+//     write nothing: the group's offset stays pending;
 //   - close writes the marker, and the group's offset becomes what the
 //     transaction's outcome says (500 committed; 0, the offset before, for
-//     the forgotten one, which can only be aborted);
+//     the other, closed with -outcome abort);
 //   - find-hanging then finds nothing (exit 0).
 func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.T) {
 	b := integration.StartLocalBroker(t)
@@ -38,12 +41,21 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 	cases := []struct {
 		name    string
 		end     integration.HangingEnd
-		outcome string // what find-hanging must say
-		wrong   string // the -outcome close must refuse
-		offset  int64  // the group's offset once closed
+		outcome string   // what find-hanging must say
+		refused []string // close arguments it must refuse, writing nothing
+		want    string   // why
+		closing []string // close arguments that close it
+		offset  int64    // the group's offset once closed
 	}{
-		{"committed", integration.HangCommitted, "committed", "abort", 500},
-		{"forgotten", integration.HangForgotten, "aborted", "commit", 0},
+		// The coordinator committed it one epoch later: the outcome
+		// holds whichever protocol the client spoke. Aborting
+		// contradicts it.
+		{"committed", integration.HangCommitted, "committed", []string{"-outcome", "abort"}, "contradicts", nil, 500},
+		// The coordinator is Empty at the transaction's own epoch: never
+		// registered (abort) for a protocol v2 client, but a v1 client's
+		// transaction ended at that epoch: unknown, so close wants the
+		// operator to say.
+		{"forgotten", integration.HangForgotten, "unknown", nil, "is unknown", []string{"-outcome", "abort"}, 0},
 	}
 	// The hangs are built first, all on one broker, so that find-hanging
 	// must tell them apart.
@@ -96,19 +108,19 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 		}
 		target := []string{"txn", "close", brokers, "-topic", hang.Topic, "-partition", strconv.Itoa(int(hang.Partition)), "-producer-id", strconv.FormatInt(hang.ProducerID, 10)}
 
-		out, code = runTool(ctx, append(target, "-dry-run")...)
+		out, code = runTool(ctx, append(append(target, c.closing...), "-dry-run")...)
 		if code != exitOK || !strings.Contains(out, "would write") {
 			t.Fatalf("%s: close -dry-run exited %d: %s", c.name, code, out)
 		}
 		k.RequireUnstable(ctx, t, h.group, h.in)
 
-		out, code = runTool(ctx, append(target, "-outcome", c.wrong)...)
-		if code != exitError || !strings.Contains(out, "contradicts") {
-			t.Fatalf("%s: close -outcome %s exited %d, want a refusal: %s", c.name, c.wrong, code, out)
+		out, code = runTool(ctx, append(target, c.refused...)...)
+		if code != exitError || !strings.Contains(out, c.want) {
+			t.Fatalf("%s: close %v exited %d, want a refusal (%s): %s", c.name, c.refused, code, c.want, out)
 		}
 		k.RequireUnstable(ctx, t, h.group, h.in)
 
-		out, code = runTool(ctx, target...)
+		out, code = runTool(ctx, append(target, c.closing...)...)
 		if code != exitOK || !strings.Contains(out, "wrote") {
 			t.Fatalf("%s: close exited %d: %s", c.name, code, out)
 		}

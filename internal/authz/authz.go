@@ -37,17 +37,20 @@ func Refused(err error) bool {
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed)
 }
 
-// Write names what a refused write needs: Write on the topic, on the
-// transactional id, or (an idempotent producer on a broker before 2.8)
+// Write names what a refused transactional write needs: Write on the
+// topic, on the transactional id, Read on the group whose offsets the
+// transaction commits, or (an idempotent producer on a broker before 2.8)
 // IdempotentWrite on the cluster. It returns nil when err is no refusal.
-func Write(topic, txnID string, err error) error {
+func Write(topic, txnID, group string, err error) error {
 	switch {
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
 		return &Error{Permission: "Write on transactional id " + txnID, Err: err}
 	case errors.Is(err, kerr.TopicAuthorizationFailed):
 		return &Error{Permission: "Write on topic " + topic, Err: err}
+	case errors.Is(err, kerr.GroupAuthorizationFailed) && group != "":
+		return &Error{Permission: "Read on group " + group, Err: err}
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
-		return &Error{Permission: "Read on group (the offsets committed in the transaction)", Err: err}
+		return &Error{Permission: "Read on the group whose offsets the transaction commits", Err: err}
 	case errors.Is(err, kerr.ClusterAuthorizationFailed):
 		return &Error{Permission: "IdempotentWrite on the cluster (or a broker of Kafka 2.8+)", Err: err}
 	}

@@ -54,12 +54,13 @@ func TestWriteNamesWhatARefusedWriteNeeds(t *testing.T) {
 	for err, want := range map[error]string{
 		kerr.TopicAuthorizationFailed:           "Write on topic out",
 		kerr.TransactionalIDAuthorizationFailed: "Write on transactional id app-0",
+		kerr.GroupAuthorizationFailed:           "Read on group g",
 	} {
-		if got := Write("out", "app-0", err); got == nil || !strings.Contains(got.Error(), want) || !errors.Is(got, err) {
+		if got := Write("out", "app-0", "g", err); got == nil || !strings.Contains(got.Error(), want) || !errors.Is(got, err) {
 			t.Errorf("Write(%v) = %v; want it to name %s", err, got, want)
 		}
 	}
-	if got := Write("out", "app-0", kerr.MessageTooLarge); got != nil {
+	if got := Write("out", "app-0", "g", kerr.MessageTooLarge); got != nil {
 		t.Errorf("Write(MessageTooLarge) = %v; want nil", got)
 	}
 }

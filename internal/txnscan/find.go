@@ -32,7 +32,9 @@ type Hang struct {
 
 // Find returns the hanging transactions in set's partitions, sorted by
 // partition. v2 says whether the cluster runs transaction protocol v2
-// (TransactionVersion >= 2); under v1 no outcome is known. A transaction
+// (TransactionVersion >= 2); under v1 no outcome is known, and under v2
+// only what holds whichever protocol the producer's client speaks
+// (OutcomeOfUnknownClient). A transaction
 // that ends while Find looks is not reported: each hang is checked again,
 // unchanged, after its coordinator was asked. One that no transactional id
 // holds is reported only once its producer last wrote minAge ago or more:
@@ -84,10 +86,10 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool, mi
 			return nil, fmt.Errorf("describe transaction %s: %v", h.TransactionalID, coord.Err)
 		}
 		h.Coordinator = coord
-		if Classify(coord, p, v2) != Hanging {
+		if Classify(coord, p) != Hanging {
 			continue
 		}
-		switch commit, known := CoordinatorOutcome(coord, p.ProducerEpoch); {
+		switch commit, known := OutcomeOfUnknownClient(coord, p.ProducerEpoch); {
 		case coord.ProducerID != p.ProducerID:
 			h.Evidence = fmt.Sprintf("none: transactional id %s moved on to producer id %d", h.TransactionalID, coord.ProducerID)
 		case !v2:
@@ -95,6 +97,8 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool, mi
 		case known:
 			h.Outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
 			h.Evidence = fmt.Sprintf("the coordinator's state (%s at epoch %d)", coord.State, coord.ProducerEpoch)
+		case coord.ProducerEpoch == p.ProducerEpoch:
+			h.Evidence = fmt.Sprintf("none: the coordinator is %s at the transaction's own epoch %d, which means it never registered the transaction (abort) if the producer's client speaks transaction protocol v2, and that it ended it so (%s) if it speaks v1; find out which", coord.State, coord.ProducerEpoch, coord.State)
 		default:
 			h.Evidence = fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)
 		}

@@ -2,7 +2,8 @@
 // transactions its partitions hold open (DescribeProducers), what their
 // coordinators say of them (ListTransactions, DescribeTransactions), and the
 // markers in a partition's log. It never writes: everything here needs only
-// Describe on the topics and the transactional ids (and Read to read a log).
+// Read on the topics (DescribeProducers, and reading a log) and Describe on
+// the transactional ids.
 //
 // A hanging transaction (KIP-664) is one that a partition holds open while
 // its coordinator has moved on, so that no marker will ever close it: the
@@ -90,19 +91,19 @@ func (s State) String() string {
 
 // Classify says what the transaction p (open in its partition) is, given
 // coord, the coordinator's state for the transactional id that holds p's
-// producer id. A coordinator on another producer id has moved on, and so has
-// one that is not in a transaction at p's epoch. Under transaction protocol
-// v1 a producer keeps its epoch across transactions, so a live transaction
-// must also list p's partition (as kafka-transactions.sh find-hanging
-// checks); v2 gives each transaction its own epoch.
-func Classify(coord kadm.DescribedTransaction, p kadm.DescribedProducer, v2 bool) State {
+// producer id. A coordinator on another producer id has moved on, and so
+// has one that is not in a transaction at p's epoch, or is in one that does
+// not list p's partition (the coordinator writes markers to the partitions
+// it lists, and only to those: a dropped partition, KAFKA-20734, is left
+// open for good). kafka-transactions.sh find-hanging checks the same.
+func Classify(coord kadm.DescribedTransaction, p kadm.DescribedProducer) State {
 	switch {
 	case coord.ProducerID != p.ProducerID:
 		return Hanging
 	case coord.State == "PrepareCommit" || coord.State == "PrepareAbort" || coord.State == "PrepareEpochFence":
 		return Ending
 	case coord.State == "Ongoing" && coord.ProducerEpoch == p.ProducerEpoch:
-		if _, listed := coord.Topics[p.Topic][p.Partition]; v2 || listed {
+		if _, listed := coord.Topics[p.Topic][p.Partition]; listed {
 			return Live
 		}
 	}
@@ -120,7 +121,13 @@ func Classify(coord kadm.DescribedTransaction, p kadm.DescribedProducer, v2 bool
 // partition, so such a transaction exists only because the coordinator
 // lost it (a broker killed mid-transaction), and only aborting matches
 // what the coordinator knows. Anything else (a later epoch) says nothing.
-// Under protocol v1 none of this holds: do not call it.
+// Only a client that speaks protocol v2 gets an epoch per transaction, and
+// a cluster that offers v2 still serves v1 to older clients (Java before
+// 4.0, librdkafka, franz-go capped with MaxVersions): call it only for a
+// producer known to speak v2. For one of unknown protocol, only the
+// epoch+1 answers hold (a v1 producer's epoch moves on only when the
+// coordinator aborts its transaction, at a timeout or a fence): see
+// OutcomeOfUnknownClient.
 func CoordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, known bool) {
 	switch {
 	case coord.ProducerEpoch == epoch+1 && coord.State == "CompleteCommit":
@@ -131,6 +138,17 @@ func CoordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, k
 		return false, true
 	}
 	return false, false
+}
+
+// OutcomeOfUnknownClient is CoordinatorOutcome for a producer whose client
+// may speak either protocol: the coordinator at the transaction's own
+// epoch means "never registered, abort" under v2 but "ended with that
+// outcome" under v1, so that answer is withheld.
+func OutcomeOfUnknownClient(coord kadm.DescribedTransaction, epoch int16) (commit, known bool) {
+	if coord.ProducerEpoch == epoch {
+		return false, false
+	}
+	return CoordinatorOutcome(coord, epoch)
 }
 
 // MarkerAfter reads topic's partition from offset from, read_uncommitted
