@@ -138,10 +138,13 @@ func isFenced(err error) bool {
 // topic T", "Read on group G", "Write on topic T", "Write on transactional
 // id T"); errors.Is matches the broker's refusal
 // (kerr.TopicAuthorizationFailed and the like). A refused read must last
-// a few seconds first (an ACL granted a moment after the start is fine);
-// a refused write or transaction ends the run at once, its transaction
-// aborted, so nothing is lost: grant the ACL and run again. The README
-// lists the ACLs each path needs.
+// a few seconds first (an ACL granted a moment after the start is fine).
+// A refused output or dead-letter write ends the run at once with its
+// transaction aborted; a refused EndTxn or offset commit ends it too, and
+// the broker aborts the transaction at its timeout (read_committed readers
+// of its partitions wait until then). Either way nothing is committed, so
+// nothing is lost: grant the ACL and run again. The README lists the ACLs
+// each path needs.
 type AuthorizationError = authz.Error
 
 // pollError wraps what a poll returned: a refusal as it is, anything

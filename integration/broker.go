@@ -64,8 +64,8 @@ func newLocalBroker(tb testing.TB) *LocalBroker {
 // (SASL/SCRAM-SHA-512, plaintext, loopback only) and authorizes every
 // request (Kafka's StandardAuthorizer, allow.everyone.if.no.acl.found
 // false: no ACL, no access), for least-privilege tests. Its KafkaCluster
-// (Admin, Client, Seed, Read*) acts as the super user; NewUser makes an
-// application principal, which holds only the ACLs the test grants it
+// (Admin, Client, Seed, Read*) acts as the super user; its NewUser makes
+// an application principal, which holds only the ACLs the test grants it
 // (Admin.CreateACLs). It is stopped and its data deleted when the test
 // ends.
 type ACLBroker struct {
@@ -91,15 +91,17 @@ type User struct {
 	Opts      []kgo.Opt // the seed brokers and the SASL mechanism that connect as it
 }
 
-// NewUser creates the SCRAM-SHA-512 user name, with no ACL.
-func (b *ACLBroker) NewUser(tb testing.TB, name string) User {
+// NewUser creates the SCRAM-SHA-512 user name, with no ACL, on a broker
+// or cluster started with ACLs ([StartLocalBrokerWithACLs],
+// [StartLocalClusterWithACLs]).
+func (k *KafkaCluster) NewUser(tb testing.TB, name string) User {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var secret [16]byte
 	_, _ = rand.Read(secret[:])
 	pass := hex.EncodeToString(secret[:])
-	altered, err := b.Admin.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: name, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: pass}})
+	altered, err := k.Admin.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: name, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: pass}})
 	if err == nil {
 		altered.EachError(func(a kadm.AlteredUserSCRAM) { err = fmt.Errorf("%w: %s", a.Err, a.ErrMessage) })
 	}
@@ -108,7 +110,7 @@ func (b *ACLBroker) NewUser(tb testing.TB, name string) User {
 	}
 	// A new credential reaches the broker through its metadata log:
 	// wait until it lets the user in.
-	opts := []kgo.Opt{kgo.SeedBrokers(b.Brokers...), scramOpt(name, pass)}
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), scramOpt(name, pass)}
 	if err := waitForKafka(ctx, opts); err != nil {
 		tb.Fatalf("integration: user %s cannot connect: %v", name, err)
 	}
@@ -158,9 +160,11 @@ func startPrivateWith(tb testing.TB, script, stateDir string, env []string) *Kaf
 		tb.Fatalf("integration: %s start printed no %s line: %q", filepath.Base(script), KafkaBrokersEnv, out)
 	}
 	var extra []kgo.Opt
-	if b, err := os.ReadFile(filepath.Join(stateDir, "kafka", "admin.sasl")); err == nil {
-		user, pass, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		extra = append(extra, scramOpt(user, pass))
+	for _, dir := range []string{"kafka", "cluster"} {
+		if b, err := os.ReadFile(filepath.Join(stateDir, dir, "admin.sasl")); err == nil {
+			user, pass, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+			extra = append(extra, scramOpt(user, pass))
+		}
 	}
 	return newKafkaCluster(tb, strings.Split(brokers, ","), extra...)
 }
@@ -285,10 +289,33 @@ type LocalCluster struct {
 	stateDir string
 }
 
+// StartLocalClusterWithACLs starts a private three-node cluster that, like
+// [StartLocalBrokerWithACLs], authenticates every client (SASL/SCRAM, on
+// the brokers' listeners and the proxies' alike) and authorizes every
+// request; its KafkaCluster acts as the super user.
+func StartLocalClusterWithACLs(tb testing.TB) *LocalCluster {
+	tb.Helper()
+	c := newLocalCluster(tb)
+	c.KafkaCluster = startPrivateWith(tb, c.script, c.stateDir, []string{"EOSKIT_KAFKA_SASL=1"})
+	if len(c.conn) < 2 {
+		tb.Fatal("integration: the cluster with ACLs left no super user's credentials")
+	}
+	return c
+}
+
 // StartLocalCluster starts a private three-node cluster and returns it once
 // every node is a live broker. It skips or fails like [StartLocalBroker].
 // Starting one takes 10 to 20 seconds and three broker JVMs.
 func StartLocalCluster(tb testing.TB) *LocalCluster {
+	tb.Helper()
+	c := newLocalCluster(tb)
+	c.KafkaCluster = startPrivate(tb, c.script, c.stateDir)
+	return c
+}
+
+// newLocalCluster prepares a private cluster's state folder and its
+// cleanup.
+func newLocalCluster(tb testing.TB) *LocalCluster {
 	tb.Helper()
 	c := &LocalCluster{script: privateKafkaScript(tb, "private Kafka cluster", "scripts/kafka-cluster.sh"), stateDir: tb.TempDir()}
 	tb.Cleanup(func() {
@@ -296,7 +323,6 @@ func StartLocalCluster(tb testing.TB) *LocalCluster {
 			tb.Logf("integration: clean private cluster: %v", err)
 		}
 	})
-	c.KafkaCluster = startPrivate(tb, c.script, c.stateDir)
 	return c
 }
 

@@ -20,7 +20,7 @@
 #
 # Environment: as scripts/kafka.sh (EOSKIT_CACHE_DIR, EOSKIT_STATE_DIR, whose
 # cluster/ folder holds node1..node3, JAVA_HOME, EOSKIT_OWNER_PID,
-# EOSKIT_KAFKA_VERSION).
+# EOSKIT_KAFKA_VERSION, EOSKIT_KAFKA_SASL).
 set -euo pipefail
 
 # shellcheck source=scripts/kafka.sh
@@ -31,6 +31,7 @@ NODES=3
 CLUSTER_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/cluster
 # The shared folder is per version; a private one (EOSKIT_STATE_DIR) is the caller's.
 [ -n "${EOSKIT_STATE_DIR:-}" ] || [ "$KAFKA_VERSION" = "$DEFAULT_KAFKA_VERSION" ] || CLUSTER_DIR+=-$KAFKA_VERSION
+[ -n "${EOSKIT_STATE_DIR:-}" ] || [ "${EOSKIT_KAFKA_SASL:-}" != 1 ] || CLUSTER_DIR+=-sasl
 
 # use_node N points kafka.sh's functions (running_pid, stop_with) at node N.
 use_node() {
@@ -46,7 +47,7 @@ bootstrap_all() { cat "$CLUSTER_DIR/bootstrap"; }
 configure_cluster() {
 	[ -f "$CLUSTER_DIR/bootstrap" ] && return 0
 	mkdir -p "$CLUSTER_DIR"
-	# Four ports a node: its broker listener (PLAINTEXT, which the brokers
+	# Four ports a node: its broker listener (BROKER, which the brokers
 	# and the bootstrap addresses use), its controller, and a CLIENT
 	# listener that advertises a fourth port, where a test's network-cut
 	# proxy listens (integration.LocalCluster.Proxied; proxies lists them).
@@ -60,16 +61,40 @@ configure_cluster() {
 	done
 	local cluster_id
 	cluster_id=$("$JAVA" -cp "$LIB_DIR/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+	# With EOSKIT_KAFKA_SASL=1, as scripts/kafka.sh: every client
+	# authenticates (SCRAM-SHA-512, on both the broker and the proxied
+	# listener) and every request is authorized; admin (password in
+	# admin.sasl) and the controllers' ANONYMOUS are the super users.
+	local proto=PLAINTEXT security="" scram=()
+	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ]; then
+		proto=SASL_PLAINTEXT
+		local pw jaas
+		pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+		umask 077
+		chmod 700 "$CLUSTER_DIR"
+		printf 'admin\n%s\n' "$pw" >"$CLUSTER_DIR/admin.sasl"
+		printf '%s\n' --add-scram "SCRAM-SHA-512=[name=admin,password=$pw]" >"$CLUSTER_DIR/scram.args"
+		scram=("@$CLUSTER_DIR/scram.args")
+		jaas="org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$pw\";"
+		security="
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.broker.scram-sha-512.sasl.jaas.config=$jaas
+listener.name.client.scram-sha-512.sasl.jaas.config=$jaas
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin;User:ANONYMOUS"
+	fi
 	for i in $(seq 1 $NODES); do
 		use_node "$i"
 		mkdir -p "$STATE_DIR/data" "$STATE_DIR/logs"
 		cat >"$STATE_DIR/server.properties" <<EOF
 process.roles=broker,controller
 node.id=$i
-listeners=PLAINTEXT://127.0.0.1:${ports[4 * i - 4]},CONTROLLER://127.0.0.1:${ports[4 * i - 3]},CLIENT://127.0.0.1:${ports[4 * i - 2]}
-advertised.listeners=PLAINTEXT://127.0.0.1:${ports[4 * i - 4]},CLIENT://127.0.0.1:${ports[4 * i - 1]}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+listeners=BROKER://127.0.0.1:${ports[4 * i - 4]},CONTROLLER://127.0.0.1:${ports[4 * i - 3]},CLIENT://127.0.0.1:${ports[4 * i - 2]}
+advertised.listeners=BROKER://127.0.0.1:${ports[4 * i - 4]},CLIENT://127.0.0.1:${ports[4 * i - 1]}
+listener.security.protocol.map=BROKER:$proto,CONTROLLER:PLAINTEXT,CLIENT:$proto
+inter.broker.listener.name=BROKER
 controller.listener.names=CONTROLLER
 controller.quorum.voters=$voters
 log.dirs=$STATE_DIR/data
@@ -88,16 +113,18 @@ transaction.state.log.num.partitions=3
 share.coordinator.state.topic.replication.factor=3
 share.coordinator.state.topic.min.isr=2
 group.initial.rebalance.delay.ms=0
-group.min.session.timeout.ms=1000
+group.min.session.timeout.ms=1000$security
 EOF
 		echo "127.0.0.1:${ports[4 * i - 4]}" >"$STATE_DIR/bootstrap"
 		write_log4j
 		# shellcheck disable=SC2046 # the flag is two words
 		"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 			kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
-			$(format_features) >"$STATE_DIR/logs/format.log" 2>&1 ||
+			$(format_features) ${scram[@]+"${scram[@]}"} >"$STATE_DIR/logs/format.log" 2>&1 ||
 			{ cat "$STATE_DIR/logs/format.log" >&2; rm -rf "$CLUSTER_DIR"; die "storage format of node $i failed"; }
+		echo "$KAFKA_VERSION" >"$STATE_DIR/version"
 	done
+	rm -f "$CLUSTER_DIR/scram.args"
 	mv "$CLUSTER_DIR/proxies.tmp" "$CLUSTER_DIR/proxies"
 	echo "$brokers" >"$CLUSTER_DIR/bootstrap"
 }
@@ -117,18 +144,23 @@ start_node() {
 # sync. Asking node N itself matters: the others list a killed node until
 # its session times out, and keep it in the ISR for replica.lag.time.max.ms.
 wait_whole() {
+	local sasl=()
+	[ -f "$CLUSTER_DIR/admin.sasl" ] && sasl=(-sasl-file "$CLUSTER_DIR/admin.sasl")
 	if [ -n "${1:-}" ]; then
-		"$CLUSTER_DIR/eosdev" wait-kafka -brokers "$(cat "$CLUSTER_DIR/node$1/bootstrap")" -node-id "$1" -timeout 120s ||
+		"$CLUSTER_DIR/eosdev" wait-kafka -brokers "$(cat "$CLUSTER_DIR/node$1/bootstrap")" -node-id "$1" -timeout 120s ${sasl[@]+"${sasl[@]}"} ||
 			{ tail -n 40 "$CLUSTER_DIR/node$1/logs/server.log" >&2; die "node $1 did not come back"; }
 	fi
-	"$CLUSTER_DIR/eosdev" wait-kafka -brokers "$(bootstrap_all)" -min-brokers $NODES -timeout 120s &&
-		"$CLUSTER_DIR/eosdev" wait-isr -brokers "$(bootstrap_all)" -timeout 180s && return 0
+	"$CLUSTER_DIR/eosdev" wait-kafka -brokers "$(bootstrap_all)" -min-brokers $NODES -timeout 120s ${sasl[@]+"${sasl[@]}"} &&
+		"$CLUSTER_DIR/eosdev" wait-isr -brokers "$(bootstrap_all)" -timeout 180s ${sasl[@]+"${sasl[@]}"} && return 0
 	local i
 	for i in $(seq 1 $NODES); do tail -n 20 "$CLUSTER_DIR/node$i/logs/server.log" >&2 || true; done
 	die "the cluster did not become whole"
 }
 
 start_all() {
+	if [ -f "$CLUSTER_DIR/node1/version" ] && [ "$(cat "$CLUSTER_DIR/node1/version")" != "$KAFKA_VERSION" ]; then
+		die "$CLUSTER_DIR holds Apache Kafka $(cat "$CLUSTER_DIR/node1/version"), not $KAFKA_VERSION: clean it, or use another EOSKIT_STATE_DIR"
+	fi
 	command -v "$JAVA" >/dev/null || die "java not found: install a JDK 17+ or set JAVA_HOME"
 	fetch_jars
 	configure_cluster

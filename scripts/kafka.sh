@@ -23,7 +23,9 @@
 #                     authenticate every client with SASL/SCRAM-SHA-512 and
 #                     authorize every request (StandardAuthorizer, no ACL no
 #                     access); the super user is admin, its password in the
-#                     state folder's kafka/admin.sasl (user, then password)
+#                     state folder's kafka/admin.sasl (user, then password).
+#                     The shared folder is then kafka-sasl, apart from the
+#                     plaintext broker make test uses
 #   EOSKIT_OWNER_PID  when set (tests set it to their own pid), a watchdog stops
 #                     the broker once that process is gone, however it ended
 set -euo pipefail
@@ -37,6 +39,7 @@ LIB_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION/lib
 STATE_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/kafka
 # The shared folder is per version; a private one (EOSKIT_STATE_DIR) is the caller's.
 [ -n "${EOSKIT_STATE_DIR:-}" ] || [ "$KAFKA_VERSION" = "$DEFAULT_KAFKA_VERSION" ] || STATE_DIR+=-$KAFKA_VERSION
+[ -n "${EOSKIT_STATE_DIR:-}" ] || [ "${EOSKIT_KAFKA_SASL:-}" != 1 ] || STATE_DIR+=-sasl
 PID_FILE=$STATE_DIR/kafka.pid
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 
@@ -132,8 +135,14 @@ configure() {
 		proto=SASL_PLAINTEXT
 		local pw
 		pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-		(umask 077 && printf 'admin\n%s\n' "$pw" >"$STATE_DIR/admin.sasl")
-		scram=(--add-scram "SCRAM-SHA-512=[name=admin,password=$pw]")
+		# The password is in files only this user can read, never on a
+		# command line (where ps shows it): StorageTool reads it from an
+		# argument file.
+		umask 077
+		chmod 700 "$STATE_DIR"
+		printf 'admin\n%s\n' "$pw" >"$STATE_DIR/admin.sasl"
+		printf '%s\n' --add-scram "SCRAM-SHA-512=[name=admin,password=$pw]" >"$STATE_DIR/scram.args"
+		scram=("@$STATE_DIR/scram.args")
 		security="
 # Every client authenticates (SCRAM-SHA-512) and every request is authorized:
 # no ACL, no access. The broker's own traffic runs as admin, whose password
@@ -180,11 +189,27 @@ EOF
 	# shellcheck disable=SC2046 # the flag is two words
 	"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 		kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
-		--standalone $(format_features) "${scram[@]}" >"$STATE_DIR/logs/format.log" 2>&1 ||
+		--standalone $(format_features) ${scram[@]+"${scram[@]}"} >"$STATE_DIR/logs/format.log" 2>&1 ||
 		{ cat "$STATE_DIR/logs/format.log" >&2; rm -f "$STATE_DIR/server.properties"; die "storage format failed"; }
+	rm -f "$STATE_DIR/scram.args"
+	echo "$KAFKA_VERSION" >"$STATE_DIR/version"
+}
+
+# check_folder refuses a state folder made for another release or another
+# security mode than asked for: reusing it would run a broker other than
+# the one the caller proves things on.
+check_folder() {
+	if [ -f "$STATE_DIR/version" ] && [ "$(cat "$STATE_DIR/version")" != "$KAFKA_VERSION" ]; then
+		die "$STATE_DIR holds Apache Kafka $(cat "$STATE_DIR/version"), not $KAFKA_VERSION: clean it, or use another EOSKIT_STATE_DIR"
+	fi
+	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ] && [ -f "$STATE_DIR/server.properties" ] && [ ! -f "$STATE_DIR/admin.sasl" ]; then
+		die "$STATE_DIR holds a broker without SASL: clean it, or use another EOSKIT_STATE_DIR"
+	fi
+	return 0
 }
 
 start() {
+	check_folder
 	if pid=$(running_pid); then
 		log "reusing running broker (pid $pid)"
 		echo "KAFKA_BROKERS=$(bootstrap)"
@@ -200,7 +225,7 @@ start() {
 	launch_broker 512m
 	local sasl=()
 	[ -f "$STATE_DIR/admin.sasl" ] && sasl=(-sasl-file "$STATE_DIR/admin.sasl")
-	if ! "$STATE_DIR/eosdev" wait-kafka -brokers "$(bootstrap)" -timeout 120s "${sasl[@]}"; then
+	if ! "$STATE_DIR/eosdev" wait-kafka -brokers "$(bootstrap)" -timeout 120s ${sasl[@]+"${sasl[@]}"}; then
 		tail -n 40 "$STATE_DIR/logs/server.log" "$STATE_DIR/logs/stdout.log" >&2 || true
 		stop_with KILL
 		die "broker did not become ready"
