@@ -704,12 +704,20 @@ func openTransactions(t *testing.T, adm *kadm.Client, topics ...string) []string
 		}
 	}
 	listed, err := adm.ListTopics(ctx, names...)
+	if err == nil {
+		err = listed.Error()
+	}
 	if err != nil {
 		t.Fatalf("list topics: %v", err)
 	}
 	// txnscan.Open fails on a partition it could not describe: a
-	// leaderless one must not pass for one with nothing open.
+	// leaderless one must not pass for one with nothing open. A leader
+	// moving after the last fault is retried until ctx ends.
 	described, err := txnscan.Open(ctx, adm, listed.TopicsSet())
+	for err != nil && ctx.Err() == nil {
+		time.Sleep(500 * time.Millisecond)
+		described, err = txnscan.Open(ctx, adm, listed.TopicsSet())
+	}
 	if err != nil {
 		t.Fatalf("describe producers: %v", err)
 	}

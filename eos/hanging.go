@@ -613,6 +613,9 @@ func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client, level i
 	if level < 2 {
 		return refuse(fmt.Sprintf("the cluster runs transaction.version %d; the outcome written rests on transaction protocol v2 (transaction.version 2, an epoch per transaction)", level))
 	}
+	if !speaksV2(cl) {
+		return refuse("kgo.MaxVersions in ClientOptions caps this client below transaction protocol v2 (Produce v12, EndTxn v5, TxnOffsetCommit v5); the outcome written rests on an epoch per transaction")
+	}
 	req := kmsg.NewPtrDescribeClusterRequest()
 	req.IncludeClusterAuthorizedOperations = true
 	described, err := req.RequestWith(ctx, cl)

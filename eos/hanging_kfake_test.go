@@ -104,3 +104,28 @@ func TestRepairIsRefusedWithoutTransactionProtocolV2(t *testing.T) {
 		t.Fatalf("Run returned %v; want a *ConfigError for OnHangingTransaction naming transaction.version", err)
 	}
 }
+
+// A cluster that offers transaction protocol v2 still serves v1 to a
+// client whose versions are capped below it, and franz-go then speaks v1:
+// an epoch spans many transactions there too, and repairing is refused.
+func TestRepairIsRefusedForAClientCappedBelowProtocolV2(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	txnID, _ := eos.StableTransactionalID("kfake", "0")
+	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.InputTopics("in"),
+		eos.TransactionalID(txnID), eos.OnHangingTransaction(eos.RepairHangingTransactions()),
+		eos.ClientOptions(kgo.MaxVersions(kversion.V3_9_0())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Run(ctx)
+	var cerr *eos.ConfigError
+	if !errors.As(err, &cerr) || cerr.Setting != "OnHangingTransaction" || !strings.Contains(err.Error(), "MaxVersions") {
+		t.Fatalf("Run returned %v; want a *ConfigError for OnHangingTransaction naming the MaxVersions cap", err)
+	}
+}

@@ -717,17 +717,22 @@ func (p *Processor) forgetDeadLetters(b *batch) {
 }
 
 // speaksV2 reports whether cl uses transaction protocol v2 where the
-// cluster offers it: a client whose versions the user capped below EndTxn
-// v5 (kgo.MaxVersions in ClientOptions) keeps v1, where an epoch spans many
-// transactions, and the hanging-transaction check must not read outcomes
-// as if each had its own.
+// cluster offers it, as franz-go decides (Client.supportsKIP890p2): a
+// client whose versions the user capped (kgo.MaxVersions in ClientOptions)
+// below Produce v12, EndTxn v5 or TxnOffsetCommit v5 keeps v1, where an
+// epoch spans many transactions, and the hanging-transaction check must
+// not read outcomes as if each had its own.
 func speaksV2(cl *kgo.Client) bool {
 	v, ok := cl.OptValue(kgo.MaxVersions).(*kversion.Versions)
 	if !ok || v == nil {
 		return true
 	}
-	max, listed := v.LookupMaxKeyVersion(kmsg.EndTxn.Int16())
-	return !listed || max >= 5
+	for key, min := range map[kmsg.Key]int16{kmsg.Produce: 12, kmsg.EndTxn: 5, kmsg.TxnOffsetCommit: 5} {
+		if max, listed := v.LookupMaxKeyVersion(key.Int16()); !listed || max < min {
+			return false
+		}
+	}
+	return true
 }
 
 // recordSpecific reports whether a produce error is the record's own fault,

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/authz"
@@ -32,7 +33,7 @@ type TransactionalProducer struct {
 	logger *slog.Logger
 
 	mu    sync.Mutex // one transaction at a time; guards final
-	final error      // ErrFenced or ErrClosed once the producer is done for good
+	final error      // ErrFenced, ErrClosed or a refused transactional id, once the producer is done for good
 }
 
 // NewTransactionalProducer returns a transactional producer. It accepts
@@ -116,7 +117,10 @@ func (tx *Tx) err() error {
 // error, the first *ProduceError, or ctx's error). If fn panics, Transact
 // aborts and re-panics.
 //
-// Other outcomes: [ErrFenced] (final; the producer is closed), and
+// Other outcomes: [ErrFenced] (final; the producer is closed); an
+// *[AuthorizationError] wrapped with ErrAborted when the broker refused an
+// ACL (final too when it is the transactional id's: make a new producer
+// once it is granted); and
 // [ErrOutcomeUnknown] when the commit was sent but not confirmed; eos then
 // retries the end as an abort, which bumps the producer epoch so that the
 // transaction can not be extended, and the producer stays usable. Whether
@@ -199,7 +203,10 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 }
 
 // refused turns a refusal for want of an ACL into an *AuthorizationError
-// naming it (the transaction aborted), and returns nil for anything else.
+// naming it (the transaction not committed), and returns nil for anything
+// else. A refused transactional id is final: franz-go fails the producer
+// id for good, so the producer closes, and a new one is needed once the
+// ACL is granted. A refused topic is not.
 func (p *TransactionalProducer) refused(err error) error {
 	if !authz.Refused(err) {
 		return nil
@@ -208,7 +215,12 @@ func (p *TransactionalProducer) refused(err error) error {
 	if pe, ok := errors.AsType[*ProduceError](err); ok {
 		topic = pe.Topic
 	}
-	return fmt.Errorf("%w: %w", ErrAborted, authz.Write(topic, p.txnID, "", err))
+	refusal := fmt.Errorf("%w: %w", ErrAborted, authz.Write(topic, p.txnID, "", err))
+	if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) && p.final == nil {
+		p.final = refusal
+		p.cl.Close()
+	}
+	return refusal
 }
 
 // abort discards buffered records and ends the open transaction with an

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -233,7 +234,10 @@ func runScriptEnv(ctx context.Context, script, stateDir string, env []string, ar
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
-	cmd.Env = append(append(os.Environ(), env...), "EOSKIT_STATE_DIR="+stateDir,
+	// A SASL broker only when asked for here: an EOSKIT_KAFKA_SASL
+	// exported in the shell must not turn every private broker into one.
+	inherited := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "EOSKIT_KAFKA_SASL=") })
+	cmd.Env = append(append(inherited, env...), "EOSKIT_STATE_DIR="+stateDir,
 		// The broker must not outlive this test binary, however it ends.
 		"EOSKIT_OWNER_PID="+strconv.Itoa(os.Getpid()), startedByTest())
 	var stdout, stderr bytes.Buffer

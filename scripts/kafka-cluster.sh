@@ -161,6 +161,9 @@ start_all() {
 	if [ -f "$CLUSTER_DIR/node1/version" ] && [ "$(cat "$CLUSTER_DIR/node1/version")" != "$KAFKA_VERSION" ]; then
 		die "$CLUSTER_DIR holds Apache Kafka $(cat "$CLUSTER_DIR/node1/version"), not $KAFKA_VERSION: clean it, or use another EOSKIT_STATE_DIR"
 	fi
+	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ] && [ -f "$CLUSTER_DIR/bootstrap" ] && [ ! -f "$CLUSTER_DIR/admin.sasl" ]; then
+		die "$CLUSTER_DIR holds a cluster without SASL: clean it, or use another EOSKIT_STATE_DIR"
+	fi
 	command -v "$JAVA" >/dev/null || die "java not found: install a JDK 17+ or set JAVA_HOME"
 	fetch_jars
 	configure_cluster

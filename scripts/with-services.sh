@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 started=()
 stop_started() {
 	local s
-	for s in "${started[@]}"; do
+	for s in ${started[@]+"${started[@]}"}; do
 		scripts/"$s".sh stop || true
 	done
 }

@@ -6,7 +6,7 @@
 //
 //	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 15m]
 //	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
-//	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run]
+//	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
 //
 // find-hanging lists every hanging transaction in the given topics (default:
 // every topic, __consumer_offsets included) with the evidence of how it
@@ -22,10 +22,12 @@
 // needs ClusterAction). The marker must carry the outcome the transaction's
 // other records already have: aborting an offset commit whose outputs are
 // visible duplicates them, committing one whose outputs were aborted loses
-// them. So close takes the outcome from the coordinator's state (transaction
-// protocol v2) and refuses when that is unknown, unless -outcome names it; it
-// refuses an -outcome that contradicts the coordinator too. -dry-run shows
-// the marker and writes nothing.
+// them. The coordinator's state tells that outcome only for a client that
+// speaks transaction protocol v2 (an epoch per transaction); a cluster that
+// offers v2 still serves v1 to older clients, so the tool reads it only
+// under -clients-speak-v2, which the operator vouches for. close refuses an
+// unknown outcome unless -outcome names it, and an -outcome that
+// contradicts a known one. -dry-run shows the marker and writes nothing.
 //
 // Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
 // -timeout (default 1m), -json; on a cluster that authenticates,
@@ -69,7 +71,7 @@ const usage = `usage:
   eoskit txn find-hanging [-topic T]... [-min-age 15m]
   eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
   eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run]
-common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
+common flags: -clients-speak-v2 -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
   -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD) -tls
 `
 
@@ -101,6 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's root certificates)")
 	var topics topicList
 	fs.Var(&topics, "topic", "a topic to look in (repeatable; default every topic, __consumer_offsets included)")
+	clientsV2 := fs.Bool("clients-speak-v2", false, "vouch that the producers' clients speak transaction protocol v2 (franz-go 1.18+, Java 4.0+), so that outcomes are read from the coordinator's state; without it every outcome is unknown")
 	minAge := fs.Duration("min-age", 15*time.Minute, "report a transaction that no transactional id (this principal may describe) holds only once its producer last wrote this long ago")
 	var (
 		id         *string
@@ -152,6 +155,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	t, err := connect(ctx, *brokers, opts)
+	if err == nil {
+		t.v2 = t.v2 && *clientsV2
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "eoskit: %v\n", err)
 		return exitError

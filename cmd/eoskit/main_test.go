@@ -22,12 +22,13 @@ import (
 // broker bounces (here built on a private broker, see
 // integration.LocalBroker.LeaveHangingTransaction: a group's offset commit
 // for partition 0 pending in __consumer_offsets with no marker to come, its
-// coordinator having committed it, or being Empty at its epoch, which is an
-// abort for a protocol v2 client and unknown for a v1 one), and closes each
-// with the marker of its outcome, never the other one:
+// coordinator having committed it, or being Empty at its epoch: for a
+// protocol v2 client, one it never registered), and closes each with the
+// marker of its outcome, never the other one:
 //   - find-hanging lists exactly the hangs there are (exit 3), with the
-//     transactional id and the outcome the coordinator's state gives
-//     whichever protocol the client spoke;
+//     transactional id, and with the outcome the coordinator's state gives
+//     only when the operator vouches that the clients speak protocol v2
+//     (-clients-speak-v2), unknown otherwise;
 //   - close -dry-run, close with an -outcome that contradicts the
 //     coordinator, and close of an unknown outcome without -outcome,
 //     write nothing: the group's offset stays pending;
@@ -41,21 +42,20 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 	cases := []struct {
 		name    string
 		end     integration.HangingEnd
-		outcome string   // what find-hanging must say
+		outcome string   // what find-hanging -clients-speak-v2 must say
 		refused []string // close arguments it must refuse, writing nothing
 		want    string   // why
 		closing []string // close arguments that close it
 		offset  int64    // the group's offset once closed
 	}{
-		// The coordinator committed it one epoch later: the outcome
-		// holds whichever protocol the client spoke. Aborting
-		// contradicts it.
-		{"committed", integration.HangCommitted, "committed", []string{"-outcome", "abort"}, "contradicts", nil, 500},
-		// The coordinator is Empty at the transaction's own epoch: never
-		// registered (abort) for a protocol v2 client, but a v1 client's
-		// transaction ended at that epoch: unknown, so close wants the
-		// operator to say.
-		{"forgotten", integration.HangForgotten, "unknown", nil, "is unknown", []string{"-outcome", "abort"}, 0},
+		// The coordinator committed it one epoch later: a v2 client's
+		// commit. Aborting contradicts it.
+		{"committed", integration.HangCommitted, "committed", []string{"-clients-speak-v2", "-outcome", "abort"}, "contradicts", []string{"-clients-speak-v2"}, 500},
+		// The coordinator is Empty at the transaction's own epoch: a v2
+		// client's transaction it never registered (abort). Without
+		// -clients-speak-v2 the outcome is unknown and close wants it
+		// named.
+		{"forgotten", integration.HangForgotten, "aborted", nil, "is unknown", []string{"-outcome", "abort"}, 0},
 	}
 	// The hangs are built first, all on one broker, so that find-hanging
 	// must tell them apart.
@@ -78,9 +78,17 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 	defer cancel()
 	brokers := "-brokers=" + strings.Join(k.Brokers, ",")
 
-	found := findHanging(ctx, t, brokers)
-	table, _ := runTool(ctx, "txn", "find-hanging", brokers)
-	t.Logf("find-hanging:\n%s", table)
+	// Without the operator vouching for the clients' protocol, no
+	// outcome is read from the coordinator: a v1 client's epoch spans
+	// many transactions.
+	for _, h := range findHanging(ctx, t, brokers) {
+		if h.Outcome != "unknown" {
+			t.Fatalf("find-hanging without -clients-speak-v2 listed %s[%d] with outcome %s; want unknown", h.Topic, h.Partition, h.Outcome)
+		}
+	}
+	found := findHanging(ctx, t, brokers, "-clients-speak-v2")
+	table, _ := runTool(ctx, "txn", "find-hanging", brokers, "-clients-speak-v2")
+	t.Logf("find-hanging -clients-speak-v2:\n%s", table)
 	if len(found) != len(cases) {
 		t.Fatalf("find-hanging listed %d hanging transactions, want %d: %+v", len(found), len(cases), found)
 	}
@@ -133,7 +141,7 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 			t.Fatalf("%s: the group's offset for %s[0] is %+v once closed; want %d", c.name, h.in, o, c.offset)
 		}
 	}
-	if left := findHanging(ctx, t, brokers); len(left) != 0 {
+	if left := findHanging(ctx, t, brokers, "-clients-speak-v2"); len(left) != 0 {
 		t.Fatalf("find-hanging still lists %+v", left)
 	}
 	// Closing again is refused: nothing hangs there any more.
@@ -145,10 +153,10 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 
 // findHanging runs find-hanging -json and decodes what it lists; it fails t
 // unless the exit status matches the listing.
-func findHanging(ctx context.Context, t *testing.T, brokers string) []txnscan.Hang {
+func findHanging(ctx context.Context, t *testing.T, brokers string, flags ...string) []txnscan.Hang {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"txn", "find-hanging", brokers, "-json"}, &stdout, &stderr)
+	code := run(ctx, append([]string{"txn", "find-hanging", brokers, "-json"}, flags...), &stdout, &stderr)
 	var hangs []txnscan.Hang
 	if err := json.Unmarshal(stdout.Bytes(), &hangs); err != nil {
 		t.Fatalf("find-hanging exited %d and printed %q (stderr %q): %v", code, stdout.String(), stderr.String(), err)

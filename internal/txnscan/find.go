@@ -31,10 +31,11 @@ type Hang struct {
 }
 
 // Find returns the hanging transactions in set's partitions, sorted by
-// partition. v2 says whether the cluster runs transaction protocol v2
-// (TransactionVersion >= 2); under v1 no outcome is known, and under v2
-// only what holds whichever protocol the producer's client speaks
-// (OutcomeOfUnknownClient). A transaction
+// partition. v2 says that the producers' clients speak transaction
+// protocol v2 (the cluster's TransactionVersion >= 2 is not enough: it
+// serves v1 to older clients): only then is an outcome read from the
+// coordinator's state (CoordinatorOutcome); otherwise every outcome is
+// unknown. A transaction
 // that ends while Find looks is not reported: each hang is checked again,
 // unchanged, after its coordinator was asked. One that no transactional id
 // holds is reported only once its producer last wrote minAge ago or more:
@@ -89,16 +90,14 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool, mi
 		if Classify(coord, p) != Hanging {
 			continue
 		}
-		switch commit, known := OutcomeOfUnknownClient(coord, p.ProducerEpoch); {
+		switch commit, known := CoordinatorOutcome(coord, p.ProducerEpoch); {
 		case coord.ProducerID != p.ProducerID:
 			h.Evidence = fmt.Sprintf("none: transactional id %s moved on to producer id %d", h.TransactionalID, coord.ProducerID)
 		case !v2:
-			h.Evidence = "none: the cluster runs transaction protocol v1, where an epoch spans many transactions"
+			h.Evidence = fmt.Sprintf("none known for a client of either protocol: the coordinator is %s at epoch %d (a protocol v2 client's outcome would read from that; a v1 client's epoch spans many transactions)", coord.State, coord.ProducerEpoch)
 		case known:
 			h.Outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
 			h.Evidence = fmt.Sprintf("the coordinator's state (%s at epoch %d)", coord.State, coord.ProducerEpoch)
-		case coord.ProducerEpoch == p.ProducerEpoch:
-			h.Evidence = fmt.Sprintf("none: the coordinator is %s at the transaction's own epoch %d, which means it never registered the transaction (abort) if the producer's client speaks transaction protocol v2, and that it ended it so (%s) if it speaks v1; find out which", coord.State, coord.ProducerEpoch, coord.State)
 		default:
 			h.Evidence = fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)
 		}

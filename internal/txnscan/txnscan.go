@@ -123,11 +123,9 @@ func Classify(coord kadm.DescribedTransaction, p kadm.DescribedProducer) State {
 // what the coordinator knows. Anything else (a later epoch) says nothing.
 // Only a client that speaks protocol v2 gets an epoch per transaction, and
 // a cluster that offers v2 still serves v1 to older clients (Java before
-// 4.0, librdkafka, franz-go capped with MaxVersions): call it only for a
-// producer known to speak v2. For one of unknown protocol, only the
-// epoch+1 answers hold (a v1 producer's epoch moves on only when the
-// coordinator aborts its transaction, at a timeout or a fence): see
-// OutcomeOfUnknownClient.
+// 4.0, librdkafka, franz-go capped with MaxVersions), whose epoch moves on
+// when they register again (a restart), not per transaction: then none of
+// these answers holds. Call it only for a producer known to speak v2.
 func CoordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, known bool) {
 	switch {
 	case coord.ProducerEpoch == epoch+1 && coord.State == "CompleteCommit":
@@ -138,17 +136,6 @@ func CoordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, k
 		return false, true
 	}
 	return false, false
-}
-
-// OutcomeOfUnknownClient is CoordinatorOutcome for a producer whose client
-// may speak either protocol: the coordinator at the transaction's own
-// epoch means "never registered, abort" under v2 but "ended with that
-// outcome" under v1, so that answer is withheld.
-func OutcomeOfUnknownClient(coord kadm.DescribedTransaction, epoch int16) (commit, known bool) {
-	if coord.ProducerEpoch == epoch {
-		return false, false
-	}
-	return CoordinatorOutcome(coord, epoch)
 }
 
 // MarkerAfter reads topic's partition from offset from, read_uncommitted
