@@ -80,52 +80,39 @@ func TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere(t *testin
 	}
 }
 
-// Writing markers is opt-in, and Run refuses it on a cluster that does not
-// run transaction protocol v2 (kfake acting as Kafka 3.9, which finalizes
-// no transaction.version): a *ConfigError naming the option, before
-// anything is consumed.
+// RepairHangingTransactions writes the outcome it reads from an epoch per
+// transaction, which only transaction protocol v2 gives: Run refuses it,
+// before anything is written, on a cluster without v2 (kfake capped at
+// 3.9) and for a client capped below it (a cluster that offers v2 still
+// serves v1 to such a client, and franz-go then speaks v1).
 func TestRepairIsRefusedWithoutTransactionProtocolV2(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"), kfake.MaxVersions(kversion.V3_9_0()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	txnID, _ := eos.StableTransactionalID("kfake", "0")
-	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.InputTopics("in"),
-		eos.TransactionalID(txnID), eos.OnHangingTransaction(eos.RepairHangingTransactions()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = p.Run(ctx)
-	var cerr *eos.ConfigError
-	if !errors.As(err, &cerr) || cerr.Setting != "OnHangingTransaction" || !strings.Contains(err.Error(), "transaction.version") {
-		t.Fatalf("Run returned %v; want a *ConfigError for OnHangingTransaction naming transaction.version", err)
-	}
-}
-
-// A cluster that offers transaction protocol v2 still serves v1 to a
-// client whose versions are capped below it, and franz-go then speaks v1:
-// an epoch spans many transactions there too, and repairing is refused.
-func TestRepairIsRefusedForAClientCappedBelowProtocolV2(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	txnID, _ := eos.StableTransactionalID("kfake", "0")
-	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.InputTopics("in"),
-		eos.TransactionalID(txnID), eos.OnHangingTransaction(eos.RepairHangingTransactions()),
-		eos.ClientOptions(kgo.MaxVersions(kversion.V3_9_0())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = p.Run(ctx)
-	var cerr *eos.ConfigError
-	if !errors.As(err, &cerr) || cerr.Setting != "OnHangingTransaction" || !strings.Contains(err.Error(), "MaxVersions") {
-		t.Fatalf("Run returned %v; want a *ConfigError for OnHangingTransaction naming the MaxVersions cap", err)
+	for name, c := range map[string]struct {
+		cluster []kfake.Opt
+		client  []kgo.Opt
+		names   string
+	}{
+		"cluster v1": {cluster: []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}, names: "transaction.version"},
+		"client v1":  {client: []kgo.Opt{kgo.MaxVersions(kversion.V3_9_0())}, names: "MaxVersions"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cluster, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out")}, c.cluster...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cluster.Close)
+			txnID, _ := eos.StableTransactionalID("kfake", "0")
+			p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.InputTopics("in"),
+				eos.TransactionalID(txnID), eos.OnHangingTransaction(eos.RepairHangingTransactions()), eos.ClientOptions(c.client...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = p.Run(ctx)
+			var cerr *eos.ConfigError
+			if !errors.As(err, &cerr) || cerr.Setting != "OnHangingTransaction" || !strings.Contains(err.Error(), c.names) {
+				t.Fatalf("Run returned %v; want a *ConfigError for OnHangingTransaction naming %s", err, c.names)
+			}
+		})
 	}
 }

@@ -61,29 +61,13 @@ configure_cluster() {
 	done
 	local cluster_id
 	cluster_id=$("$JAVA" -cp "$LIB_DIR/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
-	# With EOSKIT_KAFKA_SASL=1, as scripts/kafka.sh: every client
-	# authenticates (SCRAM-SHA-512, on both the broker and the proxied
-	# listener) and every request is authorized; admin (password in
-	# admin.sasl) and the controllers' ANONYMOUS are the super users.
-	local proto=PLAINTEXT security="" scram=()
+	# With EOSKIT_KAFKA_SASL=1, as scripts/kafka.sh, on both the broker
+	# and the proxied listener.
+	local proto=PLAINTEXT
+	SECURITY="" SCRAM=()
 	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ]; then
 		proto=SASL_PLAINTEXT
-		local pw jaas
-		pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-		umask 077
-		chmod 700 "$CLUSTER_DIR"
-		printf 'admin\n%s\n' "$pw" >"$CLUSTER_DIR/admin.sasl"
-		printf '%s\n' --add-scram "SCRAM-SHA-512=[name=admin,password=$pw]" >"$CLUSTER_DIR/scram.args"
-		scram=("@$CLUSTER_DIR/scram.args")
-		jaas="org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$pw\";"
-		security="
-sasl.enabled.mechanisms=SCRAM-SHA-512
-sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
-listener.name.broker.scram-sha-512.sasl.jaas.config=$jaas
-listener.name.client.scram-sha-512.sasl.jaas.config=$jaas
-authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
-allow.everyone.if.no.acl.found=false
-super.users=User:admin;User:ANONYMOUS"
+		sasl_config "$CLUSTER_DIR" broker client
 	fi
 	for i in $(seq 1 $NODES); do
 		use_node "$i"
@@ -113,14 +97,14 @@ transaction.state.log.num.partitions=3
 share.coordinator.state.topic.replication.factor=3
 share.coordinator.state.topic.min.isr=2
 group.initial.rebalance.delay.ms=0
-group.min.session.timeout.ms=1000$security
+group.min.session.timeout.ms=1000$SECURITY
 EOF
 		echo "127.0.0.1:${ports[4 * i - 4]}" >"$STATE_DIR/bootstrap"
 		write_log4j
 		# shellcheck disable=SC2046 # the flag is two words
 		"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 			kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
-			$(format_features) ${scram[@]+"${scram[@]}"} >"$STATE_DIR/logs/format.log" 2>&1 ||
+			$(format_features) ${SCRAM[@]+"${SCRAM[@]}"} >"$STATE_DIR/logs/format.log" 2>&1 ||
 			{ cat "$STATE_DIR/logs/format.log" >&2; rm -rf "$CLUSTER_DIR"; die "storage format of node $i failed"; }
 		echo "$KAFKA_VERSION" >"$STATE_DIR/version"
 	done

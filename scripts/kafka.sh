@@ -121,6 +121,40 @@ launch_broker() {
 	return 0
 }
 
+# sasl_config DIR LISTENER... readies a broker (or cluster) in DIR that
+# authenticates every client (SCRAM-SHA-512) and authorizes every request
+# (no ACL, no access). It picks a fresh password for the super user admin
+# and keeps it in files only this user can read, never on a command line
+# (where ps shows it): DIR/admin.sasl (user, then password) and
+# DIR/scram.args, StorageTool's argument file, which the format removes.
+# It sets SECURITY, the server.properties lines (the brokers' own traffic
+# runs as admin; the controller listener, plaintext, loopback and never
+# advertised, as ANONYMOUS; both are super users), with a JAAS entry for
+# each SASL LISTENER name, and SCRAM, StorageTool's arguments.
+sasl_config() {
+	local dir=$1 pw jaas listener
+	shift
+	pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	umask 077
+	chmod 700 "$dir"
+	printf 'admin\n%s\n' "$pw" >"$dir/admin.sasl"
+	printf '%s\n' --add-scram "SCRAM-SHA-512=[name=admin,password=$pw]" >"$dir/scram.args"
+	SCRAM=("@$dir/scram.args")
+	jaas="org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$pw\";"
+	SECURITY="
+# Every client authenticates (SCRAM-SHA-512) and every request is authorized.
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"
+	for listener in "$@"; do
+		SECURITY+="
+listener.name.$listener.scram-sha-512.sasl.jaas.config=$jaas"
+	done
+	SECURITY+="
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin;User:ANONYMOUS"
+}
+
 # configure runs once per state folder: ports chosen now stay fixed for its
 # life, so a restart comes back on the same address and clients reconnect.
 configure() {
@@ -130,30 +164,11 @@ configure() {
 	ports=$(eosdev freeport 2)
 	broker_port=${ports% *}
 	controller_port=${ports#* }
-	local proto=PLAINTEXT security="" scram=()
+	local proto=PLAINTEXT
+	SECURITY="" SCRAM=()
 	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ]; then
 		proto=SASL_PLAINTEXT
-		local pw
-		pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-		# The password is in files only this user can read, never on a
-		# command line (where ps shows it): StorageTool reads it from an
-		# argument file.
-		umask 077
-		chmod 700 "$STATE_DIR"
-		printf 'admin\n%s\n' "$pw" >"$STATE_DIR/admin.sasl"
-		printf '%s\n' --add-scram "SCRAM-SHA-512=[name=admin,password=$pw]" >"$STATE_DIR/scram.args"
-		scram=("@$STATE_DIR/scram.args")
-		security="
-# Every client authenticates (SCRAM-SHA-512) and every request is authorized:
-# no ACL, no access. The broker's own traffic runs as admin, whose password
-# is in admin.sasl; the controller listener (plaintext, loopback, never
-# advertised) as ANONYMOUS. Both are super users.
-sasl.enabled.mechanisms=SCRAM-SHA-512
-sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
-listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$pw\";
-authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
-allow.everyone.if.no.acl.found=false
-super.users=User:admin;User:ANONYMOUS"
+		sasl_config "$STATE_DIR" sasl_plaintext
 	fi
 	cat >"$STATE_DIR/server.properties" <<EOF
 process.roles=broker,controller
@@ -180,7 +195,7 @@ min.insync.replicas=1
 # Tests start groups constantly; the production default waits 3 s first.
 group.initial.rebalance.delay.ms=0
 # Zombie tests stall a member past its session timeout; let them use short ones.
-group.min.session.timeout.ms=1000$security
+group.min.session.timeout.ms=1000$SECURITY
 EOF
 	write_log4j
 	echo "127.0.0.1:$broker_port" >"$STATE_DIR/bootstrap"
@@ -189,7 +204,7 @@ EOF
 	# shellcheck disable=SC2046 # the flag is two words
 	"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 		kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
-		--standalone $(format_features) ${scram[@]+"${scram[@]}"} >"$STATE_DIR/logs/format.log" 2>&1 ||
+		--standalone $(format_features) ${SCRAM[@]+"${SCRAM[@]}"} >"$STATE_DIR/logs/format.log" 2>&1 ||
 		{ cat "$STATE_DIR/logs/format.log" >&2; rm -f "$STATE_DIR/server.properties"; die "storage format failed"; }
 	rm -f "$STATE_DIR/scram.args"
 	echo "$KAFKA_VERSION" >"$STATE_DIR/version"
