@@ -23,7 +23,6 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/txnscan"
 	"github.com/eoskit/eoskit/offsetstore"
 )
 
@@ -678,7 +677,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if sc.cluster {
 		// Nothing may be left hanging: no partition of the input, the
 		// output or the offsets topic holds a transaction open.
-		if open := openTransactions(t, r.adm, in, out); len(open) > 0 {
+		if open := k.OpenTransactions(t, in, out); len(open) > 0 {
 			t.Errorf("transactions left open at the end: %v", open)
 		}
 	}
@@ -690,42 +689,6 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		stale = fmt.Sprint(r.staleCommits())
 	}
 	return fmt.Sprintf("| %s | %s | %d | %d (+%d aborted) | %d | %d | %d | %s | %s | %s | %s | %s |", path, sc.name, faults, n, len(abortedInputs), len(r.all), fenced, r.hanging.Load(), stale, aborted, seen, rep.String(), time.Since(start).Round(time.Second))
-}
-
-// openTransactions lists the transactions that the partitions of topics
-// (empty names skipped) and of __consumer_offsets hold open.
-func openTransactions(t *testing.T, adm *kadm.Client, topics ...string) []string {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	names := []string{"__consumer_offsets"}
-	for _, tp := range topics {
-		if tp != "" {
-			names = append(names, tp)
-		}
-	}
-	listed, err := adm.ListTopics(ctx, names...)
-	if err == nil {
-		err = listed.Error()
-	}
-	if err != nil {
-		t.Fatalf("list topics: %v", err)
-	}
-	// txnscan.Open fails on a partition it could not describe: a
-	// leaderless one must not pass for one with nothing open. A leader
-	// moving after the last fault is retried until ctx ends.
-	described, err := txnscan.Open(ctx, adm, listed.TopicsSet())
-	for err != nil && ctx.Err() == nil {
-		time.Sleep(500 * time.Millisecond)
-		described, err = txnscan.Open(ctx, adm, listed.TopicsSet())
-	}
-	if err != nil {
-		t.Fatalf("describe producers: %v", err)
-	}
-	var open []string
-	for _, p := range described {
-		open = append(open, fmt.Sprintf("%s[%d] producer %d epoch %d since %d", p.Topic, p.Partition, p.ProducerID, p.ProducerEpoch, p.CurrentTxnStartOffset))
-	}
-	return open
 }
 
 func migrateOffsetstore(pool *pgxpool.Pool) error {

@@ -61,31 +61,22 @@ func newLocalBroker(tb testing.TB) *LocalBroker {
 	return b
 }
 
-// ACLBroker is a private broker that authenticates every client
-// (SASL/SCRAM-SHA-512, plaintext, loopback only) and authorizes every
-// request (Kafka's StandardAuthorizer, allow.everyone.if.no.acl.found
-// false: no ACL, no access), for least-privilege tests. Its KafkaCluster
-// (Admin, Client, Seed, Read*) acts as the super user; its NewUser makes
-// an application principal, which holds only the ACLs the test grants it
-// (Admin.CreateACLs). It is stopped and its data deleted when the test
-// ends.
-type ACLBroker struct {
-	*LocalBroker
-}
-
-// StartLocalBrokerWithACLs starts a private broker with authentication and
-// ACLs. It skips or fails like [StartLocalBroker].
-func StartLocalBrokerWithACLs(tb testing.TB) *ACLBroker {
+// StartLocalBrokerWithACLs starts a private broker that authenticates
+// every client (SASL/SCRAM-SHA-512, plaintext, loopback only) and
+// authorizes every request (Kafka's StandardAuthorizer,
+// allow.everyone.if.no.acl.found false: no ACL, no access), for
+// least-privilege tests. Its KafkaCluster (Admin, Client, Seed, Read*)
+// acts as the super user; its NewUser makes an application principal,
+// which holds only the ACLs the test grants it (Admin.CreateACLs). It skips
+// or fails like [StartLocalBroker].
+func StartLocalBrokerWithACLs(tb testing.TB) *LocalBroker {
 	tb.Helper()
 	b := newLocalBroker(tb)
-	b.KafkaCluster = startPrivateWith(tb, b.script, b.stateDir, []string{"EOSKIT_KAFKA_SASL=1"})
-	if len(b.conn) < 2 {
-		tb.Fatal("integration: the broker with ACLs left no super user's credentials")
-	}
-	return &ACLBroker{b}
+	b.KafkaCluster = startPrivateWith(tb, b.script, b.stateDir, true)
+	return b
 }
 
-// User is an application principal on an [ACLBroker].
+// User is an application principal on a broker or cluster with ACLs.
 type User struct {
 	Principal string    // User:name, as ACLs name it
 	Password  string    // to check that no log or error carries it
@@ -144,14 +135,18 @@ func privateKafkaScript(tb testing.TB, what, rel string) string {
 // bootstrap addresses it prints last (KAFKA_BROKERS=a[,b,c]).
 func startPrivate(tb testing.TB, script, stateDir string) *KafkaCluster {
 	tb.Helper()
-	return startPrivateWith(tb, script, stateDir, nil)
+	return startPrivateWith(tb, script, stateDir, false)
 }
 
-// startPrivateWith is startPrivate with env added to the script's
-// environment, and with the super user's credentials when the script left
-// them (kafka/admin.sasl: a broker with ACLs).
-func startPrivateWith(tb testing.TB, script, stateDir string, env []string) *KafkaCluster {
+// startPrivateWith is startPrivate that, with sasl, asks the script for a
+// broker or cluster with SASL and ACLs and connects as its super user
+// (admin.sasl in its state folder).
+func startPrivateWith(tb testing.TB, script, stateDir string, sasl bool) *KafkaCluster {
 	tb.Helper()
+	var env []string
+	if sasl {
+		env = []string{"EOSKIT_KAFKA_SASL=1"}
+	}
 	out, err := runScriptEnv(context.Background(), script, stateDir, env, "start")
 	if err != nil {
 		tb.Fatalf("integration: start %s: %v", filepath.Base(script), err)
@@ -160,14 +155,16 @@ func startPrivateWith(tb testing.TB, script, stateDir string, env []string) *Kaf
 	if !ok {
 		tb.Fatalf("integration: %s start printed no %s line: %q", filepath.Base(script), KafkaBrokersEnv, out)
 	}
-	var extra []kgo.Opt
-	for _, dir := range []string{"kafka", "cluster"} {
-		if b, err := os.ReadFile(filepath.Join(stateDir, dir, "admin.sasl")); err == nil {
-			user, pass, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-			extra = append(extra, scramOpt(user, pass))
-		}
+	if !sasl {
+		return newKafkaCluster(tb, strings.Split(brokers, ","))
 	}
-	return newKafkaCluster(tb, strings.Split(brokers, ","), extra...)
+	folder := map[bool]string{true: "cluster", false: "kafka"}[strings.HasSuffix(script, "kafka-cluster.sh")]
+	b, err := os.ReadFile(filepath.Join(stateDir, folder, "admin.sasl"))
+	user, pass, ok := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if err != nil || !ok {
+		tb.Fatalf("integration: %s left no super user's credentials (%v)", filepath.Base(script), err)
+	}
+	return newKafkaCluster(tb, strings.Split(brokers, ","), scramOpt(user, pass))
 }
 
 func scramOpt(user, pass string) kgo.Opt {
@@ -300,10 +297,7 @@ type LocalCluster struct {
 func StartLocalClusterWithACLs(tb testing.TB) *LocalCluster {
 	tb.Helper()
 	c := newLocalCluster(tb)
-	c.KafkaCluster = startPrivateWith(tb, c.script, c.stateDir, []string{"EOSKIT_KAFKA_SASL=1"})
-	if len(c.conn) < 2 {
-		tb.Fatal("integration: the cluster with ACLs left no super user's credentials")
-	}
+	c.KafkaCluster = startPrivateWith(tb, c.script, c.stateDir, true)
 	return c
 }
 

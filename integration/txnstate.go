@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
 // These helpers build, with raw requests, the broker states that a crash
@@ -230,4 +233,41 @@ func (k *KafkaCluster) RequireUnstable(ctx context.Context, t testing.TB, group,
 	if o, ok := fetched.Lookup(topic, 0); !ok || !errors.Is(o.Err, kerr.UnstableOffsetCommit) {
 		t.Fatalf("the offset commit is not pending: OffsetFetch answered %+v", fetched)
 	}
+}
+
+// OpenTransactions lists the transactions that the partitions of topics
+// (empty names skipped) and of __consumer_offsets hold open, as "topic[p] producer N epoch E since
+// offset O". A partition that cannot be described (its leader moving after
+// a bounce) is asked again until a minute has passed, then fails t: it must
+// not pass for one with nothing open.
+func (k *KafkaCluster) OpenTransactions(t testing.TB, topics ...string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := []string{txnscan.OffsetsTopic}
+	for _, topic := range topics {
+		if topic != "" { // a path with no output topic
+			names = append(names, topic)
+		}
+	}
+	listed, err := k.Admin.ListTopics(ctx, names...)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		t.Fatalf("integration: list topics: %v", err)
+	}
+	open, err := txnscan.Open(ctx, k.Admin, listed.TopicsSet())
+	for err != nil && ctx.Err() == nil {
+		time.Sleep(500 * time.Millisecond)
+		open, err = txnscan.Open(ctx, k.Admin, listed.TopicsSet())
+	}
+	if err != nil {
+		t.Fatalf("integration: describe producers: %v", err)
+	}
+	var out []string
+	for _, p := range open {
+		out = append(out, fmt.Sprintf("%s[%d] producer %d epoch %d since offset %d", p.Topic, p.Partition, p.ProducerID, p.ProducerEpoch, p.CurrentTxnStartOffset))
+	}
+	return out
 }

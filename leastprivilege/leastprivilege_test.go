@@ -198,7 +198,6 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clientOpts := append(slices.Clip(opts), kgo.SessionTimeout(6*time.Second), kgo.WithLogger(kslog.New(logger)))
-	count := func([]byte) {}
 	// done reads how many distinct inputs the output holds, committed.
 	done := func() bool {
 		if s.path == "eos" {
@@ -218,7 +217,6 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 	switch s.path {
 	case "eos":
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-			count(r.Key)
 			return []*kgo.Record{{Topic: s.out, Key: r.Key, Value: integration.CopyValue(r)}}, nil
 		}, eos.Brokers(k.Brokers...), eos.Group(s.group), eos.InputTopics(s.in), eos.TransactionalID(s.txnID),
 			eos.Logger(logger), eos.ClientOptions(clientOpts...), eos.HangingTransactionCheck(time.Second))
@@ -233,9 +231,6 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 				if _, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset); err != nil {
 					return err
 				}
-			}
-			for _, rec := range recs {
-				count(rec.Key)
 			}
 			return nil
 		}, offsetstore.Brokers(k.Brokers...), offsetstore.Group(s.group), offsetstore.Topics(s.in),
@@ -255,7 +250,6 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 		}
 		c, err := dedup.NewConsumer(pool, store, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 			_, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset)
-			count(rec.Key)
 			return err
 		}, dedup.Brokers(k.Brokers...), dedup.Group(s.group), dedup.Topics(s.in), dedup.ID(dedup.KeyID()),
 			dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))

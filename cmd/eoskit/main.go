@@ -154,10 +154,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	t, err := connect(ctx, *brokers, opts)
-	if err == nil {
-		t.v2 = t.v2 && *clientsV2
-	}
+	t, err := connect(ctx, *brokers, opts, *clientsV2)
 	if err != nil {
 		fmt.Fprintf(stderr, "eoskit: %v\n", err)
 		return exitError
@@ -204,10 +201,11 @@ func (l *topicList) Set(v string) error { *l = append(*l, v); return nil }
 
 // txnTool holds the connection to the cluster.
 type txnTool struct {
-	opts []kgo.Opt
-	cl   *kgo.Client
-	adm  *kadm.Client
-	v2   bool
+	cl  *kgo.Client
+	adm *kadm.Client
+	// clientsV2: outcomes may be read from the coordinator's state
+	// (txnscan.Find).
+	clientsV2 bool
 }
 
 // saslMechanism builds the SASL mechanism the flags name.
@@ -226,7 +224,10 @@ func saslMechanism(name, user, pass string) (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("-sasl-mechanism %q: want scram-sha-256, scram-sha-512 or plain", name)
 }
 
-func connect(ctx context.Context, brokers string, opts []kgo.Opt) (*txnTool, error) {
+// connect reaches the cluster; clientsV2 is the operator's word that the
+// producers' clients speak transaction protocol v2, which counts only on a
+// cluster that offers it.
+func connect(ctx context.Context, brokers string, opts []kgo.Opt, clientsV2 bool) (*txnTool, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
@@ -236,7 +237,7 @@ func connect(ctx context.Context, brokers string, opts []kgo.Opt) (*txnTool, err
 		cl.Close()
 		return nil, fmt.Errorf("reach %s: %w", brokers, err)
 	}
-	return &txnTool{opts: opts, cl: cl, adm: kadm.NewClient(cl), v2: level >= 2}, nil
+	return &txnTool{cl: cl, adm: kadm.NewClient(cl), clientsV2: clientsV2 && level >= 2}, nil
 }
 
 func (t *txnTool) close() { t.cl.Close() }
@@ -271,7 +272,7 @@ func (t *txnTool) findHanging(ctx context.Context, topics []string, minAge time.
 	for _, ps := range set {
 		looked += len(ps)
 	}
-	hangs, err := txnscan.Find(ctx, t.adm, set, t.v2, minAge)
+	hangs, err := txnscan.Find(ctx, t.adm, set, t.clientsV2, minAge)
 	return hangs, looked, err
 }
 
@@ -325,7 +326,7 @@ type closing struct {
 var errRefused = errors.New("refused")
 
 func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, producerID int64, outcome string, dryRun bool, minAge time.Duration) (*closing, error) {
-	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, t.v2, minAge)
+	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, t.clientsV2, minAge)
 	if err != nil {
 		return nil, err
 	}

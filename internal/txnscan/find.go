@@ -31,7 +31,7 @@ type Hang struct {
 }
 
 // Find returns the hanging transactions in set's partitions, sorted by
-// partition. v2 says that the producers' clients speak transaction
+// partition. clientsV2 says that the producers' clients speak transaction
 // protocol v2 (the cluster's TransactionVersion >= 2 is not enough: it
 // serves v1 to older clients): only then is an outcome read from the
 // coordinator's state (CoordinatorOutcome); otherwise every outcome is
@@ -42,7 +42,7 @@ type Hang struct {
 // ListTransactions shows only the ids the caller may describe, so a young
 // one may be another principal's live transaction (kafka-transactions.sh
 // find-hanging waits transaction.max.timeout.ms, 15 minutes by default).
-func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool, minAge time.Duration) ([]Hang, error) {
+func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, clientsV2 bool, minAge time.Duration) ([]Hang, error) {
 	before, err := Open(ctx, adm, set)
 	if err != nil || len(before) == 0 {
 		return nil, err
@@ -93,7 +93,7 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, v2 bool, mi
 		switch commit, known := CoordinatorOutcome(coord, p.ProducerEpoch); {
 		case coord.ProducerID != p.ProducerID:
 			h.Evidence = fmt.Sprintf("none: transactional id %s moved on to producer id %d", h.TransactionalID, coord.ProducerID)
-		case !v2:
+		case !clientsV2:
 			h.Evidence = fmt.Sprintf("none known for a client of either protocol: the coordinator is %s at epoch %d (a protocol v2 client's outcome would read from that; a v1 client's epoch spans many transactions)", coord.State, coord.ProducerEpoch)
 		case known:
 			h.Outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
