@@ -30,6 +30,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// containersSuite skips t outside the containers suite
+// (scripts/containers.sh, part of make test): t starts broker containers
+// whatever KAFKA_BROKERS names, and the main suite runs with no Docker
+// engine.
+func containersSuite(t *testing.T) {
+	t.Helper()
+	if os.Getenv("EOSKIT_CONTAINERS") != "1" {
+		t.Skip("runs in the containers suite (scripts/containers.sh, part of make test)")
+	}
+}
+
 // testClientOpts keep group membership changes fast: a killed member is
 // noticed after the session timeout, not the 45 s default.
 func testClientOpts() []kgo.Opt {

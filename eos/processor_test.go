@@ -669,7 +669,72 @@ func closeHangingByHand(ctx context.Context, t *testing.T, k *integration.KafkaC
 func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
 	t.Parallel()
 	c := integration.StartLocalCluster(t)
-	k := c.KafkaCluster
+	copyThroughBounces(t, c.KafkaCluster, func(ctx context.Context, node func(what) int) []bounce {
+		return []bounce{
+			{0.25, "SIGKILL the leader of an output partition", func() error {
+				n := node(outputLeader)
+				if err := c.Kill(ctx, n); err != nil {
+					return err
+				}
+				return c.StartNode(ctx, n)
+			}},
+			{0.5, "SIGKILL the transaction coordinator of processor 0", func() error {
+				n := node(coordinator)
+				if err := c.Kill(ctx, n); err != nil {
+					return err
+				}
+				return c.StartNode(ctx, n)
+			}},
+			{0.75, "a clean rolling restart", func() error { return c.RollingRestart(ctx, false) }},
+		}
+	})
+}
+
+// The same on three broker containers (eostest, run by the containers
+// suite): the container of the node leading an output partition stopped
+// (SIGTERM) and started again on its volume, then the container of the
+// node coordinating processor 0's transactions killed (docker stop with no
+// grace) and started again.
+func TestProcessorExactlyOnceThroughBrokerContainerStopAndStart(t *testing.T) {
+	containersSuite(t)
+	c := integration.StartContainerCluster(t)
+	copyThroughBounces(t, c.KafkaCluster, func(ctx context.Context, node func(what) int) []bounce {
+		restart := func(n int, grace time.Duration) error {
+			if err := c.Stop(ctx, n, grace); err != nil {
+				return err
+			}
+			return c.Start(ctx, n)
+		}
+		return []bounce{
+			{1.0 / 3, "stop and start the container of an output partition's leader", func() error { return restart(node(outputLeader), time.Minute) }},
+			{2.0 / 3, "kill and start the container of processor 0's transaction coordinator", func() error { return restart(node(coordinator), 0) }},
+		}
+	})
+}
+
+// what names a node by its role in copyThroughBounces.
+type what int
+
+const (
+	outputLeader what = iota // leads the output's partition 0
+	coordinator              // coordinates processor 0's transactions
+)
+
+// bounce is a fault copyThroughBounces injects once the output holds the
+// fraction at of the inputs.
+type bounce struct {
+	at   float64
+	what string
+	do   func() error
+}
+
+// copyThroughBounces copies 30,000 hostile inputs (a transactional
+// producer that also aborts, three partitions) with two processors while
+// the bounces happen, and checks that no processor stopped, that the
+// verifier finds every input exactly once, in order, and no aborted one,
+// and that no transaction is left open in any partition.
+func copyThroughBounces(t *testing.T, k *integration.KafkaCluster, bounces func(ctx context.Context, node func(what) int) []bounce) {
+	t.Helper()
 	in, out := k.NewTopic(3), k.NewTopic(3)
 	group := integration.UniqueName(t, "g")
 	inputs := k.SeedHostile(in, 30_000, 500)
@@ -689,44 +754,26 @@ func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	leaderOf := func(topic string, partition int32) int {
-		md, err := k.Admin.Metadata(ctx, topic)
-		if err != nil {
-			t.Fatalf("metadata: %v", err)
-		}
-		return int(md.Topics[topic].Partitions[partition].Leader)
-	}
-	coordinatorOf := func(txnID string) int {
-		resp := k.Admin.FindTxnCoordinators(ctx, txnID)
-		r, ok := resp[txnID]
-		if !ok || r.Err != nil {
-			t.Fatalf("find coordinator of %s: %v", txnID, r.Err)
-		}
-		return int(r.NodeID)
-	}
-	bounces := []struct {
-		at   int64
-		what string
-		do   func() error
-	}{
-		{n / 4, "SIGKILL the leader of an output partition", func() error {
-			node := leaderOf(out, 0)
-			if err := c.Kill(ctx, node); err != nil {
-				return err
+	node := func(w what) int {
+		switch w {
+		case outputLeader:
+			md, err := k.Admin.Metadata(ctx, out)
+			if err != nil {
+				t.Fatalf("metadata: %v", err)
 			}
-			return c.StartNode(ctx, node)
-		}},
-		{n / 2, "SIGKILL the transaction coordinator of processor 0", func() error {
-			node := coordinatorOf(txnID)
-			if err := c.Kill(ctx, node); err != nil {
-				return err
+			return int(md.Topics[out].Partitions[0].Leader)
+		default:
+			resp := k.Admin.FindTxnCoordinators(ctx, txnID)
+			r, ok := resp[txnID]
+			if !ok || r.Err != nil {
+				t.Fatalf("find coordinator of %s: %v", txnID, r.Err)
 			}
-			return c.StartNode(ctx, node)
-		}},
-		{3 * n / 4, "a clean rolling restart", func() error { return c.RollingRestart(ctx, false) }},
+			return int(r.NodeID)
+		}
 	}
-	for _, b := range bounces {
-		waitFor(t, 3*time.Minute, fmt.Sprintf("%d outputs before %s", b.at, b.what), func() bool { return progress.n.Load() >= b.at })
+	for _, b := range bounces(ctx, node) {
+		at := int64(float64(n) * b.at)
+		waitFor(t, 3*time.Minute, fmt.Sprintf("%d outputs before %s", at, b.what), func() bool { return progress.n.Load() >= at })
 		start := time.Now()
 		if err := b.do(); err != nil {
 			t.Fatalf("%s: %v", b.what, err)

@@ -9,8 +9,12 @@
 //  1. The environment: KAFKA_BROKERS (host:port[,host:port]) and DATABASE_URL
 //     (a postgres:// URL of a role allowed to create databases). `make test`
 //     starts both with the scripts under scripts/ and sets them.
-//  2. Docker, through testcontainers-go: the official apache/kafka image and
-//     the postgres image, one container of each per test binary.
+//  2. Docker, through the public package eostest (testcontainers-go): a
+//     container started for the test and terminated when it ends; its
+//     image is the official one (apache/kafka:4.4.0, postgres:15) unless
+//     EOSKIT_KAFKA_IMAGE / EOSKIT_POSTGRES_IMAGE name another. `make test`
+//     runs a containers suite this way (scripts/containers.sh) on images
+//     it builds itself (scripts/images.sh).
 //  3. Neither: the test is skipped with a message saying how to get the
 //     service, unless EOS_REQUIRE_SERVICES=1, which turns the skip into a
 //     failure (`make test` sets it, so CI can not pass by skipping).
@@ -24,7 +28,8 @@
 //
 // # Fault control
 //
-// A test that bounces the broker (stop, kill, restart) needs a broker it can
-// control; [KafkaCluster.Control] gives that for a broker started by
-// scripts/kafka.sh, and fails or skips like a missing service otherwise.
+// A test that bounces brokers starts a cluster of its own: [StartLocalBroker]
+// and [StartLocalCluster] from the scripts, or [StartContainerCluster], three
+// nodes in containers that a test stops and starts while their state stays
+// on their volumes.
 package integration

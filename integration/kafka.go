@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,16 +15,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit/eostest"
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
 // KafkaBrokersEnv names the environment variable with the bootstrap
 // addresses of a running broker.
-const KafkaBrokersEnv = "KAFKA_BROKERS"
+const KafkaBrokersEnv = eostest.KafkaBrokersEnv
 
 const kafkaHowTo = "Run `make test` (it starts a local broker with scripts/kafka.sh), " +
 	"or start one with `scripts/kafka.sh start` and export the KAFKA_BROKERS it prints, " +
-	"or start Docker so testcontainers can run " + KafkaImage + "."
+	"or start Docker (eostest runs a container then)."
 
 // KafkaCluster is a handle on a real Kafka cluster for one test.
 type KafkaCluster struct {
@@ -43,19 +43,12 @@ type KafkaCluster struct {
 // connOpts are the options that reach brokers with no credentials.
 func connOpts(brokers []string) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(brokers...)} }
 
-// Kafka returns a handle on a real Kafka cluster, from KAFKA_BROKERS or a
-// testcontainers broker, and skips (or, with EOS_REQUIRE_SERVICES=1, fails)
-// tb when neither is available.
+// Kafka returns a handle on a real Kafka cluster, from KAFKA_BROKERS or
+// else a broker container started for tb ([eostest.Kafka]), and skips (or,
+// with EOS_REQUIRE_SERVICES=1, fails) tb when neither is available.
 func Kafka(tb testing.TB) *KafkaCluster {
 	tb.Helper()
-	brokers := os.Getenv(KafkaBrokersEnv)
-	if brokers == "" {
-		var err error
-		if brokers, err = kafkaFromDocker(); err != nil {
-			missingService(tb, "Kafka", kafkaHowTo, fmt.Errorf("%s is unset and Docker gave none: %w", KafkaBrokersEnv, err))
-		}
-	}
-	return newKafkaCluster(tb, strings.Split(brokers, ","))
+	return newKafkaCluster(tb, eostest.Kafka(tb))
 }
 
 func newKafkaCluster(tb testing.TB, brokers []string, extra ...kgo.Opt) *KafkaCluster {

@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,19 +9,21 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eoskit/eoskit/eostest"
 )
 
 // DatabaseURLEnv names the environment variable with the URL of a running
 // PostgreSQL whose role may create databases.
-const DatabaseURLEnv = "DATABASE_URL"
+const DatabaseURLEnv = eostest.DatabaseURLEnv
 
 const postgresHowTo = "Run `make test` (it starts PostgreSQL with scripts/postgres.sh), " +
 	"or run `scripts/postgres.sh start` and export the DATABASE_URL it prints, " +
-	"or start Docker so testcontainers can run " + PostgresImage + "."
+	"or start Docker (eostest runs a container then)."
 
 // Postgres returns a pool on a fresh database created for this test and
-// dropped when it ends, on the server named by DATABASE_URL or a
-// testcontainers PostgreSQL. It skips (or, with EOS_REQUIRE_SERVICES=1,
+// dropped when it ends, on the server named by DATABASE_URL or else a
+// PostgreSQL container started for tb ([eostest.Postgres]). It skips (or, with EOS_REQUIRE_SERVICES=1,
 // fails) tb when neither is available.
 func Postgres(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
@@ -35,13 +35,7 @@ func Postgres(tb testing.TB) *pgxpool.Pool {
 // for code under test that opens its own connections.
 func PostgresWithURL(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
-	serverURL := os.Getenv(DatabaseURLEnv)
-	if serverURL == "" {
-		var err error
-		if serverURL, err = postgresFromDocker(); err != nil {
-			missingService(tb, "PostgreSQL", postgresHowTo, fmt.Errorf("%s is unset and Docker gave none: %w", DatabaseURLEnv, err))
-		}
-	}
+	serverURL := eostest.Postgres(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

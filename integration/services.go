@@ -3,11 +3,13 @@ package integration
 import (
 	"os"
 	"testing"
+
+	"github.com/eoskit/eoskit/eostest"
 )
 
 // RequireServicesEnv is the environment variable that turns a missing
 // service from a skip into a test failure. `make test` sets it to 1.
-const RequireServicesEnv = "EOS_REQUIRE_SERVICES"
+const RequireServicesEnv = eostest.RequireServicesEnv
 
 // servicesRequired reports whether a missing service must fail the test.
 func servicesRequired() bool { return os.Getenv(RequireServicesEnv) == "1" }

@@ -2,8 +2,10 @@
 # The project's one test command (run it as `make test`): with the local
 # Kafka broker and PostgreSQL up (scripts/with-services.sh, which requires
 # them and stops what it started), checks formatting and vet, runs every
-# test under the race detector, and fails if a process a test started is
-# still running afterwards.
+# test under the race detector, then the containers suite
+# (scripts/containers.sh: Docker, installed and started if missing, and
+# images built here), and fails if a process a test started is still
+# running afterwards.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -26,6 +28,9 @@ go test -race -count=1 -timeout 25m ./... || rc=$?
 # The protocol-dependent eos fault tests again on Kafka 3.9 (transaction
 # protocol v1); make compat runs all of eos there.
 scripts/compat.sh || rc=$?
+# The containers suite: eostest and a subset of the tests with every service
+# in a Docker container (testcontainers-go), on images built here.
+scripts/containers.sh || rc=$?
 # No broker, copier or loader that a test started may outlive the tests.
 scripts/leftovers.sh || rc=1
 exit "$rc"

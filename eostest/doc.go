@@ -1,0 +1,50 @@
+// Package eostest gives a test a real Apache Kafka broker and a real
+// PostgreSQL, for the tests of an application built on eoskit (and for
+// eoskit's own).
+//
+// # Where the services come from
+//
+// [Kafka] and [Postgres] look in this order:
+//
+//  1. The environment: KAFKA_BROKERS (host:port[,host:port]) and
+//     DATABASE_URL (a postgres:// URL). A service started once for a whole
+//     test run, by a script or by CI, is the fastest.
+//  2. Docker, through testcontainers-go: a container started for this test
+//     and terminated when it ends (tb.Cleanup). The images are the official
+//     apache/kafka:4.4.0 and postgres:15, the releases eoskit is proven on;
+//     EOSKIT_KAFKA_IMAGE and EOSKIT_POSTGRES_IMAGE name others (eoskit's CI
+//     uses images it builds itself, scripts/images.sh). Only Docker not
+//     answering counts as "no service": a container that Docker runs but
+//     that fails to come up fails the test.
+//  3. Neither: the test is skipped, saying how to get the service, unless
+//     EOS_REQUIRE_SERVICES=1, which turns the skip into a failure (set it
+//     in CI, so that a suite can not pass by skipping).
+//
+// # Networks
+//
+// By default a container publishes its port on the Docker host, which is
+// what Docker Desktop and a laptop's engine offer. With
+// EOSKIT_DOCKER_NETWORK=host (or [WithHostNetwork]) it joins the host's
+// network instead and listens on free 127.0.0.1 ports: no bridge, no port
+// mapping, addresses that stay the same when a container restarts. A
+// cluster of several Kafka nodes ([WithNodes]) needs the host network.
+//
+// # Faults
+//
+// [RunKafka] returns a [KafkaContainer] that a test can stop and start
+// ([KafkaContainer.Stop], [KafkaContainer.Start]): each node keeps its data
+// on a volume of its own, so a restarted node comes back with its log, as
+// a broker restarted in production would. Apache Kafka 4.1 to 4.4 may drop
+// transaction markers while a partition has no leader (KAFKA-20734), which
+// a single broker's restart always causes: bounce a node of a three-node
+// cluster (WithNodes(3): replication factor 3, min.insync.replicas 2), not
+// a single broker, in a test of transactions.
+//
+// # Ryuk
+//
+// testcontainers-go normally starts its reaper, Ryuk, from an image pulled
+// from Docker Hub, to remove containers a crashed test binary left. Where
+// that image can not be had, set TESTCONTAINERS_RYUK_DISABLED=true: the
+// containers of this package are terminated by tb.Cleanup (or by
+// [KafkaContainer.Terminate]) in any case.
+package eostest

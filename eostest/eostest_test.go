@@ -1,0 +1,196 @@
+package eostest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eostest"
+)
+
+// containersSuite skips t outside the containers suite (scripts/containers.sh,
+// which make test runs): these tests start containers whatever the
+// environment names, and the main suite runs with no Docker engine.
+func containersSuite(t *testing.T) {
+	t.Helper()
+	if os.Getenv("EOSKIT_CONTAINERS") != "1" {
+		t.Skip("runs in the containers suite (scripts/containers.sh, part of make test)")
+	}
+}
+
+func TestREADMEShowsTheExampleTest(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	test, err := os.ReadFile("readme_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := func(b []byte) string {
+		s := string(b)
+		i := strings.Index(s, "func TestOrdersAreReadBack(")
+		if i < 0 {
+			return ""
+		}
+		j := strings.Index(s[i:], "\n}\n")
+		if j < 0 {
+			return ""
+		}
+		return s[i : i+j+2]
+	}
+	want := fn(test)
+	if want == "" {
+		t.Fatal("readme_test.go has no TestOrdersAreReadBack")
+	}
+	if got := fn(readme); got != want {
+		t.Errorf("README.md's example test differs from readme_test.go's:\nREADME:\n%s\nreadme_test.go:\n%s", got, want)
+	}
+}
+
+func TestRunKafkaRefusesAClusterWithoutTheHostNetwork(t *testing.T) {
+	_, err := eostest.RunKafka(context.Background(), eostest.WithNodes(3), eostest.WithHostNetwork(false))
+	if err == nil || !strings.Contains(err.Error(), "needs the host network") {
+		t.Fatalf("RunKafka(WithNodes(3), no host network) = %v, want a refusal naming the host network", err)
+	}
+	if errors.Is(err, eostest.ErrNoDocker) {
+		t.Fatalf("a refused configuration is not a missing Docker: %v", err)
+	}
+}
+
+// TestKafkaContainerKeepsItsDataAcrossStopAndStart stops a one-node
+// container (SIGTERM), starts it, and reads back what was written before:
+// the data is on the node's volume, and the address has not moved.
+func TestKafkaContainerKeepsItsDataAcrossStopAndStart(t *testing.T) {
+	containersSuite(t)
+	k := eostest.StartKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const topic, n = "kept", 1000
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "%d", i)})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Stop(ctx, 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Start(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(ctx, t, k.Brokers(), topic, n); got != n {
+		t.Fatalf("read %d records after the restart, want %d", got, n)
+	}
+}
+
+func count(ctx context.Context, t *testing.T, brokers []string, topic string, want int) int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := 0
+	for got < want {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records of %s before the deadline", got, want, topic)
+		}
+		fetches.EachError(func(topic string, p int32, err error) { t.Logf("fetch %s[%d]: %v", topic, p, err) })
+		got += len(fetches.Records())
+	}
+	return got
+}
+
+// TestKafkaClusterOfThreeCommitsThroughAStoppedNode runs three nodes,
+// stops the one leading the topic's partition and commits a transaction
+// while it is down: the cluster has replication factor 3 and
+// min.insync.replicas 2, as WithNodes promises.
+func TestKafkaClusterOfThreeCommitsThroughAStoppedNode(t *testing.T) {
+	containersSuite(t)
+	k := eostest.StartKafka(t, eostest.WithNodes(3))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.TransactionalID("eostest-cluster"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	const topic = "replicated"
+	if _, err := adm.CreateTopic(ctx, 1, -1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	// A new topic reaches every node's metadata a moment later.
+	var p kadm.PartitionDetail
+	for len(p.Replicas) < 3 || p.Leader < 0 {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p = md.Topics[topic].Partitions[0]; ctx.Err() != nil {
+			t.Fatalf("%s has %d replicas (leader %d) at the deadline, want 3", topic, len(p.Replicas), p.Leader)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	leader := int(p.Leader)
+	if err := k.Stop(ctx, leader, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("while a node is down")}).FirstErr(); err == nil {
+		t.Log("produced with node", leader, "stopped")
+	} else {
+		t.Fatalf("produce with node %d stopped: %v", leader, err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit with node %d stopped: %v", leader, err)
+	}
+	if err := k.Start(ctx, leader); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(ctx, t, k.Brokers(), topic, 1); got != 1 {
+		t.Fatalf("read %d committed records, want 1", got)
+	}
+}
+
+func TestPostgresContainerLetsItsRoleCreateDatabases(t *testing.T) {
+	containersSuite(t)
+	url := eostest.StartPostgres(t).URL()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var version string
+	if _, err := conn.Exec(ctx, "CREATE DATABASE made_by_the_test"); err != nil {
+		t.Fatalf("the container's role may not create databases: %v", err)
+	}
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("PostgreSQL %s at %s", version, url)
+}

@@ -1,0 +1,52 @@
+package eostest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/eoskit/eoskit/eostest"
+)
+
+// One broker container for every test of a package: start it in TestMain
+// (the function below would be TestMain(m *testing.M)), export its address
+// for eostest.Kafka, and terminate it after the tests. eostest.Kafka then
+// finds KAFKA_BROKERS set and starts nothing per test.
+func ExampleRunKafka() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	k, err := eostest.RunKafka(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "no broker:", err)
+		if k != nil {
+			_ = k.Terminate(context.Background())
+		}
+		os.Exit(1)
+	}
+	os.Setenv(eostest.KafkaBrokersEnv, strings.Join(k.Brokers(), ","))
+	code := 0 // code := m.Run()
+	_ = k.Terminate(context.Background())
+	os.Exit(code)
+}
+
+// A three-node cluster whose node 2 is stopped and started again mid-test,
+// its data kept on its volume (host network: EOSKIT_DOCKER_NETWORK=host).
+func ExampleKafkaContainer_Stop() {
+	ctx := context.Background()
+	k, err := eostest.RunKafka(ctx, eostest.WithNodes(3), eostest.WithHostNetwork(true))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer k.Terminate(ctx)
+	// ... start the code under test on k.Brokers() ...
+	if err := k.Stop(ctx, 2, time.Minute); err != nil { // SIGTERM; SIGKILL after a minute
+		fmt.Println(err)
+		return
+	}
+	if err := k.Start(ctx, 2); err != nil { // back once every replica is in sync
+		fmt.Println(err)
+	}
+}

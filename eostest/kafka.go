@@ -1,0 +1,428 @@
+package eostest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+type kafkaConfig struct {
+	common
+	nodes int
+}
+
+type nodesOpt int
+
+func (o nodesOpt) applyKafka(c *kafkaConfig) { c.nodes = int(o) }
+
+// WithNodes runs a cluster of n combined KRaft nodes (broker and
+// controller each) instead of one: every partition, internal ones
+// included, then has min(n, 3) replicas, min.insync.replicas one less,
+// and no unclean leader election. It needs the host network
+// ([WithHostNetwork]). Default: 1.
+func WithNodes(n int) KafkaOption { return nodesOpt(n) }
+
+// KafkaContainer is Apache Kafka running in Docker: one container per
+// node, each with its data on a volume of its own.
+type KafkaContainer struct {
+	nodes   []*kafkaNode
+	brokers []string
+}
+
+type kafkaNode struct {
+	ctr    testcontainers.Container
+	volume string
+}
+
+// Brokers returns the bootstrap addresses, one per node.
+func (k *KafkaContainer) Brokers() []string { return k.brokers }
+
+// Nodes returns the number of nodes; they are numbered from 1.
+func (k *KafkaContainer) Nodes() int { return len(k.nodes) }
+
+func (k *KafkaContainer) node(n int) (*kafkaNode, error) {
+	if n < 1 || n > len(k.nodes) || k.nodes[n-1] == nil {
+		return nil, fmt.Errorf("eostest: no kafka node %d (there are %d)", n, len(k.nodes))
+	}
+	return k.nodes[n-1], nil
+}
+
+// Stop stops node n as `docker stop` does: SIGTERM, and SIGKILL once
+// timeout has passed (a zero timeout kills it at once). Its data stays
+// on its volume.
+func (k *KafkaContainer) Stop(ctx context.Context, n int, timeout time.Duration) error {
+	node, err := k.node(n)
+	if err != nil {
+		return err
+	}
+	if err := node.ctr.Stop(ctx, &timeout); err != nil {
+		return fmt.Errorf("eostest: stop kafka node %d: %w", n, err)
+	}
+	return nil
+}
+
+// Start starts node n again on its data and returns once every node is a
+// broker and every replica of every partition is in sync (so every other
+// node must be running).
+func (k *KafkaContainer) Start(ctx context.Context, n int) error {
+	node, err := k.node(n)
+	if err != nil {
+		return err
+	}
+	if err := node.ctr.Start(ctx); err != nil {
+		return fmt.Errorf("eostest: start kafka node %d: %w", n, err)
+	}
+	if err := k.waitWhole(ctx, n); err != nil {
+		return fmt.Errorf("eostest: kafka node %d started: %w", n, err)
+	}
+	return nil
+}
+
+// Logs returns the last lines (at most max) of node n's output.
+func (k *KafkaContainer) Logs(ctx context.Context, n, max int) (string, error) {
+	node, err := k.node(n)
+	if err != nil {
+		return "", err
+	}
+	return lastLines(ctx, node.ctr, max)
+}
+
+// Terminate removes every node and its volume.
+func (k *KafkaContainer) Terminate(ctx context.Context) error {
+	var errs []error
+	for _, node := range k.nodes {
+		if node == nil {
+			continue
+		}
+		if err := testcontainers.TerminateContainer(node.ctr, testcontainers.StopContext(ctx), testcontainers.RemoveVolumes(node.volume)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RunKafka starts Apache Kafka in Docker and returns once every node is a
+// broker. The caller terminates it. An error wrapping [ErrNoDocker] means
+// Docker did not answer; on any other error the containers started so far
+// are in the returned KafkaContainer (when not nil), for Terminate.
+func RunKafka(ctx context.Context, opts ...KafkaOption) (*KafkaContainer, error) {
+	cfg := kafkaConfig{common: defaults(KafkaImageEnv, DefaultKafkaImage), nodes: 1}
+	for _, o := range opts {
+		o.applyKafka(&cfg)
+	}
+	if cfg.nodes < 1 {
+		return nil, fmt.Errorf("eostest: WithNodes(%d): a cluster has at least one node", cfg.nodes)
+	}
+	if cfg.nodes > 1 && !cfg.host {
+		return nil, fmt.Errorf("eostest: a cluster of %d nodes needs the host network (WithHostNetwork(true) or %s=host)", cfg.nodes, DockerNetworkEnv)
+	}
+	if err := dockerAnswers(ctx, cfg.common); err != nil {
+		return nil, err
+	}
+	layout, err := newKafkaLayout(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	k := &KafkaContainer{nodes: make([]*kafkaNode, cfg.nodes), brokers: layout.brokers()}
+	// No wait per container: a node of a cluster becomes a broker only
+	// once a majority of the controllers runs.
+	for i := range cfg.nodes {
+		volume := "eoskit-kafka-" + strings.ToLower(layout.clusterID) + "-" + strconv.Itoa(i+1)
+		ctr, err := testcontainers.Run(ctx, cfg.image, layout.customize(i, volume, cfg)...)
+		if ctr != nil {
+			k.nodes[i] = &kafkaNode{ctr: ctr, volume: volume}
+		}
+		if err != nil {
+			return k, fmt.Errorf("eostest: start %s (node %d): %w", cfg.image, i+1, err)
+		}
+	}
+	if err := k.waitWhole(ctx, 0); err != nil {
+		return k, fmt.Errorf("eostest: %s started but %w", cfg.image, err)
+	}
+	return k, nil
+}
+
+// kafkaLayout holds the addresses of a cluster: on the host network every
+// listener of every node has a free 127.0.0.1 port; with published ports
+// (one node) the client listener's container port 9092 is published on a
+// fixed free host port, so that it stays the same across a restart.
+type kafkaLayout struct {
+	nodes     int
+	host      bool
+	clusterID string
+	// ports[i] are node i's client, broker and controller ports.
+	ports      [][3]int
+	daemonHost string
+}
+
+func newKafkaLayout(ctx context.Context, cfg kafkaConfig) (*kafkaLayout, error) {
+	// Kafka's own random ids never start with "-": StorageTool would
+	// take one for an option.
+	clusterID := "-"
+	for strings.HasPrefix(clusterID, "-") {
+		var id [16]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			return nil, err
+		}
+		clusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	}
+	l := &kafkaLayout{nodes: cfg.nodes, host: cfg.host, clusterID: clusterID}
+	free, err := freePorts(3 * cfg.nodes)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cfg.nodes {
+		l.ports = append(l.ports, [3]int{free[3*i], free[3*i+1], free[3*i+2]})
+	}
+	l.daemonHost = "127.0.0.1"
+	if !cfg.host {
+		p, err := cfg.provider()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrNoDocker, err)
+		}
+		defer p.Close()
+		if l.daemonHost, err = p.DaemonHost(ctx); err != nil {
+			return nil, fmt.Errorf("eostest: docker host: %w", err)
+		}
+	}
+	return l, nil
+}
+
+func (l *kafkaLayout) brokers() []string {
+	out := make([]string, l.nodes)
+	for i := range l.nodes {
+		out[i] = net.JoinHostPort(l.daemonHost, strconv.Itoa(l.ports[i][0]))
+	}
+	return out
+}
+
+// env is node i's configuration, as the official image reads it: the
+// settings of scripts/kafka.sh (one node) or scripts/kafka-cluster.sh.
+func (l *kafkaLayout) env(i int) map[string]string {
+	client, broker, controller := l.ports[i][0], l.ports[i][1], l.ports[i][2]
+	listeners := fmt.Sprintf("CLIENT://127.0.0.1:%d,BROKER://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", client, broker, controller)
+	advertised := fmt.Sprintf("CLIENT://127.0.0.1:%d,BROKER://127.0.0.1:%d", client, broker)
+	var voters []string
+	for j := range l.nodes {
+		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", j+1, l.ports[j][2]))
+	}
+	if !l.host {
+		// Inside its own network namespace the node binds the container
+		// ports; clients reach the client listener at the published port.
+		listeners = "CLIENT://0.0.0.0:9092,BROKER://localhost:19092,CONTROLLER://localhost:19093"
+		advertised = fmt.Sprintf("CLIENT://%s,BROKER://localhost:19092", net.JoinHostPort(l.daemonHost, strconv.Itoa(client)))
+		voters = []string{"1@localhost:19093"}
+	}
+	rf, minISR, internalPartitions, heap := 1, 1, 1, "-Xms512m -Xmx512m"
+	if l.nodes > 1 {
+		rf = min(l.nodes, 3)
+		minISR, internalPartitions, heap = rf-1, 3, "-Xms384m -Xmx384m"
+	}
+	return map[string]string{
+		"CLUSTER_ID":                                             l.clusterID,
+		"KAFKA_NODE_ID":                                          strconv.Itoa(i + 1),
+		"KAFKA_PROCESS_ROLES":                                    "broker,controller",
+		"KAFKA_LISTENERS":                                        listeners,
+		"KAFKA_ADVERTISED_LISTENERS":                             advertised,
+		"KAFKA_LISTENER_SECURITY_PROTOCOL_MAP":                   "CLIENT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"KAFKA_INTER_BROKER_LISTENER_NAME":                       "BROKER",
+		"KAFKA_CONTROLLER_LISTENER_NAMES":                        "CONTROLLER",
+		"KAFKA_CONTROLLER_QUORUM_VOTERS":                         strings.Join(voters, ","),
+		"KAFKA_LOG_DIRS":                                         "/var/lib/kafka/data",
+		"KAFKA_NUM_PARTITIONS":                                   "1",
+		"KAFKA_AUTO_CREATE_TOPICS_ENABLE":                        "false",
+		"KAFKA_DEFAULT_REPLICATION_FACTOR":                       strconv.Itoa(rf),
+		"KAFKA_MIN_INSYNC_REPLICAS":                              strconv.Itoa(minISR),
+		"KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE":                   "false",
+		"KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR":                 strconv.Itoa(rf),
+		"KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS":                     strconv.Itoa(internalPartitions),
+		"KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR":         strconv.Itoa(rf),
+		"KAFKA_TRANSACTION_STATE_LOG_MIN_ISR":                    strconv.Itoa(minISR),
+		"KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS":             strconv.Itoa(internalPartitions),
+		"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": strconv.Itoa(rf),
+		"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR":            strconv.Itoa(minISR),
+		// Tests start groups constantly, and zombie tests use short
+		// session timeouts.
+		"KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+		"KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS":     "1000",
+		"KAFKA_HEAP_OPTS":                        heap,
+	}
+}
+
+func (l *kafkaLayout) customize(i int, volume string, cfg kafkaConfig) []testcontainers.ContainerCustomizer {
+	opts := append(cfg.customizers(),
+		testcontainers.WithLabels(map[string]string{Label + ".node": strconv.Itoa(i + 1)}),
+		testcontainers.WithEnv(l.env(i)),
+		testcontainers.WithMounts(testcontainers.VolumeMount(volume, "/var/lib/kafka/data")),
+	)
+	if l.host {
+		return append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.NetworkMode = "host"
+		}))
+	}
+	// On a loopback Docker host the port is published on loopback only.
+	var bind netip.Addr
+	if ip, err := netip.ParseAddr(l.daemonHost); l.daemonHost == "localhost" || (err == nil && ip.IsLoopback()) {
+		bind = netip.MustParseAddr("127.0.0.1")
+	}
+	hostPort := strconv.Itoa(l.ports[i][0])
+	return append(opts,
+		testcontainers.WithExposedPorts("9092/tcp"),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{
+				network.MustParsePort("9092/tcp"): {{HostIP: bind, HostPort: hostPort}},
+			}
+		}))
+}
+
+// waitWhole returns once every node is a broker and every replica is in
+// sync, or with the last thing missing when ctx ends. A node just killed
+// is still listed, and its replicas still in sync, until the cluster
+// notices: so a restarted node (restarted > 0) must also answer Metadata
+// itself and list itself in it.
+func (k *KafkaContainer) waitWhole(ctx context.Context, restarted int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		if err := k.running(ctx); err != nil {
+			return err
+		}
+		err := whole(ctx, adm, len(k.nodes))
+		if err == nil && restarted > 0 {
+			err = listsItself(ctx, k.brokers[restarted-1], restarted)
+		}
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			var logs strings.Builder
+			for i, node := range k.nodes {
+				tail, _ := lastLines(context.Background(), node.ctr, 15)
+				fmt.Fprintf(&logs, "\nnode %d's last lines:\n%s", i+1, tail)
+			}
+			return fmt.Errorf("the cluster was not whole in time: %w%s", err, logs.String())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// running returns an error naming the first node whose container is not
+// running, with its last lines: a node that exited will not come back by
+// waiting.
+func (k *KafkaContainer) running(ctx context.Context) error {
+	for i, node := range k.nodes {
+		st, err := node.ctr.State(ctx)
+		if err != nil {
+			return fmt.Errorf("node %d: %w", i+1, err)
+		}
+		if !st.Running {
+			logs, _ := lastLines(ctx, node.ctr, 30)
+			return fmt.Errorf("node %d's container is %s (exit code %d); its last lines:\n%s", i+1, st.Status, st.ExitCode, logs)
+		}
+	}
+	return nil
+}
+
+// listsItself returns nil once the node at addr answers Metadata listing
+// itself as broker id.
+func listsItself(ctx context.Context, addr string, id int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	reqCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(cl).BrokerMetadata(reqCtx)
+	if err != nil {
+		return fmt.Errorf("node %d: %w", id, err)
+	}
+	for _, b := range md.Brokers {
+		if int(b.NodeID) == id {
+			return nil
+		}
+	}
+	return fmt.Errorf("node %d does not list itself yet", id)
+}
+
+func whole(ctx context.Context, adm *kadm.Client, nodes int) error {
+	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	md, err := adm.Metadata(reqCtx)
+	if err != nil {
+		return err
+	}
+	if len(md.Brokers) < nodes {
+		return fmt.Errorf("%d of %d nodes are brokers", len(md.Brokers), nodes)
+	}
+	for _, t := range md.Topics.Sorted() {
+		for _, p := range t.Partitions.Sorted() {
+			if p.Err != nil {
+				return fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, p.Err)
+			}
+			if len(p.ISR) < len(p.Replicas) {
+				return fmt.Errorf("%s[%d] has %d of %d replicas in sync", t.Topic, p.Partition, len(p.ISR), len(p.Replicas))
+			}
+		}
+	}
+	return nil
+}
+
+// freePorts returns n distinct ports free on 127.0.0.1 at the time of the
+// call.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("eostest: free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// lastLines returns the last max lines of ctr's output.
+func lastLines(ctx context.Context, ctr testcontainers.Container, max int) (string, error) {
+	rc, err := ctr.Logs(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return "", err
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > max {
+		lines = lines[len(lines)-max:]
+	}
+	return string(bytes.Join(lines, []byte("\n"))), nil
+}

@@ -1,0 +1,131 @@
+package eostest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/moby/moby/api/types/container"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// The role and database of a PostgreSQL container.
+const (
+	postgresUser     = "eoskit"
+	postgresPassword = "eoskit"
+	postgresDB       = "eoskit"
+)
+
+type postgresConfig struct {
+	common
+}
+
+// PostgresContainer is PostgreSQL running in Docker.
+type PostgresContainer struct {
+	ctr *tcpostgres.PostgresContainer
+	url string
+}
+
+// URL returns the URL of the container's database, as its superuser
+// (which may create databases).
+func (p *PostgresContainer) URL() string { return p.url }
+
+// Terminate removes the container and its data.
+func (p *PostgresContainer) Terminate(ctx context.Context) error {
+	return testcontainers.TerminateContainer(p.ctr, testcontainers.StopContext(ctx))
+}
+
+// RunPostgres starts PostgreSQL in Docker, through testcontainers-go's
+// postgres module, and returns once it takes connections. The caller
+// terminates it. Errors are as for [RunKafka].
+func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContainer, error) {
+	cfg := postgresConfig{common: defaults(PostgresImageEnv, DefaultPostgresImage)}
+	for _, o := range opts {
+		o.applyPostgres(&cfg)
+	}
+	if err := dockerAnswers(ctx, cfg.common); err != nil {
+		return nil, err
+	}
+	custom := append(cfg.customizers(),
+		tcpostgres.WithUsername(postgresUser),
+		tcpostgres.WithPassword(postgresPassword),
+		tcpostgres.WithDatabase(postgresDB),
+	)
+	var port int
+	if cfg.host {
+		// On the host's network the server takes a free port of its own
+		// (PGPORT), on loopback only.
+		free, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		port = free[0]
+		custom = append(custom,
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
+			testcontainers.WithEnv(map[string]string{"PGPORT": strconv.Itoa(port)}),
+			testcontainers.WithCmdArgs("-c", "listen_addresses=127.0.0.1"),
+			// The first start logs "ready" twice: the init server, then the
+			// real one.
+			testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
+				WithOccurrence(2).WithStartupTimeout(2*time.Minute)),
+		)
+	} else {
+		custom = append(custom, tcpostgres.BasicWaitStrategies())
+	}
+	ctr, err := tcpostgres.Run(ctx, cfg.image, custom...)
+	var p *PostgresContainer
+	if ctr != nil {
+		p = &PostgresContainer{ctr: ctr}
+	}
+	if err != nil {
+		return p, fmt.Errorf("eostest: start %s: %w", cfg.image, err)
+	}
+	if cfg.host {
+		u := url.URL{
+			Scheme:   "postgres",
+			User:     url.UserPassword(postgresUser, postgresPassword),
+			Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			Path:     "/" + postgresDB,
+			RawQuery: "sslmode=disable",
+		}
+		p.url = u.String()
+	} else if p.url, err = ctr.ConnectionString(ctx, "sslmode=disable"); err != nil {
+		return p, fmt.Errorf("eostest: %s: %w", cfg.image, err)
+	}
+	if err := ping(ctx, p.url); err != nil {
+		logs, _ := lastLines(context.Background(), ctr, 30)
+		return p, fmt.Errorf("eostest: %s started but takes no connection: %w; its last lines:\n%s", cfg.image, err, logs)
+	}
+	return p, nil
+}
+
+// ping returns once a connection to url runs a query, or with the last
+// error when ctx ends.
+func ping(ctx context.Context, url string) error {
+	for {
+		err := func() error {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(ctx)
+			return conn.Ping(ctx)
+		}()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

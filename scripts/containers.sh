@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The containers suite of make test: eoskit's tests with Kafka and
+# PostgreSQL in Docker containers, started through testcontainers-go
+# (package eostest), instead of the services the scripts start.
+#
+#   scripts/containers.sh
+#
+# It makes a Docker engine answer (scripts/docker.sh: Debian's docker.io,
+# installed and started when missing), builds the images when they are
+# missing or stale (scripts/images.sh: no registry needed), and runs, with
+# KAFKA_BROKERS and DATABASE_URL unset so that every service comes from a
+# container:
+#   - every test of eostest (one broker, three nodes with a node stopped
+#     and started on its volume, PostgreSQL, the README's example test);
+#   - the harness's foundation smoke tests;
+#   - one exactly-once test per path (eos, offsetstore, dedup), and eos
+#     through broker containers stopped and started mid-run.
+# Containers run on the host's network (EOSKIT_DOCKER_NETWORK=host), and
+# Ryuk, whose image no registry here serves, is off: every container is
+# terminated by its test, and any container this run labelled that is left
+# afterwards fails the suite. It stops the engine only if it started it, and
+# prints how long the images and the suite took.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { echo "containers.sh: $*" >&2; }
+
+run=${EOSKIT_TEST_RUN:-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')}
+export EOSKIT_TEST_RUN=$run
+
+started=$(scripts/docker.sh start | tail -n 1)
+stop_docker() { [ "$started" != DOCKER_STARTED=yes ] || scripts/docker.sh stop; }
+trap stop_docker EXIT
+
+t0=$SECONDS
+images=$(scripts/images.sh build)
+log "images ready in $((SECONDS - t0)) s"
+for line in $images; do export "${line?}"; done
+
+export EOSKIT_CONTAINERS=1 EOSKIT_DOCKER_NETWORK=host TESTCONTAINERS_RYUK_DISABLED=true EOS_REQUIRE_SERVICES=1
+unset KAFKA_BROKERS DATABASE_URL
+t0=$SECONDS
+rc=0
+go test -race -count=1 -timeout 15m ./eostest || rc=$?
+go test -race -count=1 -timeout 15m -run '^(TestSmoke.*|TestPostgresGivesEachTestItsOwnDatabase|TestProcessorCrashMidTransactionLosesAndDuplicatesNothing|TestProcessorExactlyOnceThroughBrokerContainerStopAndStart|TestAbortedInputsAreNeverApplied)$' \
+	./integration ./eos ./offsetstore ./dedup || rc=$?
+log "suite ran in $((SECONDS - t0)) s"
+
+left=$(docker ps -aq --filter "label=org.eoskit.eostest=$run")
+if [ -n "$left" ]; then
+	log "containers of this run are still there after its tests:"
+	docker ps -a --filter "label=org.eoskit.eostest=$run" >&2
+	# shellcheck disable=SC2086 # ids are words
+	docker rm -f -v $left >/dev/null || true
+	rc=1
+fi
+exit "$rc"

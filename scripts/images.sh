@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Builds eoskit's container images locally, with no image registry: a Debian
+# root filesystem made by mmdebstrap from Debian's packages (a JRE and
+# PostgreSQL), imported into Docker twice with each image's own files:
+#
+#   eoskit/kafka:VERSION   Apache Kafka from the Maven Central jars of
+#                          scripts/kafka.sh, started by images/kafka-run with
+#                          the official apache/kafka image's contract
+#                          (KAFKA_* variables become server.properties,
+#                          CLUSTER_ID, data in KAFKA_LOG_DIRS)
+#   eoskit/postgres:15     Debian's PostgreSQL 15, started by
+#                          images/postgres-entrypoint.sh with the official
+#                          postgres image's contract (POSTGRES_USER,
+#                          POSTGRES_PASSWORD, POSTGRES_DB, PGDATA, PGPORT)
+#
+#   scripts/images.sh build    build what is missing or stale; prints the image names
+#   scripts/images.sh names    print the image names
+#
+# An image is rebuilt only when what it is made of changed: each carries
+# EOSKIT_IMAGE_KEY, a hash of this script, the files under images/, the
+# Kafka version and the Debian suite and packages. The root filesystem is
+# kept in the cache folder under the same kind of key. Needs a Docker engine
+# (scripts/docker.sh start) and root, for mmdebstrap.
+#
+# Environment:
+#   EOSKIT_KAFKA_VERSION  the Apache Kafka release (default 4.4.0, as scripts/kafka.sh)
+#   EOSKIT_CACHE_DIR      where jars and the root filesystem are kept (default ~/.cache/eoskit)
+#   EOSKIT_DEBIAN_MIRROR  default http://deb.debian.org/debian
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=kafka.sh
+. "$HERE/kafka.sh" # KAFKA_VERSION, CACHE_DIR, LIB_DIR, fetch_jars
+
+SUITE=bookworm
+PG_MAJOR=15
+PACKAGES=openjdk-17-jre-headless,postgresql-$PG_MAJOR
+MIRROR=${EOSKIT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+KAFKA_IMAGE=eoskit/kafka:$KAFKA_VERSION
+POSTGRES_IMAGE=eoskit/postgres:$PG_MAJOR
+
+log() { echo "images.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+hash_of() { sha256sum | cut -c1-16; }
+
+rootfs_key() { echo "$SUITE $PACKAGES $MIRROR v1" | hash_of; }
+
+image_key() { # NAME
+	{ rootfs_key; echo "$1 $KAFKA_VERSION"; cat "$HERE/images.sh" "$HERE"/images/*; } | hash_of
+}
+
+current() { # IMAGE KEY: exit 0 if IMAGE exists and carries KEY
+	docker image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$1" 2>/dev/null |
+		grep -qx "EOSKIT_IMAGE_KEY=$2"
+}
+
+# rootfs builds (once per key) a tarball of Debian with a JRE and PostgreSQL.
+rootfs() {
+	local tar=$CACHE_DIR/rootfs-$(rootfs_key).tar
+	if [ ! -f "$tar" ]; then
+		command -v mmdebstrap >/dev/null || {
+			[ "$(id -u)" = 0 ] || die "mmdebstrap is missing; run: sudo apt-get install -y mmdebstrap"
+			log "installing Debian's mmdebstrap package"
+			apt-get update -qq >&2
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >&2
+		}
+		mkdir -p "$CACHE_DIR"
+		log "building a $SUITE root filesystem with $PACKAGES (about a minute)"
+		mmdebstrap --quiet --format=tar --variant=minbase --include="$PACKAGES" \
+			--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+			"$SUITE" "$tar.partial" "$MIRROR" >&2 || { rm -f "$tar.partial"; die "mmdebstrap failed"; }
+		mv "$tar.partial" "$tar"
+	fi
+	echo "$tar"
+}
+
+# import IMAGE KEY OVERLAY CHANGE... imports the root filesystem with the
+# files of OVERLAY (a folder laid over /) as IMAGE.
+import() {
+	local image=$1 key=$2 overlay=$3 base work
+	shift 3
+	base=$(rootfs)
+	work=$(mktemp "$CACHE_DIR/image.XXXXXX.tar")
+	cp "$base" "$work"
+	# Append the overlay's files and the folders the base lacks: Docker
+	# refuses a tarball that names a path twice.
+	(cd "$overlay" && find . -mindepth 1 | sort) >"$work.overlay"
+	tar -tf "$base" | sed 's|/$||' | sort >"$work.base"
+	comm -23 "$work.overlay" "$work.base" >"$work.add"
+	tar -rf "$work" --owner=0 --group=0 --no-recursion -C "$overlay" -T "$work.add"
+	rm -f "$work.overlay" "$work.base" "$work.add"
+	local changes=(--change "ENV EOSKIT_IMAGE_KEY=$key")
+	local c
+	for c in "$@"; do changes+=(--change "$c"); done
+	docker import "${changes[@]}" "$work" "$image" >/dev/null || { rm -f "$work"; die "docker import $image failed"; }
+	rm -f "$work"
+	log "built $image"
+}
+
+build_kafka() {
+	local key
+	key=$(image_key kafka)
+	current "$KAFKA_IMAGE" "$key" && return 0
+	fetch_jars
+	local overlay
+	overlay=$(mktemp -d)
+	mkdir -p "$overlay/opt/kafka/libs" "$overlay/opt/kafka/config" "$overlay/etc/kafka/docker" "$overlay/var/lib/kafka/data"
+	cp "$LIB_DIR"/*.jar "$overlay/opt/kafka/libs/"
+	install -m 0755 "$HERE/images/kafka-run" "$overlay/etc/kafka/docker/run"
+	install -m 0644 "$HERE/images/kafka-log4j2.properties" "$overlay/etc/kafka/docker/log4j2.properties"
+	import "$KAFKA_IMAGE" "$key" "$overlay" \
+		"ENV KAFKA_VERSION=$KAFKA_VERSION" \
+		'ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64' \
+		'VOLUME ["/var/lib/kafka/data"]' \
+		'CMD ["/etc/kafka/docker/run"]'
+	rm -rf "$overlay"
+}
+
+build_postgres() {
+	local key
+	key=$(image_key postgres)
+	current "$POSTGRES_IMAGE" "$key" && return 0
+	local overlay
+	overlay=$(mktemp -d)
+	mkdir -p "$overlay/usr/local/bin"
+	install -m 0755 "$HERE/images/postgres-entrypoint.sh" "$overlay/usr/local/bin/docker-entrypoint.sh"
+	import "$POSTGRES_IMAGE" "$key" "$overlay" \
+		"ENV PATH=/usr/lib/postgresql/$PG_MAJOR/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+		'ENV PGDATA=/var/lib/postgresql/data' \
+		'VOLUME ["/var/lib/postgresql/data"]' \
+		'ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]' \
+		'CMD ["postgres"]'
+	rm -rf "$overlay"
+}
+
+names() {
+	echo "EOSKIT_KAFKA_IMAGE=$KAFKA_IMAGE"
+	echo "EOSKIT_POSTGRES_IMAGE=$POSTGRES_IMAGE"
+}
+
+case "${1:-}" in
+build)
+	docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/docker.sh start"
+	build_kafka
+	build_postgres
+	names
+	;;
+names) names ;;
+*)
+	sed -n '2,27p' "$0" >&2
+	exit 2
+	;;
+esac
