@@ -740,8 +740,16 @@ func copyThroughBounces(t *testing.T, k *integration.KafkaCluster, bounces func(
 	inputs := k.SeedHostile(in, 30_000, 500)
 	n := int64(len(inputs.Committed))
 	progress := followCommitted(t, k, out)
+	// Handlers slow down while a bounce is under way, so that the copy
+	// is still going when it ends: a fault that lands after the last
+	// input proves nothing.
+	var bouncing atomic.Bool
 	slow := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		time.Sleep(200 * time.Microsecond)
+		if bouncing.Load() {
+			time.Sleep(10 * time.Millisecond)
+		} else {
+			time.Sleep(200 * time.Microsecond)
+		}
 		return copyHandler(out)(ctx, r)
 	}
 	procs := []*running{
@@ -774,11 +782,18 @@ func copyThroughBounces(t *testing.T, k *integration.KafkaCluster, bounces func(
 	for _, b := range bounces(ctx, node) {
 		at := int64(float64(n) * b.at)
 		waitFor(t, 3*time.Minute, fmt.Sprintf("%d outputs before %s", at, b.what), func() bool { return progress.n.Load() >= at })
-		start := time.Now()
-		if err := b.do(); err != nil {
+		start, before := time.Now(), progress.n.Load()
+		bouncing.Store(true)
+		err := b.do()
+		bouncing.Store(false)
+		if err != nil {
 			t.Fatalf("%s: %v", b.what, err)
 		}
-		t.Logf("%s at %d outputs, %s", b.what, progress.n.Load(), time.Since(start).Round(time.Millisecond))
+		after := progress.n.Load()
+		t.Logf("%s from %d to %d outputs, %s", b.what, before, after, time.Since(start).Round(time.Millisecond))
+		if after >= n {
+			t.Fatalf("every input was copied by the end of %s: the fault did not strike mid-copy", b.what)
+		}
 		for i, p := range procs {
 			select {
 			case <-p.finished:
