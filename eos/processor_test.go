@@ -692,22 +692,24 @@ func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
 
 // The same on three broker containers (eostest, run by the containers
 // suite): the container of the node leading an output partition stopped
-// (SIGTERM) and started again on its volume, then the container of the
-// node coordinating processor 0's transactions killed (docker stop with no
-// grace) and started again.
+// (SIGTERM) and started again, then the container of the node coordinating
+// processor 0's transactions killed, removed, and replaced by a new
+// container on the node's volume, which is all the new node knows.
 func TestProcessorExactlyOnceThroughBrokerContainerStopAndStart(t *testing.T) {
 	containersSuite(t)
 	c := integration.StartContainerCluster(t)
 	copyThroughBounces(t, c.KafkaCluster, func(ctx context.Context, node func(what) int) []bounce {
-		restart := func(n int, grace time.Duration) error {
-			if err := c.Stop(ctx, n, grace); err != nil {
-				return err
-			}
-			return c.Start(ctx, n)
-		}
 		return []bounce{
-			{1.0 / 3, "stop and start the container of an output partition's leader", func() error { return restart(node(outputLeader), time.Minute) }},
-			{2.0 / 3, "kill and start the container of processor 0's transaction coordinator", func() error { return restart(node(coordinator), 0) }},
+			{1.0 / 3, "stop and start the container of an output partition's leader", func() error {
+				n := node(outputLeader)
+				if err := c.Nodes.Stop(ctx, n, time.Minute); err != nil {
+					return err
+				}
+				return c.Nodes.Start(ctx, n)
+			}},
+			{2.0 / 3, "kill the container of processor 0's transaction coordinator and replace it on its volume", func() error {
+				return c.Nodes.Replace(ctx, node(coordinator))
+			}},
 		}
 	})
 }
@@ -741,8 +743,8 @@ func copyThroughBounces(t *testing.T, k *integration.KafkaCluster, bounces func(
 	n := int64(len(inputs.Committed))
 	progress := followCommitted(t, k, out)
 	// Handlers slow down while a bounce is under way, so that the copy
-	// is still going when it ends: a fault that lands after the last
-	// input proves nothing.
+	// goes on through it (a fault that lands after the last input proves
+	// nothing; one that lands before is checked below).
 	var bouncing atomic.Bool
 	slow := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		if bouncing.Load() {
@@ -783,17 +785,16 @@ func copyThroughBounces(t *testing.T, k *integration.KafkaCluster, bounces func(
 		at := int64(float64(n) * b.at)
 		waitFor(t, 3*time.Minute, fmt.Sprintf("%d outputs before %s", at, b.what), func() bool { return progress.n.Load() >= at })
 		start, before := time.Now(), progress.n.Load()
+		if before >= n {
+			t.Fatalf("every input was copied before %s: the fault would not strike mid-copy", b.what)
+		}
 		bouncing.Store(true)
 		err := b.do()
 		bouncing.Store(false)
 		if err != nil {
 			t.Fatalf("%s: %v", b.what, err)
 		}
-		after := progress.n.Load()
-		t.Logf("%s from %d to %d outputs, %s", b.what, before, after, time.Since(start).Round(time.Millisecond))
-		if after >= n {
-			t.Fatalf("every input was copied by the end of %s: the fault did not strike mid-copy", b.what)
-		}
+		t.Logf("%s from %d to %d outputs, %s", b.what, before, progress.n.Load(), time.Since(start).Round(time.Millisecond))
 		for i, p := range procs {
 			select {
 			case <-p.finished:

@@ -11,14 +11,19 @@
 //     test run, by a script or by CI, is the fastest.
 //  2. Docker, through testcontainers-go: a container started for this test
 //     and terminated when it ends (tb.Cleanup). The images are the official
-//     apache/kafka:4.4.0 and postgres:15, the releases eoskit is proven on;
-//     EOSKIT_KAFKA_IMAGE and EOSKIT_POSTGRES_IMAGE name others (eoskit's CI
-//     uses images it builds itself, scripts/images.sh). Only Docker not
-//     answering counts as "no service": a container that Docker runs but
-//     that fails to come up fails the test.
+//     apache/kafka:4.4.0 and postgres:15, the releases eoskit's suite runs
+//     on; EOSKIT_KAFKA_IMAGE and EOSKIT_POSTGRES_IMAGE name others. eoskit's
+//     CI has no registry and runs images it builds itself
+//     (scripts/images.sh) that keep the official images' environment
+//     contracts: the official images themselves, and published ports, have
+//     not run there. Only Docker not answering counts as "no service": a
+//     container that Docker runs but that fails to come up fails the test.
 //  3. Neither: the test is skipped, saying how to get the service, unless
 //     EOS_REQUIRE_SERVICES=1, which turns the skip into a failure (set it
 //     in CI, so that a suite can not pass by skipping).
+//
+// The variables are used as given: never point them at a cluster or a
+// database holding data you care about.
 //
 // # Networks
 //
@@ -26,15 +31,27 @@
 // what Docker Desktop and a laptop's engine offer. With
 // EOSKIT_DOCKER_NETWORK=host (or [WithHostNetwork]) it joins the host's
 // network instead and listens on free 127.0.0.1 ports: no bridge, no port
-// mapping, addresses that stay the same when a container restarts. A
-// cluster of several Kafka nodes ([WithNodes]) needs the host network.
+// mapping, addresses that stay the same when a container restarts (on
+// Linux: Docker Desktop's host network is its VM's). A cluster of several
+// Kafka nodes ([WithNodes]) needs the host network.
+//
+// # Readiness
+//
+// A Kafka container counts as started once it logs "Kafka Server started"
+// (testcontainers' wait strategy; the nodes of a cluster start together,
+// since none gets there before a majority of controllers runs), and
+// [RunKafka] returns once every node is a broker in Metadata and every
+// replica is in sync. A PostgreSQL container is ready once it takes a
+// connection.
 //
 // # Faults
 //
-// [RunKafka] returns a [KafkaContainer] that a test can stop and start
-// ([KafkaContainer.Stop], [KafkaContainer.Start]): each node keeps its data
-// on a volume of its own, so a restarted node comes back with its log, as
-// a broker restarted in production would. Apache Kafka 4.1 to 4.4 may drop
+// [RunKafka] returns a [KafkaContainer] whose nodes a test stops, kills and
+// starts ([KafkaContainer.Stop], [KafkaContainer.Kill],
+// [KafkaContainer.Start]) or replaces by a new container
+// ([KafkaContainer.Replace]): each node keeps its data on a volume of its
+// own, so a restarted or replaced node comes back with its log, as a
+// broker restarted in production would. Apache Kafka 4.1 to 4.4 may drop
 // transaction markers while a partition has no leader (KAFKA-20734), which
 // a single broker's restart always causes: bounce a node of a three-node
 // cluster (WithNodes(3): replication factor 3, min.insync.replicas 2), not

@@ -64,8 +64,12 @@ const startTimeout = 3 * time.Minute
 // tb.
 func Kafka(tb testing.TB) []string {
 	tb.Helper()
-	if s := os.Getenv(KafkaBrokersEnv); s != "" {
-		return strings.Split(s, ",")
+	if s := strings.TrimSpace(os.Getenv(KafkaBrokersEnv)); s != "" {
+		brokers := strings.Split(s, ",")
+		for i := range brokers {
+			brokers[i] = strings.TrimSpace(brokers[i])
+		}
+		return brokers
 	}
 	return StartKafka(tb).Brokers()
 }
@@ -91,12 +95,10 @@ func StartKafka(tb testing.TB, opts ...KafkaOption) *KafkaContainer {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	k, err := RunKafka(ctx, append([]KafkaOption{testLogger(tb)}, opts...)...)
-	if k != nil {
-		tb.Cleanup(func() { terminate(tb, "kafka", k.Terminate) })
-	}
 	if err != nil {
 		fail(tb, "Kafka", KafkaBrokersEnv, err)
 	}
+	tb.Cleanup(func() { terminate(tb, "kafka", k.Terminate) })
 	return k
 }
 
@@ -107,12 +109,10 @@ func StartPostgres(tb testing.TB, opts ...PostgresOption) *PostgresContainer {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	p, err := RunPostgres(ctx, append([]PostgresOption{testLogger(tb)}, opts...)...)
-	if p != nil {
-		tb.Cleanup(func() { terminate(tb, "postgres", p.Terminate) })
-	}
 	if err != nil {
 		fail(tb, "PostgreSQL", DatabaseURLEnv, err)
 	}
+	tb.Cleanup(func() { terminate(tb, "postgres", p.Terminate) })
 	return p
 }
 

@@ -66,10 +66,12 @@ func TestRunKafkaRefusesAClusterWithoutTheHostNetwork(t *testing.T) {
 	}
 }
 
-// TestKafkaContainerKeepsItsDataAcrossStopAndStart stops a one-node
-// container (SIGTERM), starts it, and reads back what was written before:
-// the data is on the node's volume, and the address has not moved.
-func TestKafkaContainerKeepsItsDataAcrossStopAndStart(t *testing.T) {
+// TestKafkaContainerKeepsItsDataOnItsVolume stops a one-node container
+// (SIGTERM) and starts it, then kills it and replaces it with a new
+// container on the same volume, and reads back after each what was
+// written before: the data is on the node's volume (the new container has
+// nothing else), and the address has not moved.
+func TestKafkaContainerKeepsItsDataOnItsVolume(t *testing.T) {
 	containersSuite(t)
 	k := eostest.StartKafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -98,6 +100,12 @@ func TestKafkaContainerKeepsItsDataAcrossStopAndStart(t *testing.T) {
 	}
 	if got := count(ctx, t, k.Brokers(), topic, n); got != n {
 		t.Fatalf("read %d records after the restart, want %d", got, n)
+	}
+	if err := k.Replace(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(ctx, t, k.Brokers(), topic, n); got != n {
+		t.Fatalf("read %d records from the replaced container, want %d", got, n)
 	}
 }
 

@@ -16,31 +16,31 @@ import (
 // finds KAFKA_BROKERS set and starts nothing per test.
 func ExampleRunKafka() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	k, err := eostest.RunKafka(ctx)
+	k, err := eostest.RunKafka(ctx) // on an error nothing is left running
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "no broker:", err)
-		if k != nil {
-			_ = k.Terminate(context.Background())
-		}
 		os.Exit(1)
 	}
 	os.Setenv(eostest.KafkaBrokersEnv, strings.Join(k.Brokers(), ","))
 	code := 0 // code := m.Run()
-	_ = k.Terminate(context.Background())
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	_ = k.Terminate(ctx)
+	cancel()
 	os.Exit(code)
 }
 
 // A three-node cluster whose node 2 is stopped and started again mid-test,
 // its data kept on its volume (host network: EOSKIT_DOCKER_NETWORK=host).
 func ExampleKafkaContainer_Stop() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	k, err := eostest.RunKafka(ctx, eostest.WithNodes(3), eostest.WithHostNetwork(true))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer k.Terminate(ctx)
+	defer k.Terminate(context.Background())
 	// ... start the code under test on k.Brokers() ...
 	if err := k.Stop(ctx, 2, time.Minute); err != nil { // SIGTERM; SIGKILL after a minute
 		fmt.Println(err)

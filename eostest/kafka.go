@@ -8,15 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -40,6 +44,8 @@ func WithNodes(n int) KafkaOption { return nodesOpt(n) }
 // KafkaContainer is Apache Kafka running in Docker: one container per
 // node, each with its data on a volume of its own.
 type KafkaContainer struct {
+	cfg     kafkaConfig
+	layout  *kafkaLayout
 	nodes   []*kafkaNode
 	brokers []string
 }
@@ -62,16 +68,40 @@ func (k *KafkaContainer) node(n int) (*kafkaNode, error) {
 	return k.nodes[n-1], nil
 }
 
-// Stop stops node n as `docker stop` does: SIGTERM, and SIGKILL once
-// timeout has passed (a zero timeout kills it at once). Its data stays
-// on its volume.
+// Stop stops node n as `docker stop` does: SIGTERM, then SIGKILL once
+// timeout (whole seconds, rounded up) has passed. Its data stays on its
+// volume; [KafkaContainer.Start] brings it back.
 func (k *KafkaContainer) Stop(ctx context.Context, n int, timeout time.Duration) error {
 	node, err := k.node(n)
 	if err != nil {
 		return err
 	}
+	if timeout < 0 {
+		return fmt.Errorf("eostest: stop kafka node %d: negative timeout %v", n, timeout)
+	}
+	if r := timeout % time.Second; r != 0 {
+		timeout += time.Second - r // Docker counts whole seconds
+	}
 	if err := node.ctr.Stop(ctx, &timeout); err != nil {
 		return fmt.Errorf("eostest: stop kafka node %d: %w", n, err)
+	}
+	return nil
+}
+
+// Kill sends node n SIGKILL, as a crash would. Its data stays on its
+// volume; [KafkaContainer.Start] brings it back.
+func (k *KafkaContainer) Kill(ctx context.Context, n int) error {
+	node, err := k.node(n)
+	if err != nil {
+		return err
+	}
+	p, err := k.cfg.provider()
+	if err != nil {
+		return fmt.Errorf("eostest: kill kafka node %d: %w", n, err)
+	}
+	defer p.Close()
+	if _, err := p.Client().ContainerKill(ctx, node.ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		return fmt.Errorf("eostest: kill kafka node %d: %w", n, err)
 	}
 	return nil
 }
@@ -93,6 +123,45 @@ func (k *KafkaContainer) Start(ctx context.Context, n int) error {
 	return nil
 }
 
+// Replace kills node n, removes its container, as a lost machine whose
+// disk survives, and runs a new container with the same settings on the
+// node's volume: the new node knows only what the volume kept. It returns
+// once the cluster is whole, as [KafkaContainer.Start] does.
+func (k *KafkaContainer) Replace(ctx context.Context, n int) error {
+	node, err := k.node(n)
+	if err != nil {
+		return err
+	}
+	if err := k.Kill(ctx, n); err != nil {
+		return err
+	}
+	// Terminate removes the container and its anonymous volumes only; the
+	// node's named volume stays.
+	if err := node.ctr.Terminate(ctx); err != nil {
+		return fmt.Errorf("eostest: remove kafka node %d: %w", n, err)
+	}
+	ctr, err := k.run(ctx, n-1, node.volume)
+	if ctr != nil {
+		node.ctr = ctr
+	}
+	if err != nil {
+		return fmt.Errorf("eostest: replace kafka node %d: %w", n, err)
+	}
+	if err := k.waitWhole(ctx, n); err != nil {
+		return fmt.Errorf("eostest: kafka node %d replaced: %w", n, err)
+	}
+	return nil
+}
+
+// Volume returns the name of node n's volume (where its log.dirs are).
+func (k *KafkaContainer) Volume(n int) (string, error) {
+	node, err := k.node(n)
+	if err != nil {
+		return "", err
+	}
+	return node.volume, nil
+}
+
 // Logs returns the last lines (at most max) of node n's output.
 func (k *KafkaContainer) Logs(ctx context.Context, n, max int) (string, error) {
 	node, err := k.node(n)
@@ -105,12 +174,12 @@ func (k *KafkaContainer) Logs(ctx context.Context, n, max int) (string, error) {
 // Terminate removes every node and its volume.
 func (k *KafkaContainer) Terminate(ctx context.Context) error {
 	var errs []error
-	for _, node := range k.nodes {
+	for i, node := range k.nodes {
 		if node == nil {
 			continue
 		}
-		if err := testcontainers.TerminateContainer(node.ctr, testcontainers.StopContext(ctx), testcontainers.RemoveVolumes(node.volume)); err != nil {
-			errs = append(errs, err)
+		if err := node.ctr.Terminate(ctx, testcontainers.RemoveVolumes(node.volume)); err != nil {
+			errs = append(errs, fmt.Errorf("eostest: terminate kafka node %d: %w", i+1, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -118,8 +187,8 @@ func (k *KafkaContainer) Terminate(ctx context.Context) error {
 
 // RunKafka starts Apache Kafka in Docker and returns once every node is a
 // broker. The caller terminates it. An error wrapping [ErrNoDocker] means
-// Docker did not answer; on any other error the containers started so far
-// are in the returned KafkaContainer (when not nil), for Terminate.
+// Docker did not answer; on any error, what had started is terminated
+// already.
 func RunKafka(ctx context.Context, opts ...KafkaOption) (*KafkaContainer, error) {
 	cfg := kafkaConfig{common: defaults(KafkaImageEnv, DefaultKafkaImage), nodes: 1}
 	for _, o := range opts {
@@ -138,23 +207,45 @@ func RunKafka(ctx context.Context, opts ...KafkaOption) (*KafkaContainer, error)
 	if err != nil {
 		return nil, err
 	}
-	k := &KafkaContainer{nodes: make([]*kafkaNode, cfg.nodes), brokers: layout.brokers()}
-	// No wait per container: a node of a cluster becomes a broker only
-	// once a majority of the controllers runs.
+	k := &KafkaContainer{cfg: cfg, layout: layout, nodes: make([]*kafkaNode, cfg.nodes), brokers: layout.brokers()}
+	// The nodes start together: a node of a cluster becomes a broker
+	// (and logs so, what each container waits for) only once a majority
+	// of the controllers runs.
+	errs := make([]error, cfg.nodes)
+	var wg sync.WaitGroup
 	for i := range cfg.nodes {
 		volume := "eoskit-kafka-" + strings.ToLower(layout.clusterID) + "-" + strconv.Itoa(i+1)
-		ctr, err := testcontainers.Run(ctx, cfg.image, layout.customize(i, volume, cfg)...)
-		if ctr != nil {
-			k.nodes[i] = &kafkaNode{ctr: ctr, volume: volume}
-		}
-		if err != nil {
-			return k, fmt.Errorf("eostest: start %s (node %d): %w", cfg.image, i+1, err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctr, err := k.run(ctx, i, volume)
+			if ctr != nil {
+				k.nodes[i] = &kafkaNode{ctr: ctr, volume: volume}
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("node %d: %w", i+1, err)
+			}
+		}()
 	}
-	if err := k.waitWhole(ctx, 0); err != nil {
-		return k, fmt.Errorf("eostest: %s started but %w", cfg.image, err)
+	wg.Wait()
+	err = errors.Join(errs...)
+	if err == nil {
+		err = k.waitWhole(ctx, 0)
+	}
+	if err != nil {
+		err = fmt.Errorf("eostest: %s did not come up: %w", cfg.image, err)
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return nil, errors.Join(err, k.Terminate(stopCtx))
 	}
 	return k, nil
+}
+
+// run starts the container of node i on volume and waits until it logs
+// that its broker started.
+func (k *KafkaContainer) run(ctx context.Context, i int, volume string) (testcontainers.Container, error) {
+	return testcontainers.Run(ctx, k.cfg.image, append(k.layout.customize(i, volume, k.cfg),
+		testcontainers.WithWaitStrategy(wait.ForLog("Kafka Server started").WithStartupTimeout(2*time.Minute)))...)
 }
 
 // kafkaLayout holds the addresses of a cluster: on the host network every
@@ -270,10 +361,27 @@ func (l *kafkaLayout) customize(i int, volume string, cfg kafkaConfig) []testcon
 		testcontainers.WithEnv(l.env(i)),
 		testcontainers.WithMounts(testcontainers.VolumeMount(volume, "/var/lib/kafka/data")),
 	)
+	// The volume carries the containers' label, so that what a killed
+	// test binary left can be found.
+	labelVolumes := func(hc *container.HostConfig) {
+		for i := range hc.Mounts {
+			if v := hc.Mounts[i].VolumeOptions; v != nil {
+				if v.Labels == nil {
+					v.Labels = map[string]string{}
+				}
+				maps.Copy(v.Labels, cfg.labels)
+			}
+		}
+	}
 	if l.host {
-		return append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.NetworkMode = "host"
-		}))
+		return append(opts,
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				labelVolumes(hc)
+				hc.NetworkMode = "host"
+			}),
+			// On the host's network a container joins no other: not the
+			// network testcontainers adds when the engine has no bridge.
+			testcontainers.WithEndpointSettingsModifier(func(m map[string]*network.EndpointSettings) { clear(m) }))
 	}
 	// On a loopback Docker host the port is published on loopback only.
 	var bind netip.Addr
@@ -284,6 +392,7 @@ func (l *kafkaLayout) customize(i int, volume string, cfg kafkaConfig) []testcon
 	return append(opts,
 		testcontainers.WithExposedPorts("9092/tcp"),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			labelVolumes(hc)
 			hc.PortBindings = network.PortMap{
 				network.MustParsePort("9092/tcp"): {{HostIP: bind, HostPort: hostPort}},
 			}
@@ -376,6 +485,9 @@ func whole(ctx context.Context, adm *kadm.Client, nodes int) error {
 		return fmt.Errorf("%d of %d nodes are brokers", len(md.Brokers), nodes)
 	}
 	for _, t := range md.Topics.Sorted() {
+		if t.Err != nil {
+			return fmt.Errorf("%s: %w", t.Topic, t.Err)
+		}
 		for _, p := range t.Partitions.Sorted() {
 			if p.Err != nil {
 				return fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, p.Err)
@@ -411,6 +523,8 @@ func freePorts(n int) ([]int, error) {
 
 // lastLines returns the last max lines of ctr's output.
 func lastLines(ctx context.Context, ctr testcontainers.Container, max int) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	rc, err := ctr.Logs(ctx)
 	if err != nil {
 		return "", err

@@ -2,6 +2,7 @@ package eostest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
@@ -38,12 +40,13 @@ func (p *PostgresContainer) URL() string { return p.url }
 
 // Terminate removes the container and its data.
 func (p *PostgresContainer) Terminate(ctx context.Context) error {
-	return testcontainers.TerminateContainer(p.ctr, testcontainers.StopContext(ctx))
+	return p.ctr.Terminate(ctx)
 }
 
 // RunPostgres starts PostgreSQL in Docker, through testcontainers-go's
 // postgres module, and returns once it takes connections. The caller
-// terminates it. Errors are as for [RunKafka].
+// terminates it. Errors are as for [RunKafka]: on any, what had started is
+// terminated already.
 func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContainer, error) {
 	cfg := postgresConfig{common: defaults(PostgresImageEnv, DefaultPostgresImage)}
 	for _, o := range opts {
@@ -68,6 +71,7 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 		port = free[0]
 		custom = append(custom,
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
+			testcontainers.WithEndpointSettingsModifier(func(m map[string]*network.EndpointSettings) { clear(m) }),
 			testcontainers.WithEnv(map[string]string{"PGPORT": strconv.Itoa(port)}),
 			testcontainers.WithCmdArgs("-c", "listen_addresses=127.0.0.1"),
 			// The first start logs "ready" twice: the init server, then the
@@ -79,12 +83,17 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 		custom = append(custom, tcpostgres.BasicWaitStrategies())
 	}
 	ctr, err := tcpostgres.Run(ctx, cfg.image, custom...)
-	var p *PostgresContainer
-	if ctr != nil {
-		p = &PostgresContainer{ctr: ctr}
+	p := &PostgresContainer{ctr: ctr}
+	fail := func(err error) (*PostgresContainer, error) {
+		if ctr == nil {
+			return nil, err
+		}
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return nil, errors.Join(err, p.Terminate(stopCtx))
 	}
 	if err != nil {
-		return p, fmt.Errorf("eostest: start %s: %w", cfg.image, err)
+		return fail(fmt.Errorf("eostest: start %s: %w", cfg.image, err))
 	}
 	if cfg.host {
 		u := url.URL{
@@ -96,11 +105,11 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 		}
 		p.url = u.String()
 	} else if p.url, err = ctr.ConnectionString(ctx, "sslmode=disable"); err != nil {
-		return p, fmt.Errorf("eostest: %s: %w", cfg.image, err)
+		return fail(fmt.Errorf("eostest: %s: %w", cfg.image, err))
 	}
 	if err := ping(ctx, p.url); err != nil {
 		logs, _ := lastLines(context.Background(), ctr, 30)
-		return p, fmt.Errorf("eostest: %s started but takes no connection: %w; its last lines:\n%s", cfg.image, err, logs)
+		return fail(fmt.Errorf("eostest: %s started but takes no connection: %w; its last lines:\n%s", cfg.image, err, logs))
 	}
 	return p, nil
 }

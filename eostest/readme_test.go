@@ -42,7 +42,7 @@ func TestOrdersAreReadBack(t *testing.T) {
 	if err := fetches.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := string(fetches.Records()[0].Value); got != "order-1" {
-		t.Fatalf("read %q, want order-1", got)
+	if recs := fetches.Records(); len(recs) != 1 || string(recs[0].Value) != "order-1" {
+		t.Fatalf("read %d records, want the one order-1", len(recs))
 	}
 }

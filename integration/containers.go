@@ -8,12 +8,13 @@ import (
 
 // ContainerCluster is a three-node Kafka cluster in Docker containers
 // (eostest.StartKafka with WithNodes(3), on the host's network), for tests
-// that stop and start a broker's container while its state stays on the
-// container's volume. Nodes are numbered 1 to 3; the containers and their
+// that stop, kill, start or replace a broker's container while its state
+// stays on the node's volume. Nodes are numbered 1 to 3; the containers and their
 // volumes are removed when the test ends.
 type ContainerCluster struct {
 	*KafkaCluster
-	*eostest.KafkaContainer
+	// Nodes stops, kills, starts and replaces the nodes' containers.
+	Nodes *eostest.KafkaContainer
 }
 
 // StartContainerCluster starts a ContainerCluster. It skips tb, or fails it
@@ -21,5 +22,5 @@ type ContainerCluster struct {
 func StartContainerCluster(tb testing.TB) *ContainerCluster {
 	tb.Helper()
 	k := eostest.StartKafka(tb, eostest.WithNodes(3), eostest.WithHostNetwork(true))
-	return &ContainerCluster{KafkaCluster: newKafkaCluster(tb, k.Brokers()), KafkaContainer: k}
+	return &ContainerCluster{KafkaCluster: newKafkaCluster(tb, k.Brokers()), Nodes: k}
 }

@@ -370,8 +370,20 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer cl.CloseAllowingRebalance()
-	if err := r.checkSchema(ctx); err != nil {
-		return err
+	// The check's connection may be cut like any other: retried as a
+	// batch is.
+	for attempt := 1; ; attempt++ {
+		err := r.checkSchema(ctx)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(ctx, r.pool, err) {
+			return err
+		}
+		r.cfg.logger.Warn("offsetstore: reading the schema version failed; retrying", "err", err, "attempt", attempt)
+		if !loop.Sleep(ctx, loop.Backoff(attempt, 200*time.Millisecond)) {
+			return nil
+		}
 	}
 	r.admin.Store(kadm.NewClient(cl)) // before the first poll; seekToStored retries until it is there
 

@@ -10,15 +10,16 @@
 # missing or stale (scripts/images.sh: no registry needed), and runs, with
 # KAFKA_BROKERS and DATABASE_URL unset so that every service comes from a
 # container:
-#   - every test of eostest (one broker, three nodes with a node stopped
-#     and started on its volume, PostgreSQL, the README's example test);
+#   - every test of eostest (one broker stopped, started and replaced on
+#     its volume, three nodes with one stopped, PostgreSQL, the README's
+#     example test);
 #   - the harness's foundation smoke tests;
 #   - one exactly-once test per path (eos, offsetstore, dedup), and eos
 #     through broker containers stopped and started mid-run.
 # Containers run on the host's network (EOSKIT_DOCKER_NETWORK=host), and
 # Ryuk, whose image no registry here serves, is off: every container is
-# terminated by its test, and any container this run labelled that is left
-# afterwards fails the suite. It stops the engine only if it started it, and
+# terminated by its test, and any container or volume this run labelled
+# that is left afterwards fails the suite. It stops the engine only if it started it, and
 # prints how long the images and the suite took.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -28,9 +29,12 @@ log() { echo "containers.sh: $*" >&2; }
 run=${EOSKIT_TEST_RUN:-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')}
 export EOSKIT_TEST_RUN=$run
 
-started=$(scripts/docker.sh start | tail -n 1)
-stop_docker() { [ "$started" != DOCKER_STARTED=yes ] || scripts/docker.sh stop; }
+# Stops the engine only if it is ours (docker.sh stop checks), also when
+# its start failed half-way.
+started=unknown
+stop_docker() { [ "$started" = DOCKER_STARTED=no ] || scripts/docker.sh stop; }
 trap stop_docker EXIT
+started=$(scripts/docker.sh start | tail -n 1)
 
 t0=$SECONDS
 images=$(scripts/images.sh build)
@@ -41,17 +45,41 @@ export EOSKIT_CONTAINERS=1 EOSKIT_DOCKER_NETWORK=host TESTCONTAINERS_RYUK_DISABL
 unset KAFKA_BROKERS DATABASE_URL
 t0=$SECONDS
 rc=0
-go test -race -count=1 -timeout 15m ./eostest || rc=$?
-go test -race -count=1 -timeout 15m -run '^(TestSmoke.*|TestPostgresGivesEachTestItsOwnDatabase|TestProcessorCrashMidTransactionLosesAndDuplicatesNothing|TestProcessorExactlyOnceThroughBrokerContainerStopAndStart|TestAbortedInputsAreNeverApplied)$' \
-	./integration ./eos ./offsetstore ./dedup || rc=$?
+# One go test, so that its packages run side by side.
+packages=(./eostest ./integration ./eos ./offsetstore ./dedup)
+tests=(TestREADMEShowsTheExampleTest TestRunKafkaRefusesAClusterWithoutTheHostNetwork TestKafkaContainerKeepsItsDataOnItsVolume
+	TestKafkaClusterOfThreeCommitsThroughAStoppedNode TestPostgresContainerLetsItsRoleCreateDatabases TestOrdersAreReadBack
+	TestSmokeIdempotentProducerWritesEachRecordOnce TestSmokeTransactionAcrossPartitionsIsAtomic
+	TestSmokeAbortedTransactionIsInvisibleToReadCommitted TestSmokeSecondProducerWithSameTransactionalIDFencesTheFirst
+	TestPostgresGivesEachTestItsOwnDatabase TestProcessorCrashMidTransactionLosesAndDuplicatesNothing
+	TestProcessorExactlyOnceThroughBrokerContainerStopAndStart TestAbortedInputsAreNeverApplied)
+pattern="^($(IFS='|'; echo "${tests[*]}"))\$"
+# A test renamed or removed would drop out of the suite silently (-run
+# matching nothing passes): each name must match in some package.
+listed=$(go test -list "$pattern" "${packages[@]}" | grep '^Test' | sort -u)
+for t in "${tests[@]}"; do
+	grep -qx "$t" <<<"$listed" || { log "no test $t in ${packages[*]}"; rc=1; }
+done
+# And every test of eostest is in the list.
+for t in $(go test -list . ./eostest | grep '^Test'); do
+	[[ " ${tests[*]} " == *" $t "* ]] || { log "eostest's $t is not in the containers suite's list"; rc=1; }
+done
+go test -race -count=1 -timeout 15m -run "$pattern" "${packages[@]}" || rc=$?
 log "suite ran in $((SECONDS - t0)) s"
 
-left=$(docker ps -aq --filter "label=org.eoskit.eostest=$run")
+left=$(timeout 60 docker ps -aq --filter "label=org.eoskit.eostest=$run")
 if [ -n "$left" ]; then
 	log "containers of this run are still there after its tests:"
-	docker ps -a --filter "label=org.eoskit.eostest=$run" >&2
+	timeout 60 docker ps -a --filter "label=org.eoskit.eostest=$run" >&2
 	# shellcheck disable=SC2086 # ids are words
-	docker rm -f -v $left >/dev/null || true
+	timeout 120 docker rm -f -v $left >/dev/null || true
+	rc=1
+fi
+left=$(timeout 60 docker volume ls -q --filter "label=org.eoskit.eostest=$run")
+if [ -n "$left" ]; then
+	log "volumes of this run are still there after its tests: $left"
+	# shellcheck disable=SC2086 # names are words
+	timeout 120 docker volume rm -f $left >/dev/null || true
 	rc=1
 fi
 exit "$rc"

@@ -8,9 +8,11 @@
 #   scripts/docker.sh status    exit 0 if an engine answers
 #
 # The tests run their containers on the host's network
-# (EOSKIT_DOCKER_NETWORK=host), never on Docker's 172.17.0.0/16 bridge. The
-# engine keeps its default bridge all the same: without one, testcontainers
-# creates a bridge network of its own and attaches every container to it.
+# (EOSKIT_DOCKER_NETWORK=host), never on Docker's 172.17.0.0/16 bridge. A
+# dockerd started here touches no firewall rule and no forwarding setting
+# (--iptables=false --ip-forward=false --ip-masq=false); it keeps its
+# default bridge interface, docker0 (testcontainers looks for the bridge
+# network), and stop() deletes docker0 again if it was not there before.
 # Its images stay in /var/lib/docker, so the next run reuses them.
 #
 # Environment:
@@ -24,18 +26,24 @@ PID_FILE=$STATE_DIR/dockerd.pid
 log() { echo "docker.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-answers() { docker info >/dev/null 2>&1; }
+answers() { timeout 20 docker info >/dev/null 2>&1; }
 
 ensure_installed() {
 	command -v dockerd >/dev/null && command -v docker >/dev/null && return 0
 	[ "$(id -u)" = 0 ] || die "Docker is not installed; run: sudo apt-get install -y docker.io"
 	log "installing Debian's docker.io package"
-	apt-get update -qq >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >&2
+	timeout 10m apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive timeout 10m apt-get install -y -qq --no-install-recommends docker.io >&2
 }
 
+# ours: the pid file names a live dockerd (a pid alone may have been
+# reused since, after a reboot say).
 ours() {
-	[ -f "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null
+	[ -f "$PID_FILE" ] || return 1
+	local pid exe
+	pid=$(cat "$PID_FILE")
+	exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+	[ "${exe##*/}" = dockerd ]
 }
 
 start() {
@@ -44,11 +52,16 @@ start() {
 		return 0
 	fi
 	ensure_installed
+	# Installing the package may have started the system's own engine
+	# (systemd): that one is not ours to stop.
+	answers && { echo DOCKER_STARTED=no; return 0; }
 	[ "$(id -u)" = 0 ] || die "no Docker engine answers and only root can start dockerd here; start Docker and run again"
 	mkdir -p "$STATE_DIR"
+	rm -f "$STATE_DIR/docker0"
+	ip link show docker0 >/dev/null 2>&1 || touch "$STATE_DIR/docker0"
 	log "starting dockerd (log: $STATE_DIR/dockerd.log)"
 	# setsid: a Ctrl-C on make must not reach the engine; stop() ends it.
-	setsid dockerd --pidfile "$PID_FILE.dockerd" \
+	setsid dockerd --pidfile "$PID_FILE.dockerd" --iptables=false --ip-forward=false --ip-masq=false \
 		>"$STATE_DIR/dockerd.log" 2>&1 </dev/null &
 	echo $! >"$PID_FILE"
 	local i
@@ -58,7 +71,8 @@ start() {
 		sleep 0.5
 	done
 	tail -n 20 "$STATE_DIR/dockerd.log" >&2 || true
-	die "dockerd did not answer within 60 s"
+	stop
+	die "dockerd did not answer within 60 s (its log: $STATE_DIR/dockerd.log)"
 }
 
 stop() {
@@ -67,12 +81,19 @@ stop() {
 	pid=$(cat "$PID_FILE")
 	kill -TERM "$pid"
 	for i in $(seq 1 120); do
-		kill -0 "$pid" 2>/dev/null || { rm -f "$PID_FILE"; return 0; }
+		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.5
 	done
-	log "dockerd (pid $pid) did not stop within 60 s; killing it"
-	kill -KILL "$pid" 2>/dev/null || true
+	if kill -0 "$pid" 2>/dev/null; then
+		log "dockerd (pid $pid) did not stop within 60 s; killing it"
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
 	rm -f "$PID_FILE"
+	# The bridge interface it made, if there was none before it.
+	if [ -f "$STATE_DIR/docker0" ]; then
+		ip link del docker0 2>/dev/null || true
+		rm -f "$STATE_DIR/docker0"
+	fi
 }
 
 case "${1:-}" in

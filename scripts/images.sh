@@ -44,16 +44,25 @@ die() { log "$*"; exit 1; }
 
 hash_of() { sha256sum | cut -c1-16; }
 
-rootfs_key() { echo "$SUITE $PACKAGES $MIRROR v1" | hash_of; }
+# The keys: the root filesystem's is what makes it (the function that runs
+# mmdebstrap, the suite, packages and mirror); an image's adds this script
+# and the files it lays over the root filesystem (for Kafka also the jars'
+# pom.xml and version).
+rootfs_key() { { declare -f rootfs; echo "$SUITE $PACKAGES $MIRROR"; } | hash_of; }
 
-image_key() { # NAME
-	{ rootfs_key; echo "$1 $KAFKA_VERSION"; cat "$HERE/images.sh" "$HERE"/images/*; } | hash_of
+image_key() { # FILE...
+	{ rootfs_key; cat "$HERE/images.sh" "$@"; } | hash_of
 }
 
 current() { # IMAGE KEY: exit 0 if IMAGE exists and carries KEY
-	docker image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$1" 2>/dev/null |
+	timeout 60 docker image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$1" 2>/dev/null |
 		grep -qx "EOSKIT_IMAGE_KEY=$2"
 }
+
+# Temporary files of this run, removed however it ends.
+TMP=()
+cleanup() { [ ${#TMP[@]} -eq 0 ] || rm -rf "${TMP[@]}"; }
+trap cleanup EXIT
 
 # rootfs builds (once per key) a tarball of Debian with a JRE and PostgreSQL.
 rootfs() {
@@ -62,14 +71,16 @@ rootfs() {
 		command -v mmdebstrap >/dev/null || {
 			[ "$(id -u)" = 0 ] || die "mmdebstrap is missing; run: sudo apt-get install -y mmdebstrap"
 			log "installing Debian's mmdebstrap package"
-			apt-get update -qq >&2
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >&2
+			timeout 10m apt-get update -qq >&2
+			DEBIAN_FRONTEND=noninteractive timeout 10m apt-get install -y -qq --no-install-recommends mmdebstrap >&2
 		}
 		mkdir -p "$CACHE_DIR"
 		log "building a $SUITE root filesystem with $PACKAGES (about a minute)"
-		mmdebstrap --quiet --format=tar --variant=minbase --include="$PACKAGES" \
+		TMP+=("$tar.partial")
+		timeout 20m mmdebstrap --quiet --format=tar --variant=minbase --include="$PACKAGES" \
+			--aptopt='APT::Install-Recommends "false"' \
 			--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-			"$SUITE" "$tar.partial" "$MIRROR" >&2 || { rm -f "$tar.partial"; die "mmdebstrap failed"; }
+			"$SUITE" "$tar.partial" "$MIRROR" >&2 || die "mmdebstrap failed"
 		mv "$tar.partial" "$tar"
 	fi
 	echo "$tar"
@@ -82,56 +93,61 @@ import() {
 	shift 3
 	base=$(rootfs)
 	work=$(mktemp "$CACHE_DIR/image.XXXXXX.tar")
+	TMP+=("$work" "$work.overlay" "$work.base" "$work.add")
 	cp "$base" "$work"
 	# Append the overlay's files and the folders the base lacks: Docker
-	# refuses a tarball that names a path twice.
+	# refuses a tarball that names a path twice. A folder the base has is
+	# left out; a file it has is an error (the overlay would not replace it).
 	(cd "$overlay" && find . -mindepth 1 | sort) >"$work.overlay"
 	tar -tf "$base" | sed 's|/$||' | sort >"$work.base"
+	local p
+	while IFS= read -r p; do
+		[ -d "$overlay/$p" ] || die "the overlay's $p is in the root filesystem already"
+	done < <(comm -12 "$work.overlay" "$work.base")
 	comm -23 "$work.overlay" "$work.base" >"$work.add"
 	tar -rf "$work" --owner=0 --group=0 --no-recursion -C "$overlay" -T "$work.add"
-	rm -f "$work.overlay" "$work.base" "$work.add"
 	local changes=(--change "ENV EOSKIT_IMAGE_KEY=$key")
 	local c
 	for c in "$@"; do changes+=(--change "$c"); done
-	docker import "${changes[@]}" "$work" "$image" >/dev/null || { rm -f "$work"; die "docker import $image failed"; }
-	rm -f "$work"
+	timeout 10m docker import "${changes[@]}" "$work" "$image" >/dev/null || die "docker import $image failed"
 	log "built $image"
 }
 
 build_kafka() {
 	local key
-	key=$(image_key kafka)
+	key=$(echo "$KAFKA_VERSION" | image_key "$ROOT/scripts/kafka/pom.xml" "$HERE/images/kafka-run" "$HERE/images/kafka-log4j2.properties" -)
 	current "$KAFKA_IMAGE" "$key" && return 0
 	fetch_jars
 	local overlay
 	overlay=$(mktemp -d)
+	TMP+=("$overlay")
 	mkdir -p "$overlay/opt/kafka/libs" "$overlay/opt/kafka/config" "$overlay/etc/kafka/docker" "$overlay/var/lib/kafka/data"
 	cp "$LIB_DIR"/*.jar "$overlay/opt/kafka/libs/"
 	install -m 0755 "$HERE/images/kafka-run" "$overlay/etc/kafka/docker/run"
 	install -m 0644 "$HERE/images/kafka-log4j2.properties" "$overlay/etc/kafka/docker/log4j2.properties"
 	import "$KAFKA_IMAGE" "$key" "$overlay" \
 		"ENV KAFKA_VERSION=$KAFKA_VERSION" \
-		'ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64' \
+		"ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" \
 		'VOLUME ["/var/lib/kafka/data"]' \
 		'CMD ["/etc/kafka/docker/run"]'
-	rm -rf "$overlay"
 }
 
 build_postgres() {
 	local key
-	key=$(image_key postgres)
+	key=$(image_key "$HERE/images/postgres-entrypoint.sh")
 	current "$POSTGRES_IMAGE" "$key" && return 0
 	local overlay
 	overlay=$(mktemp -d)
+	TMP+=("$overlay")
 	mkdir -p "$overlay/usr/local/bin"
 	install -m 0755 "$HERE/images/postgres-entrypoint.sh" "$overlay/usr/local/bin/docker-entrypoint.sh"
 	import "$POSTGRES_IMAGE" "$key" "$overlay" \
 		"ENV PATH=/usr/lib/postgresql/$PG_MAJOR/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 		'ENV PGDATA=/var/lib/postgresql/data' \
+		'ENV LANG=C.UTF-8' \
 		'VOLUME ["/var/lib/postgresql/data"]' \
 		'ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]' \
 		'CMD ["postgres"]'
-	rm -rf "$overlay"
 }
 
 names() {
@@ -141,7 +157,11 @@ names() {
 
 case "${1:-}" in
 build)
-	docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/docker.sh start"
+	timeout 20 docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/docker.sh start"
+	# One build at a time on this machine (they share the cache folder).
+	mkdir -p "$CACHE_DIR"
+	exec 9>"$CACHE_DIR/images.lock"
+	flock 9
 	build_kafka
 	build_postgres
 	names

@@ -10,7 +10,9 @@
 #     real one, so "database system is ready to accept connections" is
 #     logged twice (the module waits for the second);
 #   - PGPORT sets the port (default 5432), for a container on the host's
-#     network; "postgres ARGS..." runs the server with ARGS.
+#     network; "postgres ARGS..." runs the server with ARGS;
+#   - databases are UTF8 (locale C.UTF-8), and `docker stop` makes a fast
+#     shutdown, as the official image's STOPSIGNAL SIGINT does.
 set -euo pipefail
 
 PGDATA=${PGDATA:-/var/lib/postgresql/data}
@@ -33,7 +35,8 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	pwfile=$(mktemp)
 	printf '%s\n' "$POSTGRES_PASSWORD" >"$pwfile"
 	chown postgres "$pwfile"
-	run_as_postgres initdb --username="$user" --pwfile="$pwfile" --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+	run_as_postgres initdb --username="$user" --pwfile="$pwfile" --auth-local=trust --auth-host=scram-sha-256 \
+		--encoding=UTF8 --locale=C.UTF-8 >/dev/null
 	rm -f "$pwfile"
 	echo "listen_addresses = '*'" >>"$PGDATA/postgresql.conf"
 	echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
@@ -46,4 +49,13 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	echo "postgres-entrypoint: initialized $PGDATA for $user, database $db"
 fi
 
-exec setpriv --reuid=postgres --regid=postgres --init-groups postgres "$@"
+# `docker import` can not set STOPSIGNAL, so SIGTERM (docker stop's
+# signal, a "smart" shutdown that waits for every client) is passed on as
+# SIGINT, a fast shutdown, as the official image's STOPSIGNAL does.
+run_as_postgres postgres "$@" &
+server=$!
+trap 'kill -INT "$server"' TERM INT
+while kill -0 "$server" 2>/dev/null; do
+	wait "$server" && rc=0 || rc=$?
+done
+exit "${rc:-0}"
