@@ -67,14 +67,14 @@ func TestRunKafkaRefusesAClusterWithoutTheHostNetwork(t *testing.T) {
 }
 
 // TestKafkaContainerKeepsItsDataOnItsVolume stops a one-node container
-// (SIGTERM) and starts it, then kills it and replaces it with a new
-// container on the same volume, and reads back after each what was
-// written before: the data is on the node's volume (the new container has
+// (SIGTERM) and starts it, kills it (SIGKILL) and starts it, then replaces
+// it with a new container on the same volume, and reads back after each
+// what was written before: the data is on the node's volume (the new container has
 // nothing else), and the address has not moved.
 func TestKafkaContainerKeepsItsDataOnItsVolume(t *testing.T) {
 	containersSuite(t)
 	k := eostest.StartKafka(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...))
 	if err != nil {
@@ -100,6 +100,15 @@ func TestKafkaContainerKeepsItsDataOnItsVolume(t *testing.T) {
 	}
 	if got := count(ctx, t, k.Brokers(), topic, n); got != n {
 		t.Fatalf("read %d records after the restart, want %d", got, n)
+	}
+	if err := k.Kill(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Start(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(ctx, t, k.Brokers(), topic, n); got != n {
+		t.Fatalf("read %d records after a kill and a start, want %d", got, n)
 	}
 	if err := k.Replace(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -135,7 +144,7 @@ func count(ctx context.Context, t *testing.T, brokers []string, topic string, wa
 // min.insync.replicas 2, as WithNodes promises.
 func TestKafkaClusterOfThreeCommitsThroughAStoppedNode(t *testing.T) {
 	containersSuite(t)
-	k := eostest.StartKafka(t, eostest.WithNodes(3))
+	k := eostest.StartKafka(t, eostest.WithNodes(3), eostest.WithHostNetwork(true))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.TransactionalID("eostest-cluster"))

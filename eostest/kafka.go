@@ -62,7 +62,7 @@ func (k *KafkaContainer) Brokers() []string { return k.brokers }
 func (k *KafkaContainer) Nodes() int { return len(k.nodes) }
 
 func (k *KafkaContainer) node(n int) (*kafkaNode, error) {
-	if n < 1 || n > len(k.nodes) || k.nodes[n-1] == nil {
+	if n < 1 || n > len(k.nodes) || k.nodes[n-1] == nil || k.nodes[n-1].ctr == nil {
 		return nil, fmt.Errorf("eostest: no kafka node %d (there are %d)", n, len(k.nodes))
 	}
 	return k.nodes[n-1], nil
@@ -132,14 +132,20 @@ func (k *KafkaContainer) Replace(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := k.Kill(ctx, n); err != nil {
-		return err
+	// A stopped node is replaced as it is; a running one is killed first.
+	if st, err := node.ctr.State(ctx); err != nil {
+		return fmt.Errorf("eostest: replace kafka node %d: %w", n, err)
+	} else if st.Running {
+		if err := k.Kill(ctx, n); err != nil {
+			return err
+		}
 	}
 	// Terminate removes the container and its anonymous volumes only; the
 	// node's named volume stays.
 	if err := node.ctr.Terminate(ctx); err != nil {
 		return fmt.Errorf("eostest: remove kafka node %d: %w", n, err)
 	}
+	node.ctr = nil // until its successor runs: Terminate then removes the volume alone
 	ctr, err := k.run(ctx, n-1, node.volume)
 	if ctr != nil {
 		node.ctr = ctr
@@ -171,18 +177,34 @@ func (k *KafkaContainer) Logs(ctx context.Context, n, max int) (string, error) {
 	return lastLines(ctx, node.ctr, max)
 }
 
-// Terminate removes every node and its volume.
+// Terminate removes every node and its volume, at once: the nodes are
+// killed, not stopped, since their data goes too.
 func (k *KafkaContainer) Terminate(ctx context.Context) error {
 	var errs []error
 	for i, node := range k.nodes {
-		if node == nil {
-			continue
-		}
-		if err := node.ctr.Terminate(ctx, testcontainers.RemoveVolumes(node.volume)); err != nil {
-			errs = append(errs, fmt.Errorf("eostest: terminate kafka node %d: %w", i+1, err))
+		switch {
+		case node == nil:
+		case node.ctr == nil: // Replace failed between the two containers
+			if err := k.removeVolume(ctx, node.volume); err != nil {
+				errs = append(errs, fmt.Errorf("eostest: remove kafka node %d's volume: %w", i+1, err))
+			}
+		default:
+			if err := node.ctr.Terminate(ctx, testcontainers.StopTimeout(0), testcontainers.RemoveVolumes(node.volume)); err != nil {
+				errs = append(errs, fmt.Errorf("eostest: terminate kafka node %d: %w", i+1, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (k *KafkaContainer) removeVolume(ctx context.Context, name string) error {
+	p, err := k.cfg.provider()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	_, err = p.Client().VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true})
+	return err
 }
 
 // RunKafka starts Apache Kafka in Docker and returns once every node is a
@@ -212,18 +234,20 @@ func RunKafka(ctx context.Context, opts ...KafkaOption) (*KafkaContainer, error)
 	// (and logs so, what each container waits for) only once a majority
 	// of the controllers runs.
 	errs := make([]error, cfg.nodes)
+	// One node failing ends the others' wait.
+	startCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	for i := range cfg.nodes {
 		volume := "eoskit-kafka-" + strings.ToLower(layout.clusterID) + "-" + strconv.Itoa(i+1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctr, err := k.run(ctx, i, volume)
-			if ctr != nil {
-				k.nodes[i] = &kafkaNode{ctr: ctr, volume: volume}
-			}
+			ctr, err := k.run(startCtx, i, volume)
+			k.nodes[i] = &kafkaNode{ctr: ctr, volume: volume}
 			if err != nil {
 				errs[i] = fmt.Errorf("node %d: %w", i+1, err)
+				cancel()
 			}
 		}()
 	}
@@ -245,7 +269,7 @@ func RunKafka(ctx context.Context, opts ...KafkaOption) (*KafkaContainer, error)
 // that its broker started.
 func (k *KafkaContainer) run(ctx context.Context, i int, volume string) (testcontainers.Container, error) {
 	return testcontainers.Run(ctx, k.cfg.image, append(k.layout.customize(i, volume, k.cfg),
-		testcontainers.WithWaitStrategy(wait.ForLog("Kafka Server started").WithStartupTimeout(2*time.Minute)))...)
+		testcontainers.WithWaitStrategyAndDeadline(2*time.Minute, wait.ForLog("Kafka Server started")))...)
 }
 
 // kafkaLayout holds the addresses of a cluster: on the host network every
@@ -400,11 +424,14 @@ func (l *kafkaLayout) customize(i int, volume string, cfg kafkaConfig) []testcon
 }
 
 // waitWhole returns once every node is a broker and every replica is in
-// sync, or with the last thing missing when ctx ends. A node just killed
+// sync, or with the last thing missing when ctx ends (or 3 minutes have
+// passed). A node just killed
 // is still listed, and its replicas still in sync, until the cluster
 // notices: so a restarted node (restarted > 0) must also answer Metadata
 // itself and list itself in it.
 func (k *KafkaContainer) waitWhole(ctx context.Context, restarted int) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...))
 	if err != nil {
 		return err
@@ -440,6 +467,9 @@ func (k *KafkaContainer) waitWhole(ctx context.Context, restarted int) error {
 // waiting.
 func (k *KafkaContainer) running(ctx context.Context) error {
 	for i, node := range k.nodes {
+		if node.ctr == nil {
+			return fmt.Errorf("node %d has no container", i+1)
+		}
 		st, err := node.ctr.State(ctx)
 		if err != nil {
 			return fmt.Errorf("node %d: %w", i+1, err)

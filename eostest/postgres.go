@@ -56,6 +56,9 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 		return nil, err
 	}
 	custom := append(cfg.customizers(),
+		// docker stop's signal: a fast shutdown, as the official image's
+		// STOPSIGNAL, for any image (SIGTERM waits for every client).
+		testcontainers.WithConfigModifier(func(c *container.Config) { c.StopSignal = "SIGINT" }),
 		tcpostgres.WithUsername(postgresUser),
 		tcpostgres.WithPassword(postgresPassword),
 		tcpostgres.WithDatabase(postgresDB),
@@ -76,8 +79,8 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 			testcontainers.WithCmdArgs("-c", "listen_addresses=127.0.0.1"),
 			// The first start logs "ready" twice: the init server, then the
 			// real one.
-			testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
-				WithOccurrence(2).WithStartupTimeout(2*time.Minute)),
+			testcontainers.WithWaitStrategyAndDeadline(2*time.Minute,
+				wait.ForLog("database system is ready to accept connections").WithOccurrence(2)),
 		)
 	} else {
 		custom = append(custom, tcpostgres.BasicWaitStrategies())

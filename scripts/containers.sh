@@ -56,12 +56,14 @@ tests=(TestREADMEShowsTheExampleTest TestRunKafkaRefusesAClusterWithoutTheHostNe
 pattern="^($(IFS='|'; echo "${tests[*]}"))\$"
 # A test renamed or removed would drop out of the suite silently (-run
 # matching nothing passes): each name must match in some package.
-listed=$(go test -list "$pattern" "${packages[@]}" | grep '^Test' | sort -u)
+# (-race: the run below reuses what this builds.)
+listed=$(go test -race -list "$pattern" "${packages[@]}") || { log "go test -list failed: $listed"; exit 1; }
+listed=$(grep '^Test' <<<"$listed" | sort -u || true)
 for t in "${tests[@]}"; do
 	grep -qx "$t" <<<"$listed" || { log "no test $t in ${packages[*]}"; rc=1; }
 done
 # And every test of eostest is in the list.
-for t in $(go test -list . ./eostest | grep '^Test'); do
+for t in $(grep '^Test' <<<"$(go test -race -list . ./eostest)"); do
 	[[ " ${tests[*]} " == *" $t "* ]] || { log "eostest's $t is not in the containers suite's list"; rc=1; }
 done
 go test -race -count=1 -timeout 15m -run "$pattern" "${packages[@]}" || rc=$?

@@ -76,8 +76,13 @@ start() {
 }
 
 stop() {
-	ours || { log "no dockerd of this script's is running"; return 0; }
 	local pid i
+	if ! ours; then
+		log "no dockerd of this script's is running"
+		rm -f "$PID_FILE"
+		remove_bridge
+		return 0
+	fi
 	pid=$(cat "$PID_FILE")
 	kill -TERM "$pid"
 	for i in $(seq 1 120); do
@@ -89,11 +94,14 @@ stop() {
 		kill -KILL "$pid" 2>/dev/null || true
 	fi
 	rm -f "$PID_FILE"
-	# The bridge interface it made, if there was none before it.
-	if [ -f "$STATE_DIR/docker0" ]; then
-		ip link del docker0 2>/dev/null || true
-		rm -f "$STATE_DIR/docker0"
-	fi
+	remove_bridge
+}
+
+# remove_bridge deletes docker0 if a dockerd of this script's made it.
+remove_bridge() {
+	[ -f "$STATE_DIR/docker0" ] || return 0
+	ip link del docker0 2>/dev/null || true
+	rm -f "$STATE_DIR/docker0"
 }
 
 case "${1:-}" in

@@ -76,11 +76,11 @@ rootfs() {
 		}
 		mkdir -p "$CACHE_DIR"
 		log "building a $SUITE root filesystem with $PACKAGES (about a minute)"
-		TMP+=("$tar.partial")
+		# (This runs inside $(...), whose EXIT trap is not the script's.)
 		timeout 20m mmdebstrap --quiet --format=tar --variant=minbase --include="$PACKAGES" \
 			--aptopt='APT::Install-Recommends "false"' \
 			--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-			"$SUITE" "$tar.partial" "$MIRROR" >&2 || die "mmdebstrap failed"
+			"$SUITE" "$tar.partial" "$MIRROR" >&2 || { rm -f "$tar.partial"; die "mmdebstrap failed"; }
 		mv "$tar.partial" "$tar"
 	fi
 	echo "$tar"

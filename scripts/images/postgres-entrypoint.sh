@@ -11,8 +11,10 @@
 #     logged twice (the module waits for the second);
 #   - PGPORT sets the port (default 5432), for a container on the host's
 #     network; "postgres ARGS..." runs the server with ARGS;
-#   - databases are UTF8 (locale C.UTF-8), and `docker stop` makes a fast
-#     shutdown, as the official image's STOPSIGNAL SIGINT does.
+#   - databases are UTF8 (locale C.UTF-8).
+# `docker import` can not set the official image's STOPSIGNAL SIGINT (a
+# fast shutdown; docker stop's SIGTERM waits for every client): eostest
+# sets it on the containers it starts.
 set -euo pipefail
 
 PGDATA=${PGDATA:-/var/lib/postgresql/data}
@@ -49,13 +51,4 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	echo "postgres-entrypoint: initialized $PGDATA for $user, database $db"
 fi
 
-# `docker import` can not set STOPSIGNAL, so SIGTERM (docker stop's
-# signal, a "smart" shutdown that waits for every client) is passed on as
-# SIGINT, a fast shutdown, as the official image's STOPSIGNAL does.
-run_as_postgres postgres "$@" &
-server=$!
-trap 'kill -INT "$server"' TERM INT
-while kill -0 "$server" 2>/dev/null; do
-	wait "$server" && rc=0 || rc=$?
-done
-exit "${rc:-0}"
+exec setpriv --reuid=postgres --regid=postgres --init-groups postgres "$@"
