@@ -267,9 +267,14 @@ func RunKafka(ctx context.Context, opts ...KafkaOption) (*KafkaContainer, error)
 
 // run starts the container of node i on volume and waits until it logs
 // that its broker started.
+// A container that was never created comes back as nil.
 func (k *KafkaContainer) run(ctx context.Context, i int, volume string) (testcontainers.Container, error) {
-	return testcontainers.Run(ctx, k.cfg.image, append(k.layout.customize(i, volume, k.cfg),
+	ctr, err := testcontainers.Run(ctx, k.cfg.image, append(k.layout.customize(i, volume, k.cfg),
 		testcontainers.WithWaitStrategyAndDeadline(2*time.Minute, wait.ForLog("Kafka Server started")))...)
+	if ctr == nil { // not a nil *DockerContainer inside the interface
+		return nil, err
+	}
+	return ctr, err
 }
 
 // kafkaLayout holds the addresses of a cluster: on the host network every
