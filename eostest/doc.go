@@ -60,8 +60,11 @@
 // # Ryuk
 //
 // testcontainers-go normally starts its reaper, Ryuk, from an image pulled
-// from Docker Hub, to remove containers a crashed test binary left. Where
-// that image can not be had, set TESTCONTAINERS_RYUK_DISABLED=true: the
-// containers of this package are terminated by tb.Cleanup (or by
-// [KafkaContainer.Terminate]) in any case.
+// from Docker Hub, to remove containers a crashed test binary left, and
+// fails every container when it can not. Where TESTCONTAINERS_RYUK_DISABLED
+// is unset and the image is neither on the engine nor pullable within 30 s,
+// this package sets it to true for the process (and logs so) before
+// testcontainers reads its configuration: its containers are terminated by
+// tb.Cleanup (or by [KafkaContainer.Terminate]) in any case. In a process
+// that used testcontainers before, set the variable yourself.
 package eostest

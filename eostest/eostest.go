@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/log"
 )
@@ -141,6 +142,7 @@ func fail(tb testing.TB, service, env string, err error) {
 // dockerAnswers returns nil when a Docker engine answers, else an error
 // wrapping ErrNoDocker.
 func dockerAnswers(ctx context.Context, c common) (err error) {
+	reaperOrNot(ctx, c)
 	defer func() {
 		// testcontainers panics on some hosts with no Docker socket at all.
 		if r := recover(); r != nil {
@@ -156,6 +158,48 @@ func dockerAnswers(ctx context.Context, c common) (err error) {
 		return fmt.Errorf("%w: %v", ErrNoDocker, err)
 	}
 	return nil
+}
+
+// ryukDisabledEnv is testcontainers' switch for its reaper, Ryuk.
+const ryukDisabledEnv = "TESTCONTAINERS_RYUK_DISABLED"
+
+// reaperOrNot turns testcontainers' reaper off (TESTCONTAINERS_RYUK_DISABLED
+// =true in this process's environment) when the variable is unset and the
+// reaper's image is neither on the engine nor pullable within 30 s: the
+// reaper only removes what a crashed test binary left, every container of
+// this package is terminated by its test, and without its image
+// testcontainers fails every container. It says so in c's log. The
+// variable then holds the decision for the rest of the process. It must
+// run before testcontainers reads its configuration (once per process):
+// in a process that used testcontainers before, it changes nothing.
+func reaperOrNot(ctx context.Context, c common) {
+	if _, set := os.LookupEnv(ryukDisabledEnv); set {
+		return
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return // testcontainers will say what is wrong with the engine
+	}
+	defer cli.Close()
+	image := testcontainers.ReaperDefaultImage
+	if _, err := cli.ImageInspect(ctx, image); err == nil {
+		return
+	}
+	pullCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pull, err := cli.ImagePull(pullCtx, image, client.ImagePullOptions{})
+	if err == nil {
+		err = pull.Wait(pullCtx)
+	}
+	if err == nil {
+		return
+	}
+	os.Setenv(ryukDisabledEnv, "true")
+	logger := c.logger
+	if logger == nil {
+		logger = log.Default()
+	}
+	logger.Printf("eostest: testcontainers' reaper image %s can not be had (%v): reaper off (%s=true); eostest terminates its containers itself", image, err, ryukDisabledEnv)
 }
 
 // common is what configures a container of either kind.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -210,4 +211,30 @@ func TestPostgresContainerLetsItsRoleCreateDatabases(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("PostgreSQL %s at %s", version, url)
+}
+
+// TestRyukIsTurnedOffWhereItsImageCannotBeHad runs the README's example
+// test in a child process with TESTCONTAINERS_RYUK_DISABLED unset and no
+// broker in the environment, on an engine that has not got testcontainers'
+// reaper image and (with no registry) can not pull it: eostest must turn
+// the reaper off rather than fail on it, and still get a broker.
+func TestRyukIsTurnedOffWhereItsImageCannotBeHad(t *testing.T) {
+	containersSuite(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestOrdersAreReadBack$", "-test.v")
+	for _, kv := range os.Environ() {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "TESTCONTAINERS_RYUK_DISABLED", eostest.KafkaBrokersEnv:
+		default:
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestOrdersAreReadBack") {
+		t.Fatalf("the example test without TESTCONTAINERS_RYUK_DISABLED: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "reaper") {
+		t.Errorf("the child did not say it turned the reaper off:\n%s", out)
+	}
 }

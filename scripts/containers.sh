@@ -10,9 +10,9 @@
 # missing or stale (scripts/images.sh: no registry needed), and runs, with
 # KAFKA_BROKERS and DATABASE_URL unset so that every service comes from a
 # container:
-#   - every test of eostest (one broker stopped, started and replaced on
-#     its volume, three nodes with one stopped, PostgreSQL, the README's
-#     example test);
+#   - every test of eostest (one broker stopped, killed, started and
+#     replaced on its volume, three nodes with one stopped, PostgreSQL, the
+#     README's example test, also with the reaper left to eostest);
 #   - the harness's foundation smoke tests;
 #   - one exactly-once test per path (eos, offsetstore, dedup), and eos
 #     through broker containers stopped and started mid-run.
@@ -49,6 +49,7 @@ rc=0
 packages=(./eostest ./integration ./eos ./offsetstore ./dedup)
 tests=(TestREADMEShowsTheExampleTest TestRunKafkaRefusesAClusterWithoutTheHostNetwork TestKafkaContainerKeepsItsDataOnItsVolume
 	TestKafkaClusterOfThreeCommitsThroughAStoppedNode TestPostgresContainerLetsItsRoleCreateDatabases TestOrdersAreReadBack
+	TestRyukIsTurnedOffWhereItsImageCannotBeHad
 	TestSmokeIdempotentProducerWritesEachRecordOnce TestSmokeTransactionAcrossPartitionsIsAtomic
 	TestSmokeAbortedTransactionIsInvisibleToReadCommitted TestSmokeSecondProducerWithSameTransactionalIDFencesTheFirst
 	TestPostgresGivesEachTestItsOwnDatabase TestProcessorCrashMidTransactionLosesAndDuplicatesNothing
