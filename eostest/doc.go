@@ -61,10 +61,15 @@
 //
 // testcontainers-go normally starts its reaper, Ryuk, from an image pulled
 // from Docker Hub, to remove containers a crashed test binary left, and
-// fails every container when it can not. Where TESTCONTAINERS_RYUK_DISABLED
-// is unset and the image is neither on the engine nor pullable within 30 s,
-// this package sets it to true for the process (and logs so) before
-// testcontainers reads its configuration: its containers are terminated by
-// tb.Cleanup (or by [KafkaContainer.Terminate]) in any case. In a process
-// that used testcontainers before, set the variable yourself.
+// fails every container when it can not. When its image is missing from
+// the engine and a pull fails within 30 s, this package sets
+// TESTCONTAINERS_RYUK_DISABLED=true for the process before testcontainers
+// reads its configuration, and logs so (in the test's log under
+// [StartKafka] and [StartPostgres]): its containers are terminated by
+// tb.Cleanup (or by [KafkaContainer.Terminate]) in any case, but a test
+// binary killed mid-run then leaves its containers behind. It looks only
+// in the plain case (the variable empty, no ~/.testcontainers.properties,
+// no TESTCONTAINERS_PROVIDER or TESTCONTAINERS_HUB_IMAGE_NAME_PREFIX, an
+// engine at DOCKER_HOST or the default socket), and only before anything
+// in the process used testcontainers; otherwise set the variable yourself.
 package eostest

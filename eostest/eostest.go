@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/log"
@@ -164,16 +166,25 @@ func dockerAnswers(ctx context.Context, c common) (err error) {
 const ryukDisabledEnv = "TESTCONTAINERS_RYUK_DISABLED"
 
 // reaperOrNot turns testcontainers' reaper off (TESTCONTAINERS_RYUK_DISABLED
-// =true in this process's environment) when the variable is unset and the
-// reaper's image is neither on the engine nor pullable within 30 s: the
-// reaper only removes what a crashed test binary left, every container of
-// this package is terminated by its test, and without its image
-// testcontainers fails every container. It says so in c's log. The
-// variable then holds the decision for the rest of the process. It must
-// run before testcontainers reads its configuration (once per process):
-// in a process that used testcontainers before, it changes nothing.
+// =true in this process's environment) when its image is missing from the
+// engine and a pull of it fails within 30 s: the reaper only removes what
+// a crashed test binary left, every container of this package is
+// terminated by its test, and without its image testcontainers fails every
+// container. It looks only in the plain case: the variable empty, no
+// ~/.testcontainers.properties, no TESTCONTAINERS_PROVIDER or image-name
+// prefix (testcontainers may then use another engine or another name),
+// and an engine that answers at DOCKER_HOST or the default socket. It
+// logs what it did to c's logger. It must run before testcontainers reads
+// its configuration (once per process): it says so when that happened
+// already and the switch came too late.
 func reaperOrNot(ctx context.Context, c common) {
-	if _, set := os.LookupEnv(ryukDisabledEnv); set {
+	if os.Getenv(ryukDisabledEnv) != "" || os.Getenv("TESTCONTAINERS_PROVIDER") != "" ||
+		os.Getenv("TESTCONTAINERS_HUB_IMAGE_NAME_PREFIX") != "" {
+		return
+	}
+	if home, err := os.UserHomeDir(); err != nil {
+		return
+	} else if _, err := os.Stat(filepath.Join(home, ".testcontainers.properties")); err == nil {
 		return
 	}
 	cli, err := client.New(client.FromEnv)
@@ -182,8 +193,8 @@ func reaperOrNot(ctx context.Context, c common) {
 	}
 	defer cli.Close()
 	image := testcontainers.ReaperDefaultImage
-	if _, err := cli.ImageInspect(ctx, image); err == nil {
-		return
+	if _, err := cli.ImageInspect(ctx, image); !cerrdefs.IsNotFound(err) {
+		return // there, or no answer: testcontainers decides
 	}
 	pullCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -191,13 +202,17 @@ func reaperOrNot(ctx context.Context, c common) {
 	if err == nil {
 		err = pull.Wait(pullCtx)
 	}
-	if err == nil {
+	if err == nil || ctx.Err() != nil || client.IsErrConnectionFailed(err) {
 		return
 	}
-	os.Setenv(ryukDisabledEnv, "true")
 	logger := c.logger
 	if logger == nil {
 		logger = log.Default()
+	}
+	os.Setenv(ryukDisabledEnv, "true")
+	if !testcontainers.ReadConfig().RyukDisabled {
+		logger.Printf("eostest: testcontainers' reaper image %s can not be had (%v), and testcontainers read its configuration before eostest could turn the reaper off: set %s=true", image, err, ryukDisabledEnv)
+		return
 	}
 	logger.Printf("eostest: testcontainers' reaper image %s can not be had (%v): reaper off (%s=true); eostest terminates its containers itself", image, err, ryukDisabledEnv)
 }
