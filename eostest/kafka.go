@@ -23,6 +23,8 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/freeport"
 )
 
 type kafkaConfig struct {
@@ -302,7 +304,7 @@ func newKafkaLayout(ctx context.Context, cfg kafkaConfig) (*kafkaLayout, error) 
 		clusterID = base64.RawURLEncoding.EncodeToString(id[:])
 	}
 	l := &kafkaLayout{nodes: cfg.nodes, host: cfg.host, clusterID: clusterID}
-	free, err := freePorts(3 * cfg.nodes)
+	free, err := freeport.Ports(3 * cfg.nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -443,13 +445,22 @@ func (k *KafkaContainer) waitWhole(ctx context.Context, restarted int) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
+	var self *kadm.Client // the restarted node alone
+	if restarted > 0 {
+		selfCl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers[restarted-1]))
+		if err != nil {
+			return err
+		}
+		defer selfCl.Close()
+		self = kadm.NewClient(selfCl)
+	}
 	for {
 		if err := k.running(ctx); err != nil {
 			return err
 		}
 		err := whole(ctx, adm, len(k.nodes))
-		if err == nil && restarted > 0 {
-			err = listsItself(ctx, k.brokers[restarted-1], restarted)
+		if err == nil && self != nil {
+			err = listsItself(ctx, self, restarted)
 		}
 		if err == nil {
 			return nil
@@ -487,17 +498,12 @@ func (k *KafkaContainer) running(ctx context.Context) error {
 	return nil
 }
 
-// listsItself returns nil once the node at addr answers Metadata listing
-// itself as broker id.
-func listsItself(ctx context.Context, addr string, id int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
+// listsItself returns nil once the node that adm reaches (and only it)
+// answers Metadata listing itself as broker id.
+func listsItself(ctx context.Context, adm *kadm.Client, id int) error {
 	reqCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	md, err := kadm.NewClient(cl).BrokerMetadata(reqCtx)
+	md, err := adm.BrokerMetadata(reqCtx)
 	if err != nil {
 		return fmt.Errorf("node %d: %w", id, err)
 	}
@@ -533,27 +539,6 @@ func whole(ctx context.Context, adm *kadm.Client, nodes int) error {
 		}
 	}
 	return nil
-}
-
-// freePorts returns n distinct ports free on 127.0.0.1 at the time of the
-// call.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("eostest: free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // lastLines returns the last max lines of ctr's output.

@@ -15,6 +15,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/eoskit/eoskit/internal/freeport"
 )
 
 // The role and database of a PostgreSQL container.
@@ -67,7 +69,7 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 	if cfg.host {
 		// On the host's network the server takes a free port of its own
 		// (PGPORT), on loopback only.
-		free, err := freePorts(1)
+		free, err := freeport.Ports(1)
 		if err != nil {
 			return nil, err
 		}

@@ -66,14 +66,7 @@ func (c *LocalCluster) Proxied(tb testing.TB) *Proxies {
 // between the clients and that node would: no byte passes either way, and
 // new connections are accepted and held, until Heal. Clients find out only
 // by their own timeouts.
-func (px *Proxies) Cut(node int) error {
-	p, ok := px.nodes[node]
-	if !ok {
-		return fmt.Errorf("no proxy for node %d", node)
-	}
-	p.setCut(true)
-	return nil
-}
+func (px *Proxies) Cut(node int) error { return px.set(node, true) }
 
 // Held returns how many chunks of bytes or new connections node's proxy has
 // held back because it was cut: the evidence that a cut struck traffic.
@@ -86,12 +79,14 @@ func (px *Proxies) Held(node int) int64 {
 
 // Heal lets bytes through node's proxy again; connections that the clients
 // have not given up on carry on.
-func (px *Proxies) Heal(node int) error {
+func (px *Proxies) Heal(node int) error { return px.set(node, false) }
+
+func (px *Proxies) set(node int, cut bool) error {
 	p, ok := px.nodes[node]
 	if !ok {
 		return fmt.Errorf("no proxy for node %d", node)
 	}
-	p.setCut(false)
+	p.setCut(cut)
 	return nil
 }
 

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -27,6 +26,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/eoskit/eoskit/internal/freeport"
 )
 
 func main() {
@@ -55,8 +56,7 @@ func usage() {
 	os.Exit(2)
 }
 
-// freePorts holds every listener open until all are chosen, so that the N
-// ports it prints are distinct.
+// freePorts prints N distinct free ports (freeport.Ports).
 func freePorts(args []string) error {
 	n := 1
 	if len(args) > 0 {
@@ -66,16 +66,15 @@ func freePorts(args []string) error {
 		}
 		n = v
 	}
-	ports := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return fmt.Errorf("freeport: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	ports, err := freeport.Ports(n)
+	if err != nil {
+		return fmt.Errorf("freeport: %w", err)
 	}
-	fmt.Println(strings.Join(ports, " "))
+	words := make([]string, len(ports))
+	for i, p := range ports {
+		words[i] = strconv.Itoa(p)
+	}
+	fmt.Println(strings.Join(words, " "))
 	return nil
 }
 
