@@ -76,6 +76,9 @@ type ProduceError struct {
 	Topic     string
 	Partition int32
 	Err       error
+	// Record is the record that failed, for callers that must name what
+	// it stood for (its Context carries what they attached).
+	Record *kgo.Record
 }
 
 func (e *ProduceError) Error() string {
@@ -169,7 +172,7 @@ func abortable(err error) bool {
 }
 
 func produceError(r *kgo.Record, err error) error {
-	return &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
+	return &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err, Record: r}
 }
 
 // HangingTransactionError is what Run returns, under [StopWhenHanging],

@@ -7,7 +7,15 @@
 #   scripts/postgres.sh restart   restart the cluster (fault tests use this)
 #   scripts/postgres.sh status    exit 0 if the cluster is running
 #   scripts/postgres.sh env       print DATABASE_URL=... for a running cluster
+#   scripts/postgres.sh private-start PORT     a test's own server (initdb in a
+#                                 temporary folder; wal_level=logical), recorded in
+#                                 EOSKIT_STATE_DIR; prints DATABASE_URL=...
+#   scripts/postgres.sh private-restart [--hard]   restart it (--hard: immediate
+#                                 shutdown, which is a crash to the server)
+#   scripts/postgres.sh private-stop           stop it and delete its data
 #
+# The shared cluster gets wal_level=logical (the outbox relay decodes the log);
+# if it had another level, start sets it and restarts the cluster once.
 # The test role is a superuser because the integration harness creates and
 # drops one database per test. Never point this at a cluster holding data you
 # care about.
@@ -15,6 +23,8 @@
 # Environment:
 #   EOSKIT_STATE_DIR  where the "started by us" marker lives (default <repo>/.eoskit)
 #   EOSKIT_PG_USER, EOSKIT_PG_PASSWORD, EOSKIT_PG_DB   default eoskit / eoskit / eoskit
+#   EOSKIT_OWNER_PID  with private-start, a watchdog stops the private server
+#                     once that process is gone, however it ended
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -66,6 +76,7 @@ start() {
 		as_postgres "pg_isready -q -h 127.0.0.1 -p $port" && break
 		sleep 0.1
 	done
+	ensure_logical "$version" "$name" "$port"
 	as_postgres "psql -q -p $port -v ON_ERROR_STOP=1 -d postgres" <<SQL
 SELECT 'CREATE ROLE $PG_USER LOGIN SUPERUSER PASSWORD ''$PG_PASSWORD'''
 WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_USER') \gexec
@@ -73,6 +84,85 @@ SELECT 'CREATE DATABASE $PG_DB OWNER $PG_USER'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$PG_DB') \gexec
 SQL
 	url
+}
+
+# ensure_logical sets what the outbox relay needs (logical decoding, room
+# for the slots and replication connections of parallel tests) and
+# restarts the cluster if wal_level had to change. ALTER SYSTEM writes
+# postgresql.auto.conf, which works for any cluster layout.
+ensure_logical() {
+	local version=$1 name=$2 port=$3 level
+	level=$(as_postgres "psql -XAtq -p $port -d postgres -c 'SHOW wal_level'")
+	[ "$level" = logical ] && return 0
+	log "setting wal_level=logical (was $level) and restarting cluster $version/$name"
+	as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres" <<SQL
+ALTER SYSTEM SET wal_level = logical;
+ALTER SYSTEM SET max_replication_slots = 64;
+ALTER SYSTEM SET max_wal_senders = 64;
+SQL
+	pg_ctlcluster --skip-systemctl-redirect "$version" "$name" restart -m fast
+	for _ in $(seq 1 100); do
+		as_postgres "pg_isready -q -h 127.0.0.1 -p $port" && break
+		sleep 0.1
+	done
+	level=$(as_postgres "psql -XAtq -p $port -d postgres -c 'SHOW wal_level'")
+	[ "$level" = logical ] || die "wal_level is still $level after a restart"
+}
+
+# The private server: its data folder is made under /tmp (the postgres
+# user must reach it) and its path kept in $STATE_DIR/pgdata.
+private_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1; }
+
+private_data() {
+	[ -f "$STATE_DIR/pgdata" ] || die "no private server in $STATE_DIR"
+	cat "$STATE_DIR/pgdata"
+}
+
+private_start() {
+	local port=$1 bin data
+	[[ $port =~ ^[0-9]+$ ]] || die "private-start needs a port"
+	ensure_installed
+	bin=$(private_bin)
+	mkdir -p "$STATE_DIR"
+	data=$(mktemp -d /tmp/eoskit-pg.XXXXXX)
+	chmod 755 "$data"
+	echo "$data" >"$STATE_DIR/pgdata"
+	[ "$(id -u)" = 0 ] && chown postgres "$data"
+	as_postgres "$bin/initdb -D $data/db -U $PG_USER --auth=trust -E UTF8 --no-sync" >/dev/null
+	cat >>"$data/db/postgresql.auto.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$data'
+wal_level = logical
+max_replication_slots = 16
+max_wal_senders = 16
+fsync = off
+CONF
+	as_postgres "$bin/pg_ctl -D $data/db -l $data/log -w -t 60 start" >/dev/null ||
+		die "private server did not start: $(tail -5 "$data/log")"
+	if [ -n "${EOSKIT_OWNER_PID:-}" ]; then
+		# setsid and closed descriptors: the caller's pipes must not wait on it.
+		setsid bash -c "while kill -0 $EOSKIT_OWNER_PID 2>/dev/null && [ -d $data/db ]; do sleep 1; done
+			[ -d $data/db ] && $(declare -f as_postgres); as_postgres '$bin/pg_ctl -D $data/db -m immediate stop' && rm -rf $data" \
+			</dev/null >/dev/null 2>&1 &
+	fi
+	echo "DATABASE_URL=postgres://$PG_USER@127.0.0.1:$port/postgres?sslmode=disable"
+}
+
+private_restart() {
+	local data mode=fast
+	data=$(private_data)
+	[ "${1:-}" = --hard ] && mode=immediate
+	as_postgres "$(private_bin)/pg_ctl -D $data/db -l $data/log -m $mode -w -t 60 restart" >/dev/null ||
+		die "private server did not restart: $(tail -5 "$data/log")"
+}
+
+private_stop() {
+	[ -f "$STATE_DIR/pgdata" ] || return 0
+	local data
+	data=$(private_data)
+	[ -d "$data/db" ] && as_postgres "$(private_bin)/pg_ctl -D $data/db -m immediate -w stop" >/dev/null 2>&1 || true
+	rm -rf "$data" "$STATE_DIR/pgdata"
 }
 
 stop() {
@@ -97,8 +187,11 @@ status)
 	echo "running: cluster $version/$name on port $port"
 	;;
 env) url ;;
+private-start) private_start "${2:-}" ;;
+private-restart) private_restart "${2:-}" ;;
+private-stop) private_stop ;;
 *)
-	sed -n '2,18p' "$0" >&2
+	sed -n '2,30p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -1,0 +1,96 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eoskit/eoskit/internal/freeport"
+)
+
+// PrivatePostgres is a PostgreSQL server of the test's own
+// (scripts/postgres.sh private-start: initdb in a temporary folder,
+// wal_level=logical), for tests that restart the database under a running
+// service. It is stopped and its data deleted when the test ends, or, if
+// the test binary dies first, by a watchdog.
+type PrivatePostgres struct {
+	// URL connects to its postgres database as a superuser.
+	URL      string
+	script   string
+	stateDir string
+}
+
+// StartPrivatePostgres starts a private server and returns it once it
+// accepts connections. It runs where the shared PostgreSQL of `make test`
+// does (the machine's PostgreSQL binaries); it skips or fails tb like
+// [Postgres] when it can not.
+func StartPrivatePostgres(tb testing.TB) *PrivatePostgres {
+	tb.Helper()
+	if os.Getenv(DatabaseURLEnv) == "" && !servicesRequired() {
+		missingService(tb, "a private PostgreSQL", postgresHowTo,
+			fmt.Errorf("no services configured (%s and %s are unset)", DatabaseURLEnv, RequireServicesEnv))
+	}
+	script, err := findScript("scripts/postgres.sh")
+	if err != nil {
+		missingService(tb, "a private PostgreSQL", postgresHowTo, err)
+	}
+	ports, err := freeport.Ports(1)
+	if err != nil {
+		tb.Fatalf("integration: %v", err)
+	}
+	p := &PrivatePostgres{script: script, stateDir: tb.TempDir()}
+	tb.Cleanup(func() {
+		if _, err := runScript(context.Background(), p.script, p.stateDir, "private-stop"); err != nil {
+			tb.Logf("integration: stop private PostgreSQL: %v", err)
+		}
+	})
+	out, err := runScript(context.Background(), script, p.stateDir, "private-start", strconv.Itoa(ports[0]))
+	if err != nil {
+		tb.Fatalf("integration: start a private PostgreSQL: %v", err)
+	}
+	url, ok := strings.CutPrefix(strings.TrimSpace(lastLine(out)), DatabaseURLEnv+"=")
+	if !ok {
+		tb.Fatalf("integration: postgres.sh private-start printed no %s line: %q", DatabaseURLEnv, out)
+	}
+	p.URL = url
+	return p
+}
+
+// Pool returns a pool on the server's postgres database, closed when the
+// test ends.
+func (p *PrivatePostgres) Pool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, p.URL)
+	if err != nil {
+		tb.Fatalf("integration: connect to the private PostgreSQL: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// Restart restarts the server and returns once it accepts connections
+// again. With hard, it shuts down in immediate mode: every backend is
+// killed and the server recovers from its log, as after a crash.
+func (p *PrivatePostgres) Restart(ctx context.Context, hard bool) error {
+	args := []string{"private-restart"}
+	if hard {
+		args = append(args, "--hard")
+	}
+	_, err := runScript(ctx, p.script, p.stateDir, args...)
+	return err
+}
+
+// Log returns the path of the server's log.
+func (p *PrivatePostgres) Log() string {
+	b, _ := os.ReadFile(filepath.Join(p.stateDir, "postgres", "pgdata"))
+	return filepath.Join(strings.TrimSpace(string(b)), "log")
+}

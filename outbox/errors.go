@@ -1,0 +1,67 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Errors callers react to; test with errors.Is. A fenced relay returns an
+// error wrapping eos.ErrFenced.
+var (
+	// ErrWALLevel: the server's wal_level is not logical, so nothing can
+	// be decoded from its log. Set wal_level = logical in postgresql.conf
+	// (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL.
+	ErrWALLevel = errors.New("outbox: PostgreSQL's wal_level must be logical")
+
+	// ErrSchema: the outbox table is missing or at another version: run
+	// [Migrate].
+	ErrSchema = errors.New("outbox: the outbox schema is missing or at another version (run outbox.Migrate)")
+
+	// ErrNoSlot: the replication slot does not exist in this database.
+	ErrNoSlot = errors.New("outbox: no such replication slot")
+
+	// ErrPosition: the relay's position in Kafka could not be read or is
+	// malformed.
+	ErrPosition = errors.New("outbox: the relay's position could not be read")
+
+	// ErrTableChanged: the outbox table's columns are not the ones this
+	// code writes (someone altered it).
+	ErrTableChanged = errors.New("outbox: the outbox table's columns changed")
+)
+
+// RecordError is an outbox record Kafka refused, stopping the relay. Its
+// row stays in the write-ahead log the slot holds: nothing is lost, and the
+// relay publishes it, in order, once Kafka accepts it (or routes it with
+// [DeadLetterTopic]). errors.Is matches Err, for example
+// kerr.MessageTooLarge or kerr.UnknownTopicOrPartition.
+type RecordError struct {
+	ID        int64  // the outbox row's id
+	Topic     string // where it was to go
+	Partition int32  // -1 unless written with [WriteToPartition]
+	Err       error
+}
+
+func (e *RecordError) Error() string {
+	where := e.Topic
+	if e.Partition >= 0 {
+		where = fmt.Sprintf("%s[%d]", e.Topic, e.Partition)
+	}
+	return fmt.Sprintf("outbox: record %d for %s was refused: %v", e.ID, where, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// recordsFault reports whether Kafka refused a record for what the record
+// itself is, so that dead-lettering it (and only it) is right.
+func recordsFault(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
+		errors.Is(err, kerr.InvalidTimestamp) ||
+		errors.Is(err, errInvalidPartition)
+}
+
+// errInvalidPartition is what the relay's partitioner fails a record
+// pinned to a partition the topic does not have with.
+var errInvalidPartition = errors.New("the topic has no such partition")

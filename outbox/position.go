@@ -1,0 +1,104 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// position is the value of a relay's position record: the end of the last
+// database transaction it published. The key is the slot's name.
+type position struct {
+	LSN  string `json:"lsn"`
+	Slot string `json:"slot"`
+}
+
+func positionRecord(topic, slot string, end pglogrepl.LSN) *kgo.Record {
+	v, _ := json.Marshal(position{LSN: end.String(), Slot: slot})
+	return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(slot), Value: v, Context: pinnedTo(0)}
+}
+
+// readPosition returns the last committed position of slot in topic's
+// partition 0, or 0 if it has none. It reads with read_committed up to the
+// last stable offset, keeping control records so that a partition ending
+// in a transaction marker is still read to its end.
+func readPosition(ctx context.Context, conn []kgo.Opt, topic, slot string) (pglogrepl.LSN, error) {
+	admCl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrPosition, err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: list the end of %s (it must exist): %w", ErrPosition, topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: list the start of %s: %w", ErrPosition, topic, err)
+	}
+	end, ok := ends.Lookup(topic, 0)
+	start, _ := starts.Lookup(topic, 0)
+	if !ok || end.Offset <= start.Offset {
+		return 0, nil
+	}
+
+	cl, err := kgo.NewClient(append(slices.Clip(conn),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(start.Offset)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrPosition, err)
+	}
+	defer cl.Close()
+	var last pglogrepl.LSN
+	next := start.Offset
+	for next < end.Offset {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("%w: %s[0] read up to offset %d of %d: %w", ErrPosition, topic, next, end.Offset, err)
+		}
+		var ferr error
+		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return 0, fmt.Errorf("%w: read %s: %w", ErrPosition, topic, ferr)
+		}
+		var derr error
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= end.Offset {
+				return
+			}
+			next = r.Offset + 1
+			if r.Attrs.IsControl() || string(r.Key) != slot {
+				return
+			}
+			var p position
+			if err := json.Unmarshal(r.Value, &p); err != nil {
+				derr = fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, r.Offset, err)
+				return
+			}
+			lsn, err := pglogrepl.ParseLSN(p.LSN)
+			if err != nil {
+				derr = fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, r.Offset, err)
+				return
+			}
+			last = lsn
+		})
+		if derr != nil {
+			return 0, derr
+		}
+	}
+	return last, nil
+}

@@ -1,0 +1,179 @@
+package outbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+)
+
+// nextFunc returns the next database transaction to publish, or nil once
+// until passes.
+type nextFunc func(until time.Time) (*dbTxn, error)
+
+// publisher is how a relay's batches reach Kafka: in a Kafka transaction
+// with the position (exactly-once), or acknowledged and then confirmed to
+// the slot (at-least-once).
+type publisher interface {
+	// start returns where a session starts reading: the position
+	// committed in Kafka, or 0 for the slot's own.
+	start(ctx context.Context) (pglogrepl.LSN, error)
+	// fences reports whether start fenced every other relay of the slot.
+	fences() bool
+	// publish produces b's records, extends b with transactions from next
+	// until the batch is full or the commit interval passes, deletes its
+	// rows with del, and commits.
+	publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error
+	close()
+}
+
+func (r *Relay) newPublisher() (publisher, error) {
+	c := r.cfg
+	clientOpts := append(append([]kgo.Opt(nil), c.clientOpts...), kgo.RecordPartitioner(partitioner()))
+	if c.semantics == eos.AtLeastOnce {
+		p, err := eos.NewIdempotentProducer(eos.Brokers(c.brokers...), eos.Logger(c.logger), eos.ClientOptions(clientOpts...))
+		if err != nil {
+			return nil, err
+		}
+		return &ackPublisher{cfg: c, p: p}, nil
+	}
+	p, err := eos.NewTransactionalProducer(eos.Brokers(c.brokers...), eos.TransactionalID(c.txnID), eos.Logger(c.logger), eos.ClientOptions(clientOpts...))
+	if err != nil {
+		return nil, err
+	}
+	conn := append(append([]kgo.Opt(nil), c.clientOpts...), kgo.SeedBrokers(c.brokers...))
+	return &txnPublisher{cfg: c, p: p, conn: conn}, nil
+}
+
+// gather produces b's records with produce, then extends b from next
+// until it holds maxRecords or the commit interval passed. produce
+// returns an error only when b.isolate asks it to wait for each record.
+func (c *config) gather(b *pending, next nextFunc, produce func(*kgo.Record) error) error {
+	n := 0
+	for _, t := range b.txns {
+		for _, rw := range t.rows {
+			if err := produce(c.record(rw, b.dead)); err != nil {
+				return err
+			}
+			n++
+		}
+	}
+	closeAt := time.Now().Add(c.commitInterval)
+	for n < c.maxRecords {
+		t, err := next(closeAt)
+		if err != nil {
+			return err
+		}
+		if t == nil {
+			return nil
+		}
+		b.txns = append(b.txns, t)
+		for _, rw := range t.rows {
+			if err := produce(c.record(rw, b.dead)); err != nil {
+				return err
+			}
+			n++
+		}
+	}
+	return nil
+}
+
+type txnPublisher struct {
+	cfg  *config
+	p    *eos.TransactionalProducer
+	conn []kgo.Opt
+}
+
+// start registers the transactional id, which fences any other relay
+// with it and aborts its open transaction, and only then reads the
+// position: what it reads can no longer change behind it.
+func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, error) {
+	if _, _, err := t.p.ProducerID(ctx); err != nil {
+		return 0, err
+	}
+	return readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.slot)
+}
+
+func (t *txnPublisher) fences() bool { return true }
+
+func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
+	return t.p.Transact(ctx, func(tx *eos.Tx) error {
+		produce := func(r *kgo.Record) error {
+			if b.isolate {
+				return tx.ProduceSync(r)
+			}
+			tx.Produce(r)
+			return nil
+		}
+		if err := t.cfg.gather(b, next, produce); err != nil {
+			return err
+		}
+		if err := del(ctx, b); err != nil {
+			return err
+		}
+		tx.Produce(positionRecord(t.cfg.positionTopic, t.cfg.slot, b.txns[len(b.txns)-1].end))
+		if t.cfg.hooks.beforeCommit != nil {
+			t.cfg.hooks.beforeCommit()
+		}
+		return nil
+	})
+}
+
+func (t *txnPublisher) close() { t.p.Close() }
+
+type ackPublisher struct {
+	cfg *config
+	p   *eos.IdempotentProducer
+}
+
+func (a *ackPublisher) start(context.Context) (pglogrepl.LSN, error) { return 0, nil }
+func (a *ackPublisher) fences() bool                                  { return false }
+
+func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
+	var mu sync.Mutex
+	var first error
+	produce := func(r *kgo.Record) error {
+		a.p.ProduceAsync(ctx, r, func(r *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = &eos.ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err, Record: r}
+			}
+		})
+		if !b.isolate {
+			return nil
+		}
+		if err := a.p.Flush(ctx); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+	err := a.cfg.gather(b, next, produce)
+	if ferr := a.p.Flush(ctx); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	err = first
+	mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := del(ctx, b); err != nil {
+		return err
+	}
+	if a.cfg.hooks.beforeCommit != nil {
+		a.cfg.hooks.beforeCommit()
+	}
+	return nil
+}
+
+func (a *ackPublisher) close() { a.p.Close() }

@@ -1,0 +1,382 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+)
+
+// ErrRunning is returned by Run while another Run of the same relay is
+// under way.
+var ErrRunning = errors.New("outbox: the relay is already running")
+
+// Relay publishes the outbox's records to Kafka, exactly once and in the
+// commit order of the database transactions that wrote them. See the
+// package documentation for how, and what it needs.
+type Relay struct {
+	pool    *pgxpool.Pool
+	cfg     *config
+	repl    *pgconn.Config
+	running atomic.Bool
+}
+
+// NewRelay returns a relay over the outbox in pool's database. It takes
+// [Brokers] (required), [Slot], [PositionTopic], [TransactionalID],
+// [DeadLetterTopic], [WithSemantics], [CommitInterval],
+// [MaxRecordsPerCommit], [RetryFor], [Logger] and [ClientOptions].
+func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
+	if pool == nil {
+		return nil, &eos.ConfigError{Setting: "pool", Reason: "a pgx pool is required"}
+	}
+	c := newConfig(opts)
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config)}, nil
+}
+
+// finalError marks an error retrying can not cure.
+type finalError struct{ err error }
+
+func (e finalError) Error() string { return e.err.Error() }
+func (e finalError) Unwrap() error { return e.err }
+
+func final(err error) bool {
+	var f finalError
+	return errors.As(err, &f) || errors.Is(err, eos.ErrFenced) || errors.Is(err, eos.ErrInvalidConfig) ||
+		errors.Is(err, ErrWALLevel) || errors.Is(err, ErrSchema) || errors.Is(err, ErrNoSlot) || errors.Is(err, ErrTableChanged)
+}
+
+// Run relays until ctx is done (then it returns nil, having aborted the
+// Kafka transaction in flight, whose records the next run publishes), or
+// until a final error: the relay was fenced by another with the same
+// transactional id (eos.ErrFenced), a record was refused as its own fault
+// and no [DeadLetterTopic] is set (*[RecordError]), the schema, slot or
+// wal_level are wrong, or PostgreSQL or Kafka stayed unreachable for
+// [RetryFor] without anything published (the last error, naming where).
+// Connection failures, restarts of either side and aborted transactions
+// are retried: each retry resumes from the position committed in Kafka.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer r.running.Store(false)
+	if r.cfg.slot == "" {
+		slot, err := DefaultSlot(ctx, r.pool)
+		if err != nil {
+			return err
+		}
+		r.cfg.slot = slot
+	}
+	if r.cfg.txnID == "" {
+		r.cfg.txnID = "eoskit-outbox-" + r.cfg.slot
+	}
+	if err := checkReady(ctx, r.pool, r.cfg.slot); err != nil {
+		return err
+	}
+	p, err := r.newPublisher()
+	if err != nil {
+		return err
+	}
+	defer p.close()
+
+	log := r.cfg.logger.With("slot", r.cfg.slot)
+	lastProgress := time.Now()
+	for attempt := 0; ; attempt++ {
+		progressed, err := r.session(ctx, p)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if progressed {
+			lastProgress, attempt = time.Now(), 0
+		}
+		if final(err) {
+			log.Error("outbox: relay stopped", "err", err)
+			return err
+		}
+		if since := time.Since(lastProgress); since > r.cfg.retryFor {
+			err = fmt.Errorf("outbox: nothing published for %s, giving up: %w", since.Round(time.Second), err)
+			log.Error("outbox: relay stopped", "err", err)
+			return err
+		}
+		wait := backoff(attempt)
+		log.Warn("outbox: relay restarting from its committed position", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// backoff is 100ms doubling to 5s, with up to 50% taken off at random so
+// that relays restarting together do not stay in step.
+func backoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond << min(attempt, 6)
+	d = min(d, 5*time.Second)
+	return d - time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// session is one connection's life: find where to start, open the slot,
+// publish batches until an error. It reports whether it published
+// anything.
+func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err error) {
+	from, err := p.start(ctx)
+	if err != nil {
+		return false, err
+	}
+	s, err := r.openStream(ctx, from, p.fences())
+	if err != nil {
+		return false, err
+	}
+	defer s.close()
+	r.cfg.logger.Info("outbox: relay reading", "slot", r.cfg.slot, "from", from.String())
+
+	published := from
+	b := &pending{dead: map[int64]error{}}
+	for {
+		if len(b.txns) == 0 {
+			t, err := s.next(ctx, time.Time{}, published)
+			if err != nil {
+				return progressed, err
+			}
+			b.txns = append(b.txns, t)
+		}
+		err := p.publish(ctx, b, func(until time.Time) (*dbTxn, error) { return s.next(ctx, until, published) }, r.deleteRows)
+		if err == nil {
+			published = b.txns[len(b.txns)-1].end
+			progressed = true
+			b = &pending{dead: map[int64]error{}}
+			if err := s.published(ctx, published); err != nil {
+				return progressed, err
+			}
+			continue
+		}
+		if retry, err := r.blame(err, b); !retry {
+			return progressed, err
+		}
+	}
+}
+
+// blame decides, after a failed publish, whether one record is at fault
+// and may be dead-lettered (retry the same batch) or the error ends the
+// session.
+func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
+	dead := b.dead
+	pe, ok := errors.AsType[*eos.ProduceError](err)
+	if !ok || pe.Record == nil {
+		return false, err
+	}
+	info, ok := pe.Record.Context.Value(rowKey{}).(rowInfo)
+	if !ok || info.id < 0 { // the position record
+		return false, err
+	}
+	cause := pe.Err
+	if info.partition >= 0 && strings.Contains(cause.Error(), "invalid record partitioning choice") {
+		cause = fmt.Errorf("%w: %w", errInvalidPartition, cause)
+	}
+	if _, already := dead[info.id]; already {
+		return false, finalError{fmt.Errorf("outbox: the dead letter of record %d could not be written to %s: %w", info.id, r.cfg.deadLetter, cause)}
+	}
+	if recordsFault(cause) && !b.isolate {
+		// Kafka refuses a produce batch whole (one larger than the
+		// topic's max.message.bytes, say): every record in it fails
+		// alike, and the first is not to blame. Publish the batch again
+		// one acknowledged record at a time.
+		r.cfg.logger.Warn("outbox: records refused; publishing the batch again one record at a time to find whose fault it is", "err", cause)
+		b.isolate = true
+		return true, nil
+	}
+	rerr := &RecordError{ID: info.id, Topic: info.topic, Partition: info.partition, Err: cause}
+	if !recordsFault(cause) {
+		// A missing topic or a refused ACL: not the record's fault, and
+		// perhaps soon fixed; retried until RetryFor.
+		return false, rerr
+	}
+	if r.cfg.deadLetter == "" {
+		return false, finalError{rerr}
+	}
+	r.cfg.logger.Warn("outbox: record refused; dead-lettering it", "id", info.id, "topic", info.topic, "dead_letter_topic", r.cfg.deadLetter, "err", cause)
+	dead[info.id] = cause
+	return true, nil
+}
+
+// openStream opens the slot. While another session holds it, it waits,
+// and, if this relay has fenced every other relay of the slot in Kafka,
+// ends that session (a zombie's: it can no longer commit anything).
+func (r *Relay) openStream(ctx context.Context, from pglogrepl.LSN, fenced bool) (*stream, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := startStream(ctx, r.repl, r.cfg.slot, r.cfg.publication, from, r.cfg.statusInterval)
+		if err == nil || !slotActive(err) {
+			return s, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("outbox: slot %s stayed in use by another session for 30s: %w", r.cfg.slot, err)
+		}
+		if fenced {
+			var pid *int32
+			if qerr := r.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.slot).Scan(&pid); qerr == nil && pid != nil {
+				r.cfg.logger.Warn("outbox: ending the fenced relay's session on the slot", "slot", r.cfg.slot, "pid", *pid)
+				_, _ = r.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *pid)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// deleteRows deletes the batch's rows in statements of bounded size, and
+// keeps its dead-lettered records in the dead-letter table. It runs
+// before the Kafka commit: the rows stay in the write-ahead log the slot
+// holds until that commit is confirmed, so an abort after it loses
+// nothing, and a crash after the commit leaves no published row behind.
+func (r *Relay) deleteRows(ctx context.Context, b *pending) error {
+	if err := r.keepDead(ctx, b); err != nil {
+		return err
+	}
+	ids := make([]int64, 0, r.cfg.deleteBatch)
+	flush := func() error {
+		if len(ids) == 0 {
+			return nil
+		}
+		if _, err := r.pool.Exec(ctx, `DELETE FROM eoskit_outbox WHERE id = ANY($1)`, ids); err != nil {
+			return fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
+		}
+		ids = ids[:0]
+		return nil
+	}
+	for _, t := range b.txns {
+		for _, rw := range t.rows {
+			ids = append(ids, rw.id)
+			if len(ids) == cap(ids) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return flush()
+}
+
+// keepDead copies the batch's dead-lettered records into the dead-letter
+// table (again harmlessly, if an earlier attempt at the batch did).
+func (r *Relay) keepDead(ctx context.Context, b *pending) error {
+	if len(b.dead) == 0 {
+		return nil
+	}
+	var ids []int64
+	var topics, errs []string
+	var parts []*int32
+	var keys, values, headers [][]byte
+	for _, t := range b.txns {
+		for _, rw := range t.rows {
+			cause, d := b.dead[rw.id]
+			if !d {
+				continue
+			}
+			var p *int32
+			if rw.partition >= 0 {
+				p = &rw.partition
+			}
+			ids, topics, parts, errs = append(ids, rw.id), append(topics, rw.rec.Topic), append(parts, p), append(errs, cause.Error())
+			keys, values, headers = append(keys, rw.rec.Key), append(values, rw.rec.Value), append(headers, encodeHeaders(rw.rec.Headers))
+		}
+	}
+	_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_dead_letters (id, topic, partition, key, value, headers, error)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])
+		ON CONFLICT (id) DO NOTHING`, ids, topics, parts, keys, values, headers, errs)
+	if err != nil {
+		return fmt.Errorf("outbox: keep %d dead-lettered records: %w", len(ids), err)
+	}
+	return nil
+}
+
+// pending is a batch being published: whole database transactions, and
+// the ids of records that go to the dead-letter topic instead.
+type pending struct {
+	txns []*dbTxn
+	dead map[int64]error
+	// isolate: produce each record alone and wait for it, so that a
+	// refusal names the record at fault.
+	isolate bool
+}
+
+// rowKey carries a record's outbox identity in its Context, for the
+// partitioner and for blame.
+type rowKey struct{}
+
+type rowInfo struct {
+	id        int64
+	topic     string
+	partition int32
+}
+
+func pinnedTo(p int32) context.Context {
+	return context.WithValue(context.Background(), rowKey{}, rowInfo{id: -1, partition: p})
+}
+
+// record returns what to produce for rw: the record, or its dead letter.
+func (c *config) record(rw row, dead map[int64]error) *kgo.Record {
+	info := rowInfo{id: rw.id, topic: rw.rec.Topic, partition: rw.partition}
+	cause, isDead := dead[rw.id]
+	if !isDead {
+		rec := *rw.rec
+		rec.Context = context.WithValue(context.Background(), rowKey{}, info)
+		return &rec
+	}
+	hs := append([]kgo.RecordHeader{
+		{Key: "eoskit-outbox-id", Value: []byte(strconv.FormatInt(rw.id, 10))},
+		{Key: "eoskit-outbox-topic", Value: []byte(rw.rec.Topic)},
+		{Key: "eoskit-outbox-error", Value: []byte(cause.Error())},
+	}, rw.rec.Headers...)
+	value := rw.rec.Value
+	if errors.Is(cause, kerr.MessageTooLarge) || errors.Is(cause, kerr.RecordListTooLarge) {
+		value = nil // the row stays in the outbox table, value included
+		hs = append(hs, kgo.RecordHeader{Key: "eoskit-outbox-value", Value: []byte("omitted (too large); the record is kept in " + DeadLetterTable)})
+	}
+	return &kgo.Record{Topic: c.deadLetter, Key: rw.rec.Key, Value: value, Headers: hs, Timestamp: rw.rec.Timestamp,
+		Context: context.WithValue(context.Background(), rowKey{}, rowInfo{id: rw.id, topic: c.deadLetter, partition: -1})}
+}
+
+// partitioner sends a record pinned with WriteToPartition (or the position
+// record) to its partition, a keyed record where Kafka's default
+// partitioner would (murmur2 of the key), and spreads the others.
+func partitioner() kgo.Partitioner {
+	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+		keyed := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+		var mu sync.Mutex
+		next := 0
+		return func(r *kgo.Record, n int) int {
+			if r.Context != nil {
+				if info, ok := r.Context.Value(rowKey{}).(rowInfo); ok && info.partition >= 0 {
+					return int(info.partition) // out of range fails the record
+				}
+			}
+			if r.Key != nil {
+				return keyed.Partition(r, n)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			next = (next + 1) % n
+			return next
+		}
+	})
+}

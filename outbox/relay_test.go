@@ -1,0 +1,311 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/outbox"
+)
+
+// Six writers commit 6,000 records over 50 keys with ids that commit out
+// of order and one transaction in ten rolled back: every committed record
+// reaches Kafka once, per key in commit order, no rolled-back one does,
+// and the outbox table is emptied.
+func TestRelayPublishesEachCommittedRecordOnceInCommitOrder(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, integration.Kafka(t))
+	run := b.start(t)
+	var w written
+	if err := b.write(context.Background(), 6000, 6, 50, &w); err != nil {
+		t.Fatal(err)
+	}
+	committed := b.committed(t)
+	waitFor(t, 2*time.Minute, "every committed record on the output", func() bool { return b.published(t) >= len(committed) })
+	if err := run.stop(); err != nil {
+		t.Fatalf("Run returned %v after its context ended; want nil", err)
+	}
+	rep := b.verify(t, &w)
+	if rep.Outputs != 6000 || len(w.aborted) == 0 {
+		t.Fatalf("outputs %d, rolled back %d: want 6000 outputs and some rollbacks", rep.Outputs, len(w.aborted))
+	}
+	if n := b.rows(t); n != 0 {
+		t.Fatalf("%d rows left in the outbox table after everything was published", n)
+	}
+	t.Logf("verifier: %v", rep)
+}
+
+// Write keeps what a record carries: a nil key apart from an empty one,
+// a nil value, headers with nil and empty values, and a chosen partition;
+// the Kafka timestamp is the database commit's time.
+func TestWriteKeepsWhatARecordCarries(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, integration.Kafka(t))
+	ctx := context.Background()
+	before := time.Now().Add(-time.Second)
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if err := outbox.Write(ctx, tx,
+			&kgo.Record{Topic: b.out, Key: nil, Value: []byte("nil key")},
+			&kgo.Record{Topic: b.out, Key: []byte{}, Value: nil},
+			&kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte{0, 0xff, '\\', 'x'}, Headers: []kgo.RecordHeader{
+				{Key: "a", Value: nil}, {Key: "b", Value: []byte{}}, {Key: "", Value: []byte("c")}}},
+		); err != nil {
+			return err
+		}
+		return outbox.WriteToPartition(ctx, tx, 5, &kgo.Record{Topic: b.out, Key: []byte("pinned"), Value: []byte("to 5")})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := b.start(t)
+	waitFor(t, time.Minute, "4 records", func() bool { return b.published(t) >= 4 })
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	recs := b.k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute)
+	byValue := map[string]*kgo.Record{}
+	for _, r := range recs {
+		byValue[string(r.Value)] = r
+		if r.Timestamp.Before(before) || r.Timestamp.After(time.Now()) {
+			t.Errorf("record %q has timestamp %v, not its commit's time", r.Value, r.Timestamp)
+		}
+	}
+	if r := byValue["nil key"]; r == nil || r.Key != nil {
+		t.Errorf("nil key: got %+v", r)
+	}
+	if r := byValue[""]; r == nil || r.Key == nil || len(r.Key) != 0 || r.Value != nil {
+		t.Errorf("empty key, nil value: got %+v", r)
+	}
+	r := byValue[string([]byte{0, 0xff, '\\', 'x'})]
+	if r == nil || len(r.Headers) != 3 || r.Headers[0].Key != "a" || r.Headers[0].Value != nil ||
+		r.Headers[1].Value == nil || len(r.Headers[1].Value) != 0 || r.Headers[2].Key != "" || !bytes.Equal(r.Headers[2].Value, []byte("c")) {
+		t.Errorf("binary value with headers: got %+v", r)
+	}
+	if r := byValue["to 5"]; r == nil || r.Partition != 5 {
+		t.Errorf("WriteToPartition(5): got %+v", r)
+	}
+}
+
+// A relay refuses to start, with an error saying what to do, on a
+// database that was not migrated or a slot that does not exist.
+func TestRelayRefusesWhatItCanNotRelay(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	pool := integration.Postgres(t)
+	ctx := context.Background()
+	r, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx); !errors.Is(err, outbox.ErrSchema) {
+		t.Fatalf("Run on a database never migrated returned %v; want ErrSchema", err)
+	}
+	b := newBedOn(t, k, pool, "")
+	r, err = outbox.NewRelay(pool, b.opts(t, outbox.Slot("no_such_slot"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx); !errors.Is(err, outbox.ErrNoSlot) {
+		t.Fatalf("Run on a missing slot returned %v; want ErrNoSlot", err)
+	}
+	for _, o := range []outbox.Option{outbox.Slot("Bad-Name"), outbox.WithSemantics(eos.AtMostOnce), outbox.CommitInterval(0)} {
+		if _, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...), o); !errors.Is(err, eos.ErrInvalidConfig) {
+			t.Errorf("NewRelay accepted a bad option: %v", err)
+		}
+	}
+	if _, err := outbox.NewRelay(pool); !errors.Is(err, eos.ErrInvalidConfig) {
+		t.Errorf("NewRelay without brokers returned %v", err)
+	}
+}
+
+// newTopicWith creates a topic with one config set, deleted when the test
+// ends.
+func newTopicWith(t *testing.T, k *integration.KafkaCluster, partitions int32, key, value string) string {
+	t.Helper()
+	topic := integration.UniqueName(t, "t")
+	ctx := context.Background()
+	resp, err := k.Admin.CreateTopic(ctx, partitions, -1, map[string]*string{key: &value}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = k.Admin.DeleteTopics(context.Background(), topic) })
+	return topic
+}
+
+// writeTxns commits one database transaction per record, in order, and
+// returns their outbox ids.
+func (b *bed) writeEach(t *testing.T, recs ...*kgo.Record) {
+	t.Helper()
+	ctx := context.Background()
+	for _, r := range recs {
+		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx, r) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (b *bed) idOf(t *testing.T, value string) int64 {
+	t.Helper()
+	var id int64
+	if err := b.pool.QueryRow(context.Background(), `SELECT id FROM eoskit_outbox WHERE value = $1`, []byte(value)).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// A record larger than its topic takes, between small ones of the same
+// partition and in the same Kafka transaction, stops the relay with a
+// *RecordError naming that record (not a neighbour whose produce batch
+// it spoiled), and nothing after it in commit order is published. With a
+// dead-letter topic, the next relay publishes the others once and in
+// order, the big one to the dead letters (without its value), and keeps it
+// whole in the dead-letter table.
+func TestOversizeRecordIsBlamedAloneAndDeadLettered(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	small := newTopicWith(t, k, 1, "max.message.bytes", "3000")
+	dlq := k.NewTopic(1)
+	// Random bytes: compression must not shrink it under the limit.
+	bigBytes := make([]byte, 5000)
+	_, _ = crand.Read(bigBytes)
+	big := string(bigBytes)
+	var recs []*kgo.Record
+	for i := range 20 {
+		recs = append(recs, &kgo.Record{Topic: small, Key: []byte("k"), Value: []byte{'a' + byte(i)}})
+	}
+	recs = append(recs[:10], append([]*kgo.Record{{Topic: small, Key: []byte("k"), Value: []byte(big)}}, recs[10:]...)...)
+	b.writeEach(t, recs...)
+	bigID := b.idOf(t, big)
+
+	r, err := outbox.NewRelay(b.pool, b.opts(t, outbox.CommitInterval(time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = r.Run(ctx)
+	rerr, ok := errors.AsType[*outbox.RecordError](err)
+	if !ok || rerr.ID != bigID || rerr.Topic != small || !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("Run returned %v; want a *RecordError for record %d, MESSAGE_TOO_LARGE", err, bigID)
+	}
+	for _, rec := range k.ReadAll(small, kgo.ReadCommitted(), time.Minute) {
+		if rec.Value[0] > 'j' {
+			t.Fatalf("record %q, after the refused one in commit order, was published", rec.Value)
+		}
+	}
+
+	run := b.start(t, outbox.DeadLetterTopic(dlq))
+	waitFor(t, time.Minute, "the dead letter", func() bool { return len(k.ReadNow(dlq, kgo.ReadCommitted(), time.Minute)) == 1 })
+	waitFor(t, time.Minute, "the 20 small records", func() bool { return len(k.ReadNow(small, kgo.ReadCommitted(), time.Minute)) >= 20 })
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := k.ReadAll(small, kgo.ReadCommitted(), time.Minute)
+	if len(got) != 20 {
+		t.Fatalf("%d records on %s; want the 20 small ones once", len(got), small)
+	}
+	for i, rec := range got {
+		if rec.Value[0] != 'a'+byte(i) {
+			t.Fatalf("record %d is %q; want %q (commit order)", i, rec.Value, 'a'+byte(i))
+		}
+	}
+	dl := k.ReadAll(dlq, kgo.ReadCommitted(), time.Minute)[0]
+	headers := map[string]string{}
+	for _, h := range dl.Headers {
+		headers[h.Key] = string(h.Value)
+	}
+	if headers["eoskit-outbox-id"] != strconv.FormatInt(bigID, 10) || headers["eoskit-outbox-topic"] != small ||
+		!strings.Contains(headers["eoskit-outbox-error"], "MESSAGE_TOO_LARGE") || dl.Value != nil {
+		t.Fatalf("dead letter %+v: want the row's id, topic and error in headers, and no value", headers)
+	}
+	if n := b.rows(t); n != 0 {
+		t.Fatalf("%d rows left in the outbox", n)
+	}
+	var kept []byte
+	if err := b.pool.QueryRow(context.Background(), `SELECT value FROM eoskit_outbox_dead_letters WHERE id = $1 AND error LIKE '%MESSAGE_TOO_LARGE%'`, bigID).Scan(&kept); err != nil || string(kept) != big {
+		t.Fatalf("the dead-lettered record is not kept whole in %s: %v", outbox.DeadLetterTable, err)
+	}
+}
+
+// A record for a topic that does not exist is nobody's fault that
+// retrying could not cure: the relay retries for RetryFor, then returns
+// a *RecordError naming it; once the topic exists, the next relay
+// publishes everything once, in order.
+func TestMissingTopicStopsTheRelayAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	missing := integration.UniqueName(t, "missing")
+	b.writeEach(t, &kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte("before")},
+		&kgo.Record{Topic: missing, Key: []byte("k"), Value: []byte("lost?")},
+		&kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte("after")})
+	missingID := b.idOf(t, "lost?")
+	r, err := outbox.NewRelay(b.pool, b.opts(t, outbox.RetryFor(3*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = r.Run(ctx)
+	if rerr, ok := errors.AsType[*outbox.RecordError](err); !ok || rerr.ID != missingID || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("Run returned %v; want a *RecordError for record %d, UNKNOWN_TOPIC_OR_PARTITION", err, missingID)
+	}
+	for _, rec := range k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute) {
+		if string(rec.Value) == "after" {
+			t.Fatal("the record after the unpublishable one was published")
+		}
+	}
+	if resp, err := k.Admin.CreateTopic(ctx, 1, -1, nil, missing); err != nil || resp.Err != nil {
+		t.Fatal(err, resp.Err)
+	}
+	t.Cleanup(func() { _, _ = k.Admin.DeleteTopics(context.Background(), missing) })
+	run := b.start(t)
+	waitFor(t, time.Minute, "the record of the created topic", func() bool { return len(k.ReadNow(missing, kgo.ReadCommitted(), time.Minute)) == 1 })
+	waitFor(t, time.Minute, "both others", func() bool { return len(k.ReadNow(b.out, kgo.ReadCommitted(), time.Minute)) >= 2 })
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var vals []string
+	for _, rec := range k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute) {
+		vals = append(vals, string(rec.Value))
+	}
+	if strings.Join(vals, ",") != "before,after" {
+		t.Fatalf("output %v; want before,after once each", vals)
+	}
+}
+
+// A record pinned to a partition its topic lacks is its own fault.
+func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		return outbox.WriteToPartition(ctx, tx, 6, &kgo.Record{Topic: b.out, Value: []byte("p6")})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := outbox.NewRelay(b.pool, b.opts(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(ctx)
+	if rerr, ok := errors.AsType[*outbox.RecordError](err); !ok || rerr.Partition != 6 {
+		t.Fatalf("Run returned %v; want a *RecordError for partition 6", err)
+	}
+}

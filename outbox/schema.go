@@ -1,0 +1,213 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Table is the outbox table [Write] inserts into.
+const Table = "eoskit_outbox"
+
+// DeadLetterTable keeps, whole, the records a relay sent to its
+// [DeadLetterTopic] (the dead letter itself omits a value Kafka refused
+// as too large).
+const DeadLetterTable = "eoskit_outbox_dead_letters"
+
+// Publication is the publication [Migrate] creates over [Table] (inserts
+// only), which the relay's pgoutput stream reads.
+const Publication = "eoskit_outbox"
+
+// migrations are applied in order; each runs once, in its own transaction,
+// and its index+1 is recorded as the schema version. Append, never edit.
+var migrations = []string{
+	// 1: the outbox and its publication. Rows are a vehicle: the relay
+	// reads them from the write-ahead log, in commit order, and deletes
+	// them once read. Dead-lettered records are kept whole beside it.
+	`
+CREATE TABLE eoskit_outbox (
+	id        bigserial PRIMARY KEY,
+	topic     text      NOT NULL,
+	partition integer,
+	key       bytea,
+	value     bytea,
+	headers   bytea
+);
+CREATE PUBLICATION eoskit_outbox FOR TABLE eoskit_outbox WITH (publish = 'insert');
+CREATE TABLE eoskit_outbox_dead_letters (
+	id         bigint      PRIMARY KEY,
+	topic      text        NOT NULL,
+	partition  integer,
+	key        bytea,
+	value      bytea,
+	headers    bytea,
+	error      text        NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now()
+);`,
+}
+
+// SchemaVersion is the schema version this package needs.
+const SchemaVersion = 1
+
+// Migrate creates or upgrades the outbox table and its publication to
+// [SchemaVersion], then creates the database's replication slot
+// ([DefaultSlot]) if it does not exist. It is idempotent and safe to run from several instances
+// at once. Run it before the first [Write]: a record written before its
+// slot exists is never relayed.
+//
+// It needs wal_level=logical (else it returns [ErrWALLevel]), and a role
+// that may create the table and publication and has the REPLICATION
+// attribute (for the slot).
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := checkWALLevel(ctx, pool); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.outbox.migrate'))`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS eoskit_outbox_schema (version integer NOT NULL)`); err != nil {
+			return err
+		}
+		var version int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM eoskit_outbox_schema`).Scan(&version); err != nil {
+			return err
+		}
+		if version > len(migrations) {
+			return fmt.Errorf("the database schema is at version %d, newer than this code's %d: upgrade eoskit", version, len(migrations))
+		}
+		for v := version; v < len(migrations); v++ {
+			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+				return fmt.Errorf("to version %d: %w", v+1, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO eoskit_outbox_schema (version) VALUES ($1)`, v+1); err != nil {
+				return fmt.Errorf("to version %d: %w", v+1, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("outbox: migrate: %w", err)
+	}
+	slot, err := DefaultSlot(ctx, pool)
+	if err != nil {
+		return err
+	}
+	return CreateSlot(ctx, pool, slot)
+}
+
+// DefaultSlot returns the name of the replication slot [Migrate] creates
+// and a [Relay] reads unless told another with [Slot]: "eoskit_outbox_"
+// and the database's name (slot names are shared by every database of a
+// server, so each database gets its own).
+func DefaultSlot(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var db string
+	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		return "", fmt.Errorf("outbox: read the database's name: %w", err)
+	}
+	return slotName(db), nil
+}
+
+// slotName makes a valid slot name from a database name: lower case,
+// other characters as _, and a hash in place of what exceeds 63 bytes.
+func slotName(db string) string {
+	b := []byte("eoskit_outbox_")
+	for _, r := range strings.ToLower(db) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
+			b = append(b, byte(r))
+		} else {
+			b = append(b, '_')
+		}
+	}
+	if len(b) <= 63 {
+		return string(b)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(db))
+	return fmt.Sprintf("%s_%08x", b[:54], h.Sum32())
+}
+
+// CreateSlot creates the logical replication slot name (plugin pgoutput)
+// unless it exists. A relay reads every outbox record committed after its
+// slot was created; create a slot before records are written for it. The
+// role needs the REPLICATION attribute.
+func CreateSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	if !validSlotName(name) {
+		return fmt.Errorf("outbox: create slot: %q is not a replication slot name", name)
+	}
+	if err := checkWALLevel(ctx, pool); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')
+		WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, name)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // created meanwhile by another instance
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: create replication slot %s: %w", name, err)
+	}
+	return nil
+}
+
+// DropSlot drops the replication slot name, if it exists and no relay is
+// reading it. PostgreSQL keeps the write-ahead log a slot still needs, so
+// a slot nobody reads any more must be dropped; records written for it and
+// not yet relayed are then never relayed.
+func DropSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name)
+	if err != nil {
+		return fmt.Errorf("outbox: drop replication slot %s: %w", name, err)
+	}
+	return nil
+}
+
+// checkWALLevel returns ErrWALLevel unless the server decodes logically.
+func checkWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
+	var level string
+	if err := pool.QueryRow(ctx, `SHOW wal_level`).Scan(&level); err != nil {
+		return fmt.Errorf("outbox: read wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("%w (it is %q)", ErrWALLevel, level)
+	}
+	return nil
+}
+
+// checkReady returns a clear error unless the schema, the publication and
+// the slot are in place.
+func checkReady(ctx context.Context, pool *pgxpool.Pool, slot string) error {
+	if err := checkWALLevel(ctx, pool); err != nil {
+		return err
+	}
+	var version int
+	err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM eoskit_outbox_schema`).Scan(&version)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		version, err = 0, nil
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: read the schema version: %w", err)
+	}
+	if version != SchemaVersion {
+		return fmt.Errorf("%w: the database has version %d, this code needs %d", ErrSchema, version, SchemaVersion)
+	}
+	var plugin string
+	err = pool.QueryRow(ctx, `SELECT plugin FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, slot).Scan(&plugin)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s (create it with outbox.Migrate or outbox.CreateSlot before writing records)", ErrNoSlot, slot)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: look up replication slot %s: %w", slot, err)
+	}
+	if plugin != "pgoutput" {
+		return fmt.Errorf("%w: %s uses plugin %s, not pgoutput", ErrNoSlot, slot, plugin)
+	}
+	return nil
+}

@@ -1,0 +1,298 @@
+package outbox
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// row is one outbox record read from the log.
+type row struct {
+	id        int64
+	partition int32 // -1: by key
+	rec       *kgo.Record
+}
+
+// dbTxn is one committed database transaction's outbox records, in the
+// order it wrote them.
+type dbTxn struct {
+	end  pglogrepl.LSN // the end of its commit record: the position once published
+	rows []row
+}
+
+// stream reads committed transactions from a logical replication slot
+// through pgoutput, in commit order. It confirms to PostgreSQL only what it
+// is told has been published.
+type stream struct {
+	conn      *pgconn.PgConn
+	slot      string
+	confirmed pglogrepl.LSN // what the slot may forget: published, or idle past
+	interval  time.Duration // between status updates
+	nextSend  time.Time
+
+	relID   uint32
+	columns map[string]int
+	cur     *dbTxn // between Begin and Commit
+	// handed is the end of the last transaction next returned; until it
+	// is published, nothing past confirmed may be confirmed.
+	handed pglogrepl.LSN
+	// idle is how far the log was read with nothing in it to publish
+	// (keepalives, transactions without outbox records): safe to confirm
+	// once everything handed out is published.
+	idle pglogrepl.LSN
+}
+
+// replicationConfig turns a pool's connection settings into a
+// logical-replication connection's.
+func replicationConfig(cfg *pgconn.Config) *pgconn.Config {
+	c := cfg.Copy()
+	if c.RuntimeParams == nil {
+		c.RuntimeParams = map[string]string{}
+	}
+	c.RuntimeParams["replication"] = "database"
+	return c
+}
+
+// errSlotActive is what START_REPLICATION answers while another session
+// reads the slot.
+func slotActive(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55006"
+}
+
+// startStream opens the slot at from (PostgreSQL starts at the slot's
+// confirmed position if that is later).
+func startStream(ctx context.Context, cfg *pgconn.Config, slot, publication string, from pglogrepl.LSN, statusInterval time.Duration) (*stream, error) {
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: open a replication connection: %w", err)
+	}
+	err = pglogrepl.StartReplication(ctx, conn, slot, from, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			fmt.Sprintf("publication_names '%s'", publication),
+			"binary 'true'",
+		},
+	})
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, fmt.Errorf("outbox: start replication from slot %s at %s: %w", slot, from, err)
+	}
+	return &stream{conn: conn, slot: slot, confirmed: from, interval: statusInterval, nextSend: time.Now()}, nil
+}
+
+func (s *stream) close() { _ = s.conn.Close(context.Background()) }
+
+// next returns the next committed transaction with outbox records, or nil
+// when until passes first. skipThrough drops transactions already
+// published (their end at or before it).
+func (s *stream) next(ctx context.Context, until time.Time, skipThrough pglogrepl.LSN) (*dbTxn, error) {
+	for {
+		if time.Now().After(s.nextSend) {
+			if err := s.sendStatus(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if !until.IsZero() && !time.Now().Before(until) && s.cur == nil {
+			return nil, nil
+		}
+		deadline := s.nextSend
+		if !until.IsZero() && until.Before(deadline) && s.cur == nil {
+			deadline = until
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && pgconn.Timeout(err) {
+				continue
+			}
+			return nil, fmt.Errorf("outbox: read slot %s: %w", s.slot, err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			return nil, fmt.Errorf("outbox: read slot %s: %w", s.slot, pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyData:
+			t, err := s.handle(msg.Data, skipThrough)
+			if t != nil {
+				s.handed = t.end
+			}
+			if err != nil || t != nil {
+				return t, err
+			}
+		}
+	}
+}
+
+func (s *stream) handle(data []byte, skipThrough pglogrepl.LSN) (*dbTxn, error) {
+	if len(data) == 0 {
+		return nil, nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return nil, fmt.Errorf("outbox: slot %s: %w", s.slot, err)
+		}
+		if s.cur == nil && ka.ServerWALEnd > s.idle {
+			s.idle = ka.ServerWALEnd
+		}
+		if ka.ReplyRequested {
+			s.nextSend = time.Time{}
+		}
+		return nil, nil
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return nil, fmt.Errorf("outbox: slot %s: %w", s.slot, err)
+		}
+		return s.decode(x.WALData, skipThrough)
+	}
+	return nil, nil
+}
+
+func (s *stream) decode(wal []byte, skipThrough pglogrepl.LSN) (*dbTxn, error) {
+	m, err := pglogrepl.Parse(wal)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: slot %s: decode: %w", s.slot, err)
+	}
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		if m.RelationName != Table {
+			return nil, nil
+		}
+		cols := map[string]int{}
+		for i, c := range m.Columns {
+			cols[c.Name] = i
+		}
+		for _, name := range []string{"id", "topic", "partition", "key", "value", "headers"} {
+			if _, ok := cols[name]; !ok {
+				return nil, fmt.Errorf("%w: column %s is missing", ErrTableChanged, name)
+			}
+		}
+		s.relID, s.columns = m.RelationID, cols
+	case *pglogrepl.BeginMessage:
+		s.cur = &dbTxn{}
+	case *pglogrepl.InsertMessage:
+		if s.cur == nil {
+			return nil, fmt.Errorf("outbox: slot %s: an insert outside a transaction", s.slot)
+		}
+		if m.RelationID != s.relID || s.columns == nil {
+			return nil, nil
+		}
+		r, err := s.decodeRow(m.Tuple)
+		if err != nil {
+			return nil, err
+		}
+		s.cur.rows = append(s.cur.rows, r)
+	case *pglogrepl.CommitMessage:
+		t := s.cur
+		s.cur = nil
+		if t == nil {
+			return nil, fmt.Errorf("outbox: slot %s: a commit without its begin", s.slot)
+		}
+		t.end = m.TransactionEndLSN
+		if len(t.rows) == 0 || t.end <= skipThrough {
+			if m.TransactionEndLSN > s.idle {
+				s.idle = m.TransactionEndLSN
+			}
+			return nil, nil
+		}
+		for _, r := range t.rows {
+			r.rec.Timestamp = m.CommitTime
+		}
+		return t, nil
+	}
+	return nil, nil
+}
+
+// decodeRow reads a row sent in binary: bigint, text, integer and bytea
+// in their binary send formats.
+func (s *stream) decodeRow(t *pglogrepl.TupleData) (row, error) {
+	col := func(name string) *pglogrepl.TupleDataColumn {
+		i := s.columns[name]
+		if i >= len(t.Columns) {
+			return nil
+		}
+		return t.Columns[i]
+	}
+	bytesOf := func(name string) ([]byte, bool, error) {
+		c := col(name)
+		switch {
+		case c == nil || c.DataType == pglogrepl.TupleDataTypeNull:
+			return nil, false, nil
+		case c.DataType == pglogrepl.TupleDataTypeBinary:
+			return c.Data, true, nil
+		default:
+			return nil, false, fmt.Errorf("%w: column %s came as %q, not binary", ErrTableChanged, name, c.DataType)
+		}
+	}
+	r := row{partition: -1}
+	id, ok, err := bytesOf("id")
+	if err != nil || !ok || len(id) != 8 {
+		return r, fmt.Errorf("%w: id is not a bigint (%v)", ErrTableChanged, err)
+	}
+	r.id = int64(binary.BigEndian.Uint64(id))
+	topic, ok, err := bytesOf("topic")
+	if err != nil || !ok {
+		return r, fmt.Errorf("%w: row %d has no topic (%v)", ErrTableChanged, r.id, err)
+	}
+	part, ok, err := bytesOf("partition")
+	if err != nil || ok && len(part) != 4 {
+		return r, fmt.Errorf("%w: row %d: partition is not an integer (%v)", ErrTableChanged, r.id, err)
+	}
+	if ok {
+		r.partition = int32(binary.BigEndian.Uint32(part))
+	}
+	rec := &kgo.Record{Topic: string(topic)}
+	if rec.Key, _, err = bytesOf("key"); err != nil {
+		return r, err
+	}
+	if rec.Value, _, err = bytesOf("value"); err != nil {
+		return r, err
+	}
+	h, _, err := bytesOf("headers")
+	if err != nil {
+		return r, err
+	}
+	if rec.Headers, err = decodeHeaders(h); err != nil {
+		return r, fmt.Errorf("row %d: %w", r.id, err)
+	}
+	r.rec = rec
+	return r, nil
+}
+
+// published records that everything through end reached Kafka, so the
+// slot may forget it.
+func (s *stream) published(ctx context.Context, end pglogrepl.LSN) error {
+	if end > s.confirmed {
+		s.confirmed = end
+	}
+	if end > s.idle {
+		s.idle = end
+	}
+	return s.sendStatus(ctx)
+}
+
+// sendStatus tells PostgreSQL what the slot may forget: what was
+// published, or, while nothing is pending, how far the log was read.
+func (s *stream) sendStatus(ctx context.Context) error {
+	pos := s.confirmed
+	if s.idle > pos && s.cur == nil && s.handed <= s.confirmed {
+		pos = s.idle
+	}
+	s.nextSend = time.Now().Add(s.interval)
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos})
+	if err != nil {
+		return fmt.Errorf("outbox: confirm %s on slot %s: %w", pos, s.slot, err)
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package outbox
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Write stores records in the outbox inside the caller's transaction tx:
+// they reach Kafka if and only if tx commits, after every record of every
+// database transaction that committed before it, and in the order given.
+// Each record's Topic is required; Key, Value and Headers are kept as
+// they are; Partition, Timestamp and the rest are ignored (records go
+// where Kafka's default partitioner sends their key, so that one key
+// keeps one partition; use [WriteToPartition] to choose). Its Timestamp in
+// Kafka is the database transaction's commit time.
+func Write(ctx context.Context, tx pgx.Tx, records ...*kgo.Record) error {
+	return write(ctx, tx, nil, records)
+}
+
+// WriteToPartition is [Write] for records that must go to one partition
+// of their topics. A partition the topic does not have is refused by the
+// relay as the record's fault (see [DeadLetterTopic]).
+func WriteToPartition(ctx context.Context, tx pgx.Tx, partition int32, records ...*kgo.Record) error {
+	if partition < 0 {
+		return fmt.Errorf("outbox: write: partition %d is negative", partition)
+	}
+	return write(ctx, tx, &partition, records)
+}
+
+func write(ctx context.Context, tx pgx.Tx, partition *int32, records []*kgo.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	topics := make([]string, len(records))
+	partitions := make([]*int32, len(records))
+	keys := make([][]byte, len(records))
+	values := make([][]byte, len(records))
+	headers := make([][]byte, len(records))
+	for i, r := range records {
+		if r == nil || r.Topic == "" {
+			return fmt.Errorf("outbox: write: record %d has no topic", i)
+		}
+		topics[i], partitions[i], keys[i], values[i] = r.Topic, partition, r.Key, r.Value
+		headers[i] = encodeHeaders(r.Headers)
+	}
+	// One statement whatever the count; WITH ORDINALITY keeps the
+	// records' order in their ids.
+	_, err := tx.Exec(ctx, `INSERT INTO eoskit_outbox (topic, partition, key, value, headers)
+		SELECT t, p, k, v, h FROM unnest($1::text[], $2::integer[], $3::bytea[], $4::bytea[], $5::bytea[])
+		WITH ORDINALITY AS r(t, p, k, v, h, n) ORDER BY n`,
+		topics, partitions, keys, values, headers)
+	if err != nil {
+		return fmt.Errorf("outbox: write %d records: %w", len(records), err)
+	}
+	return nil
+}
+
+// encodeHeaders packs headers as a count, then per header its key and
+// value, each length-prefixed (uvarint); a nil value is length 0 and an
+// empty one length 1, so both survive. No headers is NULL.
+func encodeHeaders(hs []kgo.RecordHeader) []byte {
+	if len(hs) == 0 {
+		return nil
+	}
+	b := binary.AppendUvarint(nil, uint64(len(hs)))
+	for _, h := range hs {
+		b = binary.AppendUvarint(b, uint64(len(h.Key)))
+		b = append(b, h.Key...)
+		if h.Value == nil {
+			b = binary.AppendUvarint(b, 0)
+			continue
+		}
+		b = binary.AppendUvarint(b, uint64(len(h.Value))+1)
+		b = append(b, h.Value...)
+	}
+	return b
+}
+
+var errHeaders = errors.New("outbox: malformed headers column")
+
+func decodeHeaders(b []byte) ([]kgo.RecordHeader, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	next := func() (uint64, error) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, errHeaders
+		}
+		b = b[n:]
+		return v, nil
+	}
+	take := func(n uint64) ([]byte, error) {
+		if n > uint64(len(b)) {
+			return nil, errHeaders
+		}
+		out := b[:n:n]
+		b = b[n:]
+		return out, nil
+	}
+	count, err := next()
+	if err != nil || count > uint64(len(b)) {
+		return nil, errHeaders
+	}
+	hs := make([]kgo.RecordHeader, 0, count)
+	for range count {
+		kl, err := next()
+		if err != nil {
+			return nil, err
+		}
+		k, err := take(kl)
+		if err != nil {
+			return nil, err
+		}
+		vl, err := next()
+		if err != nil {
+			return nil, err
+		}
+		h := kgo.RecordHeader{Key: string(k)}
+		if vl > 0 {
+			if h.Value, err = take(vl - 1); err != nil {
+				return nil, err
+			}
+		}
+		hs = append(hs, h)
+	}
+	if len(b) != 0 {
+		return nil, errHeaders
+	}
+	return hs, nil
+}
