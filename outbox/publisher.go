@@ -131,7 +131,7 @@ type ackPublisher struct {
 }
 
 func (a *ackPublisher) start(context.Context) (pglogrepl.LSN, error) { return 0, nil }
-func (a *ackPublisher) fences() bool                                  { return false }
+func (a *ackPublisher) fences() bool                                 { return false }
 
 func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
 	var mu sync.Mutex
