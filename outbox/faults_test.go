@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -20,8 +21,9 @@ import (
 )
 
 // A relay stalls inside a Kafka transaction, past its transaction
-// timeout, while writers go on. Its replacement fences it (same
-// transactional id), takes the replication slot from it, and publishes
+// timeout, while writers go on. Its replacement sees it silent on the
+// slot, fences it (same transactional id), takes the slot from it, and
+// publishes
 // everything; when the stalled relay wakes, its commit is refused as
 // fenced and Run returns eos.ErrFenced. Nothing is lost or published
 // twice.
@@ -30,7 +32,7 @@ func TestStalledRelayIsFencedByItsReplacement(t *testing.T) {
 	b := newBed(t, integration.Kafka(t))
 	stalled, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	zombie := b.start(t, outbox.ClientOptions(kgo.TransactionTimeout(5*time.Second)),
+	zombie := b.start(t, outbox.ClientOptions(kgo.TransactionTimeout(5*time.Second)), outbox.StatusInterval(time.Second),
 		outbox.BeforeCommit(func() { once.Do(func() { close(stalled); <-release }) }))
 	var w written
 	wrote := make(chan error, 1)
@@ -41,7 +43,7 @@ func TestStalledRelayIsFencedByItsReplacement(t *testing.T) {
 		t.Fatal("the first relay never reached a commit")
 	}
 	time.Sleep(6 * time.Second) // past its 5 s transaction timeout
-	replacement := b.start(t)
+	replacement := b.start(t, outbox.StatusInterval(time.Second))
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +151,12 @@ func (b *bed) waitPublished(t *testing.T, wrote chan error) []string {
 
 // The proof: eight writers commit 100,000 records (500 keys, ids
 // committing out of order, one transaction in ten rolled back) while
-//   - a relay process is SIGKILLed inside an open Kafka transaction,
+//   - a relay process rides out a crash restart of PostgreSQL (immediate
+//     shutdown; it cuts writers' transactions too);
+//   - relay processes are SIGKILLed inside an open Kafka transaction,
 //     three times, each restart resuming from the position in Kafka;
-//   - then a relay in the test rides out a crash restart of PostgreSQL
-//     (immediate shutdown; it cuts writers' transactions too) and a
-//     SIGKILL of the broker leading an output partition (3 brokers, RF=3,
-//     min.insync.replicas=2).
+//   - then a relay in the test rides out a SIGKILL of the broker leading
+//     an output partition (3 brokers, RF=3, min.insync.replicas=2).
 //
 // The verifier finds every committed record once, per key in commit
 // order, nothing rolled back or aborted visible; the outbox table ends
@@ -170,10 +172,7 @@ func TestRelayExactlyOnceThroughCrashesAndRestarts(t *testing.T) {
 	wrote := make(chan error, 1)
 	go func() { wrote <- b.write(ctx, 100_000, 8, 500, &w) }()
 
-	for range 3 {
-		b.killMidTransaction(t, b.relayProcess(t, "exactly-once"))
-	}
-	run := b.start(t)
+	relay := b.relayProcess(t, "exactly-once")
 	before := b.logEnd(t)
 	waitFor(t, 2*time.Minute, "the relay to publish", func() bool { return b.logEnd(t) > before+3000 })
 	start := time.Now()
@@ -181,8 +180,13 @@ func TestRelayExactlyOnceThroughCrashesAndRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("PostgreSQL crash-restarted in %s", time.Since(start).Round(time.Millisecond))
+	b.killMidTransaction(t, relay)
+	for range 2 {
+		b.killMidTransaction(t, b.relayProcess(t, "exactly-once"))
+	}
+	run := b.start(t)
 	before = b.logEnd(t)
-	waitFor(t, 2*time.Minute, "the relay to publish after PostgreSQL came back", func() bool { return b.logEnd(t) > before+3000 })
+	waitFor(t, 2*time.Minute, "the relay to publish", func() bool { return b.logEnd(t) > before+3000 })
 	md, err := c.Admin.Metadata(ctx, b.out)
 	if err != nil {
 		t.Fatal(err)
@@ -250,4 +254,38 @@ func TestAtLeastOnceRelayDuplicatesAfterACrash(t *testing.T) {
 		t.Fatalf("at-least-once through 3 SIGKILLs: %v; want duplicates, and nothing lost or rolled back visible", rep)
 	}
 	t.Logf("at-least-once through 3 SIGKILLs: %v", rep)
+}
+
+// A second relay started beside a live one stands by: it neither fences
+// the live one nor publishes, until the live one stops; then it takes
+// over, and nothing is lost or published twice.
+func TestSecondRelayStandsByUntilTheFirstStops(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, integration.Kafka(t))
+	first := b.start(t, outbox.StatusInterval(time.Second))
+	var w written
+	if err := b.write(context.Background(), 1000, 2, 10, &w); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the first relay to publish", func() bool { return b.published(t) >= 1000 })
+	second := b.start(t, outbox.StatusInterval(time.Second))
+	if err := b.write(context.Background(), 1000, 2, 10, &w); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the first relay to publish the second thousand", func() bool { return b.published(t) >= 2000 })
+	time.Sleep(5 * time.Second) // more than three status intervals
+	if err := first.wait(time.Millisecond); !strings.Contains(fmt.Sprint(err), "did not return") {
+		t.Fatalf("the first relay stopped (%v) while the second stood by", err)
+	}
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.write(context.Background(), 1000, 2, 10, &w); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the second relay to take over", func() bool { return b.published(t) >= 3000 })
+	if err := second.stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("verifier: %v", b.verify(t, &w))
 }

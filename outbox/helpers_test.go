@@ -148,6 +148,7 @@ type written struct {
 	aborted []string
 	failed  int           // transactions that failed other than on purpose
 	took    time.Duration // from the first transaction to the last writer's end
+	calls   int
 }
 
 func (w *written) rolledBack(ids []string) {
@@ -219,6 +220,10 @@ func (b *bed) write(ctx context.Context, n, writers, keys int, w *written) error
 		defer total.Unlock()
 		remaining += k
 	}
+	w.mu.Lock()
+	w.calls++
+	call := w.calls // ids stay unique over several calls
+	w.mu.Unlock()
 	errs := make(chan error, writers)
 	var wg sync.WaitGroup
 	for wr := range writers {
@@ -255,7 +260,7 @@ func (b *bed) write(ctx context.Context, n, writers, keys int, w *written) error
 							ON CONFLICT (k) DO UPDATE SET seq = key_seq.seq + 1 RETURNING seq`, key).Scan(&seq); err != nil {
 							return err
 						}
-						id := fmt.Sprintf("w%d-%d-%d", wr, i, j)
+						id := fmt.Sprintf("c%d-w%d-%d-%d", call, wr, i, j)
 						ids = append(ids, id)
 						recs = append(recs, &kgo.Record{Topic: b.out, Key: []byte(key), Value: fmt.Appendf(nil, "%s|%s|%d", id, key, seq)})
 					}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -135,6 +136,9 @@ func backoff(attempt int) time.Duration {
 // publish batches until an error. It reports whether it published
 // anything.
 func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err error) {
+	if err := r.awaitSlot(ctx); err != nil {
+		return false, err
+	}
 	from, err := p.start(ctx)
 	if err != nil {
 		return false, err
@@ -213,6 +217,43 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 	r.cfg.logger.Warn("outbox: record refused; dead-lettering it", "id", info.id, "topic", info.topic, "dead_letter_topic", r.cfg.deadLetter, "err", cause)
 	dead[info.id] = cause
 	return true, nil
+}
+
+// awaitSlot returns once the slot is free or its holder has gone quiet:
+// no status from it for three status intervals (a live relay sends one
+// every interval). Until then this relay is a standby, and waits without
+// a deadline; it must not fence a live relay, which would fence it back
+// when its supervisor restarts it.
+func (r *Relay) awaitSlot(ctx context.Context) error {
+	quiet := 3 * r.cfg.statusInterval
+	logged := false
+	for {
+		var pid *int32
+		var silent *time.Duration
+		err := r.pool.QueryRow(ctx, `SELECT s.active_pid, now() - coalesce(w.reply_time, w.backend_start)
+			FROM pg_replication_slots s LEFT JOIN pg_stat_replication w ON w.pid = s.active_pid
+			WHERE s.slot_name = $1`, r.cfg.slot).Scan(&pid, &silent)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("%w: %s", ErrNoSlot, r.cfg.slot)
+		case err != nil:
+			return fmt.Errorf("outbox: look up replication slot %s: %w", r.cfg.slot, err)
+		case pid == nil:
+			return nil
+		case silent == nil || *silent > quiet:
+			r.cfg.logger.Warn("outbox: the slot's holder has gone quiet; taking over", "slot", r.cfg.slot, "pid", *pid, "quiet_for", silent)
+			return nil
+		}
+		if !logged {
+			r.cfg.logger.Info("outbox: standing by while another relay holds the slot", "slot", r.cfg.slot, "pid", *pid)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.cfg.statusInterval / 4):
+		}
+	}
 }
 
 // openStream opens the slot. While another session holds it, it waits,

@@ -182,6 +182,7 @@ type result struct {
 func All() []Pattern {
 	return []Pattern{
 		atMostOnce(), atLeastOnce(), exactlyOnceKafka(), exactlyOncePostgres(), dedupPostgres(), producerResume(),
+		atLeastOnceOutbox(), exactlyOnceOutbox(),
 	}
 }
 

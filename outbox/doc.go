@@ -1,0 +1,102 @@
+// Package outbox publishes records from PostgreSQL to Kafka exactly once:
+// the transactional outbox, with a relay that neither loses nor
+// republishes whatever it crashes.
+//
+// A service that must change its database and publish an event can not
+// write to both in one transaction (a dual write loses or invents events).
+// With outbox it writes the event to an outbox table inside its own
+// database transaction:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `UPDATE orders SET state = 'paid' WHERE id = $1`, id); err != nil {
+//			return err
+//		}
+//		return outbox.Write(ctx, tx, &kgo.Record{Topic: "orders", Key: []byte(id), Value: event})
+//	})
+//
+// and a [Relay] publishes it:
+//
+//	r, err := outbox.NewRelay(pool, outbox.Brokers("localhost:9092"))
+//	...
+//	err = r.Run(ctx) // until ctx ends or a final error
+//
+// # What it guarantees
+//
+// Every record of a committed database transaction reaches Kafka once (as
+// read by read_committed consumers); no record of a rolled-back one ever
+// does. Records are published in the commit order of the transactions that
+// wrote them (and in the order written within one), so records of one key
+// (which go to one partition) keep the order their transactions
+// committed in. Each record's Kafka timestamp is its transaction's commit
+// time.
+//
+// # How: logical decoding, and the position in Kafka
+//
+// The relay reads the outbox table's inserts from PostgreSQL's
+// write-ahead log through a logical replication slot and the built-in
+// pgoutput plugin (github.com/jackc/pglogrepl). The log gives whole
+// committed transactions in commit order, which is the order the guarantee
+// needs; a poller by id or by sequence can not have it (an id taken
+// earlier may commit later, and a poller that moved past it skips it for
+// good), and transaction-id snapshots (xid8) give the order transactions
+// started, not committed. Rolled-back transactions never appear in the
+// stream.
+//
+// The relay publishes several database transactions (never part of one)
+// in one Kafka transaction, and adds to it a record of its position (the
+// log position where the last of them ended) in a position topic, so that
+// records and position commit together. On every start it first
+// registers its transactional id (which fences any other relay with it
+// and aborts that relay's open transaction), then reads its position back
+// with read_committed, and asks the slot for what comes after it. The slot
+// is told a position only after Kafka committed it; until then
+// PostgreSQL keeps the log. So a crash at any point leads to a restart
+// from exactly what Kafka has: nothing twice, nothing skipped. The rows
+// are deleted from the table as they are published (before the Kafka
+// commit: the log, not the table, is what is replayed).
+//
+// # What it needs
+//
+//   - wal_level = logical on the server (scripts/postgres.sh sets it).
+//     [Migrate] and [Relay.Run] refuse to start otherwise, with [ErrWALLevel].
+//   - A role with the REPLICATION attribute for the relay and [Migrate] (to
+//     create and read the slot), and one that may create the table and
+//     publication for [Migrate]. No superuser.
+//   - [Migrate] run before the first [Write]: it creates the table, the
+//     publication and the database's slot ([DefaultSlot]); records written
+//     before the slot existed are never relayed.
+//   - The position topic ([DefaultPositionTopic] unless [PositionTopic])
+//     created beforehand: one partition, cleanup.policy=compact. The
+//     relay's Kafka principal needs Write on the output topics and the
+//     position topic, Read on the position topic, and Write and Describe on
+//     its transactional id; nothing cluster-wide.
+//
+// # What breaks it
+//
+//   - Dropping the slot, or advancing it by hand, loses whatever it held.
+//     A slot nobody reads keeps the log growing on the server: drop the
+//     slots you no longer use ([DropSlot]).
+//   - Deleting the position topic (or the relay's key in it) makes the next
+//     relay start from the slot's own position, which may be up to one
+//     batch behind: those records are published again.
+//   - Two relays of one slot with different transactional ids do not fence
+//     each other. Give every relay of a slot the same id (the default).
+//
+// # Faults
+//
+// Connection failures, restarts of PostgreSQL or Kafka brokers and
+// aborted transactions are retried: every retry resumes from the position
+// committed in Kafka. A relay that started beside a live one stands by
+// until it stops or goes quiet on the slot (three status intervals,
+// 30 s), then takes over, fencing it. A record Kafka refuses as its own
+// fault (too large, a partition its topic lacks) stops the relay with a
+// *[RecordError], or goes to a [DeadLetterTopic]; a record for a missing
+// topic is retried for [RetryFor], then stops the relay. Either way the
+// record stays in the log, and the relay publishes it, in order, on its
+// next start.
+//
+// [WithSemantics](eos.AtLeastOnce) makes a relay of the common kind
+// (acknowledged, then the slot told): a crash between the two publishes
+// again. It exists to compare with: the tests show its duplicates under
+// the crashes the exactly-once relay survives without any.
+package outbox

@@ -1,0 +1,275 @@
+package patterns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/outbox"
+)
+
+// exactlyOnceOutbox is the transactional outbox relayed by outbox.Relay:
+// the database writes the reports, the relay publishes them.
+func exactlyOnceOutbox() Pattern {
+	return Pattern{
+		Name:          "exactly-once outbox relay",
+		Guarantee:     "outbox rows from the log in commit order; records and position in one Kafka transaction",
+		NeedsDatabase: true,
+		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
+			return l.outboxPipeline(ctx, p, eos.ExactlyOnce)
+		},
+	}
+}
+
+// atLeastOnceOutbox is the relay most outboxes have: publish, wait for
+// the acknowledgement, then record the position.
+func atLeastOnceOutbox() Pattern {
+	return Pattern{
+		Name:          "at-least-once outbox relay",
+		Guarantee:     "acknowledged by Kafka, then the position recorded",
+		NeedsDatabase: true,
+		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
+			return l.outboxPipeline(ctx, p, eos.AtLeastOnce)
+		},
+	}
+}
+
+// outboxPipeline writes the reports into the outbox from one connection
+// per region (so each region commits in report order), relays them with
+// a relay of the given semantics, crashes the relay twice after Kafka
+// acknowledged a batch and before the slot was told, and reads the topic.
+func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) (result, error) {
+	adm, closeAdm, err := l.admin()
+	if err != nil {
+		return result{}, err
+	}
+	defer closeAdm()
+	out := runName(p)
+	positions := out + "-positions"
+	if err := l.newTopics(ctx, adm, out, positions); err != nil {
+		return result{}, err
+	}
+	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), out, positions) }()
+
+	// The run's own slot: created after the migration and dropped at the
+	// end, so that no earlier run's records come along, and no slot is
+	// left holding the server's log.
+	if err := outbox.Migrate(ctx, l.Pool); err != nil {
+		return result{}, err
+	}
+	slot, err := outbox.DefaultSlot(ctx, l.Pool)
+	if err != nil {
+		return result{}, err
+	}
+	if err := outbox.DropSlot(ctx, l.Pool, slot); err != nil {
+		return result{}, err
+	}
+	if err := outbox.CreateSlot(ctx, l.Pool, slot); err != nil {
+		return result{}, err
+	}
+	defer func() { _ = outbox.DropSlot(context.WithoutCancel(ctx), l.Pool, slot) }()
+
+	crash := &crashPoint{}
+	cfg := l.Pool.Config()
+	cfg.ConnConfig.Tracer = crash
+	relayPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
+	defer relayPool.Close()
+
+	l.progress(p, "writers: one connection per region, committing reports into the outbox")
+	wrote := make(chan error, 1)
+	go func() { wrote <- l.writeOutbox(ctx, out) }()
+
+	start := func() (stop func() error, err error) {
+		r, err := outbox.NewRelay(relayPool, outbox.Brokers(l.Brokers...), outbox.PositionTopic(positions),
+			outbox.WithSemantics(sem), outbox.Logger(l.Logger), outbox.CommitInterval(20*time.Millisecond), outbox.MaxRecordsPerCommit(100))
+		if err != nil {
+			return nil, err
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		return func() error {
+			cancel()
+			crash.release()
+			select {
+			case err := <-done:
+				return err
+			case <-time.After(l.StepTimeout):
+				return fmt.Errorf("%w: the relay did not stop", ErrStalled)
+			}
+		}, nil
+	}
+	committed := func() (int64, error) {
+		ends, err := adm.ListCommittedOffsets(ctx, out)
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+		return n, nil
+	}
+	wait := func(step string, cond func() (bool, error)) error {
+		l.progress(p, step)
+		deadline := time.Now().Add(l.StepTimeout)
+		for {
+			ok, err := cond()
+			if ok {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return &StepError{Pattern: p.Name, Step: step, Waited: l.StepTimeout, Total: int64(len(l.Reports)), Err: errors.Join(ErrStalled, err)}
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+
+	var faults []string
+	for _, at := range []float64{0.3, 0.65} {
+		stop, err := start()
+		if err != nil {
+			return result{}, err
+		}
+		if err := wait(fmt.Sprintf("relay: publishing until %.0f%%", at*100), func() (bool, error) {
+			n, err := committed()
+			return float64(n) >= at*float64(len(l.Reports)), err
+		}); err != nil {
+			_ = stop()
+			return result{}, err
+		}
+		caught := crash.arm()
+		if err := wait("relay: caught after Kafka acknowledged a batch, before the slot is told", func() (bool, error) {
+			select {
+			case <-caught:
+				return true, nil
+			default:
+				return false, nil
+			}
+		}); err != nil {
+			_ = stop()
+			return result{}, err
+		}
+		if err := stop(); err != nil {
+			return result{}, fmt.Errorf("relay crash at %.0f%%: %w", at*100, err)
+		}
+		faults = append(faults, fmt.Sprintf("relay crashed at %.0f%%, its batch acknowledged, the slot not yet told", at*100))
+	}
+	if err := <-wrote; err != nil {
+		return result{}, err
+	}
+	stop, err := start()
+	if err != nil {
+		return result{}, err
+	}
+	var res result
+	err = wait("relay: publishing the rest", func() (bool, error) {
+		n, err := committed()
+		if err != nil || n < int64(len(l.Reports)) {
+			return false, err
+		}
+		res, err = l.readKafkaOutput(ctx, out, faults)
+		return err == nil && len(res.outputs) >= len(l.Reports), err
+	})
+	if stopErr := stop(); err == nil {
+		err = stopErr
+	}
+	return res, err
+}
+
+// writeOutbox writes the reports into the outbox, one connection per
+// region, each region's in order, in transactions of up to 4 reports.
+func (l *Lab) writeOutbox(ctx context.Context, topic string) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(Regions))
+	for i, region := range Regions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var batch []*kgo.Record
+			n := 0
+			flush := func() error {
+				err := pgx.BeginFunc(ctx, l.Pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx, batch...) })
+				batch = batch[:0]
+				return err
+			}
+			for _, r := range l.Reports {
+				if r.Region != region {
+					continue
+				}
+				batch = append(batch, &kgo.Record{Topic: topic, Key: []byte(r.Region), Value: r.Value()})
+				if n++; len(batch) >= 1+n%4 {
+					if errs[i] = flush(); errs[i] != nil {
+						return
+					}
+				}
+			}
+			if len(batch) > 0 {
+				errs[i] = flush()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// crashPoint is a pgx tracer on the relay's pool: once armed, the relay's
+// next deletion of published rows (which comes after Kafka acknowledged
+// the batch, and before the relay commits or tells the slot) blocks until
+// released, so that the lab can stop the relay right there: a crash at
+// the worst moment for an at-least-once relay.
+type crashPoint struct {
+	mu     sync.Mutex
+	caught chan struct{}
+	held   chan struct{}
+}
+
+func (c *crashPoint) arm() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.caught, c.held = make(chan struct{}), make(chan struct{})
+	return c.caught
+}
+
+func (c *crashPoint) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held != nil {
+		close(c.held)
+		c.caught, c.held = nil, nil
+	}
+}
+
+func (c *crashPoint) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if !strings.HasPrefix(data.SQL, "DELETE FROM eoskit_outbox ") {
+		return ctx
+	}
+	c.mu.Lock()
+	caught, held := c.caught, c.held
+	if caught != nil {
+		c.caught = nil // one catch per arming
+	}
+	c.mu.Unlock()
+	if caught == nil {
+		return ctx
+	}
+	close(caught)
+	<-held
+	return ctx
+}
+
+func (c *crashPoint) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
