@@ -112,10 +112,17 @@ func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 		if err := t.cfg.gather(b, next, produce); err != nil {
 			return err
 		}
-		if err := del(ctx, b); err != nil {
+		// The rows' deletion overlaps the wait for Kafka's
+		// acknowledgements; both end before the commit.
+		deleted := make(chan error, 1)
+		go func() { deleted <- del(ctx, b) }()
+		err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.slot, b.txns[len(b.txns)-1].end))
+		if derr := <-deleted; err == nil {
+			err = derr
+		}
+		if err != nil {
 			return err
 		}
-		tx.Produce(positionRecord(t.cfg.positionTopic, t.cfg.slot, b.txns[len(b.txns)-1].end))
 		if t.cfg.hooks.beforeCommit != nil {
 			t.cfg.hooks.beforeCommit()
 		}

@@ -45,8 +45,10 @@ func atLeastOnceOutbox() Pattern {
 
 // outboxPipeline writes the reports into the outbox from one connection
 // per region (so each region commits in report order), relays them with
-// a relay of the given semantics, crashes the relay twice after Kafka
-// acknowledged a batch and before the slot was told, and reads the topic.
+// a relay of the given semantics, crashes the relay twice at the worst
+// moment for it (at-least-once: Kafka acknowledged the batch; exactly-once:
+// its transaction is open; the slot not yet told either way), and reads
+// the topic.
 func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) (result, error) {
 	adm, closeAdm, err := l.admin()
 	if err != nil {
@@ -153,7 +155,7 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 			return result{}, err
 		}
 		caught := crash.arm()
-		if err := wait("relay: caught after Kafka acknowledged a batch, before the slot is told", func() (bool, error) {
+		if err := wait("relay: caught deleting a published batch's rows, before the slot is told", func() (bool, error) {
 			select {
 			case <-caught:
 				return true, nil
@@ -167,7 +169,11 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 		if err := stop(); err != nil {
 			return result{}, fmt.Errorf("relay crash at %.0f%%: %w", at*100, err)
 		}
-		faults = append(faults, fmt.Sprintf("relay crashed at %.0f%%, its batch acknowledged, the slot not yet told", at*100))
+		state := "its Kafka transaction open"
+		if sem == eos.AtLeastOnce {
+			state = "its batch acknowledged by Kafka"
+		}
+		faults = append(faults, fmt.Sprintf("relay crashed at %.0f%%, %s, the slot not yet told", at*100, state))
 	}
 	if err := <-wrote; err != nil {
 		return result{}, err

@@ -72,6 +72,10 @@ func checkPattern(t *testing.T, lab *patterns.Lab, p patterns.Pattern) {
 		if out.Lost <= notWritten || out.TotalsCorrect {
 			t.Errorf("at-most-once should lose more than the %d reports its source never wrote: %v", notWritten, out.Report)
 		}
+	case "at-least-once outbox relay":
+		if out.Lost != 0 || out.Duplicated == 0 || out.TotalsCorrect {
+			t.Errorf("the at-least-once relay should never lose, and duplicate the batches its crashes left unconfirmed: %v", out.Report)
+		}
 	case "at-least-once":
 		if out.Lost != 0 || out.Duplicated <= ackLost || out.TotalsCorrect {
 			t.Errorf("at-least-once should never lose, and duplicate more than the %d reports its source resent: %v", ackLost, out.Report)

@@ -79,10 +79,10 @@ func offsetstorePath(records int) path {
 	return path{
 		name: "offsetstore", records: records, partitions: 4,
 		variants: []variant{
-			{"at-least-once, auto-commit, batch 1000", autoCommitCopy(1000)},
-			{"offsetstore, batch 100", runner(100)},
-			{"offsetstore, batch 1000", runner(1000)},
-			{"offsetstore, batch 10000", runner(10000)},
+			{name: "at-least-once, auto-commit, batch 1000", start: autoCommitCopy(1000)},
+			{name: "offsetstore, batch 100", start: runner(100)},
+			{name: "offsetstore, batch 1000", start: runner(1000)},
+			{name: "offsetstore, batch 10000", start: runner(10000)},
 		},
 	}
 }
@@ -131,8 +131,8 @@ func dedupPath(records int) path {
 	return path{
 		name: "dedup", records: records, partitions: 4, stamp: true,
 		variants: []variant{
-			{"at-least-once, same consumer without dedup", plainConsume},
-			{"dedup.Consumer", consumer},
+			{name: "at-least-once, same consumer without dedup", start: plainConsume},
+			{name: "dedup.Consumer", start: consumer},
 		},
 	}
 }

@@ -18,11 +18,11 @@ func eosPath(records int) path {
 	return path{
 		name: "eos", records: records, partitions: 6, output: true, physical: true,
 		variants: []variant{
-			{"at-least-once loop, 100ms", processor(eos.AtLeastOnce, 100*time.Millisecond)},
-			{"raw GroupTransactSession, 100ms", rawSession(100 * time.Millisecond)},
-			{"eos.Processor, 10ms", processor(eos.ExactlyOnce, 10*time.Millisecond)},
-			{"eos.Processor, 100ms", processor(eos.ExactlyOnce, 100*time.Millisecond)},
-			{"eos.Processor, 1s", processor(eos.ExactlyOnce, time.Second)},
+			{name: "at-least-once loop, 100ms", start: processor(eos.AtLeastOnce, 100*time.Millisecond)},
+			{name: "raw GroupTransactSession, 100ms", start: rawSession(100 * time.Millisecond)},
+			{name: "eos.Processor, 10ms", start: processor(eos.ExactlyOnce, 10*time.Millisecond)},
+			{name: "eos.Processor, 100ms", start: processor(eos.ExactlyOnce, 100*time.Millisecond)},
+			{name: "eos.Processor, 1s", start: processor(eos.ExactlyOnce, time.Second)},
 		},
 	}
 }

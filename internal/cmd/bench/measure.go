@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/dedup"
+	"github.com/eoskit/eoskit/outbox"
 )
 
 type bench struct {
@@ -31,6 +32,8 @@ type env struct {
 	pool    *pgxpool.Pool
 	in, out string
 	group   string
+	slot    string   // the outbox path's replication slot
+	values  [][]byte // what seedInput wrote, for a variant that needs it
 }
 
 // running is a consumer under test, started on env.in: progress counts
@@ -44,6 +47,9 @@ type running struct {
 type variant struct {
 	name  string
 	start func(ctx context.Context, e *env) (running, error)
+	// throughputOnly: no latency run (a reference that has no input to
+	// time from).
+	throughputOnly bool
 }
 
 // path is one of eoskit's exactly-once paths with its baselines.
@@ -54,7 +60,13 @@ type path struct {
 	output     bool      // it writes to an output topic (else to the results table)
 	stamp      bool      // inputs carry dedup's id header
 	physical   bool      // also measure the broker's physical reference
+	slot       bool      // each env gets its own outbox replication slot
 	variants   []variant // variants[0] is the at-least-once baseline
+	// seedInput, when set, writes a run's input instead of seeding the
+	// input topic, and latencyInput writes the latency run's n records
+	// at rate per second instead of producing them.
+	seedInput    func(ctx context.Context, e *env, n, size int) error
+	latencyInput func(ctx context.Context, e *env, n, rate int, value []byte) error
 }
 
 // row is one line of the report.
@@ -88,7 +100,11 @@ func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 				return nil, err
 			}
 			start := time.Now()
-			if err := seed(ctx, b.brokers, e.in, p.records, size, p.stamp); err != nil {
+			if p.seedInput != nil {
+				if err := p.seedInput(ctx, e, p.records, size); err != nil {
+					return nil, err
+				}
+			} else if err := seed(ctx, b.brokers, e.in, p.records, size, p.stamp); err != nil {
 				return nil, err
 			}
 			prodRates = append(prodRates, float64(p.records)/time.Since(start).Seconds())
@@ -111,6 +127,9 @@ func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 		}
 	}
 	for i, v := range p.variants {
+		if v.throughputOnly {
+			continue
+		}
 		e, err := b.newEnv(ctx, p, fmt.Sprintf("lat-%d", i))
 		if err != nil {
 			return nil, err
@@ -154,6 +173,12 @@ func (b *bench) newEnv(ctx context.Context, p path, suffix string) (*env, error)
 			return nil, err
 		}
 	}
+	if p.slot {
+		e.slot = fmt.Sprintf("bench_%d", time.Now().UnixNano())
+		if err := outbox.CreateSlot(ctx, b.pool, e.slot); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
@@ -163,6 +188,9 @@ func (b *bench) dropEnv(ctx context.Context, e *env) {
 		topics = append(topics, e.out)
 	}
 	_, _ = b.adm.DeleteTopics(ctx, topics...)
+	if e.slot != "" {
+		_ = outbox.DropSlot(ctx, b.pool, e.slot)
+	}
 }
 
 // throughputRun starts v and returns how long until all n results were
@@ -229,12 +257,29 @@ func latencyRun(ctx context.Context, v variant, e *env, p path, size int) ([]tim
 	obs := newObserver(ctx, e, p.output)
 	time.Sleep(2 * time.Second) // let the group form before the clock starts
 
+	value := randomValues(1, size)[0]
+	if p.latencyInput != nil {
+		go func() {
+			if err := p.latencyInput(ctx, e, n, rate, value); err != nil {
+				fmt.Fprintf(os.Stderr, "  latency input: %v\n", err)
+			}
+		}()
+		lat, err := obs.collect(n, time.Minute)
+		cancel()
+		if werr := run.wait(); werr != nil && !errors.Is(werr, context.Canceled) {
+			return nil, werr
+		}
+		if err != nil {
+			return nil, err
+		}
+		slices.Sort(lat)
+		return lat, nil
+	}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.in))
 	if err != nil {
 		return nil, err
 	}
 	defer prod.Close()
-	value := randomValues(1, size)[0]
 	go func() {
 		tick := time.NewTicker(time.Second / rate)
 		defer tick.Stop()
