@@ -261,12 +261,20 @@ func (p *TransactionalProducer) classify(op string, err error) error {
 }
 
 // ProducerID returns the producer id and epoch the broker assigned to this
-// transactional id, for diagnostics: a newer instance with the same id gets
-// the same producer id with a higher epoch.
+// transactional id, registering it first if this producer has not yet
+// (which fences any older producer with the id and aborts its open
+// transaction): a newer instance with the same id gets the same producer
+// id with a higher epoch. Once this producer is fenced or closed, it
+// returns that final error ([ErrFenced], [ErrClosed]).
 func (p *TransactionalProducer) ProducerID(ctx context.Context) (id int64, epoch int16, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.final != nil {
+		return 0, 0, p.final
+	}
 	id, epoch, err = p.cl.ProducerID(ctx)
 	if err != nil {
-		return id, epoch, fmt.Errorf("eos: producer id: %w", err)
+		return id, epoch, p.classify("producer id", err)
 	}
 	return id, epoch, nil
 }

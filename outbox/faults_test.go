@@ -34,9 +34,8 @@ func TestStalledRelayIsFencedByItsReplacement(t *testing.T) {
 	var once sync.Once
 	zombie := b.start(t, outbox.ClientOptions(kgo.TransactionTimeout(5*time.Second)), outbox.StatusInterval(time.Second),
 		outbox.BeforeCommit(func() { once.Do(func() { close(stalled); <-release }) }))
-	var w written
 	wrote := make(chan error, 1)
-	go func() { wrote <- b.write(context.Background(), 3000, 4, 20, &w) }()
+	go func() { wrote <- b.load.Write(context.Background(), 3000, 4, 20) }()
 	select {
 	case <-stalled:
 	case <-time.After(time.Minute):
@@ -56,7 +55,7 @@ func TestStalledRelayIsFencedByItsReplacement(t *testing.T) {
 	if err := replacement.stop(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("verifier: %v", b.verify(t, &w))
+	t.Logf("verifier: %v", b.verify(t))
 }
 
 // relayProcess starts a relay in a child process (this test binary, see
@@ -74,7 +73,7 @@ func (b *bed) relayProcess(t *testing.T, semantics string) *exec.Cmd {
 	return cmd
 }
 
-// written counts what reached the output's log (committed, aborted and
+// logEnd counts what reached the output's log (committed, aborted and
 // markers alike): cheap progress.
 func (b *bed) logEnd(t *testing.T) int64 {
 	t.Helper()
@@ -168,9 +167,8 @@ func TestRelayExactlyOnceThroughCrashesAndRestarts(t *testing.T) {
 	b := newBedOn(t, c.KafkaCluster, pg.Pool(t), pg.URL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var w written
 	wrote := make(chan error, 1)
-	go func() { wrote <- b.write(ctx, 100_000, 8, 500, &w) }()
+	go func() { wrote <- b.load.Write(ctx, 100_000, 8, 500) }()
 
 	relay := b.relayProcess(t, "exactly-once")
 	before := b.logEnd(t)
@@ -205,17 +203,17 @@ func TestRelayExactlyOnceThroughCrashesAndRestarts(t *testing.T) {
 	if err := run.stop(); err != nil {
 		t.Fatalf("the relay stopped with %v", err)
 	}
-	rep := b.verify(t, &w)
+	rep := b.verify(t)
 	if len(committed) < 100_000 {
 		t.Fatalf("only %d records committed", len(committed))
 	}
 	if n := b.rows(t); n != 0 {
 		t.Fatalf("%d rows left in the outbox table", n)
 	}
-	if w.failed == 0 {
+	if b.load.Failed() == 0 {
 		t.Fatal("the PostgreSQL restart cut no writer's transaction: it struck after the writers were done")
 	}
-	t.Logf("verifier: %v; writer transactions cut by the restart: %d; writers done after %s", rep, w.failed, w.took.Round(time.Second))
+	t.Logf("verifier: %v; writer transactions cut by the restart: %d; writers done after %s", rep, b.load.Failed(), b.load.Took().Round(time.Second))
 }
 
 // The negative control: an at-least-once relay (acknowledged, then the
@@ -227,9 +225,8 @@ func TestAtLeastOnceRelayDuplicatesAfterACrash(t *testing.T) {
 	b := newBed(t, integration.Kafka(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var w written
 	wrote := make(chan error, 1)
-	go func() { wrote <- b.write(ctx, 20_000, 4, 100, &w) }()
+	go func() { wrote <- b.load.Write(ctx, 20_000, 4, 100) }()
 	for range 3 {
 		cmd := b.relayProcess(t, "at-least-once")
 		before := b.logEnd(t)
@@ -241,15 +238,15 @@ func TestAtLeastOnceRelayDuplicatesAfterACrash(t *testing.T) {
 	b.waitPublished(t, wrote)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
-	w.mu.Lock()
-	aborted := w.aborted
-	w.mu.Unlock()
-	recs := b.k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute)
-	outs, err := integration.DecodeOutputs(recs)
+	in, err := b.load.Inputs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := integration.Verify(integration.Run{Input: b.committed(t), AbortedInput: aborted, Output: outs})
+	outs, err := integration.DecodeOutputs(b.k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := integration.Verify(integration.Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs})
 	if rep.Duplicated.Count == 0 || rep.Lost.Count != 0 || rep.AbortedVisible.Count != 0 {
 		t.Fatalf("at-least-once through 3 SIGKILLs: %v; want duplicates, and nothing lost or rolled back visible", rep)
 	}
@@ -263,13 +260,12 @@ func TestSecondRelayStandsByUntilTheFirstStops(t *testing.T) {
 	t.Parallel()
 	b := newBed(t, integration.Kafka(t))
 	first := b.start(t, outbox.StatusInterval(time.Second))
-	var w written
-	if err := b.write(context.Background(), 1000, 2, 10, &w); err != nil {
+	if err := b.load.Write(context.Background(), 1000, 2, 10); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the first relay to publish", func() bool { return b.published(t) >= 1000 })
 	second := b.start(t, outbox.StatusInterval(time.Second))
-	if err := b.write(context.Background(), 1000, 2, 10, &w); err != nil {
+	if err := b.load.Write(context.Background(), 1000, 2, 10); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the first relay to publish the second thousand", func() bool { return b.published(t) >= 2000 })
@@ -280,12 +276,12 @@ func TestSecondRelayStandsByUntilTheFirstStops(t *testing.T) {
 	if err := first.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.write(context.Background(), 1000, 2, 10, &w); err != nil {
+	if err := b.load.Write(context.Background(), 1000, 2, 10); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the second relay to take over", func() bool { return b.published(t) >= 3000 })
 	if err := second.stop(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("verifier: %v", b.verify(t, &w))
+	t.Logf("verifier: %v", b.verify(t))
 }

@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -40,6 +36,7 @@ type bed struct {
 	slot      string
 	out       string
 	positions string
+	load      *integration.OutboxLoad
 }
 
 func newBed(t *testing.T, k *integration.KafkaCluster) *bed {
@@ -74,11 +71,11 @@ func newBedOn(t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool, url
 		}
 		t.Logf("drop slot %s failed", slot)
 	})
-	if _, err := pool.Exec(ctx, `CREATE TABLE key_seq (k text PRIMARY KEY, seq bigint NOT NULL DEFAULT 0);
-		CREATE TABLE ledger (id text PRIMARY KEY)`); err != nil {
+	b := &bed{k: k, pool: pool, url: url, slot: slot, out: k.NewTopic(6), positions: k.NewTopic(1)}
+	if b.load, err = integration.NewOutboxLoad(ctx, pool, b.out); err != nil {
 		t.Fatal(err)
 	}
-	return &bed{k: k, pool: pool, url: url, slot: slot, out: k.NewTopic(6), positions: k.NewTopic(1)}
+	return b
 }
 
 func (b *bed) opts(t testing.TB, extra ...outbox.Option) []outbox.Option {
@@ -140,35 +137,14 @@ func (r *running) stop() error {
 	}
 }
 
-// written is what the writers rolled back on purpose; what they
-// committed is in the ledger table (a commit cut by a database restart
-// may have landed or not: the database knows).
-type written struct {
-	mu      sync.Mutex
-	aborted []string
-	failed  int           // transactions that failed other than on purpose
-	took    time.Duration // from the first transaction to the last writer's end
-	calls   int
-}
-
-func (w *written) rolledBack(ids []string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.aborted = append(w.aborted, ids...)
-}
-
 // committed returns the ids of every committed outbox record.
 func (b *bed) committed(t testing.TB) []string {
 	t.Helper()
-	var ids []string
-	b.query(t, func(ctx context.Context) (err error) {
-		rows, err := b.pool.Query(ctx, `SELECT id FROM ledger`)
-		if err == nil {
-			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		return err
-	})
-	return ids
+	in, err := b.load.Inputs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in.Committed
 }
 
 // rows counts the rows in the outbox table.
@@ -198,128 +174,16 @@ func (b *bed) query(t testing.TB, q func(context.Context) error) {
 	}
 }
 
-// write runs writers concurrent connections, each writing transactions
-// until the total of committed records reaches n. A transaction writes 1
-// to 3 keys (of keys), taking each key's next sequence number under its
-// row lock, so that per key the sequence is the commit order; it sleeps a
-// little (up to 3 ms) before committing, so that across keys the outbox ids commit out
-// of order; one in ten rolls back. Values are id|key|seq, the verifier's
-// copy format, with the key as the stream.
-func (b *bed) write(ctx context.Context, n, writers, keys int, w *written) error {
-	var total sync.Mutex
-	remaining := n
-	take := func(k int) int {
-		total.Lock()
-		defer total.Unlock()
-		k = min(k, remaining)
-		remaining -= k
-		return k
-	}
-	giveBack := func(k int) {
-		total.Lock()
-		defer total.Unlock()
-		remaining += k
-	}
-	w.mu.Lock()
-	w.calls++
-	call := w.calls // ids stay unique over several calls
-	w.mu.Unlock()
-	errs := make(chan error, writers)
-	var wg sync.WaitGroup
-	for wr := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(wr), 7))
-			for i := 0; ; i++ {
-				abort := rng.IntN(10) == 0
-				count := 1 + rng.IntN(3)
-				if !abort {
-					if count = take(count); count == 0 {
-						errs <- nil
-						return
-					}
-				}
-				picked := map[int]bool{}
-				for len(picked) < count {
-					picked[rng.IntN(keys)] = true
-				}
-				ks := make([]int, 0, count)
-				for k := range picked {
-					ks = append(ks, k)
-				}
-				slices.Sort(ks) // one lock order: no deadlocks
-				var ids []string
-				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-					ids = ids[:0]
-					recs := make([]*kgo.Record, 0, count)
-					for j, k := range ks {
-						key := fmt.Sprintf("k%04d", k)
-						var seq int64
-						if err := tx.QueryRow(ctx, `INSERT INTO key_seq (k, seq) VALUES ($1, 1)
-							ON CONFLICT (k) DO UPDATE SET seq = key_seq.seq + 1 RETURNING seq`, key).Scan(&seq); err != nil {
-							return err
-						}
-						id := fmt.Sprintf("c%d-w%d-%d-%d", call, wr, i, j)
-						ids = append(ids, id)
-						recs = append(recs, &kgo.Record{Topic: b.out, Key: []byte(key), Value: fmt.Appendf(nil, "%s|%s|%d", id, key, seq)})
-					}
-					if err := outbox.Write(ctx, tx, recs...); err != nil {
-						return err
-					}
-					if _, err := tx.Exec(ctx, `INSERT INTO ledger SELECT unnest($1::text[])`, ids); err != nil {
-						return err
-					}
-					time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-					if abort {
-						return errRollback
-					}
-					return nil
-				})
-				switch {
-				case errors.Is(err, errRollback):
-					w.rolledBack(ids)
-				case ctx.Err() != nil:
-					errs <- ctx.Err()
-					return
-				case err != nil:
-					// A database restart: whether a cut commit landed
-					// is the ledger's to say; count it as not.
-					w.mu.Lock()
-					w.failed++
-					w.mu.Unlock()
-					if !abort {
-						giveBack(count)
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	began := time.Now()
-	wg.Wait()
-	w.mu.Lock()
-	w.took = time.Since(began)
-	w.mu.Unlock()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	return errors.Join(all...)
-}
-
-var errRollback = errors.New("roll back on purpose")
-
 // verify reads the output topic and checks it: every committed record
 // once, no rolled-back one, per key in commit order, nothing from an
 // aborted Kafka transaction.
-func (b *bed) verify(t *testing.T, w *written) integration.Report {
+func (b *bed) verify(t *testing.T) integration.Report {
 	t.Helper()
-	w.mu.Lock()
-	aborted := slices.Clone(w.aborted)
-	w.mu.Unlock()
-	return b.k.VerifyInputs(integration.Inputs{Committed: b.committed(t), Aborted: aborted}, b.out, 2*time.Minute)
+	in, err := b.load.Inputs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.k.VerifyInputs(in, b.out, 2*time.Minute)
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {

@@ -69,6 +69,8 @@ func (c *config) check() error {
 		return bad("MaxRecordsPerCommit", "must be positive")
 	case c.retryFor <= 0:
 		return bad("RetryFor", "must be positive")
+	case c.statusInterval <= 0:
+		return bad("StatusInterval", "must be positive")
 	}
 	return nil
 }
@@ -151,6 +153,16 @@ func MaxRecordsPerCommit(n int) Option {
 // missing) before Run returns the last error. Default: 2 minutes.
 func RetryFor(d time.Duration) Option {
 	return func(c *config) { c.retryFor = d }
+}
+
+// StatusInterval sets how often the relay tells PostgreSQL where it is,
+// even with nothing to publish. Default: 10s. A relay that starts while
+// another holds the slot stands by, and takes over once the holder has
+// been silent for three intervals: a stalled relay is replaced after
+// about 3x this. PostgreSQL's wal_sender_timeout (default 60s) must be
+// longer than the interval.
+func StatusInterval(d time.Duration) Option {
+	return func(c *config) { c.statusInterval = d }
 }
 
 // Logger sets the logger. Default: slog.Default(). The relay logs restarts

@@ -19,11 +19,9 @@ type nextFunc func(until time.Time) (*dbTxn, error)
 // with the position (exactly-once), or acknowledged and then confirmed to
 // the slot (at-least-once).
 type publisher interface {
-	// start returns where a session starts reading: the position
-	// committed in Kafka, or 0 for the slot's own.
+	// start returns what is already published: the position committed
+	// in Kafka, or 0 (the slot's own position says).
 	start(ctx context.Context) (pglogrepl.LSN, error)
-	// fences reports whether start fenced every other relay of the slot.
-	fences() bool
 	// publish produces b's records, extends b with transactions from next
 	// until the batch is full or the commit interval passes, deletes its
 	// rows with del, and commits.
@@ -97,8 +95,6 @@ func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, error) {
 	}
 	return readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.slot)
 }
-
-func (t *txnPublisher) fences() bool { return true }
 
 func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
 	return t.p.Transact(ctx, func(tx *eos.Tx) error {

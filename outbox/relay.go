@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,7 +37,8 @@ type Relay struct {
 // NewRelay returns a relay over the outbox in pool's database. It takes
 // [Brokers] (required), [Slot], [PositionTopic], [TransactionalID],
 // [DeadLetterTopic], [WithSemantics], [CommitInterval],
-// [MaxRecordsPerCommit], [RetryFor], [Logger] and [ClientOptions].
+// [MaxRecordsPerCommit], [RetryFor], [StatusInterval], [Logger] and
+// [ClientOptions].
 func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if pool == nil {
 		return nil, &eos.ConfigError{Setting: "pool", Reason: "a pgx pool is required"}
@@ -135,21 +135,36 @@ func backoff(attempt int) time.Duration {
 // session is one connection's life: find where to start, open the slot,
 // publish batches until an error. It reports whether it published
 // anything.
+//
+// The order matters. The slot is taken first: PostgreSQL lets one session
+// hold it, so of two relays starting together one gets it and the other
+// stands by, and neither fences the other. Only then does the relay
+// fence every other relay of the slot in Kafka and read its position,
+// which can then no longer change behind it. The slot streams from its
+// own confirmed position, never past the position in Kafka; what Kafka
+// already has is skipped.
 func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err error) {
-	if err := r.awaitSlot(ctx); err != nil {
-		return false, err
-	}
-	from, err := p.start(ctx)
+	waited, err := r.awaitSlot(ctx)
 	if err != nil {
-		return false, err
+		return waited, err
 	}
-	s, err := r.openStream(ctx, from, p.fences())
+	s, err := startStream(ctx, r.repl, r.cfg.slot, r.cfg.publication, 0, r.cfg.statusInterval)
+	if slotActive(err) {
+		// Another relay took it first: stand by again.
+		return waited, fmt.Errorf("outbox: another relay took slot %s first: %w", r.cfg.slot, err)
+	}
 	if err != nil {
-		return false, err
+		return waited, err
 	}
 	defer s.close()
-	r.cfg.logger.Info("outbox: relay reading", "slot", r.cfg.slot, "from", from.String())
+	from, err := p.start(ctx)
+	if err != nil {
+		return waited, err
+	}
+	s.confirmed = from // already in Kafka: the slot may forget it
+	r.cfg.logger.Info("outbox: relay reading", "slot", r.cfg.slot, "published_through", from.String())
 
+	progressed = waited
 	published := from
 	b := &pending{dead: map[int64]error{}}
 	for {
@@ -169,6 +184,9 @@ func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err 
 				return progressed, err
 			}
 			continue
+		}
+		if final(err) {
+			return progressed, err
 		}
 		if retry, err := r.blame(err, b); !retry {
 			return progressed, err
@@ -219,14 +237,13 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 	return true, nil
 }
 
-// awaitSlot returns once the slot is free or its holder has gone quiet:
-// no status from it for three status intervals (a live relay sends one
-// every interval). Until then this relay is a standby, and waits without
-// a deadline; it must not fence a live relay, which would fence it back
-// when its supervisor restarts it.
-func (r *Relay) awaitSlot(ctx context.Context) error {
+// awaitSlot returns once the slot is free, or its holder has gone quiet
+// (no status from it for three status intervals, where a live relay
+// sends one every interval), whose session it then ends. Until then this
+// relay is a standby and waits without a deadline: it must not take over
+// from a live relay. waited reports that it stood by.
+func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 	quiet := 3 * r.cfg.statusInterval
-	logged := false
 	for {
 		var pid *int32
 		var silent *time.Duration
@@ -235,51 +252,30 @@ func (r *Relay) awaitSlot(ctx context.Context) error {
 			WHERE s.slot_name = $1`, r.cfg.slot).Scan(&pid, &silent)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("%w: %s", ErrNoSlot, r.cfg.slot)
+			return waited, fmt.Errorf("%w: %s", ErrNoSlot, r.cfg.slot)
 		case err != nil:
-			return fmt.Errorf("outbox: look up replication slot %s: %w", r.cfg.slot, err)
+			return waited, fmt.Errorf("outbox: look up replication slot %s: %w", r.cfg.slot, err)
 		case pid == nil:
-			return nil
+			return waited, nil
 		case silent == nil || *silent > quiet:
-			r.cfg.logger.Warn("outbox: the slot's holder has gone quiet; taking over", "slot", r.cfg.slot, "pid", *pid, "quiet_for", silent)
-			return nil
-		}
-		if !logged {
-			r.cfg.logger.Info("outbox: standing by while another relay holds the slot", "slot", r.cfg.slot, "pid", *pid)
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(r.cfg.statusInterval / 4):
-		}
-	}
-}
-
-// openStream opens the slot. While another session holds it, it waits,
-// and, if this relay has fenced every other relay of the slot in Kafka,
-// ends that session (a zombie's: it can no longer commit anything).
-func (r *Relay) openStream(ctx context.Context, from pglogrepl.LSN, fenced bool) (*stream, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s, err := startStream(ctx, r.repl, r.cfg.slot, r.cfg.publication, from, r.cfg.statusInterval)
-		if err == nil || !slotActive(err) {
-			return s, err
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("outbox: slot %s stayed in use by another session for 30s: %w", r.cfg.slot, err)
-		}
-		if fenced {
-			var pid *int32
-			if qerr := r.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.slot).Scan(&pid); qerr == nil && pid != nil {
-				r.cfg.logger.Warn("outbox: ending the fenced relay's session on the slot", "slot", r.cfg.slot, "pid", *pid)
-				_, _ = r.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *pid)
+			// A stalled relay (or a dead connection PostgreSQL has not
+			// noticed): end its session. Should it wake, the fencing in
+			// Kafka that follows stops it.
+			r.cfg.logger.Warn("outbox: the slot's holder has gone quiet; ending its session and taking over", "slot", r.cfg.slot, "pid", *pid, "quiet_for", silent)
+			if _, err := r.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *pid); err != nil {
+				return waited, fmt.Errorf("outbox: end the quiet session %d on slot %s: %w", *pid, r.cfg.slot, err)
 			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if !waited {
+			r.cfg.logger.Info("outbox: standing by while another relay holds the slot", "slot", r.cfg.slot, "pid", *pid)
+			waited = true
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+			return waited, ctx.Err()
+		case <-time.After(r.cfg.statusInterval / 4):
 		}
 	}
 }

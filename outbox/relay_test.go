@@ -27,8 +27,7 @@ func TestRelayPublishesEachCommittedRecordOnceInCommitOrder(t *testing.T) {
 	t.Parallel()
 	b := newBed(t, integration.Kafka(t))
 	run := b.start(t)
-	var w written
-	if err := b.write(context.Background(), 6000, 6, 50, &w); err != nil {
+	if err := b.load.Write(context.Background(), 6000, 6, 50); err != nil {
 		t.Fatal(err)
 	}
 	committed := b.committed(t)
@@ -36,9 +35,13 @@ func TestRelayPublishesEachCommittedRecordOnceInCommitOrder(t *testing.T) {
 	if err := run.stop(); err != nil {
 		t.Fatalf("Run returned %v after its context ended; want nil", err)
 	}
-	rep := b.verify(t, &w)
-	if rep.Outputs != 6000 || len(w.aborted) == 0 {
-		t.Fatalf("outputs %d, rolled back %d: want 6000 outputs and some rollbacks", rep.Outputs, len(w.aborted))
+	rep := b.verify(t)
+	in, err := b.load.Inputs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Outputs != 6000 || len(in.Aborted) == 0 {
+		t.Fatalf("outputs %d, rolled back %d: want 6000 outputs and some rollbacks", rep.Outputs, len(in.Aborted))
 	}
 	if n := b.rows(t); n != 0 {
 		t.Fatalf("%d rows left in the outbox table after everything was published", n)

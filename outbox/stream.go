@@ -68,7 +68,7 @@ func slotActive(err error) bool {
 }
 
 // startStream opens the slot at from (PostgreSQL starts at the slot's
-// confirmed position if that is later).
+// confirmed position if that is later; 0 is the slot's own).
 func startStream(ctx context.Context, cfg *pgconn.Config, slot, publication string, from pglogrepl.LSN, statusInterval time.Duration) (*stream, error) {
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {

@@ -6,7 +6,11 @@
 //	copier -path offsetstore -brokers B -group G -in T -database-url U -table rows
 //	copier -path dedup       -brokers B -group G -in T -database-url U -table rows
 //	copier -path raw         -brokers B -group G -in T -out T2 -instance 0
+//	copier -path outbox      -brokers B -database-url U -in POSITIONS -instance 0
 //
+// outbox relays the outbox of the database at U (outbox.Relay, its default
+// slot), keeping its position in the topic -in; the records name their own
+// topics.
 // raw is a plain franz-go transactional copier with no eoskit code, for the
 // reproduction of the broker bug KAFKA-20734 (see raw.go).
 //
@@ -38,14 +42,15 @@ import (
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/outbox"
 )
 
 func main() {
-	path := flag.String("path", "eos", "eos, offsetstore, dedup or raw")
+	path := flag.String("path", "eos", "eos, offsetstore, dedup, raw or outbox")
 	brokers := flag.String("brokers", "", "Kafka bootstrap addresses")
 	dbURL := flag.String("database-url", "", "PostgreSQL URL (database paths)")
 	group := flag.String("group", "", "consumer group")
-	in := flag.String("in", "", "input topic")
+	in := flag.String("in", "", "input topic (outbox: the position topic)")
 	out := flag.String("out", "", "output topic (eos)")
 	table := flag.String("table", "", "results table (database paths)")
 	instance := flag.String("instance", "0", "stable instance name (eos transactional id)")
@@ -111,6 +116,9 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 		return p.Run(ctx)
 	}
 
+	if path == "outbox" {
+		return relay(ctx, brokers, dbURL, in, instance, logger, clientOpts)
+	}
 	poolCfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return err
@@ -160,4 +168,21 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 		return c.Run(ctx)
 	}
 	return fmt.Errorf("unknown path %q", path)
+}
+
+// relay runs outbox.Relay on the database's outbox. Status every second:
+// a standby takes over from a stalled relay within about 3 s.
+func relay(ctx context.Context, brokers []string, dbURL, positions, instance string, logger *slog.Logger, clientOpts []kgo.Opt) error {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r, err := outbox.NewRelay(pool, outbox.Brokers(brokers...), outbox.PositionTopic(positions),
+		outbox.CommitInterval(200*time.Millisecond), outbox.MaxRecordsPerCommit(750), outbox.StatusInterval(time.Second),
+		outbox.Logger(logger.With("relay", instance)), outbox.ClientOptions(append(clientOpts, kgo.TransactionTimeout(10*time.Second))...))
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
 }
