@@ -50,11 +50,11 @@ var outboxScenarios = []outboxScenario{
 		}
 		active.signal(syscall.SIGSTOP)
 		time.Sleep(12 * time.Second)
-		if holder, err := r.active(ctx); err != nil {
+		holder, err := r.active(ctx)
+		if err != nil {
 			return err
-		} else {
-			r.relays = append(r.relays, holder) // active() took it out
 		}
+		r.relays = append(r.relays, holder) // active took it out
 		active.signal(syscall.SIGCONT)
 		select {
 		case <-active.done:
@@ -227,7 +227,9 @@ func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) strin
 	wrote := make(chan error, 1)
 	go func() { wrote <- load.Write(wctx, n, 8, 500) }()
 
-	stalled := func() string { return fmt.Sprintf("output's last stable offsets sum to %d", outboxProgress(r.adm, out)) }
+	stalled := func() string {
+		return fmt.Sprintf("output's last stable offsets sum to %d", outboxProgress(r.adm, out))
+	}
 	faults := 0
 	for _, at := range []float64{0.2, 0.45, 0.7} {
 		waitFor(t, 3*time.Minute, fmt.Sprintf("%.0f%% progress", at*100), stalled, func() bool { return float64(outboxProgress(r.adm, out)) >= at*float64(n) })
