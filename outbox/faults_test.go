@@ -269,7 +269,11 @@ func TestSecondRelayStandsByUntilTheFirstStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the first relay to publish the second thousand", func() bool { return b.published(t) >= 2000 })
+	holder := b.holder(t)
 	time.Sleep(5 * time.Second) // more than three status intervals
+	if now := b.holder(t); now != holder {
+		t.Fatalf("the slot's session changed from %d to %d while its relay was live: the standby took over", holder, now)
+	}
 	if err := first.wait(time.Millisecond); !strings.Contains(fmt.Sprint(err), "did not return") {
 		t.Fatalf("the first relay stopped (%v) while the second stood by", err)
 	}

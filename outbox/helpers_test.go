@@ -157,6 +157,19 @@ func (b *bed) rows(t testing.TB) int {
 	return n
 }
 
+// holder returns the backend pid reading the slot (0: none).
+func (b *bed) holder(t testing.TB) int32 {
+	t.Helper()
+	var pid *int32
+	b.query(t, func(ctx context.Context) error {
+		return b.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, b.slot).Scan(&pid)
+	})
+	if pid == nil {
+		return 0
+	}
+	return *pid
+}
+
 // query runs q, again on a failure for up to 30 s: after a database
 // restart, the pool's old connections fail once each.
 func (b *bed) query(t testing.TB, q func(context.Context) error) {

@@ -157,6 +157,17 @@ func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err 
 		return waited, err
 	}
 	defer s.close()
+	s.beat = func(ctx context.Context) error {
+		_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_relays (slot, pid, beat_at) VALUES ($1, $2, now())
+			ON CONFLICT (slot) DO UPDATE SET pid = EXCLUDED.pid, beat_at = now()`, r.cfg.slot, int32(s.conn.PID()))
+		if err != nil {
+			return fmt.Errorf("outbox: heartbeat on slot %s: %w", r.cfg.slot, err)
+		}
+		return nil
+	}
+	if err := s.beat(ctx); err != nil {
+		return waited, err
+	}
 	from, err := p.start(ctx)
 	if err != nil {
 		return waited, err
@@ -238,8 +249,9 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 }
 
 // awaitSlot returns once the slot is free, or its holder has gone quiet
-// (no status from it for three status intervals, where a live relay
-// sends one every interval), whose session it then ends. Until then this
+// (no heartbeat for three status intervals, where a live relay beats with
+// every status update; a holder that never beat counts from its
+// connection's start), whose session it then ends. Until then this
 // relay is a standby and waits without a deadline: it must not take over
 // from a live relay. waited reports that it stood by.
 func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
@@ -247,8 +259,10 @@ func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 	for {
 		var pid *int32
 		var silent *time.Duration
-		err := r.pool.QueryRow(ctx, `SELECT s.active_pid, now() - coalesce(w.reply_time, w.backend_start)
-			FROM pg_replication_slots s LEFT JOIN pg_stat_replication w ON w.pid = s.active_pid
+		err := r.pool.QueryRow(ctx, `SELECT s.active_pid, now() - coalesce(h.beat_at, a.backend_start)
+			FROM pg_replication_slots s
+			LEFT JOIN eoskit_outbox_relays h ON h.slot = s.slot_name AND h.pid = s.active_pid
+			LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
 			WHERE s.slot_name = $1`, r.cfg.slot).Scan(&pid, &silent)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):

@@ -5,12 +5,16 @@ import (
 	"context"
 	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -311,4 +315,91 @@ func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
 	if rerr, ok := errors.AsType[*outbox.RecordError](err); !ok || rerr.Partition != 6 {
 		t.Fatalf("Run returned %v; want a *RecordError for partition 6", err)
 	}
+}
+
+// The relay needs no superuser: a role with LOGIN and REPLICATION, the
+// outbox table's owner (so Migrate can create it and its publication),
+// relays; a second relay of the role stands by while the first is live
+// (this role can not read reply times in pg_stat_replication), takes over
+// once it stalls (ending its session, which the role may), and nothing
+// is lost or published twice.
+func TestRelayRunsAsAReplicationRoleWithoutSuperuser(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	admin, url := integration.PostgresWithURL(t)
+	ctx := context.Background()
+	role := strings.ToLower(integration.UniqueName(t, "relay"))
+	role = strings.NewReplacer("-", "_").Replace(role)
+	if len(role) > 60 {
+		role = role[len(role)-60:]
+	}
+	ident := pgx.Identifier{role}.Sanitize()
+	if _, err := admin.Exec(ctx, `CREATE ROLE `+ident+` LOGIN REPLICATION NOSUPERUSER PASSWORD 'relay'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP OWNED BY `+ident+`; DROP ROLE `+ident) })
+	var db string
+	if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+ident+`; GRANT CREATE ON SCHEMA public TO `+ident); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "relay"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var super bool
+	if err := pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil || super {
+		t.Fatalf("the test role is a superuser (%v)", err)
+	}
+	b := newBedOn(t, k, pool, "")
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var armed atomic.Bool
+	zombie := b.start(t, outbox.StatusInterval(time.Second), outbox.BeforeCommit(func() {
+		if armed.Load() {
+			once.Do(func() { close(stalled); <-release })
+		}
+	}))
+	// Live, it keeps the slot from the standby: this role can not see
+	// pg_stat_replication's reply times, so the heartbeat must tell.
+	if err := b.load.Write(ctx, 500, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the first 500", func() bool { return b.published(t) >= 500 })
+	holder := b.holder(t)
+	replacement := b.start(t, outbox.StatusInterval(time.Second))
+	time.Sleep(5 * time.Second) // more than three status intervals
+	if err := b.load.Write(ctx, 500, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the first relay to publish the second 500", func() bool { return b.published(t) >= 1000 })
+	if now := b.holder(t); now != holder {
+		t.Fatalf("the slot's session changed from %d to %d while its relay was live: the standby took over", holder, now)
+	}
+	if err := zombie.wait(time.Millisecond); !strings.Contains(fmt.Sprint(err), "did not return") {
+		t.Fatalf("the live relay stopped (%v) while the other stood by", err)
+	}
+	armed.Store(true)
+	if err := b.load.Write(ctx, 500, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	<-stalled
+	committed := b.committed(t)
+	waitFor(t, time.Minute, "every committed record", func() bool { return b.published(t) >= len(committed) })
+	close(release)
+	if err := zombie.wait(time.Minute); !errors.Is(err, eos.ErrFenced) {
+		t.Fatalf("the stalled relay returned %v; want eos.ErrFenced", err)
+	}
+	if err := replacement.stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("verifier: %v", b.verify(t))
 }

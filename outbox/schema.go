@@ -30,6 +30,9 @@ var migrations = []string{
 	// 1: the outbox and its publication. Rows are a vehicle: the relay
 	// reads them from the write-ahead log, in commit order, and deletes
 	// them once read. Dead-lettered records are kept whole beside it.
+	// The relay holding a slot beats in eoskit_outbox_relays, which
+	// standbys watch (pg_stat_replication hides reply times from roles
+	// without pg_read_all_stats).
 	`
 CREATE TABLE eoskit_outbox (
 	id        bigserial PRIMARY KEY,
@@ -49,6 +52,11 @@ CREATE TABLE eoskit_outbox_dead_letters (
 	headers    bytea,
 	error      text        NOT NULL,
 	created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE eoskit_outbox_relays (
+	slot    text        PRIMARY KEY,
+	pid     integer     NOT NULL,
+	beat_at timestamptz NOT NULL
 );`,
 }
 
