@@ -42,8 +42,10 @@ demo:
 # Runs the full chaos matrix (every fault scenario on every exactly-once
 # path, 100,000 records each, copiers as separate processes; the cluster
 # scenarios on a private three-node cluster), then the soak (a million
-# records and 30 mixed faults on the cluster, per path), and prints the
-# table; make test runs one scenario per path. Takes about two hours.
+# records and 30 mixed faults on the cluster, per path), then the outbox
+# path's scenarios (relay processes, a PostgreSQL of its own), and prints
+# the tables; make test runs one scenario per path (two for the outbox).
+# Takes about two and a half hours.
 chaos:
 	@mkdir -p .eoskit
 	@scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 240m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
@@ -73,8 +75,9 @@ repro-kafka-20734:
 # peak heap, each as a ratio to the path's at-least-once baseline):
 # eos.Processor against an at-least-once loop and a raw franz-go
 # GroupTransactSession, offsetstore against an auto-committing consumer,
-# dedup against the same consumer without the claim; then dedup's claim
-# cost as the ids table grows to 10 million. Takes about 15 minutes.
+# dedup against the same consumer without the claim, outbox.Relay against
+# an at-least-once relay and an idempotent producer; then dedup's claim
+# cost as the ids table grows to 10 million. Takes about 20 minutes.
 bench:
 	@scripts/with-services.sh go run ./internal/cmd/bench
 

@@ -45,23 +45,32 @@
 // The relay publishes several database transactions (never part of one)
 // in one Kafka transaction, and adds to it a record of its position (the
 // log position where the last of them ended) in a position topic, so that
-// records and position commit together. On every start it first
-// registers its transactional id (which fences any other relay with it
-// and aborts that relay's open transaction), then reads its position back
-// with read_committed, and asks the slot for what comes after it. The slot
-// is told a position only after Kafka committed it; until then
-// PostgreSQL keeps the log. So a crash at any point leads to a restart
-// from exactly what Kafka has: nothing twice, nothing skipped. The rows
-// are deleted from the table as they are published (before the Kafka
-// commit: the log, not the table, is what is replayed).
+// records and position commit together. Every session (each start, and
+// each restart after a failure) first takes the slot (PostgreSQL lets one
+// session read it), then registers its transactional id with a fresh
+// producer (which fences any other relay with it and aborts that relay's
+// open transaction), then reads its position back with read_committed.
+// The slot streams from its own confirmed position, which is never past
+// the one in Kafka, and the relay skips what Kafka already has. The slot
+// is told a position only after Kafka committed it; until then PostgreSQL
+// keeps the log. So a crash at any point leads to a restart from exactly
+// what Kafka has: nothing twice, nothing skipped. The position is kept
+// under the server's system identifier and the slot's name, and a
+// position past the server's log is refused ([ErrPosition]): a restored
+// or re-created server never inherits another's. The rows are deleted
+// from the table as they are published (before the Kafka commit: the
+// log, not the table, is what is replayed).
 //
 // # What it needs
 //
-//   - wal_level = logical on the server (scripts/postgres.sh sets it).
-//     [Migrate] and [Relay.Run] refuse to start otherwise, with [ErrWALLevel].
+//   - PostgreSQL 14 or newer, with wal_level = logical (scripts/postgres.sh
+//     sets it). [Migrate] and [Relay.Run] refuse to start otherwise, with
+//     [ErrWALLevel].
 //   - A role with the REPLICATION attribute for the relay and [Migrate] (to
-//     create and read the slot), and one that may create the table and
-//     publication for [Migrate]. No superuser.
+//     create and read the slot) that owns the outbox tables (so [Migrate]
+//     can create them and the publication). No superuser, and no
+//     pg_read_all_stats: the relay holding the slot beats in a table of
+//     its own, which standbys watch.
 //   - [Migrate] run before the first [Write]: it creates the table, the
 //     publication and the database's slot ([DefaultSlot]); records written
 //     before the slot existed are never relayed.
@@ -73,9 +82,17 @@
 //
 // # What breaks it
 //
-//   - Dropping the slot, or advancing it by hand, loses whatever it held.
-//     A slot nobody reads keeps the log growing on the server: drop the
-//     slots you no longer use ([DropSlot]).
+//   - Dropping the slot, or advancing it by hand, loses whatever it held;
+//     so does a server that invalidates it (max_slot_wal_keep_size, or a
+//     slot timeout on newer servers) while the relay is down. A slot
+//     nobody reads keeps the log growing on the server: drop the slots
+//     you no longer use ([DropSlot]).
+//   - A failover to a replica: PostgreSQL 15 does not copy logical slots,
+//     so records committed between the old slot's position and the new
+//     slot's creation are not relayed.
+//   - Rows written other than with [Write] (malformed headers, no topic)
+//     stop the relay, and only advancing the slot past them, which loses
+//     them, lets it go on.
 //   - Deleting the position topic (or the relay's key in it) makes the next
 //     relay start from the slot's own position, which may be up to one
 //     batch behind: those records are published again.
@@ -87,13 +104,20 @@
 // Connection failures, restarts of PostgreSQL or Kafka brokers and
 // aborted transactions are retried: every retry resumes from the position
 // committed in Kafka. A relay that started beside a live one stands by
-// until it stops or goes quiet on the slot (three status intervals,
-// 30 s), then takes over, fencing it. A record Kafka refuses as its own
-// fault (too large, a partition its topic lacks) stops the relay with a
-// *[RecordError], or goes to a [DeadLetterTopic]; a record for a missing
-// topic is retried for [RetryFor], then stops the relay. Either way the
-// record stays in the log, and the relay publishes it, in order, on its
-// next start.
+// until it stops or goes quiet (no heartbeat for three status intervals,
+// 30 s by default), then ends its session on the slot and takes over,
+// fencing it in Kafka; woken, the stalled relay either finds itself
+// fenced (Run returns an error wrapping eos.ErrFenced) or stands by. A
+// record Kafka refuses as its own fault (too large, a partition its topic
+// lacks) stops the relay with a *[RecordError], or goes to a
+// [DeadLetterTopic]; to find which record it was when Kafka refused a
+// whole produce batch, the relay publishes that batch again one database
+// transaction and one record at a time. A record for a missing topic, or
+// refused for its timestamp (the relay stamps records with their commit
+// time, which a topic's message.timestamp.*.max.ms may refuse for a whole
+// backlog), is retried for [RetryFor], then stops the relay. Either way
+// the record stays in the log, and the relay publishes it, in order, on
+// its next start.
 //
 // [WithSemantics](eos.AtLeastOnce) makes a relay of the common kind
 // (acknowledged, then the slot told): a crash between the two publishes

@@ -29,6 +29,11 @@ var (
 	// ErrTableChanged: the outbox table's columns are not the ones this
 	// code writes (someone altered it).
 	ErrTableChanged = errors.New("outbox: the outbox table's columns changed")
+
+	// ErrInvalidPartition is wrapped by the *RecordError of a record
+	// written with WriteToPartition to a partition its topic does not
+	// have (as far as the relay's metadata knows).
+	ErrInvalidPartition = errors.New("outbox: the topic has no such partition")
 )
 
 // RecordError is an outbox record Kafka refused, stopping the relay. Its
@@ -54,14 +59,11 @@ func (e *RecordError) Error() string {
 func (e *RecordError) Unwrap() error { return e.Err }
 
 // recordsFault reports whether Kafka refused a record for what the record
-// itself is, so that dead-lettering it (and only it) is right.
+// itself is, so that dead-lettering it (and only it) is right. An invalid
+// timestamp is not: the relay stamps every record with its commit time,
+// and a topic's message.timestamp.*.max.ms refuses a whole backlog alike.
 func recordsFault(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
 		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
-		errors.Is(err, kerr.InvalidTimestamp) ||
-		errors.Is(err, errInvalidPartition)
+		errors.Is(err, ErrInvalidPartition)
 }
-
-// errInvalidPartition is what the relay's partitioner fails a record
-// pinned to a partition the topic does not have with.
-var errInvalidPartition = errors.New("the topic has no such partition")

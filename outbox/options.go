@@ -18,6 +18,7 @@ type config struct {
 	brokers        []string
 	txnID          string
 	slot           string
+	key            string // the position record's key: system id/slot, settled by Run
 	publication    string
 	positionTopic  string
 	deadLetter     string
@@ -85,7 +86,8 @@ func Brokers(addrs ...string) Option {
 }
 
 // TransactionalID sets the relay's Kafka transactional id. Default:
-// "eoskit-outbox-" followed by the slot's name. Every relay of one slot must
+// "eoskit-outbox-", the server's system identifier, "-" and the slot's
+// name. Every relay of one slot must
 // use the same id: it is what fences a zombie relay (a stalled or
 // partitioned one) once its replacement starts.
 func TransactionalID(id string) Option {
@@ -105,7 +107,9 @@ func Slot(name string) Option {
 // inside the Kafka transaction that carries the records. Default:
 // [DefaultPositionTopic]. It must exist; one partition, cleanup.policy=compact
 // and the replication factor of the output topics are right. Several
-// slots may share it: each keeps its own key.
+// slots, and servers, may share it: each keeps its own key (the server's
+// system identifier and the slot's name); a relay reads it to its end at
+// start, waiting for any transaction open on it.
 func PositionTopic(topic string) Option {
 	return func(c *config) { c.positionTopic = topic }
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -12,29 +13,38 @@ import (
 )
 
 // position is the value of a relay's position record: the end of the last
-// database transaction it published. The key is the slot's name.
+// database transaction it published. The key is the server's system
+// identifier and the slot's name, "system/slot".
 type position struct {
-	LSN  string `json:"lsn"`
-	Slot string `json:"slot"`
+	LSN string `json:"lsn"`
+	Key string `json:"key"`
 }
 
-func positionRecord(topic, slot string, end pglogrepl.LSN) *kgo.Record {
-	v, _ := json.Marshal(position{LSN: end.String(), Slot: slot})
-	return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(slot), Value: v, Context: pinnedTo(0)}
+// readTimeout bounds reading the position back: long enough for another
+// relay's transaction open on the topic to end at its timeout.
+const readTimeout = 2 * time.Minute
+
+func positionRecord(topic, key string, end pglogrepl.LSN) *kgo.Record {
+	v, _ := json.Marshal(position{LSN: end.String(), Key: key})
+	return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(key), Value: v, Context: pinnedTo(0)}
 }
 
-// readPosition returns the last committed position of slot in topic's
+// readPosition returns the last committed position under key in topic's
 // partition 0, or 0 if it has none. It reads with read_committed up to the
-// last stable offset, keeping control records so that a partition ending
-// in a transaction marker is still read to its end.
-func readPosition(ctx context.Context, conn []kgo.Opt, topic, slot string) (pglogrepl.LSN, error) {
+// high watermark, keeping control records so that a partition ending in a
+// transaction marker is still read to its end: a transaction open on the
+// topic (another slot's relay, which shares it) is waited for, since its
+// end decides whether records before ours count.
+func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglogrepl.LSN, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
 	admCl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrPosition, err)
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
-	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
@@ -68,7 +78,7 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, slot string) (pglo
 	for next < end.Offset {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return 0, fmt.Errorf("%w: %s[0] read up to offset %d of %d: %w", ErrPosition, topic, next, end.Offset, err)
+			return 0, fmt.Errorf("%w: %s[0] read up to offset %d of %d within %s (a transaction open on it?): %w", ErrPosition, topic, next, end.Offset, readTimeout, err)
 		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
@@ -81,7 +91,7 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, slot string) (pglo
 				return
 			}
 			next = r.Offset + 1
-			if r.Attrs.IsControl() || string(r.Key) != slot {
+			if r.Attrs.IsControl() || string(r.Key) != key {
 				return
 			}
 			var p position

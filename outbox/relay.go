@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,10 +29,11 @@ var ErrRunning = errors.New("outbox: the relay is already running")
 // commit order of the database transactions that wrote them. See the
 // package documentation for how, and what it needs.
 type Relay struct {
-	pool    *pgxpool.Pool
-	cfg     *config
-	repl    *pgconn.Config
-	running atomic.Bool
+	pool     *pgxpool.Pool
+	cfg      *config
+	repl     *pgconn.Config
+	running  atomic.Bool
+	prepared bool // slot, key and transactional id settled; only Run touches it
 }
 
 // NewRelay returns a relay over the outbox in pool's database. It takes
@@ -76,29 +78,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
-	if r.cfg.slot == "" {
-		slot, err := DefaultSlot(ctx, r.pool)
-		if err != nil {
-			return err
-		}
-		r.cfg.slot = slot
-	}
-	if r.cfg.txnID == "" {
-		r.cfg.txnID = "eoskit-outbox-" + r.cfg.slot
-	}
-	if err := checkReady(ctx, r.pool, r.cfg.slot); err != nil {
-		return err
-	}
-	p, err := r.newPublisher()
-	if err != nil {
-		return err
-	}
-	defer p.close()
-
-	log := r.cfg.logger.With("slot", r.cfg.slot)
+	log := r.cfg.logger
 	lastProgress := time.Now()
 	for attempt := 0; ; attempt++ {
-		progressed, err := r.session(ctx, p)
+		progressed := false
+		err := r.prepare(ctx)
+		if err == nil {
+			progressed, err = r.session(ctx)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -106,22 +93,58 @@ func (r *Relay) Run(ctx context.Context) error {
 			lastProgress, attempt = time.Now(), 0
 		}
 		if final(err) {
-			log.Error("outbox: relay stopped", "err", err)
+			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
 			return err
 		}
 		if since := time.Since(lastProgress); since > r.cfg.retryFor {
 			err = fmt.Errorf("outbox: nothing published for %s, giving up: %w", since.Round(time.Second), err)
-			log.Error("outbox: relay stopped", "err", err)
+			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
 			return err
 		}
 		wait := backoff(attempt)
-		log.Warn("outbox: relay restarting from its committed position", "err", err, "in", wait)
+		log.Warn("outbox: relay restarting from its committed position", "slot", r.cfg.slot, "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
 	}
+}
+
+// prepare finds, once, the slot (the database's own unless one was
+// named), the server's system identifier, which keys the position and
+// the default transactional id (so that relays of two servers whose
+// databases share a name never mix their positions), and checks that the
+// database is ready.
+func (r *Relay) prepare(ctx context.Context) error {
+	if r.prepared {
+		return nil
+	}
+	if r.cfg.slot == "" {
+		slot, err := DefaultSlot(ctx, r.pool)
+		if err != nil {
+			return err
+		}
+		r.cfg.slot = slot
+	}
+	if err := checkReady(ctx, r.pool, r.cfg.slot); err != nil {
+		return err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, r.repl)
+	if err != nil {
+		return fmt.Errorf("outbox: open a replication connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("outbox: identify the server: %w", err)
+	}
+	r.cfg.key = sys.SystemID + "/" + r.cfg.slot
+	if r.cfg.txnID == "" {
+		r.cfg.txnID = "eoskit-outbox-" + sys.SystemID + "-" + r.cfg.slot
+	}
+	r.prepared = true
+	return nil
 }
 
 // backoff is 100ms doubling to 5s, with up to 50% taken off at random so
@@ -143,7 +166,7 @@ func backoff(attempt int) time.Duration {
 // which can then no longer change behind it. The slot streams from its
 // own confirmed position, never past the position in Kafka; what Kafka
 // already has is skipped.
-func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err error) {
+func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	waited, err := r.awaitSlot(ctx)
 	if err != nil {
 		return waited, err
@@ -168,9 +191,25 @@ func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err 
 	if err := s.beat(ctx); err != nil {
 		return waited, err
 	}
-	from, err := p.start(ctx)
+	// A fresh producer every session: registering the transactional id
+	// is what fences the others, and a producer an earlier session lost
+	// to another relay is fenced for good.
+	p, err := r.newPublisher()
 	if err != nil {
 		return waited, err
+	}
+	defer p.close()
+	from, err := r.startBeating(ctx, s, p)
+	if err != nil {
+		return waited, err
+	}
+	var wal pglogrepl.LSN
+	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&wal); err != nil {
+		return waited, fmt.Errorf("outbox: read the server's log position: %w", err)
+	}
+	if from > wal {
+		return waited, finalError{fmt.Errorf("%w: the position in %s, %s, is past this server's log (%s): it was written for another incarnation of the server (restored, re-created)",
+			ErrPosition, r.cfg.positionTopic, from, wal)}
 	}
 	s.confirmed = from // already in Kafka: the slot may forget it
 	r.cfg.logger.Info("outbox: relay reading", "slot", r.cfg.slot, "published_through", from.String())
@@ -186,11 +225,23 @@ func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err 
 			}
 			b.txns = append(b.txns, t)
 		}
-		err := p.publish(ctx, b, func(until time.Time) (*dbTxn, error) { return s.next(ctx, until, published) }, r.deleteRows)
+		cur, next := b, func(until time.Time) (*dbTxn, error) { return s.next(ctx, until, published) }
+		if b.isolate {
+			// Finding whose fault a refusal was: one database
+			// transaction per Kafka transaction, one record at a time,
+			// so that no transaction outlives its timeout.
+			cur = &pending{txns: b.txns[:1], dead: b.dead, isolate: true}
+			next = func(time.Time) (*dbTxn, error) { return nil, nil }
+		}
+		err := p.publish(ctx, cur, next, r.deleteRows)
 		if err == nil {
-			published = b.txns[len(b.txns)-1].end
+			published = cur.txns[len(cur.txns)-1].end
 			progressed = true
-			b = &pending{dead: map[int64]error{}}
+			if b.isolate && len(b.txns) > 1 {
+				b.txns = b.txns[1:]
+			} else {
+				b = &pending{dead: map[int64]error{}}
+			}
 			if err := s.published(ctx, published); err != nil {
 				return progressed, err
 			}
@@ -203,6 +254,29 @@ func (r *Relay) session(ctx context.Context, p publisher) (progressed bool, err 
 			return progressed, err
 		}
 	}
+}
+
+// startBeating runs p.start (registering the transactional id may wait
+// for another relay's transaction to end) while beating, so that no
+// standby takes the relay for stalled meanwhile.
+func (r *Relay) startBeating(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
+	done := make(chan struct{})
+	beaten := make(chan struct{})
+	go func() {
+		defer close(beaten)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(r.cfg.statusInterval):
+				_ = s.beat(ctx) // the pool only: the stream's connection is not touched
+			}
+		}
+	}()
+	from, err := p.start(ctx)
+	close(done)
+	<-beaten
+	return from, err
 }
 
 // blame decides, after a failed publish, whether one record is at fault
@@ -220,10 +294,14 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 	}
 	cause := pe.Err
 	if info.partition >= 0 && strings.Contains(cause.Error(), "invalid record partitioning choice") {
-		cause = fmt.Errorf("%w: %w", errInvalidPartition, cause)
+		cause = fmt.Errorf("%w: %w", ErrInvalidPartition, cause)
 	}
 	if _, already := dead[info.id]; already {
-		return false, finalError{fmt.Errorf("outbox: the dead letter of record %d could not be written to %s: %w", info.id, r.cfg.deadLetter, cause)}
+		err := fmt.Errorf("outbox: the dead letter of record %d could not be written to %s: %w", info.id, r.cfg.deadLetter, cause)
+		if recordsFault(cause) {
+			return false, finalError{err}
+		}
+		return false, err // a missing dead-letter topic, say: retried for RetryFor
 	}
 	if recordsFault(cause) && !b.isolate {
 		// Kafka refuses a produce batch whole (one larger than the
@@ -400,7 +478,7 @@ func (c *config) record(rw row, dead map[int64]error) *kgo.Record {
 	}, rw.rec.Headers...)
 	value := rw.rec.Value
 	if errors.Is(cause, kerr.MessageTooLarge) || errors.Is(cause, kerr.RecordListTooLarge) {
-		value = nil // the row stays in the outbox table, value included
+		value = nil // kept, value included, in the dead-letter table
 		hs = append(hs, kgo.RecordHeader{Key: "eoskit-outbox-value", Value: []byte("omitted (too large); the record is kept in " + DeadLetterTable)})
 	}
 	return &kgo.Record{Topic: c.deadLetter, Key: rw.rec.Key, Value: value, Headers: hs, Timestamp: rw.rec.Timestamp,

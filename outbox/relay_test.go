@@ -311,8 +311,10 @@ func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = r.Run(ctx)
-	if rerr, ok := errors.AsType[*outbox.RecordError](err); !ok || rerr.Partition != 6 {
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = r.Run(rctx)
+	if rerr, ok := errors.AsType[*outbox.RecordError](err); !ok || rerr.Partition != 6 || !errors.Is(err, outbox.ErrInvalidPartition) {
 		t.Fatalf("Run returned %v; want a *RecordError for partition 6", err)
 	}
 }
@@ -402,4 +404,33 @@ func TestRelayRunsAsAReplicationRoleWithoutSuperuser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("verifier: %v", b.verify(t))
+}
+
+// A position past the server's log (left by a server this one replaced:
+// restored, re-created under the same names) is refused: trusting it
+// would skip, as already published, every record up to it.
+func TestPositionFromAnotherIncarnationIsRefused(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	ctx := context.Background()
+	var sys string
+	if err := b.pool.QueryRow(ctx, `SELECT system_identifier::text FROM pg_control_system()`).Scan(&sys); err != nil {
+		t.Fatal(err)
+	}
+	cl := k.Client()
+	rec := &kgo.Record{Topic: b.positions, Partition: 0, Key: []byte(sys + "/" + b.slot), Value: []byte(`{"lsn":"FFF/0","key":"x"}`)}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("must not be skipped")})
+	r, err := outbox.NewRelay(b.pool, b.opts(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.Run(rctx); !errors.Is(err, outbox.ErrPosition) {
+		t.Fatalf("Run returned %v; want ErrPosition", err)
+	}
 }

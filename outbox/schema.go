@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -122,23 +121,26 @@ func DefaultSlot(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	return slotName(db), nil
 }
 
-// slotName makes a valid slot name from a database name: lower case,
-// other characters as _, and a hash in place of what exceeds 63 bytes.
+// slotName makes a valid slot name from a database name: other
+// characters than a-z, 0-9 and _ as _, and, when that changed the name or
+// it exceeds 63 bytes, a hash of the name at the end, so that databases
+// "App" and "app", or "a-b" and "a_b", get slots of their own.
 func slotName(db string) string {
 	b := []byte("eoskit_outbox_")
-	for _, r := range strings.ToLower(db) {
+	changed := false
+	for _, r := range db {
 		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
 			b = append(b, byte(r))
 		} else {
-			b = append(b, '_')
+			b, changed = append(b, '_'), true
 		}
 	}
-	if len(b) <= 63 {
+	if !changed && len(b) <= 63 {
 		return string(b)
 	}
 	h := fnv.New32a()
 	h.Write([]byte(db))
-	return fmt.Sprintf("%s_%08x", b[:54], h.Sum32())
+	return fmt.Sprintf("%s_%08x", b[:min(len(b), 54)], h.Sum32())
 }
 
 // CreateSlot creates the logical replication slot name (plugin pgoutput)
@@ -155,13 +157,27 @@ func CreateSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	_, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')
 		WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, name)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // created meanwhile by another instance
-		return nil
-	}
-	if err != nil {
+	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // 42710: created meanwhile
 		return fmt.Errorf("outbox: create replication slot %s: %w", name, err)
 	}
+	// Slot names are the server's, not the database's: one of another
+	// database's, or of another plugin, is not this outbox's.
+	var db, plugin *string
+	var here string
+	if err := pool.QueryRow(ctx, `SELECT s.database, s.plugin, current_database() FROM pg_replication_slots s WHERE s.slot_name = $1`, name).Scan(&db, &plugin, &here); err != nil {
+		return fmt.Errorf("outbox: look up replication slot %s: %w", name, err)
+	}
+	if db == nil || *db != here || plugin == nil || *plugin != "pgoutput" {
+		return fmt.Errorf("outbox: replication slot %s exists, but for database %v and plugin %v, not %s and pgoutput: name another with outbox.Slot", name, deref(db), deref(plugin), here)
+	}
 	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "(none)"
+	}
+	return *s
 }
 
 // DropSlot drops the replication slot name, if it exists and no relay is
@@ -188,13 +204,20 @@ func checkWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// checkReady returns a clear error unless the schema, the publication and
-// the slot are in place.
+// checkReady returns a clear error unless the server is recent enough
+// (pgoutput's binary mode: PostgreSQL 14) and the schema, the publication
+// and the slot are in place.
 func checkReady(ctx context.Context, pool *pgxpool.Pool, slot string) error {
 	if err := checkWALLevel(ctx, pool); err != nil {
 		return err
 	}
 	var version int
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return fmt.Errorf("outbox: read the server's version: %w", err)
+	}
+	if version < 140000 {
+		return fmt.Errorf("%w: PostgreSQL %d.%d; the relay needs 14 or newer", ErrSchema, version/10000, version%10000)
+	}
 	err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM eoskit_outbox_schema`).Scan(&version)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {

@@ -65,6 +65,7 @@ start() {
 	read -r version name port status <<<"$(cluster)"
 	[ -n "${version:-}" ] || die "no PostgreSQL cluster exists; create one with: pg_createcluster --start 15 main"
 	mkdir -p "$STATE_DIR"
+	local ours=no
 	if [ "$status" = online ]; then
 		log "reusing running cluster $version/$name on port $port"
 	else
@@ -72,16 +73,20 @@ start() {
 		pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start
 		echo "$version $name" >"$STATE_DIR/started-by-eoskit"
 	fi
+	[ -f "$STATE_DIR/started-by-eoskit" ] && ours=yes
 	for _ in $(seq 1 100); do
 		as_postgres "pg_isready -q -h 127.0.0.1 -p $port" && break
 		sleep 0.1
 	done
-	ensure_logical "$version" "$name" "$port"
+	ensure_logical "$version" "$name" "$port" "$ours"
 	as_postgres "psql -q -p $port -v ON_ERROR_STOP=1 -d postgres" <<SQL
 SELECT 'CREATE ROLE $PG_USER LOGIN SUPERUSER PASSWORD ''$PG_PASSWORD'''
 WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_USER') \gexec
 SELECT 'CREATE DATABASE $PG_DB OWNER $PG_USER'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$PG_DB') \gexec
+-- Slots left by test or bench runs that were killed keep the server's log.
+SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+WHERE NOT active AND (slot_name LIKE 'eoskit\_outbox\_eoskit\_%' OR slot_name LIKE 'bench\_%');
 SQL
 	url
 }
@@ -91,9 +96,12 @@ SQL
 # restarts the cluster if wal_level had to change. ALTER SYSTEM writes
 # postgresql.auto.conf, which works for any cluster layout.
 ensure_logical() {
-	local version=$1 name=$2 port=$3 level
+	local version=$1 name=$2 port=$3 ours=$4 level
 	level=$(as_postgres "psql -XAtq -p $port -d postgres -c 'SHOW wal_level'")
 	[ "$level" = logical ] && return 0
+	# A cluster someone else started may serve others: it is theirs to
+	# restart.
+	[ "$ours" = yes ] || die "cluster $version/$name runs with wal_level=$level and was not started by eoskit: set wal_level = logical (ALTER SYSTEM SET wal_level = logical) and restart it, or stop it and run this again"
 	log "setting wal_level=logical (was $level) and restarting cluster $version/$name"
 	as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres" <<SQL
 ALTER SYSTEM SET wal_level = logical;
@@ -124,10 +132,10 @@ private_start() {
 	ensure_installed
 	bin=$(private_bin)
 	mkdir -p "$STATE_DIR"
-	data=$(mktemp -d /tmp/eoskit-pg.XXXXXX)
-	chmod 755 "$data"
+	# Made by the postgres user, who must own it, as root or not.
+	data=$(as_postgres "mktemp -d /tmp/eoskit-pg.XXXXXX")
+	as_postgres "chmod 755 $data"
 	echo "$data" >"$STATE_DIR/pgdata"
-	[ "$(id -u)" = 0 ] && chown postgres "$data"
 	as_postgres "$bin/initdb -D $data/db -U $PG_USER --auth=trust -E UTF8 --no-sync" >/dev/null
 	cat >>"$data/db/postgresql.auto.conf" <<CONF
 listen_addresses = '127.0.0.1'
@@ -141,9 +149,12 @@ CONF
 	as_postgres "$bin/pg_ctl -D $data/db -l $data/log -w -t 60 start" >/dev/null ||
 		die "private server did not start: $(tail -5 "$data/log")"
 	if [ -n "${EOSKIT_OWNER_PID:-}" ]; then
-		# setsid and closed descriptors: the caller's pipes must not wait on it.
-		setsid bash -c "while kill -0 $EOSKIT_OWNER_PID 2>/dev/null && [ -d $data/db ]; do sleep 1; done
-			[ -d $data/db ] && $(declare -f as_postgres); as_postgres '$bin/pg_ctl -D $data/db -m immediate stop' && rm -rf $data" \
+		# A watchdog: once the owner is gone, stop the server and delete
+		# its data. setsid and closed descriptors: the caller's pipes must
+		# not wait on it.
+		setsid bash -c "$(declare -f as_postgres)
+			while kill -0 $EOSKIT_OWNER_PID 2>/dev/null && [ -d $data/db ]; do sleep 1; done
+			if [ -d $data/db ]; then as_postgres '$bin/pg_ctl -D $data/db -m immediate stop'; as_postgres 'rm -rf $data'; fi" \
 			</dev/null >/dev/null 2>&1 &
 	fi
 	echo "DATABASE_URL=postgres://$PG_USER@127.0.0.1:$port/postgres?sslmode=disable"
@@ -162,7 +173,8 @@ private_stop() {
 	local data
 	data=$(private_data)
 	[ -d "$data/db" ] && as_postgres "$(private_bin)/pg_ctl -D $data/db -m immediate -w stop" >/dev/null 2>&1 || true
-	rm -rf "$data" "$STATE_DIR/pgdata"
+	as_postgres "rm -rf $data" || rm -rf "$data"
+	rm -f "$STATE_DIR/pgdata"
 }
 
 stop() {
