@@ -345,6 +345,8 @@ func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return waited, fmt.Errorf("%w: %s", ErrNoSlot, r.cfg.slot)
+		case isSchemaError(err):
+			return waited, fmt.Errorf("%w: %w", ErrSchema, err)
 		case err != nil:
 			return waited, fmt.Errorf("outbox: look up replication slot %s: %w", r.cfg.slot, err)
 		case pid == nil:
@@ -508,4 +510,11 @@ func partitioner() kgo.Partitioner {
 			return next
 		}
 	})
+}
+
+// isSchemaError reports a table or column missing: a schema no retry
+// will mend.
+func isSchemaError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703")
 }

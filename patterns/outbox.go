@@ -189,7 +189,13 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 			return false, err
 		}
 		res, err = l.readKafkaOutput(ctx, out, faults)
-		return err == nil && len(res.outputs) >= len(l.Reports), err
+		// Every report, not as many outputs as reports: duplicates
+		// would reach that count early.
+		seen := map[string]bool{}
+		for _, o := range res.outputs {
+			seen[o.ID] = true
+		}
+		return err == nil && len(seen) >= len(l.Reports), err
 	})
 	if stopErr := stop(); err == nil {
 		err = stopErr

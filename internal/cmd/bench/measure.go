@@ -64,7 +64,7 @@ type path struct {
 	variants   []variant // variants[0] is the at-least-once baseline
 	// seedInput, when set, writes a run's input instead of seeding the
 	// input topic, and latencyInput writes the latency run's n records
-	// at rate per second instead of producing them.
+	// at rate per second instead of produceTimed.
 	seedInput    func(ctx context.Context, e *env, n, size int) error
 	latencyInput func(ctx context.Context, e *env, n, rate int, value []byte) error
 }
@@ -258,38 +258,13 @@ func latencyRun(ctx context.Context, v variant, e *env, p path, size int) ([]tim
 	time.Sleep(2 * time.Second) // let the group form before the clock starts
 
 	value := randomValues(1, size)[0]
-	if p.latencyInput != nil {
-		go func() {
-			if err := p.latencyInput(ctx, e, n, rate, value); err != nil {
-				fmt.Fprintf(os.Stderr, "  latency input: %v\n", err)
-			}
-		}()
-		lat, err := obs.collect(n, time.Minute)
-		cancel()
-		if werr := run.wait(); werr != nil && !errors.Is(werr, context.Canceled) {
-			return nil, werr
-		}
-		if err != nil {
-			return nil, err
-		}
-		slices.Sort(lat)
-		return lat, nil
+	input := p.latencyInput
+	if input == nil {
+		input = produceTimed(p.stamp)
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.in))
-	if err != nil {
-		return nil, err
-	}
-	defer prod.Close()
 	go func() {
-		tick := time.NewTicker(time.Second / rate)
-		defer tick.Stop()
-		for i := range n {
-			<-tick.C
-			r := &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value, Timestamp: time.Now()}
-			if p.stamp {
-				r = dedup.Stamp(r)
-			}
-			prod.Produce(ctx, r, nil)
+		if err := input(ctx, e, n, rate, value); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "  latency input: %v\n", err)
 		}
 	}()
 	lat, err := obs.collect(n, time.Minute)
@@ -302,6 +277,33 @@ func latencyRun(ctx context.Context, v variant, e *env, p path, size int) ([]tim
 	}
 	slices.Sort(lat)
 	return lat, nil
+}
+
+// produceTimed produces n records to the env's input topic at rate per
+// second, each stamped with its produce time.
+func produceTimed(stamp bool) func(ctx context.Context, e *env, n, rate int, value []byte) error {
+	return func(ctx context.Context, e *env, n, rate int, value []byte) error {
+		prod, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.in))
+		if err != nil {
+			return err
+		}
+		defer prod.Close()
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for i := range n {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+			r := &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value, Timestamp: time.Now()}
+			if stamp {
+				r = dedup.Stamp(r)
+			}
+			prod.Produce(ctx, r, nil)
+		}
+		return prod.Flush(ctx)
+	}
 }
 
 // seed writes n records with random values of size bytes (franz-go
