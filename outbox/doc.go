@@ -108,14 +108,22 @@
 // 30 s by default), then ends its session on the slot and takes over,
 // fencing it in Kafka; woken, the stalled relay either finds itself
 // fenced (Run returns an error wrapping eos.ErrFenced) or stands by. A
-// record Kafka refuses as its own fault (too large, a partition its topic
-// lacks) stops the relay with a *[RecordError], or goes to a
+// record Kafka refuses as its own fault (too large, invalid) stops the
+// relay with a *[RecordError], or goes to a
 // [DeadLetterTopic]; to find which record it was when Kafka refused a
 // whole produce batch, the relay publishes that batch again one database
 // transaction and one record at a time. A record for a missing topic, or
 // refused for its timestamp (the relay stamps records with their commit
 // time, which a topic's message.timestamp.*.max.ms may refuse for a whole
-// backlog), is retried for [RetryFor], then stops the relay. Either way
+// backlog), or pinned to a partition the topic lacks (or that the relay's
+// metadata does not know yet), is retried for [RetryFor], then stops the
+// relay with a *[RecordError]. A transaction the coordinator ended at its
+// timeout (which fences its producer) starts a new session with a new
+// producer, as long as the relay still holds the slot. The position in
+// Kafka carries the slot's incarnation token: a position of an earlier
+// slot of the same name (a server restored from a backup, which keeps no
+// slots, and its slot re-created) is ignored, and one from another server
+// is under another key. Either way
 // the record stays in the log, and the relay publishes it, in order, on
 // its next start.
 //

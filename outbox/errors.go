@@ -62,8 +62,9 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // itself is, so that dead-lettering it (and only it) is right. An invalid
 // timestamp is not: the relay stamps every record with its commit time,
 // and a topic's message.timestamp.*.max.ms refuses a whole backlog alike.
+// Nor is a partition the relay's metadata does not know yet (partitions
+// just added): it is retried for RetryFor, then stops the relay.
 func recordsFault(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
-		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
-		errors.Is(err, ErrInvalidPartition)
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage)
 }

@@ -19,6 +19,7 @@ type config struct {
 	txnID          string
 	slot           string
 	key            string // the position record's key: system id/slot, settled by Run
+	token          string // the slot's incarnation, read by each session
 	publication    string
 	positionTopic  string
 	deadLetter     string
@@ -115,7 +116,7 @@ func PositionTopic(topic string) Option {
 }
 
 // DeadLetterTopic sends a record Kafka refuses as its own fault (too large,
-// an invalid record, a partition the topic does not have) to topic instead,
+// an invalid or corrupt record) to topic instead,
 // inside the same transaction, with headers naming the outbox row, the
 // original topic and the error; the record is also kept whole in
 // [DeadLetterTable] for an operator. Default: none, and the relay stops with a *[RecordError] (the

@@ -93,7 +93,13 @@ func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, error) {
 	if _, _, err := t.p.ProducerID(ctx); err != nil {
 		return 0, err
 	}
-	return readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key)
+	lsn, token, err := readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key)
+	if err != nil || lsn == 0 || token == t.cfg.token {
+		return lsn, err
+	}
+	t.cfg.logger.Warn("outbox: the position in Kafka belongs to an earlier slot of this name (re-created since); starting from the slot's own",
+		"slot", t.cfg.slot, "position", lsn.String())
+	return 0, nil
 }
 
 func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
@@ -112,7 +118,7 @@ func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 		// acknowledgements; both end before the commit.
 		deleted := make(chan error, 1)
 		go func() { deleted <- del(ctx, b) }()
-		err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.key, b.txns[len(b.txns)-1].end))
+		err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.key, t.cfg.token, b.txns[len(b.txns)-1].end))
 		if derr := <-deleted; err == nil {
 			err = derr
 		}

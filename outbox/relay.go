@@ -33,7 +33,8 @@ type Relay struct {
 	cfg      *config
 	repl     *pgconn.Config
 	running  atomic.Bool
-	prepared bool // slot, key and transactional id settled; only Run touches it
+	prepared bool   // slot, key and transactional id settled; only Run touches it
+	system   string // the server's system identifier, as prepare found it
 }
 
 // NewRelay returns a relay over the outbox in pool's database. It takes
@@ -139,12 +140,30 @@ func (r *Relay) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox: identify the server: %w", err)
 	}
+	r.system = sys.SystemID
 	r.cfg.key = sys.SystemID + "/" + r.cfg.slot
 	if r.cfg.txnID == "" {
 		r.cfg.txnID = "eoskit-outbox-" + sys.SystemID + "-" + r.cfg.slot
 	}
 	r.prepared = true
 	return nil
+}
+
+// token returns the slot's incarnation: a random id the first relay of a
+// slot records, which CreateSlot clears when it creates the slot again.
+// A position written under another token is an earlier slot's (the
+// server restored from a backup and its slot re-created, say), and must
+// not count: its log positions say nothing about the new slot's.
+func (r *Relay) token(ctx context.Context) (string, error) {
+	var token string
+	err := r.pool.QueryRow(ctx, `WITH ins AS (
+			INSERT INTO eoskit_outbox_slots (slot, token) VALUES ($1, gen_random_uuid()::text)
+			ON CONFLICT (slot) DO NOTHING RETURNING token)
+		SELECT token FROM ins UNION ALL SELECT token FROM eoskit_outbox_slots WHERE slot = $1`, r.cfg.slot).Scan(&token)
+	if err != nil {
+		return "", fmt.Errorf("outbox: read slot %s's token: %w", r.cfg.slot, err)
+	}
+	return token, nil
 }
 
 // backoff is 100ms doubling to 5s, with up to 50% taken off at random so
@@ -180,7 +199,12 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, err
 	}
 	defer s.close()
+	if s.system != r.system {
+		return waited, finalError{fmt.Errorf("%w: the server's system identifier changed from %s to %s: another server answers at this address", ErrPosition, r.system, s.system)}
+	}
 	s.beat = func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, r.cfg.statusInterval)
+		defer cancel()
 		_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_relays (slot, pid, beat_at) VALUES ($1, $2, now())
 			ON CONFLICT (slot) DO UPDATE SET pid = EXCLUDED.pid, beat_at = now()`, r.cfg.slot, int32(s.conn.PID()))
 		if err != nil {
@@ -194,6 +218,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	// A fresh producer every session: registering the transactional id
 	// is what fences the others, and a producer an earlier session lost
 	// to another relay is fenced for good.
+	if r.cfg.token, err = r.token(ctx); err != nil {
+		return waited, err
+	}
 	p, err := r.newPublisher()
 	if err != nil {
 		return waited, err
@@ -247,6 +274,13 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			}
 			continue
 		}
+		if errors.Is(err, eos.ErrFenced) && r.stillHolds(ctx, s) {
+			// No relay can fence this one without taking the slot
+			// first: the coordinator ended a transaction that outlived
+			// its timeout (which bumps the epoch under transaction
+			// protocol v2). A new session, with a new producer.
+			return progressed, fmt.Errorf("outbox: a transaction outlived its timeout, and its producer was fenced by the coordinator: %s", err)
+		}
 		if final(err) {
 			return progressed, err
 		}
@@ -256,9 +290,21 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	}
 }
 
+// stillHolds reports whether s's session still reads the slot.
+func (r *Relay) stillHolds(ctx context.Context, s *stream) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var pid *int32
+	err := r.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.slot).Scan(&pid)
+	return err == nil && pid != nil && *pid == int32(s.conn.PID())
+}
+
 // startBeating runs p.start (registering the transactional id may wait
-// for another relay's transaction to end) while beating, so that no
-// standby takes the relay for stalled meanwhile.
+// for another relay's transaction to end, reading the position for one
+// open on the position topic) while beating and keeping the replication
+// session alive, so that neither a standby nor wal_sender_timeout takes
+// the relay for stalled meanwhile. The goroutine has the stream's
+// connection to itself until p.start returns.
 func (r *Relay) startBeating(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
 	done := make(chan struct{})
 	beaten := make(chan struct{})
@@ -269,7 +315,8 @@ func (r *Relay) startBeating(ctx context.Context, s *stream, p publisher) (pglog
 			case <-done:
 				return
 			case <-time.After(r.cfg.statusInterval):
-				_ = s.beat(ctx) // the pool only: the stream's connection is not touched
+				_ = s.beat(ctx)
+				_ = s.keepAlive(ctx)
 			}
 		}
 	}()

@@ -296,7 +296,9 @@ func TestMissingTopicStopsTheRelayAndLosesNothing(t *testing.T) {
 	}
 }
 
-// A record pinned to a partition its topic lacks is its own fault.
+// A record pinned to a partition its topic lacks stops the relay, once
+// RetryFor has passed (the relay's metadata may lag partitions just
+// added), with a *RecordError naming it.
 func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
@@ -307,7 +309,7 @@ func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := outbox.NewRelay(b.pool, b.opts(t)...)
+	r, err := outbox.NewRelay(b.pool, b.opts(t, outbox.RetryFor(3*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,9 +408,9 @@ func TestRelayRunsAsAReplicationRoleWithoutSuperuser(t *testing.T) {
 	t.Logf("verifier: %v", b.verify(t))
 }
 
-// A position past the server's log (left by a server this one replaced:
-// restored, re-created under the same names) is refused: trusting it
-// would skip, as already published, every record up to it.
+// A position of this very slot past the server's log (a server started
+// from an older copy of its files, slots included) is refused: trusting
+// it would skip, as already published, every record up to it.
 func TestPositionFromAnotherIncarnationIsRefused(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
@@ -418,8 +420,13 @@ func TestPositionFromAnotherIncarnationIsRefused(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT system_identifier::text FROM pg_control_system()`).Scan(&sys); err != nil {
 		t.Fatal(err)
 	}
+	// The slot's own token: the same slot, as a cold copy of the
+	// server's files (slots included) would have it.
+	if _, err := b.pool.Exec(ctx, `INSERT INTO eoskit_outbox_slots (slot, token) VALUES ($1, 'copied')`, b.slot); err != nil {
+		t.Fatal(err)
+	}
 	cl := k.Client()
-	rec := &kgo.Record{Topic: b.positions, Partition: 0, Key: []byte(sys + "/" + b.slot), Value: []byte(`{"lsn":"FFF/0","key":"x"}`)}
+	rec := &kgo.Record{Topic: b.positions, Partition: 0, Key: []byte(sys + "/" + b.slot), Value: []byte(`{"lsn":"FFF/0","key":"x","token":"copied"}`)}
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -432,5 +439,37 @@ func TestPositionFromAnotherIncarnationIsRefused(t *testing.T) {
 	defer cancel()
 	if err := r.Run(rctx); !errors.Is(err, outbox.ErrPosition) {
 		t.Fatalf("Run returned %v; want ErrPosition", err)
+	}
+}
+
+// A position left by an earlier slot of the same name (the slot dropped
+// and created again, as after restoring a server from a backup, which
+// keeps no slots) does not count for the new slot: trusting it would skip,
+// as already published, the new slot's records below it.
+func TestPositionOfAnEarlierSlotIsIgnored(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	ctx := context.Background()
+	if err := outbox.DropSlot(ctx, b.pool, b.slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.CreateSlot(ctx, b.pool, b.slot); err != nil {
+		t.Fatal(err)
+	}
+	b.writeEach(t, &kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte("new slot's")})
+	var sys, wal string
+	if err := b.pool.QueryRow(ctx, `SELECT system_identifier::text, pg_current_wal_lsn()::text FROM pg_control_system()`).Scan(&sys, &wal); err != nil {
+		t.Fatal(err)
+	}
+	// The earlier slot's position: past the new record, within the log.
+	rec := &kgo.Record{Topic: b.positions, Key: []byte(sys + "/" + b.slot), Value: fmt.Appendf(nil, `{"lsn":%q,"key":"x","token":"earlier"}`, wal)}
+	if err := k.Client().ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	run := b.start(t)
+	waitFor(t, time.Minute, "the new slot's record", func() bool { return b.published(t) == 1 })
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -31,7 +31,8 @@ var migrations = []string{
 	// them once read. Dead-lettered records are kept whole beside it.
 	// The relay holding a slot beats in eoskit_outbox_relays, which
 	// standbys watch (pg_stat_replication hides reply times from roles
-	// without pg_read_all_stats).
+	// without pg_read_all_stats). eoskit_outbox_slots holds each slot's
+	// incarnation token, which its positions in Kafka carry.
 	`
 CREATE TABLE eoskit_outbox (
 	id        bigserial PRIMARY KEY,
@@ -56,6 +57,10 @@ CREATE TABLE eoskit_outbox_relays (
 	slot    text        PRIMARY KEY,
 	pid     integer     NOT NULL,
 	beat_at timestamptz NOT NULL
+);
+CREATE TABLE eoskit_outbox_slots (
+	slot  text PRIMARY KEY,
+	token text NOT NULL
 );`,
 }
 
@@ -154,11 +159,23 @@ func CreateSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	if err := checkWALLevel(ctx, pool); err != nil {
 		return err
 	}
-	_, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')
-		WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, name)
+	var created bool
+	err := pool.QueryRow(ctx, `SELECT count(pg_create_logical_replication_slot($1, 'pgoutput')) > 0
+		WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, name).Scan(&created)
 	var pgErr *pgconn.PgError
 	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // 42710: created meanwhile
 		return fmt.Errorf("outbox: create replication slot %s: %w", name, err)
+	}
+	if created {
+		// A new incarnation: positions in Kafka of an earlier slot of
+		// this name (a server restored from a backup, which does not
+		// keep slots) must not count for it.
+		if _, err := pool.Exec(ctx, `DO $$ BEGIN
+			IF to_regclass('eoskit_outbox_slots') IS NOT NULL THEN
+				DELETE FROM eoskit_outbox_slots WHERE slot = '`+name+`';
+			END IF; END $$`); err != nil {
+			return fmt.Errorf("outbox: forget slot %s's earlier token: %w", name, err)
+		}
 	}
 	// Slot names are the server's, not the database's: one of another
 	// database's, or of another plugin, is not this outbox's.

@@ -32,6 +32,7 @@ type dbTxn struct {
 // is told has been published.
 type stream struct {
 	conn      *pgconn.PgConn
+	system    string // the server's system identifier
 	slot      string
 	confirmed pglogrepl.LSN // what the slot may forget: published, or idle past
 	interval  time.Duration // between status updates
@@ -45,7 +46,8 @@ type stream struct {
 	handed pglogrepl.LSN
 	// beat, when set, runs after each status update: the relay's
 	// heartbeat, which standbys watch.
-	beat func(ctx context.Context) error
+	beat     func(ctx context.Context) error
+	lastBeat time.Time
 	// idle is how far the log was read with nothing in it to publish
 	// (keepalives, transactions without outbox records): safe to confirm
 	// once everything handed out is published.
@@ -77,6 +79,11 @@ func startStream(ctx context.Context, cfg *pgconn.Config, slot, publication stri
 	if err != nil {
 		return nil, fmt.Errorf("outbox: open a replication connection: %w", err)
 	}
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, fmt.Errorf("outbox: identify the server: %w", err)
+	}
 	err = pglogrepl.StartReplication(ctx, conn, slot, from, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
@@ -89,7 +96,15 @@ func startStream(ctx context.Context, cfg *pgconn.Config, slot, publication stri
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("outbox: start replication from slot %s at %s: %w", slot, from, err)
 	}
-	return &stream{conn: conn, slot: slot, confirmed: from, interval: statusInterval, nextSend: time.Now()}, nil
+	return &stream{conn: conn, system: sys.SystemID, slot: slot, confirmed: from, interval: statusInterval, nextSend: time.Now()}, nil
+}
+
+// keepAlive tells the server the session is alive without confirming
+// anything (a flush position of 0 is ignored), so that wal_sender_timeout
+// does not end it while the relay is busy elsewhere. Only one goroutine
+// may use the stream's connection at a time.
+func (s *stream) keepAlive(ctx context.Context) error {
+	return pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{})
 }
 
 func (s *stream) close() { _ = s.conn.Close(context.Background()) }
@@ -297,7 +312,8 @@ func (s *stream) sendStatus(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox: confirm %s on slot %s: %w", pos, s.slot, err)
 	}
-	if s.beat != nil {
+	if s.beat != nil && time.Since(s.lastBeat) >= s.interval/2 {
+		s.lastBeat = time.Now()
 		return s.beat(ctx)
 	}
 	return nil

@@ -73,7 +73,8 @@ start() {
 		pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start
 		echo "$version $name" >"$STATE_DIR/started-by-eoskit"
 	fi
-	[ -f "$STATE_DIR/started-by-eoskit" ] && ours=yes
+	# Ours only if the marker names this very cluster.
+	[ -f "$STATE_DIR/started-by-eoskit" ] && [ "$(cat "$STATE_DIR/started-by-eoskit")" = "$version $name" ] && ours=yes
 	for _ in $(seq 1 100); do
 		as_postgres "pg_isready -q -h 127.0.0.1 -p $port" && break
 		sleep 0.1
@@ -84,10 +85,18 @@ SELECT 'CREATE ROLE $PG_USER LOGIN SUPERUSER PASSWORD ''$PG_PASSWORD'''
 WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_USER') \gexec
 SELECT 'CREATE DATABASE $PG_DB OWNER $PG_USER'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$PG_DB') \gexec
--- Slots left by test or bench runs that were killed keep the server's log.
-SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-WHERE NOT active AND (slot_name LIKE 'eoskit\_outbox\_eoskit\_%' OR slot_name LIKE 'bench\_%');
 SQL
+	if [ "$ours" = yes ] && [ "${EOSKIT_KEEP_SLOTS:-}" != 1 ]; then
+		# Slots left by test or bench runs that were killed keep the
+		# server's log: drop those of test databases (eoskit_test...)
+		# and of the bench whose databases' sessions are gone.
+		as_postgres "psql -q -p $port -v ON_ERROR_STOP=1 -d postgres" <<'SQL'
+SELECT pg_drop_replication_slot(s.slot_name) FROM pg_replication_slots s
+WHERE NOT s.active
+  AND (s.slot_name LIKE 'eoskit\_outbox\_eoskit\_test%' OR s.slot_name LIKE 'bench\_%')
+  AND NOT EXISTS (SELECT FROM pg_stat_activity a JOIN pg_database d ON d.datname = a.datname WHERE d.oid = s.datoid);
+SQL
+	fi
 	url
 }
 
@@ -137,7 +146,8 @@ private_start() {
 	as_postgres "chmod 755 $data"
 	echo "$data" >"$STATE_DIR/pgdata"
 	as_postgres "$bin/initdb -D $data/db -U $PG_USER --auth=trust -E UTF8 --no-sync" >/dev/null
-	cat >>"$data/db/postgresql.auto.conf" <<CONF
+	# Written by the postgres user: the data folder is its alone.
+	as_postgres "cat >>$data/db/postgresql.auto.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$data'
@@ -147,7 +157,7 @@ max_wal_senders = 16
 fsync = off
 CONF
 	as_postgres "$bin/pg_ctl -D $data/db -l $data/log -w -t 60 start" >/dev/null ||
-		die "private server did not start: $(tail -5 "$data/log")"
+		die "private server did not start: $(as_postgres "tail -5 $data/log")"
 	if [ -n "${EOSKIT_OWNER_PID:-}" ]; then
 		# A watchdog: once the owner is gone, stop the server and delete
 		# its data. setsid and closed descriptors: the caller's pipes must
@@ -165,7 +175,7 @@ private_restart() {
 	data=$(private_data)
 	[ "${1:-}" = --hard ] && mode=immediate
 	as_postgres "$(private_bin)/pg_ctl -D $data/db -l $data/log -m $mode -w -t 60 restart" >/dev/null ||
-		die "private server did not restart: $(tail -5 "$data/log")"
+		die "private server did not restart: $(as_postgres "tail -5 $data/log")"
 }
 
 private_stop() {
