@@ -202,19 +202,11 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if s.system != r.system {
 		return waited, finalError{fmt.Errorf("%w: the server's system identifier changed from %s to %s: another server answers at this address", ErrPosition, r.system, s.system)}
 	}
-	s.beat = func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, r.cfg.statusInterval)
-		defer cancel()
-		_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_relays (slot, pid, beat_at) VALUES ($1, $2, now())
-			ON CONFLICT (slot) DO UPDATE SET pid = EXCLUDED.pid, beat_at = now()`, r.cfg.slot, int32(s.conn.PID()))
-		if err != nil {
-			return fmt.Errorf("outbox: heartbeat on slot %s: %w", r.cfg.slot, err)
-		}
-		return nil
-	}
-	if err := s.beat(ctx); err != nil {
+	if err := r.beat(ctx, s); err != nil {
 		return waited, err
 	}
+	beating := r.heartbeat(ctx, s)
+	defer beating()
 	// A fresh producer every session: registering the transactional id
 	// is what fences the others, and a producer an earlier session lost
 	// to another relay is fenced for good.
@@ -226,7 +218,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, err
 	}
 	defer p.close()
-	from, err := r.startBeating(ctx, s, p)
+	from, err := r.startKeepingAlive(ctx, s, p)
 	if err != nil {
 		return waited, err
 	}
@@ -299,30 +291,63 @@ func (r *Relay) stillHolds(ctx context.Context, s *stream) bool {
 	return err == nil && pid != nil && *pid == int32(s.conn.PID())
 }
 
-// startBeating runs p.start (registering the transactional id may wait
-// for another relay's transaction to end, reading the position for one
-// open on the position topic) while beating and keeping the replication
-// session alive, so that neither a standby nor wal_sender_timeout takes
-// the relay for stalled meanwhile. The goroutine has the stream's
-// connection to itself until p.start returns.
-func (r *Relay) startBeating(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
-	done := make(chan struct{})
-	beaten := make(chan struct{})
+// beat records that this relay's session on the slot (its walsender's
+// pid) is alive, for standbys to see.
+func (r *Relay) beat(ctx context.Context, s *stream) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.statusInterval)
+	defer cancel()
+	_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_relays (slot, pid, beat_at) VALUES ($1, $2, now())
+		ON CONFLICT (slot) DO UPDATE SET pid = EXCLUDED.pid, beat_at = now()`, r.cfg.slot, int32(s.conn.PID()))
+	if err != nil {
+		return fmt.Errorf("outbox: heartbeat on slot %s: %w", r.cfg.slot, err)
+	}
+	return nil
+}
+
+// heartbeat beats every half status interval until the returned stop is
+// called: through a slow commit too (a broker failing over), which a
+// standby must not take for a stalled relay. A stopped process (SIGSTOP,
+// a paused VM) stops beating and is taken over; Kafka's fencing guards
+// the rest. A failed beat is tried again at the next tick.
+func (r *Relay) heartbeat(ctx context.Context, s *stream) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(beaten)
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(r.cfg.statusInterval / 2):
+				if err := r.beat(ctx, s); err != nil && ctx.Err() == nil {
+					r.cfg.logger.Warn("outbox: heartbeat failed", "slot", r.cfg.slot, "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// startKeepingAlive runs p.start (registering the transactional id may
+// wait for another relay's transaction to end, reading the position for
+// one open on the position topic) while telling the replication session
+// it is alive, so that wal_sender_timeout does not end it meanwhile. The
+// goroutine has the stream's connection to itself until p.start returns.
+func (r *Relay) startKeepingAlive(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
 		for {
 			select {
 			case <-done:
 				return
 			case <-time.After(r.cfg.statusInterval):
-				_ = s.beat(ctx)
 				_ = s.keepAlive(ctx)
 			}
 		}
 	}()
 	from, err := p.start(ctx)
 	close(done)
-	<-beaten
+	<-stopped
 	return from, err
 }
 
@@ -374,8 +399,8 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 }
 
 // awaitSlot returns once the slot is free, or its holder has gone quiet
-// (no heartbeat for three status intervals, where a live relay beats with
-// every status update; a holder that never beat counts from its
+// (no heartbeat for three status intervals, where a live relay beats
+// every half interval; a holder that never beat counts from its
 // connection's start), whose session it then ends. Until then this
 // relay is a standby and waits without a deadline: it must not take over
 // from a live relay. waited reports that it stood by.

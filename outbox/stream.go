@@ -44,10 +44,6 @@ type stream struct {
 	// handed is the end of the last transaction next returned; until it
 	// is published, nothing past confirmed may be confirmed.
 	handed pglogrepl.LSN
-	// beat, when set, runs after each status update: the relay's
-	// heartbeat, which standbys watch.
-	beat     func(ctx context.Context) error
-	lastBeat time.Time
 	// idle is how far the log was read with nothing in it to publish
 	// (keepalives, transactions without outbox records): safe to confirm
 	// once everything handed out is published.
@@ -311,10 +307,6 @@ func (s *stream) sendStatus(ctx context.Context) error {
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos})
 	if err != nil {
 		return fmt.Errorf("outbox: confirm %s on slot %s: %w", pos, s.slot, err)
-	}
-	if s.beat != nil && time.Since(s.lastBeat) >= s.interval/2 {
-		s.lastBeat = time.Now()
-		return s.beat(ctx)
 	}
 	return nil
 }
