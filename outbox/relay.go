@@ -296,7 +296,11 @@ func (r *Relay) stillHolds(ctx context.Context, s *stream) bool {
 func (r *Relay) beat(ctx context.Context, s *stream) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.statusInterval)
 	defer cancel()
-	_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_relays (slot, pid, beat_at) VALUES ($1, $2, now())
+	// Only the session that holds the slot beats: a stalled relay that
+	// wakes after its session was ended must not stamp its pid over its
+	// successor's, which would make that one look silent to a standby.
+	_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_relays (slot, pid, beat_at)
+		SELECT $1::text, $2::int, now() WHERE EXISTS (SELECT FROM pg_replication_slots WHERE slot_name::text = $1::text AND active_pid = $2::int)
 		ON CONFLICT (slot) DO UPDATE SET pid = EXCLUDED.pid, beat_at = now()`, r.cfg.slot, int32(s.conn.PID()))
 	if err != nil {
 		return fmt.Errorf("outbox: heartbeat on slot %s: %w", r.cfg.slot, err)
