@@ -35,6 +35,9 @@ type Relay struct {
 	running  atomic.Bool
 	prepared bool   // slot, key and transactional id settled; only Run touches it
 	system   string // the server's system identifier, as prepare found it
+	// undeleted counts, per row id, the deletions that did not find it
+	// (its transaction not yet visible); only Run's goroutine touches it.
+	undeleted map[int64]int
 }
 
 // NewRelay returns a relay over the outbox in pool's database. It takes
@@ -50,7 +53,7 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config)}, nil
+	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config), undeleted: map[int64]int{}}, nil
 }
 
 // finalError marks an error retrying can not cure.
@@ -460,27 +463,68 @@ func (r *Relay) deleteRows(ctx context.Context, b *pending) error {
 		return err
 	}
 	ids := make([]int64, 0, r.cfg.deleteBatch)
+	var unseen []int64
 	flush := func() error {
 		if len(ids) == 0 {
 			return nil
 		}
-		if _, err := r.pool.Exec(ctx, `DELETE FROM eoskit_outbox WHERE id = ANY($1)`, ids); err != nil {
+		rows, err := r.pool.Query(ctx, `DELETE FROM eoskit_outbox WHERE id = ANY($1) RETURNING id`, ids)
+		if err != nil {
 			return fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
+		}
+		deleted, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
+		}
+		if len(deleted) < len(ids) {
+			gone := make(map[int64]bool, len(deleted))
+			for _, id := range deleted {
+				gone[id] = true
+			}
+			for _, id := range ids {
+				if !gone[id] {
+					unseen = append(unseen, id)
+				}
+			}
 		}
 		ids = ids[:0]
 		return nil
 	}
+	// Rows a previous batch could not see yet: a transaction's commit
+	// reaches the log (and the relay) a moment before other sessions see
+	// its rows. Tried with the next batches, a few times.
+	retry := r.undeleted
+	r.undeleted = map[int64]int{}
+	for id := range retry {
+		ids = append(ids, id)
+	}
 	for _, t := range b.txns {
 		for _, rw := range t.rows {
 			ids = append(ids, rw.id)
-			if len(ids) == cap(ids) {
+			if len(ids) >= cap(ids) {
 				if err := flush(); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	return flush()
+	if err := flush(); err != nil {
+		return err
+	}
+	// Usually a few milliseconds make them visible.
+	for try := 0; try < 5 && len(unseen) > 0; try++ {
+		time.Sleep(20 * time.Millisecond)
+		ids, unseen = append(ids, unseen...), nil
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	for _, id := range unseen {
+		if n := retry[id] + 1; n <= 3 {
+			r.undeleted[id] = n
+		}
+	}
+	return nil
 }
 
 // keepDead copies the batch's dead-lettered records into the dead-letter

@@ -280,6 +280,10 @@ func TestMissingTopicStopsTheRelayAndLosesNothing(t *testing.T) {
 	if resp, err := k.Admin.CreateTopic(ctx, 1, -1, nil, missing); err != nil || resp.Err != nil {
 		t.Fatal(err, resp.Err)
 	}
+	waitFor(t, time.Minute, "the created topic in the metadata", func() bool {
+		ends, err := k.Admin.ListEndOffsets(ctx, missing)
+		return err == nil && ends.Error() == nil
+	})
 	t.Cleanup(func() { _, _ = k.Admin.DeleteTopics(context.Background(), missing) })
 	run := b.start(t)
 	waitFor(t, time.Minute, "the record of the created topic", func() bool { return len(k.ReadNow(missing, kgo.ReadCommitted(), time.Minute)) == 1 })
