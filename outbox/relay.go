@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // ErrRunning is returned by Run while another Run of the same relay is
@@ -105,12 +105,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
 			return err
 		}
-		wait := backoff(attempt)
+		wait := loop.Backoff(attempt+1, 100*time.Millisecond)
 		log.Warn("outbox: relay restarting from its committed position", "slot", r.cfg.slot, "err", err, "in", wait)
-		select {
-		case <-ctx.Done():
+		if !loop.Sleep(ctx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
 	}
 }
@@ -167,14 +165,6 @@ func (r *Relay) token(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("outbox: read slot %s's token: %w", r.cfg.slot, err)
 	}
 	return token, nil
-}
-
-// backoff is 100ms doubling to 5s, with up to 50% taken off at random so
-// that relays restarting together do not stay in step.
-func backoff(attempt int) time.Duration {
-	d := 100 * time.Millisecond << min(attempt, 6)
-	d = min(d, 5*time.Second)
-	return d - time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // session is one connection's life: find where to start, open the slot,
@@ -317,21 +307,11 @@ func (r *Relay) beat(ctx context.Context, s *stream) error {
 // a paused VM) stops beating and is taken over; Kafka's fencing guards
 // the rest. A failed beat is tried again at the next tick.
 func (r *Relay) heartbeat(ctx context.Context, s *stream) (stop func()) {
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(r.cfg.statusInterval / 2):
-				if err := r.beat(ctx, s); err != nil && ctx.Err() == nil {
-					r.cfg.logger.Warn("outbox: heartbeat failed", "slot", r.cfg.slot, "err", err)
-				}
-			}
+	return every(r.cfg.statusInterval/2, func() {
+		if err := r.beat(ctx, s); err != nil && ctx.Err() == nil {
+			r.cfg.logger.Warn("outbox: heartbeat failed", "slot", r.cfg.slot, "err", err)
 		}
-	}()
-	return func() { close(done); <-stopped }
+	})
 }
 
 // startKeepingAlive runs p.start (registering the transactional id may
@@ -340,22 +320,29 @@ func (r *Relay) heartbeat(ctx context.Context, s *stream) (stop func()) {
 // it is alive, so that wal_sender_timeout does not end it meanwhile. The
 // goroutine has the stream's connection to itself until p.start returns.
 func (r *Relay) startKeepingAlive(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
+	stop := every(r.cfg.statusInterval, func() { _ = s.keepAlive(ctx) })
+	defer stop()
+	return p.start(ctx)
+}
+
+// every runs fn every d in a goroutine of its own until the returned stop
+// is called, and returns once it has stopped.
+func every(d time.Duration, fn func()) (stop func()) {
 	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
+		t := time.NewTicker(d)
+		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
-			case <-time.After(r.cfg.statusInterval):
-				_ = s.keepAlive(ctx)
+			case <-t.C:
+				fn()
 			}
 		}
 	}()
-	from, err := p.start(ctx)
-	close(done)
-	<-stopped
-	return from, err
+	return func() { close(done); <-stopped }
 }
 
 // blame decides, after a failed publish, whether one record is at fault
