@@ -24,6 +24,7 @@ import (
 
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // scenario is one kind of fault, injected in rounds once the copy passed
@@ -647,15 +648,15 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if failed > 0 {
 		t.Errorf("%d copier(s) exited with an error: a fault they did not survive (their stderr is above)", failed)
 	}
-	var rep integration.Report
+	var rep verify.Report
 	aborted, seen := "-", "-"
 	if path == "eos" {
-		outs, err := integration.DecodeOutputs(k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute))
+		outs, err := verify.DecodeOutputs(k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep = integration.Verify(integration.Run{Input: inputs, Output: outs,
-			Aborted: integration.AbortedPositions(k.ReadRaw(out, 2*time.Minute)), AbortedInput: abortedInputs})
+		rep = verify.Check(verify.Run{Input: inputs, Output: outs,
+			Aborted: verify.AbortedPositions(k.ReadRaw(out, 2*time.Minute)), AbortedInput: abortedInputs})
 		// The concurrent reader gets until the final read is done to catch
 		// up, then what it saw must be a prefix of it.
 		concurrent.stop()
@@ -667,7 +668,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 			t.Logf("the concurrent reader saw %d of %d records; %s", got, len(final), kafkaProgress(k, group, in, out, concurrent))
 		}
 		seen = fmt.Sprint(concurrent.count())
-		aborted = fmt.Sprint(len(integration.AbortedPositions(k.ReadRaw(out, 2*time.Minute))))
+		aborted = fmt.Sprint(len(verify.AbortedPositions(k.ReadRaw(out, 2*time.Minute))))
 	} else {
 		rep = verifyRows(t, pool, inputs, abortedInputs)
 	}
@@ -695,12 +696,12 @@ func migrateOffsetstore(pool *pgxpool.Pool) error {
 	return offsetstore.Migrate(context.Background(), pool)
 }
 
-func verifyRows(t *testing.T, pool *pgxpool.Pool, inputs, abortedInputs []string) integration.Report {
-	outs, err := integration.ReadRows(context.Background(), pool, "chaos_rows")
+func verifyRows(t *testing.T, pool *pgxpool.Pool, inputs, abortedInputs []string) verify.Report {
+	outs, err := verify.ReadRows(context.Background(), pool, "chaos_rows")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return integration.Verify(integration.Run{Input: inputs, Output: outs, AbortedInput: abortedInputs})
+	return verify.Check(verify.Run{Input: inputs, Output: outs, AbortedInput: abortedInputs})
 }
 
 // committedPositions returns, per partition, the offsets of the input's

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/txnscan"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // markerDropLine is what Kafka 4.1-4.4 logs when it drops a transaction's
@@ -81,8 +82,8 @@ func TestReproduceKafka20734(t *testing.T) {
 type reproResult struct {
 	drops   []string // the broker's marker-drop lines
 	hangs   []txnscan.Hang
-	report  integration.Report // of what a read_committed reader sees
-	stalled string             // "complete", or where the copy stopped
+	report  verify.Report // of what a read_committed reader sees
+	stalled string        // "complete", or where the copy stopped
 	took    time.Duration
 }
 
@@ -153,11 +154,11 @@ func reproduceOnce(t *testing.T, bin string, n int) reproResult {
 	}
 	// What a read_committed reader sees now: up to each partition's last
 	// stable offset, which a hanging transaction holds back.
-	outs, err := integration.DecodeOutputs(k.ReadNow(out, kgo.ReadCommitted(), 2*time.Minute))
+	outs, err := verify.DecodeOutputs(k.ReadNow(out, kgo.ReadCommitted(), 2*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.report = integration.Verify(integration.Run{Input: inputs, Output: outs})
+	res.report = verify.Check(verify.Run{Input: inputs, Output: outs})
 	res.took = time.Since(start)
 	t.Logf("%d marker drops logged, %d transactions left hanging, verifier: %v, copy %s, %s", len(res.drops), len(res.hangs), res.report, stalled, res.took.Round(time.Second))
 	return res

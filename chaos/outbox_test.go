@@ -16,6 +16,7 @@ import (
 
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/outbox"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // outboxScenario is one fault of the outbox path, injected at 20, 45 and
@@ -280,12 +281,12 @@ func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) strin
 	if failed > 0 {
 		t.Errorf("%d relay(s) exited with an error: a fault they did not survive (their stderr is above)", failed)
 	}
-	outs, err := integration.DecodeOutputs(k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute))
+	outs, err := verify.DecodeOutputs(k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := integration.Verify(integration.Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs,
-		Aborted: integration.AbortedPositions(k.ReadRaw(out, 2*time.Minute))})
+	rep := verify.Check(verify.Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs,
+		Aborted: verify.AbortedPositions(k.ReadRaw(out, 2*time.Minute))})
 	if err := rep.Err(); err != nil {
 		t.Error(err)
 	}

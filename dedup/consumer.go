@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/pgretry"
 )
@@ -35,8 +35,8 @@ type Consumer struct {
 	handler Handler
 	cfg     config
 
-	applied, skipped atomic.Int64
-	running          atomic.Bool
+	applied, skipped, deadLetters atomic.Int64
+	running                       atomic.Bool
 }
 
 // Option configures a [Consumer].
@@ -50,8 +50,7 @@ type config struct {
 	id         IDFunc
 	missing    MissingIDPolicy
 	maxPoll    int
-	retry      time.Duration
-	stop       bool
+	policy     ErrorPolicy
 	logger     *slog.Logger
 	clientOpts []kgo.Opt
 }
@@ -83,14 +82,15 @@ func OnMissingID(p MissingIDPolicy) Option { return func(c *config) { c.missing 
 // MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
 func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 
-// RetryHandlerErrors makes a batch whose handler failed roll back, wait
-// backoff, and run again, for as long as it keeps failing. Default: stop
-// with a *RecordError naming the record.
-func RetryHandlerErrors(backoff time.Duration) Option {
-	return func(c *config) { c.retry, c.stop = backoff, false }
-}
+// OnHandlerError sets what happens to a record whose handler fails or
+// panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
+// Default: [Stop]. A record without a usable id ([ErrMissingID],
+// [ErrIDTooLong]) is not the handler's failure: it stops the consumer
+// under every policy.
+func OnHandlerError(p ErrorPolicy) Option { return func(c *config) { c.policy = p } }
 
-// Logger sets the logger. Default: discard.
+// Logger sets the logger. Default: slog.Default(), so that an Error-level
+// event is never silent unless the caller chose so.
 func Logger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
@@ -110,7 +110,7 @@ func ClientOptions(opts ...kgo.Opt) Option {
 // NewConsumer returns a consumer that claims ids in store and applies
 // handler. Run store.Migrate first.
 func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts ...Option) (*Consumer, error) {
-	c := config{id: HeaderID(IDHeader), maxPoll: 500, stop: true, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c := config{id: HeaderID(IDHeader), maxPoll: 500, policy: Stop(), logger: slog.Default()}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -135,8 +135,8 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, fail("ID", "must not be nil")
 	case c.maxPoll <= 0:
 		return nil, fail("MaxPollRecords", "must be positive")
-	case c.retry < 0:
-		return nil, fail("RetryHandlerErrors", "backoff must not be negative")
+	case c.policy.p.Validate() != nil:
+		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	case c.missing != RejectMissingID && c.missing != TreatAsUnique:
 		return nil, fail("OnMissingID", "unknown policy")
 	}
@@ -173,11 +173,14 @@ func (c *config) newClient() (*kgo.Client, error) {
 type Stats struct {
 	Applied int64 // records whose side effect was applied and committed
 	Skipped int64 // records skipped as copies of an id already processed
+	// DeadLetters counts records parked in eoskit_dead_letters under the
+	// DeadLetter policy (or a Retry's DeadLetter fallback).
+	DeadLetters int64
 }
 
 // Stats returns the consumer's counts so far.
 func (c *Consumer) Stats() Stats {
-	return Stats{Applied: c.applied.Load(), Skipped: c.skipped.Load()}
+	return Stats{Applied: c.applied.Load(), Skipped: c.skipped.Load(), DeadLetters: c.deadLetters.Load()}
 }
 
 // Run consumes until ctx is done (then it returns nil) or a record stops
@@ -186,11 +189,19 @@ func (c *Consumer) Stats() Stats {
 // to 10 times with a growing pause, before Run returns the error.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
-		return errors.New("dedup: Consumer.Run called while already running")
+		return ErrRunning
 	}
 	defer c.running.Store(false)
 	if err := c.store.check(ctx, c.pool); err != nil {
 		return err
+	}
+	if c.cfg.policy.p.DeadLetters() {
+		switch ok, err := deadletter.Exists(ctx, c.pool); {
+		case err != nil:
+			return fmt.Errorf("dedup: %w", err)
+		case !ok:
+			return fmt.Errorf("%w: OnHandlerError: DeadLetter parks records in eoskit_dead_letters, which does not exist: run the store's Migrate", ErrInvalidConfig)
+		}
 	}
 	cl, err := c.cfg.newClient()
 	if err != nil {
@@ -213,25 +224,34 @@ func (c *Consumer) Run(ctx context.Context) error {
 			cl.AllowRebalance()
 			continue
 		}
+		// failures counts, per record, its handler's failures in this
+		// batch; poisoned holds the records to park instead of handling.
+		failures := map[*kgo.Record]int{}
+		poisoned := map[*kgo.Record]error{}
 		for attempt := 1; ; attempt++ {
-			applied, skipped, err := c.apply(ctx, recs)
+			n, err := c.apply(ctx, recs, poisoned)
 			if err == nil {
-				c.applied.Add(int64(applied))
-				c.skipped.Add(int64(skipped))
+				c.applied.Add(int64(n.applied))
+				c.skipped.Add(int64(n.skipped))
+				c.deadLetters.Add(int64(n.parked))
 				break
 			}
 			if ctx.Err() != nil {
 				return nil // the batch rolled back; it is read again
 			}
-			var rerr *RecordError
+			var herr *handlerError
 			switch {
-			case errors.As(err, &rerr) && (c.cfg.stop || errors.Is(err, ErrMissingID) || errors.Is(err, ErrIDTooLong)):
-				return err
-			case errors.As(err, &rerr):
-				c.cfg.logger.Warn("dedup: handler failed; retrying the batch", "err", err, "backoff", c.cfg.retry)
-				if !loop.Sleep(ctx, c.cfg.retry) {
+			case errors.As(err, &herr):
+				failures[herr.rec]++
+				if !c.afterFailure(ctx, herr, failures[herr.rec], poisoned) {
+					return herr.recordError(failures[herr.rec])
+				}
+				if ctx.Err() != nil {
 					return nil
 				}
+				attempt = 0
+			case errors.As(err, new(*RecordError)):
+				return err // no usable id: no policy applies
 			case attempt >= maxDBAttempts:
 				return fmt.Errorf("dedup: batch failed %d times: %w", attempt, err)
 			default:
@@ -239,7 +259,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				// server all pass; a missing table does not, and ends
 				// here after maxDBAttempts.
 				c.cfg.logger.Warn("dedup: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
-				if !loop.Sleep(ctx, loop.Backoff(attempt, 100*time.Millisecond)) {
+				if !loop.PauseBeforeRetry(ctx, attempt) {
 					return nil
 				}
 			}
@@ -253,6 +273,52 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
+// afterFailure applies the error policy to the record whose handler failed
+// for the attempts-th time in this batch: it pauses before a Retry, or
+// poisons the record so that the batch runs again parking it, and reports
+// true; or it reports false, and Run stops with a *RecordError.
+func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempts int, poisoned map[*kgo.Record]error) bool {
+	pol := c.cfg.policy.p
+	r := herr.rec
+	if pol.Kind == loop.PolicyRetry {
+		if !pol.Final(attempts) {
+			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
+			c.cfg.logger.Warn("dedup: handler failed; retrying the batch", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+				"err", herr.err, "attempt", attempts, "backoff", backoff)
+			loop.Sleep(ctx, backoff)
+			return true
+		}
+		pol = pol.Fallback()
+	}
+	if pol.Kind != loop.PolicyDeadLetter {
+		return false
+	}
+	c.cfg.logger.Warn("dedup: handler failed; parking the record in eoskit_dead_letters", "topic", r.Topic, "partition", r.Partition,
+		"offset", r.Offset, "err", herr.err, "attempts", attempts)
+	poisoned[r] = herr.err
+	return true
+}
+
+// retryLimit caps the pauses of the Retry policy (unless its backoff is
+// larger).
+const retryLimit = 30 * time.Second
+
+// handlerError is a record whose handler failed, inside apply.
+type handlerError struct {
+	rec *kgo.Record
+	err error
+}
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+func (e *handlerError) recordError(attempts int) *RecordError {
+	return &RecordError{Topic: e.rec.Topic, Partition: e.rec.Partition, Offset: e.rec.Offset, Attempts: attempts, Err: e.err}
+}
+
+// counts is what one batch did.
+type counts struct{ applied, skipped, parked int }
+
 // callHandler runs the handler, turning a panic into an error naming
 // nothing but the panic, so that the batch rolls back and the record is
 // stopped on (or retried) like one whose handler failed, instead of the
@@ -265,8 +331,9 @@ func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) er
 // (not handler errors) before Run gives up.
 const maxDBAttempts = 10
 
-// apply runs one batch in one database transaction.
-func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) (applied, skipped int, err error) {
+// apply runs one batch in one database transaction, parking the poisoned
+// records (their ids claimed) instead of handling them.
+func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*kgo.Record]error) (n counts, err error) {
 	ids := make([]string, len(recs))
 	hasID := make([]bool, len(recs))
 	var claim []string
@@ -274,18 +341,18 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) (applied, skip
 		ids[i], hasID[i] = c.cfg.id(r)
 		if !hasID[i] {
 			if c.cfg.missing == RejectMissingID {
-				return 0, 0, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: ErrMissingID}
+				return n, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: ErrMissingID}
 			}
 			continue
 		}
 		if len(ids[i]) > MaxIDLength {
-			return 0, 0, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+			return n, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 				Err: fmt.Errorf("%w (%d bytes)", ErrIDTooLong, len(ids[i]))}
 		}
 		claim = append(claim, ids[i])
 	}
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		applied, skipped = 0, 0
+		n = counts{}
 		claimed, err := c.store.ClaimBatch(ctx, tx, c.cfg.scope, claim)
 		if err != nil {
 			return err
@@ -293,20 +360,27 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) (applied, skip
 		for i, r := range recs {
 			if hasID[i] {
 				if !claimed[ids[i]] {
-					skipped++
+					n.skipped++
 					continue
 				}
 				delete(claimed, ids[i]) // a later copy in this batch is a duplicate
+			}
+			if cause, ok := poisoned[r]; ok {
+				if err := deadletter.Park(ctx, tx, c.cfg.group, r, cause); err != nil {
+					return err
+				}
+				n.parked++
+				continue
 			}
 			if err := c.callHandler(ctx, tx, r); err != nil {
 				if pgretry.Transient(ctx, c.pool, err) {
 					return err // the database went away: retry the batch
 				}
-				return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
+				return &handlerError{rec: r, err: err}
 			}
-			applied++
+			n.applied++
 		}
 		return nil
 	})
-	return applied, skipped, err
+	return n, err
 }

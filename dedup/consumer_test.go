@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // bed is one test's topic, database, store and side-effect table. The side
@@ -282,7 +284,7 @@ func TestHandlerErrorRollsBackTheClaim(t *testing.T) {
 		}
 		return h(ctx, tx, r)
 	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")),
-		dedup.RetryHandlerErrors(10*time.Millisecond), dedup.MaxPollRecords(1000),
+		dedup.OnHandlerError(dedup.Retry(10*time.Millisecond, 0)), dedup.MaxPollRecords(1000),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 	if err != nil {
 		t.Fatal(err)
@@ -299,6 +301,138 @@ func TestHandlerErrorRollsBackTheClaim(t *testing.T) {
 		t.Fatalf("handler failed %d times, want 2", failures)
 	}
 	b.assertOnce(t, 100)
+}
+
+// Retry with a number of attempts, then a fallback, on input from a
+// transactional producer that also aborts, over three partitions: a record
+// that keeps failing is tried that many times, then parked in
+// eoskit_dead_letters with its id claimed (a copy sent later is skipped),
+// or stops the consumer naming it and its attempts; a record that fails
+// fewer times takes effect once.
+func TestRetryThenFallback(t *testing.T) {
+	t.Parallel()
+	for _, fallback := range []string{"dead letter", "stop"} {
+		t.Run(fallback, func(t *testing.T) {
+			t.Parallel()
+			b := newBed(t, 3)
+			ctx := context.Background()
+			committed, aborted, err := integration.SeedTransactional(ctx, b.k.Brokers, b.topic, 600, 50, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			runs := map[string]int{}
+			effect := b.handler("a")
+			h := func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+				id := string(r.Key)
+				mu.Lock()
+				runs[id]++
+				n := runs[id]
+				mu.Unlock()
+				switch {
+				case strings.HasSuffix(id, "77"):
+					return errors.New("poison " + id)
+				case strings.HasSuffix(id, "5") && n <= 2:
+					return errors.New("flaky " + id)
+				}
+				return effect(ctx, tx, r)
+			}
+			policy := dedup.Retry(time.Millisecond, 3).Then(dedup.DeadLetter())
+			if fallback == "stop" {
+				policy = dedup.Retry(time.Millisecond, 3)
+			}
+			c, err := dedup.NewConsumer(b.pool, b.store, h, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic),
+				dedup.Group(integration.UniqueName(t, "g")), dedup.ID(dedup.KeyID()), dedup.OnHandlerError(policy),
+				dedup.MaxPollRecords(100), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			runCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- c.Run(runCtx) }()
+
+			if fallback == "stop" {
+				select {
+				case err := <-done:
+					var rerr *dedup.RecordError
+					if !errors.As(err, &rerr) || rerr.Attempts != 3 || !strings.HasSuffix(rerr.Err.Error(), "77") {
+						t.Fatalf("Run = %v, want a *RecordError for a record ending in 77 after 3 attempts", err)
+					}
+				case <-time.After(2 * time.Minute):
+					t.Fatal("the consumer did not stop on a record that always fails")
+				}
+				return
+			}
+
+			var good, bad []string
+			for _, id := range committed {
+				if strings.HasSuffix(id, "77") {
+					bad = append(bad, id)
+				} else {
+					good = append(good, id)
+				}
+			}
+			waitFor(t, "the good records to take effect and the bad to be parked", func() bool {
+				select {
+				case err := <-done:
+					t.Fatalf("Run returned %v before every record took effect or was parked", err)
+				default:
+				}
+				return b.effects(t) >= len(good) && c.Stats().DeadLetters >= int64(len(bad))
+			})
+			// Copies of the parked records, sent again: their ids are
+			// claimed, so they are skipped, not parked or applied.
+			var again []*kgo.Record
+			for _, id := range bad {
+				again = append(again, &kgo.Record{Key: []byte(id), Value: []byte(id)})
+			}
+			b.produce(t, again...)
+			waitFor(t, "the copies to be skipped", func() bool { return c.Stats().Skipped >= int64(len(bad)) })
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+
+			rows, err := b.pool.Query(ctx, `SELECT id FROM effects`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs := make([]verify.Output, len(ids))
+			for i, id := range ids {
+				outs[i] = verify.Output{ID: id, Position: verify.Position{Topic: "effects", Offset: int64(i)}}
+			}
+			if err := verify.Check(verify.Run{Input: good, Output: outs, AbortedInput: aborted}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rows, err = b.pool.Query(ctx, `SELECT key FROM eoskit_dead_letters WHERE error LIKE 'poison %'`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+			if err != nil {
+				t.Fatal(err)
+			}
+			parked := map[string]int{}
+			for _, k := range keys {
+				parked[string(k)]++
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range bad {
+				if parked[id] != 1 || runs[id] != 3 {
+					t.Errorf("%s: parked %d times after %d runs, want once after 3 (the Retry's attempts)", id, parked[id], runs[id])
+				}
+			}
+			if len(keys) != len(bad) || c.Stats().DeadLetters != int64(len(bad)) {
+				t.Errorf("%d dead letters (Stats %d), want the %d records that always fail", len(keys), c.Stats().DeadLetters, len(bad))
+			}
+		})
+	}
 }
 
 // Purge removes expired ids in small batches while a consumer keeps
@@ -360,15 +494,15 @@ func TestAbortedInputsAreNeverApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var outs []integration.Output
+	var outs []verify.Output
 	var id string
 	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-		outs = append(outs, integration.Output{ID: id, Position: integration.Position{Topic: "effects", Offset: int64(len(outs))}})
+		outs = append(outs, verify.Output{ID: id, Position: verify.Position{Topic: "effects", Offset: int64(len(outs))}})
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rep := integration.Verify(integration.Run{Input: committed, Output: outs, AbortedInput: aborted})
+	rep := verify.Check(verify.Run{Input: committed, Output: outs, AbortedInput: aborted})
 	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +521,10 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 		"zero poll":                    append(base, dedup.MaxPollRecords(0)),
 		"nil id func":                  append(base, dedup.ID(nil)),
 		"unknown policy":               append(base, dedup.OnMissingID(9)),
-		"negative backoff":             append(base, dedup.RetryHandlerErrors(-1)),
+		"negative backoff":             append(base, dedup.OnHandlerError(dedup.Retry(-1, 3))),
+		"negative attempts":            append(base, dedup.OnHandlerError(dedup.Retry(time.Millisecond, -1))),
+		"endless retry with fallback":  append(base, dedup.OnHandlerError(dedup.Retry(time.Millisecond, 0).Then(dedup.DeadLetter()))),
+		"fallback that retries":        append(base, dedup.OnHandlerError(dedup.Retry(time.Millisecond, 2).Then(dedup.Retry(time.Millisecond, 2)))),
 		"direct partitions in a group": append(base, dedup.ClientOptions(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset()}}))),
 		"read uncommitted":             append(base, dedup.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
 	}

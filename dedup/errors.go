@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // AuthorizationError is what Run returns when the broker keeps refusing to
@@ -38,18 +39,13 @@ var (
 // checked against this bound before the database sees them.
 const MaxIDLength = 1024
 
-// RecordError is a record that stopped a [Consumer]: it names the record,
-// whose offset was not committed, so the record is read again on the next
-// start. Err is the handler's error or [ErrMissingID].
-type RecordError struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Err       error
-}
+// RecordError names a record that stopped a [Consumer]: under [Stop], once
+// a [Retry]'s attempts ran out, or for want of a usable id. Its offset was
+// not committed, so it is read again on the next start. Err is the
+// handler's error, [ErrMissingID] or [ErrIDTooLong]. eos and offsetstore
+// return the same type.
+type RecordError = loop.RecordError
 
-func (e *RecordError) Error() string {
-	return fmt.Sprintf("dedup: record %s[%d]@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
-}
-
-func (e *RecordError) Unwrap() error { return e.Err }
+// ErrRunning is returned by Run while another Run of the same consumer is
+// under way (the same error as eos's, offsetstore's and outbox's).
+var ErrRunning = loop.ErrRunning

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eoskit/eoskit/internal/deadletter"
 )
 
 // PostgresStore records processed message ids in a PostgreSQL table with a
@@ -40,7 +42,9 @@ func NewPostgresStore(table string) (*PostgresStore, error) {
 	return &PostgresStore{table: pgx.Identifier{table}.Sanitize()}, nil
 }
 
-// Migrate creates the table and its index if they do not exist, and turns
+// Migrate creates the table and its index if they do not exist, and the
+// eoskit_dead_letters table that the [DeadLetter] policy parks records in
+// (the one offsetstore uses, if it is not there yet), and turns
 // the id column of a table made by an earlier eoskit (text) into bytea, each
 // id its UTF-8 bytes, so that claims keep matching. It is idempotent and
 // safe to run from several instances at once (an advisory lock serialises
@@ -61,6 +65,9 @@ CREATE TABLE IF NOT EXISTS `+s.table+` (
 	PRIMARY KEY (scope, id)
 );
 CREATE INDEX IF NOT EXISTS `+pgx.Identifier{indexName(s.table)}.Sanitize()+` ON `+s.table+` (processed_at);`); err != nil {
+			return err
+		}
+		if err := deadletter.Create(ctx, tx); err != nil {
 			return err
 		}
 		idType, err := s.idType(ctx, tx)

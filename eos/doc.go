@@ -96,7 +96,7 @@
 //
 // Test errors with errors.Is and errors.As: [ErrInvalidConfig]
 // (*[ConfigError]), [ErrFenced] (final), [ErrAborted], [ErrOutcomeUnknown],
-// [ErrClosed], *[ProduceError] (wraps the Kafka error), *[HandlerError]
+// [ErrClosed], *[ProduceError] (wraps the Kafka error), *[RecordError]
 // (names topic, partition and offset).
 //
 // # Observability

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // Errors callers react to. Every error eos returns that means one of these
@@ -37,7 +38,7 @@ var (
 	// nothing more can be added to it; the producer remains usable.
 	ErrOutcomeUnknown = errors.New("eos: transaction outcome unknown")
 
-	// ErrHandlerTooSlow is wrapped by the *HandlerError of an input record
+	// ErrHandlerTooSlow is wrapped by the *RecordError of an input record
 	// whose handler, alone in its transaction, gave up with its ctx's error
 	// when the transaction's budget (three quarters of the transaction
 	// timeout) ran out, twice: no transaction can hold it, so it follows
@@ -87,21 +88,21 @@ func (e *ProduceError) Error() string {
 
 func (e *ProduceError) Unwrap() error { return e.Err }
 
-// HandlerError is a handler failure that stopped a [Processor] under the
-// [Stop] policy. It names the input record so an operator can find it; the
-// record's offset was not committed, so it is read again on the next start.
-type HandlerError struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Err       error
-}
+// RecordError names an input record that stopped a [Processor]: under the
+// [Stop] policy, or once a [Retry]'s attempts ran out. Its offset was not
+// committed, so it is read again when the processor next starts.
+// errors.Is and errors.As see Err, the handler's error (or its output's).
+// offsetstore and dedup return the same type.
+type RecordError = loop.RecordError
 
-func (e *HandlerError) Error() string {
-	return fmt.Sprintf("eos: handler failed on %s[%d]@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
-}
+// HandlerError is the former name of [RecordError].
+//
+// Deprecated: use RecordError.
+type HandlerError = RecordError
 
-func (e *HandlerError) Unwrap() error { return e.Err }
+// ErrRunning is returned by Run while another Run of the same processor is
+// under way. offsetstore, dedup and outbox return the same error.
+var ErrRunning = loop.ErrRunning
 
 // DeadLetterError is returned by a [Processor] under the [DeadLetter]
 // policy when an input's dead letter could not be written after a few

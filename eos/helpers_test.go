@@ -18,6 +18,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // TestMain doubles as the entry point of the copier processes that the crash
@@ -53,13 +54,13 @@ func testClientOpts() []kgo.Opt {
 
 func copyHandler(out string) eos.HandlerFunc {
 	return func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
-		return []*kgo.Record{{Topic: out, Key: in.Key, Value: integration.CopyValue(in)}}, nil
+		return []*kgo.Record{{Topic: out, Key: in.Key, Value: verify.CopyValue(in)}}, nil
 	}
 }
 
 func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("EOS_TEST_LOG") == "" {
-		return nil
+		return slog.New(slog.DiscardHandler)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test", t.Name())
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // slowFailedPromises is a client hook that holds up the promise of every
@@ -75,7 +76,7 @@ func TestProcessorNeverCommitsBeforeEveryOutputIsSettled(t *testing.T) {
 			if err := p.stop(t); err != nil {
 				t.Fatalf("processor stopped with %v", err)
 			}
-			var rep integration.Report
+			var rep verify.Report
 			if sem == eos.ExactlyOnce {
 				rep = k.VerifyTopic(good, out, verifyTimeout)
 			} else if rep = k.CheckTopic(good, out, verifyTimeout); rep.Lost.Count > 0 || rep.Unexpected.Count > 0 {
@@ -347,7 +348,7 @@ func TestSlowHandlersEndTheirTransactionBeforeTheBrokerAbortsIt(t *testing.T) {
 // One record's handler never finishes on its own (it waits for its ctx, as
 // a call to a hung service does): alone in its transaction it is slower
 // than any transaction may last, which is that record's fault. Under Stop,
-// Run returns a *HandlerError naming it and wrapping ErrHandlerTooSlow, the
+// Run returns a *RecordError naming it and wrapping ErrHandlerTooSlow, the
 // records before it are copied once and the ones after it are not lost
 // (their offsets are not committed). Under DeadLetter it goes to the
 // dead-letter topic and everything else is copied once. Before, the
@@ -384,11 +385,11 @@ func TestHandlerSlowerThanATransactionIsBlamed(t *testing.T) {
 			good := slices.DeleteFunc(slices.Clone(inputs.Committed), func(id string) bool { return id == hung })
 			if policy == "stop" {
 				err := p.wait(t, 2*time.Minute)
-				var he *eos.HandlerError
+				var he *eos.RecordError
 				// Not context.DeadlineExceeded: callers take that for their
 				// own ctx ending.
 				if !errors.As(err, &he) || !errors.Is(err, eos.ErrHandlerTooSlow) || he.Offset != hungAt.Load() || errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("Run returned %v; want a *HandlerError for %s wrapping ErrHandlerTooSlow", err, hung)
+					t.Fatalf("Run returned %v; want a *RecordError for %s wrapping ErrHandlerTooSlow", err, hung)
 				}
 				rep := k.VerifyInputs(integration.Inputs{Committed: inputs.Committed[:10], Aborted: inputs.Aborted}, out, verifyTimeout)
 				// Offsets between the record before it and it hold

@@ -1,7 +1,6 @@
 package eos
 
 import (
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -41,7 +40,7 @@ func newConfig(opts []Option) *config {
 		maxRecords:     1000,
 		onError:        Stop(),
 		hangCheck:      10 * time.Second,
-		logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		logger:         slog.Default(),
 		metrics:        nopMetrics{},
 		set:            map[string]bool{},
 	}
@@ -204,7 +203,8 @@ func OnHangingTransaction(p HangingPolicy) Option {
 	return func(c *config) { c.onHang = p; c.mark("OnHangingTransaction") }
 }
 
-// Logger sets the logger. Default: discard. eos logs transaction outcomes,
+// Logger sets the logger. Default: slog.Default(), so that an Error-level
+// event is never silent unless the caller chose so. eos logs transaction outcomes,
 // rebalances and fencing at Info and Warn; franz-go's own logs are not
 // routed here (add kgo.WithLogger with plugin/kslog through ClientOptions).
 func Logger(l *slog.Logger) Option {

@@ -73,6 +73,9 @@ type Processor struct {
 	perTxn   int
 	tooSlow  map[coords]int
 	poisoned map[coords]error
+	// attempts counts, per input, the attempts of the Retry policy so
+	// far, until the input commits or its fallback applies.
+	attempts map[coords]int
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
@@ -107,7 +110,7 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 		logger = logger.With("transactional_id", c.txnID)
 	}
 	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics, deadLetterFailures: map[coords]int{},
-		perTxn: c.maxRecords, tooSlow: map[coords]int{}, poisoned: map[coords]error{}}, nil
+		perTxn: c.maxRecords, tooSlow: map[coords]int{}, poisoned: map[coords]error{}, attempts: map[coords]int{}}, nil
 }
 
 func (c *config) validateProcessor(handler HandlerFunc) error {
@@ -139,13 +142,13 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("OnHangingTransaction", "only exactly-once commits offsets in transactions; this semantics has none to hang")
 	case c.hangCheck == 0 && c.set["OnHangingTransaction"]:
 		return fail("OnHangingTransaction", "the hanging-transaction check is off (HangingTransactionCheck(0)): nothing would apply the policy")
-	case c.onError.kind == policyDeadLetter && c.onError.topic == "":
+	case c.onError.p.Validate() != nil:
+		return fail("OnHandlerError", c.onError.p.Validate().Error())
+	case c.onError.p.DeadLetters() && c.onError.p.DeadLetterTopic() == "":
 		return fail("OnHandlerError", "DeadLetter needs a topic")
-	case c.onError.kind == policyRetry && c.onError.backoff < 0:
-		return fail("OnHandlerError", "Retry backoff must not be negative")
 	}
 	for _, t := range c.inputTopics {
-		if c.onError.kind == policyDeadLetter && t == c.onError.topic {
+		if c.onError.p.DeadLetters() && t == c.onError.p.DeadLetterTopic() {
 			return fail("OnHandlerError", "the dead-letter topic "+t+" is also an input topic")
 		}
 	}
@@ -157,15 +160,16 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 // again by whoever takes the partitions), leaves the group and returns nil.
 //
 // It returns an error wrapping [ErrFenced] when a newer instance with the
-// same transactional id took over, a *HandlerError under the [Stop] policy,
-// a *DeadLetterError when a dead letter cannot be written, a
-// *HangingTransactionError under [StopWhenHanging], a *ConfigError when
-// the cluster refuses [RepairHangingTransactions], and other errors only
-// when the client fails repeatedly. A Processor runs
-// once at a time; to restart, call Run again.
+// same transactional id took over, a *RecordError under the [Stop] policy
+// (or once a [Retry]'s attempts ran out), a *DeadLetterError when a dead
+// letter cannot be written, a *HangingTransactionError under
+// [StopWhenHanging], a *ConfigError when the cluster refuses
+// [RepairHangingTransactions], and other errors only when the client fails
+// repeatedly. A Processor runs once at a time ([ErrRunning] otherwise); to
+// restart, call Run again.
 func (p *Processor) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
-		return errors.New("eos: Processor.Run called while already running")
+		return ErrRunning
 	}
 	defer p.running.Store(false)
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
@@ -408,7 +412,7 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 				return false
 			}
 			err = fmt.Errorf("%w: no result within %s, the transaction's budget, twice alone in its transaction (%v)", ErrHandlerTooSlow, rn.budget, err)
-			if rn.p.cfg.onError.kind == policyDeadLetter {
+			if rn.p.cfg.onError.p.Kind == loop.PolicyDeadLetter {
 				// This transaction has no time left: the dead
 				// letter goes first in the next one.
 				rn.p.poisoned[at] = err
@@ -418,20 +422,30 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 		}
 	}
 	if err != nil {
-		if rn.p.cfg.onError.kind != policyDeadLetter {
+		// A poisoned input is dead-lettered whatever the policy: it was
+		// poisoned under DeadLetter, or as a Retry's fallback.
+		if !poisoned && rn.p.cfg.onError.p.Kind != loop.PolicyDeadLetter {
 			b.failedAt, b.failed = at, err
 			return false
 		}
-		outs = []*kgo.Record{deadLetter(rn.p.cfg.onError.topic, r, err)}
+		outs = []*kgo.Record{deadLetter(rn.p.cfg.onError.p.DeadLetterTopic(), r, err)}
 		if b.deadLetters == nil {
 			b.deadLetters = map[coords]error{}
 		}
 		b.deadLetters[at] = err
 		rn.p.logger.Warn("eos: handler failed; sending input to dead-letter topic",
-			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err, "dead_letter_topic", rn.p.cfg.onError.topic)
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err, "dead_letter_topic", rn.p.cfg.onError.p.DeadLetterTopic())
 	}
 	for _, out := range outs {
-		out.Context = context.WithValue(ctx, inputKey{}, at)
+		// The values of the handler's own context on the output (a
+		// tracing span kotel links to, say) are kept under the input's
+		// coordinates; not its cancellation, which franz-go would take
+		// as the record's (a handler's ctx ends with its batch).
+		base := ctx
+		if out.Context != nil {
+			base = context.WithoutCancel(out.Context)
+		}
+		out.Context = context.WithValue(base, inputKey{}, at)
 		b.out++
 		b.promises.add()
 		rn.produce(ctx, out, func(out *kgo.Record, err error) {
@@ -627,19 +641,41 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		if !recordSpecific(err) {
 			return &restartError{fmt.Errorf("produce failed, not because of the input %s[%d]@%d: %w", at.topic, at.partition, at.offset, err)}
 		}
+	}
+	return p.applyPolicy(ctx, at, err)
+}
 
-		if p.cfg.onError.kind == policyDeadLetter {
-			p.poisoned[at] = err
+// retryLimit caps the pauses of the Retry policy (unless its backoff is
+// larger).
+const retryLimit = 30 * time.Second
+
+// applyPolicy applies the error policy to the input at, whose handler (or
+// output) failed with err, in a batch that was aborted: Retry pauses and
+// lets the batch be read again, until its attempts run out and its
+// fallback applies; DeadLetter poisons the input, so that the next
+// transaction dead-letters it without running its handler; Stop returns a
+// *RecordError.
+func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error {
+	pol := p.cfg.onError.p
+	attempts := 1
+	if pol.Kind == loop.PolicyRetry {
+		p.attempts[at]++
+		attempts = p.attempts[at]
+		if !pol.Final(attempts) {
+			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
+			p.logger.Warn("eos: handler failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
+				"err", err, "attempt", attempts, "backoff", backoff)
+			loop.Sleep(ctx, backoff)
+			return nil
 		}
+		delete(p.attempts, at)
+		pol = pol.Fallback()
 	}
-	switch p.cfg.onError.kind {
-	case policyStop:
-		return &HandlerError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Err: err}
-	case policyRetry:
-		p.logger.Warn("eos: handler failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset, "err", err, "backoff", p.cfg.onError.backoff)
-		loop.Sleep(ctx, p.cfg.onError.backoff)
+	if pol.Kind == loop.PolicyDeadLetter {
+		p.poisoned[at] = err
+		return nil
 	}
-	return nil
+	return &RecordError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Attempts: attempts, Err: err}
 }
 
 // maxDeadLetterAttempts bounds how often one input's dead letter is tried
@@ -657,11 +693,11 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	if attempts >= maxDeadLetterAttempts {
 		delete(p.deadLetterFailures, at)
 		return &DeadLetterError{Topic: at.topic, Partition: at.partition, Offset: at.offset,
-			DeadLetterTopic: p.cfg.onError.topic, Attempts: attempts, Cause: cause, Err: err}
+			DeadLetterTopic: p.cfg.onError.p.DeadLetterTopic(), Attempts: attempts, Cause: cause, Err: err}
 	}
 	backoff := time.Second << (attempts - 1)
 	p.logger.Warn("eos: writing a dead letter failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
-		"dead_letter_topic", p.cfg.onError.topic, "err", err, "attempt", attempts, "backoff", backoff)
+		"dead_letter_topic", p.cfg.onError.p.DeadLetterTopic(), "err", err, "attempt", attempts, "backoff", backoff)
 	p.poisoned[at] = cause
 	loop.Sleep(ctx, backoff)
 	return nil
@@ -707,13 +743,18 @@ func transactionTimeout(cl *kgo.Client) time.Duration {
 }
 
 // forgetDeadLetters clears the failure counts of the dead letters a
-// committed batch wrote.
+// committed batch wrote, and the retry counts of the inputs it committed.
 func (p *Processor) forgetDeadLetters(b *batch) {
 	for at := range b.deadLetters {
 		delete(p.deadLetterFailures, at)
 		delete(p.poisoned, at)
 	}
 	delete(p.tooSlow, b.first)
+	for at := range p.attempts {
+		if end, ok := b.ends[topicPartition{at.topic, at.partition}]; ok && at.offset < end {
+			delete(p.attempts, at)
+		}
+	}
 }
 
 // speaksV2 reports whether cl uses transaction protocol v2 where the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/verify"
 )
 
 const verifyTimeout = 2 * time.Minute
@@ -136,7 +137,7 @@ func TestProcessorCrashMidTransactionLosesAndDuplicatesNothing(t *testing.T) {
 		t.Fatalf("replacement stopped with %v", err)
 	}
 	rep := k.VerifyTopic(inputs, out, verifyTimeout)
-	aborted := integration.AbortedPositions(k.ReadRaw(out, verifyTimeout))
+	aborted := verify.AbortedPositions(k.ReadRaw(out, verifyTimeout))
 	if len(aborted) == 0 {
 		t.Fatal("the killed transaction left no aborted records: the kill did not land mid-transaction")
 	}
@@ -257,7 +258,7 @@ func TestProcessorRetryPolicyAbortsAndRedelivers(t *testing.T) {
 	metrics := &countingMetrics{}
 	progress := followCommitted(t, k, out)
 	p := startProcessor(t, h, append(processorOpts(k, group, in, "0"),
-		eos.OnHandlerError(eos.Retry(50*time.Millisecond)), eos.WithMetrics(metrics))...)
+		eos.OnHandlerError(eos.Retry(50*time.Millisecond, 5)), eos.WithMetrics(metrics))...)
 	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
 	if err := p.stop(t); err != nil {
 		t.Fatalf("processor stopped with %v", err)
@@ -266,6 +267,99 @@ func TestProcessorRetryPolicyAbortsAndRedelivers(t *testing.T) {
 	if got := strings.Count(metrics.abortReasons(), "handler-error"); got != 3 {
 		t.Fatalf("aborted %d transactions for handler errors (%s), want 3", got, metrics.abortReasons())
 	}
+}
+
+// Retry with a number of attempts, then a fallback: a record that keeps
+// failing is tried that many times and then dead-lettered (in the
+// transaction that commits its offset) or stops the processor naming it and
+// its attempts; a record that fails fewer times lands once as output. The
+// inputs come from a transactional producer that also aborts, over three
+// partitions.
+func TestProcessorRetryThenFallback(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+
+	t.Run("dead letter", func(t *testing.T) {
+		t.Parallel()
+		in, out, dlt := k.NewTopic(3), k.NewTopic(3), k.NewTopic(1)
+		group := integration.UniqueName(t, "g")
+		inputs := k.SeedHostile(in, 600, 50)
+		var mu sync.Mutex
+		calls := map[string]int{}
+		h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			id := string(r.Key)
+			mu.Lock()
+			calls[id]++
+			n := calls[id]
+			mu.Unlock()
+			switch {
+			case strings.HasSuffix(id, "77"): // always fails
+				return nil, errors.New("poison record " + id)
+			case strings.HasSuffix(id, "5") && n <= 2: // fails twice, then succeeds
+				return nil, errors.New("flaky record " + id)
+			}
+			return copyHandler(out)(ctx, r)
+		}
+		var good, bad []string
+		for _, id := range inputs.Committed {
+			if strings.HasSuffix(id, "77") {
+				bad = append(bad, id)
+			} else {
+				good = append(good, id)
+			}
+		}
+		progress := followCommitted(t, k, out)
+		p := startProcessor(t, h, append(processorOpts(k, group, in, "0"),
+			eos.OnHandlerError(eos.Retry(time.Millisecond, 3).Then(eos.DeadLetter(dlt))))...)
+		waitFor(t, 2*time.Minute, "every good input to be copied", func() bool {
+			select {
+			case <-p.finished:
+				t.Fatalf("Run returned %v before every good input was copied", p.err)
+			default:
+			}
+			return progress.n.Load() >= int64(len(good))
+		})
+		if err := p.stop(t); err != nil {
+			t.Fatalf("processor stopped with %v", err)
+		}
+		k.VerifyInputs(integration.Inputs{Committed: good, Aborted: inputs.Aborted}, out, verifyTimeout)
+		dead := map[string]int{}
+		for _, r := range k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout) {
+			dead[string(r.Key)]++
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range bad {
+			if dead[id] != 1 {
+				t.Errorf("%s is %d times in the dead-letter topic, want once", id, dead[id])
+			}
+			if calls[id] != 3 {
+				t.Errorf("the handler ran %d times on %s, want 3 (the Retry's attempts), then the dead letter", calls[id], id)
+			}
+		}
+		if len(dead) != len(bad) {
+			t.Errorf("the dead-letter topic holds %d distinct records, want the %d that always fail", len(dead), len(bad))
+		}
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		t.Parallel()
+		in, out := k.NewTopic(3), k.NewTopic(3)
+		group := integration.UniqueName(t, "g")
+		k.SeedHostile(in, 300, 50)
+		var tries atomic.Int64
+		p := startProcessor(t, failingOn(out, func(r *kgo.Record) bool {
+			return string(r.Key) == "in-123" && tries.Add(1) > 0
+		}), append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.Retry(time.Millisecond, 4)))...)
+		err := p.wait(t, 2*time.Minute)
+		var rerr *eos.RecordError
+		if !errors.As(err, &rerr) || rerr.Topic != in || rerr.Attempts != 4 || !strings.Contains(err.Error(), "poison record in-123") {
+			t.Fatalf("Run returned %v, want a *RecordError for in-123 after 4 attempts", err)
+		}
+		if got := tries.Load(); got != 4 {
+			t.Fatalf("the handler ran %d times on in-123, want 4", got)
+		}
+	})
 }
 
 // Poison records go to the dead-letter topic in the transaction that commits
@@ -326,9 +420,9 @@ func TestProcessorStopPolicyNamesTheRecordAndLosesNothing(t *testing.T) {
 
 	p := startProcessor(t, failingOn(out, func(r *kgo.Record) bool { return r.Offset == 500 }), processorOpts(k, group, in, "0")...)
 	err := p.wait(t, 2*time.Minute)
-	var herr *eos.HandlerError
+	var herr *eos.RecordError
 	if !errors.As(err, &herr) || herr.Topic != in || herr.Partition != 0 || herr.Offset != 500 {
-		t.Fatalf("Run returned %v, want a *HandlerError for %s[0]@500", err, in)
+		t.Fatalf("Run returned %v, want a *RecordError for %s[0]@500", err, in)
 	}
 	before := k.ReadAll(out, kgo.ReadCommitted(), verifyTimeout)
 	if len(before) >= 500 {

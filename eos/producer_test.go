@@ -13,6 +13,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/verify"
 )
 
 const readTimeout = 30 * time.Second
@@ -82,7 +83,7 @@ func assertAbortedInvisible(t *testing.T, k *integration.KafkaCluster, topic str
 	if got := k.ReadAll(topic, kgo.ReadCommitted(), readTimeout); len(got) != 0 {
 		t.Fatalf("%d records of an aborted transaction visible to read_committed", len(got))
 	}
-	if got := len(integration.AbortedPositions(k.ReadRaw(topic, readTimeout))); got != want {
+	if got := len(verify.AbortedPositions(k.ReadRaw(topic, readTimeout))); got != want {
 		t.Fatalf("log holds %d aborted records, want %d", got, want)
 	}
 }

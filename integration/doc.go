@@ -1,6 +1,9 @@
 // Package integration is eoskit's harness for tests against a real Apache
-// Kafka broker and a real PostgreSQL, and the verifier that checks a run for
-// lost, duplicated and aborted-but-visible records.
+// Kafka broker and a real PostgreSQL. The verifier that checks a run for
+// lost, duplicated, aborted-but-visible and reordered records is package
+// verify, which programs import without this harness (and its testing and
+// container dependencies); the helpers here (VerifyTopic, VerifyInputs)
+// read a test's topics and hand them to it.
 //
 // # Where the services come from
 //

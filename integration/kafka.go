@@ -17,6 +17,7 @@ import (
 
 	"github.com/eoskit/eoskit/eostest"
 	"github.com/eoskit/eoskit/internal/txnscan"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // KafkaBrokersEnv names the environment variable with the bootstrap
@@ -152,7 +153,7 @@ func (k *KafkaCluster) NewTopic(partitions int32) string {
 // read, within timeout. Records come in offset order within each partition.
 func (k *KafkaCluster) ReadAll(topic string, level kgo.IsolationLevel, timeout time.Duration) []*kgo.Record {
 	k.tb.Helper()
-	recs, err := readTopic(context.Background(), k.conn, topic, level, true, false, timeout)
+	recs, err := verify.ReadTopicWith(context.Background(), k.conn, topic, level, true, false, timeout)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
@@ -164,7 +165,7 @@ func (k *KafkaCluster) ReadAll(topic string, level kgo.IsolationLevel, timeout t
 // read_uncommitted, up to the last stable offset under read_committed.
 func (k *KafkaCluster) ReadNow(topic string, level kgo.IsolationLevel, timeout time.Duration) []*kgo.Record {
 	k.tb.Helper()
-	recs, err := readTopic(context.Background(), k.conn, topic, level, false, false, timeout)
+	recs, err := verify.ReadTopicWith(context.Background(), k.conn, topic, level, false, false, timeout)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
@@ -173,157 +174,14 @@ func (k *KafkaCluster) ReadNow(topic string, level kgo.IsolationLevel, timeout t
 
 // ReadRaw waits like [KafkaCluster.ReadAll], then reads every record of topic
 // under read_uncommitted, control records (commit and abort markers)
-// included: the input [AbortedPositions] needs.
+// included: the input [verify.AbortedPositions] needs.
 func (k *KafkaCluster) ReadRaw(topic string, timeout time.Duration) []*kgo.Record {
 	k.tb.Helper()
-	recs, err := readTopic(context.Background(), k.conn, topic, kgo.ReadUncommitted(), true, true, timeout)
+	recs, err := verify.ReadTopicWith(context.Background(), k.conn, topic, kgo.ReadUncommitted(), true, true, timeout)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
 	return recs
-}
-
-// ReadRawTopic is [KafkaCluster.ReadRaw] for programs that have no
-// testing.TB.
-func ReadRawTopic(ctx context.Context, brokers []string, topic string, timeout time.Duration) ([]*kgo.Record, error) {
-	return readTopic(ctx, connOpts(brokers), topic, kgo.ReadUncommitted(), true, true, timeout)
-}
-
-// ReadTopic is [KafkaCluster.ReadAll] (settled) or [KafkaCluster.ReadNow]
-// for programs that have no testing.TB.
-func ReadTopic(ctx context.Context, brokers []string, topic string, level kgo.IsolationLevel, settled bool, timeout time.Duration) ([]*kgo.Record, error) {
-	return readTopic(ctx, connOpts(brokers), topic, level, settled, false, timeout)
-}
-
-func readTopic(ctx context.Context, conn []kgo.Opt, topic string, level kgo.IsolationLevel, settled, keepControl bool, timeout time.Duration) ([]*kgo.Record, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	admCl, err := kgo.NewClient(conn...)
-	if err != nil {
-		return nil, err
-	}
-	defer admCl.Close()
-	adm := kadm.NewClient(admCl)
-
-	if settled {
-		if err := waitSettled(ctx, adm, topic); err != nil {
-			return nil, err
-		}
-	}
-	listEnds := adm.ListEndOffsets
-	if level == kgo.ReadCommitted() {
-		listEnds = adm.ListCommittedOffsets
-	}
-	ends, err := listEnds(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: list end offsets: %w", topic, err)
-	}
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: list start offsets: %w", topic, err)
-	}
-
-	// next[p] is the offset ReadTopic has read up to; partition p is done
-	// when it reaches the end. Control records are kept so that a partition
-	// ending in a commit or abort marker still reaches its end.
-	next := map[int32]int64{}
-	end := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		end[o.Partition] = o.Offset
-		next[o.Partition] = 0
-	})
-	starts.Each(func(o kadm.ListedOffset) { next[o.Partition] = o.Offset })
-	pending := 0
-	for p := range end {
-		if next[p] < end[p] {
-			pending++
-		}
-	}
-	if pending == 0 {
-		return nil, nil
-	}
-
-	cl, err := kgo.NewClient(append(slices.Clip(conn),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(level),
-		kgo.KeepControlRecords(),
-	)...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-
-	var out []*kgo.Record
-	for pending > 0 {
-		fetches := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return out, fmt.Errorf("read %s: %d partitions not read to their end (read up to %v of %v): %w",
-				topic, pending, next, end, ctx.Err())
-		}
-		var fetchErr error
-		fetches.EachError(func(_ string, _ int32, err error) { fetchErr = err })
-		if fetchErr != nil {
-			return out, fmt.Errorf("read %s: %w", topic, fetchErr)
-		}
-		fetches.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= end[r.Partition] {
-				return
-			}
-			wasPending := next[r.Partition] < end[r.Partition]
-			next[r.Partition] = r.Offset + 1
-			if wasPending && next[r.Partition] >= end[r.Partition] {
-				pending--
-			}
-			if keepControl || !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-		})
-	}
-	return out, nil
-}
-
-// waitSettled returns once every partition's last stable offset equals its
-// high watermark, that is once no transaction on topic is still undecided.
-func waitSettled(ctx context.Context, adm *kadm.Client, topic string) error {
-	var lso, hwm kadm.ListedOffsets
-	for {
-		var err error
-		if hwm, err = adm.ListEndOffsets(ctx, topic); err == nil {
-			err = hwm.Error()
-		}
-		if err == nil {
-			if lso, err = adm.ListCommittedOffsets(ctx, topic); err == nil {
-				err = lso.Error()
-			}
-		}
-		if err == nil && offsetsEqual(lso, hwm) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("read %s: a transaction is still open (last stable offsets %v, high watermarks %v; last error %v): %w",
-				topic, lso.Offsets(), hwm.Offsets(), err, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func offsetsEqual(a, b kadm.ListedOffsets) bool {
-	n, equal := 0, true
-	b.Each(func(o kadm.ListedOffset) {
-		n++
-		if other, ok := a.Lookup(o.Topic, o.Partition); !ok || other.Offset != o.Offset {
-			equal = false
-		}
-	})
-	return n > 0 && equal
 }
 
 // TransactionVersion returns the cluster's finalized transaction.version:

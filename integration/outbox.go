@@ -48,7 +48,7 @@ func NewOutboxLoad(ctx context.Context, pool *pgxpool.Pool, topic string) (*Outb
 // number under its row lock (so per key the sequence is the commit
 // order), sleeps up to 3 ms before committing (so that across keys ids
 // commit out of order), and one in ten rolls back. Values are id|key|seq
-// ([DecodeOutputs]' format, the key as the stream). A transaction that
+// ([verify.DecodeOutputs]' format, the key as the stream). A transaction that
 // fails otherwise (the database restarting) is retried after 100 ms.
 func (l *OutboxLoad) Write(ctx context.Context, n, writers, keys int) error {
 	l.mu.Lock()

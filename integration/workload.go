@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/eoskit/eoskit/verify"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -153,40 +153,17 @@ func seedTransactional(ctx context.Context, conn []kgo.Opt, topic string, n, bat
 	return committed, aborted, nil
 }
 
-// CopyValue is the output value a copier writes for input record in.
-func CopyValue(in *kgo.Record) []byte {
-	return fmt.Appendf(nil, "%s|%d|%d", in.Key, in.Partition, in.Offset)
-}
-
-// DecodeOutputs turns output records written with [CopyValue] into the
-// verifier's outputs.
-func DecodeOutputs(recs []*kgo.Record) ([]Output, error) {
-	outs := make([]Output, 0, len(recs))
-	for _, r := range recs {
-		parts := strings.Split(string(r.Value), "|")
-		if len(parts) != 3 {
-			return nil, fmt.Errorf("output %s[%d]@%d: value %q is not id|partition|offset", r.Topic, r.Partition, r.Offset, r.Value)
-		}
-		seq, err := strconv.ParseInt(parts[2], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("output %s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, err)
-		}
-		outs = append(outs, Output{ID: parts[0], Stream: parts[1], Seq: seq, Position: Position{r.Topic, r.Partition, r.Offset}})
-	}
-	return outs, nil
-}
-
 // VerifyTopic reads output (settled, both committed and raw) and checks it
 // against the inputs, failing the test with the report if any anomaly shows.
 // It returns the report for further assertions.
-func (k *KafkaCluster) VerifyTopic(inputs []string, output string, timeout time.Duration) Report {
+func (k *KafkaCluster) VerifyTopic(inputs []string, output string, timeout time.Duration) verify.Report {
 	k.tb.Helper()
 	return k.VerifyInputs(Inputs{Committed: inputs}, output, timeout)
 }
 
 // VerifyInputs is [KafkaCluster.VerifyTopic] for inputs that a hostile seed
 // wrote: an output of an aborted input is aborted-visible.
-func (k *KafkaCluster) VerifyInputs(in Inputs, output string, timeout time.Duration) Report {
+func (k *KafkaCluster) VerifyInputs(in Inputs, output string, timeout time.Duration) verify.Report {
 	k.tb.Helper()
 	rep := k.checkInputs(in, output, timeout)
 	if err := rep.Err(); err != nil {
@@ -197,17 +174,17 @@ func (k *KafkaCluster) VerifyInputs(in Inputs, output string, timeout time.Durat
 
 // CheckTopic is [KafkaCluster.VerifyTopic] without failing: for tests that
 // expect anomalies (a weaker semantics under a fault).
-func (k *KafkaCluster) CheckTopic(inputs []string, output string, timeout time.Duration) Report {
+func (k *KafkaCluster) CheckTopic(inputs []string, output string, timeout time.Duration) verify.Report {
 	k.tb.Helper()
 	return k.checkInputs(Inputs{Committed: inputs}, output, timeout)
 }
 
-func (k *KafkaCluster) checkInputs(in Inputs, output string, timeout time.Duration) Report {
+func (k *KafkaCluster) checkInputs(in Inputs, output string, timeout time.Duration) verify.Report {
 	k.tb.Helper()
 	committed := k.ReadAll(output, kgo.ReadCommitted(), timeout)
-	outs, err := DecodeOutputs(committed)
+	outs, err := verify.DecodeOutputs(committed)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
-	return Verify(Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs, Aborted: AbortedPositions(k.ReadRaw(output, timeout))})
+	return verify.Check(verify.Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs, Aborted: verify.AbortedPositions(k.ReadRaw(output, timeout))})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // grant is one ACL of a path's list.
@@ -119,11 +120,11 @@ func TestEachPathRunsWithOnlyItsListedACLs(t *testing.T) {
 					k.VerifyInputs(inputs, s.out, time.Minute)
 					return
 				}
-				outs, err := integration.ReadRows(ctx, pool, s.table)
+				outs, err := verify.ReadRows(ctx, pool, s.table)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := integration.Verify(integration.Run{Input: inputs.Committed, Output: outs, AbortedInput: inputs.Aborted}).Err(); err != nil {
+				if err := verify.Check(verify.Run{Input: inputs.Committed, Output: outs, AbortedInput: inputs.Aborted}).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -217,7 +218,7 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 	switch s.path {
 	case "eos":
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-			return []*kgo.Record{{Topic: s.out, Key: r.Key, Value: integration.CopyValue(r)}}, nil
+			return []*kgo.Record{{Topic: s.out, Key: r.Key, Value: verify.CopyValue(r)}}, nil
 		}, eos.Brokers(k.Brokers...), eos.Group(s.group), eos.InputTopics(s.in), eos.TransactionalID(s.txnID),
 			eos.Logger(logger), eos.ClientOptions(clientOpts...), eos.HangingTransactionCheck(time.Second))
 		if err != nil {
@@ -282,7 +283,7 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 	}
 }
 
-// newResultsTable creates a results table laid out as integration.ReadRows
+// newResultsTable creates a results table laid out as verify.ReadRows
 // reads it, with no unique constraint: a duplicate is a second row.
 func newResultsTable(ctx context.Context, t *testing.T, pool *pgxpool.Pool, path, name string) string {
 	t.Helper()

@@ -1,11 +1,11 @@
 package offsetstore
 
 import (
-	"github.com/eoskit/eoskit/internal/authz"
-
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // AuthorizationError is what Run returns when the broker keeps refusing to
@@ -24,46 +24,47 @@ var (
 	ErrInvalidConfig = errors.New("offsetstore: invalid configuration")
 )
 
-// RecordError is a record that stopped a [Runner] under [Stop]. Its offset
-// was not stored, so it is read again on the next start.
-type RecordError struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Err       error
-}
+// RecordError names a record that stopped a [Runner]: under [Stop], or
+// once a [Retry]'s attempts ran out. Its offset was not stored, so it is
+// read again on the next start. eos and dedup return the same type.
+type RecordError = loop.RecordError
 
-func (e *RecordError) Error() string {
-	return fmt.Sprintf("offsetstore: handler failed on %s[%d]@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
-}
+// ErrRunning is returned by Run while another Run of the same runner is
+// under way (the same error as eos's, dedup's and outbox's).
+var ErrRunning = loop.ErrRunning
 
-func (e *RecordError) Unwrap() error { return e.Err }
-
-// ErrorPolicy is what a [Runner] does with a record whose handler fails.
-// The batch it was in is rolled back first, and run again one record per
-// transaction to find the record that fails; the policy then applies to it.
-type ErrorPolicy struct {
-	kind    policyKind
-	backoff time.Duration
-}
-
-type policyKind int8
-
-const (
-	policyStop policyKind = iota
-	policyRetry
-	policyDeadLetter
-)
+// ErrorPolicy is what a [Runner] does with a record whose handler fails or
+// panics: [Stop] (the default), [Retry] (then, with [ErrorPolicy.Then],
+// Stop or DeadLetter) or [DeadLetter], the same policies as eos's and
+// dedup's. The batch it was in is rolled back first, and run again one
+// record per transaction to find the record that fails; the policy then
+// applies to it.
+type ErrorPolicy struct{ p loop.Policy }
 
 // Stop makes Run return a *RecordError naming the record. The default.
-func Stop() ErrorPolicy { return ErrorPolicy{kind: policyStop} }
+func Stop() ErrorPolicy { return ErrorPolicy{loop.Stop()} }
 
-// Retry retries the record after backoff for as long as it fails.
-func Retry(backoff time.Duration) ErrorPolicy {
-	return ErrorPolicy{kind: policyRetry, backoff: backoff}
+// Retry rolls the record's transaction back, pauses, and runs it again, up
+// to attempts times in all; then [ErrorPolicy.Then]'s fallback applies
+// (Stop unless another is given). The pauses start at backoff and double
+// each attempt up to 30 s (or backoff, if larger), each drawn at random
+// from its upper half; a cancelled ctx ends the pause. attempts 0 retries
+// for as long as the handler fails, holding the record's partitions up.
+func Retry(backoff time.Duration, attempts int) ErrorPolicy {
+	return ErrorPolicy{loop.Retry(backoff, attempts)}
+}
+
+// Then returns the Retry p with fallback applied once its attempts have all
+// failed: [Stop] or [DeadLetter]. New refuses a fallback on anything but a
+// Retry with a number of attempts.
+func (p ErrorPolicy) Then(fallback ErrorPolicy) ErrorPolicy {
+	return ErrorPolicy{p.p.WithFallback(fallback.p)}
 }
 
 // DeadLetter parks the record (key, value, coordinates, error) in the
 // eoskit_dead_letters table, in the same transaction that stores its offset,
-// and goes on.
-func DeadLetter() ErrorPolicy { return ErrorPolicy{kind: policyDeadLetter} }
+// and goes on: the record is then parked with its offset stored, or
+// neither.
+func DeadLetter() ErrorPolicy { return ErrorPolicy{loop.Policy{Kind: loop.PolicyDeadLetter}} }
+
+func (p ErrorPolicy) String() string { return p.p.String() }

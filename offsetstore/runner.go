@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/pgretry"
 )
@@ -99,7 +99,8 @@ func ResetOffset(o kgo.Offset) Option { return func(c *config) { c.reset = o } }
 // MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
 func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 
-// OnHandlerError sets what happens to a record whose handler fails.
+// OnHandlerError sets what happens to a record whose handler fails or
+// panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
 // Default: [Stop].
 func OnHandlerError(p ErrorPolicy) Option { return func(c *config) { c.policy = p } }
 
@@ -114,7 +115,8 @@ func MirrorToKafka() Option { return func(c *config) { c.mirror = true } }
 // diagnostics. Default: hostname-pid.
 func Owner(name string) Option { return func(c *config) { c.owner = name } }
 
-// Logger sets the logger. Default: discard.
+// Logger sets the logger. Default: slog.Default(), so that an Error-level
+// event is never silent unless the caller chose so.
 func Logger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
@@ -140,7 +142,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		maxPoll: 500,
 		policy:  Stop(),
 		owner:   host + "-" + strconv.Itoa(os.Getpid()),
-		logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		logger:  slog.Default(),
 	}
 	for _, o := range opts {
 		o(&c)
@@ -159,8 +161,8 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		return nil, fail("Topics", "name at least one topic")
 	case c.maxPoll <= 0:
 		return nil, fail("MaxPollRecords", "must be positive")
-	case c.policy.kind == policyRetry && c.policy.backoff < 0:
-		return nil, fail("OnHandlerError", "Retry backoff must not be negative")
+	case c.policy.p.Validate() != nil:
+		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	}
 	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
 		oldRows: map[topicPartition]pgtype.UUID{}}
@@ -362,7 +364,7 @@ const maxDBAttempts = 10
 // up to 10 times per batch.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
-		return errors.New("offsetstore: Runner.Run called while already running")
+		return ErrRunning
 	}
 	defer r.running.Store(false)
 	cl, err := r.newClient()
@@ -381,7 +383,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			return err
 		}
 		r.cfg.logger.Warn("offsetstore: reading the schema version failed; retrying", "err", err, "attempt", attempt)
-		if !loop.Sleep(ctx, loop.Backoff(attempt, 200*time.Millisecond)) {
+		if !loop.PauseBeforeRetry(ctx, attempt) {
 			return nil
 		}
 	}
@@ -420,6 +422,8 @@ func (r *Runner) Run(ctx context.Context) error {
 // handleBatch commits recs, splitting the batch to find a failing record and
 // applying the error policy to it.
 func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+	pol := r.cfg.policy.p
+	failures := 0 // of the handler, on a single record
 	for attempt := 1; ; attempt++ {
 		err := r.commit(ctx, recs, nil)
 		var stale *staleError
@@ -444,7 +448,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
 			}
 			r.cfg.logger.Warn("offsetstore: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
-			if !loop.Sleep(ctx, loop.Backoff(attempt, 200*time.Millisecond)) {
+			if !loop.PauseBeforeRetry(ctx, attempt) {
 				return ctx.Err()
 			}
 		case len(recs) > 1:
@@ -457,24 +461,35 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 				}
 			}
 			return nil
-		case r.cfg.policy.kind == policyRetry:
+		case pol.Kind == loop.PolicyRetry && !pol.Final(failures+1):
+			failures++
+			backoff := loop.Backoff(failures, pol.Backoff, retryLimit)
 			r.cfg.logger.Warn("offsetstore: handler failed; retrying", "topic", recs[0].Topic, "partition", recs[0].Partition,
-				"offset", recs[0].Offset, "err", herr.err, "backoff", r.cfg.policy.backoff)
-			if !loop.Sleep(ctx, r.cfg.policy.backoff) {
+				"offset", recs[0].Offset, "err", herr.err, "attempt", failures, "backoff", backoff)
+			if !loop.Sleep(ctx, backoff) {
 				return ctx.Err()
 			}
 			attempt = 0
 		default:
-			return r.applyPolicy(ctx, cl, recs[0], herr.err)
+			return r.applyPolicy(ctx, cl, recs[0], herr.err, failures+1)
 		}
 	}
 }
 
-// applyPolicy handles a single record whose handler failed, under the Stop
-// or DeadLetter policy (Retry loops in handleBatch).
-func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Record, cause error) error {
-	recErr := &RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: cause}
-	if r.cfg.policy.kind != policyDeadLetter {
+// retryLimit caps the pauses of the Retry policy (unless its backoff is
+// larger).
+const retryLimit = 30 * time.Second
+
+// applyPolicy handles a single record whose handler failed attempts times,
+// under the Stop or DeadLetter policy, or a Retry's fallback once its
+// attempts ran out (Retry loops in handleBatch).
+func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Record, cause error, attempts int) error {
+	pol := r.cfg.policy.p
+	if pol.Kind == loop.PolicyRetry {
+		pol = pol.Fallback()
+	}
+	recErr := &RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Attempts: attempts, Err: cause}
+	if pol.Kind != loop.PolicyDeadLetter {
 		return recErr
 	}
 	r.cfg.logger.Warn("offsetstore: handler failed; parking the record in eoskit_dead_letters", "err", recErr)
@@ -490,7 +505,7 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 			return fmt.Errorf("offsetstore: parking %s[%d]@%d failed %d times: %w", rec.Topic, rec.Partition, rec.Offset, attempt, err)
 		}
 		r.cfg.logger.Warn("offsetstore: database unavailable; retrying the dead letter", "err", err, "attempt", attempt)
-		if !loop.Sleep(ctx, loop.Backoff(attempt, 200*time.Millisecond)) {
+		if !loop.PauseBeforeRetry(ctx, attempt) {
 			return ctx.Err()
 		}
 	}
@@ -580,8 +595,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		}
 		if deadLetter != nil {
 			rec := fresh[0]
-			if _, err := tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, error)
-				VALUES ($1, $2, $3, $4, $5, $6, $7)`, r.cfg.group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, deadLetter.Error()); err != nil {
+			if err := deadletter.Park(ctx, tx, r.cfg.group, rec, deadLetter); err != nil {
 				return err
 			}
 		} else if err := r.callHandler(ctx, tx, fresh); err != nil {
@@ -710,7 +724,7 @@ func (r *Runner) rewind(ctx context.Context, cl *kgo.Client, stale *staleError, 
 		if stored, err = r.load(ctx, names, ids); err == nil {
 			break
 		}
-		if attempt >= maxDBAttempts || !loop.Sleep(ctx, loop.Backoff(attempt, 200*time.Millisecond)) {
+		if attempt >= maxDBAttempts || !loop.PauseBeforeRetry(ctx, attempt) {
 			return fmt.Errorf("offsetstore: read stored offsets after a refused batch: %w", err)
 		}
 	}

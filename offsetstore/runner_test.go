@@ -20,6 +20,7 @@ import (
 
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // TestMain doubles as the entry point of the loader processes that the
@@ -156,9 +157,9 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // verify checks the results table with the verifier: every input exactly
 // once, and per input partition in offset order of commit.
-func (b *bed) verify(t *testing.T) integration.Report {
+func (b *bed) verify(t *testing.T) verify.Report {
 	t.Helper()
-	rep, err := integration.VerifyRows(context.Background(), b.pool, "results", b.inputs)
+	rep, err := verify.CheckRows(context.Background(), b.pool, "results", b.inputs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,6 +379,108 @@ func TestDeadLetterAndStopPolicies(t *testing.T) {
 	}
 }
 
+// Retry with a number of attempts, then a fallback, on input from a
+// transactional producer that also aborts, over three partitions: a record
+// that keeps failing runs its attempts alone in its transaction and is then
+// parked, or stops the runner naming it and its attempts; a record that
+// fails fewer times is applied once.
+func TestRetryThenFallback(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var alone, flaky map[string]int // runs of a record alone in its batch; failures of a flaky one
+	handler := func() offsetstore.Handler {
+		alone, flaky = map[string]int{}, map[string]int{}
+		return func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range recs {
+				id := string(r.Key)
+				if len(recs) == 1 {
+					alone[id]++
+				}
+				switch {
+				case strings.HasSuffix(id, "77"):
+					return errors.New("poison " + id)
+				case strings.HasSuffix(id, "5"):
+					if flaky[id]++; flaky[id] <= 2 {
+						return errors.New("flaky " + id)
+					}
+				}
+			}
+			return load(nil)(ctx, tx, recs)
+		}
+	}
+	seed := func(t *testing.T) (*bed, integration.Inputs) {
+		b := newBed(t, 3, 0)
+		committed, aborted, err := integration.SeedTransactional(context.Background(), b.k.Brokers, b.topic, 600, 50, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, integration.Inputs{Committed: committed, Aborted: aborted}
+	}
+
+	t.Run("dead letter", func(t *testing.T) {
+		b, in := seed(t)
+		var good, bad []string
+		for _, id := range in.Committed {
+			if strings.HasSuffix(id, "77") {
+				bad = append(bad, id)
+			} else {
+				good = append(good, id)
+			}
+		}
+		r := b.start(t, handler(), offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 3).Then(offsetstore.DeadLetter())))
+		waitFor(t, 2*time.Minute, "the good rows and the dead letters", func() bool {
+			select {
+			case <-r.finished:
+				t.Fatalf("Run returned %v before every record was applied or parked", r.err)
+			default:
+			}
+			return b.rows(t) >= len(good) && r.r.Stats().DeadLetters >= int64(len(bad))
+		})
+		r.stop(t)
+		outs, err := verify.ReadRows(context.Background(), b.pool, "results")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := verify.Check(verify.Run{Input: good, Output: outs, AbortedInput: in.Aborted}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := b.pool.Query(context.Background(), `SELECT key FROM eoskit_dead_letters WHERE consumer_group = $1`, b.group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := map[string]int{}
+		for _, k := range keys {
+			dead[string(k)]++
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range bad {
+			if dead[id] != 1 || alone[id] != 3 {
+				t.Errorf("%s: parked %d times after %d runs alone, want once after 3 (the Retry's attempts)", id, dead[id], alone[id])
+			}
+		}
+		if len(keys) != len(bad) {
+			t.Errorf("%d dead letters, want the %d records that always fail", len(keys), len(bad))
+		}
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		b, _ := seed(t)
+		r := b.start(t, handler(), offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 3)))
+		err := r.wait(t, 2*time.Minute)
+		var rerr *offsetstore.RecordError
+		if !errors.As(err, &rerr) || rerr.Attempts != 3 || !strings.HasSuffix(rerr.Err.Error(), "77") {
+			t.Fatalf("Run = %v, want a *RecordError for a record ending in 77 after 3 attempts", err)
+		}
+	})
+}
+
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
 	pool := integration.Postgres(t)
@@ -476,11 +579,11 @@ func TestAbortedInputsAreNeverApplied(t *testing.T) {
 	waitFor(t, 2*time.Minute, "every committed record", func() bool { return b.rows(t) >= len(committed) })
 	time.Sleep(2 * time.Second) // and the aborted transactions after the last committed ones
 	r.stop(t)
-	outs, err := integration.ReadRows(ctx, b.pool, "results")
+	outs, err := verify.ReadRows(ctx, b.pool, "results")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := integration.Verify(integration.Run{Input: committed, Output: outs, AbortedInput: aborted})
+	rep := verify.Check(verify.Run{Input: committed, Output: outs, AbortedInput: aborted})
 	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +764,7 @@ func TestRecreatedTopicIsReadFromItsStart(t *testing.T) {
 		return next >= after
 	})
 	r.stop(t)
-	outs, err := integration.ReadRows(ctx, b.pool, "results")
+	outs, err := verify.ReadRows(ctx, b.pool, "results")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,7 +773,7 @@ func TestRecreatedTopicIsReadFromItsStart(t *testing.T) {
 			outs[i].Stream = "new topic " + outs[i].Stream
 		}
 	}
-	rep := integration.Verify(integration.Run{Input: append(append([]string(nil), b.inputs...), again...), Output: outs})
+	rep := verify.Check(verify.Run{Input: append(append([]string(nil), b.inputs...), again...), Output: outs})
 	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -777,12 +880,15 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	pool := &pgxpool.Pool{}
 	base := []offsetstore.Option{offsetstore.Brokers("127.0.0.1:1"), offsetstore.Group("g"), offsetstore.Topics("t")}
 	for name, opts := range map[string][]offsetstore.Option{
-		"no brokers":       {offsetstore.Group("g"), offsetstore.Topics("t")},
-		"no group":         {offsetstore.Brokers("b:1"), offsetstore.Topics("t")},
-		"no topics":        {offsetstore.Brokers("b:1"), offsetstore.Group("g")},
-		"zero poll":        append(base, offsetstore.MaxPollRecords(0)),
-		"negative backoff": append(base, offsetstore.OnHandlerError(offsetstore.Retry(-1))),
-		"read uncommitted": append(base, offsetstore.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
+		"no brokers":                    {offsetstore.Group("g"), offsetstore.Topics("t")},
+		"no group":                      {offsetstore.Brokers("b:1"), offsetstore.Topics("t")},
+		"no topics":                     {offsetstore.Brokers("b:1"), offsetstore.Group("g")},
+		"zero poll":                     append(base, offsetstore.MaxPollRecords(0)),
+		"negative backoff":              append(base, offsetstore.OnHandlerError(offsetstore.Retry(-1, 3))),
+		"negative attempts":             append(base, offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, -1))),
+		"endless retry with a fallback": append(base, offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 0).Then(offsetstore.DeadLetter()))),
+		"fallback on a dead letter":     append(base, offsetstore.OnHandlerError(offsetstore.DeadLetter().Then(offsetstore.Stop()))),
+		"read uncommitted":              append(base, offsetstore.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := offsetstore.New(pool, h, opts...); !errors.Is(err, offsetstore.ErrInvalidConfig) {

@@ -6,12 +6,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eoskit/eoskit/internal/deadletter"
 )
 
 // migrations are applied in order; each runs once, in its own transaction,
 // and its index+1 is recorded as the schema version. Append, never edit.
 var migrations = []string{
-	// 1: offsets and dead letters.
+	// 1: offsets (and, before dedup could park records too, the
+	// dead-letter table, which Migrate now creates with deadletter.Create
+	// on every run, since dedup's Migrate may have created it first).
 	`
 CREATE TABLE eoskit_offsets (
 	consumer_group text        NOT NULL,
@@ -22,18 +26,7 @@ CREATE TABLE eoskit_offsets (
 	updated_at     timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (consumer_group, topic, partition)
 );
-CREATE TABLE eoskit_dead_letters (
-	id             bigserial   PRIMARY KEY,
-	consumer_group text        NOT NULL,
-	topic          text        NOT NULL,
-	partition      integer     NOT NULL,
-	"offset"       bigint      NOT NULL,
-	key            bytea,
-	value          bytea,
-	error          text        NOT NULL,
-	created_at     timestamptz NOT NULL DEFAULT now(),
-	UNIQUE (consumer_group, topic, partition, "offset")
-);`,
+`,
 	// 2: the topic's ID with each offset, so that an offset stored for a
 	// deleted topic is never applied to a new topic of the same name.
 	// Rows from version 1 keep NULL (trusted) until their next commit.
@@ -62,6 +55,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		if version > len(migrations) {
 			return fmt.Errorf("offsetstore: the database schema is at version %d, newer than this code's %d: upgrade eoskit", version, len(migrations))
+		}
+		if err := deadletter.Create(ctx, tx); err != nil {
+			return fmt.Errorf("offsetstore: migrate: %w", err)
 		}
 		for v := version; v < len(migrations); v++ {
 			if _, err := tx.Exec(ctx, migrations[v]); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/outbox"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // A relay stalls inside a Kafka transaction, past its transaction
@@ -242,11 +243,11 @@ func TestAtLeastOnceRelayDuplicatesAfterACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := integration.DecodeOutputs(b.k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute))
+	outs, err := verify.DecodeOutputs(b.k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := integration.Verify(integration.Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs})
+	rep := verify.Check(verify.Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs})
 	if rep.Duplicated.Count == 0 || rep.Lost.Count != 0 || rep.AbortedVisible.Count != 0 {
 		t.Fatalf("at-least-once through 3 SIGKILLs: %v; want duplicates, and nothing lost or rolled back visible", rep)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/outbox"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // TestMain doubles as the entry point of the relay processes that the
@@ -190,7 +191,7 @@ func (b *bed) query(t testing.TB, q func(context.Context) error) {
 // verify reads the output topic and checks it: every committed record
 // once, no rolled-back one, per key in commit order, nothing from an
 // aborted Kafka transaction.
-func (b *bed) verify(t *testing.T) integration.Report {
+func (b *bed) verify(t *testing.T) verify.Report {
 	t.Helper()
 	in, err := b.load.Inputs(context.Background())
 	if err != nil {

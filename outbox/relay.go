@@ -23,7 +23,7 @@ import (
 
 // ErrRunning is returned by Run while another Run of the same relay is
 // under way.
-var ErrRunning = errors.New("outbox: the relay is already running")
+var ErrRunning = loop.ErrRunning
 
 // Relay publishes the outbox's records to Kafka, exactly once and in the
 // commit order of the database transactions that wrote them. See the
@@ -105,7 +105,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
 			return err
 		}
-		wait := loop.Backoff(attempt+1, 100*time.Millisecond)
+		wait := loop.Backoff(attempt+1, 100*time.Millisecond, 5*time.Second)
 		log.Warn("outbox: relay restarting from its committed position", "slot", r.cfg.slot, "err", err, "in", wait)
 		if !loop.Sleep(ctx, wait) {
 			return nil

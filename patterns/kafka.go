@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/verify"
 )
 
 func atMostOnce() Pattern {
@@ -106,7 +106,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 // readKafkaOutput reads the output topic as a read_committed reader, and its
 // raw log for the records of aborted transactions.
 func (l *Lab) readKafkaOutput(ctx context.Context, topic string, faults []string) (result, error) {
-	committed, err := integration.ReadTopic(ctx, l.Brokers, topic, kgo.ReadCommitted(), true, time.Minute)
+	committed, err := verify.ReadTopic(ctx, l.Brokers, topic, kgo.ReadCommitted(), true, time.Minute)
 	if err != nil {
 		return result{}, err
 	}
@@ -116,14 +116,14 @@ func (l *Lab) readKafkaOutput(ctx context.Context, topic string, faults []string
 		if err != nil {
 			return result{}, err
 		}
-		res.outputs = append(res.outputs, outputOf(rep, integration.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}))
+		res.outputs = append(res.outputs, outputOf(rep, verify.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}))
 		res.totals[rep.Region] += rep.Cases
 	}
-	raw, err := integration.ReadRawTopic(ctx, l.Brokers, topic, time.Minute)
+	raw, err := verify.ReadRawTopic(ctx, l.Brokers, topic, time.Minute)
 	if err != nil {
 		return result{}, err
 	}
-	res.aborted = integration.AbortedPositions(raw)
+	res.aborted = verify.AbortedPositions(raw)
 	return res, nil
 }
 

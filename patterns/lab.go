@@ -14,11 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/eoskit/eoskit/verify"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/eoskit/eoskit/integration"
 )
 
 // ErrStalled is wrapped by the *StepError that [Lab.Run] returns when a
@@ -146,17 +145,17 @@ type Outcome struct {
 	Failed bool `json:"failed,omitempty"`
 	// Faults lists the faults injected, each with what showed it took
 	// hold (the instance caught mid-batch, the group's state).
-	Faults         []string           `json:"faults,omitempty"`
-	Input          int                `json:"input"`
-	Output         int                `json:"output"`
-	Lost           int                `json:"lost"`
-	Duplicated     int                `json:"duplicated"`
-	AbortedVisible int                `json:"aborted_visible"`
-	OutOfOrder     int                `json:"out_of_order"`
-	Totals         map[string]int     `json:"totals,omitempty"`
-	TotalsCorrect  bool               `json:"totals_correct"`
-	Report         integration.Report `json:"-"`
-	Duration       time.Duration      `json:"duration_ns"`
+	Faults         []string       `json:"faults,omitempty"`
+	Input          int            `json:"input"`
+	Output         int            `json:"output"`
+	Lost           int            `json:"lost"`
+	Duplicated     int            `json:"duplicated"`
+	AbortedVisible int            `json:"aborted_visible"`
+	OutOfOrder     int            `json:"out_of_order"`
+	Totals         map[string]int `json:"totals,omitempty"`
+	TotalsCorrect  bool           `json:"totals_correct"`
+	Report         verify.Report  `json:"-"`
+	Duration       time.Duration  `json:"duration_ns"`
 }
 
 // Pattern is one reference pattern.
@@ -173,8 +172,8 @@ type Pattern struct {
 // result is what a pattern run leaves for the verifier.
 type result struct {
 	faults  []string
-	outputs []integration.Output
-	aborted map[integration.Position]bool
+	outputs []verify.Output
+	aborted map[verify.Position]bool
 	totals  map[string]int
 }
 
@@ -207,7 +206,7 @@ func (l *Lab) Run(ctx context.Context, p Pattern) (Outcome, error) {
 	for i, r := range l.Reports {
 		ids[i] = r.ID
 	}
-	rep := integration.Verify(integration.Run{Input: ids, Output: res.outputs, Aborted: res.aborted})
+	rep := verify.Check(verify.Run{Input: ids, Output: res.outputs, Aborted: res.aborted})
 	out.Faults = res.faults
 	out.Output = len(res.outputs)
 	out.Lost, out.Duplicated = rep.Lost.Count, rep.Duplicated.Count
@@ -221,9 +220,9 @@ func (l *Lab) Run(ctx context.Context, p Pattern) (Outcome, error) {
 
 // outputOf turns a report read at pos into a verifier output: order is
 // checked per region, by report number.
-func outputOf(r Report, pos integration.Position) integration.Output {
+func outputOf(r Report, pos verify.Position) verify.Output {
 	n, _ := strconv.ParseInt(r.ID[1:], 10, 64)
-	return integration.Output{ID: r.ID, Stream: r.Region, Seq: n, Position: pos}
+	return verify.Output{ID: r.ID, Stream: r.Region, Seq: n, Position: pos}
 }
 
 // gate is where the lab's faults catch a handler mid-batch. Each handler

@@ -10,8 +10,8 @@ import (
 
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // The database patterns write each report as a row (reports has no unique
@@ -164,7 +164,7 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 	var rep Report
 	var seq int64
 	if _, err := pgx.ForEachRow(rows, []any{&seq, &rep.ID, &rep.Region, &rep.Cases}, func() error {
-		res.outputs = append(res.outputs, outputOf(rep, integration.Position{Topic: tables + "_reports", Offset: seq}))
+		res.outputs = append(res.outputs, outputOf(rep, verify.Position{Topic: tables + "_reports", Offset: seq}))
 		return nil
 	}); err != nil {
 		return result{}, err

@@ -1,7 +1,9 @@
-// Package loop holds the pieces that eoskit's consume loops (eos.Processor,
-// offsetstore.Runner, dedup.Consumer) share: one poll step, a sleep that
-// ends with its context, the backoff between database retries, and the
-// recovery of a handler's panic.
+// Package loop is the core that eoskit's runners (eos.Processor,
+// offsetstore.Runner, dedup.Consumer, and outbox.Relay where it applies)
+// share, so that each concept has one shape: one poll step, one error
+// policy (stop, retry then a fallback, dead-letter), one jittered backoff
+// and a sleep that ends with its context, one recovery of a handler's
+// panic, one record error and one "already running" error.
 package loop
 
 import (
@@ -61,12 +63,6 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// Backoff is the pause before retry number attempt (from 1): attempt
-// steps, at most 5 s.
-func Backoff(attempt int, step time.Duration) time.Duration {
-	return min(time.Duration(attempt)*step, 5*time.Second)
 }
 
 // Recover runs a user's handler call, turning a panic into an error

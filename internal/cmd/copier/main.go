@@ -40,9 +40,9 @@ import (
 
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/outbox"
+	"github.com/eoskit/eoskit/verify"
 )
 
 func main() {
@@ -108,7 +108,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			opts = append(opts, eos.OnHangingTransaction(eos.RepairHangingTransactions()))
 		}
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-			return []*kgo.Record{{Topic: out, Key: r.Key, Value: integration.CopyValue(r)}}, nil
+			return []*kgo.Record{{Topic: out, Key: r.Key, Value: verify.CopyValue(r)}}, nil
 		}, opts...)
 		if err != nil {
 			return err

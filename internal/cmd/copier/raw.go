@@ -7,9 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/eoskit/eoskit/verify"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/eoskit/eoskit/integration"
 )
 
 // rawCopy is the copier of the KAFKA-20734 reproduction: a plain franz-go
@@ -63,7 +62,7 @@ func rawSession(ctx context.Context, opts []kgo.Opt, out string) error {
 		}
 		e := kgo.AbortingFirstErrPromise(sess.Client())
 		fetches.EachRecord(func(r *kgo.Record) {
-			sess.Produce(ctx, &kgo.Record{Topic: out, Key: r.Key, Value: integration.CopyValue(r)}, e.Promise())
+			sess.Produce(ctx, &kgo.Record{Topic: out, Key: r.Key, Value: verify.CopyValue(r)}, e.Promise())
 		})
 		// A rebalance makes End abort and answer (false, nil): the
 		// records are polled again.

@@ -1,4 +1,4 @@
-package integration
+package verify
 
 import (
 	"fmt"
@@ -35,14 +35,14 @@ func TestVerifyNamesEachPlantedAnomaly(t *testing.T) {
 			r.Output = append(r.Output, Output{ID: "zz", Stream: "0", Seq: 9, Position: Position{"out", 0, 3}})
 		}, func(r Report) Finding { return r.Unexpected }},
 	}
-	if rep := Verify(cleanRun()); !rep.OK() || rep.Err() != nil {
+	if rep := Check(cleanRun()); !rep.OK() || rep.Err() != nil {
 		t.Fatalf("clean run reported %v", rep)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			run := cleanRun()
 			tt.plant(&run)
-			rep := Verify(run)
+			rep := Check(run)
 			if got := tt.count(rep).Count; got != 1 {
 				t.Fatalf("%s count = %d, want 1 (report: %v)", tt.name, got, rep)
 			}
@@ -63,7 +63,7 @@ func TestVerifyOrderIsPerStreamAndPartition(t *testing.T) {
 		{ID: "a1", Stream: "0", Seq: 1, Position: Position{"out", 1, 0}},
 		{ID: "b1", Stream: "1", Seq: 1, Position: Position{"out", 0, 2}},
 	}
-	if rep := Verify(run); !rep.OK() {
+	if rep := Check(run); !rep.OK() {
 		t.Fatalf("reported %v", rep)
 	}
 }
@@ -73,7 +73,7 @@ func TestVerifyExamplesAreBounded(t *testing.T) {
 	for i := range 100 {
 		run.Input = append(run.Input, fmt.Sprint(i))
 	}
-	rep := Verify(run)
+	rep := Check(run)
 	if rep.Lost.Count != 100 || len(rep.Lost.Examples) != maxExamples {
 		t.Fatalf("lost = %d with %d examples, want 100 with %d", rep.Lost.Count, len(rep.Lost.Examples), maxExamples)
 	}

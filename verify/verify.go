@@ -1,4 +1,4 @@
-package integration
+package verify
 
 import (
 	"errors"
@@ -41,7 +41,7 @@ type Run struct {
 	Output  []Output
 	Aborted map[Position]bool
 	// AbortedInput lists ids that were written to the input only by
-	// transactions that aborted (as [SeedTransactional] returns them): an
+	// transactions that aborted (as integration.SeedTransactional returns them): an
 	// output of one means a consumer applied aborted data, and counts as
 	// aborted-visible, wherever the output lives (a topic or a table).
 	AbortedInput []string
@@ -113,7 +113,7 @@ func (r Report) String() string {
 // Verify checks run for lost, duplicated, aborted-but-visible, out-of-order
 // and unexpected outputs. Outputs must be given in the order they were read,
 // which within one partition is offset order.
-func Verify(run Run) Report {
+func Check(run Run) Report {
 	r := Report{Inputs: len(run.Input), Outputs: len(run.Output)}
 	fed := make(map[string]bool, len(run.Input))
 	for _, id := range run.Input {
