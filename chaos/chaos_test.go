@@ -576,7 +576,9 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	var concurrent *reader
 	if path == "eos" {
 		out = k.NewTopic(4)
-		args = append(args, "-out", out)
+		// Handlers run at once, a lane per input partition: every eos
+		// scenario is proven with concurrency on.
+		args = append(args, "-out", out, "-concurrency", "4")
 		concurrent = follow(t, k, out)
 		// Progress is what the copiers committed, read from the group: the
 		// concurrent reader is a franz-go client like any other, and one

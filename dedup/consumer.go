@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,16 +44,17 @@ type Consumer struct {
 type Option func(*config)
 
 type config struct {
-	brokers    []string
-	group      string
-	topics     []string
-	scope      string
-	id         IDFunc
-	missing    MissingIDPolicy
-	maxPoll    int
-	policy     ErrorPolicy
-	logger     *slog.Logger
-	clientOpts []kgo.Opt
+	brokers     []string
+	group       string
+	topics      []string
+	scope       string
+	id          IDFunc
+	missing     MissingIDPolicy
+	maxPoll     int
+	concurrency int
+	policy      ErrorPolicy
+	logger      *slog.Logger
+	clientOpts  []kgo.Opt
 }
 
 // Brokers sets the seed brokers. Required.
@@ -82,6 +84,17 @@ func OnMissingID(p MissingIDPolicy) Option { return func(c *config) { c.missing 
 // MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
 func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 
+// Concurrency lets a [Consumer] apply up to n partitions' batches at once:
+// each poll's records are split by partition, and each partition's batch
+// claims its ids and runs its handler in a database transaction of its
+// own, so a partition's records stay in offset order. An id that two
+// batches claim at once is applied once: the second waits on the first's
+// claim and then skips it. Default: 1, one transaction for the whole poll.
+// The handler must then be safe for concurrent use, and the pool must hold
+// n connections. The poll's offsets are committed once its batches ended
+// (those of the batches that committed, when one fails).
+func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+
 // OnHandlerError sets what happens to a record whose handler fails or
 // panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
 // Default: [Stop]. A record without a usable id ([ErrMissingID],
@@ -110,7 +123,7 @@ func ClientOptions(opts ...kgo.Opt) Option {
 // NewConsumer returns a consumer that claims ids in store and applies
 // handler. Run store.Migrate first.
 func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts ...Option) (*Consumer, error) {
-	c := config{id: HeaderID(IDHeader), maxPoll: 500, policy: Stop(), logger: slog.Default()}
+	c := config{id: HeaderID(IDHeader), maxPoll: 500, concurrency: 1, policy: Stop(), logger: slog.Default()}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -135,6 +148,8 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, fail("ID", "must not be nil")
 	case c.maxPoll <= 0:
 		return nil, fail("MaxPollRecords", "must be positive")
+	case c.concurrency < 1:
+		return nil, fail("Concurrency", "must be at least 1")
 	case c.policy.p.Validate() != nil:
 		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	case c.missing != RejectMissingID && c.missing != TreatAsUnique:
@@ -224,52 +239,115 @@ func (c *Consumer) Run(ctx context.Context) error {
 			cl.AllowRebalance()
 			continue
 		}
-		// failures counts, per record, its handler's failures in this
-		// batch; poisoned holds the records to park instead of handling.
-		failures := map[*kgo.Record]int{}
-		poisoned := map[*kgo.Record]error{}
-		for attempt := 1; ; attempt++ {
-			n, err := c.apply(ctx, recs, poisoned)
-			if err == nil {
-				c.applied.Add(int64(n.applied))
-				c.skipped.Add(int64(n.skipped))
-				c.deadLetters.Add(int64(n.parked))
-				break
-			}
-			if ctx.Err() != nil {
-				return nil // the batch rolled back; it is read again
-			}
-			var herr *handlerError
-			switch {
-			case errors.As(err, &herr):
-				failures[herr.rec]++
-				if !c.afterFailure(ctx, herr, failures[herr.rec], poisoned) {
-					return herr.recordError(failures[herr.rec])
-				}
-				if ctx.Err() != nil {
-					return nil
-				}
-				attempt = 0
-			case errors.As(err, new(*RecordError)):
-				return err // no usable id: no policy applies
-			case attempt >= maxDBAttempts:
-				return fmt.Errorf("dedup: batch failed %d times: %w", attempt, err)
-			default:
-				// Deadlocks, serialization failures and a restarting
-				// server all pass; a missing table does not, and ends
-				// here after maxDBAttempts.
-				c.cfg.logger.Warn("dedup: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
-				if !loop.PauseBeforeRetry(ctx, attempt) {
-					return nil
-				}
+		done, err := c.handlePoll(ctx, recs)
+		// The database has committed the done records; a crash before
+		// this commit only redelivers records whose ids are claimed, and
+		// they are skipped.
+		if len(done) > 0 {
+			if err := cl.CommitRecords(ctx, done...); err != nil && ctx.Err() == nil {
+				c.cfg.logger.Warn("dedup: offset commit failed; the batch will be redelivered and skipped", "err", err)
 			}
 		}
-		// The database has committed; a crash before this commit only
-		// redelivers records whose ids are claimed, and they are skipped.
-		if err := cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
-			c.cfg.logger.Warn("dedup: offset commit failed; the batch will be redelivered and skipped", "err", err)
+		if ctx.Err() != nil {
+			return nil // what did not commit rolled back; it is read again
+		}
+		if err != nil {
+			return err
 		}
 		cl.AllowRebalance()
+	}
+}
+
+// handlePoll applies a poll's records: as one batch, or, under
+// [Concurrency] above 1, as a batch per partition, up to that many at
+// once, each in its own database transaction. It returns the records of
+// the batches that committed, and the first error of the others.
+func (c *Consumer) handlePoll(ctx context.Context, recs []*kgo.Record) (done []*kgo.Record, err error) {
+	if c.cfg.concurrency <= 1 {
+		if err := c.applyBatch(ctx, recs); err != nil {
+			return nil, err
+		}
+		return recs, nil
+	}
+	var parts [][]*kgo.Record
+	at := map[string]map[int32]int{}
+	for _, r := range recs {
+		if at[r.Topic] == nil {
+			at[r.Topic] = map[int32]int{}
+		}
+		i, ok := at[r.Topic][r.Partition]
+		if !ok {
+			i = len(parts)
+			at[r.Topic][r.Partition] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], r)
+	}
+	errs := make([]error, len(parts))
+	slots := make(chan struct{}, c.cfg.concurrency)
+	var wg sync.WaitGroup
+	for i, batch := range parts {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			errs[i] = c.applyBatch(ctx, batch)
+		}()
+	}
+	wg.Wait()
+	for i, batch := range parts {
+		if errs[i] == nil {
+			done = append(done, batch...)
+		} else if err == nil {
+			err = errs[i]
+		}
+	}
+	return done, err
+}
+
+// applyBatch applies recs in one database transaction, retrying it after
+// database errors and under the error policy. It returns nil once it
+// committed, ctx's error when ctx ended, or the error Run returns.
+func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
+	// failures counts, per record, its handler's failures in this batch;
+	// poisoned holds the records to park instead of handling.
+	failures := map[*kgo.Record]int{}
+	poisoned := map[*kgo.Record]error{}
+	for attempt := 1; ; attempt++ {
+		n, err := c.apply(ctx, recs, poisoned)
+		if err == nil {
+			c.applied.Add(int64(n.applied))
+			c.skipped.Add(int64(n.skipped))
+			c.deadLetters.Add(int64(n.parked))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err() // the batch rolled back; it is read again
+		}
+		var herr *handlerError
+		switch {
+		case errors.As(err, &herr):
+			failures[herr.rec]++
+			if !c.afterFailure(ctx, herr, failures[herr.rec], poisoned) {
+				return herr.recordError(failures[herr.rec])
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			attempt = 0
+		case errors.As(err, new(*RecordError)):
+			return err // no usable id: no policy applies
+		case attempt >= maxDBAttempts:
+			return fmt.Errorf("dedup: batch failed %d times: %w", attempt, err)
+		default:
+			// Deadlocks, serialization failures and a restarting server
+			// all pass; a missing table does not, and ends here after
+			// maxDBAttempts.
+			c.cfg.logger.Warn("dedup: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
+			if !loop.PauseBeforeRetry(ctx, attempt) {
+				return ctx.Err()
+			}
+		}
 	}
 }
 

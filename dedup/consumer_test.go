@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -433,6 +434,86 @@ func TestRetryThenFallback(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Partitions are applied at once, a database transaction each, on input
+// from a transactional producer that also aborts, over six partitions, with
+// a copy of every tenth message sent again to another partition (so that
+// two batches running at once may claim one id): every committed message
+// takes effect once, nothing aborted does, and batches did run at once,
+// never more than the bound.
+func TestConcurrentPartitionsApplyOnce(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 6)
+	ctx := context.Background()
+	committed, aborted, err := integration.SeedTransactional(ctx, b.k.Brokers, b.topic, 6000, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := b.k.Client(kgo.DefaultProduceTopic(b.topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var again []*kgo.Record
+	for i := 0; i < len(committed); i += 10 {
+		again = append(again, &kgo.Record{Key: []byte(committed[i]), Value: []byte(committed[i]), Partition: int32(i/10) % 6})
+	}
+	if err := cl.ProduceSync(ctx, again...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var now, most atomic.Int64
+	effect := b.handler("a")
+	h := func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		n := now.Add(1)
+		defer now.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(200 * time.Microsecond)
+		return effect(ctx, tx, r)
+	}
+	c, err := dedup.NewConsumer(b.pool, b.store, h, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic),
+		dedup.Group(integration.UniqueName(t, "g")), dedup.ID(dedup.KeyID()), dedup.Concurrency(3), dedup.MaxPollRecords(300),
+		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	waitFor(t, "every message and every copy", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v before every message took effect", err)
+		default:
+		}
+		st := c.Stats()
+		return st.Applied+st.Skipped >= int64(len(committed)+len(again))
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.pool.Query(ctx, `SELECT id FROM effects`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := make([]verify.Output, len(ids))
+	for i, id := range ids {
+		outs[i] = verify.Output{ID: id, Position: verify.Position{Topic: "effects", Offset: int64(i)}}
+	}
+	rep := verify.Check(verify.Run{Input: committed, Output: outs, AbortedInput: aborted})
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Skipped < int64(len(again)) {
+		t.Errorf("skipped %d copies, want at least the %d sent again", st.Skipped, len(again))
+	}
+	if m := most.Load(); m < 2 || m > 3 {
+		t.Errorf("handlers at once: at most %d; want above 1 and at most the bound, 3", m)
+	}
+	t.Logf("verifier: %v; handlers at once: %d", rep, most.Load())
 }
 
 // Purge removes expired ids in small batches while a consumer keeps

@@ -22,6 +22,8 @@ type config struct {
 	commitInterval time.Duration
 	maxRecords     int
 	onError        ErrorPolicy
+	concurrency    int
+	order          Order
 	hangCheck      time.Duration
 	onHang         HangingPolicy
 	logger         *slog.Logger
@@ -39,6 +41,7 @@ func newConfig(opts []Option) *config {
 		commitInterval: 100 * time.Millisecond,
 		maxRecords:     1000,
 		onError:        Stop(),
+		concurrency:    1,
 		hangCheck:      10 * time.Second,
 		logger:         slog.Default(),
 		metrics:        nopMetrics{},
@@ -141,6 +144,41 @@ func MaxRecordsPerCommit(n int) Option {
 // error (or panics). Default: [Stop].
 func OnHandlerError(p ErrorPolicy) Option {
 	return func(c *config) { c.onError = p; c.mark("OnHandlerError") }
+}
+
+// Order is what a [Processor] running handlers at once keeps in order: see
+// [Concurrency].
+type Order int8
+
+const (
+	// PartitionOrder runs records of different input partitions at once;
+	// a partition's records run one at a time, in offset order.
+	PartitionOrder Order = iota
+	// KeyOrder also runs records of one partition at once when their keys
+	// differ; records of one key (and all records without a key) run one
+	// at a time, in offset order.
+	KeyOrder
+)
+
+// Concurrency lets a [Processor] run up to n handler calls at once, in
+// lanes: one per input partition under [PartitionOrder], or, under
+// [KeyOrder], up to n per partition by a hash of the key. Each lane
+// handles its records in offset order and produces a record's outputs
+// before it handles the next, so outputs keep their inputs' order per
+// input partition (per key). Default: 1, one record at a time in poll
+// order.
+//
+// Nothing else changes: one transaction still covers every record handled
+// in a commit interval, and commits only once every lane has handled its
+// records and every output is acknowledged; a record that fails stops the
+// other lanes at their next record and follows [OnHandlerError]. The
+// handler must then be safe for concurrent use. It pays off for handlers
+// that wait (a call to another service): a handler that takes 5 ms
+// handles at most 200 records a second one at a time. Lanes meet at each
+// poll, so a slow record holds up the records polled after it in every
+// lane, up to the commit.
+func Concurrency(n int, order Order) Option {
+	return func(c *config) { c.concurrency, c.order = n, order; c.mark("Concurrency") }
 }
 
 // HangingTransactionCheck sets how often an exactly-once [Processor] looks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -81,12 +82,12 @@ type Processor struct {
 // NewProcessor returns a processor that runs handler. Required options:
 // [Brokers], [Group], [InputTopics], and, for ExactlyOnce, [TransactionalID].
 // Optional: [WithSemantics], [CommitInterval], [MaxRecordsPerCommit],
-// [OnHandlerError], [HangingTransactionCheck], [Logger], [WithMetrics],
+// [OnHandlerError], [Concurrency], [HangingTransactionCheck], [Logger], [WithMetrics],
 // [ClientOptions].
 func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	c := newConfig(opts)
 	if err := c.rejectUnless("NewProcessor", "Brokers", "TransactionalID", "WithSemantics", "Group",
-		"InputTopics", "CommitInterval", "MaxRecordsPerCommit", "OnHandlerError", "Logger",
+		"InputTopics", "CommitInterval", "MaxRecordsPerCommit", "OnHandlerError", "Concurrency", "Logger",
 		"WithMetrics", "ClientOptions", "HangingTransactionCheck", "OnHangingTransaction"); err != nil {
 		return nil, err
 	}
@@ -134,6 +135,10 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("CommitInterval", "must be positive")
 	case c.maxRecords <= 0:
 		return fail("MaxRecordsPerCommit", "must be positive")
+	case c.concurrency < 1:
+		return fail("Concurrency", "must be at least 1")
+	case c.order != PartitionOrder && c.order != KeyOrder:
+		return fail("Concurrency", fmt.Sprintf("unknown order %d", c.order))
 	case c.hangCheck < 0:
 		return fail("HangingTransactionCheck", "must not be negative (0 turns the check off)")
 	case c.semantics != ExactlyOnce && c.set["HangingTransactionCheck"]:
@@ -395,19 +400,33 @@ func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r
 // transaction's budget), and produces its outputs (or, for a failing record
 // under DeadLetter, the dead letter). It returns false when the batch must
 // end without committing.
+//
+// Lanes may call it at once (see handleAll): what it shares with them (the
+// batch, and the processor's poisoned and tooSlow maps) it touches under
+// b.mu, never while the handler runs.
 func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) bool {
-	b.in++
 	at := coordsOf(r)
+	b.mu.Lock()
+	if b.in > 0 && hctx.Err() != nil && ctx.Err() == nil {
+		// The budget ran out before this record: the batch ends.
+		b.overBudget, b.next = true, max(1, b.in/2)
+		b.mu.Unlock()
+		return false
+	}
+	b.in++
 	if b.in == 1 {
 		b.first = at
 	}
-	var outs []*kgo.Record
 	err, poisoned := rn.p.poisoned[at]
+	b.mu.Unlock()
+	var outs []*kgo.Record
 	if !poisoned {
 		started := time.Now()
 		outs, err = rn.callHandler(hctx, r)
 		if err != nil && ctx.Err() == nil && hctx.Err() != nil && errors.Is(err, hctx.Err()) {
 			// The handler gave up when the budget ran out.
+			b.mu.Lock()
+			defer b.mu.Unlock()
 			if !rn.outOfBudget(b, at, time.Since(started)) {
 				return false
 			}
@@ -419,20 +438,30 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 				b.overBudget, b.next = true, 1
 				return false
 			}
+			// Stop or Retry: outOfBudget found it alone in its
+			// transaction, so no other lane runs.
+			b.failedAt, b.failed = at, err
+			return false
 		}
 	}
 	if err != nil {
 		// A poisoned input is dead-lettered whatever the policy: it was
 		// poisoned under DeadLetter, or as a Retry's fallback.
 		if !poisoned && rn.p.cfg.onError.p.Kind != loop.PolicyDeadLetter {
-			b.failedAt, b.failed = at, err
+			b.mu.Lock()
+			if b.failed == nil {
+				b.failedAt, b.failed = at, err
+			}
+			b.mu.Unlock()
 			return false
 		}
 		outs = []*kgo.Record{deadLetter(rn.p.cfg.onError.p.DeadLetterTopic(), r, err)}
+		b.mu.Lock()
 		if b.deadLetters == nil {
 			b.deadLetters = map[coords]error{}
 		}
 		b.deadLetters[at] = err
+		b.mu.Unlock()
 		rn.p.logger.Warn("eos: handler failed; sending input to dead-letter topic",
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err, "dead_letter_topic", rn.p.cfg.onError.p.DeadLetterTopic())
 	}
@@ -446,7 +475,9 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 			base = context.WithoutCancel(out.Context)
 		}
 		out.Context = context.WithValue(base, inputKey{}, at)
+		b.mu.Lock()
 		b.out++
+		b.mu.Unlock()
 		b.promises.add()
 		rn.produce(ctx, out, func(out *kgo.Record, err error) {
 			defer b.promises.done()
@@ -552,18 +583,7 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 	limit := rn.p.perTxn
 	fetches := first
 	for {
-		ok := true
-		fetches.EachRecord(func(r *kgo.Record) {
-			if !ok {
-				return
-			}
-			if b.in > 0 && hctx.Err() != nil && ctx.Err() == nil {
-				b.overBudget, b.next, ok = true, max(1, b.in/2), false
-				return
-			}
-			ok = rn.handle(ctx, hctx, b, r)
-		})
-		if !ok {
+		if !rn.handleAll(ctx, hctx, b, fetches) {
 			return false
 		}
 		b.noteEnds(fetches)
@@ -580,6 +600,80 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		}
 		loop.LogFetchErrors(fetches, rn.p.logger)
 	}
+}
+
+// handleAll handles the records of one poll: one at a time in poll order,
+// or, under [Concurrency] above 1, in lanes that run at once, up to the
+// bound: a lane per input partition (PartitionOrder) or per group of keys
+// within a partition (KeyOrder), each handling its records in offset order
+// and producing each one's outputs before it handles the next, so that
+// outputs keep their inputs' order per partition (per key). A batch
+// isolating a failure runs one at a time. It reports whether every record
+// was handled; once one lane fails, the others stop at their next record.
+func (rn *runner) handleAll(ctx, hctx context.Context, b *batch, fetches kgo.Fetches) bool {
+	n := rn.p.cfg.concurrency
+	if n <= 1 || rn.isolate {
+		ok := true
+		fetches.EachRecord(func(r *kgo.Record) {
+			ok = ok && rn.handle(ctx, hctx, b, r)
+		})
+		return ok
+	}
+	lanes := laneRecords(fetches, n, rn.p.cfg.order)
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, n)
+	for _, lane := range lanes {
+		slots <- struct{}{}
+		if failed.Load() {
+			<-slots
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			for _, r := range lane {
+				if failed.Load() || !rn.handle(ctx, hctx, b, r) {
+					failed.Store(true)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return !failed.Load()
+}
+
+// laneRecords splits a poll's records into lanes that may run at once: one
+// per partition, or, under KeyOrder, up to n per partition by a hash of the
+// key (records without a key share one), each in offset order.
+func laneRecords(fetches kgo.Fetches, n int, order Order) [][]*kgo.Record {
+	var lanes [][]*kgo.Record
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		if order != KeyOrder {
+			lanes = append(lanes, p.Records)
+			return
+		}
+		byKey := make([][]*kgo.Record, n)
+		for _, r := range p.Records {
+			i := 0
+			if r.Key != nil {
+				h := fnv.New32a()
+				h.Write(r.Key)
+				i = int(h.Sum32() % uint32(n))
+			}
+			byKey[i] = append(byKey[i], r)
+		}
+		for _, l := range byKey {
+			if len(l) > 0 {
+				lanes = append(lanes, l)
+			}
+		}
+	})
+	return lanes
 }
 
 // groupHooks returns options that record revocations: a batch stops early

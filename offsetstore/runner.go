@@ -67,16 +67,17 @@ const noRow = -1
 type Option func(*config)
 
 type config struct {
-	brokers    []string
-	group      string
-	topics     []string
-	reset      kgo.Offset
-	maxPoll    int
-	policy     ErrorPolicy
-	mirror     bool
-	owner      string
-	logger     *slog.Logger
-	clientOpts []kgo.Opt
+	brokers     []string
+	group       string
+	topics      []string
+	reset       kgo.Offset
+	maxPoll     int
+	concurrency int
+	policy      ErrorPolicy
+	mirror      bool
+	owner       string
+	logger      *slog.Logger
+	clientOpts  []kgo.Opt
 }
 
 // Brokers sets the seed brokers. Required.
@@ -98,6 +99,17 @@ func ResetOffset(o kgo.Offset) Option { return func(c *config) { c.reset = o } }
 
 // MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
 func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
+
+// Concurrency lets a [Runner] commit up to n partitions' batches at once:
+// each poll's records are split by partition, and each partition's batch
+// runs its handler and stores its offsets in a database transaction of its
+// own, so a partition's records stay in offset order and each batch is
+// still all or nothing with its offsets. Default: 1, one transaction for
+// the whole poll. The handler must then be safe for concurrent use, and
+// the pool must hold n connections. A record that stops the runner does
+// not stop the other partitions' batches under way: they commit or fail
+// first.
+func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 
 // OnHandlerError sets what happens to a record whose handler fails or
 // panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
@@ -139,10 +151,10 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	host, _ := os.Hostname()
 	c := config{
 		reset:   kgo.NewOffset().AtStart(),
-		maxPoll: 500,
-		policy:  Stop(),
-		owner:   host + "-" + strconv.Itoa(os.Getpid()),
-		logger:  slog.Default(),
+		maxPoll: 500, concurrency: 1,
+		policy: Stop(),
+		owner:  host + "-" + strconv.Itoa(os.Getpid()),
+		logger: slog.Default(),
 	}
 	for _, o := range opts {
 		o(&c)
@@ -161,6 +173,8 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		return nil, fail("Topics", "name at least one topic")
 	case c.maxPoll <= 0:
 		return nil, fail("MaxPollRecords", "must be positive")
+	case c.concurrency < 1:
+		return nil, fail("Concurrency", "must be at least 1")
 	case c.policy.p.Validate() != nil:
 		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	}
@@ -399,7 +413,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			return fmt.Errorf("offsetstore: %w", err)
 		}
 		if recs := fetches.Records(); len(recs) > 0 {
-			err := r.handleBatch(ctx, cl, recs)
+			err := r.handlePoll(ctx, cl, recs)
 			var stale *staleError
 			if errors.As(err, &stale) {
 				// The batch was refused whole, or part of it was: every
@@ -417,6 +431,62 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		cl.AllowRebalance()
 	}
+}
+
+// handlePoll commits a poll's records: as one batch, or, under
+// [Concurrency] above 1, as a batch per partition, up to that many at once,
+// each in its own database transaction. It returns once every batch ended:
+// the first *staleError (merging the partitions of all), else the first
+// other error.
+func (r *Runner) handlePoll(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+	if r.cfg.concurrency <= 1 {
+		return r.handleBatch(ctx, cl, recs)
+	}
+	var parts [][]*kgo.Record
+	at := map[topicPartition]int{}
+	for _, rec := range recs {
+		tp := topicPartition{rec.Topic, rec.Partition}
+		i, ok := at[tp]
+		if !ok {
+			i = len(parts)
+			at[tp] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], rec)
+	}
+	if len(parts) == 1 {
+		return r.handleBatch(ctx, cl, recs)
+	}
+	errs := make([]error, len(parts))
+	slots := make(chan struct{}, r.cfg.concurrency)
+	var wg sync.WaitGroup
+	for i, batch := range parts {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			errs[i] = r.handleBatch(ctx, cl, batch)
+		}()
+	}
+	wg.Wait()
+	var stale *staleError
+	var first error
+	for _, err := range errs {
+		var s *staleError
+		switch {
+		case errors.As(err, &s):
+			if stale == nil {
+				stale = &staleError{}
+			}
+			stale.parts = append(stale.parts, s.parts...)
+		case err != nil && first == nil:
+			first = err
+		}
+	}
+	if stale != nil {
+		return stale
+	}
+	return first
 }
 
 // handleBatch commits recs, splitting the batch to find a failing record and

@@ -241,8 +241,22 @@ func TestKafkaCommittedOffsetsAreIgnored(t *testing.T) {
 // one wakes, whichever of the two holds a row first commits its batch, and
 // the other's batch on that partition is refused (it finds the row moved)
 // and rewound: every row lands once, in order, and neither Run fails.
+//
+// With Concurrency(2) each partition's batch is a transaction of its own:
+// the zombie stalls in one while the other commits, and the refusal of one
+// partition's batch rewinds the poll's partitions, committed or not, to
+// where the database stands.
 func TestZombieCommitIsRejected(t *testing.T) {
 	t.Parallel()
+	for _, concurrency := range []int{1, 2} {
+		t.Run(fmt.Sprintf("concurrency %d", concurrency), func(t *testing.T) {
+			t.Parallel()
+			zombieCommitIsRejected(t, offsetstore.Concurrency(concurrency))
+		})
+	}
+}
+
+func zombieCommitIsRejected(t *testing.T, concurrency offsetstore.Option) {
 	const n = 5000
 	b := newBed(t, 2, n)
 	stalled := make(chan struct{})
@@ -253,14 +267,14 @@ func TestZombieCommitIsRejected(t *testing.T) {
 			close(stalled)
 			<-wake
 		})
-	}), offsetstore.MaxPollRecords(100))
+	}), offsetstore.MaxPollRecords(100), concurrency)
 	select {
 	case <-stalled:
 	case <-time.After(time.Minute):
 		t.Fatal("the zombie never stalled")
 	}
 
-	successor := b.start(t, load(nil), offsetstore.MaxPollRecords(100))
+	successor := b.start(t, load(nil), offsetstore.MaxPollRecords(100), concurrency)
 	waitFor(t, 2*time.Minute, "the successor to queue on the zombie's row lock", func() bool {
 		var waiting int
 		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
@@ -479,6 +493,59 @@ func TestRetryThenFallback(t *testing.T) {
 			t.Fatalf("Run = %v, want a *RecordError for a record ending in 77 after 3 attempts", err)
 		}
 	})
+}
+
+// Partitions commit at once, a database transaction each, on input from a
+// transactional producer that also aborts, over six partitions, while a
+// second runner joins and the first leaves: every committed record is
+// applied once, in offset order per partition, nothing aborted is applied,
+// and batches did run at once, never more than the bound.
+func TestConcurrentPartitionsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 6, 0)
+	committed, aborted, err := integration.SeedTransactional(context.Background(), b.k.Brokers, b.topic, 6000, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type inFlight struct{ now, max atomic.Int64 }
+	handler := func(f *inFlight) offsetstore.Handler {
+		return func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+			n := f.now.Add(1)
+			defer f.now.Add(-1)
+			for m := f.max.Load(); n > m && !f.max.CompareAndSwap(m, n); m = f.max.Load() {
+			}
+			time.Sleep(time.Duration(len(recs)) * 200 * time.Microsecond)
+			return load(nil)(ctx, tx, recs)
+		}
+	}
+	var fa, fb inFlight
+	a := b.start(t, handler(&fa), offsetstore.Concurrency(3), offsetstore.MaxPollRecords(300))
+	waitFor(t, 2*time.Minute, "a third of the rows", func() bool { return b.rows(t) >= len(committed)/3 })
+	second := b.start(t, handler(&fb), offsetstore.Concurrency(3), offsetstore.MaxPollRecords(300))
+	waitFor(t, 2*time.Minute, "two thirds of the rows", func() bool { return b.rows(t) >= 2*len(committed)/3 })
+	a.stop(t)
+	waitFor(t, 2*time.Minute, "every row", func() bool {
+		select {
+		case <-second.finished:
+			t.Fatalf("the second runner returned %v before every row was in", second.err)
+		default:
+		}
+		return b.rows(t) >= len(committed)
+	})
+	time.Sleep(time.Second) // and the aborted transactions after the last committed ones
+	second.stop(t)
+	outs, err := verify.ReadRows(context.Background(), b.pool, "results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := verify.Check(verify.Run{Input: committed, Output: outs, AbortedInput: aborted})
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if fa.max.Load() < 2 || fa.max.Load() > 3 || fb.max.Load() > 3 {
+		t.Errorf("batches at once: at most %d (first) and %d (second); want the first above 1 and neither above the bound, 3", fa.max.Load(), fb.max.Load())
+	}
+	t.Logf("verifier: %v; batches at once: %d, %d", rep, fa.max.Load(), fb.max.Load())
 }
 
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {

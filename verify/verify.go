@@ -110,7 +110,7 @@ func (r Report) String() string {
 	return b.String()
 }
 
-// Verify checks run for lost, duplicated, aborted-but-visible, out-of-order
+// Check checks run for lost, duplicated, aborted-but-visible, out-of-order
 // and unexpected outputs. Outputs must be given in the order they were read,
 // which within one partition is offset order.
 func Check(run Run) Report {

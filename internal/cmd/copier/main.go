@@ -58,6 +58,7 @@ func main() {
 	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
 	repair := flag.Bool("repair", true, "eos: write the markers of hanging transactions (single broker, KAFKA-20734); false keeps the default, detect and stop")
 	delay := flag.Duration("record-delay", 0, "time the handler spends on each record (database paths), so that a run lasts long enough for its faults")
+	concurrency := flag.Int("concurrency", 1, "eos: handler calls at once, one lane per input partition (eos.Concurrency)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -79,7 +80,7 @@ func main() {
 			With("copier", *instance, "pid", os.Getpid())
 		clientOpts = append(clientOpts, kgo.WithLogger(kslog.New(kgoLog)))
 	}
-	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, logger, clientOpts)
+	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, *concurrency, logger, clientOpts)
 	switch {
 	case errors.Is(err, eos.ErrFenced):
 		fmt.Fprintln(os.Stderr, "copier: fenced:", err)
@@ -90,7 +91,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, logger *slog.Logger, clientOpts []kgo.Opt) error {
+func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency int, logger *slog.Logger, clientOpts []kgo.Opt) error {
 	if path == "raw" {
 		return rawCopy(ctx, brokers, group, in, out, group+"-"+instance, logger, clientOpts)
 	}
@@ -100,7 +101,8 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			return err
 		}
 		opts := []eos.Option{eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
-			eos.CommitInterval(200 * time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Logger(logger), eos.ClientOptions(clientOpts...)}
+			eos.CommitInterval(200 * time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Concurrency(concurrency, eos.PartitionOrder),
+			eos.Logger(logger), eos.ClientOptions(clientOpts...)}
 		if repair {
 			// The suite bounces a single broker, which Kafka 4.1-4.4
 			// answers by dropping transaction markers (KAFKA-20734):
