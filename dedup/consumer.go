@@ -38,6 +38,8 @@ type Consumer struct {
 
 	applied, skipped, deadLetters atomic.Int64
 	running                       atomic.Bool
+	// obs takes what the consumer reports: its metrics and its health.
+	obs *loop.Observer
 }
 
 // Option configures a [Consumer].
@@ -54,7 +56,9 @@ type config struct {
 	concurrency int
 	policy      ErrorPolicy
 	logger      *slog.Logger
+	metrics     eos.Metrics
 	clientOpts  []kgo.Opt
+	userHooks   loop.UserHooks // the partition callbacks in clientOpts, run after the consumer's own
 }
 
 // Brokers sets the seed brokers. Required.
@@ -112,8 +116,19 @@ func Logger(l *slog.Logger) Option {
 	}
 }
 
+// WithMetrics sets where the consumer reports what it does: the same
+// [eos.Metrics] that eos's processors report to (an eosprom.Metrics
+// labels the consumer's series with path "dedup"). A committed batch
+// reports its records in (applied, skipped and parked) and none out;
+// rolled-back batches give reason "handler-error" or "database-error".
+// Default: nowhere.
+func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
+
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
-// hooks). They are checked against eos.ExactlyOnce's consumer preset: one
+// hooks). Options the consumer sets itself are refused by NewConsumer
+// (kgo.ConsumerGroup, ConsumeTopics, ConsumeRegex, ConsumePartitions,
+// TransactionalID); partition callbacks are kept, run after the
+// consumer's own. They are checked against eos.ExactlyOnce's consumer preset: one
 // that turns auto-commit on, or reads uncommitted data (records of
 // transactions that aborted upstream), is refused.
 func ClientOptions(opts ...kgo.Opt) Option {
@@ -155,12 +170,19 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 	case c.missing != RejectMissingID && c.missing != TreatAsUnique:
 		return nil, fail("OnMissingID", "unknown policy")
 	}
-	cl, err := c.newClient()
+	userHooks, err := loop.ReadUserOptions(c.clientOpts, map[string]string{
+		"ConsumerGroup": "use dedup.Group", "ConsumeTopics": "use dedup.Topics", "ConsumeRegex": "name the topics with dedup.Topics",
+		"ConsumePartitions": "a consumer consumes in its group (dedup.Group)", "TransactionalID": "a consumer commits in PostgreSQL, not in Kafka transactions"})
+	if err != nil {
+		return nil, fail("ClientOptions", err.Error())
+	}
+	c.userHooks = userHooks
+	cl, err := c.newClient(nil)
 	if err != nil {
 		return nil, err
 	}
 	cl.Close()
-	return &Consumer{pool: pool, store: store, handler: handler, cfg: c}, nil
+	return &Consumer{pool: pool, store: store, handler: handler, cfg: c, obs: loop.NewObserver("dedup", c.metrics)}, nil
 }
 
 // newClient builds the group consumer: offsets are committed by the
@@ -169,10 +191,15 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 // after the user's options: a record of an aborted transaction upstream
 // (an eos.Processor, Kafka Streams, Flink) was never sent, and applying it
 // is an anomaly no id can deduplicate.
-func (c *config) newClient() (*kgo.Client, error) {
+func (c *config) newClient(obs *loop.Observer) (*kgo.Client, error) {
 	opts := append(eos.ExactlyOnce.ConsumerOptions(), c.clientOpts...)
 	opts = append(opts, kgo.SeedBrokers(c.brokers...), kgo.ConsumerGroup(c.group), kgo.ConsumeTopics(c.topics...),
 		kgo.BlockRebalanceOnPoll())
+	if obs != nil {
+		taken := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { obs.Revoked(parts) }
+		opts = append(opts, kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { obs.Assigned(parts) }, c.userHooks.Assigned)),
+			kgo.OnPartitionsRevoked(loop.Chain(taken, c.userHooks.Revoked)), kgo.OnPartitionsLost(loop.Chain(taken, c.userHooks.Lost)))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: ClientOptions: %w", ErrInvalidConfig, err)
@@ -193,6 +220,10 @@ type Stats struct {
 	DeadLetters int64
 }
 
+// Health returns what the consumer shows probes and dashboards: see
+// [eos.Health]. Safe to call at any time, from any goroutine.
+func (c *Consumer) Health() eos.Health { return c.obs.Health() }
+
 // Stats returns the consumer's counts so far.
 func (c *Consumer) Stats() Stats {
 	return Stats{Applied: c.applied.Load(), Skipped: c.skipped.Load(), DeadLetters: c.deadLetters.Load()}
@@ -202,11 +233,13 @@ func (c *Consumer) Stats() Stats {
 // it (a *RecordError). A batch whose database transaction fails (deadlock,
 // serialization failure, lost connection) is rolled back and run again, up
 // to 10 times with a growing pause, before Run returns the error.
-func (c *Consumer) Run(ctx context.Context) error {
+func (c *Consumer) Run(ctx context.Context) (err error) {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
+	c.obs.Running(true, nil)
+	defer func() { c.obs.Running(false, err) }()
 	if err := c.store.check(ctx, c.pool); err != nil {
 		return err
 	}
@@ -218,7 +251,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("%w: OnHandlerError: DeadLetter parks records in eoskit_dead_letters, which does not exist: run the store's Migrate", ErrInvalidConfig)
 		}
 	}
-	cl, err := c.cfg.newClient()
+	cl, err := c.cfg.newClient(c.obs)
 	if err != nil {
 		return err
 	}
@@ -228,6 +261,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	refused := &authz.Watch{Group: c.cfg.group, Grace: authz.DefaultGrace}
 	for {
 		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, c.cfg.maxPoll, c.cfg.logger, refused)
+		c.obs.Fetched(fetches)
 		if stop {
 			return nil
 		}
@@ -314,12 +348,24 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 	failures := map[*kgo.Record]int{}
 	poisoned := map[*kgo.Record]error{}
 	for attempt := 1; ; attempt++ {
+		start := time.Now()
 		n, err := c.apply(ctx, recs, poisoned)
 		if err == nil {
 			c.applied.Add(int64(n.applied))
 			c.skipped.Add(int64(n.skipped))
 			c.deadLetters.Add(int64(n.parked))
+			c.obs.Committed(len(recs), 0, time.Since(start))
+			c.obs.DeadLettered(n.parked)
 			return nil
+		}
+		switch {
+		case errors.As(err, new(*handlerError)):
+			c.obs.Aborted("handler-error", time.Since(start))
+		case errors.As(err, new(*RecordError)):
+			c.obs.Aborted("record-error", time.Since(start))
+		default:
+			c.obs.Aborted("database-error", time.Since(start))
+			c.obs.Failed(err)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err() // the batch rolled back; it is read again
@@ -402,7 +448,7 @@ type counts struct{ applied, skipped, parked int }
 // stopped on (or retried) like one whose handler failed, instead of the
 // process ending.
 func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-	return loop.Recover("dedup", func() error { return c.handler(ctx, tx, r) })
+	return c.obs.Handle("dedup", func() error { return c.handler(ctx, tx, r) })
 }
 
 // maxDBAttempts bounds how often a batch is retried after database errors

@@ -608,6 +608,9 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 		"fallback that retries":        append(base, dedup.OnHandlerError(dedup.Retry(time.Millisecond, 2).Then(dedup.Retry(time.Millisecond, 2)))),
 		"direct partitions in a group": append(base, dedup.ClientOptions(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset()}}))),
 		"read uncommitted":             append(base, dedup.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
+		"group through ClientOptions":  append(base, dedup.ClientOptions(kgo.ConsumerGroup("other"))),
+		"topics through ClientOptions": append(base, dedup.ClientOptions(kgo.ConsumeTopics("other"))),
+		"zero concurrency":             append(base, dedup.Concurrency(0)),
 	}
 	for name, opts := range tests {
 		t.Run(name, func(t *testing.T) {

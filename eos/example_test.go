@@ -2,7 +2,11 @@ package eos_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"time"
@@ -113,4 +117,68 @@ func ExampleProcessor_Run() {
 	cancel()
 	fmt.Println(slices.Sorted(slices.Values(got)), <-done)
 	// Output: [APPLES PEARS PLUMS] <nil>
+}
+
+// A readiness probe over net/http: 503 until Run has committed, 200 while
+// it runs and commits, with the health view as JSON for dashboards.
+func ExampleProcessor_Health() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "enriched"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("orders"))
+	if err != nil {
+		panic(err)
+	}
+	defer seed.Close()
+	if err := seed.ProduceSync(context.Background(), &kgo.Record{Value: []byte("order-1")}).FirstErr(); err != nil {
+		panic(err)
+	}
+
+	p, err := eos.NewProcessor(func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: "enriched", Value: in.Value}}, nil
+	}, eos.Brokers(cluster.ListenAddrs()...), eos.Group("enricher"), eos.InputTopics("orders"),
+		eos.TransactionalID("enricher-0"), eos.Logger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		h := p.Health()
+		if !h.Healthy() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(h)
+	})
+	probe := func() (int, eos.Health) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+		var h eos.Health
+		_ = json.Unmarshal(rec.Body.Bytes(), &h)
+		return rec.Code, h
+	}
+
+	code, _ := probe()
+	fmt.Println("before Run:", code)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if code, _ := probe(); code == http.StatusOK {
+			break
+		}
+	}
+	code, h := probe()
+	fmt.Println("running:", code, h.Assigned)
+
+	cancel()
+	<-done
+	code, _ = probe()
+	fmt.Println("after Run:", code)
+	// Output:
+	// before Run: 503
+	// running: 200 map[orders:[0]]
+	// after Run: 503
 }

@@ -121,7 +121,7 @@ func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
 	readerOpts := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
 	return &hangSweeper{adm: adm, readerOpts: readerOpts, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
 		outcomes: &p.outcomes, committed: func() bool { return p.committed.Load() > 0 }, logger: p.logger,
-		partition: -1, reported: map[txnscan.Key]bool{}, announced: map[hangKey]bool{}, policy: p.cfg.onHang, metrics: hangMetrics{p.metrics}, foundNew: make(chan struct{}, 1)}
+		partition: -1, reported: map[txnscan.Key]bool{}, announced: map[hangKey]bool{}, policy: p.cfg.onHang, metrics: hangMetrics{p.obs.Metrics}, foundNew: make(chan struct{}, 1)}
 }
 
 // partitionSet is the set of partitions a processor wrote to, filled from

@@ -1,36 +1,54 @@
 package eos
 
-import "time"
+import "github.com/eoskit/eoskit/internal/loop"
 
-// Metrics receives what a [Processor] does. Implementations must be safe for
-// concurrent use (several processors may share one) and fast: they are
-// called on the processing path. eosprom.New gives a Prometheus one.
-type Metrics interface {
-	// Committed is called after a transaction (or, under the weaker
-	// semantics, a batch) committed: how many input records it consumed,
-	// how many output records it wrote, and how long it was open.
-	Committed(recordsIn, recordsOut int, d time.Duration)
-	// Aborted is called after a transaction was aborted, with why:
-	// "rebalance", "handler-error", "produce-error", "shutdown",
-	// "outcome-unknown", "budget" (handlers ran out of the transaction's
-	// budget, so it ended early; also when a record too slow for any
-	// transaction is dead-lettered in the next), "timeout" (the
-	// transaction outlived its timeout) or "fenced".
-	Aborted(reason string, d time.Duration)
-	// Rebalanced is called when the group takes partitions from this
-	// member (revoked or lost).
-	Rebalanced()
-	// Fenced is called when a newer instance with the same transactional
-	// id fenced this one.
-	Fenced()
-}
+// Metrics receives what a runner does: an eos [Processor], an
+// offsetstore.Runner and a dedup.Consumer all report through this one
+// interface (each runner's WithMetrics), and eosprom implements it for
+// Prometheus, labelled by path. Implementations must be safe for
+// concurrent use and fast: they are called on the processing path. Embed
+// [NopMetrics] to implement only some of it. The methods:
+//
+//	Committed(recordsIn, recordsOut int, d time.Duration)
+//	    a transaction (a batch, under the weaker semantics or in a
+//	    database) committed: the input records it consumed, the output
+//	    records it wrote (0 for the database paths), how long it was open.
+//	Aborted(reason string, d time.Duration)
+//	    a transaction was aborted (rolled back), with why: "rebalance",
+//	    "handler-error", "produce-error", "shutdown", "outcome-unknown",
+//	    "budget" (handlers ran out of the transaction's budget), "timeout",
+//	    "fenced", "refused"; the database paths: "handler-error",
+//	    "database-error", "stale" (another owner moved the offsets),
+//	    "record-error" (dedup: a record without a usable id).
+//	Rebalanced()
+//	    the group took partitions from this member (revoked or lost).
+//	Fenced()
+//	    a newer instance with the same transactional id fenced this one.
+//	HandlerStarted(), Handled(d time.Duration, failed bool)
+//	    a handler call began, and ended after d (failed: it returned an
+//	    error or panicked); the difference is the records in flight.
+//	DeadLettered(n int)
+//	    n records were dead-lettered, in work that committed.
+//	Lag(topic string, partition int32, lag int64)
+//	    after a poll: the records that stood after the last one polled.
+type Metrics = loop.Metrics
 
-type nopMetrics struct{}
+// NopMetrics ignores everything it receives. Embed it in a [Metrics] that
+// implements only some of the methods.
+type NopMetrics = loop.NopMetrics
 
-func (nopMetrics) Committed(int, int, time.Duration) {}
-func (nopMetrics) Aborted(string, time.Duration)     {}
-func (nopMetrics) Rebalanced()                       {}
-func (nopMetrics) Fenced()                           {}
+// PathMetrics is a [Metrics] that labels what it receives by the path of
+// the runner that reports it: each runner calls ForPath once, with "eos",
+// "offsetstore" or "dedup", and reports to what it returns. eosprom's
+// Metrics is one.
+type PathMetrics = loop.PathMetrics
+
+// Health is what [Processor.Health] (and offsetstore's and dedup's Health)
+// returns for probes and dashboards: whether Run runs, the partitions
+// assigned, the last commit, the last error ridden out, and the lag per
+// partition as of its last poll. Healthy is true while Run runs and has
+// committed since its last error. It marshals to JSON.
+type Health = loop.Health
 
 // HangingMetrics is implemented by a [Metrics] that also counts the hanging
 // transactions a [Processor] found (eosprom's does). outcome is

@@ -44,7 +44,6 @@ func newConfig(opts []Option) *config {
 		concurrency:    1,
 		hangCheck:      10 * time.Second,
 		logger:         slog.Default(),
-		metrics:        nopMetrics{},
 		set:            map[string]bool{},
 	}
 	for _, o := range opts {
@@ -254,8 +253,9 @@ func Logger(l *slog.Logger) Option {
 	}
 }
 
-// WithMetrics sets where a [Processor] reports what it does. Default:
-// nowhere. eosprom.New gives a Prometheus implementation.
+// WithMetrics sets where a [Processor] reports what it does (see
+// [Metrics]). Default: nowhere. eosprom.New gives a Prometheus
+// implementation, which offsetstore and dedup runners may share.
 func WithMetrics(m Metrics) Option {
 	return func(c *config) {
 		if m != nil {
@@ -271,7 +271,11 @@ func WithMetrics(m Metrics) Option {
 // (kgo.RequiredAcks(kgo.LeaderAck()) under ExactlyOnce, say) fails the
 // constructor with a *ConfigError rather than silently weakening it.
 // Options eos sets itself (seed brokers, group, topics, transactional id)
-// must be given with eos's own options.
+// must be given with eos's own options: NewProcessor refuses
+// kgo.ConsumerGroup, ConsumeTopics, ConsumeRegex, ConsumePartitions and
+// TransactionalID here with a *ConfigError. Partition callbacks
+// (kgo.OnPartitionsAssigned, OnPartitionsRevoked, OnPartitionsLost) are
+// kept: the processor runs its own, then the caller's.
 func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...); c.mark("ClientOptions") }
 }

@@ -51,6 +51,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 	}
 	for {
 		fetches, stop, err := loop.Poll(ctx, poll, p.cfg.maxRecords, p.logger, p.refused)
+		p.obs.Fetched(fetches)
 		if stop {
 			return nil
 		}
@@ -89,10 +90,11 @@ func (p *Processor) runPlain(ctx context.Context) error {
 			if produceErr != nil {
 				p.logger.Warn("eos: at-most-once output lost", "err", produceErr)
 			}
-			p.metrics.Committed(b.in, b.out, elapsed)
+			p.obs.Committed(b.in, b.out, elapsed)
 		case handled && flushErr == nil && produceErr == nil && commitErr == nil:
 			p.committed.Add(1)
-			p.metrics.Committed(b.in, b.out, elapsed)
+			p.obs.Committed(b.in, b.out, elapsed)
+			p.obs.DeadLettered(len(b.deadLetters))
 			p.forgetDeadLetters(b)
 			rn.isolate = false
 		default:
@@ -105,7 +107,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 			case commitErr != nil:
 				reason = "rebalance"
 			}
-			p.metrics.Aborted(reason, elapsed)
+			p.obs.Aborted(reason, elapsed)
 			p.logger.Info("eos: batch not committed; its inputs will be read again", "reason", reason, "err", errors.Join(commitErr, flushErr))
 			if b.shutdown {
 				return nil

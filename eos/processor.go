@@ -46,8 +46,12 @@ type Processor struct {
 	cfg     *config
 	handler HandlerFunc
 	logger  *slog.Logger
-	metrics Metrics
-	running atomic.Bool
+	// obs takes what the processor reports: its metrics and its health.
+	obs *loop.Observer
+	// userHooks are the partition callbacks given in ClientOptions, run
+	// after the processor's own.
+	userHooks loop.UserHooks
+	running   atomic.Bool
 	// committed counts commits, so that Run can tell a session that made
 	// progress from one that failed at once.
 	committed atomic.Int64
@@ -94,6 +98,12 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	if err := c.validateProcessor(handler); err != nil {
 		return nil, err
 	}
+	userHooks, err := loop.ReadUserOptions(c.clientOpts, map[string]string{
+		"ConsumerGroup": "use eos.Group", "ConsumeTopics": "use eos.InputTopics", "ConsumeRegex": "name the topics with eos.InputTopics",
+		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID"})
+	if err != nil {
+		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error()}
+	}
 	// Build (and close) a client once, so that a pass-through option that
 	// contradicts the semantics fails here rather than in Run.
 	cl, err := newClient(c, RoleProducer, RoleConsumer)
@@ -110,7 +120,7 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	if c.txnID != "" {
 		logger = logger.With("transactional_id", c.txnID)
 	}
-	return &Processor{cfg: c, handler: handler, logger: logger, metrics: c.metrics, deadLetterFailures: map[coords]int{},
+	return &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.metrics), deadLetterFailures: map[coords]int{},
 		perTxn: c.maxRecords, tooSlow: map[coords]int{}, poisoned: map[coords]error{}, attempts: map[coords]int{}}, nil
 }
 
@@ -172,11 +182,13 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 // [RepairHangingTransactions], and other errors only when the client fails
 // repeatedly. A Processor runs once at a time ([ErrRunning] otherwise); to
 // restart, call Run again.
-func (p *Processor) Run(ctx context.Context) error {
+func (p *Processor) Run(ctx context.Context) (err error) {
 	if !p.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer p.running.Store(false)
+	p.obs.Running(true, nil)
+	defer func() { p.obs.Running(false, err) }()
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
 
 	failures := 0
@@ -192,6 +204,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		if !errors.As(err, &restart) {
 			return err
 		}
+		p.obs.Failed(restart.err)
 		// An end whose outcome is unknown leaves the client's view of the
 		// committed offsets uncertain; a new session re-reads them from the
 		// broker and re-registers the transactional id, which bumps the
@@ -239,7 +252,7 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 		case authz.Refused(err):
 			return authz.Write("", p.cfg.txnID, p.cfg.group, err)
 		case isFenced(err):
-			p.metrics.Fenced()
+			p.obs.Fenced()
 			return fencedError("init producer id", err)
 		case time.Now().After(deadline):
 			return &restartError{fmt.Errorf("init producer id: %w", err)}
@@ -289,6 +302,10 @@ func (p *Processor) holdWhileHanging(ctx context.Context, sweeper *hangSweeper) 
 		}
 	}
 }
+
+// Health returns what the processor shows probes and dashboards: see
+// [Health]. Safe to call at any time, from any goroutine.
+func (p *Processor) Health() Health { return p.obs.Health() }
 
 // restartError asks Run to start over with a new client.
 type restartError struct{ err error }
@@ -537,7 +554,7 @@ func (rn *runner) outOfBudget(b *batch, at coords, took time.Duration) bool {
 // callHandler runs the handler, turning a panic and an output without a
 // topic into errors, so that both follow the error policy.
 func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, err error) {
-	err = loop.Recover("eos", func() (err error) {
+	err = rn.p.obs.Handle("eos", func() (err error) {
 		outs, err = rn.p.handler(ctx, r)
 		return err
 	})
@@ -593,6 +610,7 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, remaining)
 		fetches = poll(pollCtx, limit-b.in)
+		rn.p.obs.Fetched(fetches)
 		cancel()
 		if ctx.Err() != nil {
 			b.shutdown = true
@@ -682,16 +700,17 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 	onTaken := func(what string) func(context.Context, *kgo.Client, map[string][]int32) {
 		return func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 			revoked.Store(true)
-			p.metrics.Rebalanced()
+			p.obs.Revoked(parts)
 			p.logger.Info("eos: partitions "+what, "partitions", parts)
 		}
 	}
 	return []kgo.Opt{
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			p.obs.Assigned(parts)
 			p.logger.Info("eos: partitions assigned", "partitions", parts)
-		}),
-		kgo.OnPartitionsRevoked(onTaken("revoked")),
-		kgo.OnPartitionsLost(onTaken("lost")),
+		}, p.userHooks.Assigned)),
+		kgo.OnPartitionsRevoked(loop.Chain(onTaken("revoked"), p.userHooks.Revoked)),
+		kgo.OnPartitionsLost(loop.Chain(onTaken("lost"), p.userHooks.Lost)),
 	}
 }
 
@@ -955,6 +974,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			return err
 		}
 		fetches, stop, err := loop.Poll(ctx, poll, p.perTxn, p.logger, p.refused)
+		p.obs.Fetched(fetches)
 		if stop {
 			return nil
 		}
@@ -982,7 +1002,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 				return authz.Write("", p.cfg.txnID, p.cfg.group, err)
 			}
 			if isFenced(err) {
-				p.metrics.Fenced()
+				p.obs.Fenced()
 				return fencedError("begin transaction", err)
 			}
 			return &restartError{fmt.Errorf("begin transaction: %w", err)}
@@ -1033,29 +1053,30 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			// refused too: the broker aborts the transaction at its
 			// timeout, and until then read_committed readers of its
 			// partitions wait.
-			p.metrics.Aborted("refused", elapsed)
+			p.obs.Aborted("refused", elapsed)
 			return authz.Write("", p.cfg.txnID, p.cfg.group, endErr)
 		case (isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr)) && elapsed >= txnTimeout:
 			// The transaction outlived its timeout: the coordinator
 			// aborted it and bumped the epoch, which is what the epoch
 			// error says. No other instance is involved; a new session
 			// registers the transactional id again and goes on.
-			p.metrics.Aborted("timeout", elapsed)
+			p.obs.Aborted("timeout", elapsed)
 			p.perTxn = max(1, b.in/2) // kept by the next session
 			p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",
 				"elapsed", elapsed, "transaction_timeout", txnTimeout, "records_in", b.in)
 			return &restartError{fmt.Errorf("transaction outlived its timeout (%s > %s): %w", elapsed.Round(time.Millisecond), txnTimeout, errors.Join(endErr, produceErr, flushErr))}
 		case isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr):
-			p.metrics.Fenced()
-			p.metrics.Aborted("fenced", elapsed)
+			p.obs.Fenced()
+			p.obs.Aborted("fenced", elapsed)
 			p.logger.Warn("eos: fenced by a newer instance with the same transactional id; stopping")
 			return fencedError("end transaction", errors.Join(endErr, produceErr, flushErr))
 		case endErr != nil || flushErr != nil:
-			p.metrics.Aborted("outcome-unknown", elapsed)
+			p.obs.Aborted("outcome-unknown", elapsed)
 			return &restartError{fmt.Errorf("end transaction: %w", errors.Join(endErr, flushErr))}
 		case committed:
 			p.committed.Add(1)
-			p.metrics.Committed(b.in, b.out, elapsed)
+			p.obs.Committed(b.in, b.out, elapsed)
+			p.obs.DeadLettered(len(b.deadLetters))
 			p.forgetDeadLetters(b)
 			rn.isolate = false
 			if b.in >= p.perTxn && p.perTxn < p.cfg.maxRecords {
@@ -1076,7 +1097,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 			// offsets (franz-go's) may be older than the broker's:
 			// going on would copy a committed batch again. A new
 			// session reads the offsets from the broker.
-			p.metrics.Aborted("outcome-unknown", elapsed)
+			p.obs.Aborted("outcome-unknown", elapsed)
 			p.logger.Warn("eos: a commit ended unconfirmed with no rebalance; its outcome is unknown, restarting the session to read the committed offsets from the broker", "records_in", b.in)
 			return &restartError{errors.New("commit not confirmed and no partition revoked: outcome unknown")}
 		}
@@ -1092,7 +1113,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		case b.overBudget:
 			reason = "budget"
 		}
-		p.metrics.Aborted(reason, elapsed)
+		p.obs.Aborted(reason, elapsed)
 		p.logger.Info("eos: transaction aborted; its inputs will be read again", "reason", reason, "records_in", b.in)
 		if b.shutdown {
 			return nil

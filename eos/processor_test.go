@@ -81,6 +81,7 @@ func TestProcessorExactlyOnceThroughRebalances(t *testing.T) {
 
 // countingMetrics counts what tests assert on.
 type countingMetrics struct {
+	eos.NopMetrics
 	committed, rebalances, fenced, hanging atomic.Int64
 	aborted                                *atomic.Int64
 	mu                                     sync.Mutex

@@ -53,6 +53,11 @@ type Runner struct {
 
 	batches, records, stale, deadLetters atomic.Int64
 	running                              atomic.Bool
+	// obs takes what the runner reports: its metrics and its health.
+	obs *loop.Observer
+	// userHooks are the partition callbacks given in ClientOptions, run
+	// after the runner's own.
+	userHooks loop.UserHooks
 }
 
 type topicPartition struct {
@@ -77,6 +82,7 @@ type config struct {
 	mirror      bool
 	owner       string
 	logger      *slog.Logger
+	metrics     eos.Metrics
 	clientOpts  []kgo.Opt
 }
 
@@ -137,7 +143,18 @@ func Logger(l *slog.Logger) Option {
 	}
 }
 
-// ClientOptions passes franz-go options through (TLS, SASL, timeouts). They
+// WithMetrics sets where the runner reports what it does: the same
+// [eos.Metrics] that eos's processors report to (an eosprom.Metrics
+// labels the runner's series with path "offsetstore"). A committed batch
+// reports its records in and none out; aborted batches give reason
+// "handler-error", "database-error" or "stale". Default: nowhere.
+func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
+
+// ClientOptions passes franz-go options through (TLS, SASL, timeouts,
+// hooks). Options the runner sets itself are refused by New
+// (kgo.ConsumerGroup, ConsumeTopics, ConsumeRegex, ConsumePartitions,
+// TransactionalID, AdjustFetchOffsetsFn); partition callbacks are kept,
+// run after the runner's own. They
 // are checked against eos.ExactlyOnce's consumer preset: auto-commit stays
 // off, and records are read with read_committed (an option that reads
 // uncommitted data is refused: a record of a transaction that aborted
@@ -178,8 +195,15 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	case c.policy.p.Validate() != nil:
 		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	}
-	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
-		oldRows: map[topicPartition]pgtype.UUID{}}
+	userHooks, err := loop.ReadUserOptions(c.clientOpts, map[string]string{
+		"ConsumerGroup": "use offsetstore.Group", "ConsumeTopics": "use offsetstore.Topics", "ConsumeRegex": "name the topics with offsetstore.Topics",
+		"ConsumePartitions": "a runner consumes in its group (offsetstore.Group)", "TransactionalID": "a runner commits in PostgreSQL, not in Kafka transactions",
+		"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"})
+	if err != nil {
+		return nil, fail("ClientOptions", err.Error())
+	}
+	r := &Runner{pool: pool, handler: handler, cfg: c, userHooks: userHooks, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
+		oldRows: map[topicPartition]pgtype.UUID{}, obs: loop.NewObserver("offsetstore", c.metrics)}
 	cl, err := r.newClient()
 	if err != nil {
 		return nil, err
@@ -198,8 +222,9 @@ func (r *Runner) newClient() (*kgo.Client, error) {
 		// until the batch committed and AllowRebalance is called.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AdjustFetchOffsetsFn(r.seekToStored),
-		kgo.OnPartitionsRevoked(r.forget),
-		kgo.OnPartitionsLost(r.forget),
+		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { r.obs.Assigned(parts) }, r.userHooks.Assigned)),
+		kgo.OnPartitionsRevoked(loop.Chain(r.forget, r.userHooks.Revoked)),
+		kgo.OnPartitionsLost(loop.Chain(r.forget, r.userHooks.Lost)),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -346,6 +371,7 @@ func (r *Runner) currentTopicIDs(ctx context.Context, topics []string) (map[stri
 }
 
 func (r *Runner) forget(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	r.obs.Revoked(parts)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for t, ps := range parts {
@@ -363,6 +389,10 @@ type Stats struct {
 	StaleRejected int64 // commits refused because another owner moved the offset first
 }
 
+// Health returns what the runner shows probes and dashboards: see
+// [eos.Health]. Safe to call at any time, from any goroutine.
+func (r *Runner) Health() eos.Health { return r.obs.Health() }
+
 // Stats returns the runner's counts so far.
 func (r *Runner) Stats() Stats {
 	return Stats{Batches: r.batches.Load(), Records: r.records.Load(), DeadLetters: r.deadLetters.Load(), StaleRejected: r.stale.Load()}
@@ -376,11 +406,13 @@ const maxDBAttempts = 10
 // rolled back) or a record stops it under the [Stop] policy (a
 // *RecordError). Lost database connections are retried with a growing pause,
 // up to 10 times per batch.
-func (r *Runner) Run(ctx context.Context) error {
+func (r *Runner) Run(ctx context.Context) (err error) {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
+	r.obs.Running(true, nil)
+	defer func() { r.obs.Running(false, err) }()
 	cl, err := r.newClient()
 	if err != nil {
 		return err
@@ -406,6 +438,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	refused := &authz.Watch{Group: r.cfg.group, Grace: authz.DefaultGrace}
 	for {
 		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, r.cfg.maxPoll, r.cfg.logger, refused)
+		r.obs.Fetched(fetches)
 		if stop {
 			return nil
 		}
@@ -585,6 +618,7 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 // instead) and advances the stored offsets with compare-and-set, all in one
 // transaction.
 func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter error) error {
+	start := time.Now()
 	r.mu.Lock()
 	// next is where each partition of the batch ends; expected is where
 	// the database must still be for this owner to be the rightful one;
@@ -680,8 +714,16 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 	})
 	if err != nil {
 		var stale *staleError
-		if errors.As(err, &stale) {
+		var herr *handlerError
+		switch {
+		case errors.As(err, &stale):
 			r.stale.Add(1)
+			r.obs.Aborted("stale", time.Since(start))
+		case errors.As(err, &herr):
+			r.obs.Aborted("handler-error", time.Since(start))
+		default:
+			r.obs.Aborted("database-error", time.Since(start))
+			r.obs.Failed(err)
 		}
 		return err // a *handlerError when the handler failed
 	}
@@ -695,8 +737,10 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 	r.mu.Unlock()
 	r.batches.Add(1)
 	r.records.Add(int64(len(fresh)))
+	r.obs.Committed(len(fresh), 0, time.Since(start))
 	if deadLetter != nil {
 		r.deadLetters.Add(1)
+		r.obs.DeadLettered(1)
 	}
 	return nil
 }
@@ -830,7 +874,7 @@ func (e *staleError) Error() string {
 // follows the error policy (the batch rolls back; split, the record that
 // panics is the one named) instead of ending the process.
 func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	return loop.Recover("offsetstore", func() error { return r.handler(ctx, tx, recs) })
+	return r.obs.Handle("offsetstore", func() error { return r.handler(ctx, tx, recs) })
 }
 
 // handlerError marks an error as the handler's, through pgx.BeginFunc.

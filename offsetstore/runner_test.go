@@ -956,6 +956,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"endless retry with a fallback": append(base, offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 0).Then(offsetstore.DeadLetter()))),
 		"fallback on a dead letter":     append(base, offsetstore.OnHandlerError(offsetstore.DeadLetter().Then(offsetstore.Stop()))),
 		"read uncommitted":              append(base, offsetstore.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
+		"group through ClientOptions":   append(base, offsetstore.ClientOptions(kgo.ConsumerGroup("other"))),
+		"topics through ClientOptions":  append(base, offsetstore.ClientOptions(kgo.ConsumeTopics("other"))),
+		"offsets adjusted through ClientOptions": append(base, offsetstore.ClientOptions(kgo.AdjustFetchOffsetsFn(
+			func(_ context.Context, m map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+				return m, nil
+			}))),
+		"zero concurrency": append(base, offsetstore.Concurrency(0)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := offsetstore.New(pool, h, opts...); !errors.Is(err, offsetstore.ErrInvalidConfig) {

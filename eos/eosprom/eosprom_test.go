@@ -26,20 +26,20 @@ func TestMetricsCountWhatTheProcessorReports(t *testing.T) {
 	want := `
 # HELP eoskit_processor_records_in_total Input records of committed transactions.
 # TYPE eoskit_processor_records_in_total counter
-eoskit_processor_records_in_total{app="test"} 15
+eoskit_processor_records_in_total{app="test",path="eos"} 15
 # HELP eoskit_processor_records_out_total Output records of committed transactions.
 # TYPE eoskit_processor_records_out_total counter
-eoskit_processor_records_out_total{app="test"} 25
+eoskit_processor_records_out_total{app="test",path="eos"} 25
 # HELP eoskit_processor_transactions_total Transactions (or batches, under the weaker semantics) ended, by outcome and abort reason.
 # TYPE eoskit_processor_transactions_total counter
-eoskit_processor_transactions_total{app="test",outcome="aborted",reason="rebalance"} 1
-eoskit_processor_transactions_total{app="test",outcome="committed",reason=""} 2
-# HELP eoskit_processor_rebalances_total Times the group took partitions from a processor.
+eoskit_processor_transactions_total{app="test",outcome="aborted",path="eos",reason="rebalance"} 1
+eoskit_processor_transactions_total{app="test",outcome="committed",path="eos",reason=""} 2
+# HELP eoskit_processor_rebalances_total Times the group took partitions from a runner.
 # TYPE eoskit_processor_rebalances_total counter
-eoskit_processor_rebalances_total{app="test"} 1
+eoskit_processor_rebalances_total{app="test",path="eos"} 1
 # HELP eoskit_processor_fencings_total Times a newer instance with the same transactional id fenced a processor.
 # TYPE eoskit_processor_fencings_total counter
-eoskit_processor_fencings_total{app="test"} 1
+eoskit_processor_fencings_total{app="test",path="eos"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"eoskit_processor_records_in_total", "eoskit_processor_records_out_total",
@@ -48,6 +48,41 @@ eoskit_processor_fencings_total{app="test"} 1
 	}
 	if n := testutil.CollectAndCount(reg, "eoskit_processor_transaction_duration_seconds"); n != 2 {
 		t.Fatalf("duration histogram has %d series, want 2 (committed, aborted)", n)
+	}
+
+	// The other paths report through their own view, labelled.
+	db := m.ForPath("offsetstore")
+	db.Committed(7, 0, time.Millisecond)
+	db.HandlerStarted()
+	db.HandlerStarted()
+	db.Handled(time.Millisecond, false)
+	db.Handled(time.Millisecond, true)
+	db.HandlerStarted()
+	db.DeadLettered(3)
+	db.Lag("in", 2, 40)
+	want = `
+# HELP eoskit_processor_records_in_total Input records of committed transactions.
+# TYPE eoskit_processor_records_in_total counter
+eoskit_processor_records_in_total{app="test",path="eos"} 15
+eoskit_processor_records_in_total{app="test",path="offsetstore"} 7
+# HELP eoskit_processor_handlers_in_flight Handler calls under way.
+# TYPE eoskit_processor_handlers_in_flight gauge
+eoskit_processor_handlers_in_flight{app="test",path="eos"} 0
+eoskit_processor_handlers_in_flight{app="test",path="offsetstore"} 1
+# HELP eoskit_processor_dead_letters_total Records dead-lettered in committed work.
+# TYPE eoskit_processor_dead_letters_total counter
+eoskit_processor_dead_letters_total{app="test",path="eos"} 0
+eoskit_processor_dead_letters_total{app="test",path="offsetstore"} 3
+# HELP eoskit_processor_lag Records after the last one polled, per partition, as of its last poll.
+# TYPE eoskit_processor_lag gauge
+eoskit_processor_lag{app="test",partition="2",path="offsetstore",topic="in"} 40
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "eoskit_processor_records_in_total",
+		"eoskit_processor_handlers_in_flight", "eoskit_processor_dead_letters_total", "eoskit_processor_lag"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "eoskit_processor_handler_duration_seconds"); n != 4 {
+		t.Fatalf("handler histogram has %d series, want 4 (ok and error, per path)", n)
 	}
 	if _, err := eosprom.New(reg, eosprom.ConstLabels(prometheus.Labels{"app": "test"})); err == nil {
 		t.Fatal("registering the same metrics twice succeeded")

@@ -1,0 +1,220 @@
+package loop
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Metrics receives what a runner does. eos.Metrics documents it for users;
+// every runner reports through the same interface, so one implementation
+// (eosprom's) serves them all.
+type Metrics interface {
+	Committed(recordsIn, recordsOut int, d time.Duration)
+	Aborted(reason string, d time.Duration)
+	Rebalanced()
+	Fenced()
+	HandlerStarted()
+	Handled(d time.Duration, failed bool)
+	DeadLettered(n int)
+	Lag(topic string, partition int32, lag int64)
+}
+
+// PathMetrics is a Metrics that labels what it receives with the path of
+// the runner reporting it ("eos", "offsetstore", "dedup"): each runner asks
+// it, once, for the Metrics of its path.
+type PathMetrics interface {
+	ForPath(path string) Metrics
+}
+
+// NopMetrics ignores everything; embed it to implement only some methods.
+type NopMetrics struct{}
+
+func (NopMetrics) Committed(int, int, time.Duration) {}
+func (NopMetrics) Aborted(string, time.Duration)     {}
+func (NopMetrics) Rebalanced()                       {}
+func (NopMetrics) Fenced()                           {}
+func (NopMetrics) HandlerStarted()                   {}
+func (NopMetrics) Handled(time.Duration, bool)       {}
+func (NopMetrics) DeadLettered(int)                  {}
+func (NopMetrics) Lag(string, int32, int64)          {}
+
+// Health is what a runner shows probes and dashboards.
+type Health struct {
+	// Path is the runner's kind: "eos", "offsetstore" or "dedup".
+	Path string `json:"path"`
+	// Running is true while Run runs.
+	Running bool `json:"running"`
+	// Assigned holds the partitions the group gave this instance.
+	Assigned map[string][]int32 `json:"assigned"`
+	// LastCommit is when work was last committed (zero: not yet).
+	LastCommit time.Time `json:"last_commit"`
+	// LastError is the last failure the runner met and is riding out (a
+	// session restart, a database retry), and when; or the error Run
+	// returned.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at"`
+	// Lag is, per assigned partition, how many offsets stood after the
+	// last record polled, up to the last stable offset, as of that poll.
+	// It counts offsets, not records: on a topic written in transactions,
+	// the markers and aborted records after the last committed record
+	// count too, so a partition that is caught up can show a small lag.
+	Lag map[string]map[int32]int64 `json:"lag"`
+}
+
+// Healthy reports whether the runner is running and has committed since
+// its last error (or met none).
+func (h Health) Healthy() bool {
+	return h.Running && (h.LastError == "" || h.LastCommit.After(h.LastErrorAt))
+}
+
+// Observer is what a runner reports to: its metrics, and the state behind
+// its Health. Safe for concurrent use.
+type Observer struct {
+	Metrics Metrics
+	mu      sync.Mutex
+	h       Health
+}
+
+// NewObserver returns the observer of a runner of path reporting to m (nil:
+// nowhere), labelled by path when m is a PathMetrics.
+func NewObserver(path string, m Metrics) *Observer {
+	switch pm := m.(type) {
+	case nil:
+		m = NopMetrics{}
+	case PathMetrics:
+		m = pm.ForPath(path)
+	}
+	return &Observer{Metrics: m, h: Health{Path: path}}
+}
+
+// Running notes that Run started (true) or returned (false, with err).
+func (o *Observer) Running(running bool, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.h.Running = running
+	if running {
+		o.h.Assigned, o.h.Lag = nil, nil
+	}
+	if err != nil {
+		o.h.LastError, o.h.LastErrorAt = err.Error(), time.Now()
+	}
+}
+
+// Committed notes committed work.
+func (o *Observer) Committed(in, out int, d time.Duration) {
+	o.Metrics.Committed(in, out, d)
+	o.mu.Lock()
+	o.h.LastCommit = time.Now()
+	o.mu.Unlock()
+}
+
+// Aborted notes work rolled back, and why.
+func (o *Observer) Aborted(reason string, d time.Duration) { o.Metrics.Aborted(reason, d) }
+
+// Fenced notes that a newer instance fenced this one.
+func (o *Observer) Fenced() { o.Metrics.Fenced() }
+
+// DeadLettered notes n records dead-lettered (committed).
+func (o *Observer) DeadLettered(n int) {
+	if n > 0 {
+		o.Metrics.DeadLettered(n)
+	}
+}
+
+// Failed notes a failure the runner rides out.
+func (o *Observer) Failed(err error) {
+	if err == nil {
+		return
+	}
+	o.mu.Lock()
+	o.h.LastError, o.h.LastErrorAt = err.Error(), time.Now()
+	o.mu.Unlock()
+}
+
+// Assigned notes partitions the group gave.
+func (o *Observer) Assigned(parts map[string][]int32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.h.Assigned == nil {
+		o.h.Assigned = map[string][]int32{}
+	}
+	for t, ps := range parts {
+		merged := append(slices.Clone(o.h.Assigned[t]), ps...)
+		slices.Sort(merged)
+		o.h.Assigned[t] = slices.Compact(merged)
+	}
+}
+
+// Revoked notes partitions the group took (revoked or lost).
+func (o *Observer) Revoked(parts map[string][]int32) {
+	o.Metrics.Rebalanced()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for t, ps := range parts {
+		o.h.Assigned[t] = slices.DeleteFunc(o.h.Assigned[t], func(p int32) bool { return slices.Contains(ps, p) })
+		if len(o.h.Assigned[t]) == 0 {
+			delete(o.h.Assigned, t)
+		}
+		for _, p := range ps {
+			delete(o.h.Lag[t], p)
+		}
+		if len(o.h.Lag[t]) == 0 {
+			delete(o.h.Lag, t)
+		}
+	}
+}
+
+// Fetched notes the lag of each partition a poll returned records of: the
+// last stable offset less the offset after its last record.
+func (o *Observer) Fetched(fetches kgo.Fetches) {
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		end := p.LastStableOffset
+		if end < 0 { // a broker too old to tell
+			end = p.HighWatermark
+		}
+		lag := max(0, end-(p.Records[len(p.Records)-1].Offset+1))
+		o.Metrics.Lag(p.Topic, p.Partition, lag)
+		o.mu.Lock()
+		if o.h.Lag == nil {
+			o.h.Lag = map[string]map[int32]int64{}
+		}
+		if o.h.Lag[p.Topic] == nil {
+			o.h.Lag[p.Topic] = map[int32]int64{}
+		}
+		o.h.Lag[p.Topic][p.Partition] = lag
+		o.mu.Unlock()
+	})
+}
+
+// Handle runs a user's handler call, timing it for the metrics and turning
+// a panic into an error (see [Recover]).
+func (o *Observer) Handle(pkg string, call func() error) error {
+	o.Metrics.HandlerStarted()
+	start := time.Now()
+	err := Recover(pkg, call)
+	o.Metrics.Handled(time.Since(start), err != nil)
+	return err
+}
+
+// Health returns a copy of the runner's health.
+func (o *Observer) Health() Health {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := o.h
+	h.Assigned = maps.Clone(h.Assigned)
+	for t, ps := range h.Assigned {
+		h.Assigned[t] = slices.Clone(ps)
+	}
+	h.Lag = maps.Clone(h.Lag)
+	for t, l := range h.Lag {
+		h.Lag[t] = maps.Clone(l)
+	}
+	return h
+}
