@@ -54,6 +54,7 @@ type config struct {
 	missing     MissingIDPolicy
 	maxPoll     int
 	concurrency int
+	drain       time.Duration
 	policy      ErrorPolicy
 	logger      *slog.Logger
 	metrics     eos.Metrics
@@ -99,6 +100,13 @@ func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 // (those of the batches that committed, when one fails).
 func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 
+// DrainTimeout bounds how long a [Consumer] drains when Run's ctx ends
+// (SIGTERM, say): it stops polling, lets the batches under way finish,
+// commits them and their offsets, and returns nil. Past the timeout their
+// ctx is cancelled and they roll back (their records are redelivered).
+// Default: 10s; 0 rolls back at once.
+func DrainTimeout(d time.Duration) Option { return func(c *config) { c.drain = d } }
+
 // OnHandlerError sets what happens to a record whose handler fails or
 // panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
 // Default: [Stop]. A record without a usable id ([ErrMissingID],
@@ -138,7 +146,7 @@ func ClientOptions(opts ...kgo.Opt) Option {
 // NewConsumer returns a consumer that claims ids in store and applies
 // handler. Run store.Migrate first.
 func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts ...Option) (*Consumer, error) {
-	c := config{id: HeaderID(IDHeader), maxPoll: 500, concurrency: 1, policy: Stop(), logger: slog.Default()}
+	c := config{id: HeaderID(IDHeader), maxPoll: 500, concurrency: 1, drain: 10 * time.Second, policy: Stop(), logger: slog.Default()}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -165,6 +173,8 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, fail("MaxPollRecords", "must be positive")
 	case c.concurrency < 1:
 		return nil, fail("Concurrency", "must be at least 1")
+	case c.drain < 0:
+		return nil, fail("DrainTimeout", "must not be negative (0 rolls back at once)")
 	case c.policy.p.Validate() != nil:
 		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	case c.missing != RejectMissingID && c.missing != TreatAsUnique:
@@ -240,6 +250,10 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	defer c.running.Store(false)
 	c.obs.Running(true, nil)
 	defer func() { c.obs.Running(false, err) }()
+	// ctx's end stops polling; the batch under way commits under work,
+	// which ends DrainTimeout later.
+	work, done := loop.Drained(ctx, c.cfg.drain)
+	defer done()
 	if err := c.store.check(ctx, c.pool); err != nil {
 		return err
 	}
@@ -273,16 +287,16 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 			cl.AllowRebalance()
 			continue
 		}
-		done, err := c.handlePoll(ctx, recs)
-		// The database has committed the done records; a crash before
+		applied, err := c.handlePoll(work, recs)
+		// The database has committed the applied records; a crash before
 		// this commit only redelivers records whose ids are claimed, and
 		// they are skipped.
-		if len(done) > 0 {
-			if err := cl.CommitRecords(ctx, done...); err != nil && ctx.Err() == nil {
+		if len(applied) > 0 {
+			if err := cl.CommitRecords(work, applied...); err != nil && work.Err() == nil {
 				c.cfg.logger.Warn("dedup: offset commit failed; the batch will be redelivered and skipped", "err", err)
 			}
 		}
-		if ctx.Err() != nil {
+		if work.Err() != nil {
 			return nil // what did not commit rolled back; it is read again
 		}
 		if err != nil {

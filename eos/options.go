@@ -24,6 +24,7 @@ type config struct {
 	onError        ErrorPolicy
 	concurrency    int
 	order          Order
+	drain          time.Duration
 	hangCheck      time.Duration
 	onHang         HangingPolicy
 	logger         *slog.Logger
@@ -42,6 +43,7 @@ func newConfig(opts []Option) *config {
 		maxRecords:     1000,
 		onError:        Stop(),
 		concurrency:    1,
+		drain:          10 * time.Second,
 		hangCheck:      10 * time.Second,
 		logger:         slog.Default(),
 		set:            map[string]bool{},
@@ -143,6 +145,19 @@ func MaxRecordsPerCommit(n int) Option {
 // error (or panics). Default: [Stop].
 func OnHandlerError(p ErrorPolicy) Option {
 	return func(c *config) { c.onError = p; c.mark("OnHandlerError") }
+}
+
+// DrainTimeout bounds how long a [Processor] drains when Run's ctx ends
+// (SIGTERM, say): it stops polling, lets the handlers under way finish,
+// commits what they completed with the offsets of every record polled
+// into the transaction (it handles those too), and returns nil. Only past
+// the timeout does it cancel the handlers' ctx and abort the transaction,
+// whose inputs are then read again by whoever takes the partitions.
+// Default: 10s; 0 aborts at once. Keep it below the time the platform
+// waits before it kills the process (Kubernetes: terminationGracePeriod,
+// 30s by default).
+func DrainTimeout(d time.Duration) Option {
+	return func(c *config) { c.drain = d; c.mark("DrainTimeout") }
 }
 
 // Order is what a [Processor] running handlers at once keeps in order: see

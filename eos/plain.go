@@ -17,7 +17,7 @@ import (
 // records are handled (at-most-once). It exists so that the weaker
 // semantics are one option away, measurable and testable against the same
 // workload; it makes no exactly-once promise.
-func (p *Processor) runPlain(ctx context.Context) error {
+func (p *Processor) runPlain(ctx, stop context.Context) error {
 	var revoked atomic.Bool
 	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
 	// Holding the rebalance until the batch's offsets are committed keeps
@@ -33,6 +33,7 @@ func (p *Processor) runPlain(ctx context.Context) error {
 
 	atMostOnce := p.cfg.semantics == AtMostOnce
 	rn := newRunner(p, cl, cl.Produce)
+	rn.stop = stop
 	poll := func(ctx context.Context, n int) kgo.Fetches {
 		f := cl.PollRecords(ctx, n)
 		if atMostOnce && f.NumRecords() > 0 {
@@ -50,9 +51,9 @@ func (p *Processor) runPlain(ctx context.Context) error {
 		return f
 	}
 	for {
-		fetches, stop, err := loop.Poll(ctx, poll, p.cfg.maxRecords, p.logger, p.refused)
+		fetches, stopped, err := loop.Poll(stop, poll, p.cfg.maxRecords, p.logger, p.refused)
 		p.obs.Fetched(fetches)
-		if stop {
+		if stopped {
 			return nil
 		}
 		if err != nil {

@@ -91,7 +91,7 @@ type Processor struct {
 func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	c := newConfig(opts)
 	if err := c.rejectUnless("NewProcessor", "Brokers", "TransactionalID", "WithSemantics", "Group",
-		"InputTopics", "CommitInterval", "MaxRecordsPerCommit", "OnHandlerError", "Concurrency", "Logger",
+		"InputTopics", "CommitInterval", "MaxRecordsPerCommit", "OnHandlerError", "Concurrency", "DrainTimeout", "Logger",
 		"WithMetrics", "ClientOptions", "HangingTransactionCheck", "OnHangingTransaction"); err != nil {
 		return nil, err
 	}
@@ -147,6 +147,8 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("MaxRecordsPerCommit", "must be positive")
 	case c.concurrency < 1:
 		return fail("Concurrency", "must be at least 1")
+	case c.drain < 0:
+		return fail("DrainTimeout", "must not be negative (0 aborts at once)")
 	case c.order != PartitionOrder && c.order != KeyOrder:
 		return fail("Concurrency", fmt.Sprintf("unknown order %d", c.order))
 	case c.hangCheck < 0:
@@ -189,6 +191,10 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	defer p.running.Store(false)
 	p.obs.Running(true, nil)
 	defer func() { p.obs.Running(false, err) }()
+	// ctx's end stops polling; work, which everything else runs under
+	// (handlers, producing, committing), ends DrainTimeout later.
+	work, done := loop.Drained(ctx, p.cfg.drain)
+	defer done()
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
 
 	failures := 0
@@ -196,9 +202,9 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 		committedBefore := p.committed.Load()
 		var err error
 		if p.cfg.semantics == ExactlyOnce {
-			err = p.runTransactional(ctx)
+			err = p.runTransactional(work, ctx)
 		} else {
-			err = p.runPlain(ctx)
+			err = p.runPlain(work, ctx)
 		}
 		var restart *restartError
 		if !errors.As(err, &restart) {
@@ -407,10 +413,13 @@ type runner struct {
 	// budget bounds how long a transaction may take to handle its
 	// records (0: no bound, outside transactions).
 	budget time.Duration
+	// stop ends with Run's ctx: no more polls, the batch under way
+	// commits what it handled (see DrainTimeout).
+	stop context.Context
 }
 
 func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) *runner {
-	return &runner{p: p, produce: produce, flush: cl.Flush}
+	return &runner{p: p, produce: produce, flush: cl.Flush, stop: context.Background()}
 }
 
 // handle runs the handler on r, under hctx (ctx bounded by the
@@ -605,10 +614,12 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		}
 		b.noteEnds(fetches)
 		remaining := time.Until(b.start.Add(cfg.commitInterval))
-		if b.in >= limit || remaining <= 0 || revoked.Load() {
+		if b.in >= limit || remaining <= 0 || revoked.Load() || rn.stop.Err() != nil {
+			// Stopping (Run's ctx ended): commit what was handled,
+			// every polled record included, while the drain lasts.
 			return true
 		}
-		pollCtx, cancel := context.WithTimeout(ctx, remaining)
+		pollCtx, cancel := context.WithTimeout(rn.stop, remaining)
 		fetches = poll(pollCtx, limit-b.in)
 		rn.p.obs.Fetched(fetches)
 		cancel()
@@ -898,7 +909,7 @@ func recordSpecific(err error) bool {
 
 // runTransactional is one GroupTransactSession's life: it returns when ctx
 // ends, on a final error, or with a *restartError.
-func (p *Processor) runTransactional(ctx context.Context) error {
+func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	var revoked atomic.Bool
 	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
 	var disconnected disconnectFlag
@@ -966,6 +977,7 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 	}
 
 	rn := newRunner(p, sess.Client(), sess.Produce)
+	rn.stop = stop
 	adm := kadm.NewClient(sess.Client())
 	txnTimeout := transactionTimeout(sess.Client())
 	rn.budget = transactionBudget(txnTimeout)
@@ -973,9 +985,9 @@ func (p *Processor) runTransactional(ctx context.Context) error {
 		if err := p.holdWhileHanging(ctx, sweeper); err != nil || ctx.Err() != nil {
 			return err
 		}
-		fetches, stop, err := loop.Poll(ctx, poll, p.perTxn, p.logger, p.refused)
+		fetches, stopped, err := loop.Poll(stop, poll, p.perTxn, p.logger, p.refused)
 		p.obs.Fetched(fetches)
-		if stop {
+		if stopped {
 			return nil
 		}
 		if err != nil {

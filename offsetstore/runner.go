@@ -78,6 +78,7 @@ type config struct {
 	reset       kgo.Offset
 	maxPoll     int
 	concurrency int
+	drain       time.Duration
 	policy      ErrorPolicy
 	mirror      bool
 	owner       string
@@ -116,6 +117,13 @@ func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 // not stop the other partitions' batches under way: they commit or fail
 // first.
 func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+
+// DrainTimeout bounds how long a [Runner] drains when Run's ctx ends
+// (SIGTERM, say): it stops polling, lets the batches under way finish and
+// commit, and returns nil. Past the timeout their ctx is cancelled and
+// they roll back (their records are read again by whoever takes the
+// partitions). Default: 10s; 0 rolls back at once.
+func DrainTimeout(d time.Duration) Option { return func(c *config) { c.drain = d } }
 
 // OnHandlerError sets what happens to a record whose handler fails or
 // panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
@@ -168,7 +176,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	host, _ := os.Hostname()
 	c := config{
 		reset:   kgo.NewOffset().AtStart(),
-		maxPoll: 500, concurrency: 1,
+		maxPoll: 500, concurrency: 1, drain: 10 * time.Second,
 		policy: Stop(),
 		owner:  host + "-" + strconv.Itoa(os.Getpid()),
 		logger: slog.Default(),
@@ -192,6 +200,8 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		return nil, fail("MaxPollRecords", "must be positive")
 	case c.concurrency < 1:
 		return nil, fail("Concurrency", "must be at least 1")
+	case c.drain < 0:
+		return nil, fail("DrainTimeout", "must not be negative (0 rolls back at once)")
 	case c.policy.p.Validate() != nil:
 		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	}
@@ -413,6 +423,10 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	defer r.running.Store(false)
 	r.obs.Running(true, nil)
 	defer func() { r.obs.Running(false, err) }()
+	// ctx's end stops polling; the batch under way commits under work,
+	// which ends DrainTimeout later.
+	work, done := loop.Drained(ctx, r.cfg.drain)
+	defer done()
 	cl, err := r.newClient()
 	if err != nil {
 		return err
@@ -446,17 +460,17 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("offsetstore: %w", err)
 		}
 		if recs := fetches.Records(); len(recs) > 0 {
-			err := r.handlePoll(ctx, cl, recs)
+			err := r.handlePoll(work, cl, recs)
 			var stale *staleError
 			if errors.As(err, &stale) {
 				// The batch was refused whole, or part of it was: every
 				// partition it held goes back to where the database
 				// stands, not only the refused ones, since the consumer
 				// is past all of them.
-				err = r.rewind(ctx, cl, stale, recs)
+				err = r.rewind(work, cl, stale, recs)
 			}
 			if err != nil {
-				if ctx.Err() != nil {
+				if work.Err() != nil {
 					return nil
 				}
 				return err

@@ -75,6 +75,9 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 			eos.Brokers(l.Brokers...), eos.Group(name), eos.InputTopics(in), eos.WithSemantics(sem),
 			eos.CommitInterval(200 * time.Millisecond), eos.Logger(l.Logger.With("pattern", p.Name, "instance", instance)),
 			eos.ClientOptions(clientOpts...),
+			// The lab stops an instance abruptly by ending its ctx: no
+			// drain, so that the stop acts as a crash does.
+			eos.DrainTimeout(0),
 		}
 		if sem == eos.ExactlyOnce {
 			txnID, err := eos.StableTransactionalID(name, instance)

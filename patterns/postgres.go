@@ -40,7 +40,8 @@ func exactlyOncePostgres() Pattern {
 					},
 					offsetstore.Brokers(l.Brokers...), offsetstore.Group(name), offsetstore.Topics(in),
 					offsetstore.MaxPollRecords(200), offsetstore.Logger(l.Logger.With("pattern", p.Name)),
-					offsetstore.ClientOptions(clientOpts...))
+					offsetstore.ClientOptions(clientOpts...),
+					offsetstore.DrainTimeout(0)) // a stop acts as a crash (see kafka.go)
 				if err != nil {
 					return err
 				}
@@ -69,7 +70,8 @@ func dedupPostgres() Pattern {
 					},
 					dedup.Brokers(l.Brokers...), dedup.Group(name), dedup.Topics(in), dedup.MaxPollRecords(200),
 					dedup.Logger(l.Logger.With("pattern", p.Name)),
-					dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
+					dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...),
+					dedup.DrainTimeout(0)) // a stop acts as a crash (see kafka.go)
 				if err != nil {
 					return err
 				}
