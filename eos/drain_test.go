@@ -97,3 +97,41 @@ func TestShutdownAbortsPastTheDrainTimeout(t *testing.T) {
 		t.Fatalf("%d outputs visible from the aborted transaction", len(got))
 	}
 }
+
+// Past the drain, the handlers' ctx is cancelled and they fail with its
+// error: under DeadLetter, with lanes running at once, none of those
+// records is dead-lettered (they did not fail for their own sake), the
+// transaction aborts, and a successor copies every input once. (The
+// processor now checks its ctx before it handles a record and before it
+// commits; before, only franz-go failing the dead letters produced under
+// the cancelled ctx made the transaction abort, and this test passed
+// then too.)
+func TestShutdownPastTheDrainDeadLettersNothing(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out, dlt := k.NewTopic(4), k.NewTopic(2), k.NewTopic(1)
+	group := integration.UniqueName(t, "g")
+	inputs := k.SeedHostile(in, 400, 50)
+	var started atomic.Int64
+	stuck := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		started.Add(1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	opts := append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.DeadLetter(dlt)), eos.Concurrency(4, eos.PartitionOrder))
+	p := startProcessor(t, stuck, append(opts, eos.DrainTimeout(time.Second))...)
+	waitFor(t, time.Minute, "handlers to start", func() bool { return started.Load() > 0 })
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run returned %v, want nil on shutdown", err)
+	}
+	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 0 {
+		t.Fatalf("%d records dead-lettered by the shutdown, want none", len(dead))
+	}
+	progress := followCommitted(t, k, out)
+	successor := startProcessor(t, copyHandler(out), opts...)
+	waitFor(t, 2*time.Minute, "every input", func() bool { return progress.n.Load() >= int64(len(inputs.Committed)) })
+	if err := successor.stop(t); err != nil {
+		t.Fatalf("successor stopped with %v", err)
+	}
+	k.VerifyInputs(inputs, out, verifyTimeout)
+}

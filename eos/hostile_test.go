@@ -356,13 +356,20 @@ func TestSlowHandlersEndTheirTransactionBeforeTheBrokerAbortsIt(t *testing.T) {
 // record stalled it again, forever.
 func TestHandlerSlowerThanATransactionIsBlamed(t *testing.T) {
 	t.Parallel()
-	for _, policy := range []string{"stop", "dead-letter"} {
+	for _, policy := range []string{"stop", "dead-letter", "dead-letter, lanes"} {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
 			k := integration.Kafka(t)
-			in, out, dlt := k.NewTopic(1), k.NewTopic(1), k.NewTopic(1)
+			partitions, records := int32(1), 30
+			if policy == "dead-letter, lanes" {
+				// Handlers at once, a lane per partition: the other
+				// lanes' records finish while the slow one holds its
+				// transaction, and the budget's rule still finds it.
+				partitions, records = 4, 200
+			}
+			in, out, dlt := k.NewTopic(partitions), k.NewTopic(1), k.NewTopic(1)
 			group := integration.UniqueName(t, "g")
-			inputs := k.SeedHostile(in, 30, 10)
+			inputs := k.SeedHostile(in, records, 10)
 			const hung = "in-10"
 			var hungAt atomic.Int64
 			handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -377,8 +384,11 @@ func TestHandlerSlowerThanATransactionIsBlamed(t *testing.T) {
 				return copyHandler(out)(ctx, r)
 			}
 			opts := append(processorOpts(k, group, in, "0"), eos.ClientOptions(kgo.TransactionTimeout(5*time.Second)))
-			if policy == "dead-letter" {
+			switch policy {
+			case "dead-letter":
 				opts = append(opts, eos.OnHandlerError(eos.DeadLetter(dlt)))
+			case "dead-letter, lanes":
+				opts = append(opts, eos.OnHandlerError(eos.DeadLetter(dlt)), eos.Concurrency(4, eos.PartitionOrder))
 			}
 			progress := followCommitted(t, k, out)
 			p := startProcessor(t, handler, opts...)

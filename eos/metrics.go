@@ -30,7 +30,9 @@ import "github.com/eoskit/eoskit/internal/loop"
 //	DeadLettered(n int)
 //	    n records were dead-lettered, in work that committed.
 //	Lag(topic string, partition int32, lag int64)
-//	    after a poll: the records that stood after the last one polled.
+//	    after a poll: the offsets that stood after the last record polled,
+//	    up to the high watermark; -1 once the partition is no longer this
+//	    runner's (revoked or lost), to forget it.
 type Metrics = loop.Metrics
 
 // NopMetrics ignores everything it receives. Embed it in a [Metrics] that

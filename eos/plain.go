@@ -77,7 +77,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		flushErr := b.promises.settle(endCtx, rn.flush)
 		_, produceErr := b.produceErr()
 		var commitErr error
-		if !atMostOnce && handled && flushErr == nil && produceErr == nil {
+		if !atMostOnce && handled && flushErr == nil && produceErr == nil && ctx.Err() == nil {
 			commitErr = cl.CommitRecords(endCtx, records...)
 		}
 		cancel()
@@ -92,7 +92,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 				p.logger.Warn("eos: at-most-once output lost", "err", produceErr)
 			}
 			p.obs.Committed(b.in, b.out, elapsed)
-		case handled && flushErr == nil && produceErr == nil && commitErr == nil:
+		case handled && flushErr == nil && produceErr == nil && commitErr == nil && ctx.Err() == nil:
 			p.committed.Add(1)
 			p.obs.Committed(b.in, b.out, elapsed)
 			p.obs.DeadLettered(len(b.deadLetters))

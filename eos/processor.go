@@ -100,7 +100,8 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	}
 	userHooks, err := loop.ReadUserOptions(c.clientOpts, map[string]string{
 		"ConsumerGroup": "use eos.Group", "ConsumeTopics": "use eos.InputTopics", "ConsumeRegex": "name the topics with eos.InputTopics",
-		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID"})
+		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID",
+		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets"})
 	if err != nil {
 		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error()}
 	}
@@ -433,6 +434,13 @@ func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r
 func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) bool {
 	at := coordsOf(r)
 	b.mu.Lock()
+	if ctx.Err() != nil {
+		// Shut down (past the drain): a record failed now failed for
+		// that, not for its own sake, and the batch aborts.
+		b.shutdown = true
+		b.mu.Unlock()
+		return false
+	}
 	if b.in > 0 && hctx.Err() != nil && ctx.Err() == nil {
 		// The budget ran out before this record: the batch ends.
 		b.overBudget, b.next = true, max(1, b.in/2)
@@ -613,6 +621,10 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 			return false
 		}
 		b.noteEnds(fetches)
+		if ctx.Err() != nil {
+			b.shutdown = true // past the drain: whatever failed, failed for it
+			return false
+		}
 		remaining := time.Until(b.start.Add(cfg.commitInterval))
 		if b.in >= limit || remaining <= 0 || revoked.Load() || rn.stop.Err() != nil {
 			// Stopping (Run's ctx ended): commit what was handled,
@@ -1031,7 +1043,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 		flushErr := b.promises.settle(endCtx, rn.flush)
 		_, produceErr := b.produceErr()
-		wantCommit := handled && flushErr == nil && produceErr == nil
+		wantCommit := handled && flushErr == nil && produceErr == nil && ctx.Err() == nil
 		committed, endErr := sess.End(endCtx, kgo.TransactionEndTry(wantCommit))
 		cancel()
 		if idErr == nil {

@@ -483,8 +483,8 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 // handlePoll commits a poll's records: as one batch, or, under
 // [Concurrency] above 1, as a batch per partition, up to that many at once,
 // each in its own database transaction. It returns once every batch ended:
-// the first *staleError (merging the partitions of all), else the first
-// other error.
+// a *staleError merging the partitions of every refused batch, else the
+// other batches' errors, joined.
 func (r *Runner) handlePoll(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
 	if r.cfg.concurrency <= 1 {
 		return r.handleBatch(ctx, cl, recs)
@@ -517,7 +517,7 @@ func (r *Runner) handlePoll(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 	}
 	wg.Wait()
 	var stale *staleError
-	var first error
+	var others []error
 	for _, err := range errs {
 		var s *staleError
 		switch {
@@ -526,14 +526,15 @@ func (r *Runner) handlePoll(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 				stale = &staleError{}
 			}
 			stale.parts = append(stale.parts, s.parts...)
-		case err != nil && first == nil:
-			first = err
+		case err != nil:
+			others = append(others, err)
 		}
 	}
 	if stale != nil {
+		// Run rewinds; a record that failed meanwhile fails again.
 		return stale
 	}
-	return first
+	return errors.Join(others...)
 }
 
 // handleBatch commits recs, splitting the batch to find a failing record and

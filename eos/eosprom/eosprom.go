@@ -18,7 +18,7 @@
 //	handler_duration_seconds{outcome="ok"|"error"}             histogram
 //	handlers_in_flight                                         gauge
 //	dead_letters_total                                         counter
-//	lag{topic, partition}                                      gauge (as of the partition's last poll)
+//	lag{topic, partition}                                      gauge (as of the partition's last poll; removed on revoke)
 //
 // For the franz-go client's own metrics (bytes, requests, buffered records),
 // add plugin/kprom to the runner through its ClientOptions.
@@ -173,6 +173,10 @@ func (p *path) Handled(d time.Duration, failed bool) {
 }
 
 func (p *path) Lag(topic string, partition int32, lag int64) {
+	if lag < 0 { // no longer this runner's: another reports it now
+		p.m.lag.DeleteLabelValues(p.name, topic, strconv.Itoa(int(partition)))
+		return
+	}
 	p.m.lag.WithLabelValues(p.name, topic, strconv.Itoa(int(partition))).Set(float64(lag))
 }
 

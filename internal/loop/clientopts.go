@@ -30,30 +30,38 @@ func Chain(ours, users PartitionsFunc) PartitionsFunc {
 	}
 }
 
-// probeGroup stands for "no group given" in the client ReadUserOptions
-// builds, which needs one to accept group options.
-const probeGroup = "eoskit-probe-no-group"
+// probe stands for "not given" in the client ReadUserOptions builds.
+const probe = "eoskit-probe-not-given"
 
 // ReadUserOptions looks at the franz-go options a user passed through a
-// runner's ClientOptions, in a client it builds and closes without
-// connecting. It returns the user's partition callbacks, to chain, and an
-// error naming the first option the runner owns (owned lists them by name:
+// runner's ClientOptions, in a client it builds and closes without using.
+// It returns the user's partition callbacks, to chain, and an error naming
+// the first option the runner owns (owned lists them by name:
 // "ConsumerGroup", "ConsumeTopics", "ConsumeRegex", "ConsumePartitions",
 // "TransactionalID", "AdjustFetchOffsetsFn") with the runner's option to
 // use instead (instead maps the former to the latter).
+//
+// The client has a group (franz-go takes partition callbacks only with
+// one) and a transactional id (without one, franz-go would stand in its
+// own offset-committing callback, bound to this client, for a revoke the
+// user left unset), and no topics, so it sends nothing: nothing to fetch
+// metadata for, no group to join, and producer ids are registered on first
+// use. franz-go wraps each callback in one that logs through the client it
+// is called with, and calls the user's if there is one; that wrapper is
+// what is chained.
 func ReadUserOptions(opts []kgo.Opt, instead map[string]string) (UserHooks, error) {
-	probe, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumerGroup(probeGroup), kgo.ConsumeTopics(probeGroup)}, opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumerGroup(probe), kgo.TransactionalID(probe)}, opts...)...)
 	if err != nil {
 		return UserHooks{}, err
 	}
-	defer probe.Close()
+	defer cl.Close()
 	set := map[string]bool{
-		"ConsumerGroup":        probe.OptValue(kgo.ConsumerGroup) != probeGroup,
-		"ConsumeTopics":        !reflect.DeepEqual(probe.OptValue(kgo.ConsumeTopics), []string{probeGroup}),
-		"ConsumeRegex":         probe.OptValue(kgo.ConsumeRegex) == true,
-		"ConsumePartitions":    !isEmpty(probe.OptValue(kgo.ConsumePartitions)),
-		"TransactionalID":      probe.OptValue(kgo.TransactionalID) != "",
-		"AdjustFetchOffsetsFn": !isNil(probe.OptValue(kgo.AdjustFetchOffsetsFn)),
+		"ConsumerGroup":        cl.OptValue(kgo.ConsumerGroup) != probe,
+		"ConsumeTopics":        !isEmpty(cl.OptValue(kgo.ConsumeTopics)),
+		"ConsumeRegex":         cl.OptValue(kgo.ConsumeRegex) == true,
+		"ConsumePartitions":    !isEmpty(cl.OptValue(kgo.ConsumePartitions)),
+		"TransactionalID":      cl.OptValue(kgo.TransactionalID) != probe,
+		"AdjustFetchOffsetsFn": !isNil(cl.OptValue(kgo.AdjustFetchOffsetsFn)),
 	}
 	for _, name := range []string{"ConsumerGroup", "ConsumeTopics", "ConsumeRegex", "ConsumePartitions", "TransactionalID", "AdjustFetchOffsetsFn"} {
 		if use, owned := instead[name]; owned && set[name] {
@@ -61,9 +69,9 @@ func ReadUserOptions(opts []kgo.Opt, instead map[string]string) (UserHooks, erro
 		}
 	}
 	hooks := UserHooks{}
-	hooks.Assigned, _ = probe.OptValue(kgo.OnPartitionsAssigned).(PartitionsFunc)
-	hooks.Revoked, _ = probe.OptValue(kgo.OnPartitionsRevoked).(PartitionsFunc)
-	hooks.Lost, _ = probe.OptValue(kgo.OnPartitionsLost).(PartitionsFunc)
+	hooks.Assigned, _ = cl.OptValue(kgo.OnPartitionsAssigned).(PartitionsFunc)
+	hooks.Revoked, _ = cl.OptValue(kgo.OnPartitionsRevoked).(PartitionsFunc)
+	hooks.Lost, _ = cl.OptValue(kgo.OnPartitionsLost).(PartitionsFunc)
 	return hooks, nil
 }
 
@@ -84,5 +92,5 @@ func isEmpty(v any) bool {
 		return true
 	}
 	r := reflect.ValueOf(v)
-	return r.Kind() == reflect.Map && r.Len() == 0
+	return (r.Kind() == reflect.Map || r.Kind() == reflect.Slice) && r.Len() == 0
 }

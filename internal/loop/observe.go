@@ -48,8 +48,13 @@ type Health struct {
 	Path string `json:"path"`
 	// Running is true while Run runs.
 	Running bool `json:"running"`
-	// Assigned holds the partitions the group gave this instance.
-	Assigned map[string][]int32 `json:"assigned"`
+	// Assigned holds the partitions the group gave this instance, and
+	// LastAssigned when it last gave some. (An eos processor in a
+	// transaction session learns of a revocation only at its next
+	// transaction: franz-go's GroupTransactSession holds it back, so an
+	// idle processor may list partitions it lost until then.)
+	Assigned     map[string][]int32 `json:"assigned"`
+	LastAssigned time.Time          `json:"last_assigned"`
 	// LastCommit is when work was last committed (zero: not yet).
 	LastCommit time.Time `json:"last_commit"`
 	// LastError is the last failure the runner met and is riding out (a
@@ -58,17 +63,22 @@ type Health struct {
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at"`
 	// Lag is, per assigned partition, how many offsets stood after the
-	// last record polled, up to the last stable offset, as of that poll.
-	// It counts offsets, not records: on a topic written in transactions,
+	// last record polled, up to the high watermark, as of that poll (a
+	// poll that returns nothing for a partition leaves it as it was). It
+	// counts offsets, not records: on a topic written in transactions,
 	// the markers and aborted records after the last committed record
-	// count too, so a partition that is caught up can show a small lag.
+	// count too, so a partition that is caught up can show a small lag;
+	// and it grows while a hanging transaction holds read_committed
+	// readers back.
 	Lag map[string]map[int32]int64 `json:"lag"`
 }
 
-// Healthy reports whether the runner is running and has committed since
-// its last error (or met none).
+// Healthy reports whether the runner is running and has made progress
+// since its last error (or met none): committed, or been given partitions
+// by its group (a new session after a restart, on a topic with nothing to
+// read).
 func (h Health) Healthy() bool {
-	return h.Running && (h.LastError == "" || h.LastCommit.After(h.LastErrorAt))
+	return h.Running && (h.LastError == "" || h.LastCommit.After(h.LastErrorAt) || h.LastAssigned.After(h.LastErrorAt))
 }
 
 // Observer is what a runner reports to: its metrics, and the state behind
@@ -139,6 +149,7 @@ func (o *Observer) Failed(err error) {
 func (o *Observer) Assigned(parts map[string][]int32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.h.LastAssigned = time.Now()
 	if o.h.Assigned == nil {
 		o.h.Assigned = map[string][]int32{}
 	}
@@ -160,6 +171,9 @@ func (o *Observer) Revoked(parts map[string][]int32) {
 			delete(o.h.Assigned, t)
 		}
 		for _, p := range ps {
+			if _, ok := o.h.Lag[t][p]; ok {
+				o.Metrics.Lag(t, p, -1) // no longer this runner's to report
+			}
 			delete(o.h.Lag[t], p)
 		}
 		if len(o.h.Lag[t]) == 0 {
@@ -169,17 +183,13 @@ func (o *Observer) Revoked(parts map[string][]int32) {
 }
 
 // Fetched notes the lag of each partition a poll returned records of: the
-// last stable offset less the offset after its last record.
+// high watermark less the offset after its last record.
 func (o *Observer) Fetched(fetches kgo.Fetches) {
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
 		}
-		end := p.LastStableOffset
-		if end < 0 { // a broker too old to tell
-			end = p.HighWatermark
-		}
-		lag := max(0, end-(p.Records[len(p.Records)-1].Offset+1))
+		lag := max(0, p.HighWatermark-(p.Records[len(p.Records)-1].Offset+1))
 		o.Metrics.Lag(p.Topic, p.Partition, lag)
 		o.mu.Lock()
 		if o.h.Lag == nil {

@@ -69,7 +69,7 @@ func offsetstorePath(records int) path {
 	runner := func(batch int) func(context.Context, *env) (running, error) {
 		return func(ctx context.Context, e *env) (running, error) {
 			r, err := offsetstore.New(e.pool, copyRows, offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
-				offsetstore.Topics(e.in), offsetstore.MaxPollRecords(batch))
+				offsetstore.Topics(e.in), offsetstore.MaxPollRecords(batch), offsetstore.Logger(quiet))
 			if err != nil {
 				return running{}, err
 			}
@@ -122,7 +122,7 @@ func dedupPath(records int) path {
 	}
 	consumer := func(ctx context.Context, e *env) (running, error) {
 		c, err := dedup.NewConsumer(e.pool, store, insertRow, dedup.Brokers(e.brokers...), dedup.Group(e.group), dedup.Topics(e.in),
-			dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+			dedup.Logger(quiet), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 		if err != nil {
 			return running{}, err
 		}

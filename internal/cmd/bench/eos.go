@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -9,6 +11,10 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 )
+
+// quiet is the runners' logger: errors only, so that the report stays
+// readable (their default, slog.Default, logs at Info).
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 
 // maxPerCommit is high enough that the commit interval, not the record
 // count, decides when each eos variant commits.
@@ -38,7 +44,7 @@ func copyTo(out string) eos.HandlerFunc {
 func processor(sem eos.Semantics, interval time.Duration) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
 		opts := []eos.Option{eos.Brokers(e.brokers...), eos.Group(e.group), eos.InputTopics(e.in),
-			eos.WithSemantics(sem), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit)}
+			eos.WithSemantics(sem), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet)}
 		if sem == eos.ExactlyOnce {
 			opts = append(opts, eos.TransactionalID(e.group+"-0"))
 		}

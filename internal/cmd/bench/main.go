@@ -58,7 +58,7 @@ func main() {
 	kafkaRecords := flag.Int("records", 300_000, "records per throughput run on the eos path")
 	dbRecords := flag.Int("db-records", 100_000, "records per throughput run on the offsetstore and dedup paths")
 	outboxRecords := flag.Int("outbox-records", 500_000, "records per throughput run on the outbox path")
-	only := flag.String("only", "", "run only this path (eos, offsetstore, dedup or outbox)")
+	only := flag.String("only", "", "run only this path (eos, offsetstore, dedup, outbox, or io: the I/O-bound concurrency table)")
 	idSizes := flag.String("id-table-sizes", "0,1000000,10000000", "processed-ids table sizes at which to time dedup's claim (empty: skip)")
 	flag.Parse()
 
@@ -105,7 +105,7 @@ func main() {
 		}
 	}
 	for _, p := range []path{eosPath(*kafkaRecords), offsetstorePath(*dbRecords), dedupPath(*dbRecords), outboxPath(*outboxRecords)} {
-		if *only != "" && p.name != *only {
+		if *only != "" && p.name != *only || *only == "io" {
 			continue
 		}
 		for _, size := range sizes {
@@ -117,6 +117,11 @@ func main() {
 		}
 	}
 	printTable(os.Stdout, rows, *runs)
+	if *only == "" || *only == "io" {
+		if err := b.ioBound(ctx, os.Stdout, ""); err != nil {
+			fail(fmt.Errorf("io: %w", err))
+		}
+	}
 
 	if (*only == "" || *only == "dedup") && *idSizes != "" {
 		var ns []int

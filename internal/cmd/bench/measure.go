@@ -34,6 +34,7 @@ type env struct {
 	group   string
 	slot    string   // the outbox path's replication slot
 	values  [][]byte // what seedInput wrote, for a variant that needs it
+	closers []func() // run by dropEnv
 }
 
 // running is a consumer under test, started on env.in: progress counts
@@ -183,6 +184,9 @@ func (b *bench) newEnv(ctx context.Context, p path, suffix string) (*env, error)
 }
 
 func (b *bench) dropEnv(ctx context.Context, e *env) {
+	for _, c := range e.closers {
+		c()
+	}
 	topics := []string{e.in}
 	if e.out != "" {
 		topics = append(topics, e.out)
