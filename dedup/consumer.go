@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -317,32 +316,8 @@ func (c *Consumer) handlePoll(ctx context.Context, recs []*kgo.Record) (done []*
 		}
 		return recs, nil
 	}
-	var parts [][]*kgo.Record
-	at := map[string]map[int32]int{}
-	for _, r := range recs {
-		if at[r.Topic] == nil {
-			at[r.Topic] = map[int32]int{}
-		}
-		i, ok := at[r.Topic][r.Partition]
-		if !ok {
-			i = len(parts)
-			at[r.Topic][r.Partition] = i
-			parts = append(parts, nil)
-		}
-		parts[i] = append(parts[i], r)
-	}
-	errs := make([]error, len(parts))
-	slots := make(chan struct{}, c.cfg.concurrency)
-	var wg sync.WaitGroup
-	for i, batch := range parts {
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			errs[i] = c.applyBatch(ctx, batch)
-		}()
-	}
-	wg.Wait()
+	parts := loop.ByPartition(recs)
+	errs := loop.Each(c.cfg.concurrency, parts, func(batch []*kgo.Record) error { return c.applyBatch(ctx, batch) })
 	for i, batch := range parts {
 		if errs[i] == nil {
 			done = append(done, batch...)

@@ -50,6 +50,21 @@
 // other consumers see them. Order is Kafka's per partition; a skipped copy
 // does not reorder anything.
 //
+// # Errors, concurrency, shutdown, observability
+//
+// These work as in package eos, through one core: [OnHandlerError] takes
+// [Stop], [Retry] (then a fallback) or [DeadLetter], which parks a record
+// in eoskit_dead_letters in the transaction that claims its id (so a later copy is skipped); a panicking
+// handler fails like one that returned an error; the record that stops
+// Run is a *[RecordError]. [Concurrency] runs the batches of several
+// partitions at once, each in a database transaction of its own, so a
+// partition's records stay in order; it pays off once polls span
+// partitions (a consumer keeping up with a live stream), since franz-go
+// fills a poll partition by partition. When Run's ctx ends, the batch
+// under way finishes and commits within [DrainTimeout]. [WithMetrics]
+// takes the same eos.Metrics that eos's processors report to, and Health
+// gives a view for probes.
+//
 // [MemoryStore] is a process-local, bounded alternative with a much weaker
 // guarantee; its documentation says exactly how weak.
 package dedup

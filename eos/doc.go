@@ -44,6 +44,14 @@
 //	)
 //	err = p.Run(ctx)
 //
+// A handler that fails (or panics) follows [OnHandlerError]: [Stop] (the
+// default), [Retry] a number of times and then a fallback, or
+// [DeadLetter]. [Concurrency] runs handler calls at once, in lanes per
+// partition or per key, each keeping its inputs' order, inside the same
+// transaction. When Run's ctx ends, the processor stops polling and
+// commits what its handlers completed within [DrainTimeout]. offsetstore
+// and dedup take options of the same names and meanings.
+//
 // # What is guaranteed
 //
 // For every input record, the outputs of exactly one handler call are
@@ -97,11 +105,17 @@
 // Test errors with errors.Is and errors.As: [ErrInvalidConfig]
 // (*[ConfigError]), [ErrFenced] (final), [ErrAborted], [ErrOutcomeUnknown],
 // [ErrClosed], *[ProduceError] (wraps the Kafka error), *[RecordError]
-// (names topic, partition and offset).
+// (names topic, partition, offset and attempts; offsetstore and dedup
+// return the same type), [ErrRunning].
 //
 // # Observability
 //
-// [Logger] takes a *slog.Logger; [WithMetrics] takes a [Metrics], for which
-// package eos/eosprom has a Prometheus implementation. franz-go's own client
-// metrics come from plugin/kprom through [ClientOptions].
+// [Logger] takes a *slog.Logger (default slog.Default()); [WithMetrics]
+// takes a [Metrics], for which package eos/eosprom has a Prometheus
+// implementation that offsetstore's and dedup's runners share, labelled
+// by path. [Processor.Health] gives assigned partitions, last commit, last
+// error and lag, for probes. franz-go's own client metrics come from
+// plugin/kprom, and tracing from plugin/kotel, through [ClientOptions]:
+// an output keeps the Context its handler set, so its span joins the
+// input's trace.
 package eos

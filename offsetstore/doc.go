@@ -70,6 +70,21 @@
 // Rows stored before IDs were (version 1) are trusted, and get the ID on
 // their next commit.
 //
+// # Errors, concurrency, shutdown, observability
+//
+// These work as in package eos, through one core: [OnHandlerError] takes
+// [Stop], [Retry] (then a fallback) or [DeadLetter], which parks a record
+// in eoskit_dead_letters in the transaction that stores its offset; a panicking
+// handler fails like one that returned an error; the record that stops
+// Run is a *[RecordError]. [Concurrency] runs the batches of several
+// partitions at once, each in a database transaction of its own, so a
+// partition's records stay in order; it pays off once polls span
+// partitions (a consumer keeping up with a live stream), since franz-go
+// fills a poll partition by partition. When Run's ctx ends, the batch
+// under way finishes and commits within [DrainTimeout]. [WithMetrics]
+// takes the same eos.Metrics that eos's processors report to, and Health
+// gives a view for probes.
+//
 // # Kafka's offsets
 //
 // The consumer never commits to Kafka by default and never reads Kafka's

@@ -489,33 +489,11 @@ func (r *Runner) handlePoll(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 	if r.cfg.concurrency <= 1 {
 		return r.handleBatch(ctx, cl, recs)
 	}
-	var parts [][]*kgo.Record
-	at := map[topicPartition]int{}
-	for _, rec := range recs {
-		tp := topicPartition{rec.Topic, rec.Partition}
-		i, ok := at[tp]
-		if !ok {
-			i = len(parts)
-			at[tp] = i
-			parts = append(parts, nil)
-		}
-		parts[i] = append(parts[i], rec)
-	}
+	parts := loop.ByPartition(recs)
 	if len(parts) == 1 {
 		return r.handleBatch(ctx, cl, recs)
 	}
-	errs := make([]error, len(parts))
-	slots := make(chan struct{}, r.cfg.concurrency)
-	var wg sync.WaitGroup
-	for i, batch := range parts {
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			errs[i] = r.handleBatch(ctx, cl, batch)
-		}()
-	}
-	wg.Wait()
+	errs := loop.Each(r.cfg.concurrency, parts, func(batch []*kgo.Record) error { return r.handleBatch(ctx, cl, batch) })
 	var stale *staleError
 	var others []error
 	for _, err := range errs {

@@ -31,8 +31,10 @@
 // 2,000 per second for 5 seconds: the time from produce until a
 // read_committed reader, or a poller of the results table, sees the
 // result. Peak heap is the benchmark process's, sampled every 100 ms during
-// the throughput runs. After the table comes the cost of dedup's claim as
-// the processed-ids table grows.
+// the throughput runs. After the table come the I/O-bound table (a 5 ms
+// handler at concurrency bounds from 1 up, for eos, offsetstore and dedup,
+// with a backlog and live; see concurrency.go) and the cost of dedup's
+// claim as the processed-ids table grows.
 package main
 
 import (
