@@ -179,7 +179,7 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 	case c.missing != RejectMissingID && c.missing != TreatAsUnique:
 		return nil, fail("OnMissingID", "unknown policy")
 	}
-	userHooks, err := loop.ReadUserOptions(c.clientOpts, map[string]string{
+	userHooks, err := loop.ReadUserOptions(eos.ExactlyOnce.ConsumerOptions(), c.clientOpts, map[string]string{
 		"ConsumerGroup": "use dedup.Group", "ConsumeTopics": "use dedup.Topics", "ConsumeRegex": "name the topics with dedup.Topics",
 		"ConsumePartitions": "a consumer consumes in its group (dedup.Group)", "TransactionalID": "a consumer commits in PostgreSQL, not in Kafka transactions"})
 	if err != nil {

@@ -32,18 +32,25 @@ func TestShutdownDrainsAndCommitsWhatCompleted(t *testing.T) {
 			group := integration.UniqueName(t, "g")
 			inputs := k.SeedHostile(in, 400, 50)
 			var handled atomic.Int64
+			// The stop comes from the 30th handler call: the 5th record
+			// of the second transaction (25 records each), the first
+			// having committed.
+			mid := make(chan struct{})
 			slow := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 				time.Sleep(20 * time.Millisecond) // deaf to ctx: a call that must run to its end
-				handled.Add(1)
+				if handled.Add(1) == 30 {
+					close(mid)
+				}
 				return copyHandler(out)(ctx, r)
 			}
 			progress := followCommitted(t, k, out)
 			opts := append(processorOpts(k, group, in, "0"), eos.MaxRecordsPerCommit(25), eos.DrainTimeout(tc.drain))
 			p := startProcessor(t, slow, opts...)
-			waitFor(t, time.Minute, "a first commit", func() bool { return progress.n.Load() > 0 })
-			// Mid-transaction: 25 records of 20 ms each make a
-			// transaction of half a second.
-			time.Sleep(230 * time.Millisecond)
+			select {
+			case <-mid:
+			case <-time.After(time.Minute):
+				t.Fatal("no 30th handler call within a minute")
+			}
 			start := time.Now()
 			if err := p.stop(t); err != nil {
 				t.Fatalf("Run returned %v, want nil on shutdown", err)

@@ -23,6 +23,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 	// Holding the rebalance until the batch's offsets are committed keeps
 	// a batch from being committed by a member that no longer owns it.
 	opts = append(opts, kgo.BlockRebalanceOnPoll())
+	p.obs.NewSession() // before the group can assign anything to it
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error()}

@@ -98,7 +98,11 @@ func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
 	if err := c.validateProcessor(handler); err != nil {
 		return nil, err
 	}
-	userHooks, err := loop.ReadUserOptions(c.clientOpts, map[string]string{
+	var preset []kgo.Opt
+	if c.semantics.valid() {
+		preset = append(c.semantics.ProducerOptions(), c.semantics.ConsumerOptions()...)
+	}
+	userHooks, err := loop.ReadUserOptions(preset, c.clientOpts, map[string]string{
 		"ConsumerGroup": "use eos.Group", "ConsumeTopics": "use eos.InputTopics", "ConsumeRegex": "name the topics with eos.InputTopics",
 		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID",
 		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets"})
@@ -457,6 +461,14 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 	if !poisoned {
 		started := time.Now()
 		outs, err = rn.callHandler(hctx, r)
+		if ctx.Err() != nil {
+			// Shut down past the drain while the handler ran: it
+			// failed for that, if it failed, and the batch aborts.
+			b.mu.Lock()
+			b.shutdown = true
+			b.mu.Unlock()
+			return false
+		}
 		if err != nil && ctx.Err() == nil && hctx.Err() != nil && errors.Is(err, hctx.Err()) {
 			// The handler gave up when the budget ran out.
 			b.mu.Lock()
@@ -928,6 +940,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	if p.cfg.hangCheck > 0 {
 		opts = append(opts, kgo.WithHooks(&disconnected))
 	}
+	p.obs.NewSession() // before the group can assign anything to it
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error()}

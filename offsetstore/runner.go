@@ -205,7 +205,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	case c.policy.p.Validate() != nil:
 		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	}
-	userHooks, err := loop.ReadUserOptions(c.clientOpts, map[string]string{
+	userHooks, err := loop.ReadUserOptions(eos.ExactlyOnce.ConsumerOptions(), c.clientOpts, map[string]string{
 		"ConsumerGroup": "use offsetstore.Group", "ConsumeTopics": "use offsetstore.Topics", "ConsumeRegex": "name the topics with offsetstore.Topics",
 		"ConsumePartitions": "a runner consumes in its group (offsetstore.Group)", "TransactionalID": "a runner commits in PostgreSQL, not in Kafka transactions",
 		"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"})

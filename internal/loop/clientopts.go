@@ -34,7 +34,8 @@ func Chain(ours, users PartitionsFunc) PartitionsFunc {
 const probe = "eoskit-probe-not-given"
 
 // ReadUserOptions looks at the franz-go options a user passed through a
-// runner's ClientOptions, in a client it builds and closes without using.
+// runner's ClientOptions (user, after the runner's base options, its
+// semantics preset), in a client it builds and closes without using.
 // It returns the user's partition callbacks, to chain, and an error naming
 // the first option the runner owns (owned lists them by name:
 // "ConsumerGroup", "ConsumeTopics", "ConsumeRegex", "ConsumePartitions",
@@ -42,15 +43,17 @@ const probe = "eoskit-probe-not-given"
 // use instead (instead maps the former to the latter).
 //
 // The client has a group (franz-go takes partition callbacks only with
-// one) and a transactional id (without one, franz-go would stand in its
-// own offset-committing callback, bound to this client, for a revoke the
-// user left unset), and no topics, so it sends nothing: nothing to fetch
-// metadata for, no group to join, and producer ids are registered on first
-// use. franz-go wraps each callback in one that logs through the client it
-// is called with, and calls the user's if there is one; that wrapper is
-// what is chained.
-func ReadUserOptions(opts []kgo.Opt, instead map[string]string) (UserHooks, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumerGroup(probe), kgo.TransactionalID(probe)}, opts...)...)
+// one) and no topics, so it sends nothing: nothing to fetch metadata for,
+// no group to join. franz-go wraps each callback in one that logs through
+// the client it is called with and calls the user's, or, for a revoke the
+// user left unset, its own offset commit, which the presets' disabled
+// auto-commit turns into nothing; that wrapper is what is chained. Like
+// the client each constructor builds to check the options, and each
+// session's, this one is created and closed: hooks of kgo.WithHooks see it
+// (HookNewClient, HookClientClosed).
+func ReadUserOptions(base, opts []kgo.Opt, instead map[string]string) (UserHooks, error) {
+	all := append(append(append([]kgo.Opt{}, base...), kgo.ConsumerGroup(probe), kgo.DisableAutoCommit()), opts...)
+	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return UserHooks{}, err
 	}
@@ -60,7 +63,7 @@ func ReadUserOptions(opts []kgo.Opt, instead map[string]string) (UserHooks, erro
 		"ConsumeTopics":        !isEmpty(cl.OptValue(kgo.ConsumeTopics)),
 		"ConsumeRegex":         cl.OptValue(kgo.ConsumeRegex) == true,
 		"ConsumePartitions":    !isEmpty(cl.OptValue(kgo.ConsumePartitions)),
-		"TransactionalID":      cl.OptValue(kgo.TransactionalID) != probe,
+		"TransactionalID":      cl.OptValue(kgo.TransactionalID) != "",
 		"AdjustFetchOffsetsFn": !isNil(cl.OptValue(kgo.AdjustFetchOffsetsFn)),
 	}
 	for _, name := range []string{"ConsumerGroup", "ConsumeTopics", "ConsumeRegex", "ConsumePartitions", "TransactionalID", "AdjustFetchOffsetsFn"} {

@@ -39,13 +39,13 @@ func TestReadUserOptions(t *testing.T) {
 			return m, nil
 		}),
 	} {
-		if _, err := ReadUserOptions([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), opt}, owned); err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), owned[name]) {
+		if _, err := ReadUserOptions(nil, []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), opt}, owned); err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), owned[name]) {
 			t.Errorf("%s: err = %v, want one naming it and what to use", name, err)
 		}
 	}
 
 	var calls []string
-	hooks, err := ReadUserOptions([]kgo.Opt{seeds, kgo.AllowAutoTopicCreation(),
+	hooks, err := ReadUserOptions(nil, []kgo.Opt{seeds, kgo.AllowAutoTopicCreation(), kgo.DisableIdempotentWrite(),
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { calls = append(calls, "user assigned") }),
 		kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) { calls = append(calls, "user revoked") }),
 	}, owned)
@@ -66,6 +66,18 @@ func TestReadUserOptions(t *testing.T) {
 	Chain(ours("lost"), hooks.Lost)(context.Background(), cl, parts)
 	if got := strings.Join(calls, ", "); got != "assigned, user assigned, revoked, user revoked, lost" {
 		t.Errorf("calls: %s; want the runner's, then the user's where given", got)
+	}
+	// Callbacks left unset chain to franz-go's stand-ins, which do
+	// nothing here (auto-commit is off): the runner's alone run.
+	calls = nil
+	bare, err := ReadUserOptions(nil, []kgo.Opt{seeds}, owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Chain(ours("revoked"), bare.Revoked)(context.Background(), cl, parts)
+	Chain(ours("lost"), bare.Lost)(context.Background(), cl, parts)
+	if got := strings.Join(calls, ", "); got != "revoked, lost" {
+		t.Errorf("calls without user callbacks: %s; want the runner's alone", got)
 	}
 	select {
 	case <-dialed:

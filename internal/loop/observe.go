@@ -49,12 +49,15 @@ type Health struct {
 	// Running is true while Run runs.
 	Running bool `json:"running"`
 	// Assigned holds the partitions the group gave this instance, and
-	// LastAssigned when it last gave some. (An eos processor in a
-	// transaction session learns of a revocation only at its next
-	// transaction: franz-go's GroupTransactSession holds it back, so an
-	// idle processor may list partitions it lost until then.)
+	// LastAssigned when it last gave some. It starts empty with every
+	// session. (franz-go's GroupTransactSession drops a revocation that
+	// comes while an earlier one waits for the next transaction to end, so
+	// an idle eos processor may list a partition it lost until its next
+	// transaction or session.)
 	Assigned     map[string][]int32 `json:"assigned"`
 	LastAssigned time.Time          `json:"last_assigned"`
+	// LastRecords is when a poll last returned records.
+	LastRecords time.Time `json:"last_records"`
 	// LastCommit is when work was last committed (zero: not yet).
 	LastCommit time.Time `json:"last_commit"`
 	// LastError is the last failure the runner met and is riding out (a
@@ -74,11 +77,16 @@ type Health struct {
 }
 
 // Healthy reports whether the runner is running and has made progress
-// since its last error (or met none): committed, or been given partitions
-// by its group (a new session after a restart, on a topic with nothing to
-// read).
+// since its last error (or met none): it committed, or its group gave it
+// partitions and it has polled no records since (a new session after a
+// restart, on a topic with nothing to read; one that polls records and
+// never commits them is not healthy).
 func (h Health) Healthy() bool {
-	return h.Running && (h.LastError == "" || h.LastCommit.After(h.LastErrorAt) || h.LastAssigned.After(h.LastErrorAt))
+	if !h.Running {
+		return false
+	}
+	return h.LastError == "" || h.LastCommit.After(h.LastErrorAt) ||
+		h.LastAssigned.After(h.LastErrorAt) && !h.LastRecords.After(h.LastAssigned)
 }
 
 // Observer is what a runner reports to: its metrics, and the state behind
@@ -106,12 +114,29 @@ func (o *Observer) Running(running bool, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.h.Running = running
-	if running {
-		o.h.Assigned, o.h.Lag = nil, nil
-	}
+	o.reset()
 	if err != nil {
 		o.h.LastError, o.h.LastErrorAt = err.Error(), time.Now()
 	}
+}
+
+// NewSession notes that a new session (a new client, joining the group
+// afresh) starts: what the last one was assigned is forgotten.
+func (o *Observer) NewSession() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reset()
+}
+
+// reset forgets the assignment and the lag (their series too). o.mu is
+// held.
+func (o *Observer) reset() {
+	for t, parts := range o.h.Lag {
+		for p := range parts {
+			o.Metrics.Lag(t, p, -1)
+		}
+	}
+	o.h.Assigned, o.h.Lag = nil, nil
 }
 
 // Committed notes committed work.
@@ -183,15 +208,25 @@ func (o *Observer) Revoked(parts map[string][]int32) {
 }
 
 // Fetched notes the lag of each partition a poll returned records of: the
-// high watermark less the offset after its last record.
+// high watermark less the offset after its last record. A partition no
+// longer assigned (revoked between the poll and now) is left out.
 func (o *Observer) Fetched(fetches kgo.Fetches) {
+	if fetches.NumRecords() > 0 {
+		o.mu.Lock()
+		o.h.LastRecords = time.Now()
+		o.mu.Unlock()
+	}
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
 		}
 		lag := max(0, p.HighWatermark-(p.Records[len(p.Records)-1].Offset+1))
-		o.Metrics.Lag(p.Topic, p.Partition, lag)
 		o.mu.Lock()
+		defer o.mu.Unlock()
+		if !slices.Contains(o.h.Assigned[p.Topic], p.Partition) {
+			return
+		}
+		o.Metrics.Lag(p.Topic, p.Partition, lag)
 		if o.h.Lag == nil {
 			o.h.Lag = map[string]map[int32]int64{}
 		}
@@ -199,7 +234,6 @@ func (o *Observer) Fetched(fetches kgo.Fetches) {
 			o.h.Lag[p.Topic] = map[int32]int64{}
 		}
 		o.h.Lag[p.Topic][p.Partition] = lag
-		o.mu.Unlock()
 	})
 }
 
