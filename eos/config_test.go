@@ -1,6 +1,7 @@
 package eos_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -189,5 +190,23 @@ func TestStableTransactionalID(t *testing.T) {
 		if _, err := eos.StableTransactionalID(bad[0], bad[1]); !errors.Is(err, eos.ErrInvalidConfig) {
 			t.Errorf("StableTransactionalID(%q, %q) = %v, want ErrInvalidConfig", bad[0], bad[1], err)
 		}
+	}
+}
+
+// Options that are the caller's to set pass through ClientOptions, whatever
+// the runner: the check for the options a runner owns must not refuse
+// them (a probe with a transactional id refused DisableIdempotentWrite).
+func TestClientOptionsTheRunnerDoesNotOwnPass(t *testing.T) {
+	h := copyHandler("out")
+	_, err := eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.WithSemantics(eos.AtLeastOnce),
+		eos.ClientOptions(kgo.MaxProduceRequestsInflightPerBroker(5), kgo.ClientID("app"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
+			kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) {})))
+	if err != nil {
+		t.Fatalf("at-least-once processor with pass-through options: %v", err)
+	}
+	_, err = eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("app-0"),
+		eos.ClientOptions(kgo.ClientID("app"), kgo.SessionTimeout(10*time.Second)))
+	if err != nil {
+		t.Fatalf("exactly-once processor with pass-through options: %v", err)
 	}
 }
