@@ -568,7 +568,11 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		proxies = cluster.Proxied(t)
 		brokers = proxies.Brokers
 	}
-	args := append([]string{"-path", path, "-brokers", strings.Join(brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String()}, sc.copierArgs...)
+	// Handlers run at once (eos: a lane per input partition; the
+	// database paths: a transaction per partition): every scenario is
+	// proven with concurrency on.
+	args := append([]string{"-path", path, "-brokers", strings.Join(brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String(),
+		"-concurrency", "4"}, sc.copierArgs...)
 
 	var pool *pgxpool.Pool
 	var out, table string
@@ -576,9 +580,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	var concurrent *reader
 	if path == "eos" {
 		out = k.NewTopic(4)
-		// Handlers run at once, a lane per input partition: every eos
-		// scenario is proven with concurrency on.
-		args = append(args, "-out", out, "-concurrency", "4")
+		args = append(args, "-out", out)
 		concurrent = follow(t, k, out)
 		// Progress is what the copiers committed, read from the group: the
 		// concurrent reader is a franz-go client like any other, and one

@@ -58,7 +58,7 @@ func main() {
 	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
 	repair := flag.Bool("repair", true, "eos: write the markers of hanging transactions (single broker, KAFKA-20734); false keeps the default, detect and stop")
 	delay := flag.Duration("record-delay", 0, "time the handler spends on each record (database paths), so that a run lasts long enough for its faults")
-	concurrency := flag.Int("concurrency", 1, "eos: handler calls at once, one lane per input partition (eos.Concurrency)")
+	concurrency := flag.Int("concurrency", 1, "handler calls at once: eos, one lane per input partition (eos.Concurrency); offsetstore and dedup, a transaction per partition")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -128,6 +128,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 	// The application name shows the instance in pg_stat_activity, where
 	// the chaos suite waits to catch it inside a transaction.
 	poolCfg.ConnConfig.RuntimeParams["application_name"] = "eoskit-copier-" + instance
+	poolCfg.MaxConns = int32(max(4, concurrency+2))
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
@@ -145,7 +146,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			}
 			return nil
 		}, offsetstore.Brokers(brokers...), offsetstore.Group(group), offsetstore.Topics(in),
-			offsetstore.MaxPollRecords(750), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))
+			offsetstore.MaxPollRecords(750), offsetstore.Concurrency(concurrency), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))
 		if err != nil {
 			return err
 		}
@@ -163,7 +164,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			_, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset)
 			return err
 		}, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(in), dedup.ID(dedup.KeyID()),
-			dedup.MaxPollRecords(750), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
+			dedup.MaxPollRecords(750), dedup.Concurrency(concurrency), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
 		if err != nil {
 			return err
 		}
