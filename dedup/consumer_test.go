@@ -437,11 +437,13 @@ func TestRetryThenFallback(t *testing.T) {
 }
 
 // Partitions are applied at once, a database transaction each, on input
-// from a transactional producer that also aborts, over six partitions, with
-// a copy of every tenth message sent again to another partition (so that
-// two batches running at once may claim one id): every committed message
-// takes effect once, nothing aborted does, and batches did run at once,
-// never more than the bound.
+// from a transactional producer that also aborts, over six partitions;
+// then a copy of every tenth message is sent again, to another partition:
+// every committed message takes effect once, nothing aborted does, the
+// copies are skipped, and batches did run at once, never more than the
+// bound. (Copies sent with the originals make batches of different
+// partitions wait on each other's claims, which is correct but runs them
+// one after the other.)
 func TestConcurrentPartitionsApplyOnce(t *testing.T) {
 	t.Parallel()
 	b := newBed(t, 6)
@@ -455,9 +457,6 @@ func TestConcurrentPartitionsApplyOnce(t *testing.T) {
 	for i := 0; i < len(committed); i += 10 {
 		again = append(again, &kgo.Record{Key: []byte(committed[i]), Value: []byte(committed[i]), Partition: int32(i/10) % 6})
 	}
-	if err := cl.ProduceSync(ctx, again...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 	var now, most atomic.Int64
 	effect := b.handler("a")
 	h := func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
@@ -469,7 +468,10 @@ func TestConcurrentPartitionsApplyOnce(t *testing.T) {
 		return effect(ctx, tx, r)
 	}
 	c, err := dedup.NewConsumer(b.pool, b.store, h, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic),
-		dedup.Group(integration.UniqueName(t, "g")), dedup.ID(dedup.KeyID()), dedup.Concurrency(3), dedup.MaxPollRecords(300),
+		dedup.Group(integration.UniqueName(t, "g")), dedup.ID(dedup.KeyID()), dedup.Concurrency(3),
+		// Polls large enough to span partitions: franz-go fills a poll
+		// partition by partition, and each partition holds ~1,000.
+		dedup.MaxPollRecords(5000),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 	if err != nil {
 		t.Fatal(err)
@@ -478,6 +480,17 @@ func TestConcurrentPartitionsApplyOnce(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(runCtx) }()
+	waitFor(t, "every message", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v before every message took effect", err)
+		default:
+		}
+		return c.Stats().Applied >= int64(len(committed))
+	})
+	if err := cl.ProduceSync(ctx, again...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "every message and every copy", func() bool {
 		select {
 		case err := <-done:

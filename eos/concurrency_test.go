@@ -69,7 +69,10 @@ func TestConcurrentHandlersKeepPartitionOrderExactlyOnce(t *testing.T) {
 		}
 	}
 	opts := func(instance string) []eos.Option {
-		return append(processorOpts(k, group, in, instance), eos.Concurrency(4, eos.PartitionOrder),
+		// Transactions large enough that a poll spans partitions
+		// (franz-go fills a poll partition by partition; each holds
+		// ~1,000 records).
+		return append(processorOpts(k, group, in, instance), eos.Concurrency(4, eos.PartitionOrder), eos.MaxRecordsPerCommit(5000),
 			eos.OnHandlerError(eos.Retry(time.Millisecond, 2).Then(eos.DeadLetter(dlt))))
 	}
 	progress := followCommitted(t, k, out)

@@ -519,9 +519,11 @@ func TestConcurrentPartitionsExactlyOnce(t *testing.T) {
 		}
 	}
 	var fa, fb inFlight
-	a := b.start(t, handler(&fa), offsetstore.Concurrency(3), offsetstore.MaxPollRecords(300))
+	// Polls large enough to span partitions (franz-go fills a poll
+	// partition by partition; each holds ~1,000 records).
+	a := b.start(t, handler(&fa), offsetstore.Concurrency(3), offsetstore.MaxPollRecords(3000))
 	waitFor(t, 2*time.Minute, "a third of the rows", func() bool { return b.rows(t) >= len(committed)/3 })
-	second := b.start(t, handler(&fb), offsetstore.Concurrency(3), offsetstore.MaxPollRecords(300))
+	second := b.start(t, handler(&fb), offsetstore.Concurrency(3), offsetstore.MaxPollRecords(3000))
 	waitFor(t, 2*time.Minute, "two thirds of the rows", func() bool { return b.rows(t) >= 2*len(committed)/3 })
 	a.stop(t)
 	waitFor(t, 2*time.Minute, "every row", func() bool {
