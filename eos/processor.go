@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -714,9 +713,7 @@ func laneRecords(fetches kgo.Fetches, n int, order Order) [][]*kgo.Record {
 		for _, r := range p.Records {
 			i := 0
 			if r.Key != nil {
-				h := fnv.New32a()
-				h.Write(r.Key)
-				i = int(h.Sum32() % uint32(n))
+				i = int(fnv32a(r.Key) % uint32(n))
 			}
 			byKey[i] = append(byKey[i], r)
 		}
@@ -727,6 +724,15 @@ func laneRecords(fetches kgo.Fetches, n int, order Order) [][]*kgo.Record {
 		}
 	})
 	return lanes
+}
+
+// fnv32a is FNV-1a over b, without hash/fnv's allocation per record.
+func fnv32a(b []byte) uint32 {
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return h
 }
 
 // groupHooks returns options that record revocations: a batch stops early

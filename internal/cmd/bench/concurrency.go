@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -183,7 +184,7 @@ func (b *bench) ioBound(ctx context.Context, w io.Writer, only string) error {
 				base[v.path] = med
 			}
 			goal := 0.8 * float64(v.bound) / ioDelay.Seconds()
-			fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %.2fx | %.1fx |\n", v.path, v.name, regime, med, minOf(rs), maxOf(rs), goal, med/goal, med/base[v.path])
+			fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %.2fx | %.1fx |\n", v.path, v.name, regime, med, slices.Min(rs), slices.Max(rs), goal, med/goal, med/base[v.path])
 		}
 	}
 	return nil
@@ -260,20 +261,4 @@ func seedKeys(ctx context.Context, brokers []string, topic string, n, size, keys
 		recs[i] = &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%keys), Value: values[i%len(values)]}
 	}
 	return cl.ProduceSync(ctx, recs...).FirstErr()
-}
-
-func minOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }
