@@ -218,10 +218,14 @@ func TestRacingConsumersApplyEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	b := newBed(t, 4)
 	const n = 5000
-	b.produce(t, stamped(n)...)
-
 	r1 := b.start(t, "one", dedup.Group(integration.UniqueName(t, "g1")), dedup.MaxPollRecords(50))
 	r2 := b.start(t, "two", dedup.Group(integration.UniqueName(t, "g2")), dedup.MaxPollRecords(50))
+	// Both must be polling before the messages exist, or the first to join
+	// can apply all of them before the second races it.
+	waitFor(t, "both consumers to be assigned all 4 partitions", func() bool {
+		return len(r1.c.Health().Assigned[b.topic]) == 4 && len(r2.c.Health().Assigned[b.topic]) == 4
+	})
+	b.produce(t, stamped(n)...)
 	waitFor(t, "both consumers to read everything", func() bool {
 		s1, s2 := r1.c.Stats(), r2.c.Stats()
 		return s1.Applied+s1.Skipped >= n && s2.Applied+s2.Skipped >= n
