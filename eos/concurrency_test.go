@@ -68,7 +68,7 @@ func TestConcurrentHandlersKeepPartitionOrderExactlyOnce(t *testing.T) {
 			good = append(good, id)
 		}
 	}
-	opts := func(instance string) []eos.Option {
+	opts := func(instance string) []eos.ProcessorOption {
 		// Transactions large enough that a poll spans partitions
 		// (franz-go fills a poll partition by partition; each holds
 		// ~1,000 records).

@@ -3,6 +3,8 @@ package eos_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,18 +113,20 @@ func TestCheckRejectsSettingsThatContradictTheSemantics(t *testing.T) {
 
 func TestNewProcessorRejectsBadConfig(t *testing.T) {
 	h := copyHandler("out")
-	base := []eos.Option{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("app-0")}
-	with := func(extra ...eos.Option) []eos.Option { return append(append([]eos.Option(nil), base...), extra...) }
+	base := []eos.ProcessorOption{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("app-0")}
+	with := func(extra ...eos.ProcessorOption) []eos.ProcessorOption {
+		return append(append([]eos.ProcessorOption(nil), base...), extra...)
+	}
 	tests := []struct {
 		name    string
 		handler eos.HandlerFunc
-		opts    []eos.Option
+		opts    []eos.ProcessorOption
 		setting string
 	}{
-		{"no brokers", h, []eos.Option{eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Brokers"},
-		{"no group", h, []eos.Option{eos.Brokers("b:1"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Group"},
-		{"no input topics", h, []eos.Option{eos.Brokers("b:1"), eos.Group("g"), eos.TransactionalID("x")}, "InputTopics"},
-		{"exactly-once without transactional id", h, []eos.Option{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in")}, "TransactionalID"},
+		{"no brokers", h, []eos.ProcessorOption{eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Brokers"},
+		{"no group", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Group"},
+		{"no input topics", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.TransactionalID("x")}, "InputTopics"},
+		{"exactly-once without transactional id", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in")}, "TransactionalID"},
 		{"transactional id with at-least-once", h, with(eos.WithSemantics(eos.AtLeastOnce)), "TransactionalID"},
 		{"nil handler", nil, base, "handler"},
 		{"unknown semantics", h, with(eos.WithSemantics(eos.Semantics(9))), "WithSemantics"},
@@ -144,7 +148,7 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		{"retry falling back to a dead letter without topic", h, with(eos.OnHandlerError(eos.Retry(time.Millisecond, 2).Then(eos.DeadLetter("")))), "OnHandlerError"},
 		{"acks=leader under exactly-once", h, with(eos.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))), "ClientOptions"},
 		{"read_uncommitted under exactly-once", h, with(eos.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))), "FetchIsolationLevel"},
-		{"hanging policy under at-least-once", h, []eos.Option{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in"), eos.WithSemantics(eos.AtLeastOnce), eos.OnHangingTransaction(eos.WaitWhenHanging())}, "OnHangingTransaction"},
+		{"hanging policy under at-least-once", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in"), eos.WithSemantics(eos.AtLeastOnce), eos.OnHangingTransaction(eos.WaitWhenHanging())}, "OnHangingTransaction"},
 		{"hanging policy with the check off", h, with(eos.HangingTransactionCheck(0), eos.OnHangingTransaction(eos.RepairHangingTransactions())), "OnHangingTransaction"},
 	}
 	for _, tt := range tests {
@@ -161,19 +165,58 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 	}
 }
 
-func TestProducersRejectOptionsThatDoNotApply(t *testing.T) {
-	_, err := eos.NewIdempotentProducer(eos.Brokers("b:1"), eos.Group("g"))
-	var cerr *eos.ConfigError
-	if !errors.As(err, &cerr) || cerr.Setting != "Group" {
-		t.Fatalf("NewIdempotentProducer with Group = %v, want a *ConfigError naming Group", err)
+// An option given to a constructor that cannot use it does not compile:
+// the type each option returns implements the option type of exactly the
+// constructors it applies to (read from their signatures).
+func TestOptionsCompileOnlyWhereTheyApply(t *testing.T) {
+	takes := map[string]reflect.Type{}
+	for name, ctor := range map[string]any{"NewIdempotentProducer": eos.NewIdempotentProducer,
+		"NewTransactionalProducer": eos.NewTransactionalProducer, "NewProcessor": eos.NewProcessor} {
+		ft := reflect.TypeOf(ctor)
+		takes[name] = ft.In(ft.NumIn() - 1).Elem()
 	}
-	_, err = eos.NewTransactionalProducer(eos.Brokers("b:1"))
+	all := []string{"NewIdempotentProducer", "NewTransactionalProducer", "NewProcessor"}
+	transactions := []string{"NewTransactionalProducer", "NewProcessor"}
+	processor := []string{"NewProcessor"}
+	for _, tt := range []struct {
+		option string
+		fn     any
+		want   []string
+	}{
+		{"Brokers", eos.Brokers, all},
+		{"Logger", eos.Logger, all},
+		{"ClientOptions", eos.ClientOptions, all},
+		{"TransactionalID", eos.TransactionalID, transactions},
+		{"WithSemantics", eos.WithSemantics, processor},
+		{"Group", eos.Group, processor},
+		{"InputTopics", eos.InputTopics, processor},
+		{"CommitInterval", eos.CommitInterval, processor},
+		{"MaxRecordsPerCommit", eos.MaxRecordsPerCommit, processor},
+		{"OnHandlerError", eos.OnHandlerError, processor},
+		{"DrainTimeout", eos.DrainTimeout, processor},
+		{"Concurrency", eos.Concurrency, processor},
+		{"HangingTransactionCheck", eos.HangingTransactionCheck, processor},
+		{"OnHangingTransaction", eos.OnHangingTransaction, processor},
+		{"WithMetrics", eos.WithMetrics, processor},
+	} {
+		out := reflect.TypeOf(tt.fn).Out(0)
+		for _, ctor := range all {
+			if got, want := out.Implements(takes[ctor]), slices.Contains(tt.want, ctor); got != want {
+				t.Errorf("%s (%s) given to %s compiles: %v, want %v", tt.option, out, ctor, got, want)
+			}
+		}
+	}
+}
+
+func TestProducersRefuseMissingOrWeakenedSettings(t *testing.T) {
+	var cerr *eos.ConfigError
+	_, err := eos.NewTransactionalProducer(eos.Brokers("b:1"))
 	if !errors.As(err, &cerr) || cerr.Setting != "TransactionalID" {
 		t.Fatalf("NewTransactionalProducer without id = %v, want a *ConfigError naming TransactionalID", err)
 	}
-	_, err = eos.NewTransactionalProducer(eos.Brokers("b:1"), eos.TransactionalID("x"), eos.CommitInterval(time.Second))
-	if !errors.As(err, &cerr) || cerr.Setting != "CommitInterval" {
-		t.Fatalf("NewTransactionalProducer with CommitInterval = %v, want a *ConfigError naming CommitInterval", err)
+	_, err = eos.NewIdempotentProducer(eos.Logger(nil))
+	if !errors.As(err, &cerr) || cerr.Setting != "Brokers" {
+		t.Fatalf("NewIdempotentProducer without brokers = %v, want a *ConfigError naming Brokers", err)
 	}
 	_, err = eos.NewTransactionalProducer(eos.Brokers("b:1"), eos.TransactionalID("x"), eos.ClientOptions(kgo.DisableIdempotentWrite()))
 	if !errors.As(err, &cerr) || cerr.Setting != "ClientOptions" {

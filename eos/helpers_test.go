@@ -92,9 +92,9 @@ func (r *running) stop(t testing.TB) error {
 	return r.wait(t, 60*time.Second)
 }
 
-func startProcessor(t testing.TB, h eos.HandlerFunc, opts ...eos.Option) *running {
+func startProcessor(t testing.TB, h eos.HandlerFunc, opts ...eos.ProcessorOption) *running {
 	t.Helper()
-	opts = append([]eos.Option{eos.Logger(testLogger(t)), eos.ClientOptions(testClientOpts()...)}, opts...)
+	opts = append([]eos.ProcessorOption{eos.Logger(testLogger(t)), eos.ClientOptions(testClientOpts()...)}, opts...)
 	p, err := eos.NewProcessor(h, opts...)
 	if err != nil {
 		t.Fatalf("NewProcessor: %v", err)
@@ -236,7 +236,7 @@ func (c *copier) kill() {
 // lands inside one) until it is killed.
 func copierMain() int {
 	sem := map[string]eos.Semantics{"exactly-once": eos.ExactlyOnce, "at-least-once": eos.AtLeastOnce}[os.Getenv("EOS_COPIER_SEMANTICS")]
-	opts := []eos.Option{
+	opts := []eos.ProcessorOption{
 		eos.Brokers(strings.Split(os.Getenv("EOS_COPIER_BROKERS"), ",")...),
 		eos.Group(os.Getenv("EOS_COPIER_GROUP")),
 		eos.InputTopics(os.Getenv("EOS_COPIER_IN")),

@@ -54,7 +54,7 @@ func TestProcessorNeverCommitsBeforeEveryOutputIsSettled(t *testing.T) {
 				time.Sleep(500 * time.Millisecond) // the batch's earlier outputs are acknowledged by now
 				return []*kgo.Record{{Topic: out, Key: r.Key, Value: make([]byte, 256<<10)}}, nil
 			}
-			opts := []eos.Option{eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.WithSemantics(sem),
+			opts := []eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.WithSemantics(sem),
 				eos.OnHandlerError(eos.DeadLetter(dlt)),
 				eos.ClientOptions(kgo.MaxBufferedBytes(64<<10), kgo.WithHooks(slowFailedPromises{2 * time.Second}))}
 			if sem == eos.ExactlyOnce {

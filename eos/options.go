@@ -8,10 +8,74 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Option configures a producer or a [Processor]. Options are checked once,
-// in the constructor: a missing, malformed or contradictory one fails there
-// with a *ConfigError naming it, never later.
-type Option func(*config)
+// Options are typed by the constructors that use them, in the manner of
+// franz-go's kgo.ProducerOpt and kgo.ConsumerOpt: an option given to a
+// constructor that cannot use it does not compile. Each constructor takes
+// its own interface, and an option's return type says which constructors
+// it applies to:
+//
+//   - [Option] ([Brokers], [Logger], [ClientOptions]) applies to all three;
+//   - [TransactionalIDOption] ([TransactionalID]) to
+//     [NewTransactionalProducer] and [NewProcessor];
+//   - [ProcessorOption] (every other option) to [NewProcessor] only.
+//
+// Values are checked once, in the constructor: a missing, malformed or
+// contradictory one fails there with a *ConfigError naming it, never
+// later. A contradiction with the chosen [Semantics] (a transactional id
+// under AtLeastOnce, say) depends on values, so it is checked there too.
+
+// IdempotentOption configures [NewIdempotentProducer].
+type IdempotentOption interface {
+	apply(*config)
+	idempotentOption()
+}
+
+// TransactionalOption configures [NewTransactionalProducer].
+type TransactionalOption interface {
+	apply(*config)
+	transactionalOption()
+}
+
+// ProcessorOption configures [NewProcessor]. A processor's options are
+// gathered in a slice of them:
+//
+//	opts := []eos.ProcessorOption{eos.Brokers(b), eos.Group(g), eos.InputTopics(in)}
+type ProcessorOption interface {
+	apply(*config)
+	processorOption()
+}
+
+// Option configures any of the three constructors.
+type Option interface {
+	IdempotentOption
+	TransactionalOption
+	ProcessorOption
+}
+
+// TransactionalIDOption configures the constructors that run
+// transactions: [NewTransactionalProducer] and [NewProcessor].
+type TransactionalIDOption interface {
+	TransactionalOption
+	ProcessorOption
+}
+
+// anyOpt applies to every constructor, txnOpt to those that run
+// transactions, processorOpt to NewProcessor only.
+type (
+	anyOpt       func(*config)
+	txnOpt       func(*config)
+	processorOpt func(*config)
+)
+
+func (o anyOpt) apply(c *config)       { o(c) }
+func (anyOpt) idempotentOption()       {}
+func (anyOpt) transactionalOption()    {}
+func (anyOpt) processorOption()        {}
+func (o txnOpt) apply(c *config)       { o(c) }
+func (txnOpt) transactionalOption()    {}
+func (txnOpt) processorOption()        {}
+func (o processorOpt) apply(c *config) { o(c) }
+func (processorOpt) processorOption()  {}
 
 type config struct {
 	brokers        []string
@@ -31,12 +95,13 @@ type config struct {
 	metrics        Metrics
 	clientOpts     []kgo.Opt
 
-	// set records which options were given, so that a constructor can
-	// reject an option that does not apply to it instead of ignoring it.
-	set map[string]bool
+	// hangCheckSet and onHangSet record that the hanging-transaction
+	// options were given, so that a semantics without transactions
+	// refuses them rather than ignore them.
+	hangCheckSet, onHangSet bool
 }
 
-func newConfig(opts []Option) *config {
+func newConfig[O interface{ apply(*config) }](opts []O) *config {
 	c := &config{
 		semantics:      ExactlyOnce,
 		commitInterval: 100 * time.Millisecond,
@@ -46,29 +111,11 @@ func newConfig(opts []Option) *config {
 		drain:          10 * time.Second,
 		hangCheck:      10 * time.Second,
 		logger:         slog.Default(),
-		set:            map[string]bool{},
 	}
 	for _, o := range opts {
-		o(c)
+		o.apply(c)
 	}
 	return c
-}
-
-func (c *config) mark(name string) { c.set[name] = true }
-
-// rejectUnless returns a *ConfigError for the first given option that is
-// not in allowed.
-func (c *config) rejectUnless(owner string, allowed ...string) error {
-	ok := map[string]bool{}
-	for _, a := range allowed {
-		ok[a] = true
-	}
-	for name := range c.set {
-		if !ok[name] {
-			return &ConfigError{Setting: name, Reason: "does not apply to " + owner}
-		}
-	}
-	return nil
 }
 
 func (c *config) requireBrokers() error {
@@ -85,16 +132,17 @@ func (c *config) requireBrokers() error {
 
 // Brokers sets the seed brokers (host:port). Required.
 func Brokers(addrs ...string) Option {
-	return func(c *config) { c.brokers = append(c.brokers, addrs...); c.mark("Brokers") }
+	return anyOpt(func(c *config) { c.brokers = append(c.brokers, addrs...) })
 }
 
 // TransactionalID sets the producer's transactional id. Required by
-// [NewTransactionalProducer] and by an ExactlyOnce [Processor]; refused
-// elsewhere. It must be stable across restarts of the same instance, and
+// [NewTransactionalProducer] and by an ExactlyOnce [Processor]; a
+// processor under the weaker semantics refuses it, and
+// [NewIdempotentProducer] does not compile with it. It must be stable across restarts of the same instance, and
 // unique among instances running at once: build it with
 // [StableTransactionalID].
-func TransactionalID(id string) Option {
-	return func(c *config) { c.txnID = id; c.mark("TransactionalID") }
+func TransactionalID(id string) TransactionalIDOption {
+	return txnOpt(func(c *config) { c.txnID = id })
 }
 
 // WithSemantics sets a [Processor]'s delivery semantics. Default:
@@ -102,18 +150,18 @@ func TransactionalID(id string) Option {
 // consumer and producer, committing offsets after or before processing; they
 // exist to compare against and for pipelines that accept the weaker
 // guarantee.
-func WithSemantics(s Semantics) Option {
-	return func(c *config) { c.semantics = s; c.mark("WithSemantics") }
+func WithSemantics(s Semantics) ProcessorOption {
+	return processorOpt(func(c *config) { c.semantics = s })
 }
 
 // Group sets a [Processor]'s consumer group. Required.
-func Group(group string) Option {
-	return func(c *config) { c.group = group; c.mark("Group") }
+func Group(group string) ProcessorOption {
+	return processorOpt(func(c *config) { c.group = group })
 }
 
 // InputTopics sets the topics a [Processor] consumes. Required.
-func InputTopics(topics ...string) Option {
-	return func(c *config) { c.inputTopics = append(c.inputTopics, topics...); c.mark("InputTopics") }
+func InputTopics(topics ...string) ProcessorOption {
+	return processorOpt(func(c *config) { c.inputTopics = append(c.inputTopics, topics...) })
 }
 
 // CommitInterval bounds how long a [Processor] keeps one transaction (or,
@@ -126,8 +174,8 @@ func InputTopics(topics ...string) Option {
 // (a handler slower than it, a long GC pause) is aborted by the broker; the
 // processor then restarts its session and reads the batch again (it does
 // not take the broker's epoch error for fencing).
-func CommitInterval(d time.Duration) Option {
-	return func(c *config) { c.commitInterval = d; c.mark("CommitInterval") }
+func CommitInterval(d time.Duration) ProcessorOption {
+	return processorOpt(func(c *config) { c.commitInterval = d })
 }
 
 // MaxRecordsPerCommit bounds how many input records one transaction (or
@@ -137,14 +185,14 @@ func CommitInterval(d time.Duration) Option {
 // quarters of the transaction timeout) makes the processor take fewer
 // records per transaction, and it takes more again, up to this bound,
 // while transactions end well within the budget.
-func MaxRecordsPerCommit(n int) Option {
-	return func(c *config) { c.maxRecords = n; c.mark("MaxRecordsPerCommit") }
+func MaxRecordsPerCommit(n int) ProcessorOption {
+	return processorOpt(func(c *config) { c.maxRecords = n })
 }
 
 // OnHandlerError sets what a [Processor] does when its handler returns an
 // error (or panics). Default: [Stop].
-func OnHandlerError(p ErrorPolicy) Option {
-	return func(c *config) { c.onError = p; c.mark("OnHandlerError") }
+func OnHandlerError(p ErrorPolicy) ProcessorOption {
+	return processorOpt(func(c *config) { c.onError = p })
 }
 
 // DrainTimeout bounds how long a [Processor] drains when Run's ctx ends
@@ -156,8 +204,8 @@ func OnHandlerError(p ErrorPolicy) Option {
 // Default: 10s; 0 aborts at once. Keep it below the time the platform
 // waits before it kills the process (Kubernetes: terminationGracePeriod,
 // 30s by default).
-func DrainTimeout(d time.Duration) Option {
-	return func(c *config) { c.drain = d; c.mark("DrainTimeout") }
+func DrainTimeout(d time.Duration) ProcessorOption {
+	return processorOpt(func(c *config) { c.drain = d })
 }
 
 // Order is what a [Processor] running handlers at once keeps in order: see
@@ -191,8 +239,8 @@ const (
 // handles at most 200 records a second one at a time. Lanes meet at each
 // poll, so a slow record holds up the records polled after it in every
 // lane, up to the commit.
-func Concurrency(n int, order Order) Option {
-	return func(c *config) { c.concurrency, c.order = n, order; c.mark("Concurrency") }
+func Concurrency(n int, order Order) ProcessorOption {
+	return processorOpt(func(c *config) { c.concurrency, c.order = n, order })
 }
 
 // HangingTransactionCheck sets how often an exactly-once [Processor] looks
@@ -243,16 +291,16 @@ func Concurrency(n int, order Order) Option {
 // __consumer_offsets topic (franz-go's kfake) the check covers only the
 // output partitions, and says so once at Warn. It applies only under
 // [ExactlyOnce].
-func HangingTransactionCheck(interval time.Duration) Option {
-	return func(c *config) { c.hangCheck = interval; c.mark("HangingTransactionCheck") }
+func HangingTransactionCheck(interval time.Duration) ProcessorOption {
+	return processorOpt(func(c *config) { c.hangCheck, c.hangCheckSet = interval, true })
 }
 
 // OnHangingTransaction sets what an exactly-once [Processor] does when
 // [HangingTransactionCheck] finds one of its transactions hanging:
 // [StopWhenHanging] (the default), [WaitWhenHanging] or
 // [RepairHangingTransactions].
-func OnHangingTransaction(p HangingPolicy) Option {
-	return func(c *config) { c.onHang = p; c.mark("OnHangingTransaction") }
+func OnHangingTransaction(p HangingPolicy) ProcessorOption {
+	return processorOpt(func(c *config) { c.onHang, c.onHangSet = p, true })
 }
 
 // Logger sets the logger. Default: slog.Default(), so that an Error-level
@@ -260,24 +308,22 @@ func OnHangingTransaction(p HangingPolicy) Option {
 // rebalances and fencing at Info and Warn; franz-go's own logs are not
 // routed here (add kgo.WithLogger with plugin/kslog through ClientOptions).
 func Logger(l *slog.Logger) Option {
-	return func(c *config) {
+	return anyOpt(func(c *config) {
 		if l != nil {
 			c.logger = l
 		}
-		c.mark("Logger")
-	}
+	})
 }
 
 // WithMetrics sets where a [Processor] reports what it does (see
 // [Metrics]). Default: nowhere. eosprom.New gives a Prometheus
 // implementation, which offsetstore and dedup runners may share.
-func WithMetrics(m Metrics) Option {
-	return func(c *config) {
+func WithMetrics(m Metrics) ProcessorOption {
+	return processorOpt(func(c *config) {
 		if m != nil {
 			c.metrics = m
 		}
-		c.mark("WithMetrics")
-	}
+	})
 }
 
 // ClientOptions passes franz-go options through to the underlying client:
@@ -292,7 +338,7 @@ func WithMetrics(m Metrics) Option {
 // (kgo.OnPartitionsAssigned, OnPartitionsRevoked, OnPartitionsLost) are
 // kept: the processor runs its own, then the caller's.
 func ClientOptions(opts ...kgo.Opt) Option {
-	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...); c.mark("ClientOptions") }
+	return anyOpt(func(c *config) { c.clientOpts = append(c.clientOpts, opts...) })
 }
 
 // kgoOpts assembles the franz-go options: the preset first, then the

@@ -87,13 +87,8 @@ type Processor struct {
 // Optional: [WithSemantics], [CommitInterval], [MaxRecordsPerCommit],
 // [OnHandlerError], [Concurrency], [HangingTransactionCheck], [Logger], [WithMetrics],
 // [ClientOptions].
-func NewProcessor(handler HandlerFunc, opts ...Option) (*Processor, error) {
+func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, error) {
 	c := newConfig(opts)
-	if err := c.rejectUnless("NewProcessor", "Brokers", "TransactionalID", "WithSemantics", "Group",
-		"InputTopics", "CommitInterval", "MaxRecordsPerCommit", "OnHandlerError", "Concurrency", "DrainTimeout", "Logger",
-		"WithMetrics", "ClientOptions", "HangingTransactionCheck", "OnHangingTransaction"); err != nil {
-		return nil, err
-	}
 	if err := c.validateProcessor(handler); err != nil {
 		return nil, err
 	}
@@ -157,11 +152,11 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("Concurrency", fmt.Sprintf("unknown order %d", c.order))
 	case c.hangCheck < 0:
 		return fail("HangingTransactionCheck", "must not be negative (0 turns the check off)")
-	case c.semantics != ExactlyOnce && c.set["HangingTransactionCheck"]:
+	case c.semantics != ExactlyOnce && c.hangCheckSet:
 		return fail("HangingTransactionCheck", "only exactly-once commits offsets in transactions; this semantics has none to hang")
-	case c.semantics != ExactlyOnce && c.set["OnHangingTransaction"]:
+	case c.semantics != ExactlyOnce && c.onHangSet:
 		return fail("OnHangingTransaction", "only exactly-once commits offsets in transactions; this semantics has none to hang")
-	case c.hangCheck == 0 && c.set["OnHangingTransaction"]:
+	case c.hangCheck == 0 && c.onHangSet:
 		return fail("OnHangingTransaction", "the hanging-transaction check is off (HangingTransactionCheck(0)): nothing would apply the policy")
 	case c.onError.p.Validate() != nil:
 		return fail("OnHandlerError", c.onError.p.Validate().Error())

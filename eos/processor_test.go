@@ -20,12 +20,12 @@ import (
 
 const verifyTimeout = 2 * time.Minute
 
-func processorOpts(k *integration.KafkaCluster, group, in, instance string) []eos.Option {
+func processorOpts(k *integration.KafkaCluster, group, in, instance string) []eos.ProcessorOption {
 	txnID, err := eos.StableTransactionalID(group, instance)
 	if err != nil {
 		panic(err)
 	}
-	return []eos.Option{
+	return []eos.ProcessorOption{
 		eos.Brokers(k.Brokers...),
 		eos.Group(group),
 		eos.InputTopics(in),
@@ -163,7 +163,7 @@ func TestAtLeastOnceCrashBetweenProduceAndCommitDuplicates(t *testing.T) {
 	})
 	victim.kill()
 
-	opts := []eos.Option{eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.WithSemantics(eos.AtLeastOnce)}
+	opts := []eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.WithSemantics(eos.AtLeastOnce)}
 	replacement := startProcessor(t, copyHandler(out), opts...)
 	// Done when every input's offset is committed, not when the output
 	// holds n records: the duplicates count there too, and stopping then
@@ -480,7 +480,7 @@ func TestProcessorSurvivesBrokerHardRestart(t *testing.T) {
 	// such broker the processors must repair what that leaves hanging.
 	// Kafka 3.x has no such bug (and no transaction protocol v2, which
 	// the repair needs): there the default, detect and stop, must do.
-	opts := func(instance string) []eos.Option {
+	opts := func(instance string) []eos.ProcessorOption {
 		o := processorOpts(k, group, in, instance)
 		if k.TransactionVersion() >= 2 {
 			o = append(o, eos.OnHangingTransaction(eos.RepairHangingTransactions()))

@@ -36,11 +36,8 @@ type IdempotentProducer struct {
 
 // NewIdempotentProducer returns an idempotent producer. It accepts
 // [Brokers] (required), [Logger] and [ClientOptions].
-func NewIdempotentProducer(opts ...Option) (*IdempotentProducer, error) {
+func NewIdempotentProducer(opts ...IdempotentOption) (*IdempotentProducer, error) {
 	c := newConfig(opts)
-	if err := c.rejectUnless("NewIdempotentProducer", "Brokers", "Logger", "ClientOptions"); err != nil {
-		return nil, err
-	}
 	if err := c.requireBrokers(); err != nil {
 		return nil, err
 	}

@@ -40,11 +40,8 @@ type TransactionalProducer struct {
 // [Brokers] and [TransactionalID] (both required), [Logger] and
 // [ClientOptions] (kgo.TransactionTimeout is the one most worth setting:
 // default 40s, the longest a Transact call may take).
-func NewTransactionalProducer(opts ...Option) (*TransactionalProducer, error) {
+func NewTransactionalProducer(opts ...TransactionalOption) (*TransactionalProducer, error) {
 	c := newConfig(opts)
-	if err := c.rejectUnless("NewTransactionalProducer", "Brokers", "TransactionalID", "Logger", "ClientOptions"); err != nil {
-		return nil, err
-	}
 	if err := c.requireBrokers(); err != nil {
 		return nil, err
 	}

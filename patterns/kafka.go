@@ -71,7 +71,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 		return []*kgo.Record{{Topic: out, Key: r.Key, Value: r.Value}}, nil
 	}
 	start := func(ctx context.Context, instance string, clientOpts []kgo.Opt, wait func()) error {
-		opts := []eos.Option{
+		opts := []eos.ProcessorOption{
 			eos.Brokers(l.Brokers...), eos.Group(name), eos.InputTopics(in), eos.WithSemantics(sem),
 			eos.CommitInterval(200 * time.Millisecond), eos.Logger(l.Logger.With("pattern", p.Name, "instance", instance)),
 			eos.ClientOptions(clientOpts...),

@@ -43,7 +43,7 @@ func copyTo(out string) eos.HandlerFunc {
 
 func processor(sem eos.Semantics, interval time.Duration) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
-		opts := []eos.Option{eos.Brokers(e.brokers...), eos.Group(e.group), eos.InputTopics(e.in),
+		opts := []eos.ProcessorOption{eos.Brokers(e.brokers...), eos.Group(e.group), eos.InputTopics(e.in),
 			eos.WithSemantics(sem), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet)}
 		if sem == eos.ExactlyOnce {
 			opts = append(opts, eos.TransactionalID(e.group+"-0"))

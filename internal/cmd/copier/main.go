@@ -100,7 +100,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 		if err != nil {
 			return err
 		}
-		opts := []eos.Option{eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
+		opts := []eos.ProcessorOption{eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
 			eos.CommitInterval(200 * time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Concurrency(concurrency, eos.PartitionOrder),
 			eos.Logger(logger), eos.ClientOptions(clientOpts...)}
 		if repair {
