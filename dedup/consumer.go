@@ -152,7 +152,9 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 	if c.scope == "" {
 		c.scope = c.group
 	}
-	fail := func(setting, reason string) error { return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, setting, reason) }
+	fail := func(setting, reason string) error {
+		return &ConfigError{Package: "dedup", Setting: setting, Reason: reason}
+	}
 	switch {
 	case pool == nil:
 		return nil, fail("pool", "must not be nil")
@@ -183,7 +185,7 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		"ConsumerGroup": "use dedup.Group", "ConsumeTopics": "use dedup.Topics", "ConsumeRegex": "name the topics with dedup.Topics",
 		"ConsumePartitions": "a consumer consumes in its group (dedup.Group)", "TransactionalID": "a consumer commits in PostgreSQL, not in Kafka transactions"})
 	if err != nil {
-		return nil, fail("ClientOptions", err.Error())
+		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	c.userHooks = userHooks
 	cl, err := c.newClient(nil)
@@ -211,11 +213,11 @@ func (c *config) newClient(obs *loop.Observer) (*kgo.Client, error) {
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: ClientOptions: %w", ErrInvalidConfig, err)
+		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("dedup: ClientOptions: %w", err)
 	}
 	return cl, nil
 }
@@ -261,7 +263,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		case err != nil:
 			return fmt.Errorf("dedup: %w", err)
 		case !ok:
-			return fmt.Errorf("%w: OnHandlerError: DeadLetter parks records in eoskit_dead_letters, which does not exist: run the store's Migrate", ErrInvalidConfig)
+			return &ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist: run the store's Migrate"}
 		}
 	}
 	cl, err := c.cfg.newClient(c.obs)

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/dedup"
+	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -682,8 +683,11 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 	}
 	for name, opts := range tests {
 		t.Run(name, func(t *testing.T) {
-			if _, err := dedup.NewConsumer(pool, store, h, opts...); !errors.Is(err, dedup.ErrInvalidConfig) {
-				t.Fatalf("NewConsumer = %v, want ErrInvalidConfig", err)
+			_, err := dedup.NewConsumer(pool, store, h, opts...)
+			// One type for every runner's refusal: eos's *ConfigError.
+			var cerr *eos.ConfigError
+			if !errors.Is(err, dedup.ErrInvalidConfig) || !errors.Is(err, eos.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
+				t.Fatalf("NewConsumer = %v, want a *ConfigError naming the setting", err)
 			}
 		})
 	}

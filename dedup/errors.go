@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
@@ -18,10 +19,15 @@ import (
 // README lists the ACLs each path needs.
 type AuthorizationError = authz.Error
 
+// ConfigError is what the constructors return for a missing, malformed or
+// contradictory option, and Run for a database not migrated for what the
+// options ask: eos's type, shared by every runner, with Package "dedup".
+type ConfigError = eos.ConfigError
+
 var (
-	// ErrInvalidConfig is wrapped by every error a constructor returns for
-	// a missing, malformed or contradictory option.
-	ErrInvalidConfig = errors.New("dedup: invalid configuration")
+	// ErrInvalidConfig is wrapped by every *ConfigError. It is
+	// eos.ErrInvalidConfig.
+	ErrInvalidConfig = eos.ErrInvalidConfig
 
 	// ErrMissingID is wrapped by the *RecordError a [Consumer] stops with
 	// when a record has no id under [RejectMissingID].

@@ -37,7 +37,7 @@ func NewPostgresStore(table string) (*PostgresStore, error) {
 		table = "eoskit_processed_ids"
 	}
 	if !identifier.MatchString(table) {
-		return nil, fmt.Errorf("%w: table name %q must be a plain identifier", ErrInvalidConfig, table)
+		return nil, &ConfigError{Package: "dedup", Setting: "table", Reason: fmt.Sprintf("%q must be a plain identifier", table)}
 	}
 	return &PostgresStore{table: pgx.Identifier{table}.Sanitize()}, nil
 }
@@ -92,7 +92,7 @@ func (s *PostgresStore) check(ctx context.Context, pool *pgxpool.Pool) error {
 	case err != nil:
 		return fmt.Errorf("dedup: check the ids table %s: %w", s.table, err)
 	case idType != "" && idType != "bytea":
-		return fmt.Errorf("%w: the ids table %s holds ids as %s, not bytea: run PostgresStore.Migrate (stop consumers of an earlier eoskit first: they cannot claim in the migrated table)", ErrInvalidConfig, s.table, idType)
+		return &ConfigError{Package: "dedup", Setting: "database schema", Reason: fmt.Sprintf("the ids table %s holds ids as %s, not bytea: run PostgresStore.Migrate (stop consumers of an earlier eoskit first: they cannot claim in the migrated table)", s.table, idType)}
 	}
 	return nil
 }
@@ -184,7 +184,7 @@ RETURNING id`, scope, raw)
 // message that arrives after its id was purged is applied again.
 func (s *PostgresStore) Purge(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, batch int) (int64, error) {
 	if batch <= 0 {
-		return 0, fmt.Errorf("%w: purge batch must be positive", ErrInvalidConfig)
+		return 0, &ConfigError{Package: "dedup", Setting: "batch", Reason: "Purge's batch must be positive"}
 	}
 	var total int64
 	for {

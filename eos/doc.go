@@ -13,6 +13,11 @@
 // *[ConfigError] naming the setting; [Semantics.Check] does the same for a
 // client you build yourself.
 //
+// Options are typed by the constructors that use them, as kgo's are: an
+// option a constructor cannot use does not compile there
+// ([IdempotentOption], [TransactionalOption], [ProcessorOption]; [Option]
+// fits all three).
+//
 // # Producers
 //
 // [IdempotentProducer] writes each record once per partition, in order,
@@ -103,7 +108,7 @@
 // # Errors
 //
 // Test errors with errors.Is and errors.As: [ErrInvalidConfig]
-// (*[ConfigError]), [ErrFenced] (final), [ErrAborted], [ErrOutcomeUnknown],
+// (*[ConfigError], which offsetstore, dedup and outbox return too), [ErrFenced] (final), [ErrAborted], [ErrOutcomeUnknown],
 // [ErrClosed], *[ProduceError] (wraps the Kafka error), *[RecordError]
 // (names topic, partition, offset and attempts; offsetstore and dedup
 // return the same type), [ErrRunning].

@@ -16,8 +16,9 @@ import (
 var (
 	// ErrInvalidConfig is wrapped by every *ConfigError: a constructor was
 	// given options that are missing, malformed, or contradict the chosen
-	// delivery semantics.
-	ErrInvalidConfig = errors.New("eos: invalid configuration")
+	// delivery semantics. offsetstore, dedup and outbox return the same
+	// *ConfigError, and their ErrInvalidConfig is this one.
+	ErrInvalidConfig = errors.New("eoskit: invalid configuration")
 
 	// ErrFenced means a newer producer with the same transactional id has
 	// taken over (Kafka bumped the producer epoch). It is final: the
@@ -53,23 +54,39 @@ var (
 	ErrClosed = errors.New("eos: closed")
 )
 
-// ConfigError is returned by constructors for a configuration they refuse.
+// ConfigError is returned by the constructors of eos, offsetstore, dedup
+// and outbox for a configuration they refuse: one type for every runner.
 // It names the setting at fault and why.
 type ConfigError struct {
+	// Package is the package that refused it: "offsetstore", "dedup",
+	// "outbox", or "" for eos.
+	Package   string
 	Setting   string    // the option at fault, for example "RequiredAcks"
 	Semantics Semantics // the semantics the setting was checked against, if any
 	Reason    string
+	Err       error // the cause, if another error is one (a franz-go option's, say)
 }
 
 func (e *ConfigError) Error() string {
-	if e.Semantics != 0 {
-		return fmt.Sprintf("eos: invalid configuration: %s: %s (semantics %s)", e.Setting, e.Reason, e.Semantics)
+	pkg := e.Package
+	if pkg == "" {
+		pkg = "eos"
 	}
-	return fmt.Sprintf("eos: invalid configuration: %s: %s", e.Setting, e.Reason)
+	msg := fmt.Sprintf("%s: invalid configuration: %s: %s", pkg, e.Setting, e.Reason)
+	if e.Semantics != 0 {
+		msg += fmt.Sprintf(" (semantics %s)", e.Semantics)
+	}
+	return msg
 }
 
-// Unwrap lets errors.Is(err, ErrInvalidConfig) match.
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+// Unwrap lets errors.Is(err, ErrInvalidConfig) match, and errors.Is and
+// errors.As reach the cause.
+func (e *ConfigError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrInvalidConfig}
+	}
+	return []error{ErrInvalidConfig, e.Err}
+}
 
 // ProduceError is a record the broker did not acknowledge. Err wraps the
 // franz-go or Kafka error (errors.Is(err, kerr.MessageTooLarge) works).

@@ -101,7 +101,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID",
 		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets"})
 	if err != nil {
-		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error()}
+		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error(), Err: err}
 	}
 	// Build (and close) a client once, so that a pass-through option that
 	// contradicts the semantics fails here rather than in Run.
@@ -944,7 +944,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	p.obs.NewSession() // before the group can assign anything to it
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
-		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error()}
+		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error(), Err: err}
 	}
 	// Close leaves the group; by then no transaction is open, because every
 	// path below ends the one it began.

@@ -15,7 +15,7 @@ import (
 func newClient(c *config, roles ...Role) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(c.kgoOpts(roles...)...)
 	if err != nil {
-		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error()}
+		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error(), Err: err}
 	}
 	if err := c.semantics.Check(cl, roles...); err != nil {
 		cl.Close()

@@ -1,9 +1,9 @@
 package offsetstore
 
 import (
-	"errors"
 	"time"
 
+	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
@@ -18,11 +18,14 @@ import (
 // README lists the ACLs each path needs.
 type AuthorizationError = authz.Error
 
-var (
-	// ErrInvalidConfig is wrapped by every error [New] returns for a
-	// missing, malformed or contradictory option.
-	ErrInvalidConfig = errors.New("offsetstore: invalid configuration")
-)
+// ConfigError is what [New] returns for a missing, malformed or
+// contradictory option, and Run for a database schema older than this
+// code: eos's type, shared by every runner, with Package "offsetstore".
+type ConfigError = eos.ConfigError
+
+// ErrInvalidConfig is wrapped by every *ConfigError. It is
+// eos.ErrInvalidConfig.
+var ErrInvalidConfig = eos.ErrInvalidConfig
 
 // RecordError names a record that stopped a [Runner]: under [Stop], or
 // once a [Retry]'s attempts ran out. Its offset was not stored, so it is

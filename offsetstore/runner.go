@@ -184,7 +184,9 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	fail := func(setting, reason string) error { return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, setting, reason) }
+	fail := func(setting, reason string) error {
+		return &ConfigError{Package: "offsetstore", Setting: setting, Reason: reason}
+	}
 	switch {
 	case pool == nil:
 		return nil, fail("pool", "must not be nil")
@@ -210,7 +212,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		"ConsumePartitions": "a runner consumes in its group (offsetstore.Group)", "TransactionalID": "a runner commits in PostgreSQL, not in Kafka transactions",
 		"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"})
 	if err != nil {
-		return nil, fail("ClientOptions", err.Error())
+		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	r := &Runner{pool: pool, handler: handler, cfg: c, userHooks: userHooks, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
 		oldRows: map[topicPartition]pgtype.UUID{}, obs: loop.NewObserver("offsetstore", c.metrics)}
@@ -238,11 +240,11 @@ func (r *Runner) newClient() (*kgo.Client, error) {
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: ClientOptions: %w", ErrInvalidConfig, err)
+		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("offsetstore: ClientOptions: %w", err)
 	}
 	return cl, nil
 }
@@ -354,7 +356,7 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 		return fmt.Errorf("offsetstore: read the schema version: %w", err)
 	}
 	if version < SchemaVersion {
-		return fmt.Errorf("%w: the database's offsetstore schema is at version %d, this code needs %d: run offsetstore.Migrate", ErrInvalidConfig, version, SchemaVersion)
+		return &ConfigError{Package: "offsetstore", Setting: "database schema", Reason: fmt.Sprintf("at version %d, this code needs %d: run offsetstore.Migrate", version, SchemaVersion)}
 	}
 	return nil
 }

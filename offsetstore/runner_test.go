@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/verify"
@@ -1004,8 +1005,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"zero concurrency": append(base, offsetstore.Concurrency(0)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := offsetstore.New(pool, h, opts...); !errors.Is(err, offsetstore.ErrInvalidConfig) {
-				t.Fatalf("New = %v, want ErrInvalidConfig", err)
+			_, err := offsetstore.New(pool, h, opts...)
+			// One type for every runner's refusal: eos's *ConfigError.
+			var cerr *eos.ConfigError
+			if !errors.Is(err, offsetstore.ErrInvalidConfig) || !errors.Is(err, eos.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
+				t.Fatalf("New = %v, want a *ConfigError naming the setting", err)
 			}
 		})
 	}

@@ -54,7 +54,7 @@ func newConfig(opts []Option) *config {
 
 func (c *config) check() error {
 	bad := func(setting, reason string) error {
-		return &eos.ConfigError{Setting: setting, Semantics: c.semantics, Reason: reason}
+		return &eos.ConfigError{Package: "outbox", Setting: setting, Semantics: c.semantics, Reason: reason}
 	}
 	switch {
 	case len(c.brokers) == 0:

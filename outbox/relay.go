@@ -47,7 +47,7 @@ type Relay struct {
 // [ClientOptions].
 func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if pool == nil {
-		return nil, &eos.ConfigError{Setting: "pool", Reason: "a pgx pool is required"}
+		return nil, &eos.ConfigError{Package: "outbox", Setting: "pool", Reason: "a pgx pool is required"}
 	}
 	c := newConfig(opts)
 	if err := c.check(); err != nil {
