@@ -30,6 +30,7 @@ type config struct {
 	retryFor       time.Duration
 	statusInterval time.Duration
 	logger         *slog.Logger
+	metrics        eos.Metrics
 	clientOpts     []kgo.Opt
 	hooks          hooks
 }
@@ -179,6 +180,14 @@ func Logger(l *slog.Logger) Option {
 		}
 	}
 }
+
+// WithMetrics sets where the relay reports what it does, through the
+// [eos.Metrics] every eoskit runner reports to (eosprom's labels it
+// "outbox"): Committed for each Kafka transaction (or, at-least-once,
+// each acknowledged batch) with the outbox rows it published, Aborted with
+// "produce-error", "fenced" or "outcome-unknown", Fenced, and DeadLettered.
+// Default: nowhere.
+func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // ClientOptions passes franz-go options to the relay's producer (TLS,
 // SASL, kprom or kotel hooks, kgo.TransactionTimeout). Options the relay

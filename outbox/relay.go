@@ -38,13 +38,14 @@ type Relay struct {
 	// undeleted counts, per row id, the deletions that did not find it
 	// (its transaction not yet visible); only Run's goroutine touches it.
 	undeleted map[int64]int
+	obs       *loop.Observer
 }
 
 // NewRelay returns a relay over the outbox in pool's database. It takes
 // [Brokers] (required), [Slot], [PositionTopic], [TransactionalID],
 // [DeadLetterTopic], [WithSemantics], [CommitInterval],
-// [MaxRecordsPerCommit], [RetryFor], [StatusInterval], [Logger] and
-// [ClientOptions].
+// [MaxRecordsPerCommit], [RetryFor], [StatusInterval], [Logger],
+// [WithMetrics] and [ClientOptions].
 func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if pool == nil {
 		return nil, &eos.ConfigError{Package: "outbox", Setting: "pool", Reason: "a pgx pool is required"}
@@ -53,7 +54,8 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config), undeleted: map[int64]int{}}, nil
+	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config), undeleted: map[int64]int{},
+		obs: loop.NewObserver("outbox", c.metrics)}, nil
 }
 
 // finalError marks an error retrying can not cure.
@@ -77,11 +79,13 @@ func final(err error) bool {
 // [RetryFor] without anything published (the last error, naming where).
 // Connection failures, restarts of either side and aborted transactions
 // are retried: each retry resumes from the position committed in Kafka.
-func (r *Relay) Run(ctx context.Context) error {
+func (r *Relay) Run(ctx context.Context) (err error) {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
+	r.obs.Running(true, nil)
+	defer func() { r.obs.Running(false, err) }()
 	log := r.cfg.logger
 	lastProgress := time.Now()
 	for attempt := 0; ; attempt++ {
@@ -105,6 +109,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
 			return err
 		}
+		r.obs.Failed(err)
 		wait := loop.Backoff(attempt+1, 100*time.Millisecond, 5*time.Second)
 		log.Warn("outbox: relay restarting from its committed position", "slot", r.cfg.slot, "err", err, "in", wait)
 		if !loop.Sleep(ctx, wait) {
@@ -224,6 +229,10 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			ErrPosition, r.cfg.positionTopic, from, wal)}
 	}
 	s.confirmed = from // already in Kafka: the slot may forget it
+	// Health has no partitions to show for a relay: LastAssigned is when
+	// it last took its slot and began to read.
+	r.obs.NewSession()
+	r.obs.Assigned(nil)
 	r.cfg.logger.Info("outbox: relay reading", "slot", r.cfg.slot, "published_through", from.String())
 
 	progressed = waited
@@ -245,7 +254,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			cur = &pending{txns: b.txns[:1], dead: b.dead, isolate: true}
 			next = func(time.Time) (*dbTxn, error) { return nil, nil }
 		}
+		began := time.Now()
 		err := p.publish(ctx, cur, next, r.deleteRows)
+		r.observe(ctx, cur, began, err)
 		if err == nil {
 			published = cur.txns[len(cur.txns)-1].end
 			progressed = true
@@ -274,6 +285,39 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 	}
 }
+
+// observe reports a publish of b that began at began and ended with err.
+func (r *Relay) observe(ctx context.Context, b *pending, began time.Time, err error) {
+	elapsed := time.Since(began)
+	switch {
+	case err == nil:
+		rows, dead := 0, 0
+		for _, t := range b.txns {
+			rows += len(t.rows)
+			for _, rw := range t.rows {
+				if _, ok := b.dead[rw.id]; ok {
+					dead++
+				}
+			}
+		}
+		r.obs.Committed(rows, rows, elapsed)
+		r.obs.DeadLettered(dead)
+	case ctx.Err() != nil:
+		r.obs.Aborted("shutdown", elapsed)
+	case errors.Is(err, eos.ErrFenced):
+		r.obs.Fenced()
+		r.obs.Aborted("fenced", elapsed)
+	case errors.Is(err, eos.ErrOutcomeUnknown):
+		r.obs.Aborted("outcome-unknown", elapsed)
+	default:
+		r.obs.Aborted("produce-error", elapsed)
+	}
+}
+
+// Health returns what the relay shows probes: whether it runs, when it
+// last took its slot (LastAssigned), last committed, and the last error
+// it rode out. Its Path is "outbox"; it has no partitions or lag.
+func (r *Relay) Health() eos.Health { return r.obs.Health() }
 
 // stillHolds reports whether s's session still reads the slot.
 func (r *Relay) stillHolds(ctx context.Context, s *stream) bool {

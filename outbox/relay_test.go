@@ -6,6 +6,7 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -216,11 +217,44 @@ func TestOversizeRecordIsBlamedAloneAndDeadLettered(t *testing.T) {
 		}
 	}
 
-	run := b.start(t, outbox.DeadLetterTopic(dlq))
+	// What the first relay did not publish: the small records after the
+	// refused one, and the refused one.
+	left := 21 - len(k.ReadAll(small, kgo.ReadCommitted(), time.Minute))
+	m := &countingMetrics{aborted: map[string]int{}}
+	relay, err := outbox.NewRelay(b.pool, b.opts(t, outbox.DeadLetterTopic(dlq), outbox.WithMetrics(m))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := relay.Health(); h.Path != "outbox" || h.Running || h.Healthy() {
+		t.Fatalf("health before Run: %+v", h)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
 	waitFor(t, time.Minute, "the dead letter", func() bool { return len(k.ReadNow(dlq, kgo.ReadCommitted(), time.Minute)) == 1 })
 	waitFor(t, time.Minute, "the 20 small records", func() bool { return len(k.ReadNow(small, kgo.ReadCommitted(), time.Minute)) >= 20 })
-	if err := run.stop(); err != nil {
-		t.Fatal(err)
+	waitFor(t, time.Minute, "the relay to report every row committed", func() bool { return m.snapshot().committed >= left })
+	if h := relay.Health(); !h.Running || !h.Healthy() || h.LastCommit.IsZero() || h.LastAssigned.IsZero() {
+		t.Fatalf("health while relaying: %+v", h)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the relay did not stop within a minute of its context's end")
+	}
+	// The relay reports through the metrics every runner shares: the rows
+	// left at its start committed once each, the oversize one dead-lettered
+	// once, and the batch Kafka refused whole aborted.
+	if got := m.snapshot(); got.committed != left || got.dead != 1 || got.aborted["produce-error"] < 1 {
+		t.Fatalf("metrics: %d rows committed, %d dead-lettered, aborts %v; want %d, 1 and a produce-error", got.committed, got.dead, got.aborted, left)
+	}
+	if h := relay.Health(); h.Running {
+		t.Fatalf("health after Run: %+v", h)
 	}
 	got := k.ReadAll(small, kgo.ReadCommitted(), time.Minute)
 	if len(got) != 20 {
@@ -476,4 +510,37 @@ func TestPositionOfAnEarlierSlotIsIgnored(t *testing.T) {
 	if err := run.stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// countingMetrics records what a relay reports.
+type countingMetrics struct {
+	eos.NopMetrics
+	mu        sync.Mutex
+	committed int
+	dead      int
+	aborted   map[string]int
+}
+
+func (m *countingMetrics) Committed(in, _ int, _ time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.committed += in
+}
+
+func (m *countingMetrics) DeadLettered(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dead += n
+}
+
+func (m *countingMetrics) Aborted(reason string, _ time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.aborted[reason]++
+}
+
+func (m *countingMetrics) snapshot() countingMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return countingMetrics{committed: m.committed, dead: m.dead, aborted: maps.Clone(m.aborted)}
 }

@@ -44,7 +44,8 @@ func (NopMetrics) Lag(string, int32, int64)          {}
 
 // Health is what a runner shows probes and dashboards.
 type Health struct {
-	// Path is the runner's kind: "eos", "offsetstore" or "dedup".
+	// Path is the runner's kind: "eos", "offsetstore", "dedup" or
+	// "outbox".
 	Path string `json:"path"`
 	// Running is true while Run runs.
 	Running bool `json:"running"`
@@ -54,6 +55,8 @@ type Health struct {
 	// comes while an earlier one waits for the next transaction to end, so
 	// an idle eos processor may list a partition it lost until its next
 	// transaction or session.)
+	// An outbox relay has no partitions: its LastAssigned is when it last
+	// took its replication slot.
 	Assigned     map[string][]int32 `json:"assigned"`
 	LastAssigned time.Time          `json:"last_assigned"`
 	// LastRecords is when a poll last returned records.
