@@ -18,7 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
@@ -59,19 +61,114 @@ import (
 // while a later live transaction has joined it somewhere, and leaves alone,
 // reporting at Error level, one whose outcome it cannot know.
 
+// hangingCheck is all a session asks of the hanging-transaction check
+// ([HangingTransactionCheck]). newHangingCheck builds one per session: a
+// hangSweeper, or hangingCheckOff when the check is off.
+type hangingCheck interface {
+	// beforeClaim sweeps before the session registers its transactional
+	// id (see hangSweeper.beforeClaim).
+	beforeClaim(ctx context.Context)
+	// afterDisconnect sweeps as beforeClaim does when a broker connection
+	// closed since it last looked: the markers of a transaction that
+	// already ended may be missing, and the next transaction's offset
+	// commit would join it in __consumer_offsets and share its marker.
+	// It runs before the first transaction after a disconnect.
+	afterDisconnect(ctx context.Context)
+	// hold applies the policy ([OnHangingTransaction]) before a
+	// transaction: while the last sweep found a hanging transaction of
+	// this processor, StopWhenHanging returns it (once a sweep a second
+	// later confirms it) and WaitWhenHanging waits, sweeping every check
+	// interval; either returns it when a sweep is refused and the check
+	// turns off. It returns nil to go on: when nothing hangs (always
+	// under RepairHangingTransactions, whose sweeps close what they can)
+	// or when ctx ends.
+	hold(ctx context.Context) error
+	// poll wraps a session's poll so that it returns early when a sweep
+	// finds a hanging transaction.
+	poll(func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches
+	// start sweeps every check interval, in the background, until stop;
+	// stop returns once the sweeps have ended.
+	start(ctx context.Context) (stop func())
+	// ended notes how a transaction of this processor ended and where it
+	// wrote: the evidence a sweep decides a hanging one's outcome by.
+	ended(producerID int64, epoch int16, rec txnRecord)
+}
+
+// hangConfig is what a session's check is built from.
+type hangConfig struct {
+	interval     time.Duration // between sweeps; 0 turns the check off
+	policy       HangingPolicy
+	group, txnID string
+	// clientOpts and brokers make the clients that read a partition's log
+	// directly.
+	clientOpts []kgo.Opt
+	brokers    []string
+	logger     *slog.Logger
+	metrics    hangMetrics
+	// history is the processor's, kept across sessions; committed reports
+	// whether the processor has committed a transaction.
+	history   *txnHistory
+	committed func() bool
+}
+
+// newHangingCheck returns the check of a session whose client is cl, and
+// whose client hooks include disconnected. It reads the cluster's
+// transaction.version; under RepairHangingTransactions it refuses a
+// cluster on which writing markers cannot be done safely (checkRepairable),
+// and asks for a restart when the version cannot be read.
+func newHangingCheck(ctx context.Context, cfg hangConfig, cl *kgo.Client, disconnected *disconnectFlag) (hangingCheck, error) {
+	if cfg.interval <= 0 {
+		return hangingCheckOff{}, nil
+	}
+	vctx, cancel := context.WithTimeout(ctx, endTimeout)
+	level, err := txnscan.TransactionVersion(vctx, cl)
+	cancel()
+	if cfg.policy.kind == hangRepair {
+		if err != nil {
+			return nil, &restartError{err}
+		}
+		if err := checkRepairable(ctx, cl, level); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		cfg.logger.Debug("eos: reading the cluster's transaction.version failed; outcomes of hanging transactions will be unknown", "err", err)
+	}
+	readerOpts := append(append([]kgo.Opt{}, cfg.clientOpts...), kgo.SeedBrokers(cfg.brokers...))
+	return &hangSweeper{adm: kadm.NewClient(cl), readerOpts: readerOpts, group: cfg.group, txnID: cfg.txnID,
+		outputs: &cfg.history.written, outcomes: &cfg.history.outcomes, committed: cfg.committed, logger: cfg.logger,
+		disconnected: disconnected, interval: cfg.interval, partition: -1, reported: map[txnscan.Key]bool{},
+		announced: map[hangKey]bool{}, policy: cfg.policy, v2: level >= 2 && speaksV2(cl), metrics: cfg.metrics,
+		foundNew: make(chan struct{}, 1)}, nil
+}
+
+// hangingCheckOff is the check turned off (HangingTransactionCheck(0)):
+// it never sweeps, holds or remembers anything.
+type hangingCheckOff struct{}
+
+func (hangingCheckOff) beforeClaim(context.Context)     {}
+func (hangingCheckOff) afterDisconnect(context.Context) {}
+func (hangingCheckOff) hold(context.Context) error      { return nil }
+func (hangingCheckOff) poll(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
+	return poll
+}
+func (hangingCheckOff) start(context.Context) func()  { return func() {} }
+func (hangingCheckOff) ended(int64, int16, txnRecord) {}
+
 // hangSweeper finds and closes this processor's hanging transactions in the
 // partition of __consumer_offsets that holds its group's offsets and in the
 // partitions it wrote to.
 type hangSweeper struct {
-	adm        *kadm.Client
-	readerOpts []kgo.Opt // to read a partition's log directly
-	group      string
-	txnID      string
-	outputs    *partitionSet
-	outcomes   *txnOutcomes
-	committed  func() bool // whether the processor has committed a transaction
-	logger     *slog.Logger
-	disabled   atomic.Bool // the broker refused us the requests
+	adm          *kadm.Client
+	readerOpts   []kgo.Opt // to read a partition's log directly
+	group        string
+	txnID        string
+	outputs      *partitionSet
+	outcomes     *txnOutcomes
+	committed    func() bool // whether the processor has committed a transaction
+	logger       *slog.Logger
+	disconnected *disconnectFlag // a broker connection closed since afterDisconnect looked
+	interval     time.Duration   // between periodic sweeps
+	disabled     atomic.Bool     // the broker refused us the requests
 
 	// mu serialises sweeps: the periodic one runs beside the one the
 	// processor runs before a transaction after a disconnect.
@@ -117,11 +214,61 @@ func (s *hangSweeper) offsetsUnreadable(ctx context.Context) bool {
 // nil.
 func (s *hangSweeper) hanging() *HangingTransactionError { return s.found.Load() }
 
-func (p *Processor) newHangSweeper(adm *kadm.Client) *hangSweeper {
-	readerOpts := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
-	return &hangSweeper{adm: adm, readerOpts: readerOpts, group: p.cfg.group, txnID: p.cfg.txnID, outputs: &p.written,
-		outcomes: &p.outcomes, committed: func() bool { return p.committed.Load() > 0 }, logger: p.logger,
-		partition: -1, reported: map[txnscan.Key]bool{}, announced: map[hangKey]bool{}, policy: p.cfg.onHang, metrics: hangMetrics{p.obs.Metrics}, foundNew: make(chan struct{}, 1)}
+// hold applies the policy to what the last sweep found: see hangingCheck.
+func (s *hangSweeper) hold(ctx context.Context) error {
+	confirmed := false
+	for {
+		h := s.hanging()
+		if h == nil {
+			return nil
+		}
+		wait := s.interval
+		if s.policy.kind == hangStop {
+			// One look is not enough to stop for good: a sweep that
+			// raced a transaction's end can see it open at one
+			// epoch and the coordinator past it. Look again.
+			if confirmed {
+				return h
+			}
+			confirmed, wait = true, time.Second
+		}
+		if !loop.Sleep(ctx, wait) {
+			return nil
+		}
+		if !s.sweepOnce(ctx) {
+			// Not a confirmation: what the last sweep found stands,
+			// and is looked at again.
+			confirmed = false
+			if s.disabled.Load() {
+				return h // refused from now on: stopping or waiting is all that is left
+			}
+		}
+	}
+}
+
+// afterDisconnect sweeps as beforeClaim does if a broker connection closed
+// since it last looked.
+func (s *hangSweeper) afterDisconnect(ctx context.Context) {
+	if s.disconnected.Swap(false) {
+		s.beforeClaim(ctx)
+	}
+}
+
+// ended notes where a transaction wrote, for the sweeps to look there, and
+// how it ended.
+func (s *hangSweeper) ended(producerID int64, epoch int16, rec txnRecord) {
+	for tp := range rec.firsts {
+		s.outputs.add(tp.topic, tp.partition)
+	}
+	s.outcomes.record(producerID, epoch, rec)
+}
+
+// txnHistory is what the check remembers across a processor's sessions:
+// the partitions it wrote to, where the check looks besides the group's
+// offsets, and how its recent transactions ended.
+type txnHistory struct {
+	written  partitionSet
+	outcomes txnOutcomes
 }
 
 // partitionSet is the set of partitions a processor wrote to, filled from
@@ -248,9 +395,20 @@ func (s *hangSweeper) beforeClaim(ctx context.Context) {
 	}
 }
 
+// start runs run in a goroutine until stop, which waits for it to return.
+func (s *hangSweeper) start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		s.run(ctx)
+	}()
+	return func() { cancel(); <-swept }
+}
+
 // run sweeps every interval until ctx ends.
-func (s *hangSweeper) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
+func (s *hangSweeper) run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for !s.disabled.Load() {
 		select {
@@ -523,10 +681,10 @@ func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found
 	return nil
 }
 
-// interruptible wraps a poll so that it returns early when a sweep finds a
-// hanging transaction: a hang in the group's offsets partition can keep
-// every poll empty, and the processor must get to apply its policy.
-func (s *hangSweeper) interruptible(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
+// poll wraps a poll so that it returns early when a sweep finds a hanging
+// transaction: a hang in the group's offsets partition can keep every poll
+// empty, and the processor must get to apply its policy.
+func (s *hangSweeper) poll(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
 	return func(ctx context.Context, n int) kgo.Fetches {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -604,11 +762,12 @@ type hangKey struct {
 // transaction protocol v2 (an epoch per transaction), and WriteTxnMarkers
 // needs ClusterAction. A cluster that cannot be asked right now restarts
 // the session.
-func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client, level int16) error {
+func checkRepairable(ctx context.Context, cl *kgo.Client, level int16) error {
 	ctx, cancel := context.WithTimeout(ctx, endTimeout)
 	defer cancel()
 	refuse := func(reason string) error {
-		return &ConfigError{Setting: "OnHangingTransaction", Semantics: p.cfg.semantics, Reason: "RepairHangingTransactions: " + reason}
+		// The check runs only under ExactlyOnce.
+		return &ConfigError{Setting: "OnHangingTransaction", Semantics: ExactlyOnce, Reason: "RepairHangingTransactions: " + reason}
 	}
 	if level < 2 {
 		return refuse(fmt.Sprintf("the cluster runs transaction.version %d; the outcome written rests on transaction protocol v2 (transaction.version 2, an epoch per transaction)", level))
@@ -634,4 +793,23 @@ func (p *Processor) checkRepairable(ctx context.Context, cl *kgo.Client, level i
 		return refuse("the cluster does not show ClusterAction (which WriteTxnMarkers needs) among this principal's operations; it needs Describe on the cluster too, for the check")
 	}
 	return nil
+}
+
+// speaksV2 reports whether cl uses transaction protocol v2 where the
+// cluster offers it, as franz-go decides (Client.supportsKIP890p2): a
+// client whose versions the user capped (kgo.MaxVersions in ClientOptions)
+// below Produce v12, EndTxn v5 or TxnOffsetCommit v5 keeps v1, where an
+// epoch spans many transactions, and the hanging-transaction check must
+// not read outcomes as if each had its own.
+func speaksV2(cl *kgo.Client) bool {
+	v, ok := cl.OptValue(kgo.MaxVersions).(*kversion.Versions)
+	if !ok || v == nil {
+		return true
+	}
+	for key, min := range map[kmsg.Key]int16{kmsg.Produce: 12, kmsg.EndTxn: 5, kmsg.TxnOffsetCommit: 5} {
+		if max, listed := v.LookupMaxKeyVersion(key.Int16()); !listed || max < min {
+			return false
+		}
+	}
+	return true
 }

@@ -13,12 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
-	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
 // HandlerFunc turns one input record into zero or more output records. The
@@ -54,14 +51,12 @@ type Processor struct {
 	// committed counts commits, so that Run can tell a session that made
 	// progress from one that failed at once.
 	committed atomic.Int64
-	// written holds the partitions the processor produced to, where the
-	// hanging-transaction check looks besides the group's offsets, and
-	// outcomes how its transactions ended.
 	// refused turns the refusals the polls report, once they last, into
 	// an *AuthorizationError (one Watch per Run).
-	refused  *authz.Watch
-	written  partitionSet
-	outcomes txnOutcomes
+	refused *authz.Watch
+	// hangs is what the hanging-transaction check remembers across
+	// sessions.
+	hangs txnHistory
 	// deadLetterFailures counts, per input, the dead letters that could
 	// not be written since it last committed, across sessions; only Run's
 	// goroutine uses it.
@@ -265,45 +260,6 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 		p.logger.Warn("eos: registering the transactional id failed; retrying", "err", err, "backoff", backoff)
 		if !loop.Sleep(ctx, backoff) {
 			return nil
-		}
-	}
-}
-
-// holdWhileHanging applies the hanging-transaction policy before a
-// transaction: while the sweeper knows of a hanging transaction of this
-// processor, StopWhenHanging returns it and WaitWhenHanging waits,
-// looking again every check interval. Under RepairHangingTransactions the
-// sweeper closes what it can and reports nothing here.
-func (p *Processor) holdWhileHanging(ctx context.Context, sweeper *hangSweeper) error {
-	if sweeper == nil {
-		return nil
-	}
-	confirmed := false
-	for {
-		h := sweeper.hanging()
-		if h == nil {
-			return nil
-		}
-		wait := p.cfg.hangCheck
-		if p.cfg.onHang.kind == hangStop {
-			// One look is not enough to stop for good: a sweep that
-			// raced a transaction's end can see it open at one
-			// epoch and the coordinator past it. Look again.
-			if confirmed {
-				return h
-			}
-			confirmed, wait = true, time.Second
-		}
-		if !loop.Sleep(ctx, wait) {
-			return nil
-		}
-		if !sweeper.sweepOnce(ctx) {
-			// Not a confirmation: what the last sweep found stands,
-			// and is looked at again.
-			confirmed = false
-			if sweeper.disabled.Load() {
-				return h // refused from now on: stopping or waiting is all that is left
-			}
 		}
 	}
 }
@@ -906,25 +862,6 @@ func (p *Processor) forgetDeadLetters(b *batch) {
 	}
 }
 
-// speaksV2 reports whether cl uses transaction protocol v2 where the
-// cluster offers it, as franz-go decides (Client.supportsKIP890p2): a
-// client whose versions the user capped (kgo.MaxVersions in ClientOptions)
-// below Produce v12, EndTxn v5 or TxnOffsetCommit v5 keeps v1, where an
-// epoch spans many transactions, and the hanging-transaction check must
-// not read outcomes as if each had its own.
-func speaksV2(cl *kgo.Client) bool {
-	v, ok := cl.OptValue(kgo.MaxVersions).(*kversion.Versions)
-	if !ok || v == nil {
-		return true
-	}
-	for key, min := range map[kmsg.Key]int16{kmsg.Produce: 12, kmsg.EndTxn: 5, kmsg.TxnOffsetCommit: 5} {
-		if max, listed := v.LookupMaxKeyVersion(key.Int16()); !listed || max < min {
-			return false
-		}
-	}
-	return true
-}
-
 // recordSpecific reports whether a produce error is the record's own fault,
 // so that the input that made it may be blamed.
 func recordSpecific(err error) bool {
@@ -932,15 +869,23 @@ func recordSpecific(err error) bool {
 		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.InvalidTimestamp)
 }
 
+// hangConfig returns what each session's hanging-transaction check is
+// built from.
+func (p *Processor) hangConfig() hangConfig {
+	return hangConfig{interval: p.cfg.hangCheck, policy: p.cfg.onHang, group: p.cfg.group, txnID: p.cfg.txnID,
+		clientOpts: p.cfg.clientOpts, brokers: p.cfg.brokers, logger: p.logger, metrics: hangMetrics{p.obs.Metrics},
+		history: &p.hangs, committed: func() bool { return p.committed.Load() > 0 }}
+}
+
 // runTransactional is one GroupTransactSession's life: it returns when ctx
 // ends, on a final error, or with a *restartError.
 func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	var revoked atomic.Bool
 	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
+	// disconnected tells the hanging-transaction check that a broker
+	// connection closed.
 	var disconnected disconnectFlag
-	if p.cfg.hangCheck > 0 {
-		opts = append(opts, kgo.WithHooks(&disconnected))
-	}
+	opts = append(opts, kgo.WithHooks(&disconnected))
 	p.obs.NewSession() // before the group can assign anything to it
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
@@ -950,32 +895,17 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	// path below ends the one it began.
 	defer sess.Close()
 
-	var sweeper *hangSweeper
-	poll := sess.PollRecords
-	if p.cfg.hangCheck > 0 {
-		vctx, cancel := context.WithTimeout(ctx, endTimeout)
-		level, err := txnscan.TransactionVersion(vctx, sess.Client())
-		cancel()
-		if p.cfg.onHang.kind == hangRepair {
-			if err != nil {
-				return &restartError{err}
-			}
-			if err := p.checkRepairable(ctx, sess.Client(), level); err != nil {
-				return err
-			}
-		} else if err != nil {
-			p.logger.Debug("eos: reading the cluster's transaction.version failed; outcomes of hanging transactions will be unknown", "err", err)
-		}
-		sweeper = p.newHangSweeper(kadm.NewClient(sess.Client()))
-		sweeper.v2 = level >= 2 && speaksV2(sess.Client())
-		sweeper.beforeClaim(ctx)
-		poll = sweeper.interruptible(sess.PollRecords)
-		// Before registering the transactional id, which bumps the epoch
-		// and with it the coordinator's record of how the hanging
-		// transaction ended: stopping or waiting changes nothing.
-		if err := p.holdWhileHanging(ctx, sweeper); err != nil || ctx.Err() != nil {
-			return err
-		}
+	check, err := newHangingCheck(ctx, p.hangConfig(), sess.Client(), &disconnected)
+	if err != nil {
+		return err
+	}
+	check.beforeClaim(ctx)
+	poll := check.poll(sess.PollRecords)
+	// Before registering the transactional id, which bumps the epoch and
+	// with it the coordinator's record of how the hanging transaction
+	// ended: stopping or waiting changes nothing.
+	if err := check.hold(ctx); err != nil || ctx.Err() != nil {
+		return err
 	}
 	// Claim the transactional id before consuming, as Kafka Streams'
 	// initTransactions does. A predecessor with this id (this process's
@@ -990,17 +920,9 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	if err := p.claimTransactionalID(ctx, sess.Client()); err != nil || ctx.Err() != nil {
 		return err
 	}
-	if sweeper != nil {
-		sweepCtx, stopSweep := context.WithCancel(ctx)
-		swept := make(chan struct{})
-		go func() {
-			defer close(swept)
-			sweeper.run(sweepCtx, p.cfg.hangCheck)
-		}()
-		// Runs before the deferred Close: the sweeper uses the session's
-		// client.
-		defer func() { stopSweep(); <-swept }()
-	}
+	stopSweeps := check.start(ctx)
+	// Runs before the deferred Close: the check uses the session's client.
+	defer stopSweeps()
 
 	rn := newRunner(p, sess.Client(), sess.Produce)
 	rn.stop = stop
@@ -1008,7 +930,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	txnTimeout := transactionTimeout(sess.Client())
 	rn.budget = transactionBudget(txnTimeout)
 	for {
-		if err := p.holdWhileHanging(ctx, sweeper); err != nil || ctx.Err() != nil {
+		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
 			return err
 		}
 		fetches, stopped, err := loop.Poll(stop, poll, p.perTxn, p.logger, p.refused)
@@ -1023,14 +945,10 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			continue
 		}
 
-		// After a broker went away, the markers of a transaction that
-		// already ended may be missing, and this transaction's offset
-		// commit would join it in __consumer_offsets and share its
-		// marker: close it first, with the outcome its outputs have.
-		if sweeper != nil && disconnected.Swap(false) {
-			sweeper.beforeClaim(ctx)
-		}
-		if err := p.holdWhileHanging(ctx, sweeper); err != nil || ctx.Err() != nil {
+		// After a broker went away, this transaction could join a
+		// hanging one: the check looks first.
+		check.afterDisconnect(ctx)
+		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
 			// The polled records are read again by whoever runs next:
 			// no transaction took them.
 			return err
@@ -1064,9 +982,6 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			b.mu.Lock()
 			rec := txnRecord{firsts: b.firsts}
 			b.mu.Unlock()
-			for tp := range rec.firsts {
-				p.written.add(tp.topic, tp.partition)
-			}
 			switch {
 			case !wantCommit:
 				rec.known = true // never asked to commit: it aborts
@@ -1076,7 +991,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			// A wanted commit that ended not committed may have
 			// committed at the broker (see below): its outcome stays
 			// unknown.
-			p.outcomes.record(producerID, txnEpoch, rec)
+			check.ended(producerID, txnEpoch, rec)
 		}
 		sawRevoke := revoked.Swap(false)
 		elapsed := time.Since(b.start)
