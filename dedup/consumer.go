@@ -193,7 +193,7 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, err
 	}
 	cl.Close()
-	return &Consumer{pool: pool, store: store, handler: handler, cfg: c, obs: loop.NewObserver("dedup", c.metrics)}, nil
+	return &Consumer{pool: pool, store: store, handler: handler, cfg: c, obs: loop.NewObserver("dedup", c.group, c.metrics)}, nil
 }
 
 // newClient builds the group consumer: offsets are committed by the

@@ -40,9 +40,11 @@ type Metrics = loop.Metrics
 type NopMetrics = loop.NopMetrics
 
 // PathMetrics is a [Metrics] that labels what it receives by the path of
-// the runner that reports it: each runner calls ForPath once, with "eos",
-// "offsetstore" or "dedup", and reports to what it returns. eosprom's
-// Metrics is one.
+// the runner that reports it and its consumer group: each runner calls
+// ForPath once, with "eos", "offsetstore", "dedup" or "outbox" and its
+// group (empty for the outbox), and reports to what it returns. eosprom's
+// Metrics is one; it labels lag by group too, so that runners of one path
+// in different groups reading the same topic do not overwrite each other's.
 type PathMetrics = loop.PathMetrics
 
 // Health is what [Processor.Health] (and offsetstore's and dedup's Health)

@@ -114,7 +114,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 	if c.txnID != "" {
 		logger = logger.With("transactional_id", c.txnID)
 	}
-	return &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.metrics), deadLetterFailures: map[coords]int{},
+	return &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.group, c.metrics), deadLetterFailures: map[coords]int{},
 		perTxn: c.maxRecords, tooSlow: map[coords]int{}, poisoned: map[coords]error{}, attempts: map[coords]int{}}, nil
 }
 

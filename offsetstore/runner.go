@@ -215,7 +215,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	r := &Runner{pool: pool, handler: handler, cfg: c, userHooks: userHooks, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
-		oldRows: map[topicPartition]pgtype.UUID{}, obs: loop.NewObserver("offsetstore", c.metrics)}
+		oldRows: map[topicPartition]pgtype.UUID{}, obs: loop.NewObserver("offsetstore", c.group, c.metrics)}
 	cl, err := r.newClient()
 	if err != nil {
 		return nil, err

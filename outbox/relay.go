@@ -55,7 +55,7 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config), undeleted: map[int64]int{},
-		obs: loop.NewObserver("outbox", c.metrics)}, nil
+		obs: loop.NewObserver("outbox", "", c.metrics)}, nil
 }
 
 // finalError marks an error retrying can not cure.

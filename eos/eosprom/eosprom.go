@@ -18,7 +18,7 @@
 //	handler_duration_seconds{outcome="ok"|"error"}             histogram
 //	handlers_in_flight                                         gauge
 //	dead_letters_total                                         counter
-//	lag{topic, partition}                                      gauge (as of the partition's last poll; removed on revoke)
+//	lag{group, topic, partition}                               gauge (as of the partition's last poll; removed on revoke)
 //
 // For the franz-go client's own metrics (bytes, requests, buffered records),
 // add plugin/kprom to the runner through its ClientOptions.
@@ -110,7 +110,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		handler:     histogram("handler_duration_seconds", "Time a handler call took, by whether it failed (error or panic)."),
 		inFlight:    gauge("handlers_in_flight", "Handler calls under way."),
 		deadLetters: counter("dead_letters_total", "Records dead-lettered in committed work."),
-		lag:         gauge("lag", "Records after the last one polled, per partition, as of its last poll.", "topic", "partition"),
+		lag:         gauge("lag", "Records after the last one polled, per partition, as of its last poll.", "group", "topic", "partition"),
 	}
 	for _, col := range []prometheus.Collector{m.transactions, m.recordsIn, m.recordsOut, m.rebalances, m.fencings, m.hanging, m.duration,
 		m.handler, m.inFlight, m.deadLetters, m.lag} {
@@ -118,16 +118,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	m.eos = m.forPath("eos")
+	m.eos = m.forPath("eos", "")
 	return m, nil
 }
 
 // ForPath implements eos.PathMetrics: the view of m whose series carry
-// path.
-func (m *Metrics) ForPath(p string) eos.Metrics { return m.forPath(p) }
+// path (and, for lag, group).
+func (m *Metrics) ForPath(p, group string) eos.Metrics { return m.forPath(p, group) }
 
-func (m *Metrics) forPath(p string) *path {
-	return &path{m: m, name: p,
+func (m *Metrics) forPath(p, group string) *path {
+	return &path{m: m, name: p, group: group,
 		recordsIn: m.recordsIn.WithLabelValues(p), recordsOut: m.recordsOut.WithLabelValues(p),
 		committed: m.transactions.WithLabelValues(p, "committed", ""), committedFor: m.duration.WithLabelValues(p, "committed"),
 		abortedFor: m.duration.WithLabelValues(p, "aborted"), rebalances: m.rebalances.WithLabelValues(p), fencings: m.fencings.WithLabelValues(p),
@@ -139,7 +139,7 @@ func (m *Metrics) forPath(p string) *path {
 // up once.
 type path struct {
 	m                                    *Metrics
-	name                                 string
+	name, group                          string
 	recordsIn, recordsOut, committed     prometheus.Counter
 	rebalances, fencings, deadLetters    prometheus.Counter
 	committedFor, abortedFor, ok, failed prometheus.Observer
@@ -174,10 +174,10 @@ func (p *path) Handled(d time.Duration, failed bool) {
 
 func (p *path) Lag(topic string, partition int32, lag int64) {
 	if lag < 0 { // no longer this runner's: another reports it now
-		p.m.lag.DeleteLabelValues(p.name, topic, strconv.Itoa(int(partition)))
+		p.m.lag.DeleteLabelValues(p.name, p.group, topic, strconv.Itoa(int(partition)))
 		return
 	}
-	p.m.lag.WithLabelValues(p.name, topic, strconv.Itoa(int(partition))).Set(float64(lag))
+	p.m.lag.WithLabelValues(p.name, p.group, topic, strconv.Itoa(int(partition))).Set(float64(lag))
 }
 
 func (p *path) HangingTransaction(outcome string) {

@@ -51,7 +51,10 @@ eoskit_processor_fencings_total{app="test",path="eos"} 1
 	}
 
 	// The other paths report through their own view, labelled.
-	db := m.ForPath("offsetstore")
+	db := m.ForPath("offsetstore", "billing")
+	// A runner of the same path in another group reading the same
+	// partition keeps its own lag series.
+	other := m.ForPath("offsetstore", "audit")
 	db.Committed(7, 0, time.Millisecond)
 	db.HandlerStarted()
 	db.HandlerStarted()
@@ -60,6 +63,7 @@ eoskit_processor_fencings_total{app="test",path="eos"} 1
 	db.HandlerStarted()
 	db.DeadLettered(3)
 	db.Lag("in", 2, 40)
+	other.Lag("in", 2, 7)
 	want = `
 # HELP eoskit_processor_records_in_total Input records of committed transactions.
 # TYPE eoskit_processor_records_in_total counter
@@ -75,11 +79,16 @@ eoskit_processor_dead_letters_total{app="test",path="eos"} 0
 eoskit_processor_dead_letters_total{app="test",path="offsetstore"} 3
 # HELP eoskit_processor_lag Records after the last one polled, per partition, as of its last poll.
 # TYPE eoskit_processor_lag gauge
-eoskit_processor_lag{app="test",partition="2",path="offsetstore",topic="in"} 40
+eoskit_processor_lag{app="test",group="audit",partition="2",path="offsetstore",topic="in"} 7
+eoskit_processor_lag{app="test",group="billing",partition="2",path="offsetstore",topic="in"} 40
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "eoskit_processor_records_in_total",
 		"eoskit_processor_handlers_in_flight", "eoskit_processor_dead_letters_total", "eoskit_processor_lag"); err != nil {
 		t.Fatal(err)
+	}
+	other.Lag("in", 2, -1) // revoked: only that group's series goes
+	if n := testutil.CollectAndCount(reg, "eoskit_processor_lag"); n != 1 {
+		t.Fatalf("%d lag series after one group's revocation, want 1", n)
 	}
 	if n := testutil.CollectAndCount(reg, "eoskit_processor_handler_duration_seconds"); n != 4 {
 		t.Fatalf("handler histogram has %d series, want 4 (ok and error, per path)", n)

@@ -24,10 +24,11 @@ type Metrics interface {
 }
 
 // PathMetrics is a Metrics that labels what it receives with the path of
-// the runner reporting it ("eos", "offsetstore", "dedup"): each runner asks
-// it, once, for the Metrics of its path.
+// the runner reporting it ("eos", "offsetstore", "dedup", "outbox") and its
+// consumer group (empty for the outbox): each runner asks it, once, for
+// the Metrics of its path and group.
 type PathMetrics interface {
-	ForPath(path string) Metrics
+	ForPath(path, group string) Metrics
 }
 
 // NopMetrics ignores everything; embed it to implement only some methods.
@@ -100,14 +101,14 @@ type Observer struct {
 	h       Health
 }
 
-// NewObserver returns the observer of a runner of path reporting to m (nil:
-// nowhere), labelled by path when m is a PathMetrics.
-func NewObserver(path string, m Metrics) *Observer {
+// NewObserver returns the observer of a runner of path in group reporting
+// to m (nil: nowhere), labelled by path and group when m is a PathMetrics.
+func NewObserver(path, group string, m Metrics) *Observer {
 	switch pm := m.(type) {
 	case nil:
 		m = NopMetrics{}
 	case PathMetrics:
-		m = pm.ForPath(path)
+		m = pm.ForPath(path, group)
 	}
 	return &Observer{Metrics: m, h: Health{Path: path}}
 }
