@@ -47,11 +47,12 @@ type NopMetrics = loop.NopMetrics
 // in different groups reading the same topic do not overwrite each other's.
 type PathMetrics = loop.PathMetrics
 
-// Health is what [Processor.Health] (and offsetstore's and dedup's Health)
-// returns for probes and dashboards: whether Run runs, the partitions
-// assigned, the last commit, the last error ridden out, and the lag per
-// partition as of its last poll. Healthy is true while Run runs and has
-// committed since its last error. It marshals to JSON.
+// Health is what [Processor.Health] (and offsetstore's, dedup's and the
+// outbox relay's Health) returns for probes and dashboards: whether Run
+// runs, the partitions assigned, the last commit, the last error ridden
+// out, and the lag per partition as of its last poll. Healthy is true
+// while Run runs and has made progress since its last error (see
+// Health.Healthy). It marshals to JSON.
 type Health = loop.Health
 
 // HangingMetrics is implemented by a [Metrics] that also counts the hanging

@@ -8,6 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// IdempotentOption is an option of [NewIdempotentProducer].
+//
 // Options are typed by the constructors that use them, in the manner of
 // franz-go's kgo.ProducerOpt and kgo.ConsumerOpt: an option given to a
 // constructor that cannot use it does not compile. Each constructor takes
@@ -23,8 +25,6 @@ import (
 // contradictory one fails there with a *ConfigError naming it, never
 // later. A contradiction with the chosen [Semantics] (a transactional id
 // under AtLeastOnce, say) depends on values, so it is checked there too.
-
-// IdempotentOption configures [NewIdempotentProducer].
 type IdempotentOption interface {
 	apply(*config)
 	idempotentOption()
@@ -138,9 +138,9 @@ func Brokers(addrs ...string) Option {
 // TransactionalID sets the producer's transactional id. Required by
 // [NewTransactionalProducer] and by an ExactlyOnce [Processor]; a
 // processor under the weaker semantics refuses it, and
-// [NewIdempotentProducer] does not compile with it. It must be stable across restarts of the same instance, and
-// unique among instances running at once: build it with
-// [StableTransactionalID].
+// [NewIdempotentProducer] does not compile with it. It must be stable
+// across restarts of the same instance, and unique among instances running
+// at once: build it with [StableTransactionalID].
 func TransactionalID(id string) TransactionalIDOption {
 	return txnOpt(func(c *config) { c.txnID = id })
 }

@@ -244,7 +244,13 @@ func (r *Runner) newClient() (*kgo.Client, error) {
 	}
 	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("offsetstore: ClientOptions: %w", err)
+		// The preset's refusal, as this package's: the kgo setting
+		// at fault and why, under ClientOptions.
+		reason := err.Error()
+		if cerr, ok := errors.AsType[*ConfigError](err); ok {
+			reason = cerr.Setting + ": " + cerr.Reason
+		}
+		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Semantics: eos.ExactlyOnce, Reason: reason, Err: err}
 	}
 	return cl, nil
 }

@@ -278,6 +278,13 @@ func TestSecondRelayStandsByUntilTheFirstStops(t *testing.T) {
 	if err := first.wait(time.Millisecond); !strings.Contains(fmt.Sprint(err), "did not return") {
 		t.Fatalf("the first relay stopped (%v) while the second stood by", err)
 	}
+	// Both are healthy: one publishes, the other stands by.
+	if h := first.relay.Health(); !h.Healthy() || h.Standby || h.LastCommit.IsZero() {
+		t.Fatalf("the live relay's health: %+v", h)
+	}
+	if h := second.relay.Health(); !h.Healthy() || !h.Standby || !h.LastCommit.IsZero() {
+		t.Fatalf("the standby's health: %+v; want healthy, standing by, nothing committed", h)
+	}
 	if err := first.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +292,9 @@ func TestSecondRelayStandsByUntilTheFirstStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the second relay to take over", func() bool { return b.published(t) >= 3000 })
+	if h := second.relay.Health(); !h.Healthy() || h.Standby || h.LastCommit.IsZero() {
+		t.Fatalf("the relay that took over: %+v; want healthy, not standing by, committed", h)
+	}
 	if err := second.stop(); err != nil {
 		t.Fatal(err)
 	}

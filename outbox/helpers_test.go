@@ -99,6 +99,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // relay runs a relay in the test until stop is called, which returns
 // Run's error.
 type running struct {
+	relay  *outbox.Relay
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -110,7 +111,7 @@ func (b *bed) start(t *testing.T, extra ...outbox.Option) *running {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	run := &running{cancel: cancel, done: make(chan error, 1)}
+	run := &running{relay: r, cancel: cancel, done: make(chan error, 1)}
 	go func() { run.done <- r.Run(ctx) }()
 	t.Cleanup(func() { _ = run.stop() })
 	return run

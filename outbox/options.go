@@ -184,8 +184,10 @@ func Logger(l *slog.Logger) Option {
 // WithMetrics sets where the relay reports what it does, through the
 // [eos.Metrics] every eoskit runner reports to (eosprom's labels it
 // "outbox"): Committed for each Kafka transaction (or, at-least-once,
-// each acknowledged batch) with the outbox rows it published, Aborted with
-// "produce-error", "fenced" or "outcome-unknown", Fenced, and DeadLettered.
+// each acknowledged batch) with the outbox rows it covered and the records
+// it published (dead letters excepted), Aborted with "produce-error",
+// "database-error", "refused", "fenced", "timeout", "outcome-unknown" or
+// "shutdown", Fenced (another relay took over), and DeadLettered.
 // Default: nowhere.
 func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
 

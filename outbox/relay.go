@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
 
@@ -54,6 +55,22 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
+	// Build (and close) the producer once, so that a pass-through option
+	// that contradicts the semantics fails here rather than in Run. Its
+	// transactional id is settled by Run; a stand-in does for the check.
+	probe := *c
+	if probe.txnID == "" {
+		probe.txnID = "eoskit-outbox-options-check"
+	}
+	p, err := (&Relay{cfg: &probe}).newPublisher()
+	if err != nil {
+		if cerr, ok := errors.AsType[*eos.ConfigError](err); ok {
+			return nil, &eos.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics,
+				Reason: cerr.Setting + ": " + cerr.Reason, Err: err}
+		}
+		return nil, err
+	}
+	p.close()
 	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config), undeleted: map[int64]int{},
 		obs: loop.NewObserver("outbox", "", c.metrics)}, nil
 }
@@ -109,7 +126,9 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
 			return err
 		}
-		r.obs.Failed(err)
+		if _, lost := errors.AsType[*slotTakenError](err); !lost {
+			r.obs.Failed(err) // losing the race for the slot is standing by, not a failure
+		}
 		wait := loop.Backoff(attempt+1, 100*time.Millisecond, 5*time.Second)
 		log.Warn("outbox: relay restarting from its committed position", "slot", r.cfg.slot, "err", err, "in", wait)
 		if !loop.Sleep(ctx, wait) {
@@ -191,7 +210,8 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	s, err := startStream(ctx, r.repl, r.cfg.slot, r.cfg.publication, 0, r.cfg.statusInterval)
 	if slotActive(err) {
 		// Another relay took it first: stand by again.
-		return waited, fmt.Errorf("outbox: another relay took slot %s first: %w", r.cfg.slot, err)
+		r.obs.StandingBy(true)
+		return waited, &slotTakenError{fmt.Errorf("outbox: another relay took slot %s first: %w", r.cfg.slot, err)}
 	}
 	if err != nil {
 		return waited, err
@@ -232,6 +252,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	// Health has no partitions to show for a relay: LastAssigned is when
 	// it last took its slot and began to read.
 	r.obs.NewSession()
+	r.obs.StandingBy(false)
 	r.obs.Assigned(nil)
 	r.cfg.logger.Info("outbox: relay reading", "slot", r.cfg.slot, "published_through", from.String())
 
@@ -244,9 +265,16 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			if err != nil {
 				return progressed, err
 			}
+			r.obs.Read()
 			b.txns = append(b.txns, t)
 		}
-		cur, next := b, func(until time.Time) (*dbTxn, error) { return s.next(ctx, until, published) }
+		cur, next := b, func(until time.Time) (*dbTxn, error) {
+			t, err := s.next(ctx, until, published)
+			if err != nil {
+				err = databaseError{err}
+			}
+			return t, err
+		}
 		if b.isolate {
 			// Finding whose fault a refusal was: one database
 			// transaction per Kafka transaction, one record at a time,
@@ -256,7 +284,8 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 		began := time.Now()
 		err := p.publish(ctx, cur, next, r.deleteRows)
-		r.observe(ctx, cur, began, err)
+		timedOut := errors.Is(err, eos.ErrFenced) && r.stillHolds(ctx, s)
+		r.observe(ctx, cur, began, err, timedOut)
 		if err == nil {
 			published = cur.txns[len(cur.txns)-1].end
 			progressed = true
@@ -270,7 +299,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			}
 			continue
 		}
-		if errors.Is(err, eos.ErrFenced) && r.stillHolds(ctx, s) {
+		if timedOut {
 			// No relay can fence this one without taking the slot
 			// first: the coordinator ended a transaction that outlived
 			// its timeout (which bumps the epoch under transaction
@@ -287,8 +316,11 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 }
 
 // observe reports a publish of b that began at began and ended with err.
-func (r *Relay) observe(ctx context.Context, b *pending, began time.Time, err error) {
+// timedOut: the producer was fenced while the relay still holds its slot,
+// so the coordinator ended a transaction that outlived its timeout.
+func (r *Relay) observe(ctx context.Context, b *pending, began time.Time, err error, timedOut bool) {
 	elapsed := time.Since(began)
+	_, dbErr := errors.AsType[databaseError](err)
 	switch {
 	case err == nil:
 		rows, dead := 0, 0
@@ -300,10 +332,17 @@ func (r *Relay) observe(ctx context.Context, b *pending, began time.Time, err er
 				}
 			}
 		}
-		r.obs.Committed(rows, rows, elapsed)
+		// Dead letters are not outputs, as in eos.
+		r.obs.Committed(rows, rows-dead, elapsed)
 		r.obs.DeadLettered(dead)
 	case ctx.Err() != nil:
 		r.obs.Aborted("shutdown", elapsed)
+	case timedOut:
+		r.obs.Aborted("timeout", elapsed)
+	case dbErr:
+		r.obs.Aborted("database-error", elapsed)
+	case authz.Refused(err):
+		r.obs.Aborted("refused", elapsed)
 	case errors.Is(err, eos.ErrFenced):
 		r.obs.Fenced()
 		r.obs.Aborted("fenced", elapsed)
@@ -475,6 +514,7 @@ func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 		if !waited {
 			r.cfg.logger.Info("outbox: standing by while another relay holds the slot", "slot", r.cfg.slot, "pid", *pid)
 			waited = true
+			r.obs.StandingBy(true)
 		}
 		select {
 		case <-ctx.Done():
@@ -490,6 +530,25 @@ func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 // holds until that commit is confirmed, so an abort after it loses
 // nothing, and a crash after the commit leaves no published row behind.
 func (r *Relay) deleteRows(ctx context.Context, b *pending) error {
+	if err := r.deleteRowsOf(ctx, b); err != nil {
+		return databaseError{err}
+	}
+	return nil
+}
+
+// databaseError marks a failure of PostgreSQL (reading the log, deleting
+// the rows) within a publish, for the metrics' abort reason.
+type databaseError struct{ error }
+
+func (e databaseError) Unwrap() error { return e.error }
+
+// slotTakenError: another relay took the slot first, and this one stands
+// by again.
+type slotTakenError struct{ error }
+
+func (e *slotTakenError) Unwrap() error { return e.error }
+
+func (r *Relay) deleteRowsOf(ctx context.Context, b *pending) error {
 	if err := r.keepDead(ctx, b); err != nil {
 		return err
 	}

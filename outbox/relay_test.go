@@ -127,9 +127,12 @@ func TestRelayRefusesWhatItCanNotRelay(t *testing.T) {
 	if err := r.Run(ctx); !errors.Is(err, outbox.ErrNoSlot) {
 		t.Fatalf("Run on a missing slot returned %v; want ErrNoSlot", err)
 	}
-	for _, o := range []outbox.Option{outbox.Slot("Bad-Name"), outbox.WithSemantics(eos.AtMostOnce), outbox.CommitInterval(0)} {
-		if _, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...), o); !errors.Is(err, eos.ErrInvalidConfig) {
-			t.Errorf("NewRelay accepted a bad option: %v", err)
+	for _, o := range []outbox.Option{outbox.Slot("Bad-Name"), outbox.WithSemantics(eos.AtMostOnce), outbox.CommitInterval(0),
+		// Refused by the constructor, not once Run holds the slot.
+		outbox.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))} {
+		_, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...), o)
+		if cerr, ok := errors.AsType[*eos.ConfigError](err); !ok || cerr.Package != "outbox" || !errors.Is(err, eos.ErrInvalidConfig) {
+			t.Errorf("NewRelay accepted a bad option, or refused it without an outbox *ConfigError: %v", err)
 		}
 	}
 	if _, err := outbox.NewRelay(pool); !errors.Is(err, eos.ErrInvalidConfig) {

@@ -1,13 +1,14 @@
 // Package eosprom reports what eoskit's runners do to Prometheus: one
-// Metrics serves an eos.Processor, an offsetstore.Runner and a
-// dedup.Consumer alike, each series labelled with the runner's path.
+// Metrics serves an eos.Processor, an offsetstore.Runner, a
+// dedup.Consumer and an outbox.Relay alike, each series labelled with the
+// runner's path.
 //
 //	m, err := eosprom.New(prometheus.DefaultRegisterer)
 //	p, err := eos.NewProcessor(h, ..., eos.WithMetrics(m))
 //	r, err := offsetstore.New(pool, h2, ..., offsetstore.WithMetrics(m))
 //
 // Metrics, under the namespace (default "eoskit") and subsystem "processor",
-// each with a path label ("eos", "offsetstore", "dedup"):
+// each with a path label ("eos", "offsetstore", "dedup", "outbox"):
 //
 //	transactions_total{outcome="committed"|"aborted", reason}  counter
 //	records_in_total, records_out_total                        counters (committed work only)

@@ -60,7 +60,11 @@ type Health struct {
 	// took its replication slot.
 	Assigned     map[string][]int32 `json:"assigned"`
 	LastAssigned time.Time          `json:"last_assigned"`
-	// LastRecords is when a poll last returned records.
+	// Standby is true while an outbox relay stands by behind another
+	// relay that holds its slot: healthy, with nothing to do.
+	Standby bool `json:"standby,omitempty"`
+	// LastRecords is when a poll last returned records (a relay: when it
+	// last read a transaction to publish).
 	LastRecords time.Time `json:"last_records"`
 	// LastCommit is when work was last committed (zero: not yet).
 	LastCommit time.Time `json:"last_commit"`
@@ -84,12 +88,12 @@ type Health struct {
 // since its last error (or met none): it committed, or its group gave it
 // partitions and it has polled no records since (a new session after a
 // restart, on a topic with nothing to read; one that polls records and
-// never commits them is not healthy).
+// never commits them is not healthy), or it is a relay standing by.
 func (h Health) Healthy() bool {
 	if !h.Running {
 		return false
 	}
-	return h.LastError == "" || h.LastCommit.After(h.LastErrorAt) ||
+	return h.LastError == "" || h.Standby || h.LastCommit.After(h.LastErrorAt) ||
 		h.LastAssigned.After(h.LastErrorAt) && !h.LastRecords.After(h.LastAssigned)
 }
 
@@ -109,6 +113,10 @@ func NewObserver(path, group string, m Metrics) *Observer {
 		m = NopMetrics{}
 	case PathMetrics:
 		m = pm.ForPath(path, group)
+	case interface{ ForPath(string) Metrics }:
+		// The earlier shape, without the group: still labelled by path
+		// rather than silently not at all.
+		m = pm.ForPath(path)
 	}
 	return &Observer{Metrics: m, h: Health{Path: path}}
 }
@@ -209,6 +217,22 @@ func (o *Observer) Revoked(parts map[string][]int32) {
 			delete(o.h.Lag, t)
 		}
 	}
+}
+
+// StandingBy notes that a relay stands by behind a live one (true), or
+// has taken its slot (false).
+func (o *Observer) StandingBy(standby bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.h.Standby = standby
+}
+
+// Read notes that a runner without polls (a relay) read records to
+// publish.
+func (o *Observer) Read() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.h.LastRecords = time.Now()
 }
 
 // Fetched notes the lag of each partition a poll returned records of: the
