@@ -24,6 +24,10 @@ type bench struct {
 	pool    *pgxpool.Pool
 	adm     *kadm.Client
 	runs    int
+	// The windowed tables' window and warm-up, and where to write a CPU
+	// profile of each window (empty: nowhere).
+	window, warmup time.Duration
+	cpuProfiles    string
 }
 
 // env is one run's fresh input topic, and output topic on the eos path.
@@ -35,6 +39,7 @@ type env struct {
 	slot    string   // the outbox path's replication slot
 	values  [][]byte // what seedInput wrote, for a variant that needs it
 	closers []func() // run by dropEnv
+	undo    func()   // runs dropEnv, unless the bench fails first
 }
 
 // running is a consumer under test, started on env.in: progress counts
@@ -43,6 +48,7 @@ type env struct {
 type running struct {
 	progress func() int64
 	wait     func() error
+	probe    *probe // optional: sees its transactions and requests
 }
 
 type variant struct {
@@ -60,7 +66,6 @@ type path struct {
 	partitions int
 	output     bool      // it writes to an output topic (else to the results table)
 	stamp      bool      // inputs carry dedup's id header
-	physical   bool      // also measure the broker's physical reference
 	slot       bool      // each env gets its own outbox replication slot
 	variants   []variant // variants[0] is the at-least-once baseline
 	// seedInput, when set, writes a run's input instead of seeding the
@@ -79,19 +84,12 @@ type row struct {
 	p50, p99      time.Duration // 0 when not measured
 }
 
-// Physical reference rows, measured on the eos path's seeding.
-const (
-	physProducer = "physical: idempotent producer"
-	physConsumer = "physical: plain consumer"
-)
-
 func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 	fmt.Fprintf(os.Stderr, "%s: %d records of %d B, %d partitions\n", p.name, p.records, size, p.partitions)
 	rows := make([]row, len(p.variants))
 	for i, v := range p.variants {
 		rows[i] = row{path: p.name, variant: v.name, size: size, records: p.records}
 	}
-	var prodRates, consRates []float64
 	for r := range b.runs {
 		// Variants take turns within each round, so that drift in the
 		// machine's load spreads over all of them.
@@ -100,21 +98,12 @@ func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 			if err != nil {
 				return nil, err
 			}
-			start := time.Now()
 			if p.seedInput != nil {
 				if err := p.seedInput(ctx, e, p.records, size); err != nil {
 					return nil, err
 				}
 			} else if err := seed(ctx, b.brokers, e.in, p.records, size, p.stamp); err != nil {
 				return nil, err
-			}
-			prodRates = append(prodRates, float64(p.records)/time.Since(start).Seconds())
-			if p.physical && i == 0 {
-				d, err := consumeAll(ctx, b.brokers, e.in, p.records)
-				if err != nil {
-					return nil, err
-				}
-				consRates = append(consRates, float64(p.records)/d.Seconds())
 			}
 			d, peak, err := throughputRun(ctx, v, e, p.records)
 			if err != nil {
@@ -143,15 +132,7 @@ func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 		fmt.Fprintf(os.Stderr, "  latency  %-40s p50 %s  p99 %s\n", v.name, rows[i].p50, rows[i].p99)
 		b.dropEnv(ctx, e)
 	}
-	if !p.physical {
-		return rows, nil
-	}
-	phys := []row{
-		{path: p.name, variant: physProducer, size: size, records: p.records, rates: prodRates},
-		{path: p.name, variant: physConsumer, size: size, records: p.records, rates: consRates},
-	}
-	// The baseline stays first: the table computes ratios against it.
-	return append(rows[:1], append(phys, rows[1:]...)...), nil
+	return rows, nil
 }
 
 func (b *bench) newEnv(ctx context.Context, p path, suffix string) (*env, error) {
@@ -162,13 +143,10 @@ func (b *bench) newEnv(ctx context.Context, p path, suffix string) (*env, error)
 		e.out = e.group + "-out"
 		topics = append(topics, e.out)
 	}
-	resp, err := b.adm.CreateTopics(ctx, int32(p.partitions), 1, nil, topics...)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
+	if err := b.createTopics(ctx, p.partitions, topics...); err != nil {
 		return nil, err
 	}
+	e.undo = onFail(func() { e.undo = nil; b.dropEnv(ctx, e) })
 	if !p.output {
 		if _, err := b.pool.Exec(ctx, `TRUNCATE `+rowsTable+`, `+idsTable); err != nil {
 			return nil, err
@@ -184,6 +162,10 @@ func (b *bench) newEnv(ctx context.Context, p path, suffix string) (*env, error)
 }
 
 func (b *bench) dropEnv(ctx context.Context, e *env) {
+	if e.undo != nil {
+		e.undo() // unregisters, and calls dropEnv again without it
+		return
+	}
 	for _, c := range e.closers {
 		c()
 	}
@@ -203,47 +185,29 @@ func throughputRun(ctx context.Context, v variant, e *env, n int) (time.Duration
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	runtime.GC()
-	var peak atomic.Uint64
-	sample := func() {
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		if ms.HeapInuse > peak.Load() {
-			peak.Store(ms.HeapInuse)
-		}
-	}
-	stopSampling := make(chan struct{})
-	defer close(stopSampling)
-	go func() {
-		for {
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(100 * time.Millisecond):
-				sample()
-			}
-		}
-	}()
-
+	sampler := sampleHeap(100 * time.Millisecond)
 	start := time.Now()
 	run, err := v.start(ctx, e)
 	if err != nil {
+		sampler()
 		return 0, 0, err
 	}
 	deadline := start.Add(5 * time.Minute)
 	for run.progress() < int64(n) {
 		if time.Now().After(deadline) {
+			sampler()
 			cancel()
 			return 0, 0, fmt.Errorf("only %d of %d results after 5 minutes (consumer: %v)", run.progress(), n, run.wait())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	sample() // a run shorter than the sampling period still gets one
+	peak := sampler()
 	cancel()
 	if err := run.wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return 0, 0, err
 	}
-	return elapsed, peak.Load(), nil
+	return elapsed, peak, nil
 }
 
 // latencyRun starts v, lets its group form, then produces records at a
@@ -347,27 +311,6 @@ func randomValues(count, size int) [][]byte {
 		_, _ = rand.Read(vs[i])
 	}
 	return vs
-}
-
-// consumeAll reads n records from the start of topic with a plain consumer
-// and returns how long it took.
-func consumeAll(ctx context.Context, brokers []string, topic string, n int) (time.Duration, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	start := time.Now()
-	for seen := 0; seen < n; {
-		f := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return 0, fmt.Errorf("consumed %d of %d: %w", seen, n, err)
-		}
-		seen += f.NumRecords()
-	}
-	return time.Since(start), nil
 }
 
 // background runs fn until ctx ends and returns a wait for its result.

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"time"
+
+	"github.com/eoskit/eoskit/eos"
+)
+
+// The memory table: the peak heap (in use, sampled every 10 ms) of eos.Processor (ExactlyOnce, 100 ms,
+// the CPU-bound table's settings) while it copies each of counts records
+// of 100 B, from one backlog of the largest count over 6 partitions (each
+// run with a fresh group and output topic, until the group has committed
+// that many). The goal: flat, the largest count within 10% of the
+// smallest.
+const (
+	memSize       = 100
+	memPartitions = 6
+	memGoal       = 1.10
+)
+
+func (b *bench) memory(ctx context.Context, w io.Writer, counts []int) error {
+	topic := fmt.Sprintf("bench-memory-%d-in", time.Now().UnixNano())
+	if err := b.createTopics(ctx, memPartitions, topic); err != nil {
+		return err
+	}
+	defer onFail(func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), topic) })()
+	fmt.Fprintf(os.Stderr, "memory: seeding %d records of %d B\n", slices.Max(counts), memSize)
+	if err := seed(ctx, b.brokers, topic, slices.Max(counts), memSize, false); err != nil {
+		return err
+	}
+	peaks := make([][]uint64, len(counts))
+	for r := range b.runs {
+		for i, n := range counts {
+			peak, d, err := b.memoryRun(ctx, topic, n, fmt.Sprintf("%d-%d", r, i))
+			if err != nil {
+				return fmt.Errorf("%d records: %w", n, err)
+			}
+			peaks[i] = append(peaks[i], peak)
+			fmt.Fprintf(os.Stderr, "  run %d  %10d records  peak heap %.1f MiB  (%s)\n", r+1, n, mib(peak), d.Round(time.Millisecond))
+		}
+	}
+	fmt.Fprintf(w, "\nMemory: eos.Processor (ExactlyOnce, 100ms) copying records of %d B over %d partitions; peak heap in use of the benchmark process (runtime/metrics, sampled every 10 ms); median of %d runs (min-max)\n\n",
+		memSize, memPartitions, b.runs)
+	fmt.Fprintf(w, "| records copied | peak heap MiB | min-max | vs %d records | goal (≤ %.2fx) |\n", counts[0], memGoal)
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | --- |")
+	base := medianU(peaks[0])
+	for i, n := range counts {
+		med := medianU(peaks[i])
+		ratio := float64(med) / float64(base)
+		goal := "-"
+		if i > 0 {
+			goal = metOrMissed(ratio <= memGoal)
+		}
+		fmt.Fprintf(w, "| %d | %.1f | %.1f-%.1f | %.2fx | %s |\n", n, mib(med), mib(slices.Min(peaks[i])), mib(slices.Max(peaks[i])), ratio, goal)
+	}
+	return nil
+}
+
+// memoryRun copies n records of topic with a fresh group and returns the
+// peak heap meanwhile and how long it took.
+func (b *bench) memoryRun(ctx context.Context, topic string, n int, suffix string) (uint64, time.Duration, error) {
+	group := fmt.Sprintf("bench-memory-%d-%s", time.Now().UnixNano(), suffix)
+	e := &env{brokers: b.brokers, in: topic, out: group + "-out", group: group}
+	if err := b.createTopics(ctx, memPartitions, e.out); err != nil {
+		return 0, 0, err
+	}
+	defer onFail(func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), e.out) })()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runtime.GC()
+	sampler := sampleHeap(10 * time.Millisecond)
+	start := time.Now()
+	run, err := processor(eos.ExactlyOnce, 100*time.Millisecond)(ctx, e)
+	if err != nil {
+		sampler()
+		return 0, 0, err
+	}
+	progress, progressErr := groupProgress(b.adm, group, topic)
+	deadline := start.Add(10 * time.Minute)
+	for progress() < int64(n) {
+		if err := progressErr(); err != nil {
+			sampler()
+			cancel()
+			return 0, 0, errors.Join(err, run.wait())
+		}
+		if time.Now().After(deadline) {
+			sampler()
+			cancel()
+			return 0, 0, fmt.Errorf("only %d of %d committed after 10 minutes (consumer: %v)", progress(), n, run.wait())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	peak := sampler()
+	cancel()
+	if err := run.wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return 0, 0, err
+	}
+	return peak, elapsed, nil
+}
+
+// heapInUse is runtime.MemStats.HeapInuse (the heap's spans in use:
+// objects and the free space within their spans), read through
+// runtime/metrics, which does not stop the world.
+func heapInUse() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64() + s[1].Value.Uint64()
+}
+
+// sampleHeap samples heapInUse every period until the returned func is
+// called, which returns the peak (sampling once more, so that a run
+// shorter than the period still gets a sample).
+func sampleHeap(period time.Duration) func() uint64 {
+	peak := heapInUse()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				peak = max(peak, heapInUse())
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		return max(peak, heapInUse())
+	}
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func medianU(xs []uint64) uint64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func metOrMissed(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}
