@@ -105,7 +105,7 @@ func newConfig[O interface{ apply(*config) }](opts []O) *config {
 	c := &config{
 		semantics:      ExactlyOnce,
 		commitInterval: 100 * time.Millisecond,
-		maxRecords:     1000,
+		maxRecords:     10_000,
 		onError:        Stop(),
 		concurrency:    1,
 		drain:          10 * time.Second,
@@ -179,8 +179,14 @@ func CommitInterval(d time.Duration) ProcessorOption {
 }
 
 // MaxRecordsPerCommit bounds how many input records one transaction (or
-// batch) of a [Processor] covers. Default: 1000. Whichever of this and
-// [CommitInterval] is reached first ends the transaction. Under
+// batch) of a [Processor] covers. Default: 10,000. Whichever of this and
+// [CommitInterval] is reached first ends the transaction; the processor
+// polls at most 1,000 records at a time, so it looks at the interval at
+// least that often. A transaction has a fixed cost (on Kafka 4.x, its
+// first produce to a partition can wait up to 20 ms for the previous
+// transaction's markers), so the bound decides what one busy partition
+// can carry: a copy through one partition made 3.9 times as many
+// records a second at 10,000 as at 1,000. Under
 // ExactlyOnce, a transaction whose handlers ran out of its budget (three
 // quarters of the transaction timeout) makes the processor take fewer
 // records per transaction, and it takes more again, up to this bound,

@@ -351,10 +351,6 @@ func (b *batch) produceErr() (coords, error) {
 	return b.produceAt, b.produce
 }
 
-// inputKey carries an output's input coordinates through the producer, so
-// that a failed output can be traced to the input record that caused it.
-type inputKey struct{}
-
 // runner is what the two loops share: how to produce within the current
 // batch and how to handle one record.
 type runner struct {
@@ -405,12 +401,16 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 	if b.in == 1 {
 		b.first = at
 	}
-	err, poisoned := rn.p.poisoned[at]
+	var err error
+	var poisoned bool
+	if len(rn.p.poisoned) > 0 { // hashing the topic per record costs
+		err, poisoned = rn.p.poisoned[at]
+	}
 	b.mu.Unlock()
 	var outs []*kgo.Record
 	if !poisoned {
-		started := time.Now()
-		outs, err = rn.callHandler(hctx, r)
+		var took time.Duration
+		outs, took, err = rn.callHandler(hctx, r)
 		if ctx.Err() != nil {
 			// Shut down past the drain while the handler ran: it
 			// failed for that, if it failed, and the batch aborts.
@@ -423,7 +423,7 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 			// The handler gave up when the budget ran out.
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			if !rn.outOfBudget(b, at, time.Since(started)) {
+			if !rn.outOfBudget(b, at, took) {
 				return false
 			}
 			err = fmt.Errorf("%w: no result within %s, the transaction's budget, twice alone in its transaction (%v)", ErrHandlerTooSlow, rn.budget, err)
@@ -461,37 +461,8 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 		rn.p.logger.Warn("eos: handler failed; sending input to dead-letter topic",
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err, "dead_letter_topic", rn.p.cfg.onError.p.DeadLetterTopic())
 	}
-	for _, out := range outs {
-		// The values of the handler's own context on the output (a
-		// tracing span kotel links to, say) are kept under the input's
-		// coordinates; not its cancellation, which franz-go would take
-		// as the record's (a handler's ctx ends with its batch).
-		base := ctx
-		if out.Context != nil {
-			base = context.WithoutCancel(out.Context)
-		}
-		out.Context = context.WithValue(base, inputKey{}, at)
-		b.mu.Lock()
-		b.out++
-		b.mu.Unlock()
-		b.promises.add()
-		rn.produce(ctx, out, func(out *kgo.Record, err error) {
-			defer b.promises.done()
-			if err == nil {
-				b.wrote(out)
-				return
-			}
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			failedAt, _ := out.Context.Value(inputKey{}).(coords)
-			if b.failedInputs == nil {
-				b.failedInputs = map[coords]bool{}
-			}
-			b.failedInputs[failedAt] = true
-			if b.produce == nil {
-				b.produce, b.produceAt, b.produceTopic = err, failedAt, out.Topic
-			}
-		})
+	if len(outs) > 0 {
+		rn.produceAll(ctx, b, at, outs)
 	}
 	if rn.isolate && len(outs) > 0 {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
@@ -502,6 +473,45 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 		}
 	}
 	return true
+}
+
+// produceAll produces the outputs of the input at, with one promise for
+// all of them (it knows their input, so that a failed output is traced to
+// it).
+func (rn *runner) produceAll(ctx context.Context, b *batch, at coords, outs []*kgo.Record) {
+	b.mu.Lock()
+	b.out += len(outs)
+	b.mu.Unlock()
+	b.promises.addN(len(outs))
+	promise := func(out *kgo.Record, err error) {
+		defer b.promises.done()
+		if err == nil {
+			b.wrote(out)
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.failedInputs == nil {
+			b.failedInputs = map[coords]bool{}
+		}
+		b.failedInputs[at] = true
+		if b.produce == nil {
+			b.produce, b.produceAt, b.produceTopic = err, at, out.Topic
+		}
+	}
+	for _, out := range outs {
+		// The values of the handler's own context on the output (a
+		// tracing span kotel links to, say) are kept; not its
+		// cancellation, which franz-go would take as the record's (a
+		// handler's ctx ends with its batch). An output without one
+		// takes ctx, as before, without an allocation per record.
+		if out.Context != nil {
+			out.Context = context.WithoutCancel(out.Context)
+		} else {
+			out.Context = ctx
+		}
+		rn.produce(ctx, out, promise)
+	}
 }
 
 // outOfBudget handles a handler that gave up when its transaction's budget
@@ -532,20 +542,21 @@ func (rn *runner) outOfBudget(b *batch, at coords, took time.Duration) bool {
 
 // callHandler runs the handler, turning a panic and an output without a
 // topic into errors, so that both follow the error policy.
-func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, err error) {
-	err = rn.p.obs.Handle("eos", func() (err error) {
+// It also returns how long the handler took.
+func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, took time.Duration, err error) {
+	took, err = rn.p.obs.HandleTimed("eos", func() (err error) {
 		outs, err = rn.p.handler(ctx, r)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, took, err
 	}
 	for _, o := range outs {
 		if o == nil || o.Topic == "" {
-			return nil, errors.New("eos: handler returned an output record with no topic")
+			return nil, took, errors.New("eos: handler returned an output record with no topic")
 		}
 	}
-	return outs, nil
+	return outs, took, nil
 }
 
 func deadLetter(topic string, in *kgo.Record, cause error) *kgo.Record {
@@ -558,6 +569,11 @@ func deadLetter(topic string, in *kgo.Record, cause error) *kgo.Record {
 	)
 	return &kgo.Record{Topic: topic, Key: in.Key, Value: in.Value, Headers: headers}
 }
+
+// maxPollRecords bounds one poll, so that a batch looks at its commit
+// interval (and for a revocation) at least every this many records,
+// however many MaxRecordsPerCommit lets it hold.
+const maxPollRecords = 1000
 
 // collect handles records from first and from further polls until the batch
 // is full, its interval is over, a rebalance took partitions, or a record
@@ -594,7 +610,7 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 			return true
 		}
 		pollCtx, cancel := context.WithTimeout(rn.stop, remaining)
-		fetches = poll(pollCtx, limit-b.in)
+		fetches = poll(pollCtx, min(limit-b.in, maxPollRecords))
 		rn.p.obs.Fetched(fetches)
 		cancel()
 		if ctx.Err() != nil {
@@ -933,7 +949,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
 			return err
 		}
-		fetches, stopped, err := loop.Poll(stop, poll, p.perTxn, p.logger, p.refused)
+		fetches, stopped, err := loop.Poll(stop, poll, min(p.perTxn, maxPollRecords), p.logger, p.refused)
 		p.obs.Fetched(fetches)
 		if stopped {
 			return nil

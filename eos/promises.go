@@ -21,13 +21,17 @@ type promises struct {
 }
 
 // add notes one record about to be produced; its promise must call done.
-func (p *promises) add() {
+func (p *promises) add() { p.addN(1) }
+
+// addN notes n records about to be produced; each one's promise must call
+// done.
+func (p *promises) addN(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pending == 0 {
 		p.settled = make(chan struct{})
 	}
-	p.pending++
+	p.pending += n
 }
 
 func (p *promises) done() {

@@ -268,11 +268,19 @@ func (o *Observer) Fetched(fetches kgo.Fetches) {
 // Handle runs a user's handler call, timing it for the metrics and turning
 // a panic into an error (see [Recover]).
 func (o *Observer) Handle(pkg string, call func() error) error {
+	_, err := o.HandleTimed(pkg, call)
+	return err
+}
+
+// HandleTimed is Handle, and returns how long the call took: a caller
+// that needs the time too reads the clock once for both.
+func (o *Observer) HandleTimed(pkg string, call func() error) (time.Duration, error) {
 	o.Metrics.HandlerStarted()
 	start := time.Now()
 	err := Recover(pkg, call)
-	o.Metrics.Handled(time.Since(start), err != nil)
-	return err
+	took := time.Since(start)
+	o.Metrics.Handled(took, err != nil)
+	return took, err
 }
 
 // Health returns a copy of the runner's health.
