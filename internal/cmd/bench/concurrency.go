@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -187,7 +188,85 @@ func (b *bench) ioBound(ctx context.Context, w io.Writer, only string) error {
 			fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %.2fx | %.1fx |\n", v.path, v.name, regime, med, slices.Min(rs), slices.Max(rs), goal, med/goal, med/base[v.path])
 		}
 	}
+	return b.ioLatency(ctx, w, variants, only)
+}
+
+// ioLatencyGoal is the p99 goal at half load: the commit interval (eos's
+// default 100 ms; the database paths commit per poll) plus the handler's
+// 5 ms plus 20 ms.
+const ioLatencyGoal = 100*time.Millisecond + ioDelay + 20*time.Millisecond
+
+// ioLatency runs each variant once with records produced at half its
+// throughput goal for 10 s, each stamped with its produce time, and prints
+// the p50 and p99 delays until each result was visible (read_committed
+// output, or a committed row) against ioLatencyGoal.
+func (b *bench) ioLatency(ctx context.Context, w io.Writer, variants []ioVariant, only string) error {
+	type result struct {
+		v        ioVariant
+		rate     int
+		p50, p99 time.Duration
+	}
+	var results []result
+	for i, v := range variants {
+		if only != "" && v.path != only {
+			continue
+		}
+		rate := int(0.8 * float64(v.bound) / ioDelay.Seconds() / 2)
+		p := path{name: "io-" + v.path, partitions: ioPartitions, output: v.path == "eos"}
+		e, err := b.newEnv(ctx, p, fmt.Sprintf("latency-%d", i))
+		if err != nil {
+			return err
+		}
+		lat, err := halfLoadLatency(ctx, v, e, rate)
+		b.dropEnv(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s %s (latency at half load): %w", v.path, v.name, err)
+		}
+		r := result{v: v, rate: rate, p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
+		fmt.Fprintf(os.Stderr, "  io latency  %-12s %-40s %5d/s  p50 %s  p99 %s\n", v.path, v.name, rate, r.p50, r.p99)
+		results = append(results, r)
+	}
+	fmt.Fprintf(w, "\nThe same handler at half the throughput goal, records produced at a steady rate for 10 s: delay from produce until the result is visible (read_committed output, or a committed row); goal p99 <= %s (commit interval 100 ms + handler 5 ms + 20 ms)\n\n", ioLatencyGoal)
+	fmt.Fprintln(w, "| path | variant | records/s | p50 | p99 | p99 goal |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | --- |")
+	for _, r := range results {
+		verdict := "met"
+		if r.p99 > ioLatencyGoal {
+			verdict = "missed"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s |\n", r.v.path, r.v.name, r.rate, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), verdict)
+	}
 	return nil
+}
+
+// halfLoadLatency starts v, lets its group form, produces rate records a
+// second for 10 s, and returns the sorted delays until each was visible.
+func halfLoadLatency(ctx context.Context, v ioVariant, e *env, rate int) ([]time.Duration, error) {
+	const seconds = 10
+	n := rate * seconds
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	run, err := v.start(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	obs := newObserver(ctx, e, v.path == "eos")
+	time.Sleep(3 * time.Second) // let the group form before the clock starts
+	go func() {
+		if err := produceTimed(false)(ctx, e, n, rate, randomValues(1, 100)[0]); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "  latency input: %v\n", err)
+		}
+	}()
+	lat, err := obs.collect(n, time.Minute+seconds*time.Second)
+	cancel()
+	if werr := run.wait(); werr != nil && !errors.Is(werr, context.Canceled) {
+		return nil, werr
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(lat)
+	return lat, nil
 }
 
 // produceSteadily writes records to topic at rate per second, in the

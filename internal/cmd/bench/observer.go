@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,11 +17,16 @@ type observer struct {
 	ctx    context.Context
 	e      *env
 	reader *kgo.Client // nil: poll the results table
-	seq    int64       // last row seen in the table
+	// seq is the row up to which every row was seen; seen holds the rows
+	// after it already seen, and blocked when a missing row began to hold
+	// seq back.
+	seq     int64
+	seen    map[int64]bool
+	blocked time.Time
 }
 
 func newObserver(ctx context.Context, e *env, output bool) *observer {
-	o := &observer{ctx: ctx, e: e}
+	o := &observer{ctx: ctx, e: e, seen: map[int64]bool{}}
 	if output {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(e.out),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -66,8 +73,11 @@ func (o *observer) pollTopic(lat []time.Duration) ([]time.Duration, error) {
 }
 
 // pollTable reads the rows committed since the last poll. Rows get their
-// seq when inserted, and every variant commits its transactions one after
-// another, so rows become visible in seq order and none is skipped.
+// seq when inserted; a runner with concurrent transactions (one per
+// partition) commits them out of seq order, so it reads again from the
+// first row it has not seen, and skips the ones it has. A missing row
+// that stays missing for 2 s (its transaction rolled back: a sequence
+// value is never given back) no longer holds it back.
 func (o *observer) pollTable(lat []time.Duration) ([]time.Duration, error) {
 	// A row in the query's snapshot was visible when the query began.
 	now := time.Now()
@@ -77,14 +87,42 @@ func (o *observer) pollTable(lat []time.Duration) ([]time.Duration, error) {
 	}
 	for rows.Next() {
 		var produced int64
-		if err := rows.Scan(&o.seq, &produced); err != nil {
+		var seq int64
+		if err := rows.Scan(&seq, &produced); err != nil {
 			return nil, err
 		}
-		lat = append(lat, now.Sub(time.Unix(0, produced)))
+		if !o.seen[seq] {
+			o.seen[seq] = true
+			lat = append(lat, now.Sub(time.Unix(0, produced)))
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	o.advance(now)
 	time.Sleep(2 * time.Millisecond)
 	return lat, nil
+}
+
+// advance moves seq past the rows seen without a gap, and past a gap that
+// lasted 2 s.
+func (o *observer) advance(now time.Time) {
+	for {
+		for o.seen[o.seq+1] {
+			delete(o.seen, o.seq+1)
+			o.seq++
+		}
+		if len(o.seen) == 0 {
+			o.blocked = time.Time{}
+			return
+		}
+		if o.blocked.IsZero() {
+			o.blocked = now
+		}
+		if now.Sub(o.blocked) < 2*time.Second {
+			return
+		}
+		o.seq = slices.Min(slices.Collect(maps.Keys(o.seen))) - 1
+		o.blocked = time.Time{}
+	}
 }
