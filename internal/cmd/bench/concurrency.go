@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -217,7 +216,7 @@ func (b *bench) ioLatency(ctx context.Context, w io.Writer, variants []ioVariant
 		if err != nil {
 			return err
 		}
-		lat, err := halfLoadLatency(ctx, v, e, rate)
+		lat, err := latencyRun(ctx, variant{name: v.name, start: v.start}, e, p, 100, rate, 10)
 		b.dropEnv(ctx, e)
 		if err != nil {
 			return fmt.Errorf("%s %s (latency at half load): %w", v.path, v.name, err)
@@ -237,36 +236,6 @@ func (b *bench) ioLatency(ctx context.Context, w io.Writer, variants []ioVariant
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s |\n", r.v.path, r.v.name, r.rate, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), verdict)
 	}
 	return nil
-}
-
-// halfLoadLatency starts v, lets its group form, produces rate records a
-// second for 10 s, and returns the sorted delays until each was visible.
-func halfLoadLatency(ctx context.Context, v ioVariant, e *env, rate int) ([]time.Duration, error) {
-	const seconds = 10
-	n := rate * seconds
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	run, err := v.start(ctx, e)
-	if err != nil {
-		return nil, err
-	}
-	obs := newObserver(ctx, e, v.path == "eos")
-	time.Sleep(3 * time.Second) // let the group form before the clock starts
-	go func() {
-		if err := produceTimed(false)(ctx, e, n, rate, randomValues(1, 100)[0]); err != nil && ctx.Err() == nil {
-			fmt.Fprintf(os.Stderr, "  latency input: %v\n", err)
-		}
-	}()
-	lat, err := obs.collect(n, time.Minute+seconds*time.Second)
-	cancel()
-	if werr := run.wait(); werr != nil && !errors.Is(werr, context.Canceled) {
-		return nil, werr
-	}
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(lat)
-	return lat, nil
 }
 
 // produceSteadily writes records to topic at rate per second, in the

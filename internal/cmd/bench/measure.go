@@ -124,7 +124,7 @@ func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 		if err != nil {
 			return nil, err
 		}
-		lat, err := latencyRun(ctx, v, e, p, size)
+		lat, err := latencyRun(ctx, v, e, p, size, 2000, 5)
 		if err != nil {
 			return nil, fmt.Errorf("%s latency: %w", v.name, err)
 		}
@@ -211,11 +211,10 @@ func throughputRun(ctx context.Context, v variant, e *env, n int) (time.Duration
 }
 
 // latencyRun starts v, lets its group form, then produces records at a
-// steady 2,000 per second for 5 seconds, each stamped with its produce
-// time, and returns the sorted delays until each result became visible.
-func latencyRun(ctx context.Context, v variant, e *env, p path, size int) ([]time.Duration, error) {
-	const rate, seconds = 2000, 5
-	const n = rate * seconds
+// steady rate per second for seconds, each stamped with its produce time,
+// and returns the sorted delays until each result became visible.
+func latencyRun(ctx context.Context, v variant, e *env, p path, size, rate, seconds int) ([]time.Duration, error) {
+	n := rate * seconds
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	run, err := v.start(ctx, e)
@@ -223,7 +222,7 @@ func latencyRun(ctx context.Context, v variant, e *env, p path, size int) ([]tim
 		return nil, err
 	}
 	obs := newObserver(ctx, e, p.output)
-	time.Sleep(2 * time.Second) // let the group form before the clock starts
+	time.Sleep(3 * time.Second) // let the group form before the clock starts
 
 	value := randomValues(1, size)[0]
 	input := p.latencyInput
@@ -235,7 +234,7 @@ func latencyRun(ctx context.Context, v variant, e *env, p path, size int) ([]tim
 			fmt.Fprintf(os.Stderr, "  latency input: %v\n", err)
 		}
 	}()
-	lat, err := obs.collect(n, time.Minute)
+	lat, err := obs.collect(n, time.Minute+time.Duration(seconds)*time.Second)
 	cancel()
 	if werr := run.wait(); werr != nil && !errors.Is(werr, context.Canceled) {
 		return nil, werr

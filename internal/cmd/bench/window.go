@@ -164,7 +164,7 @@ func (b *bench) latencies(ctx context.Context, t wtable, rows []wrow) error {
 		if err != nil {
 			return err
 		}
-		lat, err := latencyRun(ctx, variant{name: r.v.name, start: r.v.start}, e, p, r.size)
+		lat, err := latencyRun(ctx, variant{name: r.v.name, start: r.v.start}, e, p, r.size, 2000, 5)
 		b.dropEnv(ctx, e)
 		if err != nil {
 			return fmt.Errorf("%s, %d B, %s latency: %w", t.name, r.size, r.v.name, err)
