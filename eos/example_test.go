@@ -165,8 +165,9 @@ func ExampleProcessor_Health() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx) }()
+	// Healthy from the start (no error yet); wait for the first commit.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if code, _ := probe(); code == http.StatusOK {
+		if code, h := probe(); code == http.StatusOK && !h.LastCommit.IsZero() {
 			break
 		}
 	}

@@ -148,6 +148,23 @@ func startPrivateWith(tb testing.TB, script, stateDir string, sasl bool) *KafkaC
 		env = []string{"EOSKIT_KAFKA_SASL=1"}
 	}
 	out, err := runScriptEnv(context.Background(), script, stateDir, env, "start")
+	if err != nil && strings.Contains(err.Error()+out, "Address already in use") {
+		// Another process took a port between the script choosing it
+		// and the broker binding it: once more, on fresh ports (the
+		// script chooses them once per state folder).
+		tb.Logf("integration: %s start lost a port to another process; starting again on fresh ports", filepath.Base(script))
+		_, _ = runScriptEnv(context.Background(), script, stateDir, env, "stop")
+		entries, rerr := os.ReadDir(stateDir)
+		for _, e := range entries {
+			if rerr == nil {
+				rerr = os.RemoveAll(filepath.Join(stateDir, e.Name()))
+			}
+		}
+		if rerr != nil {
+			tb.Fatalf("integration: empty %s for a fresh start: %v", stateDir, rerr)
+		}
+		out, err = runScriptEnv(context.Background(), script, stateDir, env, "start")
+	}
 	if err != nil {
 		tb.Fatalf("integration: start %s: %v", filepath.Base(script), err)
 	}
