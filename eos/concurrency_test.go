@@ -69,9 +69,9 @@ func TestConcurrentHandlersKeepPartitionOrderExactlyOnce(t *testing.T) {
 		}
 	}
 	opts := func(instance string) []eos.ProcessorOption {
-		// Transactions large enough that a poll spans partitions
-		// (franz-go fills a poll partition by partition; each holds
-		// ~1,000 records).
+		// Transactions, and polls (1,000 records a lane), large
+		// enough that a poll spans partitions (franz-go fills a poll
+		// partition by partition; each holds ~1,000 records).
 		return append(processorOpts(k, group, in, instance), eos.Concurrency(4, eos.PartitionOrder), eos.MaxRecordsPerCommit(5000),
 			eos.OnHandlerError(eos.Retry(time.Millisecond, 2).Then(eos.DeadLetter(dlt))))
 	}

@@ -119,8 +119,9 @@ func ExampleProcessor_Run() {
 	// Output: [APPLES PEARS PLUMS] <nil>
 }
 
-// A readiness probe over net/http: 503 until Run has committed, 200 while
-// it runs and commits, with the health view as JSON for dashboards.
+// A readiness probe over net/http: 503 before Run, 200 while it runs and
+// makes progress (the example waits for its first commit), with the health
+// view as JSON for dashboards.
 func ExampleProcessor_Health() {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "enriched"))
 	if err != nil {

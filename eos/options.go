@@ -181,8 +181,8 @@ func CommitInterval(d time.Duration) ProcessorOption {
 // MaxRecordsPerCommit bounds how many input records one transaction (or
 // batch) of a [Processor] covers. Default: 10,000. Whichever of this and
 // [CommitInterval] is reached first ends the transaction; the processor
-// polls at most 1,000 records at a time, so it looks at the interval at
-// least that often. A transaction has a fixed cost (on Kafka 4.x, its
+// polls at most 1,000 records at a time per lane ([Concurrency]), so it
+// looks at the interval at least that often. A transaction has a fixed cost (on Kafka 4.x, its
 // first produce to a partition can wait up to 20 ms for the previous
 // transaction's markers), so the bound decides what one busy partition
 // can carry: a copy through one partition made 3.9 times as many
@@ -244,7 +244,10 @@ const (
 // that wait (a call to another service): a handler that takes 5 ms
 // handles at most 200 records a second one at a time. Lanes meet at each
 // poll, so a slow record holds up the records polled after it in every
-// lane, up to the commit.
+// lane, up to the commit. A poll takes up to 1,000 records per lane
+// (and at most [MaxRecordsPerCommit]); franz-go fills it partition by
+// partition, so with a backlog a poll spans partitions only when it may
+// take more records than one partition has buffered.
 func Concurrency(n int, order Order) ProcessorOption {
 	return processorOpt(func(c *config) { c.concurrency, c.order = n, order })
 }

@@ -570,10 +570,14 @@ func deadLetter(topic string, in *kgo.Record, cause error) *kgo.Record {
 	return &kgo.Record{Topic: topic, Key: in.Key, Value: in.Value, Headers: headers}
 }
 
-// maxPollRecords bounds one poll, so that a batch looks at its commit
-// interval (and for a revocation) at least every this many records,
-// however many MaxRecordsPerCommit lets it hold.
-const maxPollRecords = 1000
+// pollPerLane bounds one poll to this many records per lane (per
+// [Concurrency]), so that a batch looks at its commit interval (and for a
+// revocation) at least that often however many MaxRecordsPerCommit lets
+// it hold, while a poll for several lanes can still span partitions.
+const pollPerLane = 1000
+
+// maxPoll is the most records one poll takes.
+func (c *config) maxPoll() int { return pollPerLane * c.concurrency }
 
 // collect handles records from first and from further polls until the batch
 // is full, its interval is over, a rebalance took partitions, or a record
@@ -610,7 +614,7 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 			return true
 		}
 		pollCtx, cancel := context.WithTimeout(rn.stop, remaining)
-		fetches = poll(pollCtx, min(limit-b.in, maxPollRecords))
+		fetches = poll(pollCtx, min(limit-b.in, rn.p.cfg.maxPoll()))
 		rn.p.obs.Fetched(fetches)
 		cancel()
 		if ctx.Err() != nil {
@@ -949,7 +953,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
 			return err
 		}
-		fetches, stopped, err := loop.Poll(stop, poll, min(p.perTxn, maxPollRecords), p.logger, p.refused)
+		fetches, stopped, err := loop.Poll(stop, poll, min(p.perTxn, p.cfg.maxPoll()), p.logger, p.refused)
 		p.obs.Fetched(fetches)
 		if stopped {
 			return nil

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,12 +149,14 @@ func startPrivateWith(tb testing.TB, script, stateDir string, sasl bool) *KafkaC
 		env = []string{"EOSKIT_KAFKA_SASL=1"}
 	}
 	out, err := runScriptEnv(context.Background(), script, stateDir, env, "start")
-	if err != nil && strings.Contains(err.Error()+out, "Address already in use") {
+	if err != nil && lostPort(stateDir, err.Error()+out) {
 		// Another process took a port between the script choosing it
 		// and the broker binding it: once more, on fresh ports (the
 		// script chooses them once per state folder).
-		tb.Logf("integration: %s start lost a port to another process; starting again on fresh ports", filepath.Base(script))
-		_, _ = runScriptEnv(context.Background(), script, stateDir, env, "stop")
+		tb.Logf("integration: %s start lost a port to another process; starting again on fresh ports: %v", filepath.Base(script), err)
+		if _, err := runScriptEnv(context.Background(), script, stateDir, env, "stop"); err != nil {
+			tb.Fatalf("integration: stop %s after a lost port: %v", filepath.Base(script), err)
+		}
 		entries, rerr := os.ReadDir(stateDir)
 		for _, e := range entries {
 			if rerr == nil {
@@ -182,6 +185,25 @@ func startPrivateWith(tb testing.TB, script, stateDir string, sasl bool) *KafkaC
 		tb.Fatalf("integration: %s left no super user's credentials (%v)", filepath.Base(script), err)
 	}
 	return newKafkaCluster(tb, strings.Split(brokers, ","), scramOpt(user, pass))
+}
+
+// lostPort reports whether a broker's start failed on a port another
+// process took: said in the script's output, or in a broker log under
+// stateDir (the output shows only the logs' last lines).
+func lostPort(stateDir, output string) bool {
+	const bind = "Address already in use"
+	if strings.Contains(output, bind) {
+		return true
+	}
+	found := false
+	_ = filepath.WalkDir(stateDir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !found && d.Name() == "server.log" {
+			b, rerr := os.ReadFile(path)
+			found = rerr == nil && strings.Contains(string(b), bind)
+		}
+		return nil
+	})
+	return found
 }
 
 func scramOpt(user, pass string) kgo.Opt {
