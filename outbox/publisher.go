@@ -29,8 +29,7 @@ type publisher interface {
 	close()
 }
 
-func (r *Relay) newPublisher() (publisher, error) {
-	c := r.cfg
+func (c *config) newPublisher() (publisher, error) {
 	clientOpts := append(append([]kgo.Opt(nil), c.clientOpts...), kgo.RecordPartitioner(partitioner()))
 	if c.semantics == eos.AtLeastOnce {
 		p, err := eos.NewIdempotentProducer(eos.Brokers(c.brokers...), eos.Logger(c.logger), eos.ClientOptions(clientOpts...))

@@ -62,7 +62,7 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if probe.txnID == "" {
 		probe.txnID = "eoskit-outbox-options-check"
 	}
-	p, err := (&Relay{cfg: &probe}).newPublisher()
+	p, err := probe.newPublisher()
 	if err != nil {
 		if cerr, ok := errors.AsType[*eos.ConfigError](err); ok {
 			return nil, &eos.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics,
@@ -231,7 +231,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if r.cfg.token, err = r.token(ctx); err != nil {
 		return waited, err
 	}
-	p, err := r.newPublisher()
+	p, err := r.cfg.newPublisher()
 	if err != nil {
 		return waited, err
 	}
@@ -270,10 +270,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 		cur, next := b, func(until time.Time) (*dbTxn, error) {
 			t, err := s.next(ctx, until, published)
-			if err != nil {
-				err = databaseError{err}
-			}
-			return t, err
+			return t, asDatabaseError(err)
 		}
 		if b.isolate {
 			// Finding whose fault a refusal was: one database
@@ -283,7 +280,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			next = func(time.Time) (*dbTxn, error) { return nil, nil }
 		}
 		began := time.Now()
-		err := p.publish(ctx, cur, next, r.deleteRows)
+		err := p.publish(ctx, cur, next, func(ctx context.Context, b *pending) error { return asDatabaseError(r.deleteRows(ctx, b)) })
 		timedOut := errors.Is(err, eos.ErrFenced) && r.stillHolds(ctx, s)
 		r.observe(ctx, cur, began, err, timedOut)
 		if err == nil {
@@ -314,6 +311,26 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 	}
 }
+
+// databaseError marks a failure of PostgreSQL (reading the log, deleting
+// the rows) within a publish, for the metrics' abort reason.
+type databaseError struct{ error }
+
+func (e databaseError) Unwrap() error { return e.error }
+
+// asDatabaseError marks err, if any, as PostgreSQL's.
+func asDatabaseError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return databaseError{err}
+}
+
+// slotTakenError: another relay took the slot first, and this one stands
+// by again.
+type slotTakenError struct{ error }
+
+func (e *slotTakenError) Unwrap() error { return e.error }
 
 // observe reports a publish of b that began at began and ended with err.
 // timedOut: the producer was fenced while the relay still holds its slot,
@@ -530,25 +547,6 @@ func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 // holds until that commit is confirmed, so an abort after it loses
 // nothing, and a crash after the commit leaves no published row behind.
 func (r *Relay) deleteRows(ctx context.Context, b *pending) error {
-	if err := r.deleteRowsOf(ctx, b); err != nil {
-		return databaseError{err}
-	}
-	return nil
-}
-
-// databaseError marks a failure of PostgreSQL (reading the log, deleting
-// the rows) within a publish, for the metrics' abort reason.
-type databaseError struct{ error }
-
-func (e databaseError) Unwrap() error { return e.error }
-
-// slotTakenError: another relay took the slot first, and this one stands
-// by again.
-type slotTakenError struct{ error }
-
-func (e *slotTakenError) Unwrap() error { return e.error }
-
-func (r *Relay) deleteRowsOf(ctx context.Context, b *pending) error {
 	if err := r.keepDead(ctx, b); err != nil {
 		return err
 	}

@@ -47,6 +47,7 @@ type env struct {
 // committed rows), and wait returns what it returned once ctx ended.
 type running struct {
 	progress func() int64
+	failed   func() error // optional: why progress can no longer be read
 	wait     func() error
 	probe    *probe // optional: sees its transactions and requests
 }
@@ -105,7 +106,7 @@ func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 			} else if err := seed(ctx, b.brokers, e.in, p.records, size, p.stamp); err != nil {
 				return nil, err
 			}
-			d, peak, err := throughputRun(ctx, v, e, p.records)
+			d, peak, err := throughputRun(ctx, v, e, p.records, 100*time.Millisecond, 5*time.Minute)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", v.name, err)
 			}
@@ -180,24 +181,31 @@ func (b *bench) dropEnv(ctx context.Context, e *env) {
 }
 
 // throughputRun starts v and returns how long until all n results were
-// visible, and the peak heap in use meanwhile.
-func throughputRun(ctx context.Context, v variant, e *env, n int) (time.Duration, uint64, error) {
+// visible, and the peak heap in use meanwhile, sampled every period; it
+// gives up after limit.
+func throughputRun(ctx context.Context, v variant, e *env, n int, period, limit time.Duration) (time.Duration, uint64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	runtime.GC()
-	sampler := sampleHeap(100 * time.Millisecond)
+	sampler := sampleHeap(period)
 	start := time.Now()
 	run, err := v.start(ctx, e)
 	if err != nil {
 		sampler()
 		return 0, 0, err
 	}
-	deadline := start.Add(5 * time.Minute)
 	for run.progress() < int64(n) {
-		if time.Now().After(deadline) {
+		if run.failed != nil {
+			if err := run.failed(); err != nil {
+				sampler()
+				cancel()
+				return 0, 0, errors.Join(err, run.wait())
+			}
+		}
+		if time.Since(start) > limit {
 			sampler()
 			cancel()
-			return 0, 0, fmt.Errorf("only %d of %d results after 5 minutes (consumer: %v)", run.progress(), n, run.wait())
+			return 0, 0, fmt.Errorf("only %d of %d results after %s (consumer: %v)", run.progress(), n, limit, run.wait())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

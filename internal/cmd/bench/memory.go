@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"runtime/metrics"
 	"slices"
 	"time"
@@ -73,38 +71,13 @@ func (b *bench) memoryRun(ctx context.Context, topic string, n int, suffix strin
 		return 0, 0, err
 	}
 	defer onFail(func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), e.out) })()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runtime.GC()
-	sampler := sampleHeap(10 * time.Millisecond)
-	start := time.Now()
-	run, err := processor(eos.ExactlyOnce, 100*time.Millisecond)(ctx, e)
-	if err != nil {
-		sampler()
-		return 0, 0, err
+	start := func(ctx context.Context, e *env) (running, error) {
+		run, err := processor(eos.ExactlyOnce, 100*time.Millisecond)(ctx, e)
+		run.progress, run.failed = groupProgress(b.adm, group, topic)
+		return run, err
 	}
-	progress, progressErr := groupProgress(b.adm, group, topic)
-	deadline := start.Add(10 * time.Minute)
-	for progress() < int64(n) {
-		if err := progressErr(); err != nil {
-			sampler()
-			cancel()
-			return 0, 0, errors.Join(err, run.wait())
-		}
-		if time.Now().After(deadline) {
-			sampler()
-			cancel()
-			return 0, 0, fmt.Errorf("only %d of %d committed after 10 minutes (consumer: %v)", progress(), n, run.wait())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	elapsed := time.Since(start)
-	peak := sampler()
-	cancel()
-	if err := run.wait(); err != nil && !errors.Is(err, context.Canceled) {
-		return 0, 0, err
-	}
-	return peak, elapsed, nil
+	elapsed, peak, err := throughputRun(ctx, variant{name: "memory", start: start}, e, n, 10*time.Millisecond, 10*time.Minute)
+	return peak, elapsed, err
 }
 
 // heapInUse is runtime.MemStats.HeapInuse (the heap's spans in use:
