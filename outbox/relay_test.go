@@ -438,7 +438,11 @@ func TestRelayRunsAsAReplicationRoleWithoutSuperuser(t *testing.T) {
 	}
 	<-stalled
 	committed := b.committed(t)
-	waitFor(t, time.Minute, "every committed record", func() bool { return b.published(t) >= len(committed) })
+	// The stalled relay sends PostgreSQL no status while it waits, so
+	// wal_sender_timeout (60 s) bounds how long its session outlives the
+	// stall: the wait must outlast that, with room for the replacement to
+	// take the slot and publish (a minute alone failed make test once).
+	waitFor(t, 2*time.Minute, "every committed record", func() bool { return b.published(t) >= len(committed) })
 	close(release)
 	if err := zombie.wait(time.Minute); !errors.Is(err, eos.ErrFenced) {
 		t.Fatalf("the stalled relay returned %v; want eos.ErrFenced", err)
