@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -188,8 +189,7 @@ func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, to
 }
 
 // OffsetsPartition returns the partition of __consumer_offsets that holds
-// group's offsets, as the broker picks it: the group id's Java
-// String.hashCode, made non-negative, modulo the partition count.
+// group's offsets, as the broker picks it (see [GroupPartition]).
 func OffsetsPartition(ctx context.Context, adm *kadm.Client, group string) (int32, error) {
 	topics, err := adm.ListTopics(ctx, OffsetsTopic)
 	if err != nil {
@@ -206,9 +206,21 @@ func OffsetsPartition(ctx context.Context, adm *kadm.Client, group string) (int3
 }
 
 // GroupPartition is the partition of an offsets topic of that many
-// partitions that holds group's offsets.
+// partitions that holds group's offsets: Kafka's
+// Utils.abs(groupId.hashCode()) % partitions
+// (GroupCoordinatorService.partitionFor). Utils.abs is Math.abs with
+// Integer.MIN_VALUE mapped to 0; masking the sign bit instead
+// (hash & 0x7fffffff, as Kafka's producer partitioner does) picks another
+// partition for every negative hash, about half of all names.
 func GroupPartition(group string, partitions int32) int32 {
-	return (javaStringHash(group) & 0x7fffffff) % partitions
+	h := javaStringHash(group)
+	switch {
+	case h == math.MinInt32:
+		h = 0
+	case h < 0:
+		h = -h
+	}
+	return h % partitions
 }
 
 // javaStringHash is Java's String.hashCode: over UTF-16 code units, with

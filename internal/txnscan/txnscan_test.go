@@ -22,11 +22,23 @@ func TestJavaStringHashMatchesJava(t *testing.T) {
 			t.Errorf("javaStringHash(%q) = %d, want %d", c.s, got, c.want)
 		}
 	}
-	// Kafka takes hash & 0x7fffffff, not Math.abs (which stays negative
-	// for the minimum int32).
-	for group, want := range map[string]int32{"a-much-longer-consumer-group-name": 38, "polygenelubricants": 0} {
-		if got := GroupPartition(group, 50); got != want {
-			t.Errorf("GroupPartition(%q, 50) = %d, want %d", group, got, want)
+	// Kafka places a group by Utils.abs(hash) % partitions
+	// (GroupCoordinatorService.partitionFor; a transactional id's
+	// coordinator is found the same way): Math.abs, with Integer.MIN_VALUE
+	// mapped to 0. Masking the sign bit (hash & 0x7fffffff) differs for
+	// every negative hash, about half of all names. The expected values
+	// are what Java computes on the broker's default of 50 partitions.
+	for name, want := range map[string]int32{
+		"my-group":                          12, // hash -1906497762: masking gives 36
+		"eoskit-hang-neg":                   37, // hash -1843343787: masking gives 11
+		"eos-txn-1":                         0,  // hash -1603024950: masking gives 48
+		"eoskit-group-α":                    27, // hash -320319677, a non-ASCII name
+		"a-much-longer-consumer-group-name": 38, // a positive hash: both agree
+		"orders-service":                    17,
+		"polygenelubricants":                0, // Integer.MIN_VALUE: Utils.abs gives 0
+	} {
+		if got := GroupPartition(name, 50); got != want {
+			t.Errorf("GroupPartition(%q, 50) = %d, want %d", name, got, want)
 		}
 	}
 }
