@@ -21,7 +21,7 @@ import (
 // broker that fails between writing the markers and answering would leave
 // it. Everything else passes untouched.
 type endTxnTamperer struct {
-	commitsBefore int32        // EndTxn commits let through before the tampered one
+	commitsBefore atomic.Int32 // EndTxn commits let through before the tampered one
 	seen          atomic.Int32 // EndTxn commits seen so far
 	tampered      atomic.Bool
 }
@@ -53,7 +53,7 @@ func (c *tamperedConn) Write(p []byte) (int, error) {
 		version := int16(binary.BigEndian.Uint16(p[6:8]))
 		corr := int32(binary.BigEndian.Uint32(p[8:12]))
 		if commit, ok := endTxnCommits(p, version); ok && commit {
-			if c.d.seen.Add(1) == c.d.commitsBefore+1 && c.d.tampered.CompareAndSwap(false, true) {
+			if c.d.seen.Add(1) == c.d.commitsBefore.Load()+1 && c.d.tampered.CompareAndSwap(false, true) {
 				offset := 4 + 4 + 4 // size, correlation id, throttle
 				if version >= 3 {
 					offset++ // the flexible response header's empty tag buffer
@@ -140,7 +140,8 @@ func TestProcessorRestartsWhenACommitsOutcomeIsUnknown(t *testing.T) {
 	group := integration.UniqueName(t, "g")
 	const n = 5000
 	inputs := k.Seed(in, n)
-	tamper := &endTxnTamperer{commitsBefore: 2}
+	tamper := &endTxnTamperer{}
+	tamper.commitsBefore.Store(2)
 	progress := followCommitted(t, k, out)
 	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"),
 		eos.MaxRecordsPerCommit(500), eos.ClientOptions(kgo.Dialer(tamper.dial)))...)
@@ -153,4 +154,76 @@ func TestProcessorRestartsWhenACommitsOutcomeIsUnknown(t *testing.T) {
 		t.Fatal("no EndTxn commit was tampered with; the fault never struck")
 	}
 	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
+}
+
+// The same unknown outcome during a rebalance that takes nothing from the
+// processor. Under the cooperative-sticky balancer (franz-go's default)
+// every group session ends with OnPartitionsRevoked called with nothing in
+// it; a processor that takes that call for a revocation believes the
+// unconfirmed commit was a rebalance's abort, skips the broker's offsets,
+// rewinds to franz-go's older view and copies the committed batch again.
+// Here a second member joins the group, for another topic, while a batch
+// is being handled; the batch ends after the rebalance, its commit is
+// carried out and reported UNKNOWN_SERVER_ERROR: every input once.
+func TestProcessorGuardsAnUnknownOutcomeThroughARebalanceThatTakesNothing(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out, other := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
+	group := integration.UniqueName(t, "g")
+	const n, holdAt = 3000, 1000
+	inputs := k.Seed(in, n)
+	tamper := &endTxnTamperer{}
+	tamper.commitsBefore.Store(1 << 30) // armed below
+	var handled atomic.Int64
+	var emptyRevokes atomic.Int32
+	holding, release := make(chan struct{}), make(chan struct{})
+	copyOut := copyHandler(out)
+	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if handled.Add(1) == holdAt {
+			close(holding)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return copyOut(ctx, r)
+	}
+	onRevoked := func(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+		if len(revoked) == 0 {
+			emptyRevokes.Add(1)
+		}
+	}
+	progress := followCommitted(t, k, out)
+	p := startProcessor(t, handler, append(processorOpts(k, group, in, "0"), eos.MaxRecordsPerCommit(500),
+		eos.ClientOptions(kgo.Dialer(tamper.dial), kgo.OnPartitionsRevoked(onRevoked)))...)
+	select {
+	case <-holding:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler never reached the record it holds")
+	}
+	// The second member subscribes to another topic: the rebalance takes
+	// nothing from the processor, whose session ends all the same.
+	var joined atomic.Bool
+	member := k.Client(kgo.ConsumerGroup(group), kgo.ConsumeTopics(other),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { joined.Store(true) }))
+	go func() {
+		for ctx := t.Context(); ctx.Err() == nil; {
+			member.PollFetches(ctx)
+		}
+	}()
+	waitFor(t, time.Minute, "the second member assigned its topic and the processor's session ended with an empty revoke", func() bool {
+		return joined.Load() && emptyRevokes.Load() > 0
+	})
+	tamper.commitsBefore.Store(tamper.seen.Load()) // the held batch's commit is the tampered one
+	close(release)
+	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
+	time.Sleep(2 * time.Second) // a duplicate copy, if any, lands by now
+	if err := p.stop(t); err != nil {
+		t.Fatalf("processor stopped with %v", err)
+	}
+	if !tamper.tampered.Load() {
+		t.Fatal("no EndTxn commit was tampered with; the fault never struck")
+	}
+	t.Logf("empty revokes: %d; verifier: %v", emptyRevokes.Load(), k.VerifyTopic(inputs, out, verifyTimeout))
 }

@@ -707,10 +707,18 @@ func fnv32a(b []byte) uint32 {
 }
 
 // groupHooks returns options that record revocations: a batch stops early
-// once the group took partitions, since it can no longer commit.
+// once the group took partitions, since it can no longer commit. Under the
+// cooperative-sticky balancer (franz-go's default) every group session
+// ends with a revoke of nothing: that takes nothing, and the batch goes on
+// (franz-go's GroupTransactSession lets its commit through too), with the
+// guard against an unknown commit outcome in force.
 func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 	onTaken := func(what string) func(context.Context, *kgo.Client, map[string][]int32) {
 		return func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			if len(parts) == 0 {
+				p.logger.Debug("eos: group session ended; no partition " + what)
+				return
+			}
 			revoked.Store(true)
 			p.obs.Revoked(parts)
 			p.logger.Info("eos: partitions "+what, "partitions", parts)
