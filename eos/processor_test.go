@@ -542,6 +542,65 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
 }
 
+// The hanging-transaction tests run on a private three-node cluster on
+// Kafka's defaults where they matter (scripts/kafka-cluster.sh: 50
+// partitions of __consumer_offsets and __transaction_state, RF=3,
+// min.insync.replicas=2), with groups and transactional ids whose Java
+// hash is negative: a check that maps a group to its offsets partition
+// with the wrong sign looks elsewhere for about half of all names, which
+// a broker with one offsets partition never shows. The cluster is
+// private because planting a hang turns transaction verification off
+// cluster-wide.
+func TestProcessorAtHangingTransactions(t *testing.T) {
+	t.Parallel()
+	c := integration.StartLocalCluster(t)
+	t.Run("Closes", func(t *testing.T) { closesItsHangingTransactionWithItsOutcome(t, c.KafkaCluster) })
+	t.Run("StopsOrWaits", func(t *testing.T) { stopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t, c.KafkaCluster) })
+}
+
+// hangingGroup returns a unique group whose Java hash is negative, as is
+// its processor 0's transactional id's.
+func hangingGroup(t *testing.T) string {
+	t.Helper()
+	return integration.UniqueNegativeHashName(t, "g", func(g string) string {
+		id, _ := eos.StableTransactionalID(g, "0")
+		return id
+	})
+}
+
+// hungOffsetsPartition returns the partition of __consumer_offsets in
+// which the broker holds txnID's producer open, read from the broker
+// (DescribeProducers), not computed, after checking that the topic has
+// Kafka's default 50 partitions.
+func hungOffsetsPartition(ctx context.Context, t *testing.T, k *integration.KafkaCluster, txnID string) int32 {
+	t.Helper()
+	described, err := k.Admin.DescribeTransactions(ctx, txnID)
+	if err != nil {
+		t.Fatalf("DescribeTransactions: %v", err)
+	}
+	topics, err := k.Admin.ListTopics(ctx, "__consumer_offsets")
+	if err != nil {
+		t.Fatalf("ListTopics: %v", err)
+	}
+	if n := len(topics["__consumer_offsets"].Partitions); n != 50 {
+		t.Fatalf("__consumer_offsets has %d partitions; the hanging tests run on Kafka's default of 50", n)
+	}
+	producers, err := k.Admin.DescribeProducers(ctx, topics.TopicsSet())
+	if err != nil {
+		t.Fatalf("DescribeProducers: %v", err)
+	}
+	found := int32(-1)
+	producers.EachProducer(func(p kadm.DescribedProducer) {
+		if p.ProducerID == described[txnID].ProducerID && p.CurrentTxnStartOffset >= 0 {
+			found = p.Partition
+		}
+	})
+	if found < 0 {
+		t.Fatalf("no partition of __consumer_offsets holds %s open", txnID)
+	}
+	return found
+}
+
 // A predecessor's transaction hangs in the group's offsets partition
 // (KIP-664), as Kafka 4.4 leaves one after broker bounces: its coordinator
 // ended it, or lost it, but its offset commit (offset 500 on partition 0)
@@ -552,18 +611,15 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 // predecessor had done partition 0 up to 500, and redoing it would
 // duplicate); an abort, or a transaction the coordinator never registered
 // (it can never have committed), discards it (nothing up to 500 was done,
-// and skipping it would lose). The test builds the state on a private
-// broker (see integration.LocalBroker.LeaveHangingTransaction) and checks it does not clear by
-// itself.
-func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
-	t.Parallel()
-	b := integration.StartLocalBroker(t)
+// and skipping it would lose). The test builds the state (see
+// integration.KafkaCluster.LeaveHangingTransaction) and checks it does not
+// clear by itself.
+func closesItsHangingTransactionWithItsOutcome(t *testing.T, k *integration.KafkaCluster) {
 	for name, end := range map[string]integration.HangingEnd{"committed": integration.HangCommitted, "aborted": integration.HangAborted, "forgotten": integration.HangForgotten} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			k := b.KafkaCluster
 			in, out, side := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
-			group := integration.UniqueName(t, "g")
+			group := hangingGroup(t)
 			const n, pending = 2_000, 500
 			inputs := k.Seed(in, n)
 			opts := processorOpts(k, group, in, "0")
@@ -571,7 +627,7 @@ func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b.LeaveHangingTransaction(t, txnID, group, in, side, pending, end)
+			k.LeaveHangingTransaction(t, txnID, group, in, side, pending, end)
 			time.Sleep(10 * time.Second)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -626,9 +682,7 @@ func TestProcessorClosesItsHangingTransactionWithItsOutcome(t *testing.T) {
 // hanging one). Under WaitWhenHanging it holds, copying nothing, until an
 // operator closes the transaction (here, by hand with WriteTxnMarkers, as
 // kafka-transactions.sh does), then copies every input once.
-func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *testing.T) {
-	t.Parallel()
-	b := integration.StartLocalBroker(t)
+func stopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *testing.T, k *integration.KafkaCluster) {
 	cases := map[string]struct {
 		end     integration.HangingEnd
 		policy  eos.HangingPolicy
@@ -641,16 +695,15 @@ func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *te
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			k := b.KafkaCluster
 			in, out, side := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
-			group := integration.UniqueName(t, "g")
+			group := hangingGroup(t)
 			const n, pending = 1_000, 500
 			inputs := k.SeedHostile(in, n, 100)
 			txnID, err := eos.StableTransactionalID(group, "0")
 			if err != nil {
 				t.Fatal(err)
 			}
-			b.LeaveHangingTransaction(t, txnID, group, in, side, pending, c.end)
+			k.LeaveHangingTransaction(t, txnID, group, in, side, pending, c.end)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			metrics := &countingMetrics{}
@@ -671,8 +724,9 @@ func TestProcessorStopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *te
 					want = "unknown" // protocol v1: an epoch spans many transactions
 				}
 				var h *eos.HangingTransactionError
-				if !errors.As(runErr, &h) || !errors.Is(runErr, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Outcome != want {
-					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets with outcome %s", runErr, want)
+				hung := hungOffsetsPartition(ctx, t, k, txnID)
+				if !errors.As(runErr, &h) || !errors.Is(runErr, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Partition != hung || h.Outcome != want {
+					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets[%d] with outcome %s", runErr, hung, want)
 				}
 				k.RequireUnstable(ctx, t, group, in) // left as it was: no marker written
 				// Not registered either: that bumps the epoch, and with

@@ -57,15 +57,16 @@ const (
 // (CompleteCommit or CompleteAbort one epoch later) or never knew it (still
 // at its epoch, Empty), while the group's offsets partition still holds its
 // offset commit (offset for partition 0 of topic in) pending, with no
-// marker ever to come. To get there without a bounce, the broker's transaction
+// marker ever to come. It works on a private broker and on a private
+// cluster alike (the offset commit goes to the group's coordinator, in the
+// group's own offsets partition). To get there without a bounce, the broker's transaction
 // verification (KIP-890) is turned off and the offset commit goes in at a
 // pre-KIP-890 version without AddOffsetsToTxn, so the coordinator never
 // learns of the offsets partition. The transaction also writes one record
 // to side, so that it has something to end. The config change is
-// cluster-wide: use a private broker.
-func (b *LocalBroker) LeaveHangingTransaction(t testing.TB, txnID, group, in, side string, offset int64, end HangingEnd) {
+// cluster-wide: use a private broker or cluster.
+func (k *KafkaCluster) LeaveHangingTransaction(t testing.TB, txnID, group, in, side string, offset int64, end HangingEnd) {
 	t.Helper()
-	k := b.KafkaCluster
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createGroupAtStart(ctx, t, k, group, in)

@@ -2,7 +2,8 @@
 # Runs a three-node Apache Kafka cluster (KRaft; each node a combined broker
 # and controller) on 127.0.0.1 for eoskit's fault tests: replication factor
 # 3 and min.insync.replicas=2 for data and internal topics, no unclean
-# leader election, transaction protocol v2. A restart of one node then moves
+# leader election, transaction protocol v2, and Kafka's default 50 partitions
+# for __consumer_offsets and __transaction_state. A restart of one node then moves
 # leadership instead of leaving partitions leaderless (which a single broker
 # cannot avoid, and which Kafka 4.1-4.4 answers by dropping transaction
 # markers, KAFKA-20734). Same jars and cache as scripts/kafka.sh.
@@ -86,14 +87,17 @@ num.partitions=1
 auto.create.topics.enable=false
 # Every partition, data or internal, has three replicas and needs two in
 # sync to take a write; a replica that fell behind never becomes leader.
+# The internal topics have Kafka's default 50 partitions, as production
+# clusters do: where a group's offsets or a transactional id's state live
+# (Utils.abs(hash) % 50) is then as it is there, which one partition hides.
 default.replication.factor=3
 min.insync.replicas=2
 unclean.leader.election.enable=false
 offsets.topic.replication.factor=3
-offsets.topic.num.partitions=3
+offsets.topic.num.partitions=50
 transaction.state.log.replication.factor=3
 transaction.state.log.min.isr=2
-transaction.state.log.num.partitions=3
+transaction.state.log.num.partitions=50
 share.coordinator.state.topic.replication.factor=3
 share.coordinator.state.topic.min.isr=2
 group.initial.rebalance.delay.ms=0

@@ -199,6 +199,9 @@ func (o *Observer) Assigned(parts map[string][]int32) {
 
 // Revoked notes partitions the group took (revoked or lost).
 func (o *Observer) Revoked(parts map[string][]int32) {
+	if len(parts) == 0 {
+		return // the end of a cooperative session: nothing taken, no rebalance of this runner's
+	}
 	o.Metrics.Rebalanced()
 	o.mu.Lock()
 	defer o.mu.Unlock()

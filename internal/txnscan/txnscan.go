@@ -213,7 +213,7 @@ func OffsetsPartition(ctx context.Context, adm *kadm.Client, group string) (int3
 // (hash & 0x7fffffff, as Kafka's producer partitioner does) picks another
 // partition for every negative hash, about half of all names.
 func GroupPartition(group string, partitions int32) int32 {
-	h := javaStringHash(group)
+	h := JavaStringHash(group)
 	switch {
 	case h == math.MinInt32:
 		h = 0
@@ -223,9 +223,9 @@ func GroupPartition(group string, partitions int32) int32 {
 	return h % partitions
 }
 
-// javaStringHash is Java's String.hashCode: over UTF-16 code units, with
+// JavaStringHash is Java's String.hashCode: over UTF-16 code units, with
 // int32 overflow.
-func javaStringHash(s string) int32 {
+func JavaStringHash(s string) int32 {
 	var h int32
 	for _, u := range utf16.Encode([]rune(s)) {
 		h = 31*h + int32(u)

@@ -18,8 +18,8 @@ func TestJavaStringHashMatchesJava(t *testing.T) {
 		{"a-much-longer-consumer-group-name", 1408396288},
 		{"polygenelubricants", -2147483648}, // overflows to the minimum int32
 	} {
-		if got := javaStringHash(c.s); got != c.want {
-			t.Errorf("javaStringHash(%q) = %d, want %d", c.s, got, c.want)
+		if got := JavaStringHash(c.s); got != c.want {
+			t.Errorf("JavaStringHash(%q) = %d, want %d", c.s, got, c.want)
 		}
 	}
 	// Kafka places a group by Utils.abs(hash) % partitions
