@@ -849,7 +849,11 @@ func (p *Processor) knownAbort(ctx context.Context, adm *kadm.Client, b *batch) 
 	}
 	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
-	committed, err := adm.FetchOffsets(fetchCtx, p.cfg.group)
+	// Stable only: a plain fetch answers the last committed offsets while
+	// a transaction's offset commit is pending, which would read as
+	// aborted a commit that may yet land. With RequireStable a pending
+	// commit is an error for its partition (UNSTABLE_OFFSET_COMMIT).
+	committed, err := adm.FetchOffsets(kadm.RequireStable(fetchCtx), p.cfg.group)
 	if err != nil {
 		p.logger.Debug("eos: reading the group's offsets after an unconfirmed commit failed", "err", err)
 		return false
