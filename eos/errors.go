@@ -39,6 +39,15 @@ var (
 	// nothing more can be added to it; the producer remains usable.
 	ErrOutcomeUnknown = errors.New("eos: transaction outcome unknown")
 
+	// ErrTransactionTimedOut means the transaction outlived its
+	// transaction timeout (kgo.TransactionTimeout) and the broker aborted
+	// it, with no other producer involved: it is wrapped with ErrAborted,
+	// and the producer stays usable, so the caller may retry (with less
+	// work per transaction, or a longer timeout). The broker's epoch bump
+	// looks like fencing; eos tells the two apart from the transaction
+	// coordinator's state.
+	ErrTransactionTimedOut = errors.New("eos: the transaction outlived its timeout and the broker aborted it")
+
 	// ErrHandlerTooSlow is wrapped by the *RecordError of an input record
 	// whose handler, alone in its transaction, gave up with its ctx's error
 	// when the transaction's budget (three quarters of the transaction

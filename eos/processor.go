@@ -1040,11 +1040,15 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			// partitions wait.
 			p.obs.Aborted("refused", elapsed)
 			return authz.Write("", p.cfg.txnID, p.cfg.group, endErr)
-		case (isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr)) && elapsed >= txnTimeout:
+		case (isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr)) && elapsed >= txnTimeout &&
+			idErr == nil && coordinatorTimedOut(ctx, adm, p.cfg.txnID, producerID, txnEpoch):
 			// The transaction outlived its timeout: the coordinator
 			// aborted it and bumped the epoch, which is what the epoch
-			// error says. No other instance is involved; a new session
-			// registers the transactional id again and goes on.
+			// error says, and nobody registered the id since (a zombie
+			// woken past its timeout after its successor started is
+			// fenced, below: restarting would fence the successor). A
+			// new session registers the transactional id again and
+			// goes on.
 			p.obs.Aborted("timeout", elapsed)
 			p.perTxn = max(1, b.in/2) // kept by the next session
 			p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",

@@ -185,9 +185,24 @@ func TestAtLeastOnceCrashBetweenProduceAndCommitDuplicates(t *testing.T) {
 // A processor stalls in its handler past its session timeout; a replacement
 // with the same transactional id starts meanwhile. When the stalled one
 // wakes, it must find itself fenced and stop with ErrFenced, and the output
-// must be exactly once.
+// must be exactly once. Held past its transaction timeout too (30 s, the
+// tests' kgo.TransactionTimeout), the zombie's epoch error also reads like
+// the broker's timeout abort: a zombie that restarted on it would register
+// the id again and fence its healthy successor.
 func TestProcessorZombieIsFenced(t *testing.T) {
 	t.Parallel()
+	for name, stall := range map[string]time.Duration{
+		"past its session timeout":     7 * time.Second,  // the tests' session timeout is 6 s
+		"past its transaction timeout": 31 * time.Second, // and their transaction timeout 30 s
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			zombieIsFenced(t, stall)
+		})
+	}
+}
+
+func zombieIsFenced(t *testing.T, stall time.Duration) {
 	k := integration.Kafka(t)
 	in, out := k.NewTopic(2), k.NewTopic(2)
 	group := integration.UniqueName(t, "g")
@@ -211,6 +226,7 @@ func TestProcessorZombieIsFenced(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the zombie never reached its stall")
 	}
+	stalledAt := time.Now()
 	time.Sleep(7 * time.Second) // past the 6 s session timeout
 
 	progress := followCommitted(t, k, out)
@@ -218,6 +234,7 @@ func TestProcessorZombieIsFenced(t *testing.T) {
 	// Let the replacement commit work before the zombie wakes, so that the
 	// zombie's late commit would duplicate it if it went through.
 	waitFor(t, 2*time.Minute, "the replacement to commit output", func() bool { return progress.n.Load() > 0 })
+	time.Sleep(time.Until(stalledAt.Add(stall)))
 	close(wake)
 
 	if err := zombie.wait(t, 2*time.Minute); !errors.Is(err, eos.ErrFenced) {
