@@ -3,6 +3,7 @@ package eos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -216,25 +217,29 @@ func TestUnwritableDeadLetterStopsRunNamingTheRecord(t *testing.T) {
 // coordinator aborts the transaction under the processor and bumps the
 // epoch, and the processor's next request fails with an epoch error. That
 // is not another instance taking the transactional id: the processor must
-// start a new session and go on, every input copied once. Before, Run
-// returned ErrFenced, documented as final, and the copy stopped.
+// start a new session and go on, every input copied once, with the abort
+// counted as the coordinator's timeout. Before, Run returned ErrFenced,
+// documented as final, and the copy stopped. The handler holds until the
+// coordinator shows the transaction aborted (its check for timed-out
+// transactions runs every 10 s by default), so the fault is certain.
 func TestProcessorOutlivingItsTransactionTimeoutIsNotFenced(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
 	in, out := k.NewTopic(1), k.NewTopic(1)
 	group := integration.UniqueName(t, "g")
+	txnID, _ := eos.StableTransactionalID(group, "0")
 	inputs := k.SeedHostile(in, 300, 50)
 	var stalled atomic.Bool
+	timedOut := make(chan error, 1)
 	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		if string(r.Key) == "in-100" && stalled.CompareAndSwap(false, true) {
-			// Past the 5 s timeout and the coordinator's 10 s check
-			// for timed-out transactions.
-			time.Sleep(16 * time.Second)
+			timedOut <- waitForCoordinatorAbort(k, txnID, 45*time.Second)
 		}
 		return copyHandler(out)(ctx, r)
 	}
+	metrics := &countingMetrics{}
 	progress := followCommitted(t, k, out)
-	p := startProcessor(t, handler, append(processorOpts(k, group, in, "0"),
+	p := startProcessor(t, handler, append(processorOpts(k, group, in, "0"), eos.WithMetrics(metrics),
 		eos.ClientOptions(kgo.TransactionTimeout(5*time.Second)))...)
 	waitFor(t, 2*time.Minute, "every input to be copied, or Run to return", func() bool {
 		select {
@@ -247,7 +252,42 @@ func TestProcessorOutlivingItsTransactionTimeoutIsNotFenced(t *testing.T) {
 	if err := p.stop(t); err != nil {
 		t.Fatalf("Run returned %v after a transaction outlived its timeout; want the processor to go on", err)
 	}
-	t.Logf("verifier: %v", k.VerifyInputs(inputs, out, verifyTimeout))
+	select {
+	case err := <-timedOut:
+		if err != nil {
+			t.Fatalf("the fault never struck: %v", err)
+		}
+	default:
+		t.Fatal("the handler never held a transaction past its timeout")
+	}
+	if reasons := metrics.abortReasons(); !strings.Contains(reasons, "timeout") || metrics.fenced.Load() != 0 {
+		t.Fatalf("aborts %q, fencings %d: want the coordinator's timeout counted, and no fencing", reasons, metrics.fenced.Load())
+	}
+	t.Logf("aborts: %s; verifier: %v", metrics.abortReasons(), k.VerifyInputs(inputs, out, verifyTimeout))
+}
+
+// waitForCoordinatorAbort waits until txnID's coordinator has aborted an
+// open transaction of it for its timeout (PrepareAbort or CompleteAbort,
+// after having seen it Ongoing), or returns an error at the deadline.
+func waitForCoordinatorAbort(k *integration.KafkaCluster, txnID string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ongoing := false
+	for last := ""; ; {
+		d, err := k.Admin.DescribeTransactions(ctx, txnID)
+		if err == nil {
+			last = d[txnID].State
+			ongoing = ongoing || last == "Ongoing"
+			if ongoing && (last == "PrepareAbort" || last == "CompleteAbort") {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the coordinator did not abort %s within %s (last state %q, err %v)", txnID, timeout, last, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // The output topic's max.message.bytes (1,000) is below what franz-go puts
