@@ -259,3 +259,41 @@ func TestIdempotentProducerReportsIDAndTypedErrors(t *testing.T) {
 		t.Fatalf("oversized Produce = %v, want a *ProduceError wrapping MessageTooLarge", err)
 	}
 }
+
+// A function that outlives the transaction timeout (5 s here) has its
+// transaction aborted by the coordinator, which bumps the epoch: the
+// commit then fails with an epoch error that reads like fencing, though
+// nobody else owns the id. Transact must say so with ErrTransactionTimedOut
+// (wrapped with ErrAborted, not ErrFenced), and the producer must stay
+// usable: the next transaction commits, and only its record is visible.
+func TestTransactOutlivingItsTimeoutIsRetryable(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	topic := k.NewTopic(1)
+	txnID := integration.UniqueName(t, "tx")
+	p, err := eos.NewTransactionalProducer(eos.Brokers(k.Brokers...), eos.TransactionalID(txnID), eos.Logger(testLogger(t)),
+		eos.ClientOptions(kgo.TransactionTimeout(5*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	ctx := context.Background()
+	err = p.Transact(ctx, func(tx *eos.Tx) error {
+		if err := tx.ProduceSync(&kgo.Record{Topic: topic, Value: []byte("timed-out")}); err != nil {
+			return err
+		}
+		return waitForCoordinatorAbort(k, txnID, 45*time.Second)
+	})
+	if !errors.Is(err, eos.ErrTransactionTimedOut) || !errors.Is(err, eos.ErrAborted) || errors.Is(err, eos.ErrFenced) {
+		t.Fatalf("Transact past the timeout = %v; want ErrTransactionTimedOut and ErrAborted, not ErrFenced", err)
+	}
+	if err := p.Transact(ctx, func(tx *eos.Tx) error {
+		return tx.ProduceSync(&kgo.Record{Topic: topic, Value: []byte("after")})
+	}); err != nil {
+		t.Fatalf("the transaction after the timeout = %v; want it committed", err)
+	}
+	got := ids(k.ReadAll(topic, kgo.ReadCommitted(), readTimeout))
+	if len(got) != 1 || got["after"] != 1 {
+		t.Fatalf("read_committed = %v, want only the record of the transaction after the timeout", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -28,6 +29,7 @@ const endTimeout = 30 * time.Second
 // their turn. A TransactionalProducer is fenced, and returns [ErrFenced]
 // forever after, once another producer registers the same transactional id.
 type TransactionalProducer struct {
+	cfg    *config // to make a new client after a timed-out transaction
 	cl     *kgo.Client
 	txnID  string
 	logger *slog.Logger
@@ -53,7 +55,7 @@ func NewTransactionalProducer(opts ...TransactionalOption) (*TransactionalProduc
 	if err != nil {
 		return nil, err
 	}
-	return &TransactionalProducer{cl: cl, txnID: c.txnID, logger: c.logger.With("transactional_id", c.txnID)}, nil
+	return &TransactionalProducer{cfg: c, cl: cl, txnID: c.txnID, logger: c.logger.With("transactional_id", c.txnID)}, nil
 }
 
 // Tx is an open transaction, valid only inside the function given to
@@ -114,7 +116,11 @@ func (tx *Tx) err() error {
 // error, the first *ProduceError, or ctx's error). If fn panics, Transact
 // aborts and re-panics.
 //
-// Other outcomes: [ErrFenced] (final; the producer is closed); an
+// Other outcomes: [ErrFenced] (final; the producer is closed);
+// [ErrTransactionTimedOut] wrapped with ErrAborted when fn outlived the
+// transaction timeout and the broker aborted the transaction, nobody else
+// owning the id (the producer stays usable: retry with less work or a
+// longer kgo.TransactionTimeout); an
 // *[AuthorizationError] wrapped with ErrAborted when the broker refused an
 // ACL (final too when it is the transactional id's: make a new producer
 // once it is granted); and
@@ -135,6 +141,14 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 	if err := p.cl.BeginTransaction(); err != nil {
 		return p.classify("begin transaction", err)
 	}
+	start := time.Now()
+	// The id and epoch name this transaction to its coordinator, which
+	// tells a timeout abort from fencing (see ended).
+	pid, epoch, err := p.cl.ProducerID(ctx)
+	if err != nil {
+		return p.classify("producer id", err)
+	}
+	ended := func(op string, err error) error { return p.ended(ctx, op, err, start, pid, epoch) }
 	tx := &Tx{ctx: ctx, cl: p.cl}
 
 	committed := false
@@ -153,7 +167,7 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 
 	if err := fn(tx); err != nil {
 		if isFenced(err) { // a record fn waited for was refused as fenced
-			return p.classify("produce", err)
+			return ended("produce", err)
 		}
 		if refused := p.refused(err); refused != nil {
 			return refused
@@ -165,7 +179,7 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 	}
 	if err := tx.err(); err != nil {
 		if isFenced(err) {
-			return p.classify("produce", err)
+			return ended("produce", err)
 		}
 		if refused := p.refused(err); refused != nil {
 			return refused
@@ -182,7 +196,7 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		committed = true
 		return nil
 	case isFenced(endErr):
-		return p.classify("commit", endErr)
+		return ended("commit", endErr)
 	case authz.Refused(endErr):
 		// Refused before anything was done: not committed. The abort is
 		// refused too; the broker aborts at the transaction timeout.
@@ -192,6 +206,9 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		// outcome a known abort.
 		return fmt.Errorf("%w: commit not attempted: %w", ErrAborted, endErr)
 	default:
+		if timedOut := ended("commit", endErr); errors.Is(timedOut, ErrTransactionTimedOut) {
+			return timedOut // INVALID_TXN_STATE, say: aborted at its timeout
+		}
 		// The commit may or may not have landed; the deferred abort
 		// retry reloads the producer id, which bumps the epoch.
 		p.logger.Warn("eos: commit outcome unknown; retrying as abort", "err", endErr)
@@ -243,6 +260,31 @@ func (p *TransactionalProducer) abort(ctx context.Context) error {
 	return nil
 }
 
+// ended handles an epoch error (or a commit the broker refused) of the
+// transaction that producer id pid began at epoch at start: when the
+// transaction outlived its timeout and its coordinator shows it aborted
+// with nobody else owning the id (coordinatorTimedOut), the client is
+// replaced, since franz-go keeps a failed producer id for good, and
+// ErrTransactionTimedOut is returned; otherwise classify decides. The
+// caller's deferred abort then finds no transaction open on the new client.
+func (p *TransactionalProducer) ended(ctx context.Context, op string, err error, start time.Time, pid int64, epoch int16) error {
+	elapsed := time.Since(start)
+	if elapsed < transactionTimeout(p.cl) || !coordinatorTimedOut(ctx, kadm.NewClient(p.cl), p.txnID, pid, epoch) {
+		return p.classify(op, err)
+	}
+	p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; starting a new client",
+		"elapsed", elapsed, "transaction_timeout", transactionTimeout(p.cl))
+	timedOut := fmt.Errorf("%w: %w (after %s): %w", ErrAborted, ErrTransactionTimedOut, elapsed.Round(time.Millisecond), err)
+	p.cl.Close()
+	cl, newErr := newClient(p.cfg, RoleProducer)
+	if newErr != nil {
+		p.final = fmt.Errorf("eos: a new client after a timed-out transaction: %w", newErr)
+		return errors.Join(timedOut, p.final)
+	}
+	p.cl = cl
+	return timedOut
+}
+
 // classify turns a fencing error into the final ErrFenced state (closing the
 // client) and passes any other error through, wrapped.
 func (p *TransactionalProducer) classify(op string, err error) error {
@@ -277,7 +319,8 @@ func (p *TransactionalProducer) ProducerID(ctx context.Context) (id int64, epoch
 }
 
 // Client returns the underlying franz-go client, for metrics and admin use.
-// Do not begin or end transactions on it.
+// Do not begin or end transactions on it. A transaction that timed out
+// (ErrTransactionTimedOut) replaces it: ask again after one.
 func (p *TransactionalProducer) Client() *kgo.Client { return p.cl }
 
 // Close closes the producer. A transaction can not be open: Transact always
