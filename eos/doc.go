@@ -53,8 +53,9 @@
 // default), [Retry] a number of times and then a fallback, or
 // [DeadLetter]. [Concurrency] runs handler calls at once, in lanes per
 // partition or per key, each keeping its inputs' order, inside the same
-// transaction. When Run's ctx ends, the processor stops polling and
-// commits what its handlers completed within [DrainTimeout]. offsetstore
+// transaction. When Run's ctx ends, the processor stops polling, handles
+// what it polled and commits it, all or nothing, within [DrainTimeout]
+// (past it, the transaction aborts). offsetstore
 // and dedup take options of the same names and meanings.
 //
 // # What is guaranteed
@@ -62,7 +63,8 @@
 // For every input record, the outputs of exactly one handler call are
 // visible to read_committed readers, and the input's offset is committed in
 // the same transaction; outputs of one input partition appear in input order
-// within each output partition. This holds across crashes of the processor
+// within each output partition (under [Concurrency] with [KeyOrder], of one
+// key only). This holds across crashes of the processor
 // (a Processor registers its transactional id before it consumes, which
 // aborts the transaction a dead predecessor left open; its pending offset
 // commit would otherwise hold the group's partitions until the transaction
@@ -94,7 +96,13 @@
 //     timeout gets its transaction aborted by the broker; the processor
 //     restarts its session with half as many records per transaction, and
 //     restarts again for as long as one record's handler alone outlives the
-//     timeout.
+//     timeout. The broker's abort bumps the epoch, which reads like
+//     fencing: the processor restarts only when the transaction
+//     coordinator shows this transaction aborted and nobody registered the
+//     id since (a zombie woken past its timeout after its successor started
+//     stops with [ErrFenced], leaving the successor alone).
+//     [TransactionalProducer.Transact]
+//     likewise returns [ErrTransactionTimedOut], and stays usable.
 //   - The handler's only effect is the records it returns. It may run more
 //     than once for one input (after an abort); effects outside Kafka are
 //     not covered (use package offsetstore or dedup for database effects).
@@ -109,6 +117,7 @@
 //
 // Test errors with errors.Is and errors.As: [ErrInvalidConfig]
 // (*[ConfigError], which offsetstore, dedup and outbox return too), [ErrFenced] (final), [ErrAborted], [ErrOutcomeUnknown],
+// [ErrTransactionTimedOut] (with ErrAborted; retry),
 // [ErrClosed], *[ProduceError] (wraps the Kafka error), *[RecordError]
 // (names topic, partition, offset and attempts; offsetstore and dedup
 // return the same type), [ErrRunning].

@@ -204,9 +204,10 @@ func OnHandlerError(p ErrorPolicy) ProcessorOption {
 // DrainTimeout bounds how long a [Processor] drains when Run's ctx ends
 // (SIGTERM, say): it stops polling, lets the handlers under way finish,
 // commits what they completed with the offsets of every record polled
-// into the transaction (it handles those too), and returns nil. Only past
-// the timeout does it cancel the handlers' ctx and abort the transaction,
-// whose inputs are then read again by whoever takes the partitions.
+// into the transaction (it handles those too), and returns nil. It is all
+// or nothing over what was polled: only past the timeout does it cancel
+// the handlers' ctx and abort the whole transaction, whose inputs are then
+// read again by whoever takes the partitions.
 // Default: 10s; 0 aborts at once. Keep it below the time the platform
 // waits before it kills the process (Kubernetes: terminationGracePeriod,
 // 30s by default).
@@ -232,9 +233,11 @@ const (
 // lanes: one per input partition under [PartitionOrder], or, under
 // [KeyOrder], up to n per partition by a hash of the key. Each lane
 // handles its records in offset order and produces a record's outputs
-// before it handles the next, so outputs keep their inputs' order per
-// input partition (per key). Default: 1, one record at a time in poll
-// order.
+// before it handles the next. Under PartitionOrder, outputs keep their
+// inputs' order per input partition. Under KeyOrder they keep it only per
+// key: two records of one partition with different keys may be handled,
+// and their outputs written, in either order. Default: 1, one record at a
+// time in poll order.
 //
 // Nothing else changes: one transaction still covers every record handled
 // in a commit interval, and commits only once every lane has handled its

@@ -167,8 +167,13 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 }
 
 // Run consumes, transforms and produces until ctx is done or a final error
-// occurs. On ctx's end it aborts the open transaction (its inputs are read
-// again by whoever takes the partitions), leaves the group and returns nil.
+// occurs. On ctx's end it drains ([DrainTimeout], default 10s): it stops
+// polling, handles every record already polled into the open transaction,
+// commits them all with their offsets, leaves the group and returns nil.
+// The drain is all or nothing over what was polled: when the timeout
+// passes first (or DrainTimeout is 0), it cancels the handlers' ctx and
+// aborts the whole transaction, whose inputs are read again by whoever
+// takes the partitions.
 //
 // It returns an error wrapping [ErrFenced] when a newer instance with the
 // same transactional id took over, a *RecordError under the [Stop] policy

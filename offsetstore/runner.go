@@ -420,9 +420,11 @@ func (r *Runner) Stats() Stats {
 // before Run gives up and returns the error.
 const maxDBAttempts = 10
 
-// Run consumes until ctx is done (it then returns nil, with the open batch
-// rolled back) or a record stops it under the [Stop] policy (a
-// *RecordError). Lost database connections are retried with a growing pause,
+// Run consumes until ctx is done or a record stops it under the [Stop]
+// policy (a *RecordError). On ctx's end it drains ([DrainTimeout], default
+// 10s): it stops polling, lets the batches under way finish and commit,
+// and returns nil; only past the timeout are they rolled back, each whole
+// (their records are read again by whoever takes the partitions). Lost database connections are retried with a growing pause,
 // up to 10 times per batch.
 func (r *Runner) Run(ctx context.Context) (err error) {
 	if !r.running.CompareAndSwap(false, true) {
