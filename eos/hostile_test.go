@@ -163,13 +163,14 @@ func TestMissingOutputTopicBlamesNoInput(t *testing.T) {
 	t.Logf("verifier: %v; nothing dead-lettered", rep)
 }
 
-// The dead-letter topic does not exist, so a failing record's dead letter
-// cannot be written. Run must give up after a few attempts with backoff,
-// returning a *DeadLetterError that names the record and both errors, with
-// the record's offset not committed: a processor started once the topic
-// exists dead-letters it and copies the rest, nothing lost. Before, every
-// round aborted and retried at once, and Run never returned.
-func TestUnwritableDeadLetterStopsRunNamingTheRecord(t *testing.T) {
+// The dead-letter topic does not exist. That is a configuration error,
+// not a record's: Run must return a *ConfigError naming the option and the
+// topic within seconds, before it consumes anything, with franz-go's
+// default retries (each failed dead letter used to wait out its metadata
+// retries: four attempts, 77 s measured, then a *DeadLetterError). A
+// processor started once the topic exists dead-letters the failing record
+// and copies the rest, nothing lost.
+func TestMissingDeadLetterTopicIsAConfigErrorWithinSeconds(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
 	in, out := k.NewTopic(1), k.NewTopic(1)
@@ -177,20 +178,18 @@ func TestUnwritableDeadLetterStopsRunNamingTheRecord(t *testing.T) {
 	group := integration.UniqueName(t, "g")
 	inputs := k.SeedHostile(in, 100, 25)
 	const poison = "in-50"
-	var poisonAt atomic.Int64
-	fails := func(r *kgo.Record) bool {
-		if string(r.Key) != poison {
-			return false
-		}
-		poisonAt.Store(r.Offset)
-		return true
-	}
-	opts := append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(kgo.UnknownTopicRetries(1)))
+	fails := func(r *kgo.Record) bool { return string(r.Key) == poison }
+	opts := append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.Retry(10*time.Millisecond, 2).Then(eos.DeadLetter(dlt))))
+	start := time.Now()
 	p := startProcessor(t, failingOn(out, fails), opts...)
 	err := p.wait(t, 2*time.Minute)
-	var dlErr *eos.DeadLetterError
-	if !errors.As(err, &dlErr) || dlErr.Topic != in || dlErr.Offset != poisonAt.Load() || dlErr.DeadLetterTopic != dlt || dlErr.Cause == nil {
-		t.Fatalf("Run returned %v; want a *DeadLetterError naming %s[0]@%d (%s) and %s", err, in, poisonAt.Load(), poison, dlt)
+	var ce *eos.ConfigError
+	if took := time.Since(start); !errors.As(err, &ce) || !errors.Is(err, eos.ErrInvalidConfig) || ce.Setting != "OnHandlerError" ||
+		!strings.Contains(ce.Reason, dlt) || took > 15*time.Second {
+		t.Fatalf("Run returned %v after %s; want a *ConfigError naming OnHandlerError and %s within 15 s", err, took.Round(time.Millisecond), dlt)
+	}
+	if got := len(k.ReadNow(out, kgo.ReadUncommitted(), 5*time.Second)); got != 0 {
+		t.Fatalf("%d records written before the configuration error; want none", got)
 	}
 	t.Logf("Run: %v", err)
 

@@ -180,7 +180,8 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 // (or once a [Retry]'s attempts ran out), a *DeadLetterError when a dead
 // letter cannot be written, a *HangingTransactionError under
 // [StopWhenHanging], a *ConfigError when the cluster refuses
-// [RepairHangingTransactions], and other errors only when the client fails
+// [RepairHangingTransactions] or lacks the dead-letter topic (checked
+// when Run starts, and when a dead letter finds it deleted), and other errors only when the client fails
 // repeatedly. A Processor runs once at a time ([ErrRunning] otherwise); to
 // restart, call Run again.
 func (p *Processor) Run(ctx context.Context) (err error) {
@@ -195,6 +196,9 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	work, done := loop.Drained(ctx, p.cfg.drain)
 	defer done()
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
+	if err := p.checkDeadLetterTopic(ctx); err != nil {
+		return err
+	}
 
 	failures := 0
 	for {
@@ -826,6 +830,11 @@ const maxDeadLetterAttempts = 4
 // a *DeadLetterError naming the input and both errors. The input's offset
 // is not committed: it is read again when the processor next starts.
 func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords, cause, err error) error {
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		// The topic was there when Run started: deleted since, which no
+		// retry mends. The input's offset is not committed.
+		return missingDeadLetterTopic(p.cfg.onError.p.DeadLetterTopic(), err)
+	}
 	p.deadLetterFailures[at]++
 	attempts := p.deadLetterFailures[at]
 	if attempts >= maxDeadLetterAttempts {
