@@ -32,7 +32,6 @@ var ErrRunning = loop.ErrRunning
 type Relay struct {
 	pool     *pgxpool.Pool
 	cfg      *config
-	repl     *pgconn.Config
 	running  atomic.Bool
 	prepared bool   // slot, key and transactional id settled; only Run touches it
 	system   string // the server's system identifier, as prepare found it
@@ -42,7 +41,11 @@ type Relay struct {
 	obs       *loop.Observer
 }
 
-// NewRelay returns a relay over the outbox in pool's database. It takes
+// NewRelay returns a relay over the outbox in pool's database. Besides
+// the pool's connections, the relay opens replication connections of its
+// own with the pool's configuration as it stands at each connect: its
+// BeforeConnect hook, if set (rotating credentials, say), is called for
+// them too. It takes
 // [Brokers] (required), [Slot], [PositionTopic], [TransactionalID],
 // [DeadLetterTopic], [WithSemantics], [CommitInterval],
 // [MaxRecordsPerCommit], [RetryFor], [StatusInterval], [Logger],
@@ -71,7 +74,7 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 		return nil, err
 	}
 	p.close()
-	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config), undeleted: map[int64]int{},
+	return &Relay{pool: pool, cfg: c, undeleted: map[int64]int{},
 		obs: loop.NewObserver("outbox", "", c.metrics)}, nil
 }
 
@@ -156,7 +159,11 @@ func (r *Relay) prepare(ctx context.Context) error {
 	if err := checkReady(ctx, r.pool, r.cfg.slot); err != nil {
 		return err
 	}
-	conn, err := pgconn.ConnectConfig(ctx, r.repl)
+	repl, err := r.replicationConfig(ctx)
+	if err != nil {
+		return err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, repl)
 	if err != nil {
 		return fmt.Errorf("outbox: open a replication connection: %w", err)
 	}
@@ -172,6 +179,22 @@ func (r *Relay) prepare(ctx context.Context) error {
 	}
 	r.prepared = true
 	return nil
+}
+
+// replicationConfig returns the settings of a new replication connection:
+// the pool's, as it makes a connection of its own, that is a copy of its
+// ConnConfig passed through its BeforeConnect hook if it has one (which
+// may set rotated credentials), with replication turned on. Called
+// before every replication connect, so that credentials the hook
+// rotates reach the relay's sessions too.
+func (r *Relay) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
+	pc := r.pool.Config() // a copy, ConnConfig included
+	if pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(ctx, pc.ConnConfig); err != nil {
+			return nil, fmt.Errorf("outbox: the pool's BeforeConnect, for a replication connection: %w", err)
+		}
+	}
+	return replicationConfig(&pc.ConnConfig.Config), nil
 }
 
 // token returns the slot's incarnation: a random id the first relay of a
@@ -207,7 +230,11 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return waited, err
 	}
-	s, err := startStream(ctx, r.repl, r.cfg.slot, r.cfg.publication, 0, r.cfg.statusInterval)
+	repl, err := r.replicationConfig(ctx)
+	if err != nil {
+		return waited, err
+	}
+	s, err := startStream(ctx, repl, r.cfg.slot, r.cfg.publication, 0, r.cfg.statusInterval)
 	if slotActive(err) {
 		// Another relay took it first: stand by again.
 		r.obs.StandingBy(true)

@@ -551,3 +551,53 @@ func (m *countingMetrics) snapshot() countingMetrics {
 	defer m.mu.Unlock()
 	return countingMetrics{committed: m.committed, dead: m.dead, aborted: maps.Clone(m.aborted)}
 }
+
+// The replication connection is made with the pool's configuration at
+// every connect: a BeforeConnect hook that sets the password (rotating
+// credentials; the configuration's own is wrong) is called for it too,
+// and the relay replicates.
+func TestReplicationConnectionUsesBeforeConnect(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	_, url := integration.PostgresWithURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password := cfg.ConnConfig.Password
+	cfg.ConnConfig.Password = "wrong"
+	var calls atomic.Int64
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		calls.Add(1)
+		cc.Password = password
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b := newBedOn(t, k, pool, url)
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("rotated")})
+	run := b.start(t, outbox.RetryFor(10*time.Second))
+	deadline := time.Now().Add(30 * time.Second)
+	for b.published(t) < 1 {
+		if err := run.wait(0); !strings.Contains(fmt.Sprint(err), "did not return") {
+			t.Fatalf("the relay stopped: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing published within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The pool's own connects, and the relay's two replication connects
+	// (identifying the server, then the stream).
+	got, pooled := calls.Load(), pool.Stat().NewConnsCount()
+	if got < pooled+2 {
+		t.Fatalf("BeforeConnect called %d times for %d pool connections; want the relay's replication connects counted too", got, pooled)
+	}
+	t.Logf("BeforeConnect called %d times: %d pool connections and %d replication connects", got, pooled, got-pooled)
+}
