@@ -75,7 +75,12 @@
 //     publication and the database's slot ([DefaultSlot]); records written
 //     before the slot existed are never relayed.
 //   - The position topic ([DefaultPositionTopic] unless [PositionTopic])
-//     created beforehand: one partition, cleanup.policy=compact. The
+//     created beforehand: one partition, cleanup.policy=compact; and the
+//     [DeadLetterTopic], if one is set. [Relay.Run] looks both up when it
+//     starts (a Metadata request: Describe, which Read or Write implies)
+//     and returns an *eos.ConfigError naming the setting if one is
+//     missing, or has gone since (a produce to it refused as
+//     UNKNOWN_TOPIC_OR_PARTITION): the relay never creates topics. The
 //     relay's Kafka principal needs Write on the output topics and the
 //     position topic, Read on the position topic, and Write and Describe on
 //     its transactional id; nothing cluster-wide.
@@ -93,7 +98,8 @@
 //   - Rows written other than with [Write] (malformed headers, no topic)
 //     stop the relay, and only advancing the slot past them, which loses
 //     them, lets it go on.
-//   - Deleting the position topic (or the relay's key in it) makes the next
+//   - Deleting the position topic stops the relay (an *eos.ConfigError);
+//     re-creating it (or deleting the relay's key in it) makes the next
 //     relay start from the slot's own position, which may be up to one
 //     batch behind: those records are published again.
 //   - Two relays of one slot with different transactional ids do not fence

@@ -93,7 +93,10 @@ func final(err error) bool {
 // Run relays until ctx is done (then it returns nil, having aborted the
 // Kafka transaction in flight, whose records the next run publishes), or
 // until a final error: the relay was fenced by another with the same
-// transactional id (eos.ErrFenced), a record was refused as its own fault
+// transactional id (eos.ErrFenced), the position topic or the
+// [DeadLetterTopic] does not exist (an *eos.ConfigError naming the
+// setting: checked when each session starts, and when a produce to it
+// fails as UNKNOWN_TOPIC_OR_PARTITION), a record was refused as its own fault
 // and no [DeadLetterTopic] is set (*[RecordError]), the schema, slot or
 // wal_level are wrong, or PostgreSQL or Kafka stayed unreachable for
 // [RetryFor] without anything published (the last error, naming where).
@@ -226,6 +229,9 @@ func (r *Relay) token(ctx context.Context) (string, error) {
 // own confirmed position, never past the position in Kafka; what Kafka
 // already has is skipped.
 func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
+	if err := r.cfg.checkTopics(ctx); err != nil {
+		return false, err
+	}
 	waited, err := r.awaitSlot(ctx)
 	if err != nil {
 		return waited, err
@@ -332,6 +338,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 		if final(err) {
 			return progressed, err
+		}
+		if gone := r.cfg.topicGone(ctx, err); gone != nil {
+			return progressed, gone
 		}
 		if retry, err := r.blame(err, b); !retry {
 			return progressed, err
@@ -494,7 +503,7 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 		if recordsFault(cause) {
 			return false, finalError{err}
 		}
-		return false, err // a missing dead-letter topic, say: retried for RetryFor
+		return false, err // a refused ACL, say: retried for RetryFor (a missing topic is topicGone's)
 	}
 	if recordsFault(cause) && !b.isolate {
 		// Kafka refuses a produce batch whole (one larger than the

@@ -601,3 +601,108 @@ func TestReplicationConnectionUsesBeforeConnect(t *testing.T) {
 	}
 	t.Logf("BeforeConnect called %d times: %d pool connections and %d replication connects", got, pooled, got-pooled)
 }
+
+// runFor runs a relay until it returns or within elapses, and returns
+// Run's error and how long it took; a Run still going at within is an
+// error naming the wait.
+func runFor(t *testing.T, r *outbox.Relay, within time.Duration) (error, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case err := <-done:
+		return err, time.Since(began)
+	case <-time.After(within):
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("the relay did not stop within a minute of its context's end")
+		}
+		return fmt.Errorf("Run did not return within %s", within), time.Since(began)
+	}
+}
+
+// wantConfigError fails t unless err is an outbox *eos.ConfigError naming
+// setting.
+func wantConfigError(t *testing.T, err error, took time.Duration, setting string) {
+	t.Helper()
+	cerr, ok := errors.AsType[*eos.ConfigError](err)
+	if !ok || cerr.Package != "outbox" || cerr.Setting != setting || !errors.Is(err, eos.ErrInvalidConfig) {
+		t.Fatalf("Run returned %v after %s; want an outbox *eos.ConfigError naming %s", err, took.Round(time.Millisecond), setting)
+	}
+	t.Logf("Run returned after %s: %v", took.Round(time.Millisecond), err)
+}
+
+// A position topic or a dead-letter topic that does not exist is a
+// configuration error, reported within seconds of Run's start (not after
+// RetryFor of retries), naming the setting.
+func TestMissingPositionOrDeadLetterTopicIsAConfigError(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("waits")})
+	for _, c := range []struct {
+		setting string
+		opt     outbox.Option
+	}{
+		{"PositionTopic", outbox.PositionTopic(integration.UniqueName(t, "no-positions"))},
+		{"DeadLetterTopic", outbox.DeadLetterTopic(integration.UniqueName(t, "no-dead-letters"))},
+	} {
+		r, err := outbox.NewRelay(b.pool, b.opts(t, c.opt)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err, took := runFor(t, r, 10*time.Second)
+		wantConfigError(t, err, took, c.setting)
+	}
+	if n := b.published(t); n != 0 {
+		t.Fatalf("%d records published by relays whose configuration was refused", n)
+	}
+}
+
+// A position topic deleted while the relay runs is a configuration error
+// too, within seconds of the first publish that needs it; the record is
+// not published (it stays in the slot's log).
+func TestDeletedPositionTopicIsAConfigError(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	r, err := outbox.NewRelay(b.pool, b.opts(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("first")})
+	waitFor(t, time.Minute, "the first record", func() bool { return b.published(t) == 1 })
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	resp, err := k.Admin.DeleteTopics(dctx, b.positions)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the deleted topic gone from the metadata", func() bool {
+		md, err := k.Admin.Metadata(dctx, b.positions)
+		return err == nil && md.Topics[b.positions].Err != nil
+	})
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("second")})
+	began := time.Now()
+	select {
+	case err := <-done:
+		wantConfigError(t, err, time.Since(began), "PositionTopic")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of a record needing the deleted position topic")
+	}
+	if n := b.published(t); n != 1 {
+		t.Fatalf("%d records published; want the first alone", n)
+	}
+}
