@@ -49,7 +49,10 @@
 // each restart after a failure) first takes the slot (PostgreSQL lets one
 // session read it), then registers its transactional id with a fresh
 // producer (which fences any other relay with it and aborts that relay's
-// open transaction), then reads its position back with read_committed.
+// open transaction), then reads its position back: the last record under
+// its key that a committed transaction wrote (it reads the topic to its
+// end and decides by the transaction markers, so a transaction another
+// slot's relay has open on a shared topic does not hold it up).
 // The slot streams from its own confirmed position, which is never past
 // the one in Kafka, and the relay skips what Kafka already has. The slot
 // is told a position only after Kafka committed it; until then PostgreSQL

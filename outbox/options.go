@@ -116,7 +116,8 @@ func Slot(name string) Option {
 // and the replication factor of the output topics are right. Several
 // slots, and servers, may share it: each keeps its own key (the server's
 // system identifier and the slot's name); a relay reads it to its end at
-// start, waiting for any transaction open on it.
+// start, counting only committed records, without waiting for the
+// transactions other slots' relays have open on it.
 func PositionTopic(topic string) Option {
 	return func(c *config) { c.positionTopic = topic }
 }
@@ -214,6 +215,9 @@ type hooks struct {
 	// beforeCommit runs inside the Kafka transaction, after its records
 	// and position were produced, just before it commits.
 	beforeCommit func()
+	// afterCommit runs once a batch committed, before the slot is told;
+	// true ends the session there, as a crash would.
+	afterCommit func() bool
 }
 
 func validSlotName(s string) bool {

@@ -319,6 +319,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		if err == nil {
 			published = cur.txns[len(cur.txns)-1].end
 			progressed = true
+			if r.cfg.hooks.afterCommit != nil && r.cfg.hooks.afterCommit() {
+				return progressed, errors.New("outbox: a test ended the session after a commit, before the slot was told")
+			}
 			if b.isolate && len(b.txns) > 1 {
 				b.txns = b.txns[1:]
 			} else {
@@ -451,10 +454,10 @@ func (r *Relay) heartbeat(ctx context.Context, s *stream) (stop func()) {
 }
 
 // startKeepingAlive runs p.start (registering the transactional id may
-// wait for another relay's transaction to end, reading the position for
-// one open on the position topic) while telling the replication session
-// it is alive, so that wal_sender_timeout does not end it meanwhile. The
-// goroutine has the stream's connection to itself until p.start returns.
+// wait for another relay's transaction with it to end) while telling the
+// replication session it is alive, so that wal_sender_timeout does not end
+// it meanwhile. The goroutine has the stream's connection to itself until
+// p.start returns.
 func (r *Relay) startKeepingAlive(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
 	stop := every(r.cfg.statusInterval, func() { _ = s.keepAlive(ctx) })
 	defer stop()

@@ -706,3 +706,93 @@ func TestDeletedPositionTopicIsAConfigError(t *testing.T) {
 		t.Fatalf("%d records published; want the first alone", n)
 	}
 }
+
+// Relays of several slots share a position topic. Another slot's relay
+// (here a transactional producer writing what it would) aborts a
+// transaction, the last thing in the topic; then another leaves one open.
+// A relay starting after either reads its position within seconds (it
+// waits for neither), and so does one whose own committed position lies
+// past that open transaction, which it must not miss: every record is
+// published once.
+func TestPositionReadPassesOthersAbortedAndOpenTransactions(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	ctx := context.Background()
+	b.writeEach(t, &kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte("1")})
+	run := b.start(t)
+	waitFor(t, time.Minute, "the first record", func() bool { return b.published(t) == 1 })
+	if err := run.stop(); err != nil { // idle: no transaction open
+		t.Fatal(err)
+	}
+	var sys string
+	if err := b.pool.QueryRow(ctx, `SELECT system_identifier::text FROM pg_control_system()`).Scan(&sys); err != nil {
+		t.Fatal(err)
+	}
+	// What the other slot's relay would write: its position, in a
+	// transaction, here aborted.
+	position := func(cl *kgo.Client, end kgo.TransactionEndTry) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Topic: b.positions, Key: []byte(sys + "/other_slot"), Value: []byte(`{"lsn":"0/1","key":"x","token":"y"}`)}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if end == kgo.TryAbort {
+			if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	aborter := k.Client(kgo.TransactionalID(integration.UniqueName(t, "aborts")))
+	position(aborter, kgo.TryAbort)
+	k.ReadAll(b.positions, kgo.ReadCommitted(), 30*time.Second) // its marker written
+	// Each phase writes a record, starts a relay, which must read its
+	// position and publish the record within seconds, and stops it.
+	for i, phase := range []string{
+		"after an abort at the topic's end",
+		"while another transaction is open on the topic",
+		"with its own position past that open transaction",
+	} {
+		if i == 1 {
+			opener := k.Client(kgo.TransactionalID(integration.UniqueName(t, "open")), kgo.TransactionTimeout(5*time.Minute))
+			position(opener, kgo.TryCommit) // left open
+			t.Cleanup(func() { _ = opener.EndTransaction(context.Background(), kgo.TryAbort) })
+		}
+		b.writeEach(t, &kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte{'2' + byte(i)}})
+		began := time.Now()
+		// In the open phase the relay's session ends right after its
+		// commit, as a crash would, before the slot is told: the next
+		// session's slot streams the record again, and only the position
+		// in Kafka, which lies past the open transaction, says it is
+		// published.
+		var crashed atomic.Bool
+		run := b.start(t, outbox.RetryFor(time.Minute), outbox.AfterCommit(func() bool { return i == 1 && crashed.CompareAndSwap(false, true) }))
+		deadline := time.Now().Add(15 * time.Second)
+		for b.published(t) < 2+i {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the relay published nothing within 15 s of its start (its position read waits?)", phase)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if i == 1 {
+			waitFor(t, 15*time.Second, "the session after the crash to read its position", func() bool {
+				h := run.relay.Health()
+				return crashed.Load() && h.LastError != "" && h.LastAssigned.After(h.LastErrorAt)
+			})
+		}
+		t.Logf("%s: published after %s", phase, time.Since(began).Round(time.Millisecond))
+		if err := run.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var vals []string
+	for _, rec := range k.ReadNow(b.out, kgo.ReadCommitted(), time.Minute) {
+		vals = append(vals, string(rec.Value))
+	}
+	if strings.Join(vals, ",") != "1,2,3,4" {
+		t.Fatalf("output %v; want 1,2,3,4 once each", vals)
+	}
+}
