@@ -117,16 +117,19 @@
 // 30 s by default), then ends its session on the slot and takes over,
 // fencing it in Kafka; woken, the stalled relay either finds itself
 // fenced (Run returns an error wrapping eos.ErrFenced) or stands by. A
-// record Kafka refuses as its own fault (too large, invalid) stops the
-// relay with a *[RecordError], or goes to a
-// [DeadLetterTopic]; to find which record it was when Kafka refused a
-// whole produce batch, the relay publishes that batch again one database
-// transaction and one record at a time. A record for a missing topic, or
-// refused for its timestamp (the relay stamps records with their commit
-// time, which a topic's message.timestamp.*.max.ms may refuse for a whole
-// backlog), or pinned to a partition the topic lacks (or that the relay's
-// metadata does not know yet), is retried for [RetryFor], then stops the
-// relay with a *[RecordError]. A transaction the coordinator ended at its
+// record Kafka refuses as its own fault (too large, invalid), or one
+// pinned with [WriteToPartition] to a partition its topic lacks (as a
+// fresh metadata look-up confirms), stops the relay with a
+// *[RecordError] at once, or goes to a [DeadLetterTopic]; to find which
+// record it was when Kafka refused a whole produce batch, the relay
+// publishes that batch again one database transaction and one record at
+// a time. A record for a missing topic, or refused for its timestamp (the
+// relay stamps records with their commit time, which a topic's
+// message.timestamp.*.max.ms may refuse for a whole backlog), or pinned
+// to a partition that the relay's producer does not know yet but the
+// topic has (partitions just added: the next session's producer loads
+// them), is retried for [RetryFor], then stops the relay with a
+// *[RecordError]. A transaction the coordinator ended at its
 // timeout (which fences its producer) starts a new session with a new
 // producer, as long as the relay still holds the slot. The position in
 // Kafka carries the slot's incarnation token: a position of an earlier

@@ -123,7 +123,8 @@ func PositionTopic(topic string) Option {
 }
 
 // DeadLetterTopic sends a record Kafka refuses as its own fault (too large,
-// an invalid or corrupt record) to topic instead,
+// an invalid or corrupt record, or pinned with [WriteToPartition] to a
+// partition its topic does not have) to topic instead,
 // inside the same transaction, with headers naming the outbox row, the
 // original topic and the error; the record is also kept whole in
 // [DeadLetterTable] for an operator. The topic must exist: like the

@@ -345,7 +345,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		if gone := r.cfg.topicGone(ctx, err); gone != nil {
 			return progressed, gone
 		}
-		if retry, err := r.blame(err, b); !retry {
+		if retry, err := r.blame(ctx, err, b); !retry {
 			return progressed, err
 		}
 	}
@@ -487,7 +487,7 @@ func every(d time.Duration, fn func()) (stop func()) {
 // blame decides, after a failed publish, whether one record is at fault
 // and may be dead-lettered (retry the same batch) or the error ends the
 // session.
-func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
+func (r *Relay) blame(ctx context.Context, err error, b *pending) (retry bool, _ error) {
 	dead := b.dead
 	pe, ok := errors.AsType[*eos.ProduceError](err)
 	if !ok || pe.Record == nil {
@@ -499,7 +499,7 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 	}
 	cause := pe.Err
 	if info.partition >= 0 && strings.Contains(cause.Error(), "invalid record partitioning choice") {
-		cause = fmt.Errorf("%w: %w", ErrInvalidPartition, cause)
+		cause = r.cfg.partitionMissing(ctx, info.topic, info.partition, cause)
 	}
 	if _, already := dead[info.id]; already {
 		err := fmt.Errorf("outbox: the dead letter of record %d could not be written to %s: %w", info.id, r.cfg.deadLetter, cause)
@@ -508,7 +508,7 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 		}
 		return false, err // a refused ACL, say: retried for RetryFor (a missing topic is topicGone's)
 	}
-	if recordsFault(cause) && !b.isolate {
+	if recordsFault(cause) && !b.isolate && !errors.Is(cause, ErrInvalidPartition) {
 		// Kafka refuses a produce batch whole (one larger than the
 		// topic's max.message.bytes, say): every record in it fails
 		// alike, and the first is not to blame. Publish the batch again

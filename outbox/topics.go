@@ -114,3 +114,27 @@ func (c *config) topicGone(ctx context.Context, err error) error {
 	}
 	return nil
 }
+
+// partitionMissing is the cause to blame a record pinned to partition of
+// topic for, which the producer refused as out of range (cause). The
+// producer's metadata may lag partitions just added, so a fresh look-up
+// decides: a partition the topic does not have is the record's fault
+// (ErrInvalidPartition, dead-lettered or final like a too-large record);
+// otherwise, or if the look-up fails, cause stays as it is, not the
+// record's fault, and the session is retried with a new producer (and
+// its fresh metadata).
+func (c *config) partitionMissing(ctx context.Context, topic string, partition int32, cause error) error {
+	md, err := describeTopics(ctx, c.connOpts(), topic)
+	if err != nil {
+		c.logger.Warn("outbox: could not look up the partitions of a pinned record's topic", "topic", topic, "partition", partition, "err", err)
+		return cause
+	}
+	td, ok := md[topic]
+	if !ok || td.Err != nil {
+		return cause // a missing topic, say: not this partition's fault
+	}
+	if _, has := td.Partitions[partition]; has {
+		return cause
+	}
+	return fmt.Errorf("%w (it has %d): %w", ErrInvalidPartition, len(td.Partitions), cause)
+}
