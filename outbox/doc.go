@@ -49,7 +49,10 @@
 // each restart after a failure) first takes the slot (PostgreSQL lets one
 // session read it), then registers its transactional id with a fresh
 // producer (which fences any other relay with it and aborts that relay's
-// open transaction), then reads its position back with read_committed.
+// open transaction), then reads its position back: the last record under
+// its key that a committed transaction wrote (it reads the topic to its
+// end and decides by the transaction markers, so a transaction another
+// slot's relay has open on a shared topic does not hold it up).
 // The slot streams from its own confirmed position, which is never past
 // the one in Kafka, and the relay skips what Kafka already has. The slot
 // is told a position only after Kafka committed it; until then PostgreSQL
@@ -75,7 +78,12 @@
 //     publication and the database's slot ([DefaultSlot]); records written
 //     before the slot existed are never relayed.
 //   - The position topic ([DefaultPositionTopic] unless [PositionTopic])
-//     created beforehand: one partition, cleanup.policy=compact. The
+//     created beforehand: one partition, cleanup.policy=compact; and the
+//     [DeadLetterTopic], if one is set. [Relay.Run] looks both up when it
+//     starts (a Metadata request: Describe, which Read or Write implies)
+//     and returns an *eos.ConfigError naming the setting if one is
+//     missing, or has gone since (a produce to it refused as
+//     UNKNOWN_TOPIC_OR_PARTITION): the relay never creates topics. The
 //     relay's Kafka principal needs Write on the output topics and the
 //     position topic, Read on the position topic, and Write and Describe on
 //     its transactional id; nothing cluster-wide.
@@ -93,7 +101,8 @@
 //   - Rows written other than with [Write] (malformed headers, no topic)
 //     stop the relay, and only advancing the slot past them, which loses
 //     them, lets it go on.
-//   - Deleting the position topic (or the relay's key in it) makes the next
+//   - Deleting the position topic stops the relay (an *eos.ConfigError);
+//     re-creating it (or deleting the relay's key in it) makes the next
 //     relay start from the slot's own position, which may be up to one
 //     batch behind: those records are published again.
 //   - Two relays of one slot with different transactional ids do not fence
@@ -108,16 +117,19 @@
 // 30 s by default), then ends its session on the slot and takes over,
 // fencing it in Kafka; woken, the stalled relay either finds itself
 // fenced (Run returns an error wrapping eos.ErrFenced) or stands by. A
-// record Kafka refuses as its own fault (too large, invalid) stops the
-// relay with a *[RecordError], or goes to a
-// [DeadLetterTopic]; to find which record it was when Kafka refused a
-// whole produce batch, the relay publishes that batch again one database
-// transaction and one record at a time. A record for a missing topic, or
-// refused for its timestamp (the relay stamps records with their commit
-// time, which a topic's message.timestamp.*.max.ms may refuse for a whole
-// backlog), or pinned to a partition the topic lacks (or that the relay's
-// metadata does not know yet), is retried for [RetryFor], then stops the
-// relay with a *[RecordError]. A transaction the coordinator ended at its
+// record Kafka refuses as its own fault (too large, invalid), or one
+// pinned with [WriteToPartition] to a partition its topic lacks (as a
+// fresh metadata look-up confirms), stops the relay with a
+// *[RecordError] at once, or goes to a [DeadLetterTopic]; to find which
+// record it was when Kafka refused a whole produce batch, the relay
+// publishes that batch again one database transaction and one record at
+// a time. A record for a missing topic, or refused for its timestamp (the
+// relay stamps records with their commit time, which a topic's
+// message.timestamp.*.max.ms may refuse for a whole backlog), or pinned
+// to a partition that the relay's producer does not know yet but the
+// topic has (partitions just added: the next session's producer loads
+// them), is retried for [RetryFor], then stops the relay with a
+// *[RecordError]. A transaction the coordinator ended at its
 // timeout (which fences its producer) starts a new session with a new
 // producer, as long as the relay still holds the slot. The position in
 // Kafka carries the slot's incarnation token: a position of an earlier

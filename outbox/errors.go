@@ -30,9 +30,10 @@ var (
 	// code writes (someone altered it).
 	ErrTableChanged = errors.New("outbox: the outbox table's columns changed")
 
-	// ErrInvalidPartition is wrapped by the *RecordError of a record
-	// written with WriteToPartition to a partition its topic does not
-	// have (as far as the relay's metadata knows).
+	// ErrInvalidPartition is wrapped by the *RecordError (and the dead
+	// letter's error) of a record written with WriteToPartition to a
+	// partition its topic does not have, as a fresh metadata look-up
+	// confirms: the record's fault.
 	ErrInvalidPartition = errors.New("outbox: the topic has no such partition")
 )
 
@@ -62,9 +63,11 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // itself is, so that dead-lettering it (and only it) is right. An invalid
 // timestamp is not: the relay stamps every record with its commit time,
 // and a topic's message.timestamp.*.max.ms refuses a whole backlog alike.
-// Nor is a partition the relay's metadata does not know yet (partitions
-// just added): it is retried for RetryFor, then stops the relay.
+// A partition its topic lacks is (ErrInvalidPartition, which blame wraps
+// only once a fresh metadata look-up confirms it); one the producer's
+// metadata does not know yet (partitions just added) is not.
 func recordsFault(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
-		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage)
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
+		errors.Is(err, ErrInvalidPartition)
 }

@@ -6,3 +6,10 @@ package outbox
 func BeforeCommit(fn func()) Option {
 	return func(c *config) { c.hooks.beforeCommit = fn }
 }
+
+// AfterCommit runs fn once a batch committed in Kafka, before the slot is
+// told; fn returning true ends the session there, as a crash would, and
+// Run starts the next from the position in Kafka.
+func AfterCommit(fn func() bool) Option {
+	return func(c *config) { c.hooks.afterCommit = fn }
+}

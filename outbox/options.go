@@ -107,20 +107,30 @@ func Slot(name string) Option {
 // PositionTopic names the topic where an exactly-once relay commits its
 // position (the end LSN of the last database transaction it published),
 // inside the Kafka transaction that carries the records. Default:
-// [DefaultPositionTopic]. It must exist; one partition, cleanup.policy=compact
+// [DefaultPositionTopic]. It must exist (the relay never creates topics):
+// Run looks it up when it starts (a Metadata request, which needs only
+// Describe on it) and returns an *eos.ConfigError naming PositionTopic if
+// it is missing, or has been deleted since (a produce to it failed as
+// UNKNOWN_TOPIC_OR_PARTITION, within about 15 s: franz-go first refreshes
+// its metadata a few times). One partition, cleanup.policy=compact
 // and the replication factor of the output topics are right. Several
 // slots, and servers, may share it: each keeps its own key (the server's
 // system identifier and the slot's name); a relay reads it to its end at
-// start, waiting for any transaction open on it.
+// start, counting only committed records, without waiting for the
+// transactions other slots' relays have open on it.
 func PositionTopic(topic string) Option {
 	return func(c *config) { c.positionTopic = topic }
 }
 
 // DeadLetterTopic sends a record Kafka refuses as its own fault (too large,
-// an invalid or corrupt record) to topic instead,
+// an invalid or corrupt record, or pinned with [WriteToPartition] to a
+// partition its topic does not have) to topic instead,
 // inside the same transaction, with headers naming the outbox row, the
 // original topic and the error; the record is also kept whole in
-// [DeadLetterTable] for an operator. Default: none, and the relay stops with a *[RecordError] (the
+// [DeadLetterTable] for an operator. The topic must exist: like the
+// position topic, Run looks it up when it starts, and a missing one (or
+// one deleted since) is an *eos.ConfigError naming DeadLetterTopic.
+// Default: none, and the relay stops with a *[RecordError] (the
 // record is not lost: the relay publishes it once it is accepted, for
 // example after max.message.bytes is raised).
 func DeadLetterTopic(topic string) Option {
@@ -155,8 +165,10 @@ func MaxRecordsPerCommit(n int) Option {
 }
 
 // RetryFor bounds how long the relay keeps retrying without publishing
-// anything while PostgreSQL or Kafka are unreachable (or a topic is
-// missing) before Run returns the last error. Default: 2 minutes.
+// anything while PostgreSQL or Kafka are unreachable (or an output topic
+// is missing) before Run returns the last error. Default: 2 minutes. A
+// missing position or dead-letter topic is not retried: it is an
+// *eos.ConfigError within seconds.
 func RetryFor(d time.Duration) Option {
 	return func(c *config) { c.retryFor = d }
 }
@@ -204,6 +216,9 @@ type hooks struct {
 	// beforeCommit runs inside the Kafka transaction, after its records
 	// and position were produced, just before it commits.
 	beforeCommit func()
+	// afterCommit runs once a batch committed, before the slot is told;
+	// true ends the session there, as a crash would.
+	afterCommit func() bool
 }
 
 func validSlotName(s string) bool {

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -21,9 +22,10 @@ type position struct {
 	Token string `json:"token"` // the slot's incarnation
 }
 
-// readTimeout bounds reading the position back: long enough for another
-// relay's transaction open on the topic to end at its timeout.
-const readTimeout = 2 * time.Minute
+// readTimeout bounds reading the position back. The read waits for no
+// other relay's transaction, so it is only the time a read of the topic
+// takes.
+const readTimeout = time.Minute
 
 func positionRecord(topic, key, token string, end pglogrepl.LSN) *kgo.Record {
 	v, _ := json.Marshal(position{LSN: end.String(), Key: key, Token: token})
@@ -31,11 +33,21 @@ func positionRecord(topic, key, token string, end pglogrepl.LSN) *kgo.Record {
 }
 
 // readPosition returns the last committed position under key in topic's
-// partition 0, or 0 if it has none. It reads with read_committed up to the
-// high watermark, keeping control records so that a partition ending in a
-// transaction marker is still read to its end: a transaction open on the
-// topic (another slot's relay, which shares it) is waited for, since its
-// end decides whether records before ours count.
+// partition 0, or 0 if it has none.
+//
+// It reads the partition's whole log up to its high watermark under
+// read_uncommitted, transaction markers included, and decides itself
+// which records count: a record of a transaction counts once its
+// producer's commit marker follows it, one of an aborted or still open
+// transaction does not, and one written outside a transaction counts as
+// it is. Of those, the one at the highest offset is the position, as a
+// read_committed reader would find it. A read_committed read could not
+// do: it stops at the last stable offset, short of our own committed
+// records past another slot's transaction still open on the shared topic,
+// and so would wait for that transaction to end (up to its timeout).
+// Every transaction of our own is decided by the time this runs: the
+// caller registered the transactional id first, which completes (markers
+// written) or aborts whatever an earlier relay with it left.
 func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglogrepl.LSN, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -67,50 +79,64 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 
 	cl, err := kgo.NewClient(append(slices.Clip(conn),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(start.Offset)}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.KeepControlRecords(),
 	)...)
 	if err != nil {
 		return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
 	}
 	defer cl.Close()
-	var last pglogrepl.LSN
-	var token string
+	var last *kgo.Record              // the committed record of key at the highest offset
+	open := map[int64][]*kgo.Record{} // key's records of each producer's undecided transaction
+	count := func(r *kgo.Record) {
+		if last == nil || r.Offset > last.Offset {
+			last = r
+		}
+	}
 	next := start.Offset
 	for next < end.Offset {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return 0, "", fmt.Errorf("%w: %s[0] read up to offset %d of %d within %s (a transaction open on it?): %w", ErrPosition, topic, next, end.Offset, readTimeout, err)
+			return 0, "", fmt.Errorf("%w: %s[0] read up to offset %d of %d within %s: %w", ErrPosition, topic, next, end.Offset, readTimeout, err)
 		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
 			return 0, "", fmt.Errorf("%w: read %s: %w", ErrPosition, topic, ferr)
 		}
-		var derr error
 		fetches.EachRecord(func(r *kgo.Record) {
 			if r.Offset >= end.Offset {
 				return
 			}
 			next = r.Offset + 1
-			if r.Attrs.IsControl() || string(r.Key) != key {
-				return
+			switch {
+			case r.Attrs.IsControl():
+				// The key of a marker: int16 version, int16 type (0
+				// abort, 1 commit).
+				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 {
+					for _, c := range open[r.ProducerID] {
+						count(c)
+					}
+				}
+				delete(open, r.ProducerID)
+			case string(r.Key) != key:
+			case r.Attrs.IsTransactional():
+				open[r.ProducerID] = append(open[r.ProducerID], r)
+			default:
+				count(r)
 			}
-			var p position
-			if err := json.Unmarshal(r.Value, &p); err != nil {
-				derr = fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, r.Offset, err)
-				return
-			}
-			lsn, err := pglogrepl.ParseLSN(p.LSN)
-			if err != nil {
-				derr = fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, r.Offset, err)
-				return
-			}
-			last, token = lsn, p.Token
 		})
-		if derr != nil {
-			return 0, "", finalError{derr}
-		}
 	}
-	return last, token, nil
+	if last == nil {
+		return 0, "", nil
+	}
+	var p position
+	if err := json.Unmarshal(last.Value, &p); err != nil {
+		return 0, "", finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
+	}
+	lsn, err := pglogrepl.ParseLSN(p.LSN)
+	if err != nil {
+		return 0, "", finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
+	}
+	return lsn, p.Token, nil
 }

@@ -42,8 +42,14 @@ func (c *config) newPublisher() (publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn := append(append([]kgo.Opt(nil), c.clientOpts...), kgo.SeedBrokers(c.brokers...))
-	return &txnPublisher{cfg: c, p: p, conn: conn}, nil
+	return &txnPublisher{cfg: c, p: p, conn: c.connOpts()}, nil
+}
+
+// connOpts are the options of the relay's own short-lived clients (reading
+// the position, looking up topics): the pass-through options, then the
+// seed brokers.
+func (c *config) connOpts() []kgo.Opt {
+	return append(append([]kgo.Opt(nil), c.clientOpts...), kgo.SeedBrokers(c.brokers...))
 }
 
 // gather produces b's records with produce, then extends b from next

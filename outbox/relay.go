@@ -32,7 +32,6 @@ var ErrRunning = loop.ErrRunning
 type Relay struct {
 	pool     *pgxpool.Pool
 	cfg      *config
-	repl     *pgconn.Config
 	running  atomic.Bool
 	prepared bool   // slot, key and transactional id settled; only Run touches it
 	system   string // the server's system identifier, as prepare found it
@@ -42,7 +41,11 @@ type Relay struct {
 	obs       *loop.Observer
 }
 
-// NewRelay returns a relay over the outbox in pool's database. It takes
+// NewRelay returns a relay over the outbox in pool's database. Besides
+// the pool's connections, the relay opens replication connections of its
+// own with the pool's configuration as it stands at each connect: its
+// BeforeConnect hook, if set (rotating credentials, say), is called for
+// them too. It takes
 // [Brokers] (required), [Slot], [PositionTopic], [TransactionalID],
 // [DeadLetterTopic], [WithSemantics], [CommitInterval],
 // [MaxRecordsPerCommit], [RetryFor], [StatusInterval], [Logger],
@@ -71,7 +74,7 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 		return nil, err
 	}
 	p.close()
-	return &Relay{pool: pool, cfg: c, repl: replicationConfig(&pool.Config().ConnConfig.Config), undeleted: map[int64]int{},
+	return &Relay{pool: pool, cfg: c, undeleted: map[int64]int{},
 		obs: loop.NewObserver("outbox", "", c.metrics)}, nil
 }
 
@@ -90,7 +93,10 @@ func final(err error) bool {
 // Run relays until ctx is done (then it returns nil, having aborted the
 // Kafka transaction in flight, whose records the next run publishes), or
 // until a final error: the relay was fenced by another with the same
-// transactional id (eos.ErrFenced), a record was refused as its own fault
+// transactional id (eos.ErrFenced), the position topic or the
+// [DeadLetterTopic] does not exist (an *eos.ConfigError naming the
+// setting: checked when each session starts, and when a produce to it
+// fails as UNKNOWN_TOPIC_OR_PARTITION), a record was refused as its own fault
 // and no [DeadLetterTopic] is set (*[RecordError]), the schema, slot or
 // wal_level are wrong, or PostgreSQL or Kafka stayed unreachable for
 // [RetryFor] without anything published (the last error, naming where).
@@ -156,7 +162,11 @@ func (r *Relay) prepare(ctx context.Context) error {
 	if err := checkReady(ctx, r.pool, r.cfg.slot); err != nil {
 		return err
 	}
-	conn, err := pgconn.ConnectConfig(ctx, r.repl)
+	repl, err := r.replicationConfig(ctx)
+	if err != nil {
+		return err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, repl)
 	if err != nil {
 		return fmt.Errorf("outbox: open a replication connection: %w", err)
 	}
@@ -172,6 +182,22 @@ func (r *Relay) prepare(ctx context.Context) error {
 	}
 	r.prepared = true
 	return nil
+}
+
+// replicationConfig returns the settings of a new replication connection:
+// the pool's, as it makes a connection of its own, that is a copy of its
+// ConnConfig passed through its BeforeConnect hook if it has one (which
+// may set rotated credentials), with replication turned on. Called
+// before every replication connect, so that credentials the hook
+// rotates reach the relay's sessions too.
+func (r *Relay) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
+	pc := r.pool.Config() // a copy, ConnConfig included
+	if pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(ctx, pc.ConnConfig); err != nil {
+			return nil, fmt.Errorf("outbox: the pool's BeforeConnect, for a replication connection: %w", err)
+		}
+	}
+	return replicationConfig(&pc.ConnConfig.Config), nil
 }
 
 // token returns the slot's incarnation: a random id the first relay of a
@@ -203,11 +229,18 @@ func (r *Relay) token(ctx context.Context) (string, error) {
 // own confirmed position, never past the position in Kafka; what Kafka
 // already has is skipped.
 func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
+	if err := r.cfg.checkTopics(ctx); err != nil {
+		return false, err
+	}
 	waited, err := r.awaitSlot(ctx)
 	if err != nil {
 		return waited, err
 	}
-	s, err := startStream(ctx, r.repl, r.cfg.slot, r.cfg.publication, 0, r.cfg.statusInterval)
+	repl, err := r.replicationConfig(ctx)
+	if err != nil {
+		return waited, err
+	}
+	s, err := startStream(ctx, repl, r.cfg.slot, r.cfg.publication, 0, r.cfg.statusInterval)
 	if slotActive(err) {
 		// Another relay took it first: stand by again.
 		r.obs.StandingBy(true)
@@ -286,6 +319,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		if err == nil {
 			published = cur.txns[len(cur.txns)-1].end
 			progressed = true
+			if r.cfg.hooks.afterCommit != nil && r.cfg.hooks.afterCommit() {
+				return progressed, errors.New("outbox: a test ended the session after a commit, before the slot was told")
+			}
 			if b.isolate && len(b.txns) > 1 {
 				b.txns = b.txns[1:]
 			} else {
@@ -306,7 +342,10 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		if final(err) {
 			return progressed, err
 		}
-		if retry, err := r.blame(err, b); !retry {
+		if gone := r.cfg.topicGone(ctx, err); gone != nil {
+			return progressed, gone
+		}
+		if retry, err := r.blame(ctx, err, b); !retry {
 			return progressed, err
 		}
 	}
@@ -415,10 +454,10 @@ func (r *Relay) heartbeat(ctx context.Context, s *stream) (stop func()) {
 }
 
 // startKeepingAlive runs p.start (registering the transactional id may
-// wait for another relay's transaction to end, reading the position for
-// one open on the position topic) while telling the replication session
-// it is alive, so that wal_sender_timeout does not end it meanwhile. The
-// goroutine has the stream's connection to itself until p.start returns.
+// wait for another relay's transaction with it to end) while telling the
+// replication session it is alive, so that wal_sender_timeout does not end
+// it meanwhile. The goroutine has the stream's connection to itself until
+// p.start returns.
 func (r *Relay) startKeepingAlive(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
 	stop := every(r.cfg.statusInterval, func() { _ = s.keepAlive(ctx) })
 	defer stop()
@@ -448,7 +487,7 @@ func every(d time.Duration, fn func()) (stop func()) {
 // blame decides, after a failed publish, whether one record is at fault
 // and may be dead-lettered (retry the same batch) or the error ends the
 // session.
-func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
+func (r *Relay) blame(ctx context.Context, err error, b *pending) (retry bool, _ error) {
 	dead := b.dead
 	pe, ok := errors.AsType[*eos.ProduceError](err)
 	if !ok || pe.Record == nil {
@@ -460,16 +499,16 @@ func (r *Relay) blame(err error, b *pending) (retry bool, _ error) {
 	}
 	cause := pe.Err
 	if info.partition >= 0 && strings.Contains(cause.Error(), "invalid record partitioning choice") {
-		cause = fmt.Errorf("%w: %w", ErrInvalidPartition, cause)
+		cause = r.cfg.partitionMissing(ctx, info.topic, info.partition, cause)
 	}
 	if _, already := dead[info.id]; already {
 		err := fmt.Errorf("outbox: the dead letter of record %d could not be written to %s: %w", info.id, r.cfg.deadLetter, cause)
 		if recordsFault(cause) {
 			return false, finalError{err}
 		}
-		return false, err // a missing dead-letter topic, say: retried for RetryFor
+		return false, err // a refused ACL, say: retried for RetryFor (a missing topic is topicGone's)
 	}
-	if recordsFault(cause) && !b.isolate {
+	if recordsFault(cause) && !b.isolate && !errors.Is(cause, ErrInvalidPartition) {
 		// Kafka refuses a produce batch whole (one larger than the
 		// topic's max.message.bytes, say): every record in it fails
 		// alike, and the first is not to blame. Publish the batch again

@@ -337,28 +337,62 @@ func TestMissingTopicStopsTheRelayAndLosesNothing(t *testing.T) {
 	}
 }
 
-// A record pinned to a partition its topic lacks stops the relay, once
-// RetryFor has passed (the relay's metadata may lag partitions just
-// added), with a *RecordError naming it.
+// A record pinned with WriteToPartition to a partition its topic lacks
+// is the record's fault, as WriteToPartition says: without a dead-letter
+// topic it stops the relay at once (not after RetryFor) with a
+// *RecordError naming it; with one, it is dead-lettered and the records
+// around it publish once, in order.
 func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
 	b := newBed(t, k)
 	ctx := context.Background()
+	b.writeEach(t, &kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte("before")})
 	if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		return outbox.WriteToPartition(ctx, tx, 6, &kgo.Record{Topic: b.out, Value: []byte("p6")})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := outbox.NewRelay(b.pool, b.opts(t, outbox.RetryFor(3*time.Second))...)
+	pinned := b.idOf(t, "p6")
+	b.writeEach(t, &kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte("after")})
+	r, err := outbox.NewRelay(b.pool, b.opts(t)...) // RetryFor: its 2-minute default
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	err = r.Run(rctx)
-	if rerr, ok := errors.AsType[*outbox.RecordError](err); !ok || rerr.Partition != 6 || !errors.Is(err, outbox.ErrInvalidPartition) {
-		t.Fatalf("Run returned %v; want a *RecordError for partition 6", err)
+	err, took := runFor(t, r, 30*time.Second)
+	if rerr, ok := errors.AsType[*outbox.RecordError](err); !ok || rerr.ID != pinned || rerr.Partition != 6 || !errors.Is(err, outbox.ErrInvalidPartition) {
+		t.Fatalf("Run returned %v after %s; want a *RecordError for record %d, partition 6", err, took.Round(time.Millisecond), pinned)
+	}
+	t.Logf("without a dead-letter topic, Run returned after %s: %v", took.Round(time.Millisecond), err)
+
+	dlq := k.NewTopic(1)
+	run := b.start(t, outbox.DeadLetterTopic(dlq))
+	waitFor(t, 30*time.Second, "the dead letter", func() bool { return len(k.ReadNow(dlq, kgo.ReadCommitted(), time.Minute)) == 1 })
+	waitFor(t, 30*time.Second, "the records around it", func() bool { return b.published(t) >= 2 })
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var vals []string
+	for _, rec := range k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute) {
+		vals = append(vals, string(rec.Value))
+	}
+	if strings.Join(vals, ",") != "before,after" {
+		t.Fatalf("output %v; want before,after once each", vals)
+	}
+	dl := k.ReadAll(dlq, kgo.ReadCommitted(), time.Minute)[0]
+	headers := map[string]string{}
+	for _, h := range dl.Headers {
+		headers[h.Key] = string(h.Value)
+	}
+	if headers["eoskit-outbox-id"] != strconv.FormatInt(pinned, 10) || string(dl.Value) != "p6" {
+		t.Fatalf("dead letter %q with headers %v; want record %d's", dl.Value, headers, pinned)
+	}
+	var part *int32
+	if err := b.pool.QueryRow(ctx, `SELECT partition FROM eoskit_outbox_dead_letters WHERE id = $1`, pinned).Scan(&part); err != nil || part == nil || *part != 6 {
+		t.Fatalf("the dead-letter table does not keep record %d with its partition 6 (%v, %v)", pinned, part, err)
+	}
+	if n := b.rows(t); n != 0 {
+		t.Fatalf("%d rows left in the outbox", n)
 	}
 }
 
@@ -550,4 +584,296 @@ func (m *countingMetrics) snapshot() countingMetrics {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return countingMetrics{committed: m.committed, dead: m.dead, aborted: maps.Clone(m.aborted)}
+}
+
+// runFor runs a relay until it returns or within elapses, and returns
+// Run's error and how long it took; a Run still going at within is an
+// error naming the wait.
+func runFor(t *testing.T, r *outbox.Relay, within time.Duration) (error, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case err := <-done:
+		return err, time.Since(began)
+	case <-time.After(within):
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("the relay did not stop within a minute of its context's end")
+		}
+		return fmt.Errorf("Run did not return within %s", within), time.Since(began)
+	}
+}
+
+// wantConfigError fails t unless err is an outbox *eos.ConfigError naming
+// setting.
+func wantConfigError(t *testing.T, err error, took time.Duration, setting string) {
+	t.Helper()
+	cerr, ok := errors.AsType[*eos.ConfigError](err)
+	if !ok || cerr.Package != "outbox" || cerr.Setting != setting || !errors.Is(err, eos.ErrInvalidConfig) {
+		t.Fatalf("Run returned %v after %s; want an outbox *eos.ConfigError naming %s", err, took.Round(time.Millisecond), setting)
+	}
+	t.Logf("Run returned after %s: %v", took.Round(time.Millisecond), err)
+}
+
+// A position topic or a dead-letter topic that does not exist is a
+// configuration error, reported within seconds of Run's start (not after
+// RetryFor of retries), naming the setting.
+func TestMissingPositionOrDeadLetterTopicIsAConfigError(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("waits")})
+	for _, c := range []struct {
+		setting string
+		opt     outbox.Option
+	}{
+		{"PositionTopic", outbox.PositionTopic(integration.UniqueName(t, "no-positions"))},
+		{"DeadLetterTopic", outbox.DeadLetterTopic(integration.UniqueName(t, "no-dead-letters"))},
+	} {
+		r, err := outbox.NewRelay(b.pool, b.opts(t, c.opt)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err, took := runFor(t, r, 10*time.Second)
+		wantConfigError(t, err, took, c.setting)
+	}
+	if n := b.published(t); n != 0 {
+		t.Fatalf("%d records published by relays whose configuration was refused", n)
+	}
+}
+
+// A position topic deleted while the relay runs is a configuration error
+// too, within seconds of the first publish that needs it; the record is
+// not published (it stays in the slot's log).
+func TestDeletedPositionTopicIsAConfigError(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	r, err := outbox.NewRelay(b.pool, b.opts(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("first")})
+	waitFor(t, time.Minute, "the first record", func() bool { return b.published(t) == 1 })
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	resp, err := k.Admin.DeleteTopics(dctx, b.positions)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the deleted topic gone from the metadata", func() bool {
+		md, err := k.Admin.Metadata(dctx, b.positions)
+		return err == nil && md.Topics[b.positions].Err != nil
+	})
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("second")})
+	began := time.Now()
+	select {
+	case err := <-done:
+		wantConfigError(t, err, time.Since(began), "PositionTopic")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of a record needing the deleted position topic")
+	}
+	if n := b.published(t); n != 1 {
+		t.Fatalf("%d records published; want the first alone", n)
+	}
+}
+
+// Relays of several slots share a position topic. Another slot's relay
+// (here a transactional producer writing what it would) aborts a
+// transaction, the last thing in the topic; then another leaves one open.
+// A relay starting after either reads its position within seconds (it
+// waits for neither), and so does one whose own committed position lies
+// past that open transaction, which it must not miss: every record is
+// published once.
+func TestPositionReadPassesOthersAbortedAndOpenTransactions(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	ctx := context.Background()
+	b.writeEach(t, &kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte("1")})
+	run := b.start(t)
+	waitFor(t, time.Minute, "the first record", func() bool { return b.published(t) == 1 })
+	if err := run.stop(); err != nil { // idle: no transaction open
+		t.Fatal(err)
+	}
+	var sys string
+	if err := b.pool.QueryRow(ctx, `SELECT system_identifier::text FROM pg_control_system()`).Scan(&sys); err != nil {
+		t.Fatal(err)
+	}
+	// What the other slot's relay would write: its position, in a
+	// transaction, here aborted.
+	position := func(cl *kgo.Client, end kgo.TransactionEndTry) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Topic: b.positions, Key: []byte(sys + "/other_slot"), Value: []byte(`{"lsn":"0/1","key":"x","token":"y"}`)}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if end == kgo.TryAbort {
+			if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	aborter := k.Client(kgo.TransactionalID(integration.UniqueName(t, "aborts")))
+	position(aborter, kgo.TryAbort)
+	k.ReadAll(b.positions, kgo.ReadCommitted(), 30*time.Second) // its marker written
+	// Each phase writes a record, starts a relay, which must read its
+	// position and publish the record within seconds, and stops it.
+	for i, phase := range []string{
+		"after an abort at the topic's end",
+		"while another transaction is open on the topic",
+		"with its own position past that open transaction",
+	} {
+		if i == 1 {
+			opener := k.Client(kgo.TransactionalID(integration.UniqueName(t, "open")), kgo.TransactionTimeout(5*time.Minute))
+			position(opener, kgo.TryCommit) // left open
+			t.Cleanup(func() { _ = opener.EndTransaction(context.Background(), kgo.TryAbort) })
+		}
+		b.writeEach(t, &kgo.Record{Topic: b.out, Key: []byte("k"), Value: []byte{'2' + byte(i)}})
+		began := time.Now()
+		// In the open phase the relay's session ends right after its
+		// commit, as a crash would, before the slot is told: the next
+		// session's slot streams the record again, and only the position
+		// in Kafka, which lies past the open transaction, says it is
+		// published.
+		var crashed atomic.Bool
+		run := b.start(t, outbox.RetryFor(time.Minute), outbox.AfterCommit(func() bool { return i == 1 && crashed.CompareAndSwap(false, true) }))
+		deadline := time.Now().Add(15 * time.Second)
+		for b.published(t) < 2+i {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the relay published nothing within 15 s of its start (its position read waits?)", phase)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if i == 1 {
+			waitFor(t, 15*time.Second, "the session after the crash to read its position", func() bool {
+				h := run.relay.Health()
+				return crashed.Load() && h.LastError != "" && h.LastAssigned.After(h.LastErrorAt)
+			})
+		}
+		t.Logf("%s: published after %s", phase, time.Since(began).Round(time.Millisecond))
+		if err := run.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var vals []string
+	for _, rec := range k.ReadNow(b.out, kgo.ReadCommitted(), time.Minute) {
+		vals = append(vals, string(rec.Value))
+	}
+	if strings.Join(vals, ",") != "1,2,3,4" {
+		t.Fatalf("output %v; want 1,2,3,4 once each", vals)
+	}
+}
+
+// The replication connection is made with the pool's configuration at
+// every connect: a BeforeConnect hook that sets the password (rotating
+// credentials; the configuration's own is wrong) is called for it too,
+// and the relay replicates.
+func TestReplicationConnectionUsesBeforeConnect(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	_, url := integration.PostgresWithURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password := cfg.ConnConfig.Password
+	cfg.ConnConfig.Password = "wrong"
+	var calls atomic.Int64
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		calls.Add(1)
+		cc.Password = password
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b := newBedOn(t, k, pool, url)
+	b.writeEach(t, &kgo.Record{Topic: b.out, Value: []byte("rotated")})
+	run := b.start(t, outbox.RetryFor(10*time.Second))
+	deadline := time.Now().Add(30 * time.Second)
+	for b.published(t) < 1 {
+		if err := run.wait(0); !strings.Contains(fmt.Sprint(err), "did not return") {
+			t.Fatalf("the relay stopped: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing published within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The pool's own connects, and the relay's two replication connects
+	// (identifying the server, then the stream).
+	got, pooled := calls.Load(), pool.Stat().NewConnsCount()
+	if got < pooled+2 {
+		t.Fatalf("BeforeConnect called %d times for %d pool connections; want the relay's replication connects counted too", got, pooled)
+	}
+	t.Logf("BeforeConnect called %d times: %d pool connections and %d replication connects", got, pooled, got-pooled)
+}
+
+// A record pinned to a partition added after the relay's producer loaded
+// the topic's metadata is no record's fault: the relay looks the topic up
+// afresh, finds the partition, and publishes the record there (with a new
+// producer) instead of dead-lettering it.
+func TestPinnedToAPartitionJustAddedIsPublished(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	b := newBed(t, k)
+	ctx := context.Background()
+	topic, dlq := k.NewTopic(1), k.NewTopic(1)
+	pinned := func(p int32, value string) {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			return outbox.WriteToPartition(ctx, tx, p, &kgo.Record{Topic: topic, Value: []byte(value)})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := b.start(t, outbox.DeadLetterTopic(dlq))
+	pinned(0, "p0")
+	waitFor(t, 30*time.Second, "the record for partition 0", func() bool { return len(k.ReadNow(topic, kgo.ReadCommitted(), time.Minute)) == 1 })
+	resp, err := k.Admin.UpdatePartitions(ctx, 3, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "3 partitions in the metadata", func() bool {
+		md, err := k.Admin.Metadata(ctx, topic)
+		return err == nil && len(md.Topics[topic].Partitions) == 3
+	})
+	pinned(2, "p2")
+	waitFor(t, 30*time.Second, "the record for partition 2", func() bool { return len(k.ReadNow(topic, kgo.ReadCommitted(), time.Minute)) == 2 })
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range k.ReadAll(topic, kgo.ReadCommitted(), time.Minute) {
+		if want := int32(rec.Value[1] - '0'); rec.Partition != want {
+			t.Fatalf("record %q on partition %d; want %d", rec.Value, rec.Partition, want)
+		}
+	}
+	if n := len(k.ReadAll(dlq, kgo.ReadCommitted(), time.Minute)); n != 0 {
+		t.Fatalf("%d dead letters; want none", n)
+	}
 }

@@ -24,7 +24,11 @@ func Write(ctx context.Context, tx pgx.Tx, records ...*kgo.Record) error {
 
 // WriteToPartition is [Write] for records that must go to one partition
 // of their topics. A partition the topic does not have is refused by the
-// relay as the record's fault (see [DeadLetterTopic]).
+// relay as the record's fault: with a [DeadLetterTopic] the record is
+// dead-lettered and the others publish; without one the relay stops with
+// a *[RecordError] wrapping [ErrInvalidPartition]. The relay checks with
+// a fresh metadata look-up first, so that a partition just added, which
+// its producer may not know yet, is published there.
 func WriteToPartition(ctx context.Context, tx pgx.Tx, partition int32, records ...*kgo.Record) error {
 	if partition < 0 {
 		return fmt.Errorf("outbox: write: partition %d is negative", partition)
