@@ -67,6 +67,7 @@ func testLogger(t testing.TB) *slog.Logger {
 
 // running is a processor started by a test.
 type running struct {
+	p        *eos.Processor
 	cancel   context.CancelFunc
 	finished chan struct{} // closed when Run returned
 	err      error         // what Run returned, once finished is closed
@@ -100,7 +101,7 @@ func startProcessor(t testing.TB, h eos.HandlerFunc, opts ...eos.ProcessorOption
 		t.Fatalf("NewProcessor: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, finished: make(chan struct{})}
+	r := &running{p: p, cancel: cancel, finished: make(chan struct{})}
 	go func() {
 		defer close(r.finished)
 		r.err = p.Run(ctx)

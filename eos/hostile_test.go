@@ -142,14 +142,16 @@ func TestMissingOutputTopicBlamesNoInput(t *testing.T) {
 	inputs := k.SeedHostile(in, n, 50)
 	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"),
 		eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(kgo.UnknownTopicRetries(1)))...)
-	time.Sleep(8 * time.Second) // a few sessions fail on the missing topic
+	waitFor(t, time.Minute, "a session to fail on the missing output topic", func() bool {
+		return strings.Contains(p.p.Health().LastError, kerr.UnknownTopicOrPartition.Message) || strings.Contains(p.p.Health().LastError, "UNKNOWN_TOPIC_OR_PARTITION")
+	})
 	if dead := k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout); len(dead) != 0 {
 		t.Fatalf("%d inputs dead-lettered for a missing output topic (first: %s); no input was at fault", len(dead), dead[0].Key)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := k.Admin.CreateTopic(ctx, 2, 1, nil, out); err != nil {
-		t.Fatal(err)
+	if resp, err := k.Admin.CreateTopic(ctx, 2, 1, nil, out); err != nil || resp.Err != nil {
+		t.Fatalf("create %s: %v %v", out, err, resp.Err)
 	}
 	progress := followCommitted(t, k, out)
 	waitFor(t, 2*time.Minute, "every input to be copied once the topic exists", func() bool { return progress.n.Load() >= int64(len(inputs.Committed)) })
@@ -195,8 +197,8 @@ func TestMissingDeadLetterTopicIsAConfigErrorWithinSeconds(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := k.Admin.CreateTopic(ctx, 1, 1, nil, dlt); err != nil {
-		t.Fatal(err)
+	if resp, err := k.Admin.CreateTopic(ctx, 1, 1, nil, dlt); err != nil || resp.Err != nil {
+		t.Fatalf("create %s: %v %v", dlt, err, resp.Err)
 	}
 	progress := followCommitted(t, k, out)
 	fixed := startProcessor(t, failingOn(out, fails), opts...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -142,18 +143,21 @@ func TestProcessorRestartsWhenACommitsOutcomeIsUnknown(t *testing.T) {
 	inputs := k.Seed(in, n)
 	tamper := &endTxnTamperer{}
 	tamper.commitsBefore.Store(2)
+	metrics := &countingMetrics{}
 	progress := followCommitted(t, k, out)
-	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"),
+	p := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), eos.WithMetrics(metrics),
 		eos.MaxRecordsPerCommit(500), eos.ClientOptions(kgo.Dialer(tamper.dial)))...)
-	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
-	time.Sleep(2 * time.Second) // a duplicate copy, if any, lands by now
+	waitFor(t, 2*time.Minute, "every input to be copied, after the tampered commit was reported unknown", func() bool {
+		return progress.n.Load() >= n && strings.Contains(metrics.abortReasons(), "outcome-unknown")
+	})
+	// Stopped before reading: whatever it copied again is committed by then.
 	if err := p.stop(t); err != nil {
 		t.Fatalf("processor stopped with %v", err)
 	}
 	if !tamper.tampered.Load() {
 		t.Fatal("no EndTxn commit was tampered with; the fault never struck")
 	}
-	t.Logf("verifier: %v", k.VerifyTopic(inputs, out, verifyTimeout))
+	t.Logf("aborts: %s; verifier: %v", metrics.abortReasons(), k.VerifyTopic(inputs, out, verifyTimeout))
 }
 
 // The same unknown outcome during a rebalance that takes nothing from the
@@ -194,8 +198,9 @@ func TestProcessorGuardsAnUnknownOutcomeThroughARebalanceThatTakesNothing(t *tes
 			emptyRevokes.Add(1)
 		}
 	}
+	metrics := &countingMetrics{}
 	progress := followCommitted(t, k, out)
-	p := startProcessor(t, handler, append(processorOpts(k, group, in, "0"), eos.MaxRecordsPerCommit(500),
+	p := startProcessor(t, handler, append(processorOpts(k, group, in, "0"), eos.MaxRecordsPerCommit(500), eos.WithMetrics(metrics),
 		eos.ClientOptions(kgo.Dialer(tamper.dial), kgo.OnPartitionsRevoked(onRevoked)))...)
 	select {
 	case <-holding:
@@ -217,8 +222,10 @@ func TestProcessorGuardsAnUnknownOutcomeThroughARebalanceThatTakesNothing(t *tes
 	})
 	tamper.commitsBefore.Store(tamper.seen.Load()) // the held batch's commit is the tampered one
 	close(release)
-	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
-	time.Sleep(2 * time.Second) // a duplicate copy, if any, lands by now
+	waitFor(t, 2*time.Minute, "every input to be copied, after the tampered commit was reported unknown", func() bool {
+		return progress.n.Load() >= n && strings.Contains(metrics.abortReasons(), "outcome-unknown")
+	})
+	// Stopped before reading: whatever it copied again is committed by then.
 	if err := p.stop(t); err != nil {
 		t.Fatalf("processor stopped with %v", err)
 	}
