@@ -30,6 +30,7 @@ type bed struct {
 	pool  *pgxpool.Pool
 	store *dedup.PostgresStore
 	topic string
+	dbURL string // the test database's URL, for pools of the test's own
 }
 
 func newBed(t *testing.T, partitions int32) *bed {
@@ -39,7 +40,8 @@ func newBed(t *testing.T, partitions int32) *bed {
 
 func newBedOn(t *testing.T, k *integration.KafkaCluster, partitions int32) *bed {
 	t.Helper()
-	b := &bed{k: k, pool: integration.Postgres(t)}
+	b := &bed{k: k}
+	b.pool, b.dbURL = integration.PostgresWithURL(t)
 	b.topic = b.k.NewTopic(partitions)
 	var err error
 	if b.store, err = dedup.NewPostgresStore(""); err != nil {
@@ -862,4 +864,88 @@ func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
 	fixed.stop(t)
 	b.assertOnce(t, 200)
 	t.Logf("Run: %v", err)
+}
+
+// poolWith returns a pool on the bed's database with the given URL
+// parameters (pool_max_conns=1, say), closed when the test ends.
+func (b *bed) poolWith(t *testing.T, params string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), b.dbURL+"&"+params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// runConsumer runs a consumer of the bed's topic on pool with handler h,
+// until the test ends.
+func (b *bed) runConsumer(t *testing.T, pool *pgxpool.Pool, h dedup.Handler, opts ...dedup.Option) *run {
+	t.Helper()
+	opts = append([]dedup.Option{dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")),
+		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))}, opts...)
+	c, err := dedup.NewConsumer(pool, b.store, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	t.Cleanup(cancel)
+	return r
+}
+
+// running fails the test if Run has returned.
+func (r *run) running(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		t.Fatalf("Run returned %v; want it still running", err)
+	default:
+	}
+}
+
+// A handler's lock wait that times out (55P03, under a lock_timeout the
+// application's pool sets) is the database pushing back, like a deadlock
+// or a serialization failure: the batch is retried, and the record
+// applied once the lock is free, never dead-lettered. Before, 55P03 was
+// taken for the handler's own failure, and DeadLetter parked a valid
+// record whose effect was never applied.
+func TestHandlerLockTimeoutIsRetriedNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	ctx := context.Background()
+	b.produce(t, stamped(1)...)
+	locker, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(ctx)
+	if _, err := locker.Exec(ctx, `SELECT n FROM totals WHERE name = 'all' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	var lockWaits atomic.Int64
+	effect := b.handler("a")
+	r := b.runConsumer(t, b.poolWith(t, "lock_timeout=1000"), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+		err := effect(ctx, tx, rec)
+		if err != nil && strings.Contains(err.Error(), "55P03") {
+			lockWaits.Add(1)
+		}
+		return err
+	}, dedup.OnHandlerError(dedup.DeadLetter()))
+	waitFor(t, "a lock wait to time out in the handler", func() bool { r.running(t); return lockWaits.Load() >= 1 })
+	time.Sleep(2 * time.Second)
+	if err := locker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the record to be applied or parked", func() bool {
+		r.running(t)
+		s := r.c.Stats()
+		return s.Applied+s.DeadLetters >= 1
+	})
+	if s := r.c.Stats(); s.Applied != 1 || s.DeadLetters != 0 {
+		t.Fatalf("stats %+v after %d lock timeouts; want the record applied, none parked", s, lockWaits.Load())
+	}
+	r.stop(t)
+	b.assertOnce(t, 1)
 }

@@ -65,6 +65,12 @@
 // takes the same eos.Metrics that eos's processors report to, and Health
 // gives a view for probes.
 //
+// A handler's error that is the database's doing rather than the record's
+// (a lost connection, a server shutting down, a deadlock, a serialization
+// failure, a lock wait that timed out: SQLSTATE 55P03) is never blamed on a
+// record: the batch rolls back and runs again, with a growing pause, up to
+// 10 times before Run returns the error.
+//
 // [MemoryStore] is a process-local, bounded alternative with a much weaker
 // guarantee; its documentation says exactly how weak.
 package dedup

@@ -546,8 +546,10 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			return ctx.Err()
 		case !errors.As(err, &herr) || pgretry.Transient(ctx, r.pool, herr.err):
 			// Not the handler's doing (claiming the offsets rows timed
-			// out, the commit failed), or the database went away under
-			// the handler: no record is to blame; retry the batch.
+			// out, the commit failed), or the database went away or
+			// pushed back under the handler (a deadlock, a
+			// serialization failure, a lock wait that timed out): no
+			// record is to blame; retry the batch.
 			if attempt >= maxDBAttempts {
 				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
 			}
@@ -681,7 +683,11 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		claims := &pgx.Batch{}
 		// A claim waits for another owner's transaction on the same rows,
 		// but not for ever: an owner frozen mid-batch must not stall this
-		// one (and the rebalance its poll holds) without a word.
+		// one (and the rebalance its poll holds) without a word. The
+		// bound is the claim's alone: the lock timeout in force before it
+		// is put back once the rows are claimed, so that the handler's
+		// own lock waits are not cut short and blamed on its records.
+		claims.Queue(saveLockTimeoutSQL)
 		claims.Queue(claimLockTimeoutSQL)
 		for _, tp := range parts {
 			r.queueClaim(claims, tp, ids[tp.topic], oldRows[tp], expected[tp], first[tp], func(at int64, ok bool) {
@@ -691,6 +697,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 				}
 			})
 		}
+		claims.Queue(restoreLockTimeoutSQL)
 		// One round trip for them all; the server runs them in order.
 		if err := tx.SendBatch(ctx, claims).Close(); err != nil {
 			return err
@@ -748,10 +755,19 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 
 // claimLockTimeout bounds how long a batch waits for another owner's lock
 // on its offsets rows; past it the batch is retried like one that met a
-// database error, and after maxDBAttempts Run returns the error.
+// database error, and after maxDBAttempts Run returns the error. It bounds
+// the claim only: saveLockTimeoutSQL keeps the lock timeout in force
+// before it (the pool's, the role's or the server's) in a setting of the
+// transaction, and restoreLockTimeoutSQL puts it back after the claim's
+// statements, before the handler runs.
 const claimLockTimeout = 10 * time.Second
 
 var claimLockTimeoutSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTimeout.Milliseconds())
+
+const (
+	saveLockTimeoutSQL    = `SELECT set_config('eoskit.lock_timeout_outside_claim', current_setting('lock_timeout'), true)`
+	restoreLockTimeoutSQL = `SELECT set_config('lock_timeout', current_setting('eoskit.lock_timeout_outside_claim'), true)`
+)
 
 // queueClaim queues the claim of a partition's offsets row for this
 // transaction: it locks the row and calls done with the row's offset and

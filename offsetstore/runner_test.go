@@ -1041,3 +1041,68 @@ func TestBrokerHardRestartDuringTheRun(t *testing.T) {
 	r.stop(t)
 	t.Logf("verifier: %v; broker killed with %d of %d rows loaded", b.verify(t), atKill, n)
 }
+
+// A handler waits on an application row lock that another connection
+// holds for 15 s, longer than the claim's lock timeout (10 s): the claim's
+// timeout ends with the claim, so the handler waits, and its record is
+// applied once, with nothing dead-lettered. Before, the claim's SET LOCAL
+// lock_timeout governed the whole transaction: the handler's UPDATE failed
+// with 55P03 after 10 s, the error was blamed on the record, and
+// DeadLetter parked a valid record whose effect was never applied.
+func TestHandlerWaitsOnARowLockPastTheClaimTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1, 1)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `CREATE TABLE accounts (id integer PRIMARY KEY, n bigint NOT NULL); INSERT INTO accounts VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(ctx)
+	if _, err := locker.Exec(ctx, `SELECT n FROM accounts WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET n = n + $1 WHERE id = 1`, len(recs)); err != nil {
+			return err
+		}
+		return load(nil)(ctx, tx, recs)
+	}
+	r := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()))
+	waitFor(t, time.Minute, "the handler to wait on the row lock", func() bool {
+		var waiting int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE 'UPDATE accounts%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting == 1
+	})
+	time.Sleep(15 * time.Second)
+	if err := locker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the record to be applied or parked", func() bool {
+		select {
+		case <-r.finished:
+			return true
+		default:
+			return r.r.Stats().Records >= 1
+		}
+	})
+	select {
+	case <-r.finished:
+		t.Fatalf("Run returned %v while the handler waited on a row lock", r.err)
+	default:
+	}
+	var n, dead int
+	if err := b.pool.QueryRow(ctx, `SELECT (SELECT n FROM accounts WHERE id = 1), (SELECT count(*) FROM eoskit_dead_letters)`).Scan(&n, &dead); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || dead != 0 || r.r.Stats().DeadLetters != 0 {
+		t.Fatalf("the account was updated %d times and %d records dead-lettered (Stats %+v); want the record applied once, none parked", n, dead, r.r.Stats())
+	}
+	r.stop(t)
+	b.verify(t)
+}
