@@ -949,3 +949,45 @@ func TestHandlerLockTimeoutIsRetriedNotDeadLettered(t *testing.T) {
 	r.stop(t)
 	b.assertOnce(t, 1)
 }
+
+// With the pool as small as the documentation allows (one connection for
+// Concurrency(1)), a handler's plain error is the record's, decided
+// without a second connection: DeadLetter parks the record within seconds
+// and the others are applied once. Before, the consumer pinged the pool
+// from inside the batch's transaction to tell an outage from a handler
+// error; the ping waited for a second connection, timed out, and the
+// error was retried as a database outage until Run returned "batch failed
+// 10 times".
+func TestHandlerErrorWithAPoolOfOneIsTheRecords(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	b.produce(t, stamped(5)...)
+	var firstRefusal atomic.Int64 // unix nanos
+	effect := b.handler("a")
+	r := b.runConsumer(t, b.poolWith(t, "pool_max_conns=1"), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+		if string(rec.Value) == "m2" {
+			firstRefusal.CompareAndSwap(0, time.Now().UnixNano())
+			return errors.New("rejected m2")
+		}
+		return effect(ctx, tx, rec)
+	}, dedup.Concurrency(1), dedup.OnHandlerError(dedup.DeadLetter()))
+	waitFor(t, "the handler to refuse m2", func() bool { r.running(t); return firstRefusal.Load() != 0 })
+	deadline := time.Unix(0, firstRefusal.Load()).Add(15 * time.Second)
+	for r.c.Stats().DeadLetters < 1 {
+		r.running(t)
+		if time.Now().After(deadline) {
+			t.Fatalf("m2 not parked 15 s after its handler refused it (stats %+v)", r.c.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitFor(t, "the other records", func() bool { r.running(t); return r.c.Stats().Applied >= 4 })
+	r.stop(t)
+	b.assertOnce(t, 4)
+	var parked int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM eoskit_dead_letters WHERE value = 'm2' AND error = 'rejected m2'`).Scan(&parked); err != nil {
+		t.Fatal(err)
+	}
+	if parked != 1 {
+		t.Fatalf("%d dead letters for m2, want 1", parked)
+	}
+}

@@ -68,8 +68,11 @@
 // A handler's error that is the database's doing rather than the record's
 // (a lost connection, a server shutting down, a deadlock, a serialization
 // failure, a lock wait that timed out: SQLSTATE 55P03) is never blamed on a
-// record: the batch rolls back and runs again, with a growing pause, up to
-// 10 times before Run returns the error.
+// record, and is told from the error itself and from the transaction's own
+// connection (closed, or not answering a ping), never by waiting for
+// another connection of the pool, which may all be in use: the batch rolls
+// back and runs again, with a growing pause, up to 10 times before Run
+// returns the error.
 //
 // [MemoryStore] is a process-local, bounded alternative with a much weaker
 // guarantee; its documentation says exactly how weak.

@@ -447,7 +447,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(ctx, r.pool, err) {
+		if errors.Is(err, ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(err) {
 			return err
 		}
 		r.cfg.logger.Warn("offsetstore: reading the schema version failed; retrying", "err", err, "attempt", attempt)
@@ -544,7 +544,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			return err // Run rewinds the whole polled batch
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case !errors.As(err, &herr) || pgretry.Transient(ctx, r.pool, herr.err):
+		case !errors.As(err, &herr) || herr.transient:
 			// Not the handler's doing (claiming the offsets rows timed
 			// out, the commit failed), or the database went away or
 			// pushed back under the handler (a deadlock, a
@@ -711,7 +711,11 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 				return err
 			}
 		} else if err := r.callHandler(ctx, tx, fresh); err != nil {
-			return &handlerError{err}
+			// Told from the error and this transaction's own
+			// connection, before it goes back to the pool: with a
+			// pool of Concurrency's size, another connection may be
+			// long in coming.
+			return &handlerError{err: err, transient: pgretry.TransientOn(ctx, tx.Conn(), err)}
 		}
 		for _, tp := range parts {
 			if err := r.advance(ctx, tx, tp, ids[tp.topic], claimed[tp], next[tp]); err != nil {
@@ -894,8 +898,13 @@ func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record)
 	return r.obs.Handle("offsetstore", func() error { return r.handler(ctx, tx, recs) })
 }
 
-// handlerError marks an error as the handler's, through pgx.BeginFunc.
-type handlerError struct{ err error }
+// handlerError marks an error as the handler's, through pgx.BeginFunc;
+// transient when it was the database's doing (pgretry.TransientOn), not
+// the records'.
+type handlerError struct {
+	err       error
+	transient bool
+}
 
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
