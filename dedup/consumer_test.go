@@ -991,3 +991,39 @@ func TestHandlerErrorWithAPoolOfOneIsTheRecords(t *testing.T) {
 		t.Fatalf("%d dead letters for m2, want 1", parked)
 	}
 }
+
+// A handler's error whose text PostgreSQL refuses as text (a NUL byte,
+// bytes that are not UTF-8) is parked under DeadLetter like any other, its
+// text made valid (a NUL, and each run of bytes that are not UTF-8, as
+// U+FFFD), and the consumer goes on. Before, the dead letter's INSERT
+// failed (SQLSTATE 22021) at every attempt, and Run returned "batch failed
+// 10 times".
+func TestDeadLetterWithAnErrorTextPostgreSQLRefuses(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	b.produce(t, stamped(5)...)
+	effect := b.handler("a")
+	r := b.runConsumer(t, b.pool, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+		if string(rec.Value) == "m3" {
+			return errors.New("refused\x00 m3 \xff\xfe end")
+		}
+		return effect(ctx, tx, rec)
+	}, dedup.OnHandlerError(dedup.DeadLetter()))
+	waitFor(t, "the good records and the dead letter", func() bool {
+		r.running(t)
+		s := r.c.Stats()
+		return s.Applied >= 4 && s.DeadLetters >= 1
+	})
+	// The consumer goes on: a record sent after the dead letter is applied.
+	b.produce(t, dedup.Stamp(&kgo.Record{Value: []byte("after")}))
+	waitFor(t, "the record after the dead letter", func() bool { r.running(t); return r.c.Stats().Applied >= 5 })
+	r.stop(t)
+	b.assertOnce(t, 5)
+	var text string
+	if err := b.pool.QueryRow(context.Background(), `SELECT error FROM eoskit_dead_letters WHERE value = 'm3'`).Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	if want := "refused\uFFFD m3 \uFFFD end"; text != want {
+		t.Fatalf("the dead letter's error reads %q, want %q", text, want)
+	}
+}

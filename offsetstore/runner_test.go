@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1104,5 +1105,51 @@ func TestHandlerWaitsOnARowLockPastTheClaimTimeout(t *testing.T) {
 		t.Fatalf("the account was updated %d times and %d records dead-lettered (Stats %+v); want the record applied once, none parked", n, dead, r.r.Stats())
 	}
 	r.stop(t)
+	b.verify(t)
+}
+
+// A handler's error whose text PostgreSQL refuses as text (a NUL byte,
+// bytes that are not UTF-8) is parked under DeadLetter like any other, its
+// text made valid (a NUL, and each run of bytes that are not UTF-8, as
+// U+FFFD), and the runner goes on. Before, the dead letter's INSERT failed
+// (SQLSTATE 22021) at every attempt, and Run returned "parking ... failed
+// 10 times".
+func TestDeadLetterWithAnErrorTextPostgreSQLRefuses(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	b := newBed(t, 1, n)
+	bad := b.inputs[7]
+	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		for _, r := range recs {
+			if string(r.Key) == bad {
+				return errors.New("refused\x00 record \xff" + bad)
+			}
+		}
+		return load(nil)(ctx, tx, recs)
+	}
+	r := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()))
+	waitFor(t, time.Minute, "the good rows and the dead letter, or Run to return", func() bool {
+		select {
+		case <-r.finished:
+			return true
+		default:
+			return b.rows(t) >= n-1 && r.r.Stats().DeadLetters >= 1
+		}
+	})
+	select {
+	case <-r.finished:
+		t.Fatalf("Run returned %v; want the record parked and the run going on", r.err)
+	default:
+	}
+	r.stop(t)
+	var text string
+	var key []byte
+	if err := b.pool.QueryRow(context.Background(), `SELECT error, key FROM eoskit_dead_letters`).Scan(&text, &key); err != nil {
+		t.Fatal(err)
+	}
+	if want := "refused\uFFFD record \uFFFD" + bad; text != want || string(key) != bad {
+		t.Fatalf("dead letter of %q reads %q; want %q", key, text, want)
+	}
+	b.inputs = slices.DeleteFunc(slices.Clone(b.inputs), func(id string) bool { return id == bad })
 	b.verify(t)
 }
