@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -698,9 +700,16 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// The broker is killed with SIGKILL and restarted on the same data while
-// the consumer applies messages, some of whose offset commits are lost with
-// it: the redelivered messages are skipped and each effect lands once.
+// The broker is killed with SIGKILL while a batch is in its handler, and
+// started again on the same data. The batch commits in PostgreSQL while the
+// broker is down, so its offset commit fails, and the consumer loses its
+// partitions with it (its group session ends); the broker starts again only
+// once both happened. The group then resumes from the offsets committed
+// before the kill: every record applied while the broker was down is
+// delivered again, and must be skipped by its claim, each message applied
+// once. Before, the test killed the broker at whatever point the run had
+// reached and only logged the skips: a kill between batches, with nothing
+// buffered, redelivered nothing and tested nothing.
 func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	broker := integration.StartLocalBroker(t)
@@ -708,34 +717,100 @@ func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 	const n = 10_000
 	b.produce(t, stamped(n)...)
 	slow := b.handler("a")
+	// hold stops the first handler call after it is set until release
+	// is closed, with its batch's transaction open.
+	var hold atomic.Bool
+	var once sync.Once
+	held, release := make(chan struct{}), make(chan struct{})
+	logs := &logWatch{}
 	c, err := dedup.NewConsumer(b.pool, b.store, func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		if hold.Load() {
+			once.Do(func() {
+				close(held)
+				<-release
+			})
+		}
 		time.Sleep(200 * time.Microsecond)
 		return slow(ctx, tx, r)
 	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")), dedup.MaxPollRecords(100),
+		dedup.Logger(slog.New(slog.NewTextHandler(logs, nil))),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	waitFor(t, "30% applied", func() bool { return c.Stats().Applied >= n*3/10 })
-	atKill := c.Stats().Applied
-	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer rcancel()
-	if err := broker.Restart(rctx, true); err != nil {
-		t.Fatalf("restart: %v (broker log: %s)", err, broker.Log())
+	hold.Store(true)
+	select {
+	case <-held:
+	case err := <-done:
+		t.Fatalf("Run returned %v before a batch was held", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no batch reached the handler to be held")
 	}
+	atKill := c.Stats().Applied
 	if atKill >= n {
 		t.Fatal("the run had finished before the broker was killed")
 	}
-	waitFor(t, "every message applied", func() bool { return c.Stats().Applied >= n })
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	if err := broker.Kill(rctx); err != nil {
+		t.Fatalf("kill: %v (broker log: %s)", err, broker.Log())
+	}
+	failedBefore := logs.count("offset commit failed")
+	close(release)
+	waitFor(t, "the held batch's offset commit to fail and the consumer to lose its partitions", func() bool {
+		return logs.count("offset commit failed") > failedBefore && len(c.Health().Assigned[b.topic]) == 0
+	})
+	appliedDown := c.Stats().Applied - atKill // committed in PostgreSQL, not in Kafka
+	if appliedDown < 1 {
+		t.Fatalf("%d records applied while the broker was down; the held batch did not commit", appliedDown)
+	}
+	if err := broker.Start(rctx); err != nil {
+		t.Fatalf("start: %v (broker log: %s)", err, broker.Log())
+	}
+	waitFor(t, "every message applied", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v before every message was applied", err)
+		default:
+		}
+		return c.Stats().Applied >= n
+	})
+	waitFor(t, "the redelivery of what was applied while the broker was down", func() bool { return c.Stats().Skipped >= appliedDown })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	b.assertOnce(t, n)
-	t.Logf("broker killed with %d of %d applied; stats after: %+v", atKill, n, c.Stats())
+	if s := c.Stats(); s.Applied != n || s.Skipped < appliedDown {
+		t.Fatalf("stats %+v; want %d applied, and at least the %d applied while the broker was down skipped on redelivery", s, n, appliedDown)
+	}
+	t.Logf("broker killed with %d of %d applied; %d applied while it was down; stats after: %+v", atKill, n, appliedDown, c.Stats())
+}
+
+// logWatch is a log destination that counts what it was given, and
+// passes it on to stderr.
+type logWatch struct {
+	mu   sync.Mutex
+	text strings.Builder
+}
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.text.Write(p)
+	w.mu.Unlock()
+	return os.Stderr.Write(p)
+}
+
+// count returns how many times s was logged so far.
+func (w *logWatch) count(s string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Count(w.text.String(), s)
 }
 
 // Ids are bytes, not text: schema-registry keys start with 0x00, and keys
