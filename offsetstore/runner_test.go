@@ -1108,6 +1108,44 @@ func TestHandlerWaitsOnARowLockPastTheClaimTimeout(t *testing.T) {
 	b.verify(t)
 }
 
+// The handler runs under the lock timeout its connection had before the
+// claim (here the pool's, 3 s), not the claim's 10 s and not none: the
+// claim puts the value it found back. Before, the handler saw the claim's
+// "10s".
+func TestHandlerRunsUnderItsConnectionsLockTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1, 1)
+	cfg, err := pgxpool.ParseConfig(b.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "3s"
+	b.runnerPoolWith(t, cfg)
+	seen := make(chan string, 1)
+	r := b.start(t, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		var lt string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&lt); err != nil {
+			return err
+		}
+		select {
+		case seen <- lt:
+		default:
+		}
+		return load(nil)(ctx, tx, recs)
+	})
+	select {
+	case lt := <-seen:
+		if lt != "3s" {
+			t.Fatalf("the handler ran under lock_timeout %q; want the connection's own, 3s", lt)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the handler never ran")
+	}
+	waitFor(t, time.Minute, "the row", func() bool { return b.rows(t) >= 1 })
+	r.stop(t)
+	b.verify(t)
+}
+
 // A handler's error whose text PostgreSQL refuses as text (a NUL byte,
 // bytes that are not UTF-8) is parked under DeadLetter like any other, its
 // text made valid (a NUL, and each run of bytes that are not UTF-8, as
