@@ -155,7 +155,9 @@ func Logger(l *slog.Logger) Option {
 // [eos.Metrics] that eos's processors report to (an eosprom.Metrics
 // labels the runner's series with path "offsetstore"). A committed batch
 // reports its records in and none out; aborted batches give reason
-// "handler-error", "database-error" or "stale". Default: nowhere.
+// "handler-error", "database-error" (a handler's error that was the
+// database's doing too: a lost connection, a deadlock, a lock timeout) or
+// "stale". Default: nowhere.
 func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
@@ -731,9 +733,9 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		case errors.As(err, &stale):
 			r.stale.Add(1)
 			r.obs.Aborted("stale", time.Since(start))
-		case errors.As(err, &herr):
+		case errors.As(err, &herr) && !herr.transient:
 			r.obs.Aborted("handler-error", time.Since(start))
-		default:
+		default: // a handler's error that was the database's doing too, as dedup counts it
 			r.obs.Aborted("database-error", time.Since(start))
 			r.obs.Failed(err)
 		}
