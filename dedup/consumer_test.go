@@ -1076,7 +1076,10 @@ func TestHandlerErrorWithAPoolOfOneIsTheRecords(t *testing.T) {
 func TestDeadLetterWithAnErrorTextPostgreSQLRefuses(t *testing.T) {
 	t.Parallel()
 	b := newBed(t, 1)
-	b.produce(t, stamped(5)...)
+	msgs := stamped(5)
+	binaryKey := []byte{0x00, 0xff, 0xfe, 'k', 0x00} // stored as bytes, as it came
+	msgs[3].Key = binaryKey
+	b.produce(t, msgs...)
 	effect := b.handler("a")
 	r := b.runConsumer(t, b.pool, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 		if string(rec.Value) == "m3" {
@@ -1095,10 +1098,11 @@ func TestDeadLetterWithAnErrorTextPostgreSQLRefuses(t *testing.T) {
 	r.stop(t)
 	b.assertOnce(t, 5)
 	var text string
-	if err := b.pool.QueryRow(context.Background(), `SELECT error FROM eoskit_dead_letters WHERE value = 'm3'`).Scan(&text); err != nil {
+	var key []byte
+	if err := b.pool.QueryRow(context.Background(), `SELECT error, key FROM eoskit_dead_letters WHERE value = 'm3'`).Scan(&text, &key); err != nil {
 		t.Fatal(err)
 	}
-	if want := "refused\uFFFD m3 \uFFFD end"; text != want {
-		t.Fatalf("the dead letter's error reads %q, want %q", text, want)
+	if want := "refused\uFFFD m3 \uFFFD end"; text != want || !bytes.Equal(key, binaryKey) {
+		t.Fatalf("the dead letter reads error %q, key %q; want %q, %q", text, key, want, binaryKey)
 	}
 }
