@@ -494,8 +494,11 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*
 				continue
 			}
 			if err := c.callHandler(ctx, tx, r); err != nil {
-				if pgretry.Transient(ctx, c.pool, err) {
-					return err // the database went away: retry the batch
+				// Told from the error and this transaction's own
+				// connection: with a pool of Concurrency's size,
+				// another connection may never come free.
+				if pgretry.TransientOn(ctx, tx.Conn(), err) {
+					return err // the database went away or pushed back: retry the batch
 				}
 				return &handlerError{rec: r, err: err}
 			}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +32,7 @@ type bed struct {
 	pool  *pgxpool.Pool
 	store *dedup.PostgresStore
 	topic string
+	dbURL string // the test database's URL, for pools of the test's own
 }
 
 func newBed(t *testing.T, partitions int32) *bed {
@@ -39,7 +42,8 @@ func newBed(t *testing.T, partitions int32) *bed {
 
 func newBedOn(t *testing.T, k *integration.KafkaCluster, partitions int32) *bed {
 	t.Helper()
-	b := &bed{k: k, pool: integration.Postgres(t)}
+	b := &bed{k: k}
+	b.pool, b.dbURL = integration.PostgresWithURL(t)
 	b.topic = b.k.NewTopic(partitions)
 	var err error
 	if b.store, err = dedup.NewPostgresStore(""); err != nil {
@@ -696,9 +700,16 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// The broker is killed with SIGKILL and restarted on the same data while
-// the consumer applies messages, some of whose offset commits are lost with
-// it: the redelivered messages are skipped and each effect lands once.
+// The broker is killed with SIGKILL while a batch is in its handler, and
+// started again on the same data. The batch commits in PostgreSQL while the
+// broker is down, so its offset commit fails, and the consumer loses its
+// partitions with it (its group session ends); the broker starts again only
+// once both happened. The group then resumes from the offsets committed
+// before the kill: every record applied while the broker was down is
+// delivered again, and must be skipped by its claim, each message applied
+// once. Before, the test killed the broker at whatever point the run had
+// reached and only logged the skips: a kill between batches, with nothing
+// buffered, redelivered nothing and tested nothing.
 func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	broker := integration.StartLocalBroker(t)
@@ -706,34 +717,100 @@ func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 	const n = 10_000
 	b.produce(t, stamped(n)...)
 	slow := b.handler("a")
+	// hold stops the first handler call after it is set until release
+	// is closed, with its batch's transaction open.
+	var hold atomic.Bool
+	var once sync.Once
+	held, release := make(chan struct{}), make(chan struct{})
+	logs := &logWatch{}
 	c, err := dedup.NewConsumer(b.pool, b.store, func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		if hold.Load() {
+			once.Do(func() {
+				close(held)
+				<-release
+			})
+		}
 		time.Sleep(200 * time.Microsecond)
 		return slow(ctx, tx, r)
 	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")), dedup.MaxPollRecords(100),
+		dedup.Logger(slog.New(slog.NewTextHandler(logs, nil))),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	waitFor(t, "30% applied", func() bool { return c.Stats().Applied >= n*3/10 })
-	atKill := c.Stats().Applied
-	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer rcancel()
-	if err := broker.Restart(rctx, true); err != nil {
-		t.Fatalf("restart: %v (broker log: %s)", err, broker.Log())
+	hold.Store(true)
+	select {
+	case <-held:
+	case err := <-done:
+		t.Fatalf("Run returned %v before a batch was held", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no batch reached the handler to be held")
 	}
+	atKill := c.Stats().Applied
 	if atKill >= n {
 		t.Fatal("the run had finished before the broker was killed")
 	}
-	waitFor(t, "every message applied", func() bool { return c.Stats().Applied >= n })
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	if err := broker.Kill(rctx); err != nil {
+		t.Fatalf("kill: %v (broker log: %s)", err, broker.Log())
+	}
+	failedBefore := logs.count("offset commit failed")
+	close(release)
+	waitFor(t, "the held batch's offset commit to fail and the consumer to lose its partitions", func() bool {
+		return logs.count("offset commit failed") > failedBefore && len(c.Health().Assigned[b.topic]) == 0
+	})
+	appliedDown := c.Stats().Applied - atKill // committed in PostgreSQL, not in Kafka
+	if appliedDown < 1 {
+		t.Fatalf("%d records applied while the broker was down; the held batch did not commit", appliedDown)
+	}
+	if err := broker.Start(rctx); err != nil {
+		t.Fatalf("start: %v (broker log: %s)", err, broker.Log())
+	}
+	waitFor(t, "every message applied", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v before every message was applied", err)
+		default:
+		}
+		return c.Stats().Applied >= n
+	})
+	waitFor(t, "the redelivery of what was applied while the broker was down", func() bool { return c.Stats().Skipped >= appliedDown })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	b.assertOnce(t, n)
-	t.Logf("broker killed with %d of %d applied; stats after: %+v", atKill, n, c.Stats())
+	if s := c.Stats(); s.Applied != n || s.Skipped < appliedDown {
+		t.Fatalf("stats %+v; want %d applied, and at least the %d applied while the broker was down skipped on redelivery", s, n, appliedDown)
+	}
+	t.Logf("broker killed with %d of %d applied; %d applied while it was down; stats after: %+v", atKill, n, appliedDown, c.Stats())
+}
+
+// logWatch is a log destination that counts what it was given, and
+// passes it on to stderr.
+type logWatch struct {
+	mu   sync.Mutex
+	text strings.Builder
+}
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.text.Write(p)
+	w.mu.Unlock()
+	return os.Stderr.Write(p)
+}
+
+// count returns how many times s was logged so far.
+func (w *logWatch) count(s string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Count(w.text.String(), s)
 }
 
 // Ids are bytes, not text: schema-registry keys start with 0x00, and keys
@@ -862,4 +939,170 @@ func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
 	fixed.stop(t)
 	b.assertOnce(t, 200)
 	t.Logf("Run: %v", err)
+}
+
+// poolWith returns a pool on the bed's database with the given URL
+// parameters (pool_max_conns=1, say), closed when the test ends.
+func (b *bed) poolWith(t *testing.T, params string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), b.dbURL+"&"+params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// runConsumer runs a consumer of the bed's topic on pool with handler h,
+// until the test ends.
+func (b *bed) runConsumer(t *testing.T, pool *pgxpool.Pool, h dedup.Handler, opts ...dedup.Option) *run {
+	t.Helper()
+	opts = append([]dedup.Option{dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")),
+		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))}, opts...)
+	c, err := dedup.NewConsumer(pool, b.store, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	t.Cleanup(cancel)
+	return r
+}
+
+// running fails the test if Run has returned.
+func (r *run) running(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		t.Fatalf("Run returned %v; want it still running", err)
+	default:
+	}
+}
+
+// A handler's lock wait that times out (55P03, under a lock_timeout the
+// application's pool sets) is the database pushing back, like a deadlock
+// or a serialization failure: the batch is retried, and the record
+// applied once the lock is free, never dead-lettered. Before, 55P03 was
+// taken for the handler's own failure, and DeadLetter parked a valid
+// record whose effect was never applied.
+func TestHandlerLockTimeoutIsRetriedNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	ctx := context.Background()
+	b.produce(t, stamped(1)...)
+	locker, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(ctx)
+	if _, err := locker.Exec(ctx, `SELECT n FROM totals WHERE name = 'all' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	var lockWaits atomic.Int64
+	effect := b.handler("a")
+	r := b.runConsumer(t, b.poolWith(t, "lock_timeout=1000"), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+		err := effect(ctx, tx, rec)
+		if err != nil && strings.Contains(err.Error(), "55P03") {
+			lockWaits.Add(1)
+		}
+		return err
+	}, dedup.OnHandlerError(dedup.DeadLetter()))
+	waitFor(t, "a lock wait to time out in the handler", func() bool { r.running(t); return lockWaits.Load() >= 1 })
+	time.Sleep(2 * time.Second)
+	if err := locker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the record to be applied or parked", func() bool {
+		r.running(t)
+		s := r.c.Stats()
+		return s.Applied+s.DeadLetters >= 1
+	})
+	if s := r.c.Stats(); s.Applied != 1 || s.DeadLetters != 0 {
+		t.Fatalf("stats %+v after %d lock timeouts; want the record applied, none parked", s, lockWaits.Load())
+	}
+	r.stop(t)
+	b.assertOnce(t, 1)
+}
+
+// With the pool as small as the documentation allows (one connection for
+// Concurrency(1)), a handler's plain error is the record's, decided
+// without a second connection: DeadLetter parks the record within seconds
+// and the others are applied once. Before, the consumer pinged the pool
+// from inside the batch's transaction to tell an outage from a handler
+// error; the ping waited for a second connection, timed out, and the
+// error was retried as a database outage until Run returned "batch failed
+// 10 times".
+func TestHandlerErrorWithAPoolOfOneIsTheRecords(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	b.produce(t, stamped(5)...)
+	var firstRefusal atomic.Int64 // unix nanos
+	effect := b.handler("a")
+	r := b.runConsumer(t, b.poolWith(t, "pool_max_conns=1"), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+		if string(rec.Value) == "m2" {
+			firstRefusal.CompareAndSwap(0, time.Now().UnixNano())
+			return errors.New("rejected m2")
+		}
+		return effect(ctx, tx, rec)
+	}, dedup.Concurrency(1), dedup.OnHandlerError(dedup.DeadLetter()))
+	waitFor(t, "the handler to refuse m2", func() bool { r.running(t); return firstRefusal.Load() != 0 })
+	deadline := time.Unix(0, firstRefusal.Load()).Add(15 * time.Second)
+	for r.c.Stats().DeadLetters < 1 {
+		r.running(t)
+		if time.Now().After(deadline) {
+			t.Fatalf("m2 not parked 15 s after its handler refused it (stats %+v)", r.c.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitFor(t, "the other records", func() bool { r.running(t); return r.c.Stats().Applied >= 4 })
+	r.stop(t)
+	b.assertOnce(t, 4)
+	var parked int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM eoskit_dead_letters WHERE value = 'm2' AND error = 'rejected m2'`).Scan(&parked); err != nil {
+		t.Fatal(err)
+	}
+	if parked != 1 {
+		t.Fatalf("%d dead letters for m2, want 1", parked)
+	}
+}
+
+// A handler's error whose text PostgreSQL refuses as text (a NUL byte,
+// bytes that are not UTF-8) is parked under DeadLetter like any other, its
+// text made valid (a NUL, and each run of bytes that are not UTF-8, as
+// U+FFFD), and the consumer goes on. Before, the dead letter's INSERT
+// failed (SQLSTATE 22021) at every attempt, and Run returned "batch failed
+// 10 times".
+func TestDeadLetterWithAnErrorTextPostgreSQLRefuses(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1)
+	msgs := stamped(5)
+	binaryKey := []byte{0x00, 0xff, 0xfe, 'k', 0x00} // stored as bytes, as it came
+	msgs[3].Key = binaryKey
+	b.produce(t, msgs...)
+	effect := b.handler("a")
+	r := b.runConsumer(t, b.pool, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+		if string(rec.Value) == "m3" {
+			return errors.New("refused\x00 m3 \xff\xfe end")
+		}
+		return effect(ctx, tx, rec)
+	}, dedup.OnHandlerError(dedup.DeadLetter()))
+	waitFor(t, "the good records and the dead letter", func() bool {
+		r.running(t)
+		s := r.c.Stats()
+		return s.Applied >= 4 && s.DeadLetters >= 1
+	})
+	// The consumer goes on: a record sent after the dead letter is applied.
+	b.produce(t, dedup.Stamp(&kgo.Record{Value: []byte("after")}))
+	waitFor(t, "the record after the dead letter", func() bool { r.running(t); return r.c.Stats().Applied >= 5 })
+	r.stop(t)
+	b.assertOnce(t, 5)
+	var text string
+	var key []byte
+	if err := b.pool.QueryRow(context.Background(), `SELECT error, key FROM eoskit_dead_letters WHERE value = 'm3'`).Scan(&text, &key); err != nil {
+		t.Fatal(err)
+	}
+	if want := "refused\uFFFD m3 \uFFFD end"; text != want || !bytes.Equal(key, binaryKey) {
+		t.Fatalf("the dead letter reads error %q, key %q; want %q, %q", text, key, want, binaryKey)
+	}
 }

@@ -85,6 +85,23 @@
 // takes the same eos.Metrics that eos's processors report to, and Health
 // gives a view for probes.
 //
+// A dead letter keeps the record's key and value as bytes, as they came,
+// and the error's text with each NUL byte, and each run of bytes that are
+// not UTF-8, replaced by U+FFFD: PostgreSQL's text refuses them, and the
+// record could not be parked otherwise.
+//
+// A handler's error that is the database's doing rather than the record's
+// (a lost connection, a server shutting down, a deadlock, a serialization
+// failure, a lock wait that timed out: SQLSTATE 55P03) is never blamed on a
+// record, and is told from the error itself and from the transaction's own
+// connection (closed, or not answering a ping), never by waiting for
+// another connection of the pool, which may all be in use: the batch rolls
+// back and runs again like one whose commit failed, with a growing pause,
+// up to 10 times before Run returns the error. The claim of the offsets
+// rows waits at most 10 s for another owner's lock; that bound ends with
+// the claim, and the handler's statements wait on locks as long as the
+// connection's own lock_timeout lets them (none by default).
+//
 // # Kafka's offsets
 //
 // The consumer never commits to Kafka by default and never reads Kafka's

@@ -155,7 +155,9 @@ func Logger(l *slog.Logger) Option {
 // [eos.Metrics] that eos's processors report to (an eosprom.Metrics
 // labels the runner's series with path "offsetstore"). A committed batch
 // reports its records in and none out; aborted batches give reason
-// "handler-error", "database-error" or "stale". Default: nowhere.
+// "handler-error", "database-error" (a handler's error that was the
+// database's doing too: a lost connection, a deadlock, a lock timeout) or
+// "stale". Default: nowhere.
 func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
@@ -449,7 +451,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(ctx, r.pool, err) {
+		if errors.Is(err, ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(err) {
 			return err
 		}
 		r.cfg.logger.Warn("offsetstore: reading the schema version failed; retrying", "err", err, "attempt", attempt)
@@ -546,10 +548,12 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			return err // Run rewinds the whole polled batch
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case !errors.As(err, &herr) || pgretry.Transient(ctx, r.pool, herr.err):
+		case !errors.As(err, &herr) || herr.transient:
 			// Not the handler's doing (claiming the offsets rows timed
-			// out, the commit failed), or the database went away under
-			// the handler: no record is to blame; retry the batch.
+			// out, the commit failed), or the database went away or
+			// pushed back under the handler (a deadlock, a
+			// serialization failure, a lock wait that timed out): no
+			// record is to blame; retry the batch.
 			if attempt >= maxDBAttempts {
 				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
 			}
@@ -683,7 +687,11 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		claims := &pgx.Batch{}
 		// A claim waits for another owner's transaction on the same rows,
 		// but not for ever: an owner frozen mid-batch must not stall this
-		// one (and the rebalance its poll holds) without a word.
+		// one (and the rebalance its poll holds) without a word. The
+		// bound is the claim's alone: the lock timeout in force before it
+		// is put back once the rows are claimed, so that the handler's
+		// own lock waits are not cut short and blamed on its records.
+		claims.Queue(saveLockTimeoutSQL)
 		claims.Queue(claimLockTimeoutSQL)
 		for _, tp := range parts {
 			r.queueClaim(claims, tp, ids[tp.topic], oldRows[tp], expected[tp], first[tp], func(at int64, ok bool) {
@@ -693,6 +701,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 				}
 			})
 		}
+		claims.Queue(restoreLockTimeoutSQL)
 		// One round trip for them all; the server runs them in order.
 		if err := tx.SendBatch(ctx, claims).Close(); err != nil {
 			return err
@@ -706,7 +715,11 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 				return err
 			}
 		} else if err := r.callHandler(ctx, tx, fresh); err != nil {
-			return &handlerError{err}
+			// Told from the error and this transaction's own
+			// connection, before it goes back to the pool: with a
+			// pool of Concurrency's size, another connection may be
+			// long in coming.
+			return &handlerError{err: err, transient: pgretry.TransientOn(ctx, tx.Conn(), err)}
 		}
 		for _, tp := range parts {
 			if err := r.advance(ctx, tx, tp, ids[tp.topic], claimed[tp], next[tp]); err != nil {
@@ -722,9 +735,9 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		case errors.As(err, &stale):
 			r.stale.Add(1)
 			r.obs.Aborted("stale", time.Since(start))
-		case errors.As(err, &herr):
+		case errors.As(err, &herr) && !herr.transient:
 			r.obs.Aborted("handler-error", time.Since(start))
-		default:
+		default: // a handler's error that was the database's doing too, as dedup counts it
 			r.obs.Aborted("database-error", time.Since(start))
 			r.obs.Failed(err)
 		}
@@ -750,10 +763,19 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 
 // claimLockTimeout bounds how long a batch waits for another owner's lock
 // on its offsets rows; past it the batch is retried like one that met a
-// database error, and after maxDBAttempts Run returns the error.
+// database error, and after maxDBAttempts Run returns the error. It bounds
+// the claim only: saveLockTimeoutSQL keeps the lock timeout in force
+// before it (the pool's, the role's or the server's) in a setting of the
+// transaction, and restoreLockTimeoutSQL puts it back after the claim's
+// statements, before the handler runs.
 const claimLockTimeout = 10 * time.Second
 
 var claimLockTimeoutSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTimeout.Milliseconds())
+
+const (
+	saveLockTimeoutSQL    = `SELECT set_config('eoskit.lock_timeout_outside_claim', current_setting('lock_timeout'), true)`
+	restoreLockTimeoutSQL = `SELECT set_config('lock_timeout', current_setting('eoskit.lock_timeout_outside_claim'), true)`
+)
 
 // queueClaim queues the claim of a partition's offsets row for this
 // transaction: it locks the row and calls done with the row's offset and
@@ -880,8 +902,13 @@ func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record)
 	return r.obs.Handle("offsetstore", func() error { return r.handler(ctx, tx, recs) })
 }
 
-// handlerError marks an error as the handler's, through pgx.BeginFunc.
-type handlerError struct{ err error }
+// handlerError marks an error as the handler's, through pgx.BeginFunc;
+// transient when it was the database's doing (pgretry.TransientOn), not
+// the records'.
+type handlerError struct {
+	err       error
+	transient bool
+}
 
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }

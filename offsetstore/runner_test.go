@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1040,4 +1041,153 @@ func TestBrokerHardRestartDuringTheRun(t *testing.T) {
 	waitFor(t, 3*time.Minute, "every row", func() bool { return b.rows(t) >= n })
 	r.stop(t)
 	t.Logf("verifier: %v; broker killed with %d of %d rows loaded", b.verify(t), atKill, n)
+}
+
+// A handler waits on an application row lock that another connection
+// holds for 15 s, longer than the claim's lock timeout (10 s): the claim's
+// timeout ends with the claim, so the handler waits, and its record is
+// applied once, with nothing dead-lettered. Before, the claim's SET LOCAL
+// lock_timeout governed the whole transaction: the handler's UPDATE failed
+// with 55P03 after 10 s, the error was blamed on the record, and
+// DeadLetter parked a valid record whose effect was never applied.
+func TestHandlerWaitsOnARowLockPastTheClaimTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1, 1)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `CREATE TABLE accounts (id integer PRIMARY KEY, n bigint NOT NULL); INSERT INTO accounts VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(ctx)
+	if _, err := locker.Exec(ctx, `SELECT n FROM accounts WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET n = n + $1 WHERE id = 1`, len(recs)); err != nil {
+			return err
+		}
+		return load(nil)(ctx, tx, recs)
+	}
+	r := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()))
+	waitFor(t, time.Minute, "the handler to wait on the row lock", func() bool {
+		var waiting int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE 'UPDATE accounts%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting == 1
+	})
+	time.Sleep(15 * time.Second)
+	if err := locker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the record to be applied or parked", func() bool {
+		select {
+		case <-r.finished:
+			return true
+		default:
+			return r.r.Stats().Records >= 1
+		}
+	})
+	select {
+	case <-r.finished:
+		t.Fatalf("Run returned %v while the handler waited on a row lock", r.err)
+	default:
+	}
+	var n, dead int
+	if err := b.pool.QueryRow(ctx, `SELECT (SELECT n FROM accounts WHERE id = 1), (SELECT count(*) FROM eoskit_dead_letters)`).Scan(&n, &dead); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || dead != 0 || r.r.Stats().DeadLetters != 0 {
+		t.Fatalf("the account was updated %d times and %d records dead-lettered (Stats %+v); want the record applied once, none parked", n, dead, r.r.Stats())
+	}
+	r.stop(t)
+	b.verify(t)
+}
+
+// The handler runs under the lock timeout its connection had before the
+// claim (here the pool's, 3 s), not the claim's 10 s and not none: the
+// claim puts the value it found back. Before, the handler saw the claim's
+// "10s".
+func TestHandlerRunsUnderItsConnectionsLockTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, 1, 1)
+	cfg, err := pgxpool.ParseConfig(b.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "3s"
+	b.runnerPoolWith(t, cfg)
+	seen := make(chan string, 1)
+	r := b.start(t, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		var lt string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&lt); err != nil {
+			return err
+		}
+		select {
+		case seen <- lt:
+		default:
+		}
+		return load(nil)(ctx, tx, recs)
+	})
+	select {
+	case lt := <-seen:
+		if lt != "3s" {
+			t.Fatalf("the handler ran under lock_timeout %q; want the connection's own, 3s", lt)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the handler never ran")
+	}
+	waitFor(t, time.Minute, "the row", func() bool { return b.rows(t) >= 1 })
+	r.stop(t)
+	b.verify(t)
+}
+
+// A handler's error whose text PostgreSQL refuses as text (a NUL byte,
+// bytes that are not UTF-8) is parked under DeadLetter like any other, its
+// text made valid (a NUL, and each run of bytes that are not UTF-8, as
+// U+FFFD), and the runner goes on. Before, the dead letter's INSERT failed
+// (SQLSTATE 22021) at every attempt, and Run returned "parking ... failed
+// 10 times".
+func TestDeadLetterWithAnErrorTextPostgreSQLRefuses(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	b := newBed(t, 1, n)
+	bad := b.inputs[7]
+	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		for _, r := range recs {
+			if string(r.Key) == bad {
+				return errors.New("refused\x00 record \xff" + bad)
+			}
+		}
+		return load(nil)(ctx, tx, recs)
+	}
+	r := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()))
+	waitFor(t, time.Minute, "the good rows and the dead letter, or Run to return", func() bool {
+		select {
+		case <-r.finished:
+			return true
+		default:
+			return b.rows(t) >= n-1 && r.r.Stats().DeadLetters >= 1
+		}
+	})
+	select {
+	case <-r.finished:
+		t.Fatalf("Run returned %v; want the record parked and the run going on", r.err)
+	default:
+	}
+	r.stop(t)
+	var text string
+	var key []byte
+	if err := b.pool.QueryRow(context.Background(), `SELECT error, key FROM eoskit_dead_letters`).Scan(&text, &key); err != nil {
+		t.Fatal(err)
+	}
+	if want := "refused\uFFFD record \uFFFD" + bad; text != want || string(key) != bad {
+		t.Fatalf("dead letter of %q reads %q; want %q", key, text, want)
+	}
+	b.inputs = slices.DeleteFunc(slices.Clone(b.inputs), func(id string) bool { return id == bad })
+	b.verify(t)
 }

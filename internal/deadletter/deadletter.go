@@ -7,6 +7,7 @@ package deadletter
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -49,11 +50,21 @@ CREATE TABLE IF NOT EXISTS eoskit_dead_letters (
 
 // Park writes rec, with why it failed, in tx. A record parked before (read
 // again after its group's offsets were reset, say) is left as it was, so
-// that parking it again does not fail its batch for good.
+// that parking it again does not fail its batch for good. The key and value
+// are stored as bytes, as they came; the error's text as [Text] makes it,
+// since PostgreSQL refuses a text holding a NUL or bytes that are not
+// UTF-8, and the record could then never be parked.
 func Park(ctx context.Context, tx pgx.Tx, group string, rec *kgo.Record, cause error) error {
 	_, err := tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, error)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (consumer_group, topic, partition, "offset") DO NOTHING`,
-		group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, cause.Error())
+		group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, Text(cause.Error()))
 	return err
+}
+
+// Text returns s as a PostgreSQL text column takes it: each NUL byte, and
+// each run of bytes that are not UTF-8, replaced by U+FFFD (the Unicode
+// replacement character); valid text is returned as it is.
+func Text(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

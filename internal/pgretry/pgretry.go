@@ -1,5 +1,6 @@
-// Package pgretry tells a database that went away from a statement that
-// failed, for the loops that must retry the first and stop on the second.
+// Package pgretry tells a database that went away, or pushed back, from a
+// statement that failed, for the loops that must retry the first and stop
+// on the second.
 package pgretry
 
 import (
@@ -10,26 +11,50 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Transient reports whether err looks like the database going away or
-// pushing back rather than a statement being refused: connection errors,
-// server shutdown or termination (a restart, pg_terminate_backend),
-// serialization failures, deadlocks, exhausted resources, or a server that
-// does not answer a ping.
-func Transient(ctx context.Context, pool *pgxpool.Pool, err error) bool {
+// Transient reports, from err alone, whether it looks like the database
+// going away or pushing back rather than a statement being refused:
+// connection errors, server shutdown or termination (a restart,
+// pg_terminate_backend), serialization failures, deadlocks, lock waits
+// that timed out, exhausted resources, or a network error or timeout on
+// the way. It takes no connection: a runner asking it with every
+// connection of its pool in use gets its answer at once.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		code := pgErr.Code
-		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || code == "40001" || code == "40P01" || strings.HasPrefix(code, "53")
+		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || strings.HasPrefix(code, "53") ||
+			code == "40001" || code == "40P01" || code == "55P03"
 	}
 	var netErr net.Error
-	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &netErr) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// pingTimeout bounds the ping of [TransientOn].
+const pingTimeout = 2 * time.Second
+
+// TransientOn is [Transient] for err returned by work done on conn, a
+// handler's error inside the transaction conn holds, whose text may hide
+// the database's error (wrapped with %v, or replaced): it also reports
+// true when conn is closed, or does not answer a ping within 2 s. The
+// ping goes over conn itself (it works in an aborted transaction), never
+// over another connection of the pool, which may never come free while
+// the transaction holds this one.
+func TransientOn(ctx context.Context, conn *pgx.Conn, err error) bool {
+	if Transient(err) {
 		return true
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if conn == nil || conn.IsClosed() {
+		return true
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	return pool.Ping(pingCtx) != nil
+	return conn.Ping(pingCtx) != nil
 }
