@@ -850,37 +850,6 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	return nil
 }
 
-// knownAbort reports whether the group's committed offsets, read from the
-// broker (stable only), stand before every input partition's end in b:
-// then a commit that End reported as not made was indeed aborted (a group
-// error, a failed heartbeat, a rebalance under the cooperative balancer
-// that took nothing from this member), and the session goes on as after a
-// rebalance. When they show the batch committed, or cannot be read, the
-// outcome is unknown.
-func (p *Processor) knownAbort(ctx context.Context, adm *kadm.Client, b *batch) bool {
-	if len(b.ends) == 0 {
-		return true // nothing consumed: nothing to commit
-	}
-	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-	defer cancel()
-	// Stable only: a plain fetch answers the last committed offsets while
-	// a transaction's offset commit is pending, which would read as
-	// aborted a commit that may yet land. With RequireStable a pending
-	// commit is an error for its partition (UNSTABLE_OFFSET_COMMIT).
-	committed, err := adm.FetchOffsets(kadm.RequireStable(fetchCtx), p.cfg.group)
-	if err != nil {
-		p.logger.Debug("eos: reading the group's offsets after an unconfirmed commit failed", "err", err)
-		return false
-	}
-	for tp, end := range b.ends {
-		o, ok := committed.Lookup(tp.topic, tp.partition)
-		if ok && (o.Err != nil || o.At >= end) {
-			return false // unstable (markers on their way), or committed
-		}
-	}
-	return true
-}
-
 // transactionBudget is how long a transaction may spend handling records:
 // three quarters of the transaction timeout, leaving the rest to flush and
 // end it before the broker aborts it.
@@ -1091,7 +1060,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 				}
 			}
 			continue
-		case wantCommit && !b.shutdown && !sawRevoke && !p.knownAbort(ctx, adm, b):
+		case wantCommit && !b.shutdown && !sawRevoke && !p.knownAbort(ctx, sess.Client(), b):
 			// A commit was asked for and ended as not committed, with
 			// no partition taken, and the broker's committed offsets
 			// do not show it aborted: franz-go retried a failed EndTxn
