@@ -831,9 +831,12 @@ const maxDeadLetterAttempts = 4
 // is not committed: it is read again when the processor next starts.
 func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords, cause, err error) error {
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		// The topic was there when Run started: deleted since, which no
-		// retry mends. The input's offset is not committed.
-		return missingDeadLetterTopic(p.cfg.onError.p.DeadLetterTopic(), err)
+		// The topic was there when Run started. Deleted since (a fresh
+		// look confirms it), no retry mends it; the input's offset is
+		// not committed.
+		if p.checkDeadLetterTopic(ctx) != nil {
+			return p.missingDeadLetterTopic(err)
+		}
 	}
 	p.deadLetterFailures[at]++
 	attempts := p.deadLetterFailures[at]
