@@ -34,9 +34,11 @@ type scenario struct {
 	dbOnly bool // only for the database paths
 	full   bool // only in the full matrix (make chaos): it disturbs shared services
 	// copierArgs are added to every copier's arguments; subsetArgs too
-	// in make test's run of 20,000 records, where the copy must still
-	// outlast the faults (each round must leave work in flight).
+	// in make test's smaller run (20,000 records, or subsetRecords), where
+	// the copy must still outlast the faults: each round must leave work
+	// in flight.
 	copierArgs, subsetArgs []string
+	subsetRecords          int
 	// cluster runs the scenario on a three-node cluster (RF=3,
 	// min.insync.replicas=2) with the copiers' hanging-transaction check
 	// at its default: detect and stop, no marker written.
@@ -113,7 +115,7 @@ var scenarios = []scenario{
 		stopped.signal(syscall.SIGCONT)
 		return nil
 	}},
-	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, subsetArgs: []string{"-record-delay", "10ms"}, inject: func(ctx context.Context, r *runCtx) error {
+	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, subsetArgs: []string{"-record-delay", "8ms"}, subsetRecords: 40_000, inject: func(ctx context.Context, r *runCtx) error {
 		// The copier owning the most partitions stalls past its session
 		// timeout, the others take its partitions over (each batch of a
 		// taker then spans its own partitions and a taken one) and
@@ -245,6 +247,9 @@ func TestChaos(t *testing.T) {
 				continue
 			}
 			n := records
+			if !full && sc.subsetRecords > 0 {
+				n = sc.subsetRecords
+			}
 			if sc.soak != nil {
 				n = sc.soak.records
 			}

@@ -56,5 +56,8 @@ func TransientOn(ctx context.Context, conn *pgx.Conn, err error) bool {
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	return conn.Ping(pingCtx) != nil
+	err = conn.Ping(pingCtx)
+	// "conn busy": the connection is alive, held by rows the handler left
+	// open; its error is its own, not the database's.
+	return err != nil && !strings.Contains(err.Error(), "conn busy")
 }
