@@ -149,6 +149,9 @@ start_all() {
 	if [ -f "$CLUSTER_DIR/node1/version" ] && [ "$(cat "$CLUSTER_DIR/node1/version")" != "$KAFKA_VERSION" ]; then
 		die "$CLUSTER_DIR holds Apache Kafka $(cat "$CLUSTER_DIR/node1/version"), not $KAFKA_VERSION: clean it, or use another EOSKIT_STATE_DIR"
 	fi
+	if [ -f "$CLUSTER_DIR/node1/server.properties" ] && ! grep -q '^offsets.topic.num.partitions=50$' "$CLUSTER_DIR/node1/server.properties"; then
+		die "$CLUSTER_DIR holds a cluster made before the internal topics had Kafka's default 50 partitions: clean it (scripts/kafka-cluster.sh clean)"
+	fi
 	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ] && [ -f "$CLUSTER_DIR/bootstrap" ] && [ ! -f "$CLUSTER_DIR/admin.sasl" ]; then
 		die "$CLUSTER_DIR holds a cluster without SASL: clean it, or use another EOSKIT_STATE_DIR"
 	fi
