@@ -413,9 +413,32 @@ func TestKafkaCommittedOffsetsAreIgnored(t *testing.T) {
 
 	commitKafka(map[int32]int64{0: 0, 1: 0}) // behind: would redo everything
 	again := b.start(t, load(nil))
-	time.Sleep(3 * time.Second)
+	waitFor(t, time.Minute, "the second runner to be assigned both partitions", func() bool {
+		return slices.Equal(again.r.Health().Assigned[b.topic], []int32{0, 1})
+	})
+	// One more record per partition: once both are loaded, the runner has
+	// read past where it was positioned on each partition. Positioned from
+	// Kafka's offsets (0), it would have loaded the first n again first.
+	late := b.k.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := range int32(2) {
+		id := fmt.Sprintf("late-%d", p)
+		if err := late.ProduceSync(context.Background(), &kgo.Record{Topic: b.topic, Partition: p, Key: []byte(id), Value: []byte(id)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		b.inputs = append(b.inputs, id)
+	}
+	waitFor(t, 2*time.Minute, "the late records to be loaded", func() bool {
+		var loaded int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM results WHERE id LIKE 'late-%'`).Scan(&loaded); err != nil {
+			t.Fatal(err)
+		}
+		return loaded >= 2
+	})
 	again.stop(t)
-	b.verify(t)
+	if rows := b.rows(t); rows != n+2 {
+		t.Fatalf("%d rows after the late records, want %d: the runner read from Kafka's offsets, not the database's", rows, n+2)
+	}
+	b.verify(t) // every input, the late ones too, once
 }
 
 // A runner stalls inside its batch's transaction (holding its partitions'
