@@ -33,8 +33,10 @@ type scenario struct {
 	name   string
 	dbOnly bool // only for the database paths
 	full   bool // only in the full matrix (make chaos): it disturbs shared services
-	// copierArgs are added to every copier's arguments.
-	copierArgs []string
+	// copierArgs are added to every copier's arguments; subsetArgs too
+	// in make test's run of 20,000 records, where the copy must still
+	// outlast the faults (each round must leave work in flight).
+	copierArgs, subsetArgs []string
 	// cluster runs the scenario on a three-node cluster (RF=3,
 	// min.insync.replicas=2) with the copiers' hanging-transaction check
 	// at its default: detect and stop, no marker written.
@@ -80,25 +82,38 @@ func init() {
 
 var scenarios = []scenario{
 	{name: "sigkill-copier", inject: func(ctx context.Context, r *runCtx) error {
-		r.copiers[0].signal(syscall.SIGKILL)
-		return r.replace(0)
+		// Killed while it holds an open transaction (eos) or a batch's
+		// database transaction: the work a weaker design loses or
+		// doubles.
+		i := r.victim()
+		if err := r.signalInTransaction(ctx, r.copiers[i], syscall.SIGKILL); err != nil {
+			return err
+		}
+		return r.replace(i)
 	}},
 	{name: "sigterm-copier", inject: func(ctx context.Context, r *runCtx) error {
-		r.copiers[0].signal(syscall.SIGTERM)
-		return r.replace(0)
+		i := r.victim()
+		if err := r.signalInTransaction(ctx, r.copiers[i], syscall.SIGTERM); err != nil {
+			return err
+		}
+		return r.replace(i)
 	}},
 	{name: "sigstop-copier", inject: func(ctx context.Context, r *runCtx) error {
-		// Stopped past the session timeout: the group moves on, and the
-		// copier wakes up as a zombie. Its successor takes its name.
-		stopped := r.copiers[0]
-		stopped.signal(syscall.SIGSTOP)
+		// Stopped inside a transaction past the session timeout: the
+		// group moves on, and the copier wakes up as a zombie holding
+		// that transaction. Its successor takes its name. Each round
+		// stops a copier no earlier round stopped.
+		stopped := r.copiers[r.victim()]
+		if err := r.signalInTransaction(ctx, stopped, syscall.SIGSTOP); err != nil {
+			return err
+		}
 		time.Sleep(sessionTimeout + 3*time.Second)
 		r.successor(stopped)
 		time.Sleep(2 * time.Second)
 		stopped.signal(syscall.SIGCONT)
 		return nil
 	}},
-	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, inject: func(ctx context.Context, r *runCtx) error {
+	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, subsetArgs: []string{"-record-delay", "10ms"}, inject: func(ctx context.Context, r *runCtx) error {
 		// The copier owning the most partitions stalls past its session
 		// timeout, the others take its partitions over (each batch of a
 		// taker then spans its own partitions and a taken one) and
@@ -115,7 +130,7 @@ var scenarios = []scenario{
 			return fmt.Errorf("copier %s owns %v; want at least 2 partitions to spread", owner.name, parts)
 		}
 		r.stalls = append(r.stalls, stall{owner, owner.staleCommits.Load()})
-		if err := r.stopInTransaction(ctx, owner); err != nil {
+		if err := r.signalInTransaction(ctx, owner, syscall.SIGSTOP); err != nil {
 			return err
 		}
 		defer owner.signal(syscall.SIGCONT)
@@ -191,8 +206,11 @@ var paths = []string{"eos", "offsetstore", "dedup"}
 
 const sessionTimeout = 6 * time.Second
 
-// subset is what make test runs: one scenario per path.
-var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-copier", "dedup": "broker-kill"}
+// subset is what make test runs: one scenario per path, each striking
+// mid-work (a copier killed inside its transaction, an owner stalled inside
+// its batch while others take its partitions, the broker killed under
+// copiers holding open transactions).
+var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-owner", "dedup": "broker-kill"}
 
 // TestChaos runs copiers as separate processes and injects faults into them,
 // the broker and PostgreSQL, the way Apache Kafka's exactly-once system test
@@ -230,6 +248,9 @@ func TestChaos(t *testing.T) {
 			if sc.soak != nil {
 				n = sc.soak.records
 			}
+			if !full {
+				sc.copierArgs = append(slices.Clone(sc.copierArgs), sc.subsetArgs...)
+			}
 			t.Run(path+"/"+sc.name, func(t *testing.T) {
 				row := runScenario(t, root, bin, path, sc, n)
 				rows = append(rows, row)
@@ -248,7 +269,9 @@ func TestChaos(t *testing.T) {
 func buildCopier(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "copier")
-	build := exec.Command("go", "build", "-o", bin, "./internal/cmd/copier")
+	// With the race detector, as every other test: a race in a runner
+	// under faults shows here, and a copier that reports one exits 66.
+	build := exec.Command("go", "build", "-race", "-o", bin, "./internal/cmd/copier")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build copier: %v\n%s", err, out)
@@ -261,12 +284,31 @@ type copier struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	exit int // once done is closed: the exit code, or -1 when a signal ended it
+	// signalled is set when the test sent it SIGKILL or SIGTERM: only
+	// then is an end by signal a clean one. stopped is set once a round
+	// stopped or killed it, so that the next round picks another.
+	signalled, stopped atomic.Bool
 	// staleCommits counts its dedup offset commits refused because the
 	// group had moved on without it.
 	staleCommits atomic.Int64
 }
 
-func (c *copier) signal(s syscall.Signal) { _ = c.cmd.Process.Signal(s) }
+func (c *copier) signal(s syscall.Signal) {
+	if s == syscall.SIGKILL || s == syscall.SIGTERM {
+		c.signalled.Store(true)
+	}
+	_ = c.cmd.Process.Signal(s)
+}
+
+// alive reports whether c's process has not exited.
+func (c *copier) alive() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
 
 type runCtx struct {
 	t       *testing.T
@@ -351,35 +393,74 @@ func (r *runCtx) busiest(ctx context.Context) (*copier, []int32, error) {
 	}
 }
 
-// stopInTransaction SIGSTOPs c while it is inside a database transaction
-// (its batch's rows claimed, its handler's work not committed), as
-// pg_stat_activity shows it: stopped anywhere else, it may wake with no
-// batch to commit. It watches for a transaction, stops c, and checks the
-// same transaction is still open; else it lets c go on and watches again,
-// until ctx ends.
-func (r *runCtx) stopInTransaction(ctx context.Context, c *copier) error {
-	openSince := func() (time.Time, error) {
-		var since *time.Time
-		err := r.pool.QueryRow(ctx, `SELECT max(xact_start) FROM pg_stat_activity WHERE application_name = $1`, copierClientID+c.name).Scan(&since)
-		if err != nil || since == nil {
-			return time.Time{}, err
+// victim returns the index of the live copier a round strikes: the first
+// that no earlier round stopped or killed, else the first live one.
+func (r *runCtx) victim() int {
+	first := -1
+	for i, c := range r.copiers {
+		if !c.alive() {
+			continue
 		}
-		return *since, nil
+		if !c.stopped.Load() {
+			return i
+		}
+		if first < 0 {
+			first = i
+		}
 	}
+	return max(first, 0)
+}
+
+// openTransaction says whether c is inside a transaction now, and names
+// it: for eos, its transactional id's transaction at the coordinator
+// (Ongoing, by epoch); for the database paths, its batch's database
+// transaction in pg_stat_activity (by start time).
+func (r *runCtx) openTransaction(ctx context.Context, c *copier) (string, error) {
+	if r.pool == nil {
+		txnID := r.group + "-" + c.name
+		d, err := r.adm.DescribeTransactions(ctx, txnID)
+		if err != nil {
+			return "", err
+		}
+		if t := d[txnID]; t.State == "Ongoing" {
+			return fmt.Sprint(t.ProducerID, "/", t.ProducerEpoch), nil
+		}
+		return "", nil
+	}
+	var since *time.Time
+	err := r.pool.QueryRow(ctx, `SELECT max(xact_start) FROM pg_stat_activity WHERE application_name = $1`, copierClientID+c.name).Scan(&since)
+	if err != nil || since == nil {
+		return "", err
+	}
+	return since.String(), nil
+}
+
+// signalInTransaction sends sig to c while c is inside a transaction
+// (openTransaction): struck anywhere else, a copier may hold nothing a
+// weaker design would lose or double. For SIGSTOP it checks that the same
+// transaction is still open once c is stopped, else lets c go on and
+// watches again; SIGKILL and SIGTERM go as soon as one is seen open. It
+// fails at ctx's end, naming the copier.
+func (r *runCtx) signalInTransaction(ctx context.Context, c *copier, sig syscall.Signal) error {
 	var lastErr error
 	for tries := 1; ; tries++ {
-		if since, err := openSince(); err != nil || since.IsZero() {
+		if open, err := r.openTransaction(ctx, c); err != nil || open == "" {
 			lastErr = err
 		} else {
-			c.signal(syscall.SIGSTOP)
-			if still, err := openSince(); err == nil && still.Equal(since) {
+			c.signal(sig)
+			if sig != syscall.SIGSTOP {
+				c.stopped.Store(true)
+				return nil
+			}
+			if still, err := r.openTransaction(ctx, c); err == nil && still == open {
+				c.stopped.Store(true)
 				return nil
 			}
 			c.signal(syscall.SIGCONT)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("copier %s was never caught inside a database transaction in %d tries (last error %v): %w", c.name, tries, lastErr, ctx.Err())
+			return fmt.Errorf("copier %s was never caught inside a transaction in %d tries (last error %v): %w", c.name, tries, lastErr, ctx.Err())
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
@@ -444,15 +525,16 @@ func (r *runCtx) assignment(ctx context.Context) (owned map[string][]int32, stat
 const copierClientID = "eoskit-copier-"
 
 // exits counts how the copiers ended: fenced (status 3, an eos zombie told
-// so by the broker), failed (any other status but 0: a fault the copier
-// did not survive) and stopped (0, or a signal).
+// so by the broker), failed (any other status but 0, or a signal the test
+// did not send: a fault the copier did not survive, a race report) and
+// stopped (0, or the test's SIGKILL or SIGTERM).
 func (r *runCtx) exits() (fenced, failed int) {
 	for _, c := range r.all {
 		<-c.done
-		switch c.exit {
-		case 3:
+		switch {
+		case c.exit == 3:
 			fenced++
-		case 0, -1:
+		case c.exit == 0, c.exit == -1 && c.signalled.Load():
 		default:
 			failed++
 		}
@@ -642,6 +724,10 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 			t.Fatalf("inject %s: %v", sc.name, err)
 		}
 		cancel()
+		// The fault struck mid-work only if work was left after it.
+		if got := progress(); got >= int64(n) {
+			t.Errorf("fault %d (%s) ended with every record already copied (%d of %d): it struck no work in flight", i+1, sc.name, got, n)
+		}
 		faults++
 	}
 	waitFor(t, 5*time.Minute+time.Duration(n/1000)*time.Second, "every record copied", stalled, func() bool { return progress() >= int64(n) })

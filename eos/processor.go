@@ -831,9 +831,12 @@ const maxDeadLetterAttempts = 4
 // is not committed: it is read again when the processor next starts.
 func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords, cause, err error) error {
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		// The topic was there when Run started: deleted since, which no
-		// retry mends. The input's offset is not committed.
-		return missingDeadLetterTopic(p.cfg.onError.p.DeadLetterTopic(), err)
+		// The topic was there when Run started. Deleted since (a fresh
+		// look confirms it), no retry mends it; the input's offset is
+		// not committed.
+		if p.checkDeadLetterTopic(ctx) != nil {
+			return p.missingDeadLetterTopic(err)
+		}
 	}
 	p.deadLetterFailures[at]++
 	attempts := p.deadLetterFailures[at]
@@ -848,37 +851,6 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	p.poisoned[at] = cause
 	loop.Sleep(ctx, backoff)
 	return nil
-}
-
-// knownAbort reports whether the group's committed offsets, read from the
-// broker (stable only), stand before every input partition's end in b:
-// then a commit that End reported as not made was indeed aborted (a group
-// error, a failed heartbeat, a rebalance under the cooperative balancer
-// that took nothing from this member), and the session goes on as after a
-// rebalance. When they show the batch committed, or cannot be read, the
-// outcome is unknown.
-func (p *Processor) knownAbort(ctx context.Context, adm *kadm.Client, b *batch) bool {
-	if len(b.ends) == 0 {
-		return true // nothing consumed: nothing to commit
-	}
-	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-	defer cancel()
-	// Stable only: a plain fetch answers the last committed offsets while
-	// a transaction's offset commit is pending, which would read as
-	// aborted a commit that may yet land. With RequireStable a pending
-	// commit is an error for its partition (UNSTABLE_OFFSET_COMMIT).
-	committed, err := adm.FetchOffsets(kadm.RequireStable(fetchCtx), p.cfg.group)
-	if err != nil {
-		p.logger.Debug("eos: reading the group's offsets after an unconfirmed commit failed", "err", err)
-		return false
-	}
-	for tp, end := range b.ends {
-		o, ok := committed.Lookup(tp.topic, tp.partition)
-		if ok && (o.Err != nil || o.At >= end) {
-			return false // unstable (markers on their way), or committed
-		}
-	}
-	return true
 }
 
 // transactionBudget is how long a transaction may spend handling records:
@@ -1091,7 +1063,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 				}
 			}
 			continue
-		case wantCommit && !b.shutdown && !sawRevoke && !p.knownAbort(ctx, adm, b):
+		case wantCommit && !b.shutdown && !sawRevoke && !p.knownAbort(ctx, sess.Client(), b):
 			// A commit was asked for and ended as not committed, with
 			// no partition taken, and the broker's committed offsets
 			// do not show it aborted: franz-go retried a failed EndTxn

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 )
@@ -22,6 +23,16 @@ import (
 // again (epoch+2 or beyond), and under transaction protocol v2 every
 // transaction it ends bumps it once more: any other state means the id has
 // another owner, or cannot be told, and counts as fenced.
+//
+// Two windows remain, both narrow. A successor's InitProducerID that
+// fences an open transaction leaves the same state (epoch+1, aborting)
+// until its retry registers the id, about 100 ms later, or for good if the
+// successor dies in between; and a successor may register between this
+// read and the restarted session's own registration. A zombie that reads
+// in either window restarts and fences the successor once; the successor's
+// next session fences it back, and the zombie, now past no timeout, stops
+// with ErrFenced. No record is lost or doubled either way: fencing only
+// ever aborts.
 func timedOutAlone(coord kadm.DescribedTransaction, pid int64, epoch int16) bool {
 	return coord.ProducerID == pid && int(coord.ProducerEpoch) == int(epoch)+1 &&
 		(coord.State == "PrepareAbort" || coord.State == "CompleteAbort")
@@ -30,15 +41,23 @@ func timedOutAlone(coord kadm.DescribedTransaction, pid int64, epoch int16) bool
 // coordinatorTimedOut asks txnID's coordinator whether the transaction of
 // pid at epoch was aborted for its timeout with nobody else involved (see
 // timedOutAlone). It needs Describe on the transactional id, which every
-// producer of it has. It answers false when the coordinator cannot be
-// read: the caller then stops as fenced, which is safe.
+// producer of it has. A coordinator that cannot be read (moving after a
+// broker restart, say) is asked again for up to endTimeout; after that it
+// answers false, and the caller stops as fenced, which loses nothing.
 func coordinatorTimedOut(ctx context.Context, adm *kadm.Client, txnID string, pid int64, epoch int16) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
-	described, err := adm.DescribeTransactions(ctx, txnID)
-	if err != nil {
-		return false
+	for {
+		described, err := adm.DescribeTransactions(ctx, txnID)
+		if err == nil {
+			if d, ok := described[txnID]; ok && d.Err == nil {
+				return timedOutAlone(d, pid, epoch)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	d, ok := described[txnID]
-	return ok && d.Err == nil && timedOutAlone(d, pid, epoch)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -29,8 +30,10 @@ const endTimeout = 30 * time.Second
 // their turn. A TransactionalProducer is fenced, and returns [ErrFenced]
 // forever after, once another producer registers the same transactional id.
 type TransactionalProducer struct {
-	cfg    *config // to make a new client after a timed-out transaction
-	cl     *kgo.Client
+	cfg *config // to make a new client after a timed-out transaction
+	// cl is replaced (under mu) after a transaction timed out; Client
+	// reads it without waiting for a transaction to end.
+	cl     atomic.Pointer[kgo.Client]
 	txnID  string
 	logger *slog.Logger
 
@@ -55,7 +58,9 @@ func NewTransactionalProducer(opts ...TransactionalOption) (*TransactionalProduc
 	if err != nil {
 		return nil, err
 	}
-	return &TransactionalProducer{cfg: c, cl: cl, txnID: c.txnID, logger: c.logger.With("transactional_id", c.txnID)}, nil
+	p := &TransactionalProducer{cfg: c, txnID: c.txnID, logger: c.logger.With("transactional_id", c.txnID)}
+	p.cl.Store(cl)
+	return p, nil
 }
 
 // Tx is an open transaction, valid only inside the function given to
@@ -138,18 +143,24 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 	if p.final != nil {
 		return p.final
 	}
-	if err := p.cl.BeginTransaction(); err != nil {
+	cl := p.client()
+	// The id and epoch name this transaction to its coordinator, which
+	// tells a timeout abort from fencing (see ended). Read before Begin,
+	// so that a failure leaves no transaction open; the first call
+	// registers the id, as the first produce would.
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		if refused := p.refused(err); refused != nil {
+			return refused
+		}
+		return p.classify("producer id", err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
 		return p.classify("begin transaction", err)
 	}
 	start := time.Now()
-	// The id and epoch name this transaction to its coordinator, which
-	// tells a timeout abort from fencing (see ended).
-	pid, epoch, err := p.cl.ProducerID(ctx)
-	if err != nil {
-		return p.classify("producer id", err)
-	}
 	ended := func(op string, err error) error { return p.ended(ctx, op, err, start, pid, epoch) }
-	tx := &Tx{ctx: ctx, cl: p.cl}
+	tx := &Tx{ctx: ctx, cl: cl}
 
 	committed := false
 	defer func() {
@@ -190,7 +201,7 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		return fmt.Errorf("%w: %w", ErrAborted, err)
 	}
 
-	endErr := p.cl.EndTransaction(ctx, kgo.TryCommit)
+	endErr := cl.EndTransaction(ctx, kgo.TryCommit)
 	switch {
 	case endErr == nil:
 		committed = true
@@ -232,7 +243,7 @@ func (p *TransactionalProducer) refused(err error) error {
 	refusal := fmt.Errorf("%w: %w", ErrAborted, authz.Write(topic, p.txnID, "", err))
 	if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) && p.final == nil {
 		p.final = refusal
-		p.cl.Close()
+		p.client().Close()
 	}
 	return refusal
 }
@@ -245,10 +256,11 @@ func (p *TransactionalProducer) abort(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
-	if err := p.cl.AbortBufferedRecords(ctx); err != nil {
+	cl := p.client()
+	if err := cl.AbortBufferedRecords(ctx); err != nil {
 		return fmt.Errorf("eos: abort buffered records: %w", err)
 	}
-	if err := p.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		if isFenced(err) {
 			// Fenced while aborting: the newer producer already
 			// aborted this transaction for us.
@@ -268,20 +280,21 @@ func (p *TransactionalProducer) abort(ctx context.Context) error {
 // ErrTransactionTimedOut is returned; otherwise classify decides. The
 // caller's deferred abort then finds no transaction open on the new client.
 func (p *TransactionalProducer) ended(ctx context.Context, op string, err error, start time.Time, pid int64, epoch int16) error {
-	elapsed := time.Since(start)
-	if elapsed < transactionTimeout(p.cl) || !coordinatorTimedOut(ctx, kadm.NewClient(p.cl), p.txnID, pid, epoch) {
+	elapsed, old := time.Since(start), p.client()
+	timeout := transactionTimeout(old)
+	if elapsed < timeout || !coordinatorTimedOut(ctx, kadm.NewClient(old), p.txnID, pid, epoch) {
 		return p.classify(op, err)
 	}
 	p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; starting a new client",
-		"elapsed", elapsed, "transaction_timeout", transactionTimeout(p.cl))
+		"elapsed", elapsed, "transaction_timeout", timeout)
 	timedOut := fmt.Errorf("%w: %w (after %s): %w", ErrAborted, ErrTransactionTimedOut, elapsed.Round(time.Millisecond), err)
-	p.cl.Close()
+	old.Close()
 	cl, newErr := newClient(p.cfg, RoleProducer)
 	if newErr != nil {
 		p.final = fmt.Errorf("eos: a new client after a timed-out transaction: %w", newErr)
 		return errors.Join(timedOut, p.final)
 	}
-	p.cl = cl
+	p.cl.Store(cl)
 	return timedOut
 }
 
@@ -294,7 +307,7 @@ func (p *TransactionalProducer) classify(op string, err error) error {
 	if p.final == nil {
 		p.logger.Warn("eos: fenced by a newer producer with the same transactional id; closing", "err", err)
 		p.final = fencedError(op, err)
-		p.cl.Close()
+		p.client().Close()
 	}
 	return p.final
 }
@@ -311,7 +324,7 @@ func (p *TransactionalProducer) ProducerID(ctx context.Context) (id int64, epoch
 	if p.final != nil {
 		return 0, 0, p.final
 	}
-	id, epoch, err = p.cl.ProducerID(ctx)
+	id, epoch, err = p.client().ProducerID(ctx)
 	if err != nil {
 		return id, epoch, p.classify("producer id", err)
 	}
@@ -320,8 +333,11 @@ func (p *TransactionalProducer) ProducerID(ctx context.Context) (id int64, epoch
 
 // Client returns the underlying franz-go client, for metrics and admin use.
 // Do not begin or end transactions on it. A transaction that timed out
-// (ErrTransactionTimedOut) replaces it: ask again after one.
-func (p *TransactionalProducer) Client() *kgo.Client { return p.cl }
+// (ErrTransactionTimedOut) replaces it and closes the old one: ask again
+// after one.
+func (p *TransactionalProducer) Client() *kgo.Client { return p.client() }
+
+func (p *TransactionalProducer) client() *kgo.Client { return p.cl.Load() }
 
 // Close closes the producer. A transaction can not be open: Transact always
 // ends the one it began.
@@ -331,5 +347,5 @@ func (p *TransactionalProducer) Close() {
 	if p.final == nil {
 		p.final = fmt.Errorf("eos: %w", ErrClosed)
 	}
-	p.cl.Close()
+	p.client().Close()
 }

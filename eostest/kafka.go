@@ -352,8 +352,12 @@ func (l *kafkaLayout) env(i int) map[string]string {
 	}
 	rf, minISR, internalPartitions, heap := 1, 1, 1, "-Xms512m -Xmx512m"
 	if l.nodes > 1 {
+		// A cluster runs Kafka's defaults where they matter, as
+		// production does: 50 partitions for the offsets and
+		// transaction-state topics (where a group or a transactional id
+		// lives then depends on its hash, as it does there).
 		rf = min(l.nodes, 3)
-		minISR, internalPartitions, heap = rf-1, 3, "-Xms384m -Xmx384m"
+		minISR, internalPartitions, heap = rf-1, 50, "-Xms384m -Xmx384m"
 	}
 	return map[string]string{
 		"CLUSTER_ID":                                             l.clusterID,

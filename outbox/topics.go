@@ -4,45 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/topiccheck"
 )
-
-const (
-	// describeTimeout bounds one metadata look-up of the relay's own topics.
-	describeTimeout = 30 * time.Second
-	// missingFor is how long a topic must stay missing from the
-	// metadata before the relay calls it missing.
-	missingFor = 2 * time.Second
-)
-
-// describeTopics returns topics' metadata from a fresh Metadata request
-// (no cached answer, no auto-creation), which needs only Describe on each
-// topic (Read or Write implies it): the relay never needs admin rights.
-// A topic the principal may not describe is an *authz.Error.
-func describeTopics(ctx context.Context, conn []kgo.Opt, topics ...string) (kadm.TopicDetails, error) {
-	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
-	defer cancel()
-	cl, err := kgo.NewClient(conn...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	md, err := kadm.NewClient(cl).Metadata(ctx, topics...)
-	if ae, ok := errors.AsType[*kadm.AuthError](err); ok {
-		return nil, &authz.Error{Permission: fmt.Sprintf("Describe (or Read or Write) on topics %q", topics), Err: ae.Err}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("outbox: look up topics %q (within %s): %w", topics, describeTimeout, err)
-	}
-	return md.Topics, nil
-}
 
 // checkTopics makes sure the topics the relay writes to on its own
 // account exist: the position topic (exactly-once) and the dead-letter
@@ -62,40 +29,15 @@ func (c *config) checkTopics(ctx context.Context) error {
 	if len(topics) == 0 {
 		return nil
 	}
-	// A topic just created may be missing from a broker's metadata for
-	// a moment (the controller has it, the broker not yet): it is missing
-	// only once every look for missingFor says so.
-	var since time.Time
-	for {
-		md, err := describeTopics(ctx, c.connOpts(), topics...)
-		if err != nil {
-			return err
-		}
-		missing := -1
-		for i, topic := range topics {
-			td, ok := md[topic]
-			switch {
-			case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
-				missing = i
-			case td.Err != nil:
-				return fmt.Errorf("outbox: look up topic %q (%s): %w", topic, settings[i], td.Err)
-			}
-		}
-		switch {
-		case missing < 0:
-			return nil
-		case since.IsZero():
-			since = time.Now()
-		case time.Since(since) >= missingFor:
-			return &eos.ConfigError{Package: "outbox", Setting: settings[missing], Semantics: c.semantics,
-				Reason: fmt.Sprintf("topic %q does not exist; create it (the relay never creates topics)", topics[missing]), Err: kerr.UnknownTopicOrPartition}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(missingFor / 8):
-		}
+	missing, err := topiccheck.Missing(ctx, c.connOpts(), topics...)
+	switch {
+	case err != nil:
+		return fmt.Errorf("outbox: %w", err)
+	case missing >= 0:
+		return &eos.ConfigError{Package: "outbox", Setting: settings[missing], Semantics: c.semantics,
+			Reason: fmt.Sprintf("topic %q does not exist; create it (the relay never creates topics)", topics[missing]), Err: kerr.UnknownTopicOrPartition}
 	}
+	return nil
 }
 
 // topicGone returns the *eos.ConfigError of checkTopics when err is a
@@ -124,7 +66,7 @@ func (c *config) topicGone(ctx context.Context, err error) error {
 // record's fault, and the session is retried with a new producer (and
 // its fresh metadata).
 func (c *config) partitionMissing(ctx context.Context, topic string, partition int32, cause error) error {
-	md, err := describeTopics(ctx, c.connOpts(), topic)
+	md, err := topiccheck.Describe(ctx, c.connOpts(), topic)
 	if err != nil {
 		c.logger.Warn("outbox: could not look up the partitions of a pinned record's topic", "topic", topic, "partition", partition, "err", err)
 		return cause

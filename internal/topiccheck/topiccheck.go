@@ -1,0 +1,89 @@
+// Package topiccheck tells whether the topics a runner writes to on its own
+// account (a dead-letter topic, the outbox's position topic) exist, so that
+// a missing one is reported as the configuration error it is when Run
+// starts, rather than after every produce's metadata retries. It reads
+// fresh metadata (no cached answer, no auto-creation), which needs only
+// Describe on each topic (Read or Write implies it): no admin rights.
+package topiccheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/authz"
+)
+
+const (
+	// DescribeTimeout bounds one metadata look-up.
+	DescribeTimeout = 30 * time.Second
+	// MissingFor is how long a topic must stay missing from the metadata
+	// before it counts as missing: a topic just created may be absent
+	// from a broker's metadata for a moment (the controller has it, the
+	// broker not yet).
+	MissingFor = 2 * time.Second
+)
+
+// Describe returns topics' metadata from a fresh Metadata request on a
+// client of its own, built from conn (the seed brokers and the
+// connection's options). A topic the principal may not describe is an
+// *authz.Error.
+func Describe(ctx context.Context, conn []kgo.Opt, topics ...string) (kadm.TopicDetails, error) {
+	ctx, cancel := context.WithTimeout(ctx, DescribeTimeout)
+	defer cancel()
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	md, err := kadm.NewClient(cl).Metadata(ctx, topics...)
+	if ae, ok := errors.AsType[*kadm.AuthError](err); ok {
+		return nil, &authz.Error{Permission: fmt.Sprintf("Describe (or Read or Write) on topics %q", topics), Err: ae.Err}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up topics %q (within %s): %w", topics, DescribeTimeout, err)
+	}
+	return md.Topics, nil
+}
+
+// Missing returns the index in topics of one the cluster lacks (every look
+// for MissingFor says so), or -1 when all exist. A topic whose look-up
+// fails for another reason (a refused Describe, say) is an error naming
+// it.
+func Missing(ctx context.Context, conn []kgo.Opt, topics ...string) (int, error) {
+	var since time.Time
+	for {
+		md, err := Describe(ctx, conn, topics...)
+		if err != nil {
+			return -1, err
+		}
+		missing := -1
+		for i, topic := range topics {
+			td, ok := md[topic]
+			switch {
+			case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+				missing = i
+			case td.Err != nil:
+				return -1, fmt.Errorf("look up topic %q: %w", topic, td.Err)
+			}
+		}
+		switch {
+		case missing < 0:
+			return -1, nil
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= MissingFor:
+			return missing, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-time.After(MissingFor / 8):
+		}
+	}
+}
