@@ -33,24 +33,54 @@ func processorOpts(k *integration.KafkaCluster, group, in, instance string) []eo
 	}
 }
 
-// 100,000 records through three processors while instances leave and join:
-// every rebalance aborts the transactions in flight, and the output must
-// still hold every input exactly once, in input order per partition.
+// 100,000 records through three processors while instances leave and join.
+// Each join comes while every running instance is held in a handler,
+// inside its open transaction: the partitions the join takes are revoked
+// mid-transaction, and that transaction must abort ("rebalance") rather
+// than commit. The output must still hold every input exactly once, in
+// input order per partition. The test fails unless each leave and join
+// happened with inputs still uncommitted, and each join revoked
+// partitions of a held instance and aborted a transaction for it.
 func TestProcessorExactlyOnceThroughRebalances(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
-	in, out := k.NewTopic(6), k.NewTopic(4)
+	const partitions = 6
+	in, out := k.NewTopic(partitions), k.NewTopic(4)
 	group := integration.UniqueName(t, "g")
 	const n = 100_000
 	inputs := k.Seed(in, n)
 	progress := followCommitted(t, k, out)
 
-	var aborts atomic.Int64
-	metrics := &countingMetrics{aborted: &aborts}
-	start := func(instance string) *running {
-		return startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, instance), eos.WithMetrics(metrics))...)
+	gate := &handlerGate{}
+	type member struct {
+		run     *running
+		metrics *countingMetrics
 	}
-	procs := map[string]*running{"a": start("a"), "b": start("b"), "c": start("c")}
+	var all []*countingMetrics // of every instance started, stopped ones too
+	start := func(instance string) member {
+		m := &countingMetrics{}
+		all = append(all, m)
+		copyTo := copyHandler(out)
+		h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			if err := gate.pass(ctx, instance); err != nil {
+				return nil, err
+			}
+			// Paced: unpaced, the copy ends before the first churn
+			// (its milestone is read from the output, behind the copy).
+			time.Sleep(200 * time.Microsecond)
+			return copyTo(ctx, r)
+		}
+		return member{startProcessor(t, h, append(processorOpts(k, group, in, instance), eos.WithMetrics(m))...), m}
+	}
+	sum := func(ms []*countingMetrics, f func(*countingMetrics) int64) (total int64) {
+		for _, m := range ms {
+			total += f(m)
+		}
+		return total
+	}
+	rebalanceAborts := func(m *countingMetrics) int64 { return int64(m.abortsFor("rebalance")) }
+	revokes := func(m *countingMetrics) int64 { return m.rebalances.Load() }
+	procs := map[string]member{"a": start("a"), "b": start("b"), "c": start("c")}
 
 	// Rounds of churn: at each milestone one instance leaves (a clean
 	// shutdown) and another joins, each a rebalance mid-stream.
@@ -58,25 +88,127 @@ func TestProcessorExactlyOnceThroughRebalances(t *testing.T) {
 		at          int64
 		leave, join string
 	}{{n / 5, "b", "d"}, {2 * n / 5, "a", "b"}, {3 * n / 5, "d", "e"}}
-	for _, c := range churn {
+	var leaves, joins int
+	for i, c := range churn {
 		waitFor(t, 3*time.Minute, "output to pass the next milestone", func() bool { return progress.n.Load() >= c.at })
-		if err := procs[c.leave].stop(t); err != nil {
+		if err := procs[c.leave].run.stop(t); err != nil {
 			t.Fatalf("instance %s stopped with %v, want nil on a clean shutdown", c.leave, err)
 		}
 		delete(procs, c.leave)
+		// The group's committed offsets only grow: below n now, below n
+		// when the leave happened.
+		if done := groupCommitted(t, k.Admin, group, in); done >= n {
+			t.Fatalf("round %d: %s left after every input was committed (%d): no churn mid-stream", i, c.leave, done)
+		}
+		leaves++
+		// The leaver's partitions go to the others first: a join before
+		// that would take them, free, and revoke nothing.
+		waitFor(t, time.Minute, "the remaining instances to own every partition", func() bool {
+			owned := map[int32]bool{}
+			for _, p := range procs {
+				for _, part := range p.run.p.Health().Assigned[in] {
+					owned[part] = true
+				}
+			}
+			return len(owned) == partitions
+		})
+
+		// Hold every remaining instance inside a transaction, then join.
+		gate.shut()
+		held := make([]*countingMetrics, 0, len(procs))
+		for name, p := range procs {
+			waitFor(t, time.Minute, "instance "+name+" to be held in a handler, mid-transaction", func() bool { return gate.isHolding(name) })
+			held = append(held, p.metrics)
+		}
+		revokedBefore, abortedBefore := sum(held, revokes), sum(all, rebalanceAborts)
 		procs[c.join] = start(c.join)
+		waitFor(t, time.Minute, "the join to revoke partitions of a held instance", func() bool { return sum(held, revokes) > revokedBefore })
+		// Nothing of the held instances commits while they are held.
+		done := groupCommitted(t, k.Admin, group, in)
+		if done >= n {
+			t.Fatalf("round %d: %s joined after every input was committed (%d)", i, c.join, done)
+		}
+		joins++
+		gate.open()
+		waitFor(t, time.Minute, "the revoked transaction to abort for the rebalance", func() bool { return sum(all, rebalanceAborts) > abortedBefore })
+		t.Logf("round %d: %s left and %s joined with %d of %d inputs committed; transactions aborted for rebalances so far: %d",
+			i, c.leave, c.join, done, n, sum(all, rebalanceAborts))
 	}
 	waitFor(t, 3*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
 	for name, p := range procs {
-		if err := p.stop(t); err != nil {
+		if err := p.run.stop(t); err != nil {
 			t.Fatalf("instance %s stopped with %v", name, err)
 		}
 	}
 	rep := k.VerifyTopic(inputs, out, verifyTimeout)
-	if metrics.rebalances.Load() < int64(len(churn)) {
-		t.Fatalf("saw %d rebalances, want at least %d: the churn did not happen", metrics.rebalances.Load(), len(churn))
+	if leaves != len(churn) || joins != len(churn) {
+		t.Fatalf("%d leaves and %d joins mid-stream, want %d of each", leaves, joins, len(churn))
 	}
-	t.Logf("verifier: %v; rebalances seen by members: %d; aborted transactions: %d", rep, metrics.rebalances.Load(), aborts.Load())
+	if got := sum(all, rebalanceAborts); got < int64(len(churn)) {
+		t.Fatalf("%d transactions aborted for rebalances, want at least %d (one per join)", got, len(churn))
+	}
+	t.Logf("verifier: %v; leaves %d, joins %d; partitions revoked: %d times; transactions aborted for rebalances: %d",
+		rep, leaves, joins, sum(all, revokes), sum(all, rebalanceAborts))
+}
+
+// handlerGate holds the handler calls that come while it is shut, until it
+// opens (or the call's ctx ends), and tells which instances it holds.
+type handlerGate struct {
+	mu      sync.Mutex
+	closed  chan struct{} // nil while open
+	holding map[string]int
+}
+
+func (g *handlerGate) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed == nil {
+		g.closed = make(chan struct{})
+	}
+}
+
+func (g *handlerGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed != nil {
+		close(g.closed)
+		g.closed = nil
+	}
+}
+
+// pass returns at once while the gate is open; while it is shut, once it
+// opens, or with ctx's error.
+func (g *handlerGate) pass(ctx context.Context, instance string) error {
+	g.mu.Lock()
+	closed := g.closed
+	if closed != nil {
+		if g.holding == nil {
+			g.holding = map[string]int{}
+		}
+		g.holding[instance]++
+	}
+	g.mu.Unlock()
+	if closed == nil {
+		return nil
+	}
+	defer func() {
+		g.mu.Lock()
+		g.holding[instance]--
+		g.mu.Unlock()
+	}()
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// isHolding reports whether a handler call of instance is held now.
+func (g *handlerGate) isHolding(instance string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.holding[instance] > 0
 }
 
 // countingMetrics counts what tests assert on.
@@ -100,6 +232,19 @@ func (m *countingMetrics) Aborted(reason string, _ time.Duration) {
 func (m *countingMetrics) Rebalanced()               { m.rebalances.Add(1) }
 func (m *countingMetrics) HangingTransaction(string) { m.hanging.Add(1) }
 func (m *countingMetrics) Fenced()                   { m.fenced.Add(1) }
+
+// abortsFor counts the transactions aborted for reason.
+func (m *countingMetrics) abortsFor(reason string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, r := range m.reasons {
+		if r == reason {
+			n++
+		}
+	}
+	return n
+}
 
 func (m *countingMetrics) abortReasons() string {
 	m.mu.Lock()

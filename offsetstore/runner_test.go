@@ -171,23 +171,205 @@ func (b *bed) verify(t *testing.T) verify.Report {
 	return rep
 }
 
+// 100,000 records through three runners while runners leave and join. A
+// runner's poll blocks the rebalance until its batch commits, so a join
+// aborts nothing unless a batch outlasts the rebalance timeout: at each
+// join one runner is held in its handler, inside its batch's transaction
+// with its partitions' offsets rows claimed, past that timeout. The group
+// moves those partitions on without it, and their new owner queues on the
+// claimed rows; when the held batch commits, the new owner's commit must
+// be refused (the rows moved: stale) and rewound. The table must still
+// hold every input once, in order per partition. The test fails unless
+// each leave and join happened with rows still to load, each join took
+// partitions from a member (Rebalanced) and got a commit refused.
 func TestExactlyOnceThroughRebalances(t *testing.T) {
 	t.Parallel()
 	const n = 100_000
 	b := newBed(t, 6, n)
-	runs := map[string]*running{"a": b.start(t, load(nil)), "b": b.start(t, load(nil)), "c": b.start(t, load(nil))}
-	for i, c := range []struct{ leave, join string }{{"b", "d"}, {"a", "b"}, {"d", "e"}} {
-		at := (i + 1) * n / 5
+	type member struct {
+		run     *running
+		metrics *countingMetrics
+	}
+	var all []member // every runner started, stopped ones too
+	hold := &holdOne{}
+	// Paced while the churn lasts (2 ms a record, a second for a full
+	// batch): unpaced, the load ends before the churn does.
+	var paced atomic.Bool
+	paced.Store(true)
+	start := func(name string) *running {
+		m := &countingMetrics{}
+		loadRows := load(nil)
+		h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+			hold.pass(ctx, name, recs)
+			if paced.Load() {
+				time.Sleep(time.Duration(len(recs)) * 2 * time.Millisecond)
+			}
+			return loadRows(ctx, tx, recs)
+		}
+		// Small fetches mix every partition into each poll: a new owner
+		// reaches the held partition in its first batches, not after
+		// the thousands of records buffered for its other partitions.
+		run := b.start(t, h, offsetstore.WithMetrics(m), offsetstore.ClientOptions(kgo.FetchMaxPartitionBytes(16<<10)))
+		all = append(all, member{run, m})
+		return run
+	}
+	sum := func(f func(member) int64) (total int64) {
+		for _, m := range all {
+			total += f(m)
+		}
+		return total
+	}
+	refused := func(m member) int64 { return m.run.r.Stats().StaleRejected }
+	staleAborts := func(m member) int64 { return int64(m.metrics.abortsFor("stale")) }
+	revokes := func(m member) int64 { return m.metrics.rebalances.Load() }
+	lockWaits := func() int {
+		var waiting int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	}
+
+	runs := map[string]*running{"a": start("a"), "b": start("b"), "c": start("c")}
+	churn := []struct{ leave, join string }{{"b", "d"}, {"a", "b"}, {"d", "e"}}
+	var leaves, joins int
+	for i, c := range churn {
+		at := (i + 1) * n / 10
 		waitFor(t, 3*time.Minute, fmt.Sprintf("%d rows", at), func() bool { return b.rows(t) >= at })
 		runs[c.leave].stop(t)
 		delete(runs, c.leave)
-		runs[c.join] = b.start(t, load(nil))
+		// Rows only grow: fewer than n now, fewer when the leave happened.
+		if rows := b.rows(t); rows >= n {
+			t.Fatalf("round %d: %s left after every row was loaded (%d): no churn mid-stream", i, c.leave, rows)
+		}
+		leaves++
+		// The leaver's partitions go to the others first: a join before
+		// that would take them, free.
+		waitFor(t, time.Minute, "the remaining runners to own every partition", func() bool {
+			owned := map[int32]bool{}
+			for _, r := range runs {
+				for _, p := range r.r.Health().Assigned[b.topic] {
+					owned[p] = true
+				}
+			}
+			return len(owned) == 6
+		})
+
+		hold.arm()
+		var heldBy string
+		var heldParts []int32
+		waitFor(t, time.Minute, "a runner to be held in its handler, mid-batch", func() bool {
+			heldBy, heldParts = hold.held()
+			return heldBy != ""
+		})
+		revokedBefore, refusedBefore, staleBefore := sum(revokes), sum(refused), sum(staleAborts)
+		runs[c.join] = start(c.join)
+		// Past the rebalance timeout the group gives the held batch's
+		// partitions to others; the first to commit one queues on its
+		// claimed row.
+		waitFor(t, 2*time.Minute, "the held batch's partitions' new owner to queue on their offsets rows", func() bool { return lockWaits() > 0 })
+		rows := b.rows(t)
+		if rows >= n {
+			t.Fatalf("round %d: %s joined after every row was loaded (%d)", i, c.join, rows)
+		}
+		joins++
+		hold.release()
+		waitFor(t, time.Minute, "the new owner's commit to be refused", func() bool { return sum(refused) > refusedBefore })
+		waitFor(t, time.Minute, "a batch aborted as stale in the metrics", func() bool { return sum(staleAborts) > staleBefore })
+		// The held runner, back, finds its partitions gone (or a
+		// member gives some up to it): taken from a member either way.
+		waitFor(t, time.Minute, "the join to take partitions from a member", func() bool { return sum(revokes) > revokedBefore })
+		t.Logf("round %d: %s left and %s joined with %d of %d rows loaded; %s held partitions %v past the rebalance; commits refused so far: %d",
+			i, c.leave, c.join, rows, n, heldBy, heldParts, sum(refused))
 	}
+	paced.Store(false)
 	waitFor(t, 3*time.Minute, "every row", func() bool { return b.rows(t) >= n })
 	for _, r := range runs {
 		r.stop(t)
 	}
-	t.Logf("verifier: %v", b.verify(t))
+	rep := b.verify(t)
+	if leaves != len(churn) || joins != len(churn) {
+		t.Fatalf("%d leaves and %d joins mid-stream, want %d of each", leaves, joins, len(churn))
+	}
+	if got := sum(refused); got < int64(len(churn)) {
+		t.Fatalf("%d commits refused, want at least %d (one per join)", got, len(churn))
+	}
+	t.Logf("verifier: %v; leaves %d, joins %d; partitions taken from a member: %d times; commits refused: %d",
+		rep, leaves, joins, sum(revokes), sum(refused))
+}
+
+// holdOne holds the first handler call that comes once armed, until
+// released (or its ctx ends), and tells whose it is and its partitions.
+type holdOne struct {
+	mu    sync.Mutex
+	armed bool
+	freed chan struct{}
+	by    string
+	parts []int32
+}
+
+func (h *holdOne) arm() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armed, h.freed, h.by, h.parts = true, make(chan struct{}), "", nil
+}
+
+func (h *holdOne) pass(ctx context.Context, name string, recs []*kgo.Record) {
+	h.mu.Lock()
+	if !h.armed {
+		h.mu.Unlock()
+		return
+	}
+	h.armed, h.by = false, name
+	for _, r := range recs {
+		if !slices.Contains(h.parts, r.Partition) {
+			h.parts = append(h.parts, r.Partition)
+		}
+	}
+	freed := h.freed
+	h.mu.Unlock()
+	select {
+	case <-freed:
+	case <-ctx.Done():
+	}
+}
+
+func (h *holdOne) held() (string, []int32) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.by, slices.Clone(h.parts)
+}
+
+func (h *holdOne) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	close(h.freed)
+}
+
+// countingMetrics counts what the tests assert on.
+type countingMetrics struct {
+	eos.NopMetrics
+	rebalances atomic.Int64
+	mu         sync.Mutex
+	aborted    map[string]int
+}
+
+func (m *countingMetrics) Rebalanced() { m.rebalances.Add(1) }
+
+func (m *countingMetrics) Aborted(reason string, _ time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.aborted == nil {
+		m.aborted = map[string]int{}
+	}
+	m.aborted[reason]++
+}
+
+func (m *countingMetrics) abortsFor(reason string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.aborted[reason]
 }
 
 // Kafka's committed offsets for the group are set wrong on purpose, ahead
@@ -231,9 +413,32 @@ func TestKafkaCommittedOffsetsAreIgnored(t *testing.T) {
 
 	commitKafka(map[int32]int64{0: 0, 1: 0}) // behind: would redo everything
 	again := b.start(t, load(nil))
-	time.Sleep(3 * time.Second)
+	waitFor(t, time.Minute, "the second runner to be assigned both partitions", func() bool {
+		return slices.Equal(again.r.Health().Assigned[b.topic], []int32{0, 1})
+	})
+	// One more record per partition: once both are loaded, the runner has
+	// read past where it was positioned on each partition. Positioned from
+	// Kafka's offsets (0), it would have loaded the first n again first.
+	late := b.k.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := range int32(2) {
+		id := fmt.Sprintf("late-%d", p)
+		if err := late.ProduceSync(context.Background(), &kgo.Record{Topic: b.topic, Partition: p, Key: []byte(id), Value: []byte(id)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		b.inputs = append(b.inputs, id)
+	}
+	waitFor(t, 2*time.Minute, "the late records to be loaded", func() bool {
+		var loaded int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM results WHERE id LIKE 'late-%'`).Scan(&loaded); err != nil {
+			t.Fatal(err)
+		}
+		return loaded >= 2
+	})
 	again.stop(t)
-	b.verify(t)
+	if rows := b.rows(t); rows != n+2 {
+		t.Fatalf("%d rows after the late records, want %d: the runner read from Kafka's offsets, not the database's", rows, n+2)
+	}
+	b.verify(t) // every input, the late ones too, once
 }
 
 // A runner stalls inside its batch's transaction (holding its partitions'
