@@ -84,8 +84,8 @@ func TestKafkaContainerKeepsItsDataOnItsVolume(t *testing.T) {
 	}
 	defer cl.Close()
 	const topic, n = "kept", 1000
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, topic); err != nil {
-		t.Fatal(err)
+	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, topic); err != nil || resp.Err != nil {
+		t.Fatal(err, resp.Err)
 	}
 	var recs []*kgo.Record
 	for i := range n {
@@ -156,8 +156,8 @@ func TestKafkaClusterOfThreeCommitsThroughAStoppedNode(t *testing.T) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	const topic = "replicated"
-	if _, err := adm.CreateTopic(ctx, 1, -1, nil, topic); err != nil {
-		t.Fatal(err)
+	if resp, err := adm.CreateTopic(ctx, 1, -1, nil, topic); err != nil || resp.Err != nil {
+		t.Fatal(err, resp.Err)
 	}
 	// A new topic reaches every node's metadata a moment later.
 	var p kadm.PartitionDetail

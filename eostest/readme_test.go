@@ -25,8 +25,8 @@ func TestOrdersAreReadBack(t *testing.T) {
 	}
 	defer cl.Close()
 	topic := "orders-" + time.Now().Format("150405.000000")
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
-		t.Fatal(err)
+	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil || resp.Err != nil {
+		t.Fatal(err, resp.Err)
 	}
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("order-1")}).FirstErr(); err != nil {
 		t.Fatal(err)
