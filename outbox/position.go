@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -22,10 +24,22 @@ type position struct {
 	Token string `json:"token"` // the slot's incarnation
 }
 
-// readTimeout bounds reading the position back. The read waits for no
-// other relay's transaction, so it is only the time a read of the topic
-// takes.
+// readTimeout bounds reading the position topic to its high watermark.
+// The read fetches what a read_committed read fetched before (a broker
+// returns an aborted transaction's batches to both, and the markers
+// too), so it takes the time that read took once no other slot's
+// transaction holds it up: the whole log of one compacted partition.
 const readTimeout = time.Minute
+
+// markerWait bounds the wait, once the read reached the high watermark,
+// for the markers of transactions still open there that hold records of
+// this slot's key (written by a relay of this slot under another
+// transactional id). A transaction its relay committed or aborted gets its
+// markers within moments; one still running ends within its timeout
+// (40 s by default, and the coordinator looks every 10 s), or a retry of
+// the session (for RetryFor) waits again. One that never ends is a
+// hanging transaction, which the read reports.
+const markerWait = time.Minute
 
 func positionRecord(topic, key, token string, end pglogrepl.LSN) *kgo.Record {
 	v, _ := json.Marshal(position{LSN: end.String(), Key: key, Token: token})
@@ -38,18 +52,31 @@ func positionRecord(topic, key, token string, end pglogrepl.LSN) *kgo.Record {
 // It reads the partition's whole log up to its high watermark under
 // read_uncommitted, transaction markers included, and decides itself
 // which records count: a record of a transaction counts once its
-// producer's commit marker follows it, one of an aborted or still open
-// transaction does not, and one written outside a transaction counts as
-// it is. Of those, the one at the highest offset is the position, as a
-// read_committed reader would find it. A read_committed read could not
-// do: it stops at the last stable offset, short of our own committed
-// records past another slot's transaction still open on the shared topic,
-// and so would wait for that transaction to end (up to its timeout).
-// Every transaction of our own is decided by the time this runs: the
-// caller registered the transactional id first, which completes (markers
-// written) or aborts whatever an earlier relay with it left.
+// producer's commit marker follows it, one of an aborted transaction does
+// not, and one written outside a transaction counts as it is. Of those,
+// the one at the highest offset is the position, as a read_committed
+// reader would find it. A read_committed read could not do: it stops at
+// the last stable offset, short of our own committed records past another
+// slot's transaction still open on the shared topic, and so would wait
+// for that transaction to end (up to its timeout). Another slot's
+// transaction still open at the high watermark is passed: it holds no
+// record of key.
+//
+// A transaction still open there that holds records of key is waited
+// for, past the high watermark, until its producer's marker decides it
+// (for markerWait; then the read fails with ErrPosition naming the
+// producer). Registering our transactional id first decided every
+// transaction of our own, but not one of a relay of this slot that ran
+// under another transactional id (the id, or what it is derived from,
+// changed across a deploy): its EndTxn may have returned, the commit
+// decided, and the relay died before the markers were written. Passing
+// such a transaction would take the position before it and publish its
+// records again; and a transaction whose marker never comes (a hanging
+// one: Kafka 4.1 to 4.4 drop markers for a leaderless partition,
+// KAFKA-20734) would be decided, unseen, by the next marker of its
+// producer id.
 func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglogrepl.LSN, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	admCl, err := kgo.NewClient(conn...)
 	if err != nil {
@@ -57,14 +84,14 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	ends, err := adm.ListEndOffsets(rctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
 		return 0, "", fmt.Errorf("%w: list the end of %s (it must exist): %w", ErrPosition, topic, err)
 	}
-	starts, err := adm.ListStartOffsets(ctx, topic)
+	starts, err := adm.ListStartOffsets(rctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
@@ -93,39 +120,68 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 			last = r
 		}
 	}
-	next := start.Offset
-	for next < end.Offset {
-		fetches := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+	next := start.Offset // the offset after the last record read
+	// poll reads until done: below end, every record; past it, only the
+	// records and markers of the producers still in open (the
+	// transactions open at end), so that the read still finds the
+	// position as of end, with those transactions decided.
+	poll := func(ctx context.Context, done func() bool) error {
+		for !done() {
+			fetches := cl.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var ferr error
+			fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
+			if ferr != nil {
+				return fmt.Errorf("read %s: %w", topic, ferr)
+			}
+			fetches.EachRecord(func(r *kgo.Record) {
+				next = r.Offset + 1
+				if _, waited := open[r.ProducerID]; r.Offset >= end.Offset && !waited {
+					return
+				}
+				switch {
+				case r.Attrs.IsControl():
+					// The key of a marker: int16 version, int16 type
+					// (0 abort, 1 commit).
+					if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 {
+						for _, c := range open[r.ProducerID] {
+							count(c)
+						}
+					}
+					delete(open, r.ProducerID)
+				case string(r.Key) != key:
+				case r.Attrs.IsTransactional():
+					open[r.ProducerID] = append(open[r.ProducerID], r)
+				default:
+					count(r)
+				}
+			})
+		}
+		return nil
+	}
+	if err := poll(rctx, func() bool { return next >= end.Offset }); err != nil {
+		if rctx.Err() != nil {
 			return 0, "", fmt.Errorf("%w: %s[0] read up to offset %d of %d within %s: %w", ErrPosition, topic, next, end.Offset, readTimeout, err)
 		}
-		var ferr error
-		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
-		if ferr != nil {
-			return 0, "", fmt.Errorf("%w: read %s: %w", ErrPosition, topic, ferr)
+		return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
+	}
+	if len(open) > 0 {
+		wctx, cancel := context.WithTimeout(ctx, markerWait)
+		defer cancel()
+		if err := poll(wctx, func() bool { return len(open) == 0 }); err != nil {
+			if wctx.Err() == nil {
+				return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
+			}
+			var undecided []string
+			for _, id := range slices.Sorted(maps.Keys(open)) {
+				rs := open[id]
+				undecided = append(undecided, fmt.Sprintf("producer id %d (epoch %d) from offset %d", id, rs[0].ProducerEpoch, rs[0].Offset))
+			}
+			return 0, "", fmt.Errorf("%w: %s[0]: this slot's position (key %s) is in a transaction still undecided %s after the read reached offset %d, the end (read to %d): %s (a relay of this slot under another transactional id, or a hanging transaction): %w",
+				ErrPosition, topic, key, markerWait, end.Offset, next, strings.Join(undecided, ", "), err)
 		}
-		fetches.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= end.Offset {
-				return
-			}
-			next = r.Offset + 1
-			switch {
-			case r.Attrs.IsControl():
-				// The key of a marker: int16 version, int16 type (0
-				// abort, 1 commit).
-				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 {
-					for _, c := range open[r.ProducerID] {
-						count(c)
-					}
-				}
-				delete(open, r.ProducerID)
-			case string(r.Key) != key:
-			case r.Attrs.IsTransactional():
-				open[r.ProducerID] = append(open[r.ProducerID], r)
-			default:
-				count(r)
-			}
-		})
 	}
 	if last == nil {
 		return 0, "", nil
