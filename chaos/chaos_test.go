@@ -115,7 +115,7 @@ var scenarios = []scenario{
 		stopped.signal(syscall.SIGCONT)
 		return nil
 	}},
-	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, subsetArgs: []string{"-record-delay", "8ms"}, subsetRecords: 40_000, inject: func(ctx context.Context, r *runCtx) error {
+	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, subsetRecords: 100_000, inject: func(ctx context.Context, r *runCtx) error {
 		// The copier owning the most partitions stalls past its session
 		// timeout, the others take its partitions over (each batch of a
 		// taker then spans its own partitions and a taken one) and

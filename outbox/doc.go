@@ -52,7 +52,10 @@
 // open transaction), then reads its position back: the last record under
 // its key that a committed transaction wrote (it reads the topic to its
 // end and decides by the transaction markers, so a transaction another
-// slot's relay has open on a shared topic does not hold it up).
+// slot's relay has open on a shared topic does not hold it up; one still
+// open under its own key, a relay of this slot under another
+// transactional id, or a hanging transaction, is waited for up to a
+// minute, then fails the read with [ErrPosition]).
 // The slot streams from its own confirmed position, which is never past
 // the one in Kafka, and the relay skips what Kafka already has. The slot
 // is told a position only after Kafka committed it; until then PostgreSQL
