@@ -58,7 +58,6 @@ func main() {
 	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
 	repair := flag.Bool("repair", true, "eos: write the markers of hanging transactions (single broker, KAFKA-20734); false keeps the default, detect and stop")
 	delay := flag.Duration("record-delay", 0, "time the handler spends on each record (database paths), so that a run lasts long enough for its faults")
-	maxPoll := flag.Int("max-poll-records", 750, "records per poll (database paths): keep it times -record-delay well below -session-timeout, the rebalance timeout, or the copier is put out of the group at every rebalance")
 	concurrency := flag.Int("concurrency", 1, "handler calls at once: eos, one lane per input partition (eos.Concurrency); offsetstore and dedup, a transaction per partition")
 	flag.Parse()
 
@@ -81,7 +80,7 @@ func main() {
 			With("copier", *instance, "pid", os.Getpid())
 		clientOpts = append(clientOpts, kgo.WithLogger(kslog.New(kgoLog)))
 	}
-	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, *concurrency, *maxPoll, logger, clientOpts)
+	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, *concurrency, logger, clientOpts)
 	switch {
 	case errors.Is(err, eos.ErrFenced):
 		fmt.Fprintln(os.Stderr, "copier: fenced:", err)
@@ -92,7 +91,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency, maxPoll int, logger *slog.Logger, clientOpts []kgo.Opt) error {
+func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency int, logger *slog.Logger, clientOpts []kgo.Opt) error {
 	if path == "raw" {
 		return rawCopy(ctx, brokers, group, in, out, group+"-"+instance, logger, clientOpts)
 	}
@@ -147,7 +146,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			}
 			return nil
 		}, offsetstore.Brokers(brokers...), offsetstore.Group(group), offsetstore.Topics(in),
-			offsetstore.MaxPollRecords(maxPoll), offsetstore.Concurrency(concurrency), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))
+			offsetstore.MaxPollRecords(750), offsetstore.Concurrency(concurrency), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))
 		if err != nil {
 			return err
 		}
@@ -165,7 +164,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			_, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset)
 			return err
 		}, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(in), dedup.ID(dedup.KeyID()),
-			dedup.MaxPollRecords(maxPoll), dedup.Concurrency(concurrency), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
+			dedup.MaxPollRecords(750), dedup.Concurrency(concurrency), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
 		if err != nil {
 			return err
 		}
