@@ -62,7 +62,15 @@
 // position past the server's log is refused ([ErrPosition]): a restored
 // or re-created server never inherits another's. The rows are deleted
 // from the table as they are published (before the Kafka commit: the
-// log, not the table, is what is replayed).
+// log, not the table, is what is replayed). A row whose transaction the
+// log gave before other sessions could see it (a moment usually; under
+// synchronous replication, until a synchronous standby acknowledged the
+// commit) is deleted later: every position record names the published
+// rows not deleted yet, and the relay, and whichever relay reads that
+// position next, deletes them with the next batches, when a session
+// starts and every [StatusInterval] (at most 1,000 ids a statement),
+// until they are gone. An at-least-once relay, which keeps no position,
+// remembers them only while it runs.
 //
 // # What it needs
 //

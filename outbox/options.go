@@ -219,6 +219,9 @@ type hooks struct {
 	// afterCommit runs once a batch committed, before the slot is told;
 	// true ends the session there, as a crash would.
 	afterCommit func() bool
+	// hideFromDeletion: rows it reports are passed over by the
+	// deletions, as if their transactions were not visible yet.
+	hideFromDeletion func(id int64) bool
 }
 
 func validSlotName(s string) bool {

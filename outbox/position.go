@@ -14,12 +14,15 @@ import (
 )
 
 // position is the value of a relay's position record: the end of the last
-// database transaction it published. The key is the server's system
-// identifier and the slot's name, "system/slot".
+// database transaction it published, and the published rows not deleted
+// yet. The key is the server's system identifier and the slot's name,
+// "system/slot".
 type position struct {
-	LSN   string `json:"lsn"`
-	Key   string `json:"key"`
-	Token string `json:"token"` // the slot's incarnation
+	LSN       string       `json:"lsn"`
+	Key       string       `json:"key"`
+	Token     string       `json:"token"`               // the slot's incarnation
+	Undeleted []carriedTxn `json:"undeleted,omitempty"` // see undeleted
+	lsn       pglogrepl.LSN
 }
 
 // readTimeout bounds reading the position back. The read waits for no
@@ -27,13 +30,13 @@ type position struct {
 // takes.
 const readTimeout = time.Minute
 
-func positionRecord(topic, key, token string, end pglogrepl.LSN) *kgo.Record {
-	v, _ := json.Marshal(position{LSN: end.String(), Key: key, Token: token})
+func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []carriedTxn) *kgo.Record {
+	v, _ := json.Marshal(position{LSN: end.String(), Key: key, Token: token, Undeleted: undeleted})
 	return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(key), Value: v, Context: pinnedTo(0)}
 }
 
 // readPosition returns the last committed position under key in topic's
-// partition 0, or 0 if it has none.
+// partition 0, or one at 0 if it has none.
 //
 // It reads the partition's whole log up to its high watermark under
 // read_uncommitted, transaction markers included, and decides itself
@@ -48,12 +51,12 @@ func positionRecord(topic, key, token string, end pglogrepl.LSN) *kgo.Record {
 // Every transaction of our own is decided by the time this runs: the
 // caller registered the transactional id first, which completes (markers
 // written) or aborts whatever an earlier relay with it left.
-func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglogrepl.LSN, string, error) {
+func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (position, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	admCl, err := kgo.NewClient(conn...)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
+		return position{}, fmt.Errorf("%w: %w", ErrPosition, err)
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
@@ -62,19 +65,19 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 		err = ends.Error()
 	}
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: list the end of %s (it must exist): %w", ErrPosition, topic, err)
+		return position{}, fmt.Errorf("%w: list the end of %s (it must exist): %w", ErrPosition, topic, err)
 	}
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: list the start of %s: %w", ErrPosition, topic, err)
+		return position{}, fmt.Errorf("%w: list the start of %s: %w", ErrPosition, topic, err)
 	}
 	end, ok := ends.Lookup(topic, 0)
 	start, _ := starts.Lookup(topic, 0)
 	if !ok || end.Offset <= start.Offset {
-		return 0, "", nil
+		return position{}, nil
 	}
 
 	cl, err := kgo.NewClient(append(slices.Clip(conn),
@@ -83,7 +86,7 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 		kgo.KeepControlRecords(),
 	)...)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
+		return position{}, fmt.Errorf("%w: %w", ErrPosition, err)
 	}
 	defer cl.Close()
 	var last *kgo.Record              // the committed record of key at the highest offset
@@ -97,12 +100,12 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 	for next < end.Offset {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return 0, "", fmt.Errorf("%w: %s[0] read up to offset %d of %d within %s: %w", ErrPosition, topic, next, end.Offset, readTimeout, err)
+			return position{}, fmt.Errorf("%w: %s[0] read up to offset %d of %d within %s: %w", ErrPosition, topic, next, end.Offset, readTimeout, err)
 		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
-			return 0, "", fmt.Errorf("%w: read %s: %w", ErrPosition, topic, ferr)
+			return position{}, fmt.Errorf("%w: read %s: %w", ErrPosition, topic, ferr)
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
 			if r.Offset >= end.Offset {
@@ -128,15 +131,14 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 		})
 	}
 	if last == nil {
-		return 0, "", nil
+		return position{}, nil
 	}
 	var p position
 	if err := json.Unmarshal(last.Value, &p); err != nil {
-		return 0, "", finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
+		return position{}, finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
 	}
-	lsn, err := pglogrepl.ParseLSN(p.LSN)
-	if err != nil {
-		return 0, "", finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
+	if p.lsn, err = pglogrepl.ParseLSN(p.LSN); err != nil {
+		return position{}, finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
 	}
-	return lsn, p.Token, nil
+	return p, nil
 }

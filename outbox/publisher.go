@@ -15,17 +15,23 @@ import (
 // until passes.
 type nextFunc func(until time.Time) (*dbTxn, error)
 
+// deleteFunc deletes a batch's rows before its commit, and returns the
+// published rows still to delete, for its position record to carry.
+type deleteFunc func(context.Context, *pending) ([]carriedTxn, error)
+
 // publisher is how a relay's batches reach Kafka: in a Kafka transaction
 // with the position (exactly-once), or acknowledged and then confirmed to
 // the slot (at-least-once).
 type publisher interface {
 	// start returns what is already published: the position committed
-	// in Kafka, or 0 (the slot's own position says).
-	start(ctx context.Context) (pglogrepl.LSN, error)
+	// in Kafka, or 0 (the slot's own position says), and the published
+	// rows that position names as not deleted yet.
+	start(ctx context.Context) (pglogrepl.LSN, map[int64]uint32, error)
 	// publish produces b's records, extends b with transactions from next
 	// until the batch is full or the commit interval passes, deletes its
-	// rows with del, and commits.
-	publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error
+	// rows with del (which returns the published rows it could not
+	// delete yet), and commits.
+	publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error
 	close()
 }
 
@@ -94,20 +100,25 @@ type txnPublisher struct {
 // start registers the transactional id, which fences any other relay
 // with it and aborts its open transaction, and only then reads the
 // position: what it reads can no longer change behind it.
-func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, error) {
+func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, map[int64]uint32, error) {
 	if _, _, err := t.p.ProducerID(ctx); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	lsn, token, err := readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key)
-	if err != nil || lsn == 0 || token == t.cfg.token {
-		return lsn, err
+	pos, err := readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key)
+	if err != nil {
+		return 0, nil, err
+	}
+	if pos.lsn == 0 || pos.Token == t.cfg.token {
+		undeleted := map[int64]uint32{}
+		decodeCarried(pos.Undeleted, undeleted)
+		return pos.lsn, undeleted, nil
 	}
 	t.cfg.logger.Warn("outbox: the position in Kafka belongs to an earlier slot of this name (re-created since); starting from the slot's own",
-		"slot", t.cfg.slot, "position", lsn.String())
-	return 0, nil
+		"slot", t.cfg.slot, "position", pos.lsn.String())
+	return 0, nil, nil
 }
 
-func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
+func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error {
 	return t.p.Transact(ctx, func(tx *eos.Tx) error {
 		produce := func(r *kgo.Record) error {
 			if b.isolate {
@@ -120,14 +131,14 @@ func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 			return err
 		}
 		// The rows' deletion overlaps the wait for Kafka's
-		// acknowledgements; both end before the commit.
-		deleted := make(chan error, 1)
-		go func() { deleted <- del(ctx, b) }()
-		err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.key, t.cfg.token, b.txns[len(b.txns)-1].end))
-		if derr := <-deleted; err == nil {
-			err = derr
-		}
+		// acknowledgements of the records; the position record follows
+		// it, naming the rows it could not delete yet, and the commit
+		// waits for every record.
+		undeleted, err := del(ctx, b)
 		if err != nil {
+			return err
+		}
+		if err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.key, t.cfg.token, b.txns[len(b.txns)-1].end, undeleted)); err != nil {
 			return err
 		}
 		if t.cfg.hooks.beforeCommit != nil {
@@ -144,10 +155,14 @@ type ackPublisher struct {
 	p   *eos.IdempotentProducer
 }
 
-func (a *ackPublisher) start(context.Context) (pglogrepl.LSN, error) { return 0, nil }
-func (a *ackPublisher) fences() bool                                 { return false }
+func (a *ackPublisher) start(context.Context) (pglogrepl.LSN, map[int64]uint32, error) {
+	return 0, nil, nil
+}
+func (a *ackPublisher) fences() bool { return false }
 
-func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
+// publish: without a position record, the rows it could not delete yet
+// are remembered by this relay only.
+func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error {
 	var mu sync.Mutex
 	var first error
 	produce := func(r *kgo.Record) error {
@@ -181,7 +196,7 @@ func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 	if err != nil {
 		return err
 	}
-	if err := del(ctx, b); err != nil {
+	if _, err := del(ctx, b); err != nil {
 		return err
 	}
 	if a.cfg.hooks.beforeCommit != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +36,9 @@ type Relay struct {
 	running  atomic.Bool
 	prepared bool   // slot, key and transactional id settled; only Run touches it
 	system   string // the server's system identifier, as prepare found it
-	// undeleted counts, per row id, the deletions that did not find it
-	// (its transaction not yet visible); only Run's goroutine touches it.
-	undeleted map[int64]int
+	// undeleted: published rows the relay has yet to delete, kept
+	// across sessions and carried in every position record.
+	undeleted undeleted
 	obs       *loop.Observer
 }
 
@@ -74,7 +75,7 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 		return nil, err
 	}
 	p.close()
-	return &Relay{pool: pool, cfg: c, undeleted: map[int64]int{},
+	return &Relay{pool: pool, cfg: c, undeleted: undeleted{ids: map[int64]uint32{}},
 		obs: loop.NewObserver("outbox", "", c.metrics)}, nil
 }
 
@@ -269,10 +270,18 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, err
 	}
 	defer p.close()
-	from, err := r.startKeepingAlive(ctx, s, p)
+	from, carried, err := r.startKeepingAlive(ctx, s, p)
 	if err != nil {
 		return waited, err
 	}
+	// Rows an earlier relay (or session) published but could not delete:
+	// now, and every status interval, until they are gone.
+	r.undeleted.mu.Lock()
+	maps.Copy(r.undeleted.ids, carried)
+	r.undeleted.mu.Unlock()
+	r.sweep(ctx)
+	sweeping := every(r.cfg.statusInterval, func() { r.sweep(ctx) })
+	defer sweeping()
 	var wal pglogrepl.LSN
 	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&wal); err != nil {
 		return waited, fmt.Errorf("outbox: read the server's log position: %w", err)
@@ -313,7 +322,10 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			next = func(time.Time) (*dbTxn, error) { return nil, nil }
 		}
 		began := time.Now()
-		err := p.publish(ctx, cur, next, func(ctx context.Context, b *pending) error { return asDatabaseError(r.deleteRows(ctx, b)) })
+		err := p.publish(ctx, cur, next, func(ctx context.Context, b *pending) ([]carriedTxn, error) {
+			carry, err := r.deleteRows(ctx, b)
+			return carry, asDatabaseError(err)
+		})
 		timedOut := errors.Is(err, eos.ErrFenced) && r.stillHolds(ctx, s)
 		r.observe(ctx, cur, began, err, timedOut)
 		if err == nil {
@@ -458,7 +470,7 @@ func (r *Relay) heartbeat(ctx context.Context, s *stream) (stop func()) {
 // replication session it is alive, so that wal_sender_timeout does not end
 // it meanwhile. The goroutine has the stream's connection to itself until
 // p.start returns.
-func (r *Relay) startKeepingAlive(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
+func (r *Relay) startKeepingAlive(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, map[int64]uint32, error) {
 	stop := every(r.cfg.statusInterval, func() { _ = s.keepAlive(ctx) })
 	defer stop()
 	return p.start(ctx)
@@ -580,78 +592,63 @@ func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 	}
 }
 
-// deleteRows deletes the batch's rows in statements of bounded size, and
-// keeps its dead-lettered records in the dead-letter table. It runs
-// before the Kafka commit: the rows stay in the write-ahead log the slot
-// holds until that commit is confirmed, so an abort after it loses
-// nothing, and a crash after the commit leaves no published row behind.
-func (r *Relay) deleteRows(ctx context.Context, b *pending) error {
+// deleteRows deletes the batch's rows, and those earlier batches
+// could not, in statements of bounded size, and keeps its dead-lettered
+// records in the dead-letter table. It runs before the Kafka commit: the
+// rows stay in the write-ahead log the slot holds until that commit is
+// confirmed, so an abort after it loses nothing. It returns the rows it
+// could not delete yet (their transactions not visible yet), which the
+// batch's position record carries: a relay that stops before it deletes
+// them leaves them to the next.
+func (r *Relay) deleteRows(ctx context.Context, b *pending) ([]carriedTxn, error) {
 	if err := r.keepDead(ctx, b); err != nil {
-		return err
+		return nil, err
 	}
-	ids := make([]int64, 0, r.cfg.deleteBatch)
-	var unseen []int64
-	flush := func() error {
-		if len(ids) == 0 {
-			return nil
-		}
-		rows, err := r.pool.Query(ctx, `DELETE FROM eoskit_outbox WHERE id = ANY($1) RETURNING id`, ids)
-		if err != nil {
-			return fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
-		}
-		deleted, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
-		}
-		if len(deleted) < len(ids) {
-			gone := make(map[int64]bool, len(deleted))
-			for _, id := range deleted {
-				gone[id] = true
-			}
-			for _, id := range ids {
-				if !gone[id] {
-					unseen = append(unseen, id)
-				}
-			}
-		}
-		ids = ids[:0]
-		return nil
-	}
-	// Rows a previous batch could not see yet: a transaction's commit
-	// reaches the log (and the relay) a moment before other sessions see
-	// its rows. Tried with the next batches, a few times.
-	retry := r.undeleted
-	r.undeleted = map[int64]int{}
-	for id := range retry {
-		ids = append(ids, id)
-	}
+	r.undeleted.mu.Lock()
+	defer r.undeleted.mu.Unlock()
+	want := maps.Clone(r.undeleted.ids)
 	for _, t := range b.txns {
 		for _, rw := range t.rows {
-			ids = append(ids, rw.id)
-			if len(ids) >= cap(ids) {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
+			want[rw.id] = t.xid
 		}
 	}
-	if err := flush(); err != nil {
-		return err
-	}
+	left, err := deleteIDs(ctx, r.pool, want, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
 	// Usually a few milliseconds make them visible.
-	for try := 0; try < 5 && len(unseen) > 0; try++ {
+	for try := 0; err == nil && try < 5 && len(left) > 0; try++ {
 		time.Sleep(20 * time.Millisecond)
-		ids, unseen = append(ids, unseen...), nil
-		if err := flush(); err != nil {
-			return err
-		}
+		left, err = deleteIDs(ctx, r.pool, left, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
 	}
-	for _, id := range unseen {
-		if n := retry[id] + 1; n <= 3 {
-			r.undeleted[id] = n
-		}
+	if err != nil {
+		// Keep what was wanted: the batch is not committed, and rows
+		// already deleted are harmlessly looked for again.
+		maps.Copy(r.undeleted.ids, want)
+		return nil, err
 	}
-	return nil
+	r.undeleted.ids = left
+	carry, dropped := encodeCarried(left)
+	if dropped > 0 {
+		r.cfg.logger.Warn("outbox: too many published rows not yet visible to delete; the position record names only some, the relay remembers the rest until it stops",
+			"slot", r.cfg.slot, "rows", len(left), "not_carried", dropped)
+	}
+	return carry, nil
+}
+
+// sweep deletes the published rows earlier deletions could not find,
+// those of earlier relays included (read back with the position).
+func (r *Relay) sweep(ctx context.Context) {
+	r.undeleted.mu.Lock()
+	defer r.undeleted.mu.Unlock()
+	if len(r.undeleted.ids) == 0 {
+		return
+	}
+	left, err := deleteIDs(ctx, r.pool, r.undeleted.ids, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.cfg.logger.Warn("outbox: deleting published rows failed; tried again in a status interval", "slot", r.cfg.slot, "rows", len(r.undeleted.ids), "err", err)
+		}
+		return
+	}
+	r.undeleted.ids = left
 }
 
 // keepDead copies the batch's dead-lettered records into the dead-letter

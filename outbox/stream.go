@@ -24,6 +24,7 @@ type row struct {
 // order it wrote them.
 type dbTxn struct {
 	end  pglogrepl.LSN // the end of its commit record: the position once published
+	xid  uint32        // its transaction id, which its rows' xmin is
 	rows []row
 }
 
@@ -194,7 +195,7 @@ func (s *stream) decode(wal []byte, skipThrough pglogrepl.LSN) (*dbTxn, error) {
 		}
 		s.relID, s.columns = m.RelationID, cols
 	case *pglogrepl.BeginMessage:
-		s.cur = &dbTxn{}
+		s.cur = &dbTxn{xid: m.Xid}
 	case *pglogrepl.InsertMessage:
 		if s.cur == nil {
 			return nil, fmt.Errorf("outbox: slot %s: an insert outside a transaction", s.slot)
