@@ -137,9 +137,15 @@
 // to a partition that the relay's producer does not know yet but the
 // topic has (partitions just added: the next session's producer loads
 // them), is retried for [RetryFor], then stops the relay with a
-// *[RecordError]. A transaction the coordinator ended at its
-// timeout (which fences its producer) starts a new session with a new
-// producer, as long as the relay still holds the slot. The position in
+// *[RecordError]. While the relay waits for Kafka (a broker unreachable,
+// a slow commit) it keeps its replication session alive, so that
+// PostgreSQL's wal_sender_timeout does not end it, for up to the
+// transaction timeout (kgo.TransactionTimeout, 40 s by default); a relay
+// stuck longer lets the session lapse, so that a standby can take over. A
+// transaction the coordinator ended at its timeout (which fences its
+// producer) starts a new session with a new producer, as does any
+// fencing while no other relay holds the slot (only a relay that took
+// the slot fences another). The position in
 // Kafka carries the slot's incarnation token: a position of an earlier
 // slot of the same name (a server restored from a backup, which keeps no
 // slots, and its slot re-created) is ignored, and one from another server

@@ -29,6 +29,7 @@ type config struct {
 	deleteBatch    int
 	retryFor       time.Duration
 	statusInterval time.Duration
+	txnTimeout     time.Duration // the producer's, settled by NewRelay
 	logger         *slog.Logger
 	metrics        eos.Metrics
 	clientOpts     []kgo.Opt
@@ -178,7 +179,9 @@ func RetryFor(d time.Duration) Option {
 // another holds the slot stands by, and takes over once the holder has
 // been silent for three intervals: a stalled relay is replaced after
 // about 3x this. PostgreSQL's wal_sender_timeout (default 60s) must be
-// longer than the interval.
+// longer than the interval: the relay sends a status update every
+// interval, while it waits for Kafka too (for up to the transaction
+// timeout).
 func StatusInterval(d time.Duration) Option {
 	return func(c *config) { c.statusInterval = d }
 }

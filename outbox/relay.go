@@ -75,8 +75,27 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 		return nil, err
 	}
 	p.close()
+	if c.txnTimeout, err = transactionTimeout(c); err != nil {
+		return nil, err
+	}
 	return &Relay{pool: pool, cfg: c, undeleted: undeleted{ids: map[int64]uint32{}},
 		obs: loop.NewObserver("outbox", "", c.metrics)}, nil
+}
+
+// transactionTimeout returns the producer's transaction timeout, as the
+// pass-through options set it (kgo.TransactionTimeout; franz-go's
+// default, 40 s, otherwise).
+func transactionTimeout(c *config) (time.Duration, error) {
+	cl, err := kgo.NewClient(c.connOpts()...) // connects to nothing until used
+	if err != nil {
+		return 0, &eos.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error(), Err: err}
+	}
+	defer cl.Close()
+	d, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
+	if d <= 0 {
+		d = 40 * time.Second
+	}
+	return d, nil
 }
 
 // finalError marks an error retrying can not cure.
@@ -251,6 +270,15 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, err
 	}
 	defer s.close()
+	// Nothing else answers PostgreSQL while the relay waits for Kafka
+	// (an unreachable broker, a slow commit): without this, a wait
+	// longer than wal_sender_timeout ends the replication session.
+	s.keepFor = r.cfg.txnTimeout
+	keeping := s.keepAlive(ctx, func(waited time.Duration) {
+		r.cfg.logger.Warn("outbox: waiting for Kafka longer than the transaction timeout; no longer keeping the replication session alive, so that a standby may take over",
+			"slot", r.cfg.slot, "waited", waited.Round(time.Second), "transaction_timeout", r.cfg.txnTimeout)
+	})
+	defer keeping()
 	if s.system != r.system {
 		return waited, finalError{fmt.Errorf("%w: the server's system identifier changed from %s to %s: another server answers at this address", ErrPosition, r.system, s.system)}
 	}
@@ -270,7 +298,11 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, err
 	}
 	defer p.close()
-	from, carried, err := r.startKeepingAlive(ctx, s, p)
+	// Registering the transactional id may wait for another relay's
+	// transaction with it to end; the stream is kept alive meanwhile.
+	startDone := s.waiting()
+	from, carried, err := p.start(ctx)
+	startDone()
 	if err != nil {
 		return waited, err
 	}
@@ -290,7 +322,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, finalError{fmt.Errorf("%w: the position in %s, %s, is past this server's log (%s): it was written for another incarnation of the server (restored, re-created)",
 			ErrPosition, r.cfg.positionTopic, from, wal)}
 	}
-	s.confirmed = from // already in Kafka: the slot may forget it
+	s.setConfirmed(from) // already in Kafka: the slot may forget it
 	// Health has no partitions to show for a relay: LastAssigned is when
 	// it last took its slot and began to read.
 	r.obs.NewSession()
@@ -322,11 +354,13 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			next = func(time.Time) (*dbTxn, error) { return nil, nil }
 		}
 		began := time.Now()
+		doneWaiting := s.waiting()
 		err := p.publish(ctx, cur, next, func(ctx context.Context, b *pending) ([]carriedTxn, error) {
 			carry, err := r.deleteRows(ctx, b)
 			return carry, asDatabaseError(err)
 		})
-		timedOut := errors.Is(err, eos.ErrFenced) && r.stillHolds(ctx, s)
+		doneWaiting()
+		timedOut := errors.Is(err, eos.ErrFenced) && !r.takenOver(ctx, s)
 		r.observe(ctx, cur, began, err, timedOut)
 		if err == nil {
 			published = cur.txns[len(cur.txns)-1].end
@@ -346,10 +380,12 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 		if timedOut {
 			// No relay can fence this one without taking the slot
-			// first: the coordinator ended a transaction that outlived
-			// its timeout (which bumps the epoch under transaction
-			// protocol v2). A new session, with a new producer.
-			return progressed, fmt.Errorf("outbox: a transaction outlived its timeout, and its producer was fenced by the coordinator: %s", err)
+			// first, and none holds it: the coordinator ended a
+			// transaction that outlived its timeout (which bumps the
+			// epoch under transaction protocol v2). A new session,
+			// with a new producer; should another relay have taken
+			// the slot meanwhile, this one stands by.
+			return progressed, fmt.Errorf("outbox: the producer was fenced with no other relay holding the slot (the coordinator ended a transaction that outlived its timeout): %s", err)
 		}
 		if final(err) {
 			return progressed, err
@@ -426,13 +462,17 @@ func (r *Relay) observe(ctx context.Context, b *pending, began time.Time, err er
 // it rode out. Its Path is "outbox"; it has no partitions or lag.
 func (r *Relay) Health() eos.Health { return r.obs.Health() }
 
-// stillHolds reports whether s's session still reads the slot.
-func (r *Relay) stillHolds(ctx context.Context, s *stream) bool {
+// takenOver reports whether another session reads the slot now: the one
+// way another relay comes to fence this one in Kafka is to take the slot
+// first. A slot nobody reads (this relay's session ended by PostgreSQL,
+// say) or one that could not be looked up is not taken over: the next
+// session finds out, and stands by if another relay has it by then.
+func (r *Relay) takenOver(ctx context.Context, s *stream) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var pid *int32
 	err := r.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.slot).Scan(&pid)
-	return err == nil && pid != nil && *pid == int32(s.conn.PID())
+	return err == nil && pid != nil && *pid != int32(s.conn.PID())
 }
 
 // beat records that this relay's session on the slot (its walsender's
@@ -463,17 +503,6 @@ func (r *Relay) heartbeat(ctx context.Context, s *stream) (stop func()) {
 			r.cfg.logger.Warn("outbox: heartbeat failed", "slot", r.cfg.slot, "err", err)
 		}
 	})
-}
-
-// startKeepingAlive runs p.start (registering the transactional id may
-// wait for another relay's transaction with it to end) while telling the
-// replication session it is alive, so that wal_sender_timeout does not end
-// it meanwhile. The goroutine has the stream's connection to itself until
-// p.start returns.
-func (r *Relay) startKeepingAlive(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, map[int64]uint32, error) {
-	stop := every(r.cfg.statusInterval, func() { _ = s.keepAlive(ctx) })
-	defer stop()
-	return p.start(ctx)
 }
 
 // every runs fn every d in a goroutine of its own until the returned stop
