@@ -128,10 +128,17 @@
 // record Kafka refuses as its own fault (too large, invalid), or one
 // pinned with [WriteToPartition] to a partition its topic lacks (as a
 // fresh metadata look-up confirms), stops the relay with a
-// *[RecordError] at once, or goes to a [DeadLetterTopic]; to find which
+// *[RecordError] at once, or goes to a [DeadLetterTopic]. To find which
 // record it was when Kafka refused a whole produce batch, the relay
-// publishes that batch again one database transaction and one record at
-// a time. A record for a missing topic, or refused for its timestamp (the
+// takes the batch's database transactions one at a time, and first
+// probes a transaction's records in Kafka transactions it aborts (500
+// records produced together, a refused 500 again one at a time), each of
+// at most 5,000 records and a quarter of the transaction timeout, so
+// that no Kafka transaction outlives its timeout however large the
+// database transaction; then it publishes the transaction, the refused
+// records dead-lettered (should Kafka refuse it again, one record at a
+// time). What the probes found, and how far they went, outlives a
+// session that ends meanwhile. A record for a missing topic, or refused for its timestamp (the
 // relay stamps records with their commit time, which a topic's
 // message.timestamp.*.max.ms may refuse for a whole backlog), or pinned
 // to a partition that the relay's producer does not know yet but the

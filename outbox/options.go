@@ -159,8 +159,11 @@ func CommitInterval(d time.Duration) Option {
 // Default: 10,000 (at 1,000 the commits cost a third of the relay's
 // throughput on a 2-core machine; make bench measures it). The relay
 // keeps a transaction's records in memory until it commits. One database transaction larger than this becomes one
-// Kafka transaction of its own size; it must be publishable within the
-// transaction timeout (kgo.TransactionTimeout, default 40s).
+// Kafka transaction of its own size; it must be publishable, as one
+// batch, within the transaction timeout (kgo.TransactionTimeout, default
+// 40s). Finding a refused record in it does not have to be: the relay
+// probes its records in aborted Kafka transactions of bounded size
+// first (see the package documentation, Faults).
 func MaxRecordsPerCommit(n int) Option {
 	return func(c *config) { c.maxRecords = n }
 }

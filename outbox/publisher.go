@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -32,8 +33,19 @@ type publisher interface {
 	// rows with del (which returns the published rows it could not
 	// delete yet), and commits.
 	publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error
+	// probe produces recs in a Kafka transaction it aborts, in chunks
+	// of chunk records, each waited for, until one fails (its
+	// *eos.ProduceError) or budget passes; it returns how many passed.
+	// errNoProbe: this publisher can not (its records would be seen).
+	probe(ctx context.Context, recs []*kgo.Record, chunk int, budget time.Duration) (passed int, err error)
 	close()
 }
+
+// errNoProbe: the publisher can not produce records nobody sees.
+var errNoProbe = errors.New("outbox: this publisher can not probe records")
+
+// errProbed ends a probe's Kafka transaction, which is then aborted.
+var errProbed = errors.New("outbox: probed")
 
 func (c *config) newPublisher() (publisher, error) {
 	clientOpts := append(append([]kgo.Opt(nil), c.clientOpts...), kgo.RecordPartitioner(partitioner()))
@@ -60,7 +72,7 @@ func (c *config) connOpts() []kgo.Opt {
 
 // gather produces b's records with produce, then extends b from next
 // until it holds maxRecords or the commit interval passed. produce
-// returns an error only when b.isolate asks it to wait for each record.
+// returns an error only when b.oneByOne asks it to wait for each record.
 func (c *config) gather(b *pending, next nextFunc, produce func(*kgo.Record) error) error {
 	n := 0
 	for _, t := range b.txns {
@@ -121,7 +133,7 @@ func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, map[int64]uint
 func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error {
 	return t.p.Transact(ctx, func(tx *eos.Tx) error {
 		produce := func(r *kgo.Record) error {
-			if b.isolate {
+			if b.oneByOne {
 				return tx.ProduceSync(r)
 			}
 			tx.Produce(r)
@@ -146,6 +158,24 @@ func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 		}
 		return nil
 	})
+}
+
+func (t *txnPublisher) probe(ctx context.Context, recs []*kgo.Record, chunk int, budget time.Duration) (passed int, err error) {
+	began := time.Now()
+	err = t.p.Transact(ctx, func(tx *eos.Tx) error {
+		for passed < len(recs) && time.Since(began) < budget {
+			k := min(chunk, len(recs)-passed)
+			if err := tx.ProduceSync(recs[passed : passed+k]...); err != nil {
+				return err
+			}
+			passed += k
+		}
+		return errProbed
+	})
+	if errors.Is(err, errProbed) {
+		return passed, nil
+	}
+	return passed, err
 }
 
 func (t *txnPublisher) close() { t.p.Close() }
@@ -173,7 +203,7 @@ func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 				first = &eos.ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err, Record: r}
 			}
 		})
-		if !b.isolate {
+		if !b.oneByOne {
 			return nil
 		}
 		if err := a.p.Flush(ctx); err != nil {
@@ -203,6 +233,10 @@ func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 		a.cfg.hooks.beforeCommit()
 	}
 	return nil
+}
+
+func (a *ackPublisher) probe(context.Context, []*kgo.Record, int, time.Duration) (int, error) {
+	return 0, errNoProbe
 }
 
 func (a *ackPublisher) close() { a.p.Close() }

@@ -39,7 +39,14 @@ type Relay struct {
 	// undeleted: published rows the relay has yet to delete, kept
 	// across sessions and carried in every position record.
 	undeleted undeleted
-	obs       *loop.Observer
+	// dead holds the records found to be refused as their own fault, by
+	// row id, until their batch commits; iso, how far the search for
+	// them went in the database transaction being isolated. Both outlive
+	// a session (one that ended at a transaction timeout, say), so that
+	// the next goes on from there. Only Run's goroutine touches them.
+	dead map[int64]error
+	iso  isolation
+	obs  *loop.Observer
 }
 
 // NewRelay returns a relay over the outbox in pool's database. Besides
@@ -78,7 +85,7 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if c.txnTimeout, err = transactionTimeout(c); err != nil {
 		return nil, err
 	}
-	return &Relay{pool: pool, cfg: c, undeleted: undeleted{ids: map[int64]uint32{}},
+	return &Relay{pool: pool, cfg: c, undeleted: undeleted{ids: map[int64]uint32{}}, dead: map[int64]error{},
 		obs: loop.NewObserver("outbox", "", c.metrics)}, nil
 }
 
@@ -332,7 +339,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 
 	progressed = waited
 	published := from
-	b := &pending{dead: map[int64]error{}}
+	b := &pending{dead: r.dead}
 	for {
 		if len(b.txns) == 0 {
 			t, err := s.next(ctx, time.Time{}, published)
@@ -347,11 +354,21 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			return t, asDatabaseError(err)
 		}
 		if b.isolate {
-			// Finding whose fault a refusal was: one database
-			// transaction per Kafka transaction, one record at a time,
-			// so that no transaction outlives its timeout.
-			cur = &pending{txns: b.txns[:1], dead: b.dead, isolate: true}
+			// Finding whose fault a refusal was: the first database
+			// transaction alone, its records probed first (see probe),
+			// then published with what was refused dead-lettered; or,
+			// should that fail again, one record at a time.
+			cur = &pending{txns: b.txns[:1], dead: b.dead, oneByOne: b.oneByOne}
 			next = func(time.Time) (*dbTxn, error) { return nil, nil }
+			if !b.oneByOne {
+				err := r.probe(ctx, s, p, b.txns[0])
+				switch {
+				case errors.Is(err, errNoProbe):
+					b.oneByOne, cur.oneByOne = true, true
+				case err != nil:
+					return progressed, err
+				}
+			}
 		}
 		began := time.Now()
 		doneWaiting := s.waiting()
@@ -368,10 +385,20 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			if r.cfg.hooks.afterCommit != nil && r.cfg.hooks.afterCommit() {
 				return progressed, errors.New("outbox: a test ended the session after a commit, before the slot was told")
 			}
+			for _, t := range cur.txns {
+				for _, rw := range t.rows {
+					delete(r.dead, rw.id)
+				}
+				if t.end >= r.iso.end {
+					r.iso = isolation{}
+				}
+			}
 			if b.isolate && len(b.txns) > 1 {
-				b.txns = b.txns[1:]
+				// The rest as usual: a refusal among them isolates
+				// again.
+				b = &pending{txns: b.txns[1:], dead: r.dead}
 			} else {
-				b = &pending{dead: map[int64]error{}}
+				b = &pending{dead: r.dead}
 			}
 			if err := s.published(ctx, published); err != nil {
 				return progressed, err
@@ -549,13 +576,20 @@ func (r *Relay) blame(ctx context.Context, err error, b *pending) (retry bool, _
 		}
 		return false, err // a refused ACL, say: retried for RetryFor (a missing topic is topicGone's)
 	}
-	if recordsFault(cause) && !b.isolate && !errors.Is(cause, ErrInvalidPartition) {
+	if recordsFault(cause) && !b.oneByOne && !errors.Is(cause, ErrInvalidPartition) {
 		// Kafka refuses a produce batch whole (one larger than the
 		// topic's max.message.bytes, say): every record in it fails
-		// alike, and the first is not to blame. Publish the batch again
-		// one acknowledged record at a time.
-		r.cfg.logger.Warn("outbox: records refused; publishing the batch again one record at a time to find whose fault it is", "err", cause)
-		b.isolate = true
+		// alike, and the first is not to blame. Isolate the batch's
+		// first database transaction, probing its records; should it
+		// be refused again after that, publish it one acknowledged
+		// record at a time.
+		if !b.isolate {
+			r.cfg.logger.Warn("outbox: records refused; probing the batch's records to find whose fault it is", "err", cause)
+			b.isolate = true
+		} else {
+			r.cfg.logger.Warn("outbox: records refused after probing; publishing the database transaction one record at a time", "err", cause)
+			b.oneByOne = true
+		}
 		return true, nil
 	}
 	rerr := &RecordError{ID: info.id, Topic: info.topic, Partition: info.partition, Err: cause}
@@ -718,9 +752,12 @@ func (r *Relay) keepDead(ctx context.Context, b *pending) error {
 type pending struct {
 	txns []*dbTxn
 	dead map[int64]error
-	// isolate: produce each record alone and wait for it, so that a
-	// refusal names the record at fault.
+	// isolate: publish the first database transaction alone, probed
+	// first (see Relay.probe).
 	isolate bool
+	// oneByOne: produce each record alone and wait for it, so that a
+	// refusal names the record at fault.
+	oneByOne bool
 }
 
 // rowKey carries a record's outbox identity in its Context, for the
