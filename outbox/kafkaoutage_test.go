@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,4 +136,87 @@ func TestKafkaOutageLongerThanWalSenderTimeoutDoesNotStopALoneRelay(t *testing.T
 		t.Fatalf("%d outputs; want the %d committed records once each", rep.Outputs, len(committed))
 	}
 	t.Logf("verifier: %v", rep)
+}
+
+// A relay fenced in Kafka while no other relay holds its slot (here a
+// stray producer with its transactional id, after the relay stalled past
+// its transaction timeout and PostgreSQL ended its replication session)
+// was fenced by no relay: it starts a new session rather than stop, and
+// publishes everything once.
+func TestRelayFencedWithNoOtherRelayOnTheSlotRestarts(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	pool, url := integration.PostgresWithURL(t)
+	b := newBedOn(t, k, pool, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["wal_sender_timeout"] = "2000ms"
+	relayPool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(relayPool.Close)
+
+	txnID := integration.UniqueName(t, "relay")
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r, err := outbox.NewRelay(relayPool, outbox.Brokers(k.Brokers...), outbox.PositionTopic(b.positions),
+		outbox.Logger(testLogger(t)), outbox.StatusInterval(500*time.Millisecond), outbox.TransactionalID(txnID),
+		outbox.ClientOptions(kgo.TransactionTimeout(3*time.Second)),
+		outbox.BeforeCommit(func() { once.Do(func() { close(stalled); <-release }) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Error("the relay did not stop within a minute of its context's end")
+		}
+	})
+	if err := b.load.Write(context.Background(), 300, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stalled:
+	case <-time.After(time.Minute):
+		t.Fatal("the relay never reached a commit")
+	}
+	// Past the transaction timeout, the relay stops keeping its session
+	// alive, and PostgreSQL ends it: nobody holds the slot.
+	waitFor(t, 30*time.Second, "the stalled relay's replication session to end", func() bool { return b.holder(t) == 0 })
+	stray, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID(txnID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, _, err = stray.ProducerID(pctx) // fences the relay's producer
+	pcancel()
+	stray.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	committed := b.committed(t)
+	deadline := time.Now().Add(2 * time.Minute)
+	for b.published(t) < len(committed) {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("Run returned %v, with %d of %d records published; want the relay to restart", err, b.published(t), len(committed))
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d committed records published 2 minutes after the stray producer", b.published(t), len(committed))
+		}
+	}
+	if rep := b.verify(t); rep.Outputs != len(committed) {
+		t.Fatalf("%d outputs; want the %d committed records once each", rep.Outputs, len(committed))
+	}
 }

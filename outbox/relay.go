@@ -412,7 +412,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			// epoch under transaction protocol v2). A new session,
 			// with a new producer; should another relay have taken
 			// the slot meanwhile, this one stands by.
-			return progressed, fmt.Errorf("outbox: the producer was fenced with no other relay holding the slot (the coordinator ended a transaction that outlived its timeout): %s", err)
+			return progressed, fmt.Errorf("outbox: the producer was fenced with no other relay holding the slot (by the coordinator, at a transaction's timeout, or a producer that is no relay): %s", err)
 		}
 		if final(err) {
 			return progressed, err
