@@ -65,7 +65,15 @@
 // position past the server's log is refused ([ErrPosition]): a restored
 // or re-created server never inherits another's. The rows are deleted
 // from the table as they are published (before the Kafka commit: the
-// log, not the table, is what is replayed).
+// log, not the table, is what is replayed). A row whose transaction the
+// log gave before other sessions could see it (a moment usually; under
+// synchronous replication, until a synchronous standby acknowledged the
+// commit) is deleted later: every position record names the published
+// rows not deleted yet, and the relay, and whichever relay reads that
+// position next, deletes them with the next batches, when a session
+// starts and every [StatusInterval] (at most 1,000 ids a statement),
+// until they are gone. An at-least-once relay, which keeps no position,
+// remembers them only while it runs.
 //
 // # What it needs
 //
@@ -123,18 +131,31 @@
 // record Kafka refuses as its own fault (too large, invalid), or one
 // pinned with [WriteToPartition] to a partition its topic lacks (as a
 // fresh metadata look-up confirms), stops the relay with a
-// *[RecordError] at once, or goes to a [DeadLetterTopic]; to find which
+// *[RecordError] at once, or goes to a [DeadLetterTopic]. To find which
 // record it was when Kafka refused a whole produce batch, the relay
-// publishes that batch again one database transaction and one record at
-// a time. A record for a missing topic, or refused for its timestamp (the
+// takes the batch's database transactions one at a time, and first
+// probes a transaction's records in Kafka transactions it aborts (500
+// records produced together, a refused 500 again one at a time), each of
+// at most 5,000 records and a quarter of the transaction timeout, so
+// that no Kafka transaction outlives its timeout however large the
+// database transaction; then it publishes the transaction, the refused
+// records dead-lettered (should Kafka refuse it again, one record at a
+// time). What the probes found, and how far they went, outlives a
+// session that ends meanwhile. A record for a missing topic, or refused for its timestamp (the
 // relay stamps records with their commit time, which a topic's
 // message.timestamp.*.max.ms may refuse for a whole backlog), or pinned
 // to a partition that the relay's producer does not know yet but the
 // topic has (partitions just added: the next session's producer loads
 // them), is retried for [RetryFor], then stops the relay with a
-// *[RecordError]. A transaction the coordinator ended at its
-// timeout (which fences its producer) starts a new session with a new
-// producer, as long as the relay still holds the slot. The position in
+// *[RecordError]. While the relay waits for Kafka (a broker unreachable,
+// a slow commit) it keeps its replication session alive, so that
+// PostgreSQL's wal_sender_timeout does not end it, for up to the
+// transaction timeout (kgo.TransactionTimeout, 40 s by default); a relay
+// stuck longer lets the session lapse, so that a standby can take over. A
+// transaction the coordinator ended at its timeout (which fences its
+// producer) starts a new session with a new producer, as does any
+// fencing while no other relay holds the slot (only a relay that took
+// the slot fences another). The position in
 // Kafka carries the slot's incarnation token: a position of an earlier
 // slot of the same name (a server restored from a backup, which keeps no
 // slots, and its slot re-created) is ignored, and one from another server

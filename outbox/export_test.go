@@ -13,3 +13,11 @@ func BeforeCommit(fn func()) Option {
 func AfterCommit(fn func() bool) Option {
 	return func(c *config) { c.hooks.afterCommit = fn }
 }
+
+// HideFromDeletion makes the relay's deletions pass over the rows hide
+// reports, as if their transactions were not visible yet (decoded before
+// a synchronous standby acknowledged the commit): the relay takes them
+// for rows it must delete later.
+func HideFromDeletion(hide func(id int64) bool) Option {
+	return func(c *config) { c.hooks.hideFromDeletion = hide }
+}

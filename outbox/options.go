@@ -29,6 +29,7 @@ type config struct {
 	deleteBatch    int
 	retryFor       time.Duration
 	statusInterval time.Duration
+	txnTimeout     time.Duration // the producer's, settled by NewRelay
 	logger         *slog.Logger
 	metrics        eos.Metrics
 	clientOpts     []kgo.Opt
@@ -158,8 +159,11 @@ func CommitInterval(d time.Duration) Option {
 // Default: 10,000 (at 1,000 the commits cost a third of the relay's
 // throughput on a 2-core machine; make bench measures it). The relay
 // keeps a transaction's records in memory until it commits. One database transaction larger than this becomes one
-// Kafka transaction of its own size; it must be publishable within the
-// transaction timeout (kgo.TransactionTimeout, default 40s).
+// Kafka transaction of its own size; it must be publishable, as one
+// batch, within the transaction timeout (kgo.TransactionTimeout, default
+// 40s). Finding a refused record in it does not have to be: the relay
+// probes its records in aborted Kafka transactions of bounded size
+// first (see the package documentation, Faults).
 func MaxRecordsPerCommit(n int) Option {
 	return func(c *config) { c.maxRecords = n }
 }
@@ -178,7 +182,9 @@ func RetryFor(d time.Duration) Option {
 // another holds the slot stands by, and takes over once the holder has
 // been silent for three intervals: a stalled relay is replaced after
 // about 3x this. PostgreSQL's wal_sender_timeout (default 60s) must be
-// longer than the interval.
+// longer than the interval: the relay sends a status update every
+// interval, while it waits for Kafka too (for up to the transaction
+// timeout).
 func StatusInterval(d time.Duration) Option {
 	return func(c *config) { c.statusInterval = d }
 }
@@ -219,6 +225,9 @@ type hooks struct {
 	// afterCommit runs once a batch committed, before the slot is told;
 	// true ends the session there, as a crash would.
 	afterCommit func() bool
+	// hideFromDeletion: rows it reports are passed over by the
+	// deletions, as if their transactions were not visible yet.
+	hideFromDeletion func(id int64) bool
 }
 
 func validSlotName(s string) bool {

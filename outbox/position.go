@@ -16,12 +16,15 @@ import (
 )
 
 // position is the value of a relay's position record: the end of the last
-// database transaction it published. The key is the server's system
-// identifier and the slot's name, "system/slot".
+// database transaction it published, and the published rows not deleted
+// yet. The key is the server's system identifier and the slot's name,
+// "system/slot".
 type position struct {
-	LSN   string `json:"lsn"`
-	Key   string `json:"key"`
-	Token string `json:"token"` // the slot's incarnation
+	LSN       string       `json:"lsn"`
+	Key       string       `json:"key"`
+	Token     string       `json:"token"`               // the slot's incarnation
+	Undeleted []carriedTxn `json:"undeleted,omitempty"` // see undeleted
+	lsn       pglogrepl.LSN
 }
 
 // readTimeout bounds reading the position topic to its high watermark.
@@ -41,13 +44,13 @@ const readTimeout = time.Minute
 // hanging transaction, which the read reports.
 const markerWait = time.Minute
 
-func positionRecord(topic, key, token string, end pglogrepl.LSN) *kgo.Record {
-	v, _ := json.Marshal(position{LSN: end.String(), Key: key, Token: token})
+func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []carriedTxn) *kgo.Record {
+	v, _ := json.Marshal(position{LSN: end.String(), Key: key, Token: token, Undeleted: undeleted})
 	return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(key), Value: v, Context: pinnedTo(0)}
 }
 
 // readPosition returns the last committed position under key in topic's
-// partition 0, or 0 if it has none.
+// partition 0, or one at 0 if it has none.
 //
 // It reads the partition's whole log up to its high watermark under
 // read_uncommitted, transaction markers included, and decides itself
@@ -75,12 +78,12 @@ func positionRecord(topic, key, token string, end pglogrepl.LSN) *kgo.Record {
 // one: Kafka 4.1 to 4.4 drop markers for a leaderless partition,
 // KAFKA-20734) would be decided, unseen, by the next marker of its
 // producer id.
-func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglogrepl.LSN, string, error) {
+func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (position, error) {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	admCl, err := kgo.NewClient(conn...)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
+		return position{}, fmt.Errorf("%w: %w", ErrPosition, err)
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
@@ -89,19 +92,19 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 		err = ends.Error()
 	}
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: list the end of %s (it must exist): %w", ErrPosition, topic, err)
+		return position{}, fmt.Errorf("%w: list the end of %s (it must exist): %w", ErrPosition, topic, err)
 	}
 	starts, err := adm.ListStartOffsets(rctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: list the start of %s: %w", ErrPosition, topic, err)
+		return position{}, fmt.Errorf("%w: list the start of %s: %w", ErrPosition, topic, err)
 	}
 	end, ok := ends.Lookup(topic, 0)
 	start, _ := starts.Lookup(topic, 0)
 	if !ok || end.Offset <= start.Offset {
-		return 0, "", nil
+		return position{}, nil
 	}
 
 	cl, err := kgo.NewClient(append(slices.Clip(conn),
@@ -110,7 +113,7 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 		kgo.KeepControlRecords(),
 	)...)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
+		return position{}, fmt.Errorf("%w: %w", ErrPosition, err)
 	}
 	defer cl.Close()
 	var last *kgo.Record              // the committed record of key at the highest offset
@@ -163,36 +166,35 @@ func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (pglog
 	}
 	if err := poll(rctx, func() bool { return next >= end.Offset }); err != nil {
 		if rctx.Err() != nil {
-			return 0, "", fmt.Errorf("%w: %s[0] read up to offset %d of %d within %s: %w", ErrPosition, topic, next, end.Offset, readTimeout, err)
+			return position{}, fmt.Errorf("%w: %s[0] read up to offset %d of %d within %s: %w", ErrPosition, topic, next, end.Offset, readTimeout, err)
 		}
-		return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
+		return position{}, fmt.Errorf("%w: %w", ErrPosition, err)
 	}
 	if len(open) > 0 {
 		wctx, cancel := context.WithTimeout(ctx, markerWait)
 		defer cancel()
 		if err := poll(wctx, func() bool { return len(open) == 0 }); err != nil {
 			if wctx.Err() == nil {
-				return 0, "", fmt.Errorf("%w: %w", ErrPosition, err)
+				return position{}, fmt.Errorf("%w: %w", ErrPosition, err)
 			}
 			var undecided []string
 			for _, id := range slices.Sorted(maps.Keys(open)) {
 				rs := open[id]
 				undecided = append(undecided, fmt.Sprintf("producer id %d (epoch %d) from offset %d", id, rs[0].ProducerEpoch, rs[0].Offset))
 			}
-			return 0, "", fmt.Errorf("%w: %s[0]: this slot's position (key %s) is in a transaction still undecided %s after the read reached offset %d, the end (read to %d): %s (a relay of this slot under another transactional id, or a hanging transaction): %w",
+			return position{}, fmt.Errorf("%w: %s[0]: this slot's position (key %s) is in a transaction still undecided %s after the read reached offset %d, the end (read to %d): %s (a relay of this slot under another transactional id, or a hanging transaction): %w",
 				ErrPosition, topic, key, markerWait, end.Offset, next, strings.Join(undecided, ", "), err)
 		}
 	}
 	if last == nil {
-		return 0, "", nil
+		return position{}, nil
 	}
 	var p position
 	if err := json.Unmarshal(last.Value, &p); err != nil {
-		return 0, "", finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
+		return position{}, finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
 	}
-	lsn, err := pglogrepl.ParseLSN(p.LSN)
-	if err != nil {
-		return 0, "", finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
+	if p.lsn, err = pglogrepl.ParseLSN(p.LSN); err != nil {
+		return position{}, finalError{fmt.Errorf("%w: %s[0]@%d: %w", ErrPosition, topic, last.Offset, err)}
 	}
-	return lsn, p.Token, nil
+	return p, nil
 }

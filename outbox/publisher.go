@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -15,19 +16,36 @@ import (
 // until passes.
 type nextFunc func(until time.Time) (*dbTxn, error)
 
+// deleteFunc deletes a batch's rows before its commit, and returns the
+// published rows still to delete, for its position record to carry.
+type deleteFunc func(context.Context, *pending) ([]carriedTxn, error)
+
 // publisher is how a relay's batches reach Kafka: in a Kafka transaction
 // with the position (exactly-once), or acknowledged and then confirmed to
 // the slot (at-least-once).
 type publisher interface {
 	// start returns what is already published: the position committed
-	// in Kafka, or 0 (the slot's own position says).
-	start(ctx context.Context) (pglogrepl.LSN, error)
+	// in Kafka, or 0 (the slot's own position says), and the published
+	// rows that position names as not deleted yet.
+	start(ctx context.Context) (pglogrepl.LSN, map[int64]uint32, error)
 	// publish produces b's records, extends b with transactions from next
 	// until the batch is full or the commit interval passes, deletes its
-	// rows with del, and commits.
-	publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error
+	// rows with del (which returns the published rows it could not
+	// delete yet), and commits.
+	publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error
+	// probe produces recs in a Kafka transaction it aborts, in chunks
+	// of chunk records, each waited for, until one fails (its
+	// *eos.ProduceError) or budget passes; it returns how many passed.
+	// errNoProbe: this publisher can not (its records would be seen).
+	probe(ctx context.Context, recs []*kgo.Record, chunk int, budget time.Duration) (passed int, err error)
 	close()
 }
+
+// errNoProbe: the publisher can not produce records nobody sees.
+var errNoProbe = errors.New("outbox: this publisher can not probe records")
+
+// errProbed ends a probe's Kafka transaction, which is then aborted.
+var errProbed = errors.New("outbox: probed")
 
 func (c *config) newPublisher() (publisher, error) {
 	clientOpts := append(append([]kgo.Opt(nil), c.clientOpts...), kgo.RecordPartitioner(partitioner()))
@@ -54,7 +72,7 @@ func (c *config) connOpts() []kgo.Opt {
 
 // gather produces b's records with produce, then extends b from next
 // until it holds maxRecords or the commit interval passed. produce
-// returns an error only when b.isolate asks it to wait for each record.
+// returns an error only when b.oneByOne asks it to wait for each record.
 func (c *config) gather(b *pending, next nextFunc, produce func(*kgo.Record) error) error {
 	n := 0
 	for _, t := range b.txns {
@@ -94,23 +112,28 @@ type txnPublisher struct {
 // start registers the transactional id, which fences any other relay
 // with it and aborts its open transaction, and only then reads the
 // position: what it reads can no longer change behind it.
-func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, error) {
+func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, map[int64]uint32, error) {
 	if _, _, err := t.p.ProducerID(ctx); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	lsn, token, err := readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key)
-	if err != nil || lsn == 0 || token == t.cfg.token {
-		return lsn, err
+	pos, err := readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key)
+	if err != nil {
+		return 0, nil, err
+	}
+	if pos.lsn == 0 || pos.Token == t.cfg.token {
+		undeleted := map[int64]uint32{}
+		decodeCarried(pos.Undeleted, undeleted)
+		return pos.lsn, undeleted, nil
 	}
 	t.cfg.logger.Warn("outbox: the position in Kafka belongs to an earlier slot of this name (re-created since); starting from the slot's own",
-		"slot", t.cfg.slot, "position", lsn.String())
-	return 0, nil
+		"slot", t.cfg.slot, "position", pos.lsn.String())
+	return 0, nil, nil
 }
 
-func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
+func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error {
 	return t.p.Transact(ctx, func(tx *eos.Tx) error {
 		produce := func(r *kgo.Record) error {
-			if b.isolate {
+			if b.oneByOne {
 				return tx.ProduceSync(r)
 			}
 			tx.Produce(r)
@@ -120,14 +143,14 @@ func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 			return err
 		}
 		// The rows' deletion overlaps the wait for Kafka's
-		// acknowledgements; both end before the commit.
-		deleted := make(chan error, 1)
-		go func() { deleted <- del(ctx, b) }()
-		err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.key, t.cfg.token, b.txns[len(b.txns)-1].end))
-		if derr := <-deleted; err == nil {
-			err = derr
-		}
+		// acknowledgements of the records; the position record follows
+		// it, naming the rows it could not delete yet, and the commit
+		// waits for every record.
+		undeleted, err := del(ctx, b)
 		if err != nil {
+			return err
+		}
+		if err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.key, t.cfg.token, b.txns[len(b.txns)-1].end, undeleted)); err != nil {
 			return err
 		}
 		if t.cfg.hooks.beforeCommit != nil {
@@ -137,6 +160,24 @@ func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 	})
 }
 
+func (t *txnPublisher) probe(ctx context.Context, recs []*kgo.Record, chunk int, budget time.Duration) (passed int, err error) {
+	began := time.Now()
+	err = t.p.Transact(ctx, func(tx *eos.Tx) error {
+		for passed < len(recs) && time.Since(began) < budget {
+			k := min(chunk, len(recs)-passed)
+			if err := tx.ProduceSync(recs[passed : passed+k]...); err != nil {
+				return err
+			}
+			passed += k
+		}
+		return errProbed
+	})
+	if errors.Is(err, errProbed) {
+		return passed, nil
+	}
+	return passed, err
+}
+
 func (t *txnPublisher) close() { t.p.Close() }
 
 type ackPublisher struct {
@@ -144,10 +185,14 @@ type ackPublisher struct {
 	p   *eos.IdempotentProducer
 }
 
-func (a *ackPublisher) start(context.Context) (pglogrepl.LSN, error) { return 0, nil }
-func (a *ackPublisher) fences() bool                                 { return false }
+func (a *ackPublisher) start(context.Context) (pglogrepl.LSN, map[int64]uint32, error) {
+	return 0, nil, nil
+}
+func (a *ackPublisher) fences() bool { return false }
 
-func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, del func(context.Context, *pending) error) error {
+// publish: without a position record, the rows it could not delete yet
+// are remembered by this relay only.
+func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error {
 	var mu sync.Mutex
 	var first error
 	produce := func(r *kgo.Record) error {
@@ -158,7 +203,7 @@ func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 				first = &eos.ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err, Record: r}
 			}
 		})
-		if !b.isolate {
+		if !b.oneByOne {
 			return nil
 		}
 		if err := a.p.Flush(ctx); err != nil {
@@ -181,13 +226,17 @@ func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 	if err != nil {
 		return err
 	}
-	if err := del(ctx, b); err != nil {
+	if _, err := del(ctx, b); err != nil {
 		return err
 	}
 	if a.cfg.hooks.beforeCommit != nil {
 		a.cfg.hooks.beforeCommit()
 	}
 	return nil
+}
+
+func (a *ackPublisher) probe(context.Context, []*kgo.Record, int, time.Duration) (int, error) {
+	return 0, errNoProbe
 }
 
 func (a *ackPublisher) close() { a.p.Close() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,10 +36,17 @@ type Relay struct {
 	running  atomic.Bool
 	prepared bool   // slot, key and transactional id settled; only Run touches it
 	system   string // the server's system identifier, as prepare found it
-	// undeleted counts, per row id, the deletions that did not find it
-	// (its transaction not yet visible); only Run's goroutine touches it.
-	undeleted map[int64]int
-	obs       *loop.Observer
+	// undeleted: published rows the relay has yet to delete, kept
+	// across sessions and carried in every position record.
+	undeleted undeleted
+	// dead holds the records found to be refused as their own fault, by
+	// row id, until their batch commits; iso, how far the search for
+	// them went in the database transaction being isolated. Both outlive
+	// a session (one that ended at a transaction timeout, say), so that
+	// the next goes on from there. Only Run's goroutine touches them.
+	dead map[int64]error
+	iso  isolation
+	obs  *loop.Observer
 }
 
 // NewRelay returns a relay over the outbox in pool's database. Besides
@@ -74,8 +82,27 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 		return nil, err
 	}
 	p.close()
-	return &Relay{pool: pool, cfg: c, undeleted: map[int64]int{},
+	if c.txnTimeout, err = transactionTimeout(c); err != nil {
+		return nil, err
+	}
+	return &Relay{pool: pool, cfg: c, undeleted: undeleted{ids: map[int64]uint32{}}, dead: map[int64]error{},
 		obs: loop.NewObserver("outbox", "", c.metrics)}, nil
+}
+
+// transactionTimeout returns the producer's transaction timeout, as the
+// pass-through options set it (kgo.TransactionTimeout; franz-go's
+// default, 40 s, otherwise).
+func transactionTimeout(c *config) (time.Duration, error) {
+	cl, err := kgo.NewClient(c.connOpts()...) // connects to nothing until used
+	if err != nil {
+		return 0, &eos.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error(), Err: err}
+	}
+	defer cl.Close()
+	d, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
+	if d <= 0 {
+		d = 40 * time.Second
+	}
+	return d, nil
 }
 
 // finalError marks an error retrying can not cure.
@@ -250,6 +277,15 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, err
 	}
 	defer s.close()
+	// Nothing else answers PostgreSQL while the relay waits for Kafka
+	// (an unreachable broker, a slow commit): without this, a wait
+	// longer than wal_sender_timeout ends the replication session.
+	s.keepFor = r.cfg.txnTimeout
+	keeping := s.keepAlive(ctx, func(waited time.Duration) {
+		r.cfg.logger.Warn("outbox: waiting for Kafka longer than the transaction timeout; no longer keeping the replication session alive, so that a standby may take over",
+			"slot", r.cfg.slot, "waited", waited.Round(time.Second), "transaction_timeout", r.cfg.txnTimeout)
+	})
+	defer keeping()
 	if s.system != r.system {
 		return waited, finalError{fmt.Errorf("%w: the server's system identifier changed from %s to %s: another server answers at this address", ErrPosition, r.system, s.system)}
 	}
@@ -269,10 +305,22 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, err
 	}
 	defer p.close()
-	from, err := r.startKeepingAlive(ctx, s, p)
+	// Registering the transactional id may wait for another relay's
+	// transaction with it to end; the stream is kept alive meanwhile.
+	startDone := s.waiting()
+	from, carried, err := p.start(ctx)
+	startDone()
 	if err != nil {
 		return waited, err
 	}
+	// Rows an earlier relay (or session) published but could not delete:
+	// now, and every status interval, until they are gone.
+	r.undeleted.mu.Lock()
+	maps.Copy(r.undeleted.ids, carried)
+	r.undeleted.mu.Unlock()
+	r.sweep(ctx)
+	sweeping := every(r.cfg.statusInterval, func() { r.sweep(ctx) })
+	defer sweeping()
 	var wal pglogrepl.LSN
 	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&wal); err != nil {
 		return waited, fmt.Errorf("outbox: read the server's log position: %w", err)
@@ -281,7 +329,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return waited, finalError{fmt.Errorf("%w: the position in %s, %s, is past this server's log (%s): it was written for another incarnation of the server (restored, re-created)",
 			ErrPosition, r.cfg.positionTopic, from, wal)}
 	}
-	s.confirmed = from // already in Kafka: the slot may forget it
+	s.setConfirmed(from) // already in Kafka: the slot may forget it
 	// Health has no partitions to show for a relay: LastAssigned is when
 	// it last took its slot and began to read.
 	r.obs.NewSession()
@@ -291,7 +339,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 
 	progressed = waited
 	published := from
-	b := &pending{dead: map[int64]error{}}
+	b := &pending{dead: r.dead}
 	for {
 		if len(b.txns) == 0 {
 			t, err := s.next(ctx, time.Time{}, published)
@@ -306,15 +354,30 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			return t, asDatabaseError(err)
 		}
 		if b.isolate {
-			// Finding whose fault a refusal was: one database
-			// transaction per Kafka transaction, one record at a time,
-			// so that no transaction outlives its timeout.
-			cur = &pending{txns: b.txns[:1], dead: b.dead, isolate: true}
+			// Finding whose fault a refusal was: the first database
+			// transaction alone, its records probed first (see probe),
+			// then published with what was refused dead-lettered; or,
+			// should that fail again, one record at a time.
+			cur = &pending{txns: b.txns[:1], dead: b.dead, oneByOne: b.oneByOne}
 			next = func(time.Time) (*dbTxn, error) { return nil, nil }
+			if !b.oneByOne {
+				err := r.probe(ctx, s, p, b.txns[0])
+				switch {
+				case errors.Is(err, errNoProbe):
+					b.oneByOne, cur.oneByOne = true, true
+				case err != nil:
+					return progressed, err
+				}
+			}
 		}
 		began := time.Now()
-		err := p.publish(ctx, cur, next, func(ctx context.Context, b *pending) error { return asDatabaseError(r.deleteRows(ctx, b)) })
-		timedOut := errors.Is(err, eos.ErrFenced) && r.stillHolds(ctx, s)
+		doneWaiting := s.waiting()
+		err := p.publish(ctx, cur, next, func(ctx context.Context, b *pending) ([]carriedTxn, error) {
+			carry, err := r.deleteRows(ctx, b)
+			return carry, asDatabaseError(err)
+		})
+		doneWaiting()
+		timedOut := errors.Is(err, eos.ErrFenced) && !r.takenOver(ctx, s)
 		r.observe(ctx, cur, began, err, timedOut)
 		if err == nil {
 			published = cur.txns[len(cur.txns)-1].end
@@ -322,10 +385,20 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			if r.cfg.hooks.afterCommit != nil && r.cfg.hooks.afterCommit() {
 				return progressed, errors.New("outbox: a test ended the session after a commit, before the slot was told")
 			}
+			for _, t := range cur.txns {
+				for _, rw := range t.rows {
+					delete(r.dead, rw.id)
+				}
+				if t.end >= r.iso.end {
+					r.iso = isolation{}
+				}
+			}
 			if b.isolate && len(b.txns) > 1 {
-				b.txns = b.txns[1:]
+				// The rest as usual: a refusal among them isolates
+				// again.
+				b = &pending{txns: b.txns[1:], dead: r.dead}
 			} else {
-				b = &pending{dead: map[int64]error{}}
+				b = &pending{dead: r.dead}
 			}
 			if err := s.published(ctx, published); err != nil {
 				return progressed, err
@@ -334,10 +407,12 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 		if timedOut {
 			// No relay can fence this one without taking the slot
-			// first: the coordinator ended a transaction that outlived
-			// its timeout (which bumps the epoch under transaction
-			// protocol v2). A new session, with a new producer.
-			return progressed, fmt.Errorf("outbox: a transaction outlived its timeout, and its producer was fenced by the coordinator: %s", err)
+			// first, and none holds it: the coordinator ended a
+			// transaction that outlived its timeout (which bumps the
+			// epoch under transaction protocol v2). A new session,
+			// with a new producer; should another relay have taken
+			// the slot meanwhile, this one stands by.
+			return progressed, fmt.Errorf("outbox: the producer was fenced with no other relay holding the slot (by the coordinator, at a transaction's timeout, or a producer that is no relay): %s", err)
 		}
 		if final(err) {
 			return progressed, err
@@ -414,13 +489,17 @@ func (r *Relay) observe(ctx context.Context, b *pending, began time.Time, err er
 // it rode out. Its Path is "outbox"; it has no partitions or lag.
 func (r *Relay) Health() eos.Health { return r.obs.Health() }
 
-// stillHolds reports whether s's session still reads the slot.
-func (r *Relay) stillHolds(ctx context.Context, s *stream) bool {
+// takenOver reports whether another session reads the slot now: the one
+// way another relay comes to fence this one in Kafka is to take the slot
+// first. A slot nobody reads (this relay's session ended by PostgreSQL,
+// say) or one that could not be looked up is not taken over: the next
+// session finds out, and stands by if another relay has it by then.
+func (r *Relay) takenOver(ctx context.Context, s *stream) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var pid *int32
 	err := r.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.slot).Scan(&pid)
-	return err == nil && pid != nil && *pid == int32(s.conn.PID())
+	return err == nil && pid != nil && *pid != int32(s.conn.PID())
 }
 
 // beat records that this relay's session on the slot (its walsender's
@@ -451,17 +530,6 @@ func (r *Relay) heartbeat(ctx context.Context, s *stream) (stop func()) {
 			r.cfg.logger.Warn("outbox: heartbeat failed", "slot", r.cfg.slot, "err", err)
 		}
 	})
-}
-
-// startKeepingAlive runs p.start (registering the transactional id may
-// wait for another relay's transaction with it to end) while telling the
-// replication session it is alive, so that wal_sender_timeout does not end
-// it meanwhile. The goroutine has the stream's connection to itself until
-// p.start returns.
-func (r *Relay) startKeepingAlive(ctx context.Context, s *stream, p publisher) (pglogrepl.LSN, error) {
-	stop := every(r.cfg.statusInterval, func() { _ = s.keepAlive(ctx) })
-	defer stop()
-	return p.start(ctx)
 }
 
 // every runs fn every d in a goroutine of its own until the returned stop
@@ -508,13 +576,20 @@ func (r *Relay) blame(ctx context.Context, err error, b *pending) (retry bool, _
 		}
 		return false, err // a refused ACL, say: retried for RetryFor (a missing topic is topicGone's)
 	}
-	if recordsFault(cause) && !b.isolate && !errors.Is(cause, ErrInvalidPartition) {
+	if recordsFault(cause) && !b.oneByOne && !errors.Is(cause, ErrInvalidPartition) {
 		// Kafka refuses a produce batch whole (one larger than the
 		// topic's max.message.bytes, say): every record in it fails
-		// alike, and the first is not to blame. Publish the batch again
-		// one acknowledged record at a time.
-		r.cfg.logger.Warn("outbox: records refused; publishing the batch again one record at a time to find whose fault it is", "err", cause)
-		b.isolate = true
+		// alike, and the first is not to blame. Isolate the batch's
+		// first database transaction, probing its records; should it
+		// be refused again after that, publish it one acknowledged
+		// record at a time.
+		if !b.isolate {
+			r.cfg.logger.Warn("outbox: records refused; probing the batch's records to find whose fault it is", "err", cause)
+			b.isolate = true
+		} else {
+			r.cfg.logger.Warn("outbox: records refused after probing; publishing the database transaction one record at a time", "err", cause)
+			b.oneByOne = true
+		}
 		return true, nil
 	}
 	rerr := &RecordError{ID: info.id, Topic: info.topic, Partition: info.partition, Err: cause}
@@ -580,78 +655,63 @@ func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 	}
 }
 
-// deleteRows deletes the batch's rows in statements of bounded size, and
-// keeps its dead-lettered records in the dead-letter table. It runs
-// before the Kafka commit: the rows stay in the write-ahead log the slot
-// holds until that commit is confirmed, so an abort after it loses
-// nothing, and a crash after the commit leaves no published row behind.
-func (r *Relay) deleteRows(ctx context.Context, b *pending) error {
+// deleteRows deletes the batch's rows, and those earlier batches
+// could not, in statements of bounded size, and keeps its dead-lettered
+// records in the dead-letter table. It runs before the Kafka commit: the
+// rows stay in the write-ahead log the slot holds until that commit is
+// confirmed, so an abort after it loses nothing. It returns the rows it
+// could not delete yet (their transactions not visible yet), which the
+// batch's position record carries: a relay that stops before it deletes
+// them leaves them to the next.
+func (r *Relay) deleteRows(ctx context.Context, b *pending) ([]carriedTxn, error) {
 	if err := r.keepDead(ctx, b); err != nil {
-		return err
+		return nil, err
 	}
-	ids := make([]int64, 0, r.cfg.deleteBatch)
-	var unseen []int64
-	flush := func() error {
-		if len(ids) == 0 {
-			return nil
-		}
-		rows, err := r.pool.Query(ctx, `DELETE FROM eoskit_outbox WHERE id = ANY($1) RETURNING id`, ids)
-		if err != nil {
-			return fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
-		}
-		deleted, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
-		}
-		if len(deleted) < len(ids) {
-			gone := make(map[int64]bool, len(deleted))
-			for _, id := range deleted {
-				gone[id] = true
-			}
-			for _, id := range ids {
-				if !gone[id] {
-					unseen = append(unseen, id)
-				}
-			}
-		}
-		ids = ids[:0]
-		return nil
-	}
-	// Rows a previous batch could not see yet: a transaction's commit
-	// reaches the log (and the relay) a moment before other sessions see
-	// its rows. Tried with the next batches, a few times.
-	retry := r.undeleted
-	r.undeleted = map[int64]int{}
-	for id := range retry {
-		ids = append(ids, id)
-	}
+	r.undeleted.mu.Lock()
+	defer r.undeleted.mu.Unlock()
+	want := maps.Clone(r.undeleted.ids)
 	for _, t := range b.txns {
 		for _, rw := range t.rows {
-			ids = append(ids, rw.id)
-			if len(ids) >= cap(ids) {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
+			want[rw.id] = t.xid
 		}
 	}
-	if err := flush(); err != nil {
-		return err
-	}
+	left, err := deleteIDs(ctx, r.pool, want, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
 	// Usually a few milliseconds make them visible.
-	for try := 0; try < 5 && len(unseen) > 0; try++ {
+	for try := 0; err == nil && try < 5 && len(left) > 0; try++ {
 		time.Sleep(20 * time.Millisecond)
-		ids, unseen = append(ids, unseen...), nil
-		if err := flush(); err != nil {
-			return err
-		}
+		left, err = deleteIDs(ctx, r.pool, left, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
 	}
-	for _, id := range unseen {
-		if n := retry[id] + 1; n <= 3 {
-			r.undeleted[id] = n
-		}
+	if err != nil {
+		// Keep what was wanted: the batch is not committed, and rows
+		// already deleted are harmlessly looked for again.
+		maps.Copy(r.undeleted.ids, want)
+		return nil, err
 	}
-	return nil
+	r.undeleted.ids = left
+	carry, dropped := encodeCarried(left)
+	if dropped > 0 {
+		r.cfg.logger.Warn("outbox: too many published rows not yet visible to delete; the position record names only some, the relay remembers the rest until it stops",
+			"slot", r.cfg.slot, "rows", len(left), "not_carried", dropped)
+	}
+	return carry, nil
+}
+
+// sweep deletes the published rows earlier deletions could not find,
+// those of earlier relays included (read back with the position).
+func (r *Relay) sweep(ctx context.Context) {
+	r.undeleted.mu.Lock()
+	defer r.undeleted.mu.Unlock()
+	if len(r.undeleted.ids) == 0 {
+		return
+	}
+	left, err := deleteIDs(ctx, r.pool, r.undeleted.ids, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.cfg.logger.Warn("outbox: deleting published rows failed; tried again in a status interval", "slot", r.cfg.slot, "rows", len(r.undeleted.ids), "err", err)
+		}
+		return
+	}
+	r.undeleted.ids = left
 }
 
 // keepDead copies the batch's dead-lettered records into the dead-letter
@@ -692,9 +752,12 @@ func (r *Relay) keepDead(ctx context.Context, b *pending) error {
 type pending struct {
 	txns []*dbTxn
 	dead map[int64]error
-	// isolate: produce each record alone and wait for it, so that a
-	// refusal names the record at fault.
+	// isolate: publish the first database transaction alone, probed
+	// first (see Relay.probe).
 	isolate bool
+	// oneByOne: produce each record alone and wait for it, so that a
+	// refusal names the record at fault.
+	oneByOne bool
 }
 
 // rowKey carries a record's outbox identity in its Context, for the

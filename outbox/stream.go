@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -24,6 +26,7 @@ type row struct {
 // order it wrote them.
 type dbTxn struct {
 	end  pglogrepl.LSN // the end of its commit record: the position once published
+	xid  uint32        // its transaction id, which its rows' xmin is
 	rows []row
 }
 
@@ -31,12 +34,20 @@ type dbTxn struct {
 // through pgoutput, in commit order. It confirms to PostgreSQL only what it
 // is told has been published.
 type stream struct {
+	// mu serializes the use of conn: next, published and the keeper
+	// that keepAlive starts.
+	mu        sync.Mutex
 	conn      *pgconn.PgConn
 	system    string // the server's system identifier
 	slot      string
 	confirmed pglogrepl.LSN // what the slot may forget: published, or idle past
 	interval  time.Duration // between status updates
 	nextSend  time.Time
+	// waitingSince is when the relay began its current wait for Kafka
+	// (unix nanoseconds; 0: not waiting), which the keeper keeps the
+	// session alive through for at most keepFor.
+	waitingSince atomic.Int64
+	keepFor      time.Duration
 
 	relID   uint32
 	columns map[string]int
@@ -95,12 +106,52 @@ func startStream(ctx context.Context, cfg *pgconn.Config, slot, publication stri
 	return &stream{conn: conn, system: sys.SystemID, slot: slot, confirmed: from, interval: statusInterval, nextSend: time.Now()}, nil
 }
 
-// keepAlive tells the server the session is alive without confirming
-// anything (a flush position of 0 is ignored), so that wal_sender_timeout
-// does not end it while the relay is busy elsewhere. Only one goroutine
-// may use the stream's connection at a time.
-func (s *stream) keepAlive(ctx context.Context) error {
-	return pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{})
+// keepAlive sends the status update that is due (every status
+// interval) while nobody reads the stream, until the returned stop is
+// called: so that wal_sender_timeout does not end the session while the
+// relay waits elsewhere (for Kafka, mostly). While next reads, next
+// sends them itself. A wait for Kafka (see waiting) is kept alive for
+// keepFor, the transaction timeout: past it the Kafka transaction is
+// lost anyway, and a relay that stays stuck lets PostgreSQL end its
+// session, so that a standby (which may reach Kafka) can take over.
+func (s *stream) keepAlive(ctx context.Context, lapsed func(waited time.Duration)) (stop func()) {
+	tick := min(s.interval/4, time.Second)
+	warned := int64(0)
+	return every(tick, func() {
+		if !s.mu.TryLock() {
+			return // next is reading, and answering
+		}
+		defer s.mu.Unlock()
+		if time.Now().Before(s.nextSend) {
+			return
+		}
+		if since := s.waitingSince.Load(); since != 0 {
+			if waited := time.Since(time.Unix(0, since)); waited > s.keepFor {
+				if warned != since {
+					warned = since
+					lapsed(waited)
+				}
+				return
+			}
+		}
+		sctx, cancel := context.WithTimeout(ctx, s.interval)
+		defer cancel()
+		// A failure shows at the next read, which ends the session.
+		_ = s.sendStatus(sctx)
+	})
+}
+
+// waiting marks a wait for Kafka, until the returned done is called.
+func (s *stream) waiting() (done func()) {
+	s.waitingSince.Store(time.Now().UnixNano())
+	return func() { s.waitingSince.Store(0) }
+}
+
+// setConfirmed sets what the slot may forget, as the session starts.
+func (s *stream) setConfirmed(lsn pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.confirmed = lsn
 }
 
 func (s *stream) close() { _ = s.conn.Close(context.Background()) }
@@ -109,6 +160,8 @@ func (s *stream) close() { _ = s.conn.Close(context.Background()) }
 // when until passes first. skipThrough drops transactions already
 // published (their end at or before it).
 func (s *stream) next(ctx context.Context, until time.Time, skipThrough pglogrepl.LSN) (*dbTxn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for {
 		if time.Now().After(s.nextSend) {
 			if err := s.sendStatus(ctx); err != nil {
@@ -194,7 +247,7 @@ func (s *stream) decode(wal []byte, skipThrough pglogrepl.LSN) (*dbTxn, error) {
 		}
 		s.relID, s.columns = m.RelationID, cols
 	case *pglogrepl.BeginMessage:
-		s.cur = &dbTxn{}
+		s.cur = &dbTxn{xid: m.Xid}
 	case *pglogrepl.InsertMessage:
 		if s.cur == nil {
 			return nil, fmt.Errorf("outbox: slot %s: an insert outside a transaction", s.slot)
@@ -287,6 +340,8 @@ func (s *stream) decodeRow(t *pglogrepl.TupleData) (row, error) {
 // published records that everything through end reached Kafka, so the
 // slot may forget it.
 func (s *stream) published(ctx context.Context, end pglogrepl.LSN) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if end > s.confirmed {
 		s.confirmed = end
 	}

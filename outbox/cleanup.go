@@ -1,0 +1,180 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// maxCarriedRanges bounds the rows a position record names as published
+// but not yet deleted (in ranges of consecutive ids of one transaction),
+// so that the record stays well under the position topic's
+// max.message.bytes (1 MB by default): about 40 bytes a range.
+const maxCarriedRanges = 10000
+
+// undeleted is the rows the relay published (or is publishing) whose
+// deletion did not find them, by id, with the id of the database
+// transaction that wrote them: a transaction's commit reaches the log,
+// and the relay, before other sessions see its rows (a moment usually;
+// as long as a synchronous standby takes to acknowledge it under
+// synchronous replication). They are deleted later: with every batch, at
+// every session's start and every status interval. Each position record
+// carries them, so that a relay that stops (or crashes) before it could
+// delete them leaves them to the next relay, which reads them back with
+// the position. A row leaves the set once deleted, or once its
+// transaction is visible and the row is gone all the same (deleted by
+// someone else).
+type undeleted struct {
+	mu  sync.Mutex
+	ids map[int64]uint32 // row id -> the xid of its transaction
+}
+
+// carriedTxn is how a position record names one transaction's undeleted
+// rows: its xid, and its ids as inclusive ranges.
+type carriedTxn struct {
+	Xid uint32     `json:"xid"`
+	IDs [][2]int64 `json:"ids"`
+}
+
+// encodeCarried returns ids as a position record carries them: sorted, by
+// transaction, in ranges of consecutive ids, at most maxCarriedRanges (the
+// rest stays in memory only). dropped counts the rows left out.
+func encodeCarried(ids map[int64]uint32) (out []carriedTxn, dropped int) {
+	sorted := slices.Sorted(maps.Keys(ids))
+	byXid := map[uint32]int{} // index in out
+	ranges := 0
+	for _, id := range sorted {
+		xid := ids[id]
+		i, ok := byXid[xid]
+		if ok {
+			last := &out[i].IDs[len(out[i].IDs)-1]
+			if last[1]+1 == id {
+				last[1] = id
+				continue
+			}
+		}
+		if ranges >= maxCarriedRanges {
+			dropped++
+			continue
+		}
+		if !ok {
+			i = len(out)
+			byXid[xid] = i
+			out = append(out, carriedTxn{Xid: xid})
+		}
+		out[i].IDs = append(out[i].IDs, [2]int64{id, id})
+		ranges++
+	}
+	return out, dropped
+}
+
+// decodeCarried is encodeCarried's inverse, into ids.
+func decodeCarried(txns []carriedTxn, ids map[int64]uint32) {
+	for _, t := range txns {
+		for _, r := range t.IDs {
+			for id := r[0]; id <= r[1] && id-r[0] < 1<<20; id++ {
+				ids[id] = t.Xid
+			}
+		}
+	}
+}
+
+// snapshot is a PostgreSQL snapshot (pg_current_snapshot()), as text:
+// xmin:xmax:xip,...
+type snapshot struct {
+	xmin, xmax uint64
+	xip        map[uint32]bool
+}
+
+func parseSnapshot(s string) (snapshot, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return snapshot{}, fmt.Errorf("outbox: snapshot %q: want xmin:xmax:xip", s)
+	}
+	var snap snapshot
+	var err error
+	if snap.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+		return snapshot{}, fmt.Errorf("outbox: snapshot %q: %w", s, err)
+	}
+	if snap.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return snapshot{}, fmt.Errorf("outbox: snapshot %q: %w", s, err)
+	}
+	snap.xip = map[uint32]bool{}
+	if parts[2] != "" {
+		for _, x := range strings.Split(parts[2], ",") {
+			v, err := strconv.ParseUint(x, 10, 64)
+			if err != nil {
+				return snapshot{}, fmt.Errorf("outbox: snapshot %q: %w", s, err)
+			}
+			snap.xip[uint32(v)] = true
+		}
+	}
+	return snap, nil
+}
+
+// visible reports whether the transaction xid (32 bits, as the log gives
+// it) had ended by the snapshot, so that its rows, if any remain, were
+// visible to the statement that took it. A committed xid is within 2^31
+// of xmax (wraparound protection), which settles its epoch.
+func (s snapshot) visible(xid uint32) bool {
+	d := int32(xid - uint32(s.xmax))
+	if d >= 0 {
+		return false // at or past xmax: not ended when the snapshot was taken
+	}
+	full := int64(s.xmax) + int64(d)
+	return full < int64(s.xmin) || !s.xip[xid]
+}
+
+// deleteIDs deletes the rows ids names, in statements of at most batch
+// ids, and returns those that remain to delete: not found, and their
+// transaction not visible to the statement (hide, a test's, passes over
+// some as if so).
+func deleteIDs(ctx context.Context, pool *pgxpool.Pool, ids map[int64]uint32, batch int, hide func(int64) bool) (map[int64]uint32, error) {
+	left := map[int64]uint32{}
+	sorted := slices.Sorted(maps.Keys(ids))
+	for chunk := range slices.Chunk(sorted, batch) {
+		send := make([]int64, 0, len(chunk))
+		for _, id := range chunk {
+			if hide != nil && hide(id) {
+				left[id] = ids[id]
+			} else {
+				send = append(send, id)
+			}
+		}
+		if len(send) == 0 {
+			continue
+		}
+		// One statement, one snapshot: the deletion and the snapshot
+		// that says whose rows it could see.
+		var deleted []int64
+		var snapText string
+		err := pool.QueryRow(ctx, `WITH d AS (DELETE FROM eoskit_outbox WHERE id = ANY($1) RETURNING id)
+			SELECT coalesce((SELECT array_agg(id) FROM d), '{}'::bigint[]), pg_current_snapshot()::text`, send).Scan(&deleted, &snapText)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: delete %d published rows: %w", len(send), err)
+		}
+		if len(deleted) == len(send) {
+			continue
+		}
+		snap, err := parseSnapshot(snapText)
+		if err != nil {
+			return nil, err
+		}
+		gone := make(map[int64]bool, len(deleted))
+		for _, id := range deleted {
+			gone[id] = true
+		}
+		for _, id := range send {
+			if xid := ids[id]; !gone[id] && !snap.visible(xid) {
+				left[id] = xid
+			}
+		}
+	}
+	return left, nil
+}

@@ -1,0 +1,222 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/outbox"
+)
+
+// Kafka unreachable (every broker cut off by its proxy) while a lone relay
+// has a batch in flight. For three times wal_sender_timeout, well within
+// the Kafka transaction timeout: the relay keeps its replication session
+// (PostgreSQL does not end it, the relay does not restart) and the batch
+// commits once Kafka is back. Then for longer than the transaction
+// timeout: nobody fenced the relay, so it rides that out too (Run does
+// not return). Every committed record is published once, in order.
+func TestKafkaOutageLongerThanWalSenderTimeoutDoesNotStopALoneRelay(t *testing.T) {
+	cluster := integration.StartLocalCluster(t)
+	px := cluster.Proxied(t)
+	pool, url := integration.PostgresWithURL(t)
+	b := newBedOn(t, cluster.KafkaCluster, pool, url)
+
+	// The relay's connections, its replication ones included (they take
+	// the pool's settings), ask for a 3 s wal_sender_timeout: a session
+	// that answers nothing for 3 s is ended by PostgreSQL.
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const walSenderTimeout = 3 * time.Second
+	cfg.ConnConfig.RuntimeParams["wal_sender_timeout"] = fmt.Sprintf("%dms", walSenderTimeout.Milliseconds())
+	relayPool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(relayPool.Close)
+	var got string
+	if err := relayPool.QueryRow(context.Background(), `SHOW wal_sender_timeout`).Scan(&got); err != nil || got != "3s" {
+		t.Fatalf("wal_sender_timeout on the relay's connections is %q (%v); want 3s", got, err)
+	}
+
+	const txnTimeout = 20 * time.Second
+	r, err := outbox.NewRelay(relayPool, outbox.Brokers(px.Brokers...), outbox.PositionTopic(b.positions),
+		outbox.Logger(testLogger(t)), outbox.StatusInterval(time.Second),
+		outbox.ClientOptions(kgo.TransactionTimeout(txnTimeout)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Error("the relay did not stop within a minute of its context's end")
+		}
+	})
+
+	if err := b.load.Write(context.Background(), 200, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the first records published", func() bool { return b.published(t) >= 200 })
+
+	// outage cuts Kafka off for d while writers go on (the relay's batch
+	// blocks in a Kafka call), then heals it and waits for every
+	// committed record on the output; Run must not return meanwhile.
+	outage := func(d time.Duration, n int) {
+		t.Helper()
+		wrote := make(chan error, 1)
+		go func() { wrote <- b.load.Write(context.Background(), n, 2, 10) }()
+		time.Sleep(300 * time.Millisecond)
+		for node := 1; node <= 3; node++ {
+			if err := px.Cut(node); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("Run returned during a Kafka outage of %s: %v", d, err)
+		case <-time.After(d):
+		}
+		held := int64(0)
+		for node := 1; node <= 3; node++ {
+			held += px.Held(node)
+			if err := px.Heal(node); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if held == 0 {
+			t.Fatal("the cut held no traffic: the relay was not talking to Kafka during the outage")
+		}
+		select {
+		case err := <-wrote:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the writers did not finish within 2 minutes")
+		}
+		committed := b.committed(t)
+		deadline := time.Now().Add(2 * time.Minute)
+		for b.published(t) < len(committed) {
+			select {
+			case err := <-done:
+				done <- err
+				t.Fatalf("Run returned after a Kafka outage of %s, with %d of %d records published: %v", d, b.published(t), len(committed), err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d committed records published 2 minutes after Kafka came back", b.published(t), len(committed))
+			}
+		}
+	}
+
+	holder, assigned := b.holder(t), r.Health().LastAssigned
+	outage(3*walSenderTimeout, 2000)
+	if now, again := b.holder(t), r.Health().LastAssigned; now != holder || !again.Equal(assigned) {
+		t.Fatalf("a Kafka outage of %s (3x wal_sender_timeout, within the transaction timeout) ended the relay's replication session: "+
+			"the slot was read by pid %d, then %d; the relay last took it at %s, then %s", 3*walSenderTimeout, holder, now,
+			assigned.Format(time.TimeOnly), again.Format(time.TimeOnly))
+	}
+	outage(txnTimeout+15*time.Second, 2000) // past the coordinator's abort sweep (10 s)
+
+	rep := b.verify(t)
+	if committed := b.committed(t); rep.Outputs != len(committed) {
+		t.Fatalf("%d outputs; want the %d committed records once each", rep.Outputs, len(committed))
+	}
+	t.Logf("verifier: %v", rep)
+}
+
+// A relay fenced in Kafka while no other relay holds its slot (here a
+// stray producer with its transactional id, after the relay stalled past
+// its transaction timeout and PostgreSQL ended its replication session)
+// was fenced by no relay: it starts a new session rather than stop, and
+// publishes everything once.
+func TestRelayFencedWithNoOtherRelayOnTheSlotRestarts(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	pool, url := integration.PostgresWithURL(t)
+	b := newBedOn(t, k, pool, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["wal_sender_timeout"] = "2000ms"
+	relayPool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(relayPool.Close)
+
+	txnID := integration.UniqueName(t, "relay")
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r, err := outbox.NewRelay(relayPool, outbox.Brokers(k.Brokers...), outbox.PositionTopic(b.positions),
+		outbox.Logger(testLogger(t)), outbox.StatusInterval(500*time.Millisecond), outbox.TransactionalID(txnID),
+		outbox.ClientOptions(kgo.TransactionTimeout(3*time.Second)),
+		outbox.BeforeCommit(func() { once.Do(func() { close(stalled); <-release }) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Error("the relay did not stop within a minute of its context's end")
+		}
+	})
+	if err := b.load.Write(context.Background(), 300, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stalled:
+	case <-time.After(time.Minute):
+		t.Fatal("the relay never reached a commit")
+	}
+	// Past the transaction timeout, the relay stops keeping its session
+	// alive, and PostgreSQL ends it: nobody holds the slot.
+	waitFor(t, 30*time.Second, "the stalled relay's replication session to end", func() bool { return b.holder(t) == 0 })
+	stray, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID(txnID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, _, err = stray.ProducerID(pctx) // fences the relay's producer
+	pcancel()
+	stray.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	committed := b.committed(t)
+	deadline := time.Now().Add(2 * time.Minute)
+	for b.published(t) < len(committed) {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("Run returned %v, with %d of %d records published; want the relay to restart", err, b.published(t), len(committed))
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d committed records published 2 minutes after the stray producer", b.published(t), len(committed))
+		}
+	}
+	if rep := b.verify(t); rep.Outputs != len(committed) {
+		t.Fatalf("%d outputs; want the %d committed records once each", rep.Outputs, len(committed))
+	}
+}
