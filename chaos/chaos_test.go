@@ -212,7 +212,7 @@ const sessionTimeout = 6 * time.Second
 // mid-work (a copier killed inside its transaction, an owner stalled inside
 // its batch while others take its partitions, the broker killed under
 // copiers holding open transactions).
-var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigstop-owner", "dedup": "broker-kill"}
+var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigkill-copier", "dedup": "broker-kill"}
 
 // TestChaos runs copiers as separate processes and injects faults into them,
 // the broker and PostgreSQL, the way Apache Kafka's exactly-once system test
@@ -321,6 +321,7 @@ type runCtx struct {
 	copiers []*copier    // the live ones
 	all     []*copier    // every copier started, for the exit count
 	hanging atomic.Int64 // hanging transactions the copiers closed
+	races   atomic.Int64 // data races the copiers reported
 	// refused counts offsetstore commits refused because another owner
 	// had moved the offsets first, and stalls the copiers stalled by
 	// sigstop-owner: with the dedup commits they failed once woken, the
@@ -567,6 +568,11 @@ func (r *runCtx) start(name string) *copier {
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
+			if strings.Contains(line, "WARNING: DATA RACE") {
+				// A copier killed or fenced exits with its own status,
+				// not the race detector's 66: its report is the evidence.
+				r.races.Add(1)
+			}
 			if strings.Contains(line, "closed a hanging transaction") {
 				r.hanging.Add(1)
 			}
@@ -739,6 +745,9 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	fenced, failed := r.exits()
 	if failed > 0 {
 		t.Errorf("%d copier(s) exited with an error: a fault they did not survive (their stderr is above)", failed)
+	}
+	if n := r.races.Load(); n > 0 {
+		t.Errorf("the copiers reported %d data race(s) (their stderr is above)", n)
 	}
 	var rep verify.Report
 	aborted, seen := "-", "-"

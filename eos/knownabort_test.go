@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
@@ -25,9 +26,24 @@ import (
 func TestKnownAbortTrustsOnlyStableOffsets(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
-	for name, leave := range map[string]func(t testing.TB, txnID, group, in string, offset int64, timeout time.Duration){
-		"after a commit":   k.LeaveOpenTransactionWithOffsets, // offset 0 committed, 500 pending
-		"the first commit": k.LeaveOpenFirstCommit,            // nothing committed, 500 pending
+	// The control: offset 100 committed, nothing pending, a batch to 500:
+	// aborted, and knownAbort must say so (a fetch that failed would not).
+	commitOnly := func(t testing.TB, _, group, in string, _ int64, _ time.Duration) {
+		resp, err := k.Admin.CommitOffsets(t.Context(), group, kadm.OffsetsFromRecords(kgo.Record{Topic: in, Partition: 0, Offset: 99}))
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Fatalf("commit offset 100: %v", err)
+		}
+	}
+	for name, c := range map[string]struct {
+		leave   func(t testing.TB, txnID, group, in string, offset int64, timeout time.Duration)
+		aborted bool
+	}{
+		"after a commit":   {k.LeaveOpenTransactionWithOffsets, false}, // offset 0 committed, 500 pending
+		"the first commit": {k.LeaveOpenFirstCommit, false},            // nothing committed, 500 pending
+		"nothing pending":  {commitOnly, true},                         // 100 committed: the batch to 500 aborted
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -35,15 +51,15 @@ func TestKnownAbortTrustsOnlyStableOffsets(t *testing.T) {
 			group := integration.UniqueName(t, "g")
 			const pending = 500
 			k.Seed(in, 2*pending)
-			leave(t, integration.UniqueName(t, "txn"), group, in, pending, time.Minute)
+			c.leave(t, integration.UniqueName(t, "txn"), group, in, pending, time.Minute)
 			p, err := eos.NewProcessor(func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
 				eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(group+"-0"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			if p.KnownAbort(t.Context(), k.Client(), in, 0, pending) {
-				t.Fatal("knownAbort called the batch aborted while the group's offset commit to its end is pending")
+			if got := p.KnownAbort(t.Context(), k.Client(), in, 0, pending); got != c.aborted {
+				t.Fatalf("knownAbort = %v, want %v", got, c.aborted)
 			}
 			if took := time.Since(start); took > 35*time.Second {
 				t.Fatalf("knownAbort took %s, past its deadline", took)

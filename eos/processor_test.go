@@ -70,7 +70,12 @@ func TestProcessorExactlyOnceThroughRebalances(t *testing.T) {
 			time.Sleep(200 * time.Microsecond)
 			return copyTo(ctx, r)
 		}
-		return member{startProcessor(t, h, append(processorOpts(k, group, in, instance), eos.WithMetrics(m))...), m}
+		// Handlers are held inside their transactions while the test
+		// waits for members to join: a transaction timeout of minutes
+		// keeps a loaded machine from turning the rebalance's abort into
+		// a budget's.
+		return member{startProcessor(t, h, append(processorOpts(k, group, in, instance), eos.WithMetrics(m),
+			eos.ClientOptions(kgo.TransactionTimeout(3*time.Minute)))...), m}
 	}
 	sum := func(ms []*countingMetrics, f func(*countingMetrics) int64) (total int64) {
 		for _, m := range ms {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // A transaction that outlives its timeout is aborted by its coordinator,
@@ -50,8 +51,12 @@ func coordinatorTimedOut(ctx context.Context, adm *kadm.Client, txnID string, pi
 	for {
 		described, err := adm.DescribeTransactions(ctx, txnID)
 		if err == nil {
-			if d, ok := described[txnID]; ok && d.Err == nil {
+			d, ok := described[txnID]
+			switch {
+			case ok && d.Err == nil:
 				return timedOutAlone(d, pid, epoch)
+			case ok && !kerr.IsRetriable(d.Err):
+				return false // refused, or an id the coordinator does not know
 			}
 		}
 		select {

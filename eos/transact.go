@@ -153,7 +153,10 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		if refused := p.refused(err); refused != nil {
 			return refused
 		}
-		return p.classify("producer id", err)
+		if isFenced(err) {
+			return p.classify("producer id", err)
+		}
+		return fmt.Errorf("%w: nothing began: producer id: %w", ErrAborted, err)
 	}
 	if err := cl.BeginTransaction(); err != nil {
 		return p.classify("begin transaction", err)

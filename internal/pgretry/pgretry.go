@@ -32,6 +32,9 @@ func Transient(err error) bool {
 		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || strings.HasPrefix(code, "53") ||
 			code == "40001" || code == "40P01" || code == "55P03"
 	}
+	if connBusy(err) {
+		return false
+	}
 	var netErr net.Error
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &netErr) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
@@ -57,7 +60,10 @@ func TransientOn(ctx context.Context, conn *pgx.Conn, err error) bool {
 	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	err = conn.Ping(pingCtx)
-	// "conn busy": the connection is alive, held by rows the handler left
-	// open; its error is its own, not the database's.
-	return err != nil && !strings.Contains(err.Error(), "conn busy")
+	return err != nil && !connBusy(err)
 }
+
+// connBusy reports pgx's "conn busy": the connection is alive, held by
+// rows the handler left open. pgx calls it safe to retry (nothing was
+// sent), but it is the handler's own error, not the database's.
+func connBusy(err error) bool { return strings.Contains(err.Error(), "conn busy") }

@@ -32,9 +32,17 @@ func TestTransientFromTheErrorAlone(t *testing.T) {
 		"a handler's own error":   {errors.New("rejected m2"), false},
 		"a wrapped handler error": {fmt.Errorf("payment: %w", errors.New("declined")), false},
 		"nil":                     {nil, false},
+		"conn busy (rows left open by the handler)": {fmt.Errorf("insert: %w", busyErr{}), false},
 	} {
 		if got := Transient(c.err); got != c.want {
 			t.Errorf("%s: Transient(%v) = %v, want %v", name, c.err, got, c.want)
 		}
 	}
 }
+
+// busyErr is what pgx returns for a statement on a connection whose rows
+// are still open: safe to retry by pgx's account, nothing having been sent.
+type busyErr struct{}
+
+func (busyErr) Error() string     { return "conn busy" }
+func (busyErr) SafeToRetry() bool { return true }

@@ -34,14 +34,18 @@ const (
 // connection's options). A topic the principal may not describe is an
 // *authz.Error.
 func Describe(ctx context.Context, conn []kgo.Opt, topics ...string) (kadm.TopicDetails, error) {
-	ctx, cancel := context.WithTimeout(ctx, DescribeTimeout)
-	defer cancel()
 	cl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	md, err := kadm.NewClient(cl).Metadata(ctx, topics...)
+	return describe(ctx, kadm.NewClient(cl), topics)
+}
+
+func describe(ctx context.Context, adm *kadm.Client, topics []string) (kadm.TopicDetails, error) {
+	ctx, cancel := context.WithTimeout(ctx, DescribeTimeout)
+	defer cancel()
+	md, err := adm.Metadata(ctx, topics...)
 	if ae, ok := errors.AsType[*kadm.AuthError](err); ok {
 		return nil, &authz.Error{Permission: fmt.Sprintf("Describe (or Read or Write) on topics %q", topics), Err: ae.Err}
 	}
@@ -54,11 +58,17 @@ func Describe(ctx context.Context, conn []kgo.Opt, topics ...string) (kadm.Topic
 // Missing returns the index in topics of one the cluster lacks (every look
 // for MissingFor says so), or -1 when all exist. A topic whose look-up
 // fails for another reason (a refused Describe, say) is an error naming
-// it.
+// it. It looks through one client of its own, built from conn.
 func Missing(ctx context.Context, conn []kgo.Opt, topics ...string) (int, error) {
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return -1, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	var since time.Time
 	for {
-		md, err := Describe(ctx, conn, topics...)
+		md, err := describe(ctx, adm, topics)
 		if err != nil {
 			return -1, err
 		}
