@@ -35,10 +35,6 @@ type scenario struct {
 	full   bool // only in the full matrix (make chaos): it disturbs shared services
 	// copierArgs are added to every copier's arguments.
 	copierArgs []string
-	// subsetRecords replaces make test's 20,000 records where the copy
-	// would not outlast the faults (each round must leave work in
-	// flight).
-	subsetRecords int
 	// cluster runs the scenario on a three-node cluster (RF=3,
 	// min.insync.replicas=2) with the copiers' hanging-transaction check
 	// at its default: detect and stop, no marker written.
@@ -83,7 +79,7 @@ func init() {
 }
 
 var scenarios = []scenario{
-	{name: "sigkill-copier", inject: func(ctx context.Context, r *runCtx) error {
+	{name: "sigkill-copier", copierArgs: []string{"-record-delay", "1ms"}, inject: func(ctx context.Context, r *runCtx) error {
 		// Killed while it holds an open transaction (eos) or a batch's
 		// database transaction: the work a weaker design loses or
 		// doubles.
@@ -115,7 +111,7 @@ var scenarios = []scenario{
 		stopped.signal(syscall.SIGCONT)
 		return nil
 	}},
-	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, subsetRecords: 100_000, inject: func(ctx context.Context, r *runCtx) error {
+	{name: "sigstop-owner", dbOnly: true, copierArgs: []string{"-record-delay", "1ms"}, inject: func(ctx context.Context, r *runCtx) error {
 		// The copier owning the most partitions stalls past its session
 		// timeout, the others take its partitions over (each batch of a
 		// taker then spans its own partitions and a taken one) and
@@ -209,10 +205,14 @@ var paths = []string{"eos", "offsetstore", "dedup"}
 const sessionTimeout = 6 * time.Second
 
 // subset is what make test runs: one scenario per path, each striking
-// mid-work (a copier killed inside its transaction, an owner stalled inside
-// its batch while others take its partitions, the broker killed under
-// copiers holding open transactions).
-var subset = map[string]string{"eos": "sigkill-copier", "offsetstore": "sigkill-copier", "dedup": "broker-kill"}
+// mid-work (a copier killed inside its transaction, the broker killed under
+// copiers holding open transactions), on 20,000 records or on as many as
+// the copy needs to outlast the faults (each round must leave work in
+// flight: offsetstore copies 20,000 in a few seconds).
+var subset = map[string]struct {
+	scenario string
+	records  int
+}{"eos": {"sigkill-copier", 0}, "offsetstore": {"sigkill-copier", 100_000}, "dedup": {"broker-kill", 0}}
 
 // TestChaos runs copiers as separate processes and injects faults into them,
 // the broker and PostgreSQL, the way Apache Kafka's exactly-once system test
@@ -243,12 +243,12 @@ func TestChaos(t *testing.T) {
 				if sc.soak == nil {
 					continue
 				}
-			case sc.full && !full || !full && subset[path] != sc.name:
+			case sc.full && !full || !full && subset[path].scenario != sc.name:
 				continue
 			}
 			n := records
-			if !full && sc.subsetRecords > 0 {
-				n = sc.subsetRecords
+			if !full && subset[path].records > 0 {
+				n = subset[path].records
 			}
 			if sc.soak != nil {
 				n = sc.soak.records
