@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,7 +47,10 @@ type Relay struct {
 	// the next goes on from there. Only Run's goroutine touches them.
 	dead map[int64]error
 	iso  isolation
-	obs  *loop.Observer
+	// lonelyFences are when the relay was fenced with no other relay
+	// holding its slot (see lonelyFence). Only Run's goroutine touches it.
+	lonelyFences []time.Time
+	obs          *loop.Observer
 }
 
 // NewRelay returns a relay over the outbox in pool's database. Besides
@@ -365,6 +369,8 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 				switch {
 				case errors.Is(err, errNoProbe):
 					b.oneByOne, cur.oneByOne = true, true
+				case errors.Is(err, eos.ErrFenced) && !r.takenOver(ctx, s):
+					return progressed, r.lonelyFence(err)
 				case err != nil:
 					return progressed, err
 				}
@@ -406,13 +412,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			continue
 		}
 		if timedOut {
-			// No relay can fence this one without taking the slot
-			// first, and none holds it: the coordinator ended a
-			// transaction that outlived its timeout (which bumps the
-			// epoch under transaction protocol v2). A new session,
-			// with a new producer; should another relay have taken
-			// the slot meanwhile, this one stands by.
-			return progressed, fmt.Errorf("outbox: the producer was fenced with no other relay holding the slot (by the coordinator, at a transaction's timeout, or a producer that is no relay): %s", err)
+			return progressed, r.lonelyFence(err)
 		}
 		if final(err) {
 			return progressed, err
@@ -424,6 +424,37 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			return progressed, err
 		}
 	}
+}
+
+// maxLonelyFences bounds how often, within lonelyFenceWindow, a relay
+// fenced with no other relay on its slot restarts before it stops as
+// fenced.
+const (
+	maxLonelyFences   = 5
+	lonelyFenceWindow = 10 * time.Minute
+)
+
+// lonelyFence is what a fence with no other relay holding the slot
+// becomes. No relay of this slot can fence this one without taking the
+// slot first: the coordinator ended a transaction that outlived its
+// timeout (which bumps the epoch), or a producer that is no relay of this
+// slot used the transactional id. The first is cured by a new session
+// with a new producer (should another relay have taken the slot
+// meanwhile, this one stands by), so the error it returns restarts the
+// session. The second would not be: two relays of different slots (or
+// databases) sharing a transactional id fence each other for ever, each
+// restart aborting the other's transaction. Past maxLonelyFences within
+// lonelyFenceWindow, it returns err itself, final, naming the likely
+// cause.
+func (r *Relay) lonelyFence(err error) error {
+	now := time.Now()
+	r.lonelyFences = append(slices.DeleteFunc(r.lonelyFences, func(t time.Time) bool { return now.Sub(t) > lonelyFenceWindow }), now)
+	if len(r.lonelyFences) > maxLonelyFences {
+		r.lonelyFences = nil
+		return fmt.Errorf("outbox: fenced %d times within %s with no other relay holding slot %s: another producer uses transactional id %q (it must be unique to this slot's relays): %w",
+			maxLonelyFences+1, lonelyFenceWindow, r.cfg.slot, r.cfg.txnID, err)
+	}
+	return fmt.Errorf("outbox: the producer was fenced with no other relay holding the slot (by the coordinator, at a transaction's timeout, or a producer that is no relay): %s", err)
 }
 
 // databaseError marks a failure of PostgreSQL (reading the log, deleting
