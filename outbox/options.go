@@ -90,9 +90,11 @@ func Brokers(addrs ...string) Option {
 
 // TransactionalID sets the relay's Kafka transactional id. Default:
 // "eoskit-outbox-", the server's system identifier, "-" and the slot's
-// name. Every relay of one slot must
-// use the same id: it is what fences a zombie relay (a stalled or
-// partitioned one) once its replacement starts.
+// name. Every relay of one slot must use the same id: it is what fences a
+// zombie relay (a stalled or partitioned one) once its replacement
+// starts. And no relay of another slot (or database) may use it: relays
+// sharing an id fence each other; one fenced more than 5 times in 10
+// minutes with no other relay on its slot stops with eos.ErrFenced.
 func TransactionalID(id string) Option {
 	return func(c *config) { c.txnID = id }
 }
