@@ -55,7 +55,7 @@ func (r *Relay) probe(ctx context.Context, s *stream, p publisher, t *dbTxn) err
 		for _, rw := range t.rows[from:to] {
 			recs = append(recs, r.cfg.record(rw, r.dead))
 		}
-		done := s.waiting()
+		done := s.waiting(0)
 		passed, err := p.probe(ctx, recs, chunk, budget)
 		done()
 		r.iso.next += passed

@@ -311,7 +311,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	defer p.close()
 	// Registering the transactional id may wait for another relay's
 	// transaction with it to end; the stream is kept alive meanwhile.
-	startDone := s.waiting()
+	// The start reads the position, which may take its read and the
+	// wait for a transaction still open under the slot's key.
+	startDone := s.waiting(r.cfg.txnTimeout + readTimeout + markerWait)
 	from, carried, err := p.start(ctx)
 	startDone()
 	if err != nil {
@@ -377,7 +379,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			}
 		}
 		began := time.Now()
-		doneWaiting := s.waiting()
+		doneWaiting := s.waiting(0)
 		err := p.publish(ctx, cur, next, func(ctx context.Context, b *pending) ([]carriedTxn, error) {
 			carry, err := r.deleteRows(ctx, b)
 			return carry, asDatabaseError(err)

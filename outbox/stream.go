@@ -45,9 +45,10 @@ type stream struct {
 	nextSend  time.Time
 	// waitingSince is when the relay began its current wait for Kafka
 	// (unix nanoseconds; 0: not waiting), which the keeper keeps the
-	// session alive through for at most keepFor.
-	waitingSince atomic.Int64
-	keepFor      time.Duration
+	// session alive through for at most keepFor (waitingFor, when the
+	// wait set one: the start's position read may take longer).
+	waitingSince, waitingFor atomic.Int64
+	keepFor                  time.Duration
 
 	relID   uint32
 	columns map[string]int
@@ -126,7 +127,11 @@ func (s *stream) keepAlive(ctx context.Context, lapsed func(waited time.Duration
 			return
 		}
 		if since := s.waitingSince.Load(); since != 0 {
-			if waited := time.Since(time.Unix(0, since)); waited > s.keepFor {
+			keep := s.keepFor
+			if d := time.Duration(s.waitingFor.Load()); d > 0 {
+				keep = d
+			}
+			if waited := time.Since(time.Unix(0, since)); waited > keep {
 				if warned != since {
 					warned = since
 					lapsed(waited)
@@ -141,10 +146,12 @@ func (s *stream) keepAlive(ctx context.Context, lapsed func(waited time.Duration
 	})
 }
 
-// waiting marks a wait for Kafka, until the returned done is called.
-func (s *stream) waiting() (done func()) {
+// waiting marks a wait for Kafka, until the returned done is called; the
+// keeper keeps the session alive through it for bound (0: keepFor).
+func (s *stream) waiting(bound time.Duration) (done func()) {
+	s.waitingFor.Store(int64(bound))
 	s.waitingSince.Store(time.Now().UnixNano())
-	return func() { s.waitingSince.Store(0) }
+	return func() { s.waitingSince.Store(0); s.waitingFor.Store(0) }
 }
 
 // setConfirmed sets what the slot may forget, as the session starts.
