@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eoskit/eoskit/internal/authz"
 )
@@ -22,11 +23,11 @@ import (
 const (
 	// DescribeTimeout bounds one metadata look-up.
 	DescribeTimeout = 30 * time.Second
-	// MissingFor is how long a topic must stay missing from the metadata
-	// before it counts as missing: a topic just created may be absent
-	// from a broker's metadata for a moment (the controller has it, the
-	// broker not yet).
-	MissingFor = 2 * time.Second
+	// MissingFor is how long a topic must stay missing from every
+	// broker's metadata before it counts as missing: a topic just created
+	// may be absent from a broker's metadata for a while (the controller
+	// has it, the broker not yet; seconds on a loaded cluster).
+	MissingFor = 5 * time.Second
 )
 
 // Describe returns topics' metadata from a fresh Metadata request on a
@@ -77,7 +78,9 @@ func Missing(ctx context.Context, conn []kgo.Opt, topics ...string) (int, error)
 			td, ok := md[topic]
 			switch {
 			case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
-				missing = i
+				if !knownToAnyBroker(ctx, cl, topic) {
+					missing = i
+				}
 			case td.Err != nil:
 				return -1, fmt.Errorf("look up topic %q: %w", topic, td.Err)
 			}
@@ -96,4 +99,32 @@ func Missing(ctx context.Context, conn []kgo.Opt, topics ...string) (int, error)
 		case <-time.After(MissingFor / 8):
 		}
 	}
+}
+
+// knownToAnyBroker asks every broker the client knows for topic's
+// metadata: one that lists it means the topic exists, and the broker that
+// answered first had not caught up yet.
+func knownToAnyBroker(ctx context.Context, cl *kgo.Client, topic string) bool {
+	ctx, cancel := context.WithTimeout(ctx, DescribeTimeout)
+	defer cancel()
+	brokers, err := kadm.NewClient(cl).ListBrokers(ctx)
+	if err != nil {
+		return false
+	}
+	for _, b := range brokers {
+		req := kmsg.NewPtrMetadataRequest()
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, t)
+		resp, err := req.RequestWith(ctx, cl.Broker(int(b.NodeID)))
+		if err != nil {
+			continue
+		}
+		for _, rt := range resp.Topics {
+			if rt.Topic != nil && *rt.Topic == topic && rt.ErrorCode == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
