@@ -44,7 +44,9 @@ type Inputs struct {
 // aborted-visible.
 func (k *KafkaCluster) SeedHostile(topic string, n, batch int) Inputs {
 	k.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Two transactions a batch: on a loaded three-node cluster a
+	// transaction's markers take a second or more.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	committed, aborted, err := seedTransactional(ctx, k.conn, topic, n, batch, nil)
 	if err != nil {
