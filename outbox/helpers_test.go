@@ -110,12 +110,24 @@ func (b *bed) start(t *testing.T, extra ...outbox.Option) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startRelay(t, r)
+}
+
+// startRelay runs r until the test ends (or stop).
+func startRelay(t *testing.T, r *outbox.Relay) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &running{relay: r, cancel: cancel, done: make(chan error, 1)}
 	go func() { run.done <- r.Run(ctx) }()
-	t.Cleanup(func() { _ = run.stop() })
+	t.Cleanup(func() {
+		if err := run.stop(); errors.Is(err, errNotStopped) {
+			t.Error(err)
+		}
+	})
 	return run
 }
+
+var errNotStopped = errors.New("the relay did not stop within a minute of its context's end")
 
 // wait returns what Run returned, without ending it.
 func (r *running) wait(timeout time.Duration) error {
@@ -135,7 +147,7 @@ func (r *running) stop() error {
 		r.done <- err
 		return err
 	case <-time.After(time.Minute):
-		return errors.New("the relay did not stop within a minute of its context's end")
+		return errNotStopped
 	}
 }
 
@@ -244,4 +256,13 @@ func relayMain() int {
 		return 1
 	}
 	return 0
+}
+
+// values joins the records' values with commas, in order.
+func values(recs []*kgo.Record) string {
+	vals := make([]string, len(recs))
+	for i, r := range recs {
+		vals[i] = string(r.Value)
+	}
+	return strings.Join(vals, ",")
 }

@@ -53,17 +53,7 @@ func TestKafkaOutageLongerThanWalSenderTimeoutDoesNotStopALoneRelay(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			t.Error("the relay did not stop within a minute of its context's end")
-		}
-	})
+	done := startRelay(t, r).done
 
 	if err := b.load.Write(context.Background(), 200, 2, 10); err != nil {
 		t.Fatal(err)
@@ -169,17 +159,7 @@ func TestRelayFencedWithNoOtherRelayOnTheSlotRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			t.Error("the relay did not stop within a minute of its context's end")
-		}
-	})
+	done := startRelay(t, r).done
 	if err := b.load.Write(context.Background(), 300, 2, 10); err != nil {
 		t.Fatal(err)
 	}

@@ -77,13 +77,7 @@ func TestPositionReadWaitsForTheSlotsOpenTransactions(t *testing.T) {
 		}
 		return n
 	}
-	committed := func() string {
-		var vals []string
-		for _, rec := range k.ReadNow(b.out, kgo.ReadCommitted(), time.Minute) {
-			vals = append(vals, string(rec.Value))
-		}
-		return strings.Join(vals, ",")
-	}
+	committed := func() string { return values(k.ReadNow(b.out, kgo.ReadCommitted(), time.Minute)) }
 
 	// The marker comes while the relay reads.
 	publishedByOld("2")

@@ -328,12 +328,8 @@ func TestMissingTopicStopsTheRelayAndLosesNothing(t *testing.T) {
 	if err := run.stop(); err != nil {
 		t.Fatal(err)
 	}
-	var vals []string
-	for _, rec := range k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute) {
-		vals = append(vals, string(rec.Value))
-	}
-	if strings.Join(vals, ",") != "before,after" {
-		t.Fatalf("output %v; want before,after once each", vals)
+	if got := values(k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute)); got != "before,after" {
+		t.Fatalf("output %s; want before,after once each", got)
 	}
 }
 
@@ -372,12 +368,8 @@ func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
 	if err := run.stop(); err != nil {
 		t.Fatal(err)
 	}
-	var vals []string
-	for _, rec := range k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute) {
-		vals = append(vals, string(rec.Value))
-	}
-	if strings.Join(vals, ",") != "before,after" {
-		t.Fatalf("output %v; want before,after once each", vals)
+	if got := values(k.ReadAll(b.out, kgo.ReadCommitted(), time.Minute)); got != "before,after" {
+		t.Fatalf("output %s; want before,after once each", got)
 	}
 	dl := k.ReadAll(dlq, kgo.ReadCommitted(), time.Minute)[0]
 	headers := map[string]string{}
@@ -772,12 +764,8 @@ func TestPositionReadPassesOthersAbortedAndOpenTransactions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var vals []string
-	for _, rec := range k.ReadNow(b.out, kgo.ReadCommitted(), time.Minute) {
-		vals = append(vals, string(rec.Value))
-	}
-	if strings.Join(vals, ",") != "1,2,3,4" {
-		t.Fatalf("output %v; want 1,2,3,4 once each", vals)
+	if got := values(k.ReadNow(b.out, kgo.ReadCommitted(), time.Minute)); got != "1,2,3,4" {
+		t.Fatalf("output %s; want 1,2,3,4 once each", got)
 	}
 }
 
