@@ -57,7 +57,7 @@ func main() {
 	session := flag.Duration("session-timeout", 6*time.Second, "group session timeout")
 	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
 	repair := flag.Bool("repair", true, "eos: write the markers of hanging transactions (single broker, KAFKA-20734); false keeps the default, detect and stop")
-	delay := flag.Duration("record-delay", 0, "time the handler spends on each record (database paths), so that a run lasts long enough for its faults")
+	delay := flag.Duration("record-delay", 0, "time the handler spends on each record, so that a run lasts long enough for its faults")
 	concurrency := flag.Int("concurrency", 1, "handler calls at once: eos, one lane per input partition (eos.Concurrency); offsetstore and dedup, a transaction per partition")
 	flag.Parse()
 
@@ -110,6 +110,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			opts = append(opts, eos.OnHangingTransaction(eos.RepairHangingTransactions()))
 		}
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			time.Sleep(delay)
 			return []*kgo.Record{{Topic: out, Key: r.Key, Value: verify.CopyValue(r)}}, nil
 		}, opts...)
 		if err != nil {
