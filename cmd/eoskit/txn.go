@@ -1,106 +1,31 @@
-// Command eoskit is the operator's tool for what eoskit's processors detect
-// and, by default, never repair themselves: hanging transactions (KIP-664),
-// which a partition holds open while their coordinator has moved on (Apache
-// Kafka 4.1 to 4.4 leave them behind when a partition is leaderless while
-// markers are written, KAFKA-20734; see docs/KAFKA-20734.md).
-//
-//	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 15m]
-//	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
-//	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
-//
-// find-hanging lists every hanging transaction in the given topics (default:
-// every topic, __consumer_offsets included) with the evidence of how it
-// ended. describe shows one transactional id as its coordinator sees it, and
-// every partition that holds a transaction of its producer open. Both only
-// read: DescribeProducers needs Read on the topics, ListTransactions and
-// DescribeTransactions Describe on the transactional ids. A topic the
-// principal may not see is left out of "every topic": find-hanging says
-// how many partitions it looked at.
-//
-// close writes the marker that closes one hanging transaction in one
-// partition (WriteTxnMarkers, as kafka-transactions.sh abort does, which
-// needs ClusterAction). The marker must carry the outcome the transaction's
-// other records already have: aborting an offset commit whose outputs are
-// visible duplicates them, committing one whose outputs were aborted loses
-// them. The coordinator's state tells that outcome only for a client that
-// speaks transaction protocol v2 (an epoch per transaction); a cluster that
-// offers v2 still serves v1 to older clients, so the tool reads it only
-// under -clients-speak-v2, which the operator vouches for. close refuses an
-// unknown outcome unless -outcome names it, and an -outcome that
-// contradicts a known one. -dry-run shows the marker and writes nothing.
-//
-// Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
-// -timeout (default 1m), -json; on a cluster that authenticates,
-// -sasl-mechanism (scram-sha-256, scram-sha-512 or plain) and -sasl-user,
-// with the password in $EOSKIT_SASL_PASSWORD (never on the command line,
-// where other users of the machine can read it), and -tls. Exit status: 0
-// done (find-hanging: none found), 1 error or refusal, 2 usage, 3
-// find-hanging found some.
 package main
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
-
-const usage = `usage:
-  eoskit txn find-hanging [-topic T]... [-min-age 15m]
-  eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
-  eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run]
-common flags: -clients-speak-v2 -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
-  -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD) -tls
-`
-
-// Exit statuses.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-	exitFound = 3
-)
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 || args[0] != "txn" {
+// runTxn runs `eoskit txn CMD FLAGS`; args start at CMD.
+func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) < 1 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	cmd := args[1]
+	cmd := args[0]
 	fs := flag.NewFlagSet("eoskit txn "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defaultBrokers := os.Getenv("KAFKA_BROKERS")
-	if defaultBrokers == "" {
-		defaultBrokers = "127.0.0.1:9092"
-	}
-	brokers := fs.String("brokers", defaultBrokers, "Kafka bootstrap addresses, comma-separated")
-	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	asJSON := fs.Bool("json", false, "print JSON")
-	mechanism := fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD)")
-	user := fs.String("sasl-user", "", "SASL user name")
-	useTLS := fs.Bool("tls", false, "connect with TLS (the system's root certificates)")
+	kf := addKafkaFlags(fs)
 	var topics topicList
 	fs.Var(&topics, "topic", "a topic to look in (repeatable; default every topic, __consumer_offsets included)")
 	clientsV2 := fs.Bool("clients-speak-v2", false, "vouch that the producers' clients speak transaction protocol v2 (franz-go 1.18+, Java 4.0+), so that outcomes are read from the coordinator's state; without it every outcome is unknown")
@@ -125,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	if err := fs.Parse(args[2:]); err != nil {
+	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
 	switch {
@@ -140,28 +65,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...)}
-	if *useTLS {
-		opts = append(opts, kgo.DialTLS())
+	opts, err := kf.clientOpts()
+	if err != nil {
+		fmt.Fprintln(stderr, "eoskit:", err)
+		return exitUsage
 	}
-	if *mechanism != "" || *user != "" {
-		mech, err := saslMechanism(*mechanism, *user, os.Getenv("EOSKIT_SASL_PASSWORD"))
-		if err != nil {
-			fmt.Fprintln(stderr, "eoskit:", err)
-			return exitUsage
-		}
-		opts = append(opts, kgo.SASL(mech))
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, *kf.timeout)
 	defer cancel()
-	t, err := connect(ctx, *brokers, opts, *clientsV2)
+	t, err := connect(ctx, *kf.brokers, opts, *clientsV2)
 	if err != nil {
 		fmt.Fprintf(stderr, "eoskit: %v\n", err)
 		return exitError
 	}
 	defer t.close()
 	var o output = textOutput{stdout}
-	if *asJSON {
+	if *kf.json {
 		o = jsonOutput{stdout}
 	}
 	switch cmd {
@@ -193,12 +111,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// topicList is a repeatable -topic flag.
-type topicList []string
-
-func (l *topicList) String() string     { return strings.Join(*l, ",") }
-func (l *topicList) Set(v string) error { *l = append(*l, v); return nil }
-
 // txnTool holds the connection to the cluster.
 type txnTool struct {
 	cl  *kgo.Client
@@ -206,22 +118,6 @@ type txnTool struct {
 	// clientsV2: outcomes may be read from the coordinator's state
 	// (txnscan.Find).
 	clientsV2 bool
-}
-
-// saslMechanism builds the SASL mechanism the flags name.
-func saslMechanism(name, user, pass string) (sasl.Mechanism, error) {
-	if user == "" || pass == "" {
-		return nil, errors.New("SASL needs -sasl-user and the password in $EOSKIT_SASL_PASSWORD")
-	}
-	switch strings.ToLower(name) {
-	case "scram-sha-256":
-		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
-	case "scram-sha-512":
-		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
-	case "plain":
-		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
-	}
-	return nil, fmt.Errorf("-sasl-mechanism %q: want scram-sha-256, scram-sha-512 or plain", name)
 }
 
 // connect reaches the cluster; clientsV2 is the operator's word that the
@@ -378,15 +274,6 @@ func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, 
 	return c, nil
 }
 
-// output prints results as text or JSON.
-type output interface {
-	hangs(hs []txnscan.Hang, looked int)
-	described(*description)
-	closed(*closing)
-}
-
-type textOutput struct{ w io.Writer }
-
 func (o textOutput) hangs(hs []txnscan.Hang, looked int) {
 	if len(hs) == 0 {
 		fmt.Fprintf(o.w, "no hanging transactions in %d partitions\n", looked)
@@ -431,19 +318,6 @@ func (o textOutput) closed(c *closing) {
 		verb, marker, c.Hang.Topic, c.Hang.Partition, c.Hang.ProducerID, c.Hang.ProducerEpoch, c.Hang.CoordinatorEpoch, c.Hang.CurrentTxnStartOffset, c.Hang.Evidence)
 }
 
-type jsonOutput struct{ w io.Writer }
-
-func (o jsonOutput) print(v any) {
-	enc := json.NewEncoder(o.w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func (o jsonOutput) hangs(hs []txnscan.Hang, _ int) {
-	if hs == nil {
-		hs = []txnscan.Hang{}
-	}
-	o.print(hs)
-}
-func (o jsonOutput) described(d *description) { o.print(d) }
-func (o jsonOutput) closed(c *closing)        { o.print(c) }
+func (o jsonOutput) hangs(hs []txnscan.Hang, _ int) { o.print(nonNil(hs)) }
+func (o jsonOutput) described(d *description)       { o.print(d) }
+func (o jsonOutput) closed(c *closing)              { o.print(c) }

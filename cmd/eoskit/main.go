@@ -1,0 +1,205 @@
+// Command eoskit is the operator's tool for what eoskit's runners leave to
+// an operator: hanging transactions (KIP-664), which a partition holds open
+// while their coordinator has moved on (Apache Kafka 4.1 to 4.4 leave them
+// behind when a partition is leaderless while markers are written,
+// KAFKA-20734; see docs/KAFKA-20734.md), and dead letters, the records the
+// DeadLetter policies parked.
+//
+//	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 15m]
+//	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
+//	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
+//	go run ./cmd/eoskit dead-letters list   (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-limit 100]
+//	go run ./cmd/eoskit dead-letters replay (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
+//
+// # Hanging transactions
+//
+// find-hanging lists every hanging transaction in the given topics (default:
+// every topic, __consumer_offsets included) with the evidence of how it
+// ended. describe shows one transactional id as its coordinator sees it, and
+// every partition that holds a transaction of its producer open. Both only
+// read: DescribeProducers needs Read on the topics, ListTransactions and
+// DescribeTransactions Describe on the transactional ids. A topic the
+// principal may not see is left out of "every topic": find-hanging says
+// how many partitions it looked at.
+//
+// close writes the marker that closes one hanging transaction in one
+// partition (WriteTxnMarkers, as kafka-transactions.sh abort does, which
+// needs ClusterAction). The marker must carry the outcome the transaction's
+// other records already have: aborting an offset commit whose outputs are
+// visible duplicates them, committing one whose outputs were aborted loses
+// them. The coordinator's state tells that outcome only for a client that
+// speaks transaction protocol v2 (an epoch per transaction); a cluster that
+// offers v2 still serves v1 to older clients, so the tool reads it only
+// under -clients-speak-v2, which the operator vouches for. close refuses an
+// unknown outcome unless -outcome names it, and an -outcome that
+// contradicts a known one. -dry-run shows the marker and writes nothing.
+//
+// # Dead letters
+//
+// With -database-url (default $DATABASE_URL), the PostgreSQL table that
+// offsetstore and dedup park records in (offsetstore.DeadLetterTable);
+// with -dead-letter-topic, a Kafka topic that eos's or outbox's DeadLetter
+// policy writes to. list prints what is parked, oldest first: where each
+// record was read, why it failed and the sizes of its key and value, never
+// the data. -group and -topic (the topic it was read from) and -id (the
+// table's row ids, repeatable) narrow both commands.
+//
+// replay sends parked records back to the topic they were read from, or to
+// -to-topic, each exactly once, with its key, value and headers and an
+// eoskit-replayed-from header:
+//   - from the table, through the database's outbox (package outbox): one
+//     database transaction writes a batch of records to the outbox,
+//     releases the ids dedup claimed for them and deletes their rows, so
+//     a record is replayed once or stays parked whatever crashes. A relay
+//     must run on that database to publish them (replay warns when none
+//     is connected); the outbox's table must exist (outbox.Migrate).
+//   - from a topic, as an eos processor in group -group (default
+//     eoskit-replay-TOPIC): the copies and the group's offsets commit in
+//     one transaction, so a record is replayed once however often replay
+//     runs, and a second run replays only what was parked since. It stops
+//     once it has copied what the topic held when it started. It needs
+//     Read on the topic and the group, Write on the target topics and on
+//     the transactional id eoskit-replay-TOPIC-0 (the group's, with -group).
+//
+// Records replayed to the topic they came from are seen again by every
+// group reading that topic, not only the one that parked them; replay to a
+// topic that only that group reads when that matters.
+//
+// Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
+// -timeout (default 1m), -json; on a cluster that authenticates,
+// -sasl-mechanism (scram-sha-256, scram-sha-512 or plain) and -sasl-user,
+// with the password in $EOSKIT_SASL_PASSWORD (never on the command line,
+// where other users of the machine can read it), and -tls. Exit status: 0
+// done (find-hanging: none found), 1 error or refusal, 2 usage, 3
+// find-hanging found some.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  eoskit txn find-hanging [-topic T]... [-min-age 15m]
+  eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
+  eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
+  eoskit dead-letters list   (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-limit 100]
+  eoskit dead-letters replay (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
+common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
+  -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD) -tls
+`
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+	exitFound = 3
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "txn":
+			return runTxn(ctx, args[1:], stdout, stderr)
+		case "dead-letters":
+			return runDeadLetters(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprint(stderr, usage)
+	return exitUsage
+}
+
+// kafkaFlags are the flags every command takes to reach the cluster.
+type kafkaFlags struct {
+	brokers, mechanism, user *string
+	timeout                  *time.Duration
+	json, tls                *bool
+}
+
+func addKafkaFlags(fs *flag.FlagSet) kafkaFlags {
+	defaultBrokers := os.Getenv("KAFKA_BROKERS")
+	if defaultBrokers == "" {
+		defaultBrokers = "127.0.0.1:9092"
+	}
+	return kafkaFlags{
+		brokers:   fs.String("brokers", defaultBrokers, "Kafka bootstrap addresses, comma-separated"),
+		timeout:   fs.Duration("timeout", time.Minute, "give up after this long"),
+		json:      fs.Bool("json", false, "print JSON"),
+		mechanism: fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD)"),
+		user:      fs.String("sasl-user", "", "SASL user name"),
+		tls:       fs.Bool("tls", false, "connect with TLS (the system's root certificates)"),
+	}
+}
+
+// clientOpts are the franz-go options the flags ask for.
+func (f kafkaFlags) clientOpts() ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(f.seeds()...)}
+	if *f.tls {
+		opts = append(opts, kgo.DialTLS())
+	}
+	if *f.mechanism != "" || *f.user != "" {
+		mech, err := saslMechanism(*f.mechanism, *f.user, os.Getenv("EOSKIT_SASL_PASSWORD"))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.SASL(mech))
+	}
+	return opts, nil
+}
+
+func (f kafkaFlags) seeds() []string { return strings.Split(*f.brokers, ",") }
+
+// topicList is a repeatable -topic flag.
+type topicList []string
+
+func (l *topicList) String() string     { return strings.Join(*l, ",") }
+func (l *topicList) Set(v string) error { *l = append(*l, v); return nil }
+
+// idList is a repeatable -id flag.
+type idList []int64
+
+func (l *idList) String() string { return fmt.Sprint(*l) }
+func (l *idList) Set(v string) error {
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id <= 0 {
+		return errors.New("want a row id (a positive number)")
+	}
+	*l = append(*l, id)
+	return nil
+}
+
+// saslMechanism builds the SASL mechanism the flags name.
+func saslMechanism(name, user, pass string) (sasl.Mechanism, error) {
+	if user == "" || pass == "" {
+		return nil, errors.New("SASL needs -sasl-user and the password in $EOSKIT_SASL_PASSWORD")
+	}
+	switch strings.ToLower(name) {
+	case "scram-sha-256":
+		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
+	case "scram-sha-512":
+		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
+	case "plain":
+		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
+	}
+	return nil, fmt.Errorf("-sasl-mechanism %q: want scram-sha-256, scram-sha-512 or plain", name)
+}
