@@ -78,7 +78,7 @@ repro-kafka-20734:
 	@EOS_REQUIRE_SERVICES=1 EOS_REPRO_KAFKA_20734=1 go test -count=1 -v -timeout 60m -run 'TestReproduceKafka20734' ./chaos
 
 # Measures each guarantee against its baseline on the local broker and
-# PostgreSQL and prints one markdown table (throughput, p50/p99 latency,
+# PostgreSQL and prints markdown tables (throughput, p50/p99 latency,
 # peak heap, each as a ratio to the path's at-least-once baseline):
 # eos.Processor against an at-least-once loop and a raw franz-go
 # GroupTransactSession, offsetstore against an auto-committing consumer,
