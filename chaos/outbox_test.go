@@ -26,6 +26,10 @@ type outboxScenario struct {
 	name    string
 	cluster bool // on a three-node cluster (RF=3, min.insync.replicas=2)
 	full    bool // only in the full matrix (make chaos)
+	// writing is how long the writers take to write the records (0: as
+	// fast as they can): at least the three faults' own length, so that
+	// each ends with records left to publish.
+	writing time.Duration
 	inject  func(ctx context.Context, r *outboxRun) error
 }
 
@@ -40,7 +44,7 @@ var outboxScenarios = []outboxScenario{
 		r.relays = append(r.relays, r.start()) // the next standby
 		return nil
 	}},
-	{name: "sigstop-relay", inject: func(ctx context.Context, r *outboxRun) error {
+	{name: "sigstop-relay", writing: time.Minute, inject: func(ctx context.Context, r *outboxRun) error {
 		// The active relay stalls past its transaction timeout; the
 		// standby sees it silent, ends its session on the slot, fences
 		// it in Kafka and takes over. Woken, the zombie is either
@@ -72,21 +76,21 @@ var outboxScenarios = []outboxScenario{
 	{name: "postgres-restart", full: true, inject: func(ctx context.Context, r *outboxRun) error {
 		return r.pg.Restart(ctx, true)
 	}},
-	{name: "cluster-kill-leader", cluster: true, full: true, inject: func(ctx context.Context, r *outboxRun) error {
+	{name: "cluster-kill-leader", cluster: true, full: true, writing: 150 * time.Second, inject: func(ctx context.Context, r *outboxRun) error {
 		md, err := r.adm.Metadata(ctx, r.out)
 		if err != nil {
 			return err
 		}
 		return r.cluster.Restart(ctx, int(md.Topics[r.out].Partitions[0].Leader), true)
 	}},
-	{name: "cluster-kill-coordinator", cluster: true, full: true, inject: func(ctx context.Context, r *outboxRun) error {
+	{name: "cluster-kill-coordinator", cluster: true, full: true, writing: 150 * time.Second, inject: func(ctx context.Context, r *outboxRun) error {
 		c, ok := r.adm.FindTxnCoordinators(ctx, r.txnID)[r.txnID]
 		if !ok || c.Err != nil {
 			return fmt.Errorf("find the relay's transaction coordinator: %v", c.Err)
 		}
 		return r.cluster.Restart(ctx, int(c.NodeID), true)
 	}},
-	{name: "cluster-rolling-restart", cluster: true, full: true, inject: func(ctx context.Context, r *outboxRun) error {
+	{name: "cluster-rolling-restart", cluster: true, full: true, writing: 150 * time.Second, inject: func(ctx context.Context, r *outboxRun) error {
 		return r.cluster.RollingRestart(ctx, false)
 	}},
 }
@@ -231,7 +235,7 @@ func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) strin
 	writing.Store(true)
 	go func() {
 		defer writing.Store(false)
-		wrote <- writePaced(wctx, load, n, sc.cluster)
+		wrote <- writePaced(wctx, load, n, sc.writing)
 	}()
 
 	stalled := func() string {
@@ -315,14 +319,16 @@ func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) strin
 		len(r.all), fenced, rep.String(), time.Since(start).Round(time.Second))
 }
 
-// writePaced writes n records with load's writers; for a cluster scenario
-// in chunks of 1,000 with 1.5 s between them (about 650 records/s, 150 s
-// for 100,000), since a node fault takes 20 to 60 s from its start to the
-// cluster's recovery and each of the three must end with work left.
-func writePaced(ctx context.Context, load *integration.OutboxLoad, n int, cluster bool) error {
-	if !cluster {
+// writePaced writes n records with load's writers, in chunks of 1,000
+// spread over about d (0: at once). A node fault takes 20 to 60 s from its
+// start to the cluster's recovery, a relay's stall 12 s and its standby's
+// takeover: unpaced, 20,000 records were all published before the first
+// stall of sigstop-relay ended.
+func writePaced(ctx context.Context, load *integration.OutboxLoad, n int, d time.Duration) error {
+	if d == 0 {
 		return load.Write(ctx, n, 8, 500)
 	}
+	pause := d / time.Duration(max(1, n/1000))
 	for left := n; left > 0; left -= 1000 {
 		if err := load.Write(ctx, min(left, 1000), 8, 500); err != nil {
 			return err
@@ -330,7 +336,7 @@ func writePaced(ctx context.Context, load *integration.OutboxLoad, n int, cluste
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(1500 * time.Millisecond):
+		case <-time.After(pause):
 		}
 	}
 	return nil
