@@ -752,6 +752,13 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 // afterFailure applies the error policy once a batch ended without a
 // commit. It returns a non-nil error when Run must return it.
 func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) error {
+	// The inputs the batch dead-lettered are dead-lettered again when it
+	// is read again, without their handlers: a record whose error the
+	// policy dead-letters is handled once, whatever else aborted its
+	// transaction.
+	for at, cause := range b.deadLetters {
+		p.poisoned[at] = cause
+	}
 	at, err := b.failedAt, b.failed
 	if err == nil {
 		at, err = b.produceErr()

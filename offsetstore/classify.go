@@ -36,7 +36,7 @@ func Classify(otherwise ErrorPolicy, rules ...ErrorRule) ErrorPolicy {
 func When(target error, p ErrorPolicy) ErrorRule { return ErrorRule{loop.Is(target, p.p)} }
 
 // WhenAs is the rule that applies p to an error in whose chain errors.As
-// finds an E (WhenAs[*net.OpError], WhenAs[interface{ Timeout() bool }]).
+// finds an E (WhenAs[*net.OpError], WhenAs[interface{ error; Timeout() bool }]).
 func WhenAs[E error](p ErrorPolicy) ErrorRule { return ErrorRule{loop.As[E](p.p)} }
 
 // WhenFunc is the rule that applies p to an error for which match reports

@@ -50,13 +50,14 @@ func Classify(otherwise Policy, rules ...Rule) Policy {
 
 // For is the policy that applies to err: the policy of the first rule
 // whose Match reports true (itself resolved, should it be classified), or
-// p's own without its rules. It is pure: a user can test a classification
-// with it, and the runners call it on every failure of a record, so a
-// record whose error changes between attempts follows each error's
-// policy (its attempts are counted across them).
+// p's own without its rules; a nil err matches no rule. It is pure: a
+// user can test a classification with it, and the runners call it on
+// every failure of a record, so a record whose error changes between
+// attempts follows each error's policy (its attempts are counted across
+// them).
 func (p Policy) For(err error) Policy {
 	for _, r := range p.Rules {
-		if r.Match != nil && r.Match(err) {
+		if err != nil && r.Match != nil && r.Match(err) {
 			return r.Policy.For(err)
 		}
 	}
