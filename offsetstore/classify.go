@@ -47,8 +47,7 @@ func WhenFunc(match func(error) bool, p ErrorPolicy) ErrorRule {
 }
 
 // For returns the policy that applies to err: that of p's first rule
-// matching err, or p's own. It runs no handler and needs no broker, so a
-// classification can be tested on its own:
-//
-//	if p.For(parseErr).String() != "dead-letter..." { ... }
+// matching err, or p's own (a nil err matches no rule). It runs no handler
+// and needs no broker, so a classification can be tested on its own (see
+// the Classify example); the runner calls it on each failure of a record.
 func (p ErrorPolicy) For(err error) ErrorPolicy { return ErrorPolicy{p.p.For(err)} }

@@ -61,8 +61,8 @@ func (w *idleWatch) arm(o *Observer) {
 		}
 		w.timer = nil
 		w.logger.Warn(o.h.Path+": the group has assigned this member no partition for "+after.String()+
-			"; likely another member still holds them until its session timeout expires (a member stopped without leaving the group, killed say, holds them for its session timeout, "+
-			w.session.String()+" here if the members share it), or the group has more members than its topics have partitions",
+			": another member may hold them until its session timeout expires (a member stopped without leaving the group, killed say, holds them that long: "+
+			w.session.String()+" if it shares this one's), or the group has more members than its topics have partitions",
 			"waited", after, "session_timeout", w.session)
 	})
 }
