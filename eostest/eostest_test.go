@@ -29,7 +29,7 @@ func containersSuite(t *testing.T) {
 }
 
 func TestREADMEShowsTheExampleTest(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/testing-your-application.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestREADMEShowsTheExampleTest(t *testing.T) {
 		t.Fatal("readme_test.go has no TestOrdersAreReadBack")
 	}
 	if got := fn(readme); got != want {
-		t.Errorf("README.md's example test differs from readme_test.go's:\nREADME:\n%s\nreadme_test.go:\n%s", got, want)
+		t.Errorf("docs/testing-your-application.md's example test differs from readme_test.go's:\ndocs:\n%s\nreadme_test.go:\n%s", got, want)
 	}
 }
 

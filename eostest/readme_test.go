@@ -11,9 +11,9 @@ import (
 	"github.com/eoskit/eoskit/eostest"
 )
 
-// TestOrdersAreReadBack is the example test of the README ("Testing your
-// application"), word for word: TestREADMEShowsTheExampleTest keeps the two
-// the same.
+// TestOrdersAreReadBack is the example test of
+// docs/testing-your-application.md, word for word:
+// TestREADMEShowsTheExampleTest keeps the two the same.
 func TestOrdersAreReadBack(t *testing.T) {
 	brokers := eostest.Kafka(t) // KAFKA_BROKERS, else a container, else skip
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
