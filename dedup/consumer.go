@@ -39,6 +39,8 @@ type Consumer struct {
 	running                       atomic.Bool
 	// obs takes what the consumer reports: its metrics and its health.
 	obs *loop.Observer
+	// deadLetterLog logs the records parked, at most one line a second.
+	deadLetterLog *loop.DeadLetterLog
 }
 
 // Option configures a [Consumer].
@@ -193,7 +195,8 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, err
 	}
 	cl.Close()
-	return &Consumer{pool: pool, store: store, handler: handler, cfg: c, obs: loop.NewObserver("dedup", c.group, c.metrics)}, nil
+	return &Consumer{pool: pool, store: store, handler: handler, cfg: c, obs: loop.NewObserver("dedup", c.group, c.metrics),
+		deadLetterLog: loop.NewDeadLetterLog(c.logger.With("group", c.group), "dedup: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}, nil
 }
 
 // newClient builds the group consumer: offsets are committed by the
@@ -278,6 +281,8 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	}
 	// The last poll may hold a rebalance; Close alone would wait for it.
 	defer cl.CloseAllowingRebalance()
+	c.obs.WatchAssignment(c.cfg.logger.With("group", c.cfg.group), loop.SessionTimeout(cl))
+	defer c.deadLetterLog.Flush()
 
 	refused := &authz.Watch{Group: c.cfg.group, Grace: authz.DefaultGrace}
 	for {
@@ -399,7 +404,7 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 // poisons the record so that the batch runs again parking it, and reports
 // true; or it reports false, and Run stops with a *RecordError.
 func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempts int, poisoned map[*kgo.Record]error) bool {
-	pol := c.cfg.policy.p
+	pol := c.cfg.policy.p.For(herr.err)
 	r := herr.rec
 	if pol.Kind == loop.PolicyRetry {
 		if !pol.Final(attempts) {
@@ -414,8 +419,7 @@ func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempt
 	if pol.Kind != loop.PolicyDeadLetter {
 		return false
 	}
-	c.cfg.logger.Warn("dedup: handler failed; parking the record in eoskit_dead_letters", "topic", r.Topic, "partition", r.Partition,
-		"offset", r.Offset, "err", herr.err, "attempts", attempts)
+	c.deadLetterLog.Log(r.Topic, r.Partition, r.Offset, herr.err, "attempts", attempts)
 	poisoned[r] = herr.err
 	return true
 }

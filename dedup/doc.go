@@ -54,16 +54,24 @@
 //
 // These work as in package eos, through one core: [OnHandlerError] takes
 // [Stop], [Retry] (then a fallback) or [DeadLetter], which parks a record
-// in eoskit_dead_letters in the transaction that claims its id (so a later copy is skipped); a panicking
-// handler fails like one that returned an error; the record that stops
-// Run is a *[RecordError]. [Concurrency] runs the batches of several
-// partitions at once, each in a database transaction of its own, so a
-// partition's records stay in order; it pays off once polls span
-// partitions (a consumer keeping up with a live stream), since franz-go
-// fills a poll partition by partition. When Run's ctx ends, the batch
-// under way finishes and commits within [DrainTimeout]. [WithMetrics]
-// takes the same eos.Metrics that eos's processors report to, and Health
-// gives a view for probes.
+// in eoskit_dead_letters in the transaction that claims its id (so a later
+// copy is skipped). [Classify] chooses among them by the handler's error:
+// its rules ([When] for errors.Is, [WhenAs] for errors.As, [WhenFunc]) are
+// tried in order, the first that matches gives the policy, and the policy
+// Classify is given applies to any other error; [ErrorPolicy.For] tells
+// which applies to an error without a broker. A panicking handler fails
+// like one that returned an error; the record that stops Run is a
+// *[RecordError]. [Concurrency] runs the batches of several partitions at
+// once, each in a database transaction of its own, so a partition's
+// records stay in order; it pays off once polls span partitions (a
+// consumer keeping up with a live stream), since franz-go fills a poll
+// partition by partition. When Run's ctx ends, the batch under way
+// finishes and commits within [DrainTimeout]. [WithMetrics] takes the same
+// eos.Metrics that eos's processors report to, and Health gives a view for
+// probes. Dead letters are logged as eos logs them: at Warn, coordinates
+// and error only, never key or value, at most one line a second with a
+// count of the others; and a runner assigned no partition for its session
+// timeout and a margin says so once (see package eos).
 //
 // A dead letter keeps the record's key and value as bytes, as they came,
 // and the error's text with each NUL byte, and each run of bytes that are
@@ -72,12 +80,17 @@
 //
 // A handler's error that is the database's doing rather than the record's
 // (a lost connection, a server shutting down, a deadlock, a serialization
-// failure, a lock wait that timed out: SQLSTATE 55P03) is never blamed on a
-// record, and is told from the error itself and from the transaction's own
-// connection (closed, or not answering a ping), never by waiting for
-// another connection of the pool, which may all be in use: the batch rolls
-// back and runs again, with a growing pause, up to 10 times before Run
-// returns the error.
+// failure, a lock wait that timed out: SQLSTATE 55P03) is never blamed on
+// a record, and is told from the error itself and from the transaction's
+// own connection (closed, or not answering a ping), never by waiting for
+// another connection of the pool, which may all be in use. That holds
+// whoever raised it, the handler or the runner, and comes before the error
+// policy: no rule of a [Classify] sees it, and a Stop fallback does not
+// stop on it. The database's error is found with errors.As (a
+// *pgconn.PgError and its SQLSTATE: 40001, 40P01, 55P03, class 08, 53 or
+// 57P), so a handler must wrap it with %w; wrapped with %v, only a closed
+// or silent connection still tells. The batch rolls back and runs again,
+// with a growing pause, up to 10 times before Run returns the error.
 //
 // [MemoryStore] is a process-local, bounded alternative with a much weaker
 // guarantee; its documentation says exactly how weak.

@@ -8,8 +8,8 @@ import (
 
 // ErrorPolicy is what a [Consumer] does with a record whose handler fails
 // or panics: [Stop] (the default), [Retry] (then, with [ErrorPolicy.Then],
-// Stop or DeadLetter) or [DeadLetter], the same policies as eos's and
-// offsetstore's. The batch's database transaction, with its claims, is
+// Stop or DeadLetter) or [DeadLetter], or [Classify] to choose among them
+// by the error: the same policies as eos's and offsetstore's. The batch's database transaction, with its claims, is
 // rolled back first, so nothing of the failed attempt is applied or
 // claimed.
 type ErrorPolicy struct{ p loop.Policy }

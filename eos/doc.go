@@ -122,9 +122,41 @@
 // (names topic, partition, offset and attempts; offsetstore and dedup
 // return the same type), [ErrRunning].
 //
+// # Error policies, classified by error
+//
+// [OnHandlerError] says what happens to an input whose handler fails:
+// [Stop] (the default), [Retry] (then [Stop] or [DeadLetter]) or
+// [DeadLetter]. [Classify] chooses among them by the error, as Spring
+// Kafka's error classifier does: rules made by [When] (errors.Is),
+// [WhenAs] (errors.As) and [WhenFunc] are tried in order, and the first
+// that matches gives the policy; the policy Classify is given applies to
+// any other error:
+//
+//	eos.OnHandlerError(eos.Classify(eos.Stop(),
+//		eos.When(ErrParse, eos.DeadLetter("orders-dlq")),
+//		eos.When(context.DeadlineExceeded, eos.Retry(100*time.Millisecond, 5)),
+//	))
+//
+// [ErrorPolicy.For] tells which policy applies to an error, without a
+// broker. An input dead-lettered in a transaction that then aborts (for
+// another input's failure) is dead-lettered again without its handler
+// running: a record whose error is dead-lettered is handled once. Rules
+// may dead-letter to different topics; Run checks at its start that each
+// exists.
+//
 // # Observability
 //
-// [Logger] takes a *slog.Logger (default slog.Default()); [WithMetrics]
+// [Logger] takes a *slog.Logger (default slog.Default()). Each dead letter
+// is logged at Warn with its input's coordinates (topic, partition,
+// offset) and the error's text (cut at 300 bytes), never its key or value,
+// at most one line a second: the dead letters held back meanwhile are
+// counted in one line, with the coordinates of the last, once the second
+// has passed or when Run returns. A processor whose group assigns it no
+// partition for its session timeout plus a quarter of it (at least 5 s
+// more: 56 s under franz-go's default 45 s) logs it once at Warn, with
+// the likely reasons (another member holds the partitions until its
+// session timeout expires, or the group has more members than
+// partitions). [WithMetrics]
 // takes a [Metrics], for which package eos/eosprom has a Prometheus
 // implementation that offsetstore's and dedup's runners share, labelled
 // by path. [Processor.Health] gives assigned partitions, last commit, last

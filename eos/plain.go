@@ -31,6 +31,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 	// Close alone would wait forever for a rebalance that the last poll
 	// blocked.
 	defer cl.CloseAllowingRebalance()
+	p.obs.WatchAssignment(p.logger, loop.SessionTimeout(cl))
 
 	atMostOnce := p.cfg.semantics == AtMostOnce
 	rn := newRunner(p, cl, cl.Produce)

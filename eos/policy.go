@@ -9,7 +9,8 @@ import (
 // ErrorPolicy is what a [Processor] does with an input record whose handler
 // returned an error or panicked, or whose output failed for its own sake
 // (too large, invalid). Build one with [Stop] (the default), [Retry] (then,
-// with [ErrorPolicy.Then], Stop or DeadLetter) or [DeadLetter]. offsetstore
+// with [ErrorPolicy.Then], Stop or DeadLetter) or [DeadLetter], or choose
+// among them by the error with [Classify]. offsetstore
 // and dedup take policies of the same names and meanings; each package's
 // policy is its own type, so one that a runner cannot carry out does not
 // compile there. Under every policy the transaction in which the record

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,9 @@ type Processor struct {
 	perTxn   int
 	tooSlow  map[coords]int
 	poisoned map[coords]error
+	// deadLetterLog logs the inputs dead-lettered, at most one line a
+	// second.
+	deadLetterLog *loop.DeadLetterLog
 	// attempts counts, per input, the attempts of the Retry policy so
 	// far, until the input commits or its fallback applies.
 	attempts map[coords]int
@@ -115,7 +119,8 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		logger = logger.With("transactional_id", c.txnID)
 	}
 	return &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.group, c.metrics), deadLetterFailures: map[coords]int{},
-		perTxn: c.maxRecords, tooSlow: map[coords]int{}, poisoned: map[coords]error{}, attempts: map[coords]int{}}, nil
+		perTxn: c.maxRecords, tooSlow: map[coords]int{}, poisoned: map[coords]error{}, attempts: map[coords]int{},
+		deadLetterLog: loop.NewDeadLetterLog(logger, "eos: handler failed; sending input to dead-letter topic", loop.DeadLetterLogEvery)}, nil
 }
 
 func (c *config) validateProcessor(handler HandlerFunc) error {
@@ -155,11 +160,11 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("OnHangingTransaction", "the hanging-transaction check is off (HangingTransactionCheck(0)): nothing would apply the policy")
 	case c.onError.p.Validate() != nil:
 		return fail("OnHandlerError", c.onError.p.Validate().Error())
-	case c.onError.p.DeadLetters() && c.onError.p.DeadLetterTopic() == "":
+	case slices.Contains(c.onError.p.DeadLetterTopics(), ""):
 		return fail("OnHandlerError", "DeadLetter needs a topic")
 	}
 	for _, t := range c.inputTopics {
-		if c.onError.p.DeadLetters() && t == c.onError.p.DeadLetterTopic() {
+		if slices.Contains(c.onError.p.DeadLetterTopics(), t) {
 			return fail("OnHandlerError", "the dead-letter topic "+t+" is also an input topic")
 		}
 	}
@@ -191,6 +196,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	defer p.running.Store(false)
 	p.obs.Running(true, nil)
 	defer func() { p.obs.Running(false, err) }()
+	defer p.deadLetterLog.Flush()
 	// ctx's end stops polling; work, which everything else runs under
 	// (handlers, producing, committing), ends DrainTimeout later.
 	work, done := loop.Drained(ctx, p.cfg.drain)
@@ -436,7 +442,7 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 				return false
 			}
 			err = fmt.Errorf("%w: no result within %s, the transaction's budget, twice alone in its transaction (%v)", ErrHandlerTooSlow, rn.budget, err)
-			if rn.p.cfg.onError.p.Kind == loop.PolicyDeadLetter {
+			if rn.p.cfg.onError.p.For(err).Kind == loop.PolicyDeadLetter {
 				// This transaction has no time left: the dead
 				// letter goes first in the next one.
 				rn.p.poisoned[at] = err
@@ -452,7 +458,8 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 	if err != nil {
 		// A poisoned input is dead-lettered whatever the policy: it was
 		// poisoned under DeadLetter, or as a Retry's fallback.
-		if !poisoned && rn.p.cfg.onError.p.Kind != loop.PolicyDeadLetter {
+		pol := rn.p.cfg.onError.p.For(err)
+		if !poisoned && pol.Kind != loop.PolicyDeadLetter {
 			b.mu.Lock()
 			if b.failed == nil {
 				b.failedAt, b.failed = at, err
@@ -460,15 +467,14 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 			b.mu.Unlock()
 			return false
 		}
-		outs = []*kgo.Record{deadLetter(rn.p.cfg.onError.p.DeadLetterTopic(), r, err)}
+		outs = []*kgo.Record{deadLetter(pol.DeadLetterTopic(), r, err)}
 		b.mu.Lock()
 		if b.deadLetters == nil {
 			b.deadLetters = map[coords]error{}
 		}
 		b.deadLetters[at] = err
 		b.mu.Unlock()
-		rn.p.logger.Warn("eos: handler failed; sending input to dead-letter topic",
-			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err, "dead_letter_topic", rn.p.cfg.onError.p.DeadLetterTopic())
+		rn.p.deadLetterLog.Log(r.Topic, r.Partition, r.Offset, err, "dead_letter_topic", pol.DeadLetterTopic())
 	}
 	if len(outs) > 0 {
 		rn.produceAll(ctx, b, at, outs)
@@ -746,6 +752,13 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 // afterFailure applies the error policy once a batch ended without a
 // commit. It returns a non-nil error when Run must return it.
 func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) error {
+	// The inputs the batch dead-lettered are dead-lettered again when it
+	// is read again, without their handlers: a record whose error the
+	// policy dead-letters is handled once, whatever else aborted its
+	// transaction.
+	for at, cause := range b.deadLetters {
+		p.poisoned[at] = cause
+	}
 	at, err := b.failedAt, b.failed
 	if err == nil {
 		at, err = b.produceErr()
@@ -798,11 +811,10 @@ const retryLimit = 30 * time.Second
 // transaction dead-letters it without running its handler; Stop returns a
 // *RecordError.
 func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error {
-	pol := p.cfg.onError.p
-	attempts := 1
+	pol := p.cfg.onError.p.For(err)
+	p.attempts[at]++ // across the rules, should the input's error change
+	attempts := p.attempts[at]
 	if pol.Kind == loop.PolicyRetry {
-		p.attempts[at]++
-		attempts = p.attempts[at]
 		if !pol.Final(attempts) {
 			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
 			p.logger.Warn("eos: handler failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
@@ -810,9 +822,9 @@ func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error
 			loop.Sleep(ctx, backoff)
 			return nil
 		}
-		delete(p.attempts, at)
 		pol = pol.Fallback()
 	}
+	delete(p.attempts, at)
 	if pol.Kind == loop.PolicyDeadLetter {
 		p.poisoned[at] = err
 		return nil
@@ -835,7 +847,7 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 		// look confirms it), no retry mends it; the input's offset is
 		// not committed.
 		if p.checkDeadLetterTopic(ctx) != nil {
-			return p.missingDeadLetterTopic(err)
+			return p.missingDeadLetterTopic(p.cfg.onError.p.For(cause).DeadLetterTopic(), err)
 		}
 	}
 	p.deadLetterFailures[at]++
@@ -843,11 +855,11 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	if attempts >= maxDeadLetterAttempts {
 		delete(p.deadLetterFailures, at)
 		return &DeadLetterError{Topic: at.topic, Partition: at.partition, Offset: at.offset,
-			DeadLetterTopic: p.cfg.onError.p.DeadLetterTopic(), Attempts: attempts, Cause: cause, Err: err}
+			DeadLetterTopic: p.cfg.onError.p.For(cause).DeadLetterTopic(), Attempts: attempts, Cause: cause, Err: err}
 	}
 	backoff := time.Second << (attempts - 1)
 	p.logger.Warn("eos: writing a dead letter failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
-		"dead_letter_topic", p.cfg.onError.p.DeadLetterTopic(), "err", err, "attempt", attempts, "backoff", backoff)
+		"dead_letter_topic", p.cfg.onError.p.For(cause).DeadLetterTopic(), "err", err, "attempt", attempts, "backoff", backoff)
 	p.poisoned[at] = cause
 	loop.Sleep(ctx, backoff)
 	return nil
@@ -912,6 +924,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	// Close leaves the group; by then no transaction is open, because every
 	// path below ends the one it began.
 	defer sess.Close()
+	p.obs.WatchAssignment(p.logger, loop.SessionTimeout(sess.Client()))
 
 	check, err := newHangingCheck(ctx, p.hangConfig(), sess.Client(), &disconnected)
 	if err != nil {

@@ -19,26 +19,25 @@ import (
 // asked, or refuses the look-up, it returns nil and the sessions meet the
 // outage, or the missing ACL, as usual.
 func (p *Processor) checkDeadLetterTopic(ctx context.Context) error {
-	pol := p.cfg.onError.p
-	if !pol.DeadLetters() {
+	topics := p.cfg.onError.p.DeadLetterTopics()
+	if len(topics) == 0 {
 		return nil
 	}
-	topic := pol.DeadLetterTopic()
 	conn := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
-	missing, err := topiccheck.Missing(ctx, conn, topic)
+	missing, err := topiccheck.Missing(ctx, conn, topics...)
 	if err != nil {
-		p.logger.Debug("eos: could not check the dead-letter topic at start", "dead_letter_topic", topic, "err", err)
+		p.logger.Debug("eos: could not check the dead-letter topics at start", "dead_letter_topics", topics, "err", err)
 		return nil
 	}
 	if missing >= 0 {
-		return p.missingDeadLetterTopic(kerr.UnknownTopicOrPartition)
+		return p.missingDeadLetterTopic(topics[missing], kerr.UnknownTopicOrPartition)
 	}
 	return nil
 }
 
 // missingDeadLetterTopic is the *ConfigError for a dead-letter topic the
 // cluster lacks, at the start or deleted under a running processor.
-func (p *Processor) missingDeadLetterTopic(err error) error {
+func (p *Processor) missingDeadLetterTopic(topic string, err error) error {
 	return &ConfigError{Setting: "OnHandlerError", Semantics: p.cfg.semantics,
-		Reason: fmt.Sprintf("the dead-letter topic %q does not exist: create it (eos creates no topics)", p.cfg.onError.p.DeadLetterTopic()), Err: err}
+		Reason: fmt.Sprintf("the dead-letter topic %q does not exist: create it (eos creates no topics)", topic), Err: err}
 }

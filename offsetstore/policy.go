@@ -38,8 +38,8 @@ var ErrRunning = loop.ErrRunning
 
 // ErrorPolicy is what a [Runner] does with a record whose handler fails or
 // panics: [Stop] (the default), [Retry] (then, with [ErrorPolicy.Then],
-// Stop or DeadLetter) or [DeadLetter], the same policies as eos's and
-// dedup's. The batch it was in is rolled back first, and run again one
+// Stop or DeadLetter) or [DeadLetter], or [Classify] to choose among them
+// by the error: the same policies as eos's and dedup's. The batch it was in is rolled back first, and run again one
 // record per transaction to find the record that fails; the policy then
 // applies to it.
 type ErrorPolicy struct{ p loop.Policy }

@@ -55,6 +55,8 @@ type Runner struct {
 	running                              atomic.Bool
 	// obs takes what the runner reports: its metrics and its health.
 	obs *loop.Observer
+	// deadLetterLog logs the records parked, at most one line a second.
+	deadLetterLog *loop.DeadLetterLog
 	// userHooks are the partition callbacks given in ClientOptions, run
 	// after the runner's own.
 	userHooks loop.UserHooks
@@ -217,7 +219,8 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	r := &Runner{pool: pool, handler: handler, cfg: c, userHooks: userHooks, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
-		oldRows: map[topicPartition]pgtype.UUID{}, obs: loop.NewObserver("offsetstore", c.group, c.metrics)}
+		oldRows: map[topicPartition]pgtype.UUID{}, obs: loop.NewObserver("offsetstore", c.group, c.metrics),
+		deadLetterLog: loop.NewDeadLetterLog(c.logger.With("group", c.group), "offsetstore: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}
 	cl, err := r.newClient()
 	if err != nil {
 		return nil, err
@@ -312,7 +315,7 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 			}
 		}
 	}
-	r.cfg.logger.Info("offsetstore: assigned; positioned at stored offsets", "offsets", offsets)
+	r.cfg.logger.Info("offsetstore: assigned; positioned at stored offsets", "offsets", loop.FormatOffsets(offsets))
 	return offsets, nil
 }
 
@@ -456,6 +459,8 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer cl.CloseAllowingRebalance()
+	r.obs.WatchAssignment(r.cfg.logger.With("group", r.cfg.group), loop.SessionTimeout(cl))
+	defer r.deadLetterLog.Flush()
 	// The check's connection may be cut like any other: retried as a
 	// batch is.
 	for attempt := 1; ; attempt++ {
@@ -542,7 +547,6 @@ func (r *Runner) handlePoll(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 // handleBatch commits recs, splitting the batch to find a failing record and
 // applying the error policy to it.
 func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
-	pol := r.cfg.policy.p
 	failures := 0 // of the handler, on a single record
 	for attempt := 1; ; attempt++ {
 		err := r.commit(ctx, recs, nil)
@@ -583,7 +587,11 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 				}
 			}
 			return nil
-		case pol.Kind == loop.PolicyRetry && !pol.Final(failures+1):
+		default:
+			pol := r.cfg.policy.p.For(herr.err)
+			if pol.Kind != loop.PolicyRetry || pol.Final(failures+1) {
+				return r.applyPolicy(ctx, cl, recs[0], herr.err, pol, failures+1)
+			}
 			failures++
 			backoff := loop.Backoff(failures, pol.Backoff, retryLimit)
 			r.cfg.logger.Warn("offsetstore: handler failed; retrying", "topic", recs[0].Topic, "partition", recs[0].Partition,
@@ -592,8 +600,6 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 				return ctx.Err()
 			}
 			attempt = 0
-		default:
-			return r.applyPolicy(ctx, cl, recs[0], herr.err, failures+1)
 		}
 	}
 }
@@ -603,10 +609,9 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 const retryLimit = 30 * time.Second
 
 // applyPolicy handles a single record whose handler failed attempts times,
-// under the Stop or DeadLetter policy, or a Retry's fallback once its
-// attempts ran out (Retry loops in handleBatch).
-func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Record, cause error, attempts int) error {
-	pol := r.cfg.policy.p
+// under pol, the policy for its error: Stop or DeadLetter, or a Retry's
+// fallback once its attempts ran out (Retry loops in handleBatch).
+func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Record, cause error, pol loop.Policy, attempts int) error {
 	if pol.Kind == loop.PolicyRetry {
 		pol = pol.Fallback()
 	}
@@ -614,7 +619,7 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 	if pol.Kind != loop.PolicyDeadLetter {
 		return recErr
 	}
-	r.cfg.logger.Warn("offsetstore: handler failed; parking the record in eoskit_dead_letters", "err", recErr)
+	r.deadLetterLog.Log(rec.Topic, rec.Partition, rec.Offset, cause, "attempts", attempts)
 	// Parked like any batch is committed: a database that goes away
 	// meanwhile is retried, not a reason to stop.
 	for attempt := 1; ; attempt++ {

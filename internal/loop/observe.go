@@ -120,6 +120,7 @@ type Observer struct {
 	Metrics Metrics
 	mu      sync.Mutex
 	h       Health
+	idle    idleWatch
 }
 
 // NewObserver returns the observer of a runner of path in group reporting
@@ -144,6 +145,7 @@ func (o *Observer) Running(running bool, err error) {
 	defer o.mu.Unlock()
 	o.h.Running = running
 	o.reset()
+	o.idle.forget()
 	if err != nil {
 		o.h.LastError, o.h.LastErrorAt = err.Error(), time.Now()
 	}
@@ -155,6 +157,7 @@ func (o *Observer) NewSession() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.reset()
+	o.idle.forget()
 }
 
 // reset forgets the assignment and the lag (their series too). o.mu is
@@ -204,6 +207,9 @@ func (o *Observer) Assigned(parts map[string][]int32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.h.LastAssigned, o.h.Joined = time.Now(), true
+	if len(parts) > 0 {
+		o.idle.stop()
+	}
 	if o.h.Assigned == nil {
 		o.h.Assigned = map[string][]int32{}
 	}
@@ -236,6 +242,9 @@ func (o *Observer) Revoked(parts map[string][]int32) {
 		if len(o.h.Lag[t]) == 0 {
 			delete(o.h.Lag, t)
 		}
+	}
+	if len(o.h.Assigned) == 0 {
+		o.idle.arm(o)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -26,6 +27,9 @@ type Policy struct {
 	Then *Policy
 	// Topic is where eos dead-letters; empty for the database runners.
 	Topic string
+	// Rules, tried in order by [Policy.For], choose another policy by the
+	// handler's error; the fields above apply to an error none matches.
+	Rules []Rule
 }
 
 // PolicyKind tells the policies apart.
@@ -68,9 +72,12 @@ func (p Policy) Final(attempt int) bool {
 	return p.Kind != PolicyRetry || (p.Attempts > 0 && attempt >= p.Attempts)
 }
 
-// Validate checks p for the option that carries it (named in the error).
+// Validate checks p, and the policies its rules name, for the option that
+// carries it (named in the error).
 func (p Policy) Validate() error {
 	switch {
+	case p.Then != nil && len(p.Then.Rules) > 0:
+		return errors.New("a Retry's fallback must be Stop or DeadLetter, not a Classify: classify around the Retry instead")
 	case p.Kind == PolicyRetry && p.Backoff < 0:
 		return errors.New("Retry backoff must not be negative")
 	case p.Kind == PolicyRetry && p.Attempts < 0:
@@ -82,16 +89,22 @@ func (p Policy) Validate() error {
 	case p.Then != nil && p.Then.Kind == PolicyRetry:
 		return errors.New("a Retry's fallback must be Stop or DeadLetter, not another Retry")
 	}
-	return nil
+	return p.validateRules()
 }
 
 // DeadLetters reports whether p sends a record anywhere but back to its
-// handler: it dead-letters, at once or once its retries run out.
+// handler: it dead-letters, at once or once its retries run out, for some
+// error at least (one of its rules may).
 func (p Policy) DeadLetters() bool {
+	return !p.each(func(q Policy) bool { return !q.deadLetters() })
+}
+
+func (p Policy) deadLetters() bool {
 	return p.Kind == PolicyDeadLetter || p.Kind == PolicyRetry && p.Then != nil && p.Then.Kind == PolicyDeadLetter
 }
 
-// DeadLetterTopic is the dead-letter topic of p or of its fallback.
+// DeadLetterTopic is the dead-letter topic of p or of its fallback (p's
+// own, leaving its rules out: call it on what [Policy.For] returned).
 func (p Policy) DeadLetterTopic() string {
 	if p.Kind == PolicyRetry && p.Then != nil {
 		return p.Then.Topic
@@ -99,7 +112,26 @@ func (p Policy) DeadLetterTopic() string {
 	return p.Topic
 }
 
+// DeadLetterTopics lists, once each and in the order met, the topics that
+// p and its rules dead-letter to; a policy that dead-letters without a
+// topic lists "".
+func (p Policy) DeadLetterTopics() []string {
+	var topics []string
+	p.each(func(q Policy) bool {
+		if q.deadLetters() && !slices.Contains(topics, q.DeadLetterTopic()) {
+			topics = append(topics, q.DeadLetterTopic())
+		}
+		return true
+	})
+	return topics
+}
+
 func (p Policy) String() string {
+	if len(p.Rules) > 0 {
+		base := p
+		base.Rules = nil
+		return base.String() + " otherwise" + p.rulesString()
+	}
 	switch p.Kind {
 	case PolicyRetry:
 		s := "retry from " + p.Backoff.String()
