@@ -33,7 +33,7 @@ func TestDocsShowTheExampleTest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	test, err := os.ReadFile("readme_test.go")
+	test, err := os.ReadFile("docsexample_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,10 +51,10 @@ func TestDocsShowTheExampleTest(t *testing.T) {
 	}
 	want := fn(test)
 	if want == "" {
-		t.Fatal("readme_test.go has no TestOrdersAreReadBack")
+		t.Fatal("docsexample_test.go has no TestOrdersAreReadBack")
 	}
 	if got := fn(doc); got != want {
-		t.Errorf("docs/testing-your-application.md's example test differs from readme_test.go's:\ndocs:\n%s\nreadme_test.go:\n%s", got, want)
+		t.Errorf("docs/testing-your-application.md's example test differs from docsexample_test.go's:\ndocs:\n%s\ndocsexample_test.go:\n%s", got, want)
 	}
 }
 
