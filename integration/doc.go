@@ -83,7 +83,7 @@
 //
 //   - Pointing KAFKA_BROKERS or DATABASE_URL at a cluster or a server
 //     holding data you care about: the kit creates and deletes topics and
-//     databases there, with a role that may create
+//     databases there, and DATABASE_URL's role must be allowed to create
 //     databases.
 //   - Names not from [UniqueName] (a fixed group, a fixed transactional
 //     id) on a shared broker: two tests, or two runs, meet.

@@ -17,16 +17,6 @@ import (
 	"github.com/eoskit/eoskit/internal/testbed"
 )
 
-const readTimeout = 30 * time.Second
-
-func values(recs []*kgo.Record) map[string]int {
-	seen := map[string]int{}
-	for _, r := range recs {
-		seen[string(r.Value)]++
-	}
-	return seen
-}
-
 func TestLocalBrokerSurvivesHardRestart(t *testing.T) {
 	t.Parallel()
 	b := testbed.StartLocalBroker(t)
@@ -55,7 +45,10 @@ func TestLocalBrokerSurvivesHardRestart(t *testing.T) {
 	}
 	commit("after", 50)
 
-	got := values(b.ReadAll(topic, kgo.ReadCommitted(), readTimeout))
+	got := map[string]int{} // times each value was read
+	for _, r := range b.ReadAll(topic, kgo.ReadCommitted(), 30*time.Second) {
+		got[string(r.Value)]++
+	}
 	if len(got) != 100 || got["before0"] != 1 || got["after49"] != 1 {
 		t.Fatalf("after a SIGKILL restart read %d distinct values, want the 100 committed on either side", len(got))
 	}
