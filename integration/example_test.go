@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -115,6 +117,36 @@ func ExampleKafkaCluster_VerifyTopic() {
 		t.Log(k.VerifyTopic(ids, out, time.Minute)) // fails t on any anomaly
 	}
 	_ = testCopy
+}
+
+// "Caught up" for an offsetstore.Runner, which keeps its offsets in
+// PostgreSQL: MirrorToKafka copies them to the group after each database
+// commit, where WaitCaughtUp reads them.
+func ExampleKafkaCluster_WaitCaughtUp() {
+	testLoader := func(t *testing.T) {
+		k := integration.Kafka(t)
+		pool := integration.Postgres(t)
+		topic, group := k.NewTopic(3), integration.UniqueName(t, "loader")
+		k.Seed(topic, 1000)
+		if err := offsetstore.Migrate(t.Context(), pool); err != nil {
+			t.Fatal(err)
+		}
+		load := func(context.Context, pgx.Tx, []*kgo.Record) error { return nil } // the handler under test
+		r, err := offsetstore.New(pool, load, offsetstore.Brokers(k.Brokers...), offsetstore.Group(group),
+			offsetstore.Topics(topic), offsetstore.MirrorToKafka())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		k.WaitCaughtUp(group, topic, time.Minute) // fails t, naming each partition behind
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = testLoader
 }
 
 // A program crashed with SIGKILL: the test binary runs it in a child
