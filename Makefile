@@ -45,15 +45,22 @@ demo:
 # records and 30 mixed faults on the cluster, per path), then the outbox
 # path's scenarios (relay processes, a PostgreSQL of its own), and prints
 # the tables; make test runs one scenario per path (two for the outbox).
-# Takes about two and a half hours.
+# A run that passes puts its tables into docs/chaos.md, between the
+# "make chaos" markers (scripts/results.sh); a failed one leaves the doc as
+# it was. Takes about two and a half hours.
 chaos:
 	@mkdir -p .eoskit
+	@rm -f .eoskit/chaos.md
 	@scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 240m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
+	@scripts/results.sh "make chaos" docs/chaos.md .eoskit/chaos.md
 
-# Runs only the soak of make chaos. About 20 minutes a path.
+# Runs only the soak of make chaos, and puts its table into docs/chaos.md
+# (the "make soak" markers) when it passes. About 20 minutes a path.
 soak:
 	@mkdir -p .eoskit
+	@rm -f .eoskit/soak.md
 	@scripts/with-services.sh bash -c 'EOS_CHAOS=soak EOS_CHAOS_TABLE=$$PWD/.eoskit/soak.md go test -count=1 -timeout 120m -run TestChaos ./chaos; rc=$$?; cat .eoskit/soak.md 2>/dev/null; exit $$rc'
+	@scripts/results.sh "make soak" docs/chaos.md .eoskit/soak.md
 
 # Runs every eos test on Apache Kafka 3.9.1 (transaction protocol v1) as
 # well; make test runs the protocol-dependent fault tests there. About 6
@@ -71,13 +78,19 @@ repro-kafka-20734:
 	@EOS_REQUIRE_SERVICES=1 EOS_REPRO_KAFKA_20734=1 go test -count=1 -v -timeout 60m -run 'TestReproduceKafka20734' ./chaos
 
 # Measures each guarantee against its baseline on the local broker and
-# PostgreSQL and prints one markdown table (throughput, p50/p99 latency,
+# PostgreSQL and prints markdown tables (throughput, p50/p99 latency,
 # peak heap, each as a ratio to the path's at-least-once baseline):
 # eos.Processor against an at-least-once loop and a raw franz-go
 # GroupTransactSession, offsetstore against an auto-committing consumer,
 # dedup against the same consumer without the claim, outbox.Relay against
 # an at-least-once relay and an idempotent producer; then dedup's claim
-# cost as the ids table grows to 10 million. Takes about 20 minutes.
+# cost as the ids table grows to 10 million. A run that passes puts its
+# tables into docs/performance.md, between the "make bench" markers
+# (scripts/results.sh); the progress lines go to stderr only. Takes about
+# 20 minutes.
 bench:
-	@scripts/with-services.sh go run ./internal/cmd/bench
+	@mkdir -p .eoskit
+	@rm -f .eoskit/bench.md
+	@scripts/with-services.sh bash -c 'set -o pipefail; go run ./internal/cmd/bench | tee .eoskit/bench.md'
+	@scripts/results.sh "make bench" docs/performance.md .eoskit/bench.md
 

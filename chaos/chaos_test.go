@@ -441,22 +441,26 @@ func (r *runCtx) openTransaction(ctx context.Context, c *copier) (string, error)
 
 // signalInTransaction sends sig to c while c is inside a transaction
 // (openTransaction): struck anywhere else, a copier may hold nothing a
-// weaker design would lose or double. For SIGSTOP it checks that the same
-// transaction is still open once c is stopped, else lets c go on and
-// watches again; SIGKILL and SIGTERM go as soon as one is seen open. It
-// fails at ctx's end, naming the copier.
+// weaker design would lose or double. For SIGSTOP and SIGKILL it stops c
+// first and checks that the same transaction is still open once c is
+// stopped (else lets c go on and watches again), so that a SIGKILL
+// strikes a process frozen inside it; SIGTERM, a clean shutdown, goes as
+// soon as one is seen open. It fails at ctx's end, naming the copier.
 func (r *runCtx) signalInTransaction(ctx context.Context, c *copier, sig syscall.Signal) error {
 	var lastErr error
 	for tries := 1; ; tries++ {
 		if open, err := r.openTransaction(ctx, c); err != nil || open == "" {
 			lastErr = err
-		} else {
+		} else if sig == syscall.SIGTERM {
 			c.signal(sig)
-			if sig != syscall.SIGSTOP {
-				c.stopped.Store(true)
-				return nil
-			}
+			c.stopped.Store(true)
+			return nil
+		} else {
+			c.signal(syscall.SIGSTOP)
 			if still, err := r.openTransaction(ctx, c); err == nil && still == open {
+				if sig == syscall.SIGKILL {
+					c.signal(syscall.SIGKILL)
+				}
 				c.stopped.Store(true)
 				return nil
 			}

@@ -269,7 +269,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		case err != nil:
 			return fmt.Errorf("dedup: %w", err)
 		case !ok:
-			return &ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist: run the store's Migrate"}
+			return &ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist or lacks the columns of this eoskit: run the store's Migrate"}
 		}
 	}
 	cl, err := c.cfg.newClient(c.obs)
@@ -487,7 +487,12 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*
 				delete(claimed, ids[i]) // a later copy in this batch is a duplicate
 			}
 			if cause, ok := poisoned[r]; ok {
-				if err := deadletter.Park(ctx, tx, c.cfg.group, r, cause); err != nil {
+				// With the id it claimed: a replay releases it.
+				var held *deadletter.Claim
+				if hasID[i] {
+					held = &deadletter.Claim{Table: c.store.name, Scope: c.cfg.scope, ID: []byte(ids[i])}
+				}
+				if err := deadletter.Park(ctx, tx, c.cfg.group, r, cause, held); err != nil {
 					return err
 				}
 				n.parked++

@@ -24,6 +24,7 @@ import (
 // first, and claims only if the first rolled back. There is no
 // check-then-insert window.
 type PostgresStore struct {
+	name  string // the table's name
 	table string // quoted identifier
 }
 
@@ -39,7 +40,7 @@ func NewPostgresStore(table string) (*PostgresStore, error) {
 	if !identifier.MatchString(table) {
 		return nil, &ConfigError{Package: "dedup", Setting: "table", Reason: fmt.Sprintf("%q must be a plain identifier", table)}
 	}
-	return &PostgresStore{table: pgx.Identifier{table}.Sanitize()}, nil
+	return &PostgresStore{name: table, table: pgx.Identifier{table}.Sanitize()}, nil
 }
 
 // Migrate creates the table and its index if they do not exist, and the

@@ -119,9 +119,11 @@ func ExampleProcessor_Run() {
 	// Output: [APPLES PEARS PLUMS] <nil>
 }
 
-// A readiness probe over net/http: 503 before Run, 200 while it runs and
-// makes progress (the example waits for its first commit), with the health
-// view as JSON for dashboards.
+// A readiness probe over net/http: 503 before Run and until the group has
+// assigned the processor its partitions, 200 while it runs and makes
+// progress (the example waits for its first commit), with the health view
+// as JSON for dashboards. A liveness probe would use Healthy, which holds
+// while a new session still waits for its assignment.
 func ExampleProcessor_Health() {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "enriched"))
 	if err != nil {
@@ -145,16 +147,16 @@ func ExampleProcessor_Health() {
 		panic(err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		h := p.Health()
-		if !h.Healthy() {
+		if !h.Ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_ = json.NewEncoder(w).Encode(h)
 	})
 	probe := func() (int, eos.Health) {
 		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+		mux.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 		var h eos.Health
 		_ = json.Unmarshal(rec.Body.Bytes(), &h)
 		return rec.Code, h

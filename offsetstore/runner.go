@@ -366,6 +366,18 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 	if version < SchemaVersion {
 		return &ConfigError{Package: "offsetstore", Setting: "database schema", Reason: fmt.Sprintf("at version %d, this code needs %d: run offsetstore.Migrate", version, SchemaVersion)}
 	}
+	if !r.cfg.policy.p.DeadLetters() {
+		return nil
+	}
+	// The dead-letter table gains columns without a schema version (dedup's
+	// Migrate creates it too): an earlier eoskit's table would fail the
+	// first park.
+	switch ok, err := deadletter.Exists(ctx, r.pool); {
+	case err != nil:
+		return fmt.Errorf("offsetstore: look up %s: %w", deadletter.Table, err)
+	case !ok:
+		return &ConfigError{Package: "offsetstore", Setting: "OnHandlerError", Reason: "DeadLetter parks records in " + deadletter.Table + ", which lacks the columns of this eoskit: run offsetstore.Migrate"}
+	}
 	return nil
 }
 
@@ -711,7 +723,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		}
 		if deadLetter != nil {
 			rec := fresh[0]
-			if err := deadletter.Park(ctx, tx, r.cfg.group, rec, deadLetter); err != nil {
+			if err := deadletter.Park(ctx, tx, r.cfg.group, rec, deadLetter, nil); err != nil {
 				return err
 			}
 		} else if err := r.callHandler(ctx, tx, fresh); err != nil {

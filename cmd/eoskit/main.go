@@ -1,12 +1,17 @@
-// Command eoskit is the operator's tool for what eoskit's processors detect
-// and, by default, never repair themselves: hanging transactions (KIP-664),
-// which a partition holds open while their coordinator has moved on (Apache
-// Kafka 4.1 to 4.4 leave them behind when a partition is leaderless while
-// markers are written, KAFKA-20734; see docs/KAFKA-20734.md).
+// Command eoskit is the operator's tool for what eoskit's runners leave to
+// an operator: hanging transactions (KIP-664), which a partition holds open
+// while their coordinator has moved on (Apache Kafka 4.1 to 4.4 leave them
+// behind when a partition is leaderless while markers are written,
+// KAFKA-20734; see docs/KAFKA-20734.md), and dead letters, the records the
+// DeadLetter policies parked.
 //
 //	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 15m]
 //	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
 //	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
+//	go run ./cmd/eoskit dead-letters list   (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-limit 100]
+//	go run ./cmd/eoskit dead-letters replay (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
+//
+// # Hanging transactions
 //
 // find-hanging lists every hanging transaction in the given topics (default:
 // every topic, __consumer_offsets included) with the evidence of how it
@@ -29,6 +34,37 @@
 // unknown outcome unless -outcome names it, and an -outcome that
 // contradicts a known one. -dry-run shows the marker and writes nothing.
 //
+// # Dead letters
+//
+// With -database-url (default $DATABASE_URL), the PostgreSQL table that
+// offsetstore and dedup park records in (offsetstore.DeadLetterTable);
+// with -dead-letter-topic, a Kafka topic that eos's or outbox's DeadLetter
+// policy writes to. list prints what is parked, oldest first: where each
+// record was read, why it failed and the sizes of its key and value, never
+// the data. -group and -topic (the topic it was read from) and -id (the
+// table's row ids, repeatable) narrow both commands.
+//
+// replay sends parked records back to the topic they were read from, or to
+// -to-topic, each exactly once, with its key, value and headers and an
+// eoskit-replayed-from header:
+//   - from the table, through the database's outbox (package outbox): one
+//     database transaction writes a batch of records to the outbox,
+//     releases the ids dedup claimed for them and deletes their rows, so
+//     a record is replayed once or stays parked whatever crashes. A relay
+//     must run on that database to publish them (replay warns when none
+//     is connected); the outbox's table must exist (outbox.Migrate).
+//   - from a topic, as an eos processor in group -group (default
+//     eoskit-replay-TOPIC): the copies and the group's offsets commit in
+//     one transaction, so a record is replayed once however often replay
+//     runs, and a second run replays only what was parked since. It stops
+//     once it has copied what the topic held when it started. It needs
+//     Read on the topic and the group, Write on the target topics and on
+//     the transactional id eoskit-replay-TOPIC-0 (the group's, with -group).
+//
+// Records replayed to the topic they came from are seen again by every
+// group reading that topic, not only the one that parked them; replay to a
+// topic that only that group reads when that matters.
+//
 // Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
 // -timeout (default 1m), -json; on a cluster that authenticates,
 // -sasl-mechanism (scram-sha-256, scram-sha-512 or plain) and -sasl-user,
@@ -39,26 +75,21 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
-
-	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
 func main() {
@@ -70,8 +101,10 @@ func main() {
 const usage = `usage:
   eoskit txn find-hanging [-topic T]... [-min-age 15m]
   eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
-  eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run]
-common flags: -clients-speak-v2 -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
+  eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
+  eoskit dead-letters list   (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-limit 100]
+  eoskit dead-letters replay (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
+common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
   -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD) -tls
 `
 
@@ -84,114 +117,57 @@ const (
 )
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 || args[0] != "txn" {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+	if len(args) > 0 {
+		switch args[0] {
+		case "txn":
+			return runTxn(ctx, args[1:], stdout, stderr)
+		case "dead-letters":
+			return runDeadLetters(ctx, args[1:], stdout, stderr)
+		}
 	}
-	cmd := args[1]
-	fs := flag.NewFlagSet("eoskit txn "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fmt.Fprint(stderr, usage)
+	return exitUsage
+}
+
+// kafkaFlags are the flags every command takes to reach the cluster.
+type kafkaFlags struct {
+	brokers, mechanism, user *string
+	timeout                  *time.Duration
+	json, tls                *bool
+}
+
+func addKafkaFlags(fs *flag.FlagSet) kafkaFlags {
 	defaultBrokers := os.Getenv("KAFKA_BROKERS")
 	if defaultBrokers == "" {
 		defaultBrokers = "127.0.0.1:9092"
 	}
-	brokers := fs.String("brokers", defaultBrokers, "Kafka bootstrap addresses, comma-separated")
-	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	asJSON := fs.Bool("json", false, "print JSON")
-	mechanism := fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD)")
-	user := fs.String("sasl-user", "", "SASL user name")
-	useTLS := fs.Bool("tls", false, "connect with TLS (the system's root certificates)")
-	var topics topicList
-	fs.Var(&topics, "topic", "a topic to look in (repeatable; default every topic, __consumer_offsets included)")
-	clientsV2 := fs.Bool("clients-speak-v2", false, "vouch that the producers' clients speak transaction protocol v2 (franz-go 1.18+, Java 4.0+), so that outcomes are read from the coordinator's state; without it every outcome is unknown")
-	minAge := fs.Duration("min-age", 15*time.Minute, "report a transaction that no transactional id (this principal may describe) holds only once its producer last wrote this long ago")
-	var (
-		id         *string
-		partition  *int
-		producerID *int64
-		outcome    *string
-		dryRun     *bool
-	)
-	switch cmd {
-	case "find-hanging":
-	case "describe":
-		id = fs.String("id", "", "the transactional id (required)")
-	case "close":
-		partition = fs.Int("partition", -1, "the partition (required)")
-		producerID = fs.Int64("producer-id", -1, "the producer id that holds the transaction open (required)")
-		outcome = fs.String("outcome", "auto", "the marker to write: auto (the coordinator's outcome; refused when unknown), commit or abort")
-		dryRun = fs.Bool("dry-run", false, "show the marker, write nothing")
-	default:
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+	return kafkaFlags{
+		brokers:   fs.String("brokers", defaultBrokers, "Kafka bootstrap addresses, comma-separated"),
+		timeout:   fs.Duration("timeout", time.Minute, "give up after this long"),
+		json:      fs.Bool("json", false, "print JSON"),
+		mechanism: fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD)"),
+		user:      fs.String("sasl-user", "", "SASL user name"),
+		tls:       fs.Bool("tls", false, "connect with TLS (the system's root certificates)"),
 	}
-	if err := fs.Parse(args[2:]); err != nil {
-		return exitUsage
-	}
-	switch {
-	case cmd == "describe" && *id == "":
-		fmt.Fprintln(stderr, "describe needs -id")
-		return exitUsage
-	case cmd == "close" && (len(topics) != 1 || *partition < 0 || *producerID < 0):
-		fmt.Fprintln(stderr, "close needs one -topic, -partition and -producer-id (as find-hanging prints them)")
-		return exitUsage
-	case cmd == "close" && *outcome != "auto" && *outcome != "commit" && *outcome != "abort":
-		fmt.Fprintf(stderr, "-outcome %q: want auto, commit or abort\n", *outcome)
-		return exitUsage
-	}
+}
 
-	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...)}
-	if *useTLS {
+// clientOpts are the franz-go options the flags ask for.
+func (f kafkaFlags) clientOpts() ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(f.seeds()...)}
+	if *f.tls {
 		opts = append(opts, kgo.DialTLS())
 	}
-	if *mechanism != "" || *user != "" {
-		mech, err := saslMechanism(*mechanism, *user, os.Getenv("EOSKIT_SASL_PASSWORD"))
+	if *f.mechanism != "" || *f.user != "" {
+		mech, err := saslMechanism(*f.mechanism, *f.user, os.Getenv("EOSKIT_SASL_PASSWORD"))
 		if err != nil {
-			fmt.Fprintln(stderr, "eoskit:", err)
-			return exitUsage
+			return nil, err
 		}
 		opts = append(opts, kgo.SASL(mech))
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	t, err := connect(ctx, *brokers, opts, *clientsV2)
-	if err != nil {
-		fmt.Fprintf(stderr, "eoskit: %v\n", err)
-		return exitError
-	}
-	defer t.close()
-	var o output = textOutput{stdout}
-	if *asJSON {
-		o = jsonOutput{stdout}
-	}
-	switch cmd {
-	case "find-hanging":
-		hangs, looked, err := t.findHanging(ctx, topics, *minAge)
-		if err != nil {
-			fmt.Fprintf(stderr, "eoskit: find hanging transactions: %v\n", err)
-			return exitError
-		}
-		o.hangs(hangs, looked)
-		if len(hangs) > 0 {
-			return exitFound
-		}
-	case "describe":
-		d, err := t.describe(ctx, *id, topics)
-		if err != nil {
-			fmt.Fprintf(stderr, "eoskit: describe %s: %v\n", *id, err)
-			return exitError
-		}
-		o.described(d)
-	case "close":
-		c, err := t.closeHang(ctx, topics[0], int32(*partition), *producerID, *outcome, *dryRun, *minAge)
-		if err != nil {
-			fmt.Fprintf(stderr, "eoskit: close: %v\n", err)
-			return exitError
-		}
-		o.closed(c)
-	}
-	return exitOK
+	return opts, nil
 }
+
+func (f kafkaFlags) seeds() []string { return strings.Split(*f.brokers, ",") }
 
 // topicList is a repeatable -topic flag.
 type topicList []string
@@ -199,13 +175,17 @@ type topicList []string
 func (l *topicList) String() string     { return strings.Join(*l, ",") }
 func (l *topicList) Set(v string) error { *l = append(*l, v); return nil }
 
-// txnTool holds the connection to the cluster.
-type txnTool struct {
-	cl  *kgo.Client
-	adm *kadm.Client
-	// clientsV2: outcomes may be read from the coordinator's state
-	// (txnscan.Find).
-	clientsV2 bool
+// idList is a repeatable -id flag.
+type idList []int64
+
+func (l *idList) String() string { return fmt.Sprint(*l) }
+func (l *idList) Set(v string) error {
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id <= 0 {
+		return errors.New("want a row id (a positive number)")
+	}
+	*l = append(*l, id)
+	return nil
 }
 
 // saslMechanism builds the SASL mechanism the flags name.
@@ -223,227 +203,3 @@ func saslMechanism(name, user, pass string) (sasl.Mechanism, error) {
 	}
 	return nil, fmt.Errorf("-sasl-mechanism %q: want scram-sha-256, scram-sha-512 or plain", name)
 }
-
-// connect reaches the cluster; clientsV2 is the operator's word that the
-// producers' clients speak transaction protocol v2, which counts only on a
-// cluster that offers it.
-func connect(ctx context.Context, brokers string, opts []kgo.Opt, clientsV2 bool) (*txnTool, error) {
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	level, err := txnscan.TransactionVersion(ctx, cl)
-	if err != nil {
-		cl.Close()
-		return nil, fmt.Errorf("reach %s: %w", brokers, err)
-	}
-	return &txnTool{cl: cl, adm: kadm.NewClient(cl), clientsV2: clientsV2 && level >= 2}, nil
-}
-
-func (t *txnTool) close() { t.cl.Close() }
-
-// partitions returns every partition of topics (of every topic when none
-// is given, internal ones included).
-func (t *txnTool) partitions(ctx context.Context, topics []string) (kadm.TopicsSet, error) {
-	var details kadm.TopicDetails
-	var err error
-	if len(topics) == 0 {
-		details, err = t.adm.ListTopicsWithInternal(ctx)
-	} else {
-		details, err = t.adm.ListTopicsWithInternal(ctx, topics...)
-	}
-	if err == nil {
-		err = details.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
-	}
-	return details.TopicsSet(), nil
-}
-
-// findHanging returns the hanging transactions in topics, and how many
-// partitions it looked at.
-func (t *txnTool) findHanging(ctx context.Context, topics []string, minAge time.Duration) ([]txnscan.Hang, int, error) {
-	set, err := t.partitions(ctx, topics)
-	if err != nil {
-		return nil, 0, err
-	}
-	looked := 0
-	for _, ps := range set {
-		looked += len(ps)
-	}
-	hangs, err := txnscan.Find(ctx, t.adm, set, t.clientsV2, minAge)
-	return hangs, looked, err
-}
-
-// description is what describe prints.
-type description struct {
-	Coordinator kadm.DescribedTransaction `json:"coordinator"`
-	// Open is every partition holding a transaction of its producer open,
-	// with what each is.
-	Open []openPartition `json:"open"`
-}
-
-type openPartition struct {
-	kadm.DescribedProducer
-	State string `json:"state"`
-}
-
-func (t *txnTool) describe(ctx context.Context, id string, topics []string) (*description, error) {
-	described, err := t.adm.DescribeTransactions(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	coord, ok := described[id]
-	if !ok || coord.Err != nil {
-		return nil, fmt.Errorf("the coordinator answered %v", coord.Err)
-	}
-	set, err := t.partitions(ctx, topics)
-	if err != nil {
-		return nil, err
-	}
-	open, err := txnscan.Open(ctx, t.adm, set)
-	if err != nil {
-		return nil, err
-	}
-	d := &description{Coordinator: coord}
-	for k, p := range open {
-		if k.ProducerID == coord.ProducerID {
-			d.Open = append(d.Open, openPartition{p, txnscan.Classify(coord, p).String()})
-		}
-	}
-	return d, nil
-}
-
-// closing is what close did or, with -dry-run, would do.
-type closing struct {
-	Hang    txnscan.Hang `json:"hang"`
-	Commit  bool         `json:"commit"`
-	Written bool         `json:"written"`
-}
-
-// errRefused is a close that would risk exactly-once.
-var errRefused = errors.New("refused")
-
-func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, producerID int64, outcome string, dryRun bool, minAge time.Duration) (*closing, error) {
-	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, t.clientsV2, minAge)
-	if err != nil {
-		return nil, err
-	}
-	var h *txnscan.Hang
-	for i := range hangs {
-		if hangs[i].ProducerID == producerID {
-			h = &hangs[i]
-		}
-	}
-	if h == nil {
-		return nil, fmt.Errorf("%w: %s[%d] holds no hanging transaction of producer id %d (closed, live, or never there: run find-hanging)", errRefused, topic, partition, producerID)
-	}
-	var commit bool
-	switch {
-	case outcome == "auto" && h.Outcome == "unknown":
-		return nil, fmt.Errorf("%w: the outcome of producer id %d's transaction in %s[%d] is unknown (evidence: %s); find out whether it committed (for example, whether its outputs are visible to a read_committed reader) and give -outcome commit or -outcome abort", errRefused, producerID, topic, partition, h.Evidence)
-	case outcome == "auto":
-		commit = h.Outcome == "committed"
-	case h.Outcome != "unknown" && (outcome == "commit") != (h.Outcome == "committed"):
-		return nil, fmt.Errorf("%w: -outcome %s contradicts the transaction's outcome, %s (evidence: %s); a marker of the other outcome loses or duplicates records", errRefused, outcome, h.Outcome, h.Evidence)
-	default:
-		commit = outcome == "commit"
-	}
-	c := &closing{Hang: *h, Commit: commit}
-	if dryRun {
-		return c, nil
-	}
-	resp, err := t.adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{
-		ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, CoordinatorEpoch: h.CoordinatorEpoch,
-		Commit: commit, Topics: kadm.TopicsSet{topic: {partition: {}}},
-	})
-	if err == nil {
-		resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) { err = errors.Join(err, r.Err) })
-	}
-	if err != nil {
-		if txnscan.IsAuthError(err) {
-			return nil, fmt.Errorf("write the marker: %w (WriteTxnMarkers needs ClusterAction on the cluster)", err)
-		}
-		return nil, fmt.Errorf("write the marker: %w", err)
-	}
-	open, err := txnscan.Open(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}})
-	if err != nil {
-		return nil, fmt.Errorf("the marker was written; checking that the partition let go failed: %w", err)
-	}
-	if q, ok := open[txnscan.Key{ProducerID: producerID, Topic: topic, Partition: partition}]; ok && q.CurrentTxnStartOffset == h.CurrentTxnStartOffset {
-		return nil, fmt.Errorf("the marker was written but %s[%d] still holds the transaction open", topic, partition)
-	}
-	c.Written = true
-	return c, nil
-}
-
-// output prints results as text or JSON.
-type output interface {
-	hangs(hs []txnscan.Hang, looked int)
-	described(*description)
-	closed(*closing)
-}
-
-type textOutput struct{ w io.Writer }
-
-func (o textOutput) hangs(hs []txnscan.Hang, looked int) {
-	if len(hs) == 0 {
-		fmt.Fprintf(o.w, "no hanging transactions in %d partitions\n", looked)
-		return
-	}
-	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tPRODUCER-ID\tEPOCH\tSTART-OFFSET\tTRANSACTIONAL-ID\tCOORDINATOR\tOUTCOME\tEVIDENCE")
-	for _, h := range hs {
-		coord := "-"
-		if h.TransactionalID != "" {
-			coord = fmt.Sprintf("%s@%d", h.Coordinator.State, h.Coordinator.ProducerEpoch)
-		}
-		fmt.Fprintf(tw, "%s[%d]\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", h.Topic, h.Partition, h.ProducerID, h.ProducerEpoch,
-			h.CurrentTxnStartOffset, cmp.Or(h.TransactionalID, "-"), coord, h.Outcome, h.Evidence)
-	}
-	tw.Flush()
-}
-
-func (o textOutput) described(d *description) {
-	c := d.Coordinator
-	fmt.Fprintf(o.w, "transactional id %s: producer id %d, epoch %d, %s (coordinator node %d, timeout %d ms)\n",
-		c.TxnID, c.ProducerID, c.ProducerEpoch, c.State, c.Coordinator, c.TimeoutMillis)
-	if len(d.Open) == 0 {
-		fmt.Fprintln(o.w, "no partition holds a transaction of its producer open")
-		return
-	}
-	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tEPOCH\tSTART-OFFSET\tSTATE")
-	for _, p := range d.Open {
-		fmt.Fprintf(tw, "%s[%d]\t%d\t%d\t%s\n", p.Topic, p.Partition, p.ProducerEpoch, p.CurrentTxnStartOffset, p.State)
-	}
-	tw.Flush()
-}
-
-func (o textOutput) closed(c *closing) {
-	verb := "would write"
-	if c.Written {
-		verb = "wrote"
-	}
-	marker := map[bool]string{true: "a COMMIT", false: "an ABORT"}[c.Commit]
-	fmt.Fprintf(o.w, "%s %s marker to %s[%d] for producer id %d epoch %d (coordinator epoch %d), closing the transaction open since offset %d; evidence: %s\n",
-		verb, marker, c.Hang.Topic, c.Hang.Partition, c.Hang.ProducerID, c.Hang.ProducerEpoch, c.Hang.CoordinatorEpoch, c.Hang.CurrentTxnStartOffset, c.Hang.Evidence)
-}
-
-type jsonOutput struct{ w io.Writer }
-
-func (o jsonOutput) print(v any) {
-	enc := json.NewEncoder(o.w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func (o jsonOutput) hangs(hs []txnscan.Hang, _ int) {
-	if hs == nil {
-		hs = []txnscan.Hang{}
-	}
-	o.print(hs)
-}
-func (o jsonOutput) described(d *description) { o.print(d) }
-func (o jsonOutput) closed(c *closing)        { o.print(c) }

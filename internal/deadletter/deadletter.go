@@ -2,21 +2,29 @@
 // runners (offsetstore.Runner, dedup.Consumer) park records in, under the
 // DeadLetter error policy: one table, created by either package's
 // migration, written in the same transaction that stores the record's
-// offset or claims its id.
+// offset or claims its id; and the operator's side of it (replay.go):
+// listing what is parked and replaying it, exactly once, through the
+// outbox.
 package deadletter
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Create creates the table in tx unless it exists, under a lock that both
-// packages' migrations take for it (each runs under a lock of its own,
-// and two CREATE TABLE IF NOT EXISTS at once can still collide). Its
-// definition is the one offsetstore's first migration created.
+// Table is the dead-letter table's name.
+const Table = "eoskit_dead_letters"
+
+// Create creates the table in tx unless it exists, and adds the columns
+// an earlier eoskit's table lacks, under a lock that both packages'
+// migrations take for it (each runs under a lock of its own, and two
+// CREATE TABLE IF NOT EXISTS at once can still collide). Its first
+// columns are the ones offsetstore's first migration created.
 func Create(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.dead_letters.create'))`); err != nil {
 		return err
@@ -25,15 +33,24 @@ func Create(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
-// Exists reports whether the table exists.
-func Exists(ctx context.Context, q interface {
+type querier interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}) (bool, error) {
-	var ok bool
-	err := q.QueryRow(ctx, `SELECT to_regclass('eoskit_dead_letters') IS NOT NULL`).Scan(&ok)
-	return ok, err
 }
 
+// Exists reports whether the table exists with every column Park writes
+// (false for one an earlier eoskit created, before its Migrate ran again).
+func Exists(ctx context.Context, q querier) (bool, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT count(*) FROM pg_attribute
+		WHERE attrelid = to_regclass('eoskit_dead_letters') AND attname = ANY($1) AND NOT attisdropped`, laterColumns).Scan(&n)
+	return n == len(laterColumns), err
+}
+
+// laterColumns are the columns added after the table's first version.
+var laterColumns = []string{"headers", "claim_table", "claim_scope", "claim_id"}
+
+// The table's columns, as the package docs of offsetstore and dedup
+// list them for operators.
 const tableDDL = `
 CREATE TABLE IF NOT EXISTS eoskit_dead_letters (
 	id             bigserial   PRIMARY KEY,
@@ -46,20 +63,80 @@ CREATE TABLE IF NOT EXISTS eoskit_dead_letters (
 	error          text        NOT NULL,
 	created_at     timestamptz NOT NULL DEFAULT now(),
 	UNIQUE (consumer_group, topic, partition, "offset")
-)`
+);
+ALTER TABLE eoskit_dead_letters
+	ADD COLUMN IF NOT EXISTS headers     jsonb,
+	ADD COLUMN IF NOT EXISTS claim_table text,
+	ADD COLUMN IF NOT EXISTS claim_scope text,
+	ADD COLUMN IF NOT EXISTS claim_id    bytea`
+
+// Claim is the id a dedup consumer claimed for a record it parked, in the
+// same transaction: a later copy of the record is then skipped, and a
+// replay must release the claim for the replayed record to be applied.
+type Claim struct {
+	Table string // the dedup store's table, a plain identifier
+	Scope string
+	ID    []byte
+}
 
 // Park writes rec, with why it failed, in tx. A record parked before (read
 // again after its group's offsets were reset, say) is left as it was, so
-// that parking it again does not fail its batch for good. The key and value
-// are stored as bytes, as they came; the error's text as [Text] makes it,
-// since PostgreSQL refuses a text holding a NUL or bytes that are not
-// UTF-8, and the record could then never be parked.
-func Park(ctx context.Context, tx pgx.Tx, group string, rec *kgo.Record, cause error) error {
-	_, err := tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
+// that parking it again does not fail its batch for good. The key, value
+// and headers are stored as they came (headers as JSON, each value in
+// base64); the error's text as [Text] makes it, since PostgreSQL refuses a
+// text holding a NUL or bytes that are not UTF-8, and the record could
+// then never be parked. claim, if not nil, is the id claimed for rec.
+func Park(ctx context.Context, tx pgx.Tx, group string, rec *kgo.Record, cause error, claim *Claim) error {
+	headers, err := encodeHeaders(rec.Headers)
+	if err != nil {
+		return err
+	}
+	var ct, cs *string
+	var cid []byte
+	if claim != nil {
+		ct, cs, cid = &claim.Table, &claim.Scope, claim.ID
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, headers, error, claim_table, claim_scope, claim_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (consumer_group, topic, partition, "offset") DO NOTHING`,
-		group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, Text(cause.Error()))
+		group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, headers, Text(cause.Error()), ct, cs, cid)
 	return err
+}
+
+// header is one record header as the headers column holds it.
+type header struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value"` // base64; null for a nil value
+}
+
+func encodeHeaders(hs []kgo.RecordHeader) ([]byte, error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	out := make([]header, len(hs))
+	for i, h := range hs {
+		out[i] = header{Key: Text(h.Key), Value: h.Value}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("deadletter: encode headers: %w", err)
+	}
+	return b, nil
+}
+
+func decodeHeaders(b []byte) ([]kgo.RecordHeader, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var in []header
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("deadletter: malformed headers column: %w", err)
+	}
+	hs := make([]kgo.RecordHeader, len(in))
+	for i, h := range in {
+		hs[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+	}
+	return hs, nil
 }
 
 // Text returns s as a PostgreSQL text column takes it: each NUL byte, and

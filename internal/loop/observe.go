@@ -60,6 +60,14 @@ type Health struct {
 	// took its replication slot.
 	Assigned     map[string][]int32 `json:"assigned"`
 	LastAssigned time.Time          `json:"last_assigned"`
+	// Joined is true once the group has given this instance its
+	// assignment in the current session (partitions, or none when the
+	// group has more members than partitions), and false from the start
+	// of a session until then. A member that restarts without static
+	// membership waits there while the group waits out the session
+	// timeout of the member it replaces (45 s by default): see [Health.Ready].
+	// An outbox relay has joined once it holds its slot.
+	Joined bool `json:"joined"`
 	// Standby is true while an outbox relay stands by behind another
 	// relay that holds its slot: healthy, with nothing to do.
 	Standby bool `json:"standby,omitempty"`
@@ -95,6 +103,15 @@ func (h Health) Healthy() bool {
 	}
 	return h.LastError == "" || h.Standby || h.LastCommit.After(h.LastErrorAt) ||
 		h.LastAssigned.After(h.LastErrorAt) && !h.LastRecords.After(h.LastAssigned)
+}
+
+// Ready reports whether a readiness probe should send the runner work:
+// it is Healthy, and the group has given it its assignment in this
+// session (Joined) or it is a relay standing by. Healthy alone holds
+// while a new session waits to be assigned anything, which after a
+// restart lasts the session timeout of the member it replaces.
+func (h Health) Ready() bool {
+	return h.Healthy() && (h.Joined || h.Standby)
 }
 
 // Observer is what a runner reports to: its metrics, and the state behind
@@ -148,7 +165,7 @@ func (o *Observer) reset() {
 			o.Metrics.Lag(t, p, -1)
 		}
 	}
-	o.h.Assigned, o.h.Lag = nil, nil
+	o.h.Assigned, o.h.Lag, o.h.Joined = nil, nil, false
 }
 
 // Committed notes committed work.
@@ -186,7 +203,7 @@ func (o *Observer) Failed(err error) {
 func (o *Observer) Assigned(parts map[string][]int32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.h.LastAssigned = time.Now()
+	o.h.LastAssigned, o.h.Joined = time.Now(), true
 	if o.h.Assigned == nil {
 		o.h.Assigned = map[string][]int32{}
 	}

@@ -1,0 +1,78 @@
+package deadletter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/deadletter"
+)
+
+// A table an earlier eoskit created lacks the columns Park writes: Exists
+// says so (the runners then refuse to start), and Create adds them.
+func TestCreateUpgradesAnEarlierTable(t *testing.T) {
+	pool := integration.Postgres(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE eoskit_dead_letters (
+		id bigserial PRIMARY KEY, consumer_group text NOT NULL, topic text NOT NULL, partition integer NOT NULL,
+		"offset" bigint NOT NULL, key bytea, value bytea, error text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
+		UNIQUE (consumer_group, topic, partition, "offset"))`); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := deadletter.Exists(ctx, pool); err != nil || ok {
+		t.Fatalf("Exists on the earlier table = %v, %v; want false", ok, err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return deadletter.Create(ctx, tx) }); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := deadletter.Exists(ctx, pool); err != nil || !ok {
+		t.Fatalf("Exists after Create = %v, %v; want true", ok, err)
+	}
+}
+
+// A parked record comes back from Replay as it went in: key, value (nil
+// kept nil), headers (a nil and an empty value kept apart, a binary one
+// whole), plus the replayed-from header; a write that fails leaves the
+// row parked.
+func TestReplayGivesBackTheParkedRecordWhole(t *testing.T) {
+	pool := integration.Postgres(t)
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return deadletter.Create(ctx, tx) }); err != nil {
+		t.Fatal(err)
+	}
+	in := &kgo.Record{Topic: "reports", Partition: 2, Offset: 41, Key: []byte{0, 0xff, 'k'},
+		Headers: []kgo.RecordHeader{{Key: "nil"}, {Key: "empty", Value: []byte{}}, {Key: "bin", Value: []byte{0, 0xfe}}}}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return deadletter.Park(ctx, tx, "g", in, errors.New("bad\x00 \xff"), nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("outbox down")
+	if n, err := deadletter.Replay(ctx, pool, deadletter.Filter{}, "", func(context.Context, pgx.Tx, ...*kgo.Record) error { return boom }); !errors.Is(err, boom) || n != 0 {
+		t.Fatalf("Replay with a failing write = %d, %v; want 0 and its error", n, err)
+	}
+	var got []*kgo.Record
+	n, err := deadletter.Replay(ctx, pool, deadletter.Filter{Group: "g"}, "", func(_ context.Context, _ pgx.Tx, recs ...*kgo.Record) error {
+		got = append(got, recs...)
+		return nil
+	})
+	if err != nil || n != 1 || len(got) != 1 {
+		t.Fatalf("Replay = %d, %v, %d records; want the one parked record", n, err, len(got))
+	}
+	r := got[0]
+	if r.Topic != "reports" || string(r.Key) != string(in.Key) || r.Value != nil || len(r.Headers) != 4 {
+		t.Fatalf("replayed %+v, want topic reports, key %q, nil value, 3 headers and the replayed-from one", r, in.Key)
+	}
+	h := r.Headers
+	if h[0].Key != "nil" || h[0].Value != nil || h[1].Key != "empty" || h[1].Value == nil || len(h[1].Value) != 0 ||
+		string(h[2].Value) != "\x00\xfe" || h[3].Key != deadletter.ReplayedFromHeader {
+		t.Fatalf("headers %q, want nil, empty and binary values kept apart, then %s", h, deadletter.ReplayedFromHeader)
+	}
+	if rows, err := deadletter.List(ctx, pool, deadletter.Filter{}, 10); err != nil || len(rows) != 0 {
+		t.Fatalf("List after the replay = %v, %v; want the table empty", rows, err)
+	}
+}

@@ -1,0 +1,12 @@
+package outbox
+
+import "github.com/eoskit/eoskit/topics"
+
+// PositionTopicSpec is the shape an exactly-once relay's position topic
+// must have, for [topics.Ensure]: one partition (the relay's positions are
+// read back in order) and cleanup.policy=compact (only the last position
+// under each key matters, and a deleting retention would lose it). Its
+// replication factor is the broker's default.
+func PositionTopicSpec(topic string) topics.Spec {
+	return topics.Spec{Name: topic, Partitions: 1, Configs: map[string]string{"cleanup.policy": "compact"}}
+}
