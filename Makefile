@@ -9,7 +9,7 @@ test:
 	@scripts/test.sh
 
 # Runs only the containers suite of make test: Kafka and PostgreSQL in
-# Docker through testcontainers-go (package eostest), on images built here
+# Docker through testcontainers-go (package integration), on images built here
 # with no registry. Installs and starts Docker when none answers (as root),
 # and stops only what it started. About 5 minutes cold, 4 warm.
 containers:

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -40,7 +41,7 @@ type scenario struct {
 	// at its default: detect and stop, no marker written.
 	cluster bool
 	// proxied puts the copiers behind a TCP proxy per node
-	// (integration.Proxies), which the scenario cuts and heals.
+	// (testbed.Proxies), which the scenario cuts and heals.
 	proxied bool
 	// soak: records and fault points of their own (not the matrix's 3
 	// rounds at 20, 45 and 70%); run by EOS_CHAOS=full and =soak.
@@ -317,7 +318,7 @@ type runCtx struct {
 	root    string
 	bin     string
 	args    []string
-	broker  *integration.LocalBroker
+	broker  *testbed.LocalBroker
 	copiers []*copier    // the live ones
 	all     []*copier    // every copier started, for the exit count
 	hanging atomic.Int64 // hanging transactions the copiers closed
@@ -331,8 +332,8 @@ type runCtx struct {
 	adm     *kadm.Client
 	group   string
 	pool    *pgxpool.Pool // the database paths' results database
-	cluster *integration.LocalCluster
-	proxies *integration.Proxies
+	cluster *testbed.LocalCluster
+	proxies *testbed.Proxies
 	in      string
 	round   int      // the fault being injected, from 0
 	kinds   []string // the soak's faults, in order
@@ -636,11 +637,11 @@ func (r *runCtx) successor(of *copier) {
 
 func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) string {
 	start := time.Now()
-	var broker *integration.LocalBroker
-	var cluster *integration.LocalCluster
+	var broker *testbed.LocalBroker
+	var cluster *testbed.LocalCluster
 	var k *integration.KafkaCluster
 	if sc.cluster {
-		cluster = integration.StartLocalCluster(t)
+		cluster = testbed.StartLocalCluster(t)
 		k = cluster.KafkaCluster
 		sc.copierArgs = append(sc.copierArgs, "-repair=false")
 		if sc.soak == nil {
@@ -653,7 +654,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 			sc.copierArgs = append(sc.copierArgs, "-record-delay", "6ms")
 		}
 	} else {
-		broker = integration.StartLocalBroker(t)
+		broker = testbed.StartLocalBroker(t)
 		k = broker.KafkaCluster
 	}
 	in := k.NewTopic(4)
@@ -666,7 +667,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	}
 	positions := committedPositions(t, k, in)
 	brokers := k.Brokers
-	var proxies *integration.Proxies
+	var proxies *testbed.Proxies
 	if sc.proxied {
 		proxies = cluster.Proxied(t)
 		brokers = proxies.Brokers
@@ -792,7 +793,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if sc.cluster {
 		// Nothing may be left hanging: no partition of the input, the
 		// output or the offsets topic holds a transaction open.
-		if open := k.OpenTransactions(t, in, out); len(open) > 0 {
+		if open := testbed.OpenTransactions(t, k, in, out); len(open) > 0 {
 			t.Errorf("transactions left open at the end: %v", open)
 		}
 	}

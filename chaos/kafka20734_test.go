@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/internal/txnscan"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -89,7 +90,7 @@ type reproResult struct {
 
 func reproduceOnce(t *testing.T, bin string, n int) reproResult {
 	start := time.Now()
-	b := integration.StartLocalBroker(t)
+	b := testbed.StartLocalBroker(t)
 	k := b.KafkaCluster
 	in, out := k.NewTopic(4), k.NewTopic(4)
 	group := integration.UniqueName(t, "g")

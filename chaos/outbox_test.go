@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/outbox"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -138,12 +139,12 @@ type outboxRun struct {
 	bin       string
 	url       string
 	args      []string
-	pg        *integration.PrivatePostgres
+	pg        *testbed.PrivatePostgres
 	pool      *pgxpool.Pool
 	slot      string
 	txnID     string
 	adm       *kadm.Client
-	cluster   *integration.LocalCluster
+	cluster   *testbed.LocalCluster
 	out       string
 	relays    []*copier // the live ones
 	all       []*copier
@@ -195,14 +196,14 @@ func (r *outboxRun) active(ctx context.Context) (*copier, error) {
 func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) string {
 	start := time.Now()
 	var k *integration.KafkaCluster
-	var cluster *integration.LocalCluster
+	var cluster *testbed.LocalCluster
 	if sc.cluster {
-		cluster = integration.StartLocalCluster(t)
+		cluster = testbed.StartLocalCluster(t)
 		k = cluster.KafkaCluster
 	} else {
 		k = integration.Kafka(t)
 	}
-	pg := integration.StartPrivatePostgres(t)
+	pg := testbed.StartPrivatePostgres(t)
 	pool := pg.Pool(t)
 	ctx := context.Background()
 	if err := outbox.Migrate(ctx, pool); err != nil {
@@ -213,7 +214,7 @@ func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) strin
 		t.Fatal(err)
 	}
 	out, positions := k.NewTopic(4), k.NewTopic(1)
-	load, err := integration.NewOutboxLoad(ctx, pool, out)
+	load, err := testbed.NewOutboxLoad(ctx, pool, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) strin
 		t.Error(err)
 	}
 	if sc.cluster {
-		if open := k.OpenTransactions(t, out, positions); len(open) > 0 {
+		if open := testbed.OpenTransactions(t, k, out, positions); len(open) > 0 {
 			t.Errorf("transactions left open at the end: %v", open)
 		}
 	}
@@ -324,7 +325,7 @@ func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) strin
 // start to the cluster's recovery, a relay's stall 12 s and its standby's
 // takeover: unpaced, 20,000 records were all published before the first
 // stall of sigstop-relay ended.
-func writePaced(ctx context.Context, load *integration.OutboxLoad, n int, d time.Duration) error {
+func writePaced(ctx context.Context, load *testbed.OutboxLoad, n int, d time.Duration) error {
 	if d == 0 {
 		return load.Write(ctx, n, 8, 500)
 	}

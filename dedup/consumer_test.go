@@ -21,6 +21,7 @@ import (
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -712,7 +713,7 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 // buffered, redelivered nothing and tested nothing.
 func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 	t.Parallel()
-	broker := integration.StartLocalBroker(t)
+	broker := testbed.StartLocalBroker(t)
 	b := newBedOn(t, broker.KafkaCluster, 3)
 	const n = 10_000
 	b.produce(t, stamped(n)...)

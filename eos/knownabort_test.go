@@ -10,6 +10,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 )
 
 // knownAbort may call an unconfirmed commit aborted only from offsets that
@@ -28,7 +29,7 @@ func TestKnownAbortTrustsOnlyStableOffsets(t *testing.T) {
 	k := integration.Kafka(t)
 	// The control: offset 100 committed, nothing pending, a batch to 500:
 	// aborted, and knownAbort must say so (a fetch that failed would not).
-	commitOnly := func(t testing.TB, _, group, in string, _ int64, _ time.Duration) {
+	commitOnly := func(t testing.TB, k *integration.KafkaCluster, _, group, in string, _ int64, _ time.Duration) {
 		resp, err := k.Admin.CommitOffsets(t.Context(), group, kadm.OffsetsFromRecords(kgo.Record{Topic: in, Partition: 0, Offset: 99}))
 		if err == nil {
 			err = resp.Error()
@@ -38,12 +39,12 @@ func TestKnownAbortTrustsOnlyStableOffsets(t *testing.T) {
 		}
 	}
 	for name, c := range map[string]struct {
-		leave   func(t testing.TB, txnID, group, in string, offset int64, timeout time.Duration)
+		leave   func(t testing.TB, k *integration.KafkaCluster, txnID, group, in string, offset int64, timeout time.Duration)
 		aborted bool
 	}{
-		"after a commit":   {k.LeaveOpenTransactionWithOffsets, false}, // offset 0 committed, 500 pending
-		"the first commit": {k.LeaveOpenFirstCommit, false},            // nothing committed, 500 pending
-		"nothing pending":  {commitOnly, true},                         // 100 committed: the batch to 500 aborted
+		"after a commit":   {testbed.LeaveOpenTransactionWithOffsets, false}, // offset 0 committed, 500 pending
+		"the first commit": {testbed.LeaveOpenFirstCommit, false},            // nothing committed, 500 pending
+		"nothing pending":  {commitOnly, true},                               // 100 committed: the batch to 500 aborted
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -51,7 +52,7 @@ func TestKnownAbortTrustsOnlyStableOffsets(t *testing.T) {
 			group := integration.UniqueName(t, "g")
 			const pending = 500
 			k.Seed(in, 2*pending)
-			c.leave(t, integration.UniqueName(t, "txn"), group, in, pending, time.Minute)
+			c.leave(t, k, integration.UniqueName(t, "txn"), group, in, pending, time.Minute)
 			p, err := eos.NewProcessor(func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
 				eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(group+"-0"))
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -629,7 +630,7 @@ func TestProcessorRunTwiceAtOnceIsRefused(t *testing.T) {
 // processors reconnect, and the output is still exactly once.
 func TestProcessorSurvivesBrokerHardRestart(t *testing.T) {
 	t.Parallel()
-	b := integration.StartLocalBroker(t)
+	b := testbed.StartLocalBroker(t)
 	k := b.KafkaCluster
 	in, out := k.NewTopic(3), k.NewTopic(3)
 	group := integration.UniqueName(t, "g")
@@ -649,7 +650,7 @@ func TestProcessorSurvivesBrokerHardRestart(t *testing.T) {
 	// the repair needs): there the default, detect and stop, must do.
 	opts := func(instance string) []eos.ProcessorOption {
 		o := processorOpts(k, group, in, instance)
-		if k.TransactionVersion() >= 2 {
+		if testbed.TransactionVersion(t, k) >= 2 {
 			o = append(o, eos.OnHangingTransaction(eos.RepairHangingTransactions()))
 		}
 		return o
@@ -698,7 +699,7 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.LeaveOpenTransactionWithOffsets(t, txnID, group, in, 500, 5*time.Minute)
+	testbed.LeaveOpenTransactionWithOffsets(t, k, txnID, group, in, 500, 5*time.Minute)
 
 	progress := followCommitted(t, k, out)
 	p := startProcessor(t, copyHandler(out), opts...)
@@ -720,7 +721,7 @@ func TestProcessorAbortsPredecessorsOpenTransactionAtStart(t *testing.T) {
 // cluster-wide.
 func TestProcessorAtHangingTransactions(t *testing.T) {
 	t.Parallel()
-	c := integration.StartLocalCluster(t)
+	c := testbed.StartLocalCluster(t)
 	t.Run("Closes", func(t *testing.T) { closesItsHangingTransactionWithItsOutcome(t, c.KafkaCluster) })
 	t.Run("StopsOrWaits", func(t *testing.T) { stopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t, c.KafkaCluster) })
 }
@@ -729,7 +730,7 @@ func TestProcessorAtHangingTransactions(t *testing.T) {
 // its processor 0's transactional id's.
 func hangingGroup(t *testing.T) string {
 	t.Helper()
-	return integration.UniqueNegativeHashName(t, "g", func(g string) string {
+	return testbed.UniqueNegativeHashName(t, "g", func(g string) string {
 		id, _ := eos.StableTransactionalID(g, "0")
 		return id
 	})
@@ -779,10 +780,10 @@ func hungOffsetsPartition(ctx context.Context, t *testing.T, k *integration.Kafk
 // duplicate); an abort, or a transaction the coordinator never registered
 // (it can never have committed), discards it (nothing up to 500 was done,
 // and skipping it would lose). The test builds the state (see
-// integration.KafkaCluster.LeaveHangingTransaction) and checks it does not
+// testbed.LeaveHangingTransaction) and checks it does not
 // clear by itself.
 func closesItsHangingTransactionWithItsOutcome(t *testing.T, k *integration.KafkaCluster) {
-	for name, end := range map[string]integration.HangingEnd{"committed": integration.HangCommitted, "aborted": integration.HangAborted, "forgotten": integration.HangForgotten} {
+	for name, end := range map[string]testbed.HangingEnd{"committed": testbed.HangCommitted, "aborted": testbed.HangAborted, "forgotten": testbed.HangForgotten} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			in, out, side := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
@@ -794,13 +795,13 @@ func closesItsHangingTransactionWithItsOutcome(t *testing.T, k *integration.Kafk
 			if err != nil {
 				t.Fatal(err)
 			}
-			k.LeaveHangingTransaction(t, txnID, group, in, side, pending, end)
+			testbed.LeaveHangingTransaction(t, k, txnID, group, in, side, pending, end)
 			time.Sleep(10 * time.Second)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			k.RequireUnstable(ctx, t, group, in) // it does not heal
+			testbed.RequireUnstable(ctx, t, k, group, in) // it does not heal
 			repair := append(opts, eos.HangingTransactionCheck(time.Second), eos.OnHangingTransaction(eos.RepairHangingTransactions()))
-			if k.TransactionVersion() < 2 {
+			if testbed.TransactionVersion(t, k) < 2 {
 				// Transaction protocol v1 (Kafka 3.x): an epoch spans
 				// many transactions, so no outcome can be known, and
 				// the repair is refused before anything is written.
@@ -809,13 +810,13 @@ func closesItsHangingTransactionWithItsOutcome(t *testing.T, k *integration.Kafk
 				if !errors.As(runErr, &ce) || ce.Setting != "OnHangingTransaction" {
 					t.Fatalf("Run returned %v; want a *ConfigError refusing OnHangingTransaction on transaction protocol v1", runErr)
 				}
-				k.RequireUnstable(ctx, t, group, in)
+				testbed.RequireUnstable(ctx, t, k, group, in)
 				t.Logf("refused: %v", runErr)
 				return
 			}
 
 			want := inputs
-			if end == integration.HangCommitted {
+			if end == testbed.HangCommitted {
 				// The predecessor's commit covered partition 0 below 500.
 				done := map[string]bool{}
 				for _, r := range k.ReadAll(in, kgo.ReadCommitted(), verifyTimeout) {
@@ -851,13 +852,13 @@ func closesItsHangingTransactionWithItsOutcome(t *testing.T, k *integration.Kafk
 // kafka-transactions.sh does), then copies every input once.
 func stopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *testing.T, k *integration.KafkaCluster) {
 	cases := map[string]struct {
-		end     integration.HangingEnd
+		end     testbed.HangingEnd
 		policy  eos.HangingPolicy
 		outcome string
 	}{
-		"stop/committed": {integration.HangCommitted, eos.StopWhenHanging(), "committed"},
-		"stop/forgotten": {integration.HangForgotten, eos.StopWhenHanging(), "aborted"},
-		"wait/aborted":   {integration.HangAborted, eos.WaitWhenHanging(), "aborted"},
+		"stop/committed": {testbed.HangCommitted, eos.StopWhenHanging(), "committed"},
+		"stop/forgotten": {testbed.HangForgotten, eos.StopWhenHanging(), "aborted"},
+		"wait/aborted":   {testbed.HangAborted, eos.WaitWhenHanging(), "aborted"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -870,7 +871,7 @@ func stopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *testing.T, k *i
 			if err != nil {
 				t.Fatal(err)
 			}
-			k.LeaveHangingTransaction(t, txnID, group, in, side, pending, c.end)
+			testbed.LeaveHangingTransaction(t, k, txnID, group, in, side, pending, c.end)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			metrics := &countingMetrics{}
@@ -887,7 +888,7 @@ func stopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *testing.T, k *i
 			if c.policy == eos.StopWhenHanging() {
 				runErr := p.wait(t, 2*time.Minute)
 				want := c.outcome
-				if k.TransactionVersion() < 2 {
+				if testbed.TransactionVersion(t, k) < 2 {
 					want = "unknown" // protocol v1: an epoch spans many transactions
 				}
 				var h *eos.HangingTransactionError
@@ -895,7 +896,7 @@ func stopsOrWaitsAtItsHangingTransactionWithoutWritingMarkers(t *testing.T, k *i
 				if !errors.As(runErr, &h) || !errors.Is(runErr, eos.ErrHangingTransaction) || h.Topic != "__consumer_offsets" || h.Partition != hung || h.Outcome != want {
 					t.Fatalf("Run returned %v; want a *HangingTransactionError in __consumer_offsets[%d] with outcome %s", runErr, hung, want)
 				}
-				k.RequireUnstable(ctx, t, group, in) // left as it was: no marker written
+				testbed.RequireUnstable(ctx, t, k, group, in) // left as it was: no marker written
 				// Not registered either: that bumps the epoch, and with
 				// it goes the coordinator's evidence of the outcome.
 				after, err := k.Admin.DescribeTransactions(ctx, txnID)
@@ -984,7 +985,7 @@ func closeHangingByHand(ctx context.Context, t *testing.T, k *integration.KafkaC
 // that also aborts.
 func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
 	t.Parallel()
-	c := integration.StartLocalCluster(t)
+	c := testbed.StartLocalCluster(t)
 	copyThroughBounces(t, c.KafkaCluster, func(ctx context.Context, node func(what) int) []bounce {
 		return []bounce{
 			{0.25, "SIGKILL the leader of an output partition", func() error {
@@ -1006,14 +1007,14 @@ func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
 	})
 }
 
-// The same on three broker containers (eostest, run by the containers
+// The same on three broker containers (integration.StartCluster, run by the containers
 // suite): the container of the node leading an output partition stopped
 // (SIGTERM) and started again, then the container of the node coordinating
 // processor 0's transactions killed, removed, and replaced by a new
 // container on the node's volume, which is all the new node knows.
 func TestProcessorExactlyOnceThroughBrokerContainerStopAndStart(t *testing.T) {
 	containersSuite(t)
-	c := integration.StartContainerCluster(t)
+	c := integration.StartCluster(t)
 	copyThroughBounces(t, c.KafkaCluster, func(ctx context.Context, node func(what) int) []bounce {
 		return []bounce{
 			{1.0 / 3, "stop and start the container of an output partition's leader", func() error {
@@ -1135,7 +1136,7 @@ func copyThroughBounces(t *testing.T, k *integration.KafkaCluster, bounces func(
 	rep := k.VerifyInputs(inputs, out, verifyTimeout)
 	// Nothing left open anywhere: the inputs, the outputs and the
 	// group's offsets.
-	if open := k.OpenTransactions(t, in, out); len(open) > 0 {
+	if open := testbed.OpenTransactions(t, k, in, out); len(open) > 0 {
 		t.Errorf("transactions left open: %v", open)
 	}
 	t.Logf("verifier: %v; no transaction open in the input, the output or the offsets topic", rep)

@@ -2,11 +2,9 @@ package integration
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,18 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eostest"
-	"github.com/eoskit/eoskit/internal/txnscan"
 	"github.com/eoskit/eoskit/verify"
 )
-
-// KafkaBrokersEnv names the environment variable with the bootstrap
-// addresses of a running broker.
-const KafkaBrokersEnv = eostest.KafkaBrokersEnv
-
-const kafkaHowTo = "Run `make test` (it starts a local broker with scripts/kafka.sh), " +
-	"or start one with `scripts/kafka.sh start` and export the KAFKA_BROKERS it prints, " +
-	"or start Docker (eostest runs a container then)."
 
 // KafkaCluster is a handle on a real Kafka cluster for one test.
 type KafkaCluster struct {
@@ -36,33 +24,64 @@ type KafkaCluster struct {
 	Admin *kadm.Client
 
 	tb testing.TB
-	// conn reaches the cluster as the harness: the seed brokers, and on
-	// a broker with ACLs its super user's SASL credentials.
+	// conn reaches the cluster as the kit: the seed brokers, and the
+	// options given to [KafkaAt] (a super user's SASL credentials, say).
 	conn []kgo.Opt
 }
 
-// connOpts are the options that reach brokers with no credentials.
-func connOpts(brokers []string) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(brokers...)} }
-
-// Kafka returns a handle on a real Kafka cluster, from KAFKA_BROKERS or
-// else a broker container started for tb ([eostest.Kafka]), and skips (or,
-// with EOS_REQUIRE_SERVICES=1, fails) tb when neither is available.
+// Kafka returns a handle on a real Kafka cluster for tb, from the first of:
+// KAFKA_BROKERS; a broker container started for tb and terminated when it
+// ends ([StartKafka]). With neither it skips tb, or fails it with
+// EOS_REQUIRE_SERVICES=1; so does a KAFKA_BROKERS that does not answer
+// within 30 s. A container that Docker runs but that does not come up
+// fails tb.
 func Kafka(tb testing.TB) *KafkaCluster {
 	tb.Helper()
-	return newKafkaCluster(tb, eostest.Kafka(tb))
+	brokers := KafkaBrokers(tb)
+	k, err := connect(tb, brokers, nil)
+	if err != nil {
+		ServiceMissing(tb, "Kafka", kafkaHowTo, fmt.Errorf("kafka at %s does not answer: %w", strings.Join(brokers, ","), err))
+	}
+	return k
 }
 
-func newKafkaCluster(tb testing.TB, brokers []string, extra ...kgo.Opt) *KafkaCluster {
+// KafkaBrokers is [Kafka] that returns the bootstrap addresses only, for
+// code under test that makes its own clients.
+func KafkaBrokers(tb testing.TB) []string {
+	tb.Helper()
+	if s := strings.TrimSpace(os.Getenv(KafkaBrokersEnv)); s != "" {
+		brokers := strings.Split(s, ",")
+		for i := range brokers {
+			brokers[i] = strings.TrimSpace(brokers[i])
+		}
+		return brokers
+	}
+	return StartKafka(tb).Brokers()
+}
+
+// KafkaAt returns a handle on the cluster at brokers, reached with opts
+// besides the seed brokers (SASL credentials, TLS), once it answers; it
+// fails tb when it does not within 30 s.
+func KafkaAt(tb testing.TB, brokers []string, opts ...kgo.Opt) *KafkaCluster {
+	tb.Helper()
+	k, err := connect(tb, brokers, opts)
+	if err != nil {
+		tb.Fatalf("integration: kafka at %s does not answer: %v", strings.Join(brokers, ","), err)
+	}
+	return k
+}
+
+func connect(tb testing.TB, brokers []string, opts []kgo.Opt) (*KafkaCluster, error) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn := append(connOpts(brokers), extra...)
+	conn := append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)
 	if err := waitForKafka(ctx, conn); err != nil {
-		missingService(tb, "Kafka", kafkaHowTo, fmt.Errorf("kafka at %s does not answer: %w", strings.Join(brokers, ","), err))
+		return nil, err
 	}
 	k := &KafkaCluster{Brokers: brokers, tb: tb, conn: conn}
 	k.Admin = kadm.NewClient(k.Client())
-	return k
+	return k, nil
 }
 
 // waitForKafka returns once the cluster answers Metadata with at least one
@@ -90,8 +109,8 @@ func waitForKafka(ctx context.Context, conn []kgo.Opt) error {
 	}
 }
 
-// Client returns a franz-go client seeded with the cluster's brokers and
-// opts, closed when the test ends.
+// Client returns a franz-go client on the cluster with opts, closed when
+// the test ends.
 func (k *KafkaCluster) Client(opts ...kgo.Opt) *kgo.Client {
 	k.tb.Helper()
 	cl, err := kgo.NewClient(append(slices.Clip(k.conn), opts...)...)
@@ -100,71 +119,6 @@ func (k *KafkaCluster) Client(opts ...kgo.Opt) *kgo.Client {
 	}
 	k.tb.Cleanup(cl.Close)
 	return cl
-}
-
-var (
-	unsafeTopicChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
-	unsafeIdentChars = regexp.MustCompile(`[^a-zA-Z0-9_]+`)
-)
-
-// UniqueName returns prefix joined with the test's name and a random suffix,
-// safe as a Kafka topic, group or transactional id, so that tests sharing a
-// broker never meet.
-func UniqueName(tb testing.TB, prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := unsafeTopicChars.ReplaceAllString(tb.Name(), "_")
-	if len(name) > 120 {
-		name = name[len(name)-120:]
-	}
-	return prefix + "-" + name + "-" + hex.EncodeToString(b[:])
-}
-
-// UniqueNegativeHashName is [UniqueName] for a name whose Java
-// String.hashCode is negative, and so is that of each name derived from it
-// (the transactional id a processor derives from its group, say). Kafka
-// places a group's offsets and a transactional id's state by that hash
-// (Utils.abs(hash) % partitions): about half of all names hash negative,
-// and code that gets the sign wrong looks in the wrong partition for
-// exactly these.
-func UniqueNegativeHashName(tb testing.TB, prefix string, derived ...func(string) string) string {
-	tb.Helper()
-	for range 10_000 {
-		name := UniqueName(tb, prefix)
-		ok := txnscan.JavaStringHash(name) < 0
-		for _, d := range derived {
-			ok = ok && txnscan.JavaStringHash(d(name)) < 0
-		}
-		if ok {
-			return name
-		}
-	}
-	tb.Fatalf("integration: no name with prefix %q hashes negative", prefix)
-	return ""
-}
-
-// NewTopic creates a topic with a unique name and the given number of
-// partitions (the cluster's default replication factor: 1 on one broker, 3
-// on the local cluster), deletes it when the test ends, and returns its
-// name.
-func (k *KafkaCluster) NewTopic(partitions int32) string {
-	k.tb.Helper()
-	topic := UniqueName(k.tb, "t")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := k.Admin.CreateTopic(ctx, partitions, -1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		k.tb.Fatalf("integration: create topic %s: %v", topic, err)
-	}
-	k.tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = k.Admin.DeleteTopics(ctx, topic)
-	})
-	return topic
 }
 
 // ReadAll waits until no transaction is open on topic (its last stable
@@ -205,18 +159,4 @@ func (k *KafkaCluster) ReadRaw(topic string, timeout time.Duration) []*kgo.Recor
 		k.tb.Fatalf("integration: %v", err)
 	}
 	return recs
-}
-
-// TransactionVersion returns the cluster's finalized transaction.version:
-// 2 is transaction protocol v2 (KIP-890, Kafka 4.x), below is v1 (Kafka
-// 3.x), where an epoch spans many transactions.
-func (k *KafkaCluster) TransactionVersion() int16 {
-	k.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	level, err := txnscan.TransactionVersion(ctx, k.Client())
-	if err != nil {
-		k.tb.Fatalf("integration: %v", err)
-	}
-	return level
 }

@@ -2,28 +2,50 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/eoskit/eoskit/eostest"
 )
 
-// DatabaseURLEnv names the environment variable with the URL of a running
-// PostgreSQL whose role may create databases.
-const DatabaseURLEnv = eostest.DatabaseURLEnv
+// PostgresServer returns the URL of a real PostgreSQL server for tb, as a
+// role that may create databases, from the first of: DATABASE_URL; a
+// container started for tb and terminated when it ends (role eoskit,
+// password eoskit); an embedded PostgreSQL server, where the kit carries one. With
+// none it skips tb, or fails it with EOS_REQUIRE_SERVICES=1. A container
+// that Docker runs but that does not come up fails tb. The server is
+// shared: tests that write data use [Postgres], which gives each its own
+// database.
+func PostgresServer(tb testing.TB) string {
+	tb.Helper()
+	if s := os.Getenv(DatabaseURLEnv); s != "" {
+		return s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	p, err := RunPostgres(ctx, testLogger(tb))
+	if err == nil {
+		tb.Cleanup(func() { terminate(tb, "postgres", p.Terminate) })
+		return p.URL()
+	}
+	if !errors.Is(err, ErrNoDocker) {
+		tb.Fatalf("integration: PostgreSQL container: %v", err)
+	}
+	url, embeddedErr := startEmbeddedPostgres(tb)
+	if embeddedErr != nil {
+		ServiceMissing(tb, "PostgreSQL", postgresHowTo, fmt.Errorf("%s is unset, %w, and %w", DatabaseURLEnv, err, embeddedErr))
+	}
+	return url
+}
 
-const postgresHowTo = "Run `make test` (it starts PostgreSQL with scripts/postgres.sh), " +
-	"or run `scripts/postgres.sh start` and export the DATABASE_URL it prints, " +
-	"or start Docker (eostest runs a container then)."
-
-// Postgres returns a pool on a fresh database created for this test and
-// dropped when it ends, on the server named by DATABASE_URL or else a
-// PostgreSQL container started for tb ([eostest.Postgres]). It skips (or, with EOS_REQUIRE_SERVICES=1,
-// fails) tb when neither is available.
+// Postgres returns a pool on a fresh database created for tb and dropped
+// (WITH (FORCE)) when it ends, on the server [PostgresServer] finds, and
+// closed when tb ends. It skips or fails like [PostgresServer].
 func Postgres(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	pool, _ := PostgresWithURL(tb)
@@ -34,13 +56,13 @@ func Postgres(tb testing.TB) *pgxpool.Pool {
 // for code under test that opens its own connections.
 func PostgresWithURL(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
-	serverURL := eostest.Postgres(tb)
+	serverURL := PostgresServer(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	admin, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
-		missingService(tb, "PostgreSQL", postgresHowTo, err)
+		ServiceMissing(tb, "PostgreSQL", postgresHowTo, err)
 	}
 	defer admin.Close(ctx)
 

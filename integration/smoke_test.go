@@ -10,8 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/eoskit/eoskit/integration"
 )
@@ -201,38 +199,6 @@ func TestSmokeSecondProducerWithSameTransactionalIDFencesTheFirst(t *testing.T) 
 	}
 }
 
-func TestLocalBrokerSurvivesHardRestart(t *testing.T) {
-	t.Parallel()
-	b := integration.StartLocalBroker(t)
-	topic := b.NewTopic(2)
-	cl := b.Client(kgo.TransactionalID(integration.UniqueName(t, "tx")), kgo.DefaultProduceTopic(topic))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	commit := func(prefix string, n int) {
-		t.Helper()
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for i := range n {
-			produceSync(t, cl, &kgo.Record{Value: fmt.Appendf(nil, "%s%d", prefix, i)})
-		}
-		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			t.Fatalf("commit %s: %v", prefix, err)
-		}
-	}
-	commit("before", 50)
-	if err := b.Restart(ctx, true); err != nil {
-		t.Fatalf("restart: %v (broker log: %s)", err, b.Log())
-	}
-	commit("after", 50)
-
-	got := values(b.ReadAll(topic, kgo.ReadCommitted(), readTimeout))
-	if len(got) != 100 || got["before0"] != 1 || got["after49"] != 1 {
-		t.Fatalf("after a SIGKILL restart read %d distinct values, want the 100 committed on either side", len(got))
-	}
-}
-
 func TestPostgresGivesEachTestItsOwnDatabase(t *testing.T) {
 	t.Parallel()
 	a := integration.Postgres(t)
@@ -253,79 +219,5 @@ func TestPostgresGivesEachTestItsOwnDatabase(t *testing.T) {
 	}
 	if exists {
 		t.Fatal("a table created in one test database is visible in another")
-	}
-}
-
-// The three-node cluster with ACLs authenticates every client and
-// authorizes every request, through the proxies too: a user with no ACL is
-// refused the topic; granted Read, it reads what the super user wrote,
-// directly and through the proxies; a client with a wrong password is not
-// let in at all.
-func TestLocalClusterWithACLsAuthenticatesAndAuthorizes(t *testing.T) {
-	t.Parallel()
-	c := integration.StartLocalClusterWithACLs(t)
-	k := c.KafkaCluster
-	topic := k.NewTopic(3)
-	ids := k.Seed(topic, 30)
-	user := k.NewUser(t, "reader")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	read := func(opts []kgo.Opt) (int, error) {
-		cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-		if err != nil {
-			return 0, err
-		}
-		defer cl.Close()
-		pollCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		n := 0
-		for n < len(ids) {
-			f := cl.PollFetches(pollCtx)
-			if err := pollCtx.Err(); err != nil {
-				return n, err
-			}
-			var fetchErr error
-			f.EachError(func(_ string, _ int32, err error) { fetchErr = err })
-			if fetchErr != nil {
-				return n, fetchErr
-			}
-			n += f.NumRecords()
-		}
-		return n, nil
-	}
-	if _, err := read(user.Opts); !errors.Is(err, kerr.TopicAuthorizationFailed) {
-		t.Fatalf("a user with no ACL read the topic (err %v); want TOPIC_AUTHORIZATION_FAILED", err)
-	}
-	results, err := k.Admin.CreateACLs(ctx, kadm.NewACLs().Topics(topic).Allow(user.Principal).Operations(kadm.OpRead))
-	if err == nil {
-		for _, r := range results {
-			err = errors.Join(err, r.Err)
-		}
-	}
-	if err != nil {
-		t.Fatalf("grant Read: %v", err)
-	}
-	proxied := append([]kgo.Opt{kgo.SeedBrokers(c.Proxied(t).Brokers...)}, user.Opts[1:]...)
-	for name, opts := range map[string][]kgo.Opt{"direct": user.Opts, "through the proxies": proxied} {
-		// The ACL reaches each node through the metadata log: retry a
-		// refusal until the deadline.
-		for {
-			n, err := read(opts)
-			if err == nil && n == len(ids) {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s: read %d of %d records once granted Read: %v", name, n, len(ids), err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	wrong, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.SASL(scram.Auth{User: "reader", Pass: "wrong"}.AsSha512Mechanism()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wrong.Close()
-	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, wrong); !errors.Is(err, kerr.SaslAuthenticationFailed) {
-		t.Fatalf("a wrong password gave %v; want SASL_AUTHENTICATION_FAILED", err)
 	}
 }

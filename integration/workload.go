@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/eoskit/eoskit/verify"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/verify"
 )
 
 // The copy workload: every input record carries a unique id as its key and
@@ -57,7 +58,7 @@ func (k *KafkaCluster) SeedHostile(topic string, n, batch int) Inputs {
 
 // SeedTopic is [KafkaCluster.Seed] for programs that have no testing.TB.
 func SeedTopic(ctx context.Context, brokers []string, topic string, n int) ([]string, error) {
-	return seedTopic(ctx, connOpts(brokers), topic, n)
+	return seedTopic(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, n)
 }
 
 func seedTopic(ctx context.Context, conn []kgo.Opt, topic string, n int) ([]string, error) {
@@ -101,7 +102,7 @@ func seedTopic(ctx context.Context, conn []kgo.Opt, topic string, n int) ([]stri
 // stamp a message id, say). It returns the committed ids in the order
 // written, and the aborted ids: give both to [Verify] (Run.AbortedInput).
 func SeedTransactional(ctx context.Context, brokers []string, topic string, n, batch int, decorate func(*kgo.Record)) (committed, aborted []string, err error) {
-	return seedTransactional(ctx, connOpts(brokers), topic, n, batch, decorate)
+	return seedTransactional(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, n, batch, decorate)
 }
 
 func seedTransactional(ctx context.Context, conn []kgo.Opt, topic string, n, batch int, decorate func(*kgo.Record)) (committed, aborted []string, err error) {

@@ -25,6 +25,7 @@ import (
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -92,12 +93,12 @@ func allow(ctx context.Context, t *testing.T, adm *kadm.Client, gs ...grant) {
 // input exactly once: nothing was lost to the refusal. No log line and no
 // error carries a password.
 func TestEachPathRunsWithOnlyItsListedACLs(t *testing.T) {
-	b := integration.StartLocalBrokerWithACLs(t)
+	b := testbed.StartLocalBrokerWithACLs(t)
 	k := b.KafkaCluster
 	pool := integration.Postgres(t)
 	for _, path := range []string{"eos", "offsetstore", "dedup"} {
 		t.Run(path, func(t *testing.T) {
-			user := b.NewUser(t, "app-"+path)
+			user := testbed.NewUser(t, b.KafkaCluster, "app-"+path)
 			principal, opts, secret := user.Principal, user.Opts, user.Password
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/outbox"
 )
 
@@ -27,9 +28,9 @@ import (
 // back); once the ACL is granted, a new run publishes everything exactly
 // once. No log line or error carries the principal's password.
 func TestOutboxRelayRunsWithOnlyItsListedACLs(t *testing.T) {
-	b := integration.StartLocalBrokerWithACLs(t)
+	b := testbed.StartLocalBrokerWithACLs(t)
 	k := b.KafkaCluster
-	user := b.NewUser(t, "app-outbox")
+	user := testbed.NewUser(t, b.KafkaCluster, "app-outbox")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	type acl struct {
@@ -103,7 +104,7 @@ func TestOutboxRelayRunsWithOnlyItsListedACLs(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = outbox.DropSlot(context.Background(), pool, slot) })
 		bed := outboxBed{pool: pool, out: k.NewTopic(2), positions: k.NewTopic(1), txnID: integration.UniqueName(t, "relay-"+name)}
-		if bed.load, err = integration.NewOutboxLoad(ctx, pool, bed.out); err != nil {
+		if bed.load, err = testbed.NewOutboxLoad(ctx, pool, bed.out); err != nil {
 			t.Fatal(err)
 		}
 		if err := bed.load.Write(ctx, 600, 2, 20); err != nil {
@@ -167,5 +168,5 @@ func TestOutboxRelayRunsWithOnlyItsListedACLs(t *testing.T) {
 type outboxBed struct {
 	pool                  *pgxpool.Pool
 	out, positions, txnID string
-	load                  *integration.OutboxLoad
+	load                  *testbed.OutboxLoad
 }

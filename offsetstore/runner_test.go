@@ -21,6 +21,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -1230,7 +1231,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestBrokerHardRestartDuringTheRun(t *testing.T) {
 	t.Parallel()
 	const n = 20_000
-	broker := integration.StartLocalBroker(t)
+	broker := testbed.StartLocalBroker(t)
 	b := newBedOn(t, broker.KafkaCluster, 3, n)
 	r := b.start(t, load(func([]*kgo.Record) { time.Sleep(5 * time.Millisecond) }), offsetstore.MaxPollRecords(100))
 	waitFor(t, 2*time.Minute, "30% of the rows", func() bool { return b.rows(t) >= n*3/10 })

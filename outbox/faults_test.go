@@ -17,6 +17,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/outbox"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -163,8 +164,8 @@ func (b *bed) waitPublished(t *testing.T, wrote chan error) []string {
 // empty.
 func TestRelayExactlyOnceThroughCrashesAndRestarts(t *testing.T) {
 	t.Parallel()
-	c := integration.StartLocalCluster(t)
-	pg := integration.StartPrivatePostgres(t)
+	c := testbed.StartLocalCluster(t)
+	pg := testbed.StartPrivatePostgres(t)
 	b := newBedOn(t, c.KafkaCluster, pg.Pool(t), pg.URL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/outbox"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -37,7 +38,7 @@ type bed struct {
 	slot      string
 	out       string
 	positions string
-	load      *integration.OutboxLoad
+	load      *testbed.OutboxLoad
 }
 
 func newBed(t *testing.T, k *integration.KafkaCluster) *bed {
@@ -73,7 +74,7 @@ func newBedOn(t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool, url
 		t.Logf("drop slot %s failed", slot)
 	})
 	b := &bed{k: k, pool: pool, url: url, slot: slot, out: k.NewTopic(6), positions: k.NewTopic(1)}
-	if b.load, err = integration.NewOutboxLoad(ctx, pool, b.out); err != nil {
+	if b.load, err = testbed.NewOutboxLoad(ctx, pool, b.out); err != nil {
 		t.Fatal(err)
 	}
 	return b

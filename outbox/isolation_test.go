@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/outbox"
 )
 
@@ -22,7 +23,7 @@ import (
 // nor start over with every new session. The relay publishes the 29,999
 // others once, in order, and the big one as the one dead letter.
 func TestIsolatingALargeTransactionFitsTheTransactionTimeout(t *testing.T) {
-	cluster := integration.StartLocalCluster(t)
+	cluster := testbed.StartLocalCluster(t)
 	k := cluster.KafkaCluster
 	pool, url := integration.PostgresWithURL(t)
 	b := newBedOn(t, k, pool, url)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/outbox"
 )
 
@@ -22,7 +23,7 @@ import (
 // timeout: nobody fenced the relay, so it rides that out too (Run does
 // not return). Every committed record is published once, in order.
 func TestKafkaOutageLongerThanWalSenderTimeoutDoesNotStopALoneRelay(t *testing.T) {
-	cluster := integration.StartLocalCluster(t)
+	cluster := testbed.StartLocalCluster(t)
 	px := cluster.Proxied(t)
 	pool, url := integration.PostgresWithURL(t)
 	b := newBedOn(t, cluster.KafkaCluster, pool, url)

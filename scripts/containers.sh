@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The containers suite of make test: eoskit's tests with Kafka and
 # PostgreSQL in Docker containers, started through testcontainers-go
-# (package eostest), instead of the services the scripts start.
+# (package integration, the test kit), instead of the services the scripts
+# start.
 #
 #   scripts/containers.sh
 #
@@ -10,10 +11,11 @@
 # missing or stale (scripts/images.sh: no registry needed), and runs, with
 # KAFKA_BROKERS and DATABASE_URL unset so that every service comes from a
 # container:
-#   - every test of eostest (one broker stopped, killed, started and
-#     replaced on its volume, three nodes with one stopped, PostgreSQL, the
-#     README's example test, also with the reaper left to eostest);
-#   - the harness's foundation smoke tests;
+#   - every TestContainer* test of the kit (one broker stopped, killed,
+#     started, replaced on its volume and paused, three nodes with one
+#     stopped, PostgreSQL, the docs' example test with the reaper left to
+#     the kit), and the docs' example test itself;
+#   - the kit's foundation smoke tests;
 #   - one exactly-once test per path (eos, offsetstore, dedup), and eos
 #     through broker containers stopped and started mid-run.
 # Containers run on the host's network (EOSKIT_DOCKER_NETWORK=host), and
@@ -46,10 +48,10 @@ unset KAFKA_BROKERS DATABASE_URL
 t0=$SECONDS
 rc=0
 # One go test, so that its packages run side by side.
-packages=(./eostest ./integration ./eos ./offsetstore ./dedup)
-tests=(TestREADMEShowsTheExampleTest TestRunKafkaRefusesAClusterWithoutTheHostNetwork TestKafkaContainerKeepsItsDataOnItsVolume
-	TestKafkaClusterOfThreeCommitsThroughAStoppedNode TestPostgresContainerLetsItsRoleCreateDatabases TestOrdersAreReadBack
-	TestRyukIsTurnedOffWhereItsImageCannotBeHad
+packages=(./integration ./eos ./offsetstore ./dedup)
+tests=(TestDocsShowTheExampleTest TestRunKafkaRefusesAClusterWithoutTheHostNetwork TestContainerKafkaKeepsItsDataOnItsVolume
+	TestContainerClusterOfThreeCommitsThroughAStoppedNode TestContainerPostgresLetsItsRoleCreateDatabases TestOrdersAreReadBack
+	TestContainerRyukIsTurnedOffWhereItsImageCannotBeHad
 	TestSmokeIdempotentProducerWritesEachRecordOnce TestSmokeTransactionAcrossPartitionsIsAtomic
 	TestSmokeAbortedTransactionIsInvisibleToReadCommitted TestSmokeSecondProducerWithSameTransactionalIDFencesTheFirst
 	TestPostgresGivesEachTestItsOwnDatabase TestProcessorCrashMidTransactionLosesAndDuplicatesNothing
@@ -63,22 +65,22 @@ listed=$(grep '^Test' <<<"$listed" | sort -u || true)
 for t in "${tests[@]}"; do
 	grep -qx "$t" <<<"$listed" || { log "no test $t in ${packages[*]}"; rc=1; }
 done
-# And every test of eostest is in the list.
-for t in $(grep '^Test' <<<"$(go test -race -list . ./eostest)"); do
-	[[ " ${tests[*]} " == *" $t "* ]] || { log "eostest's $t is not in the containers suite's list"; rc=1; }
+# And every TestContainer* test of the kit is in the list.
+for t in $(grep '^Test' <<<"$(go test -race -list '^TestContainer' ./integration)"); do
+	[[ " ${tests[*]} " == *" $t "* ]] || { log "the kit's $t is not in the containers suite's list"; rc=1; }
 done
 go test -race -count=1 -timeout 15m -run "$pattern" "${packages[@]}" || rc=$?
 log "suite ran in $((SECONDS - t0)) s"
 
-left=$(timeout 60 docker ps -aq --filter "label=org.eoskit.eostest=$run")
+left=$(timeout 60 docker ps -aq --filter "label=org.eoskit.integration=$run")
 if [ -n "$left" ]; then
 	log "containers of this run are still there after its tests:"
-	timeout 60 docker ps -a --filter "label=org.eoskit.eostest=$run" >&2
+	timeout 60 docker ps -a --filter "label=org.eoskit.integration=$run" >&2
 	# shellcheck disable=SC2086 # ids are words
 	timeout 120 docker rm -f -v $left >/dev/null || true
 	rc=1
 fi
-left=$(timeout 60 docker volume ls -q --filter "label=org.eoskit.eostest=$run")
+left=$(timeout 60 docker volume ls -q --filter "label=org.eoskit.integration=$run")
 if [ -n "$left" ]; then
 	log "volumes of this run are still there after its tests: $left"
 	# shellcheck disable=SC2086 # names are words

@@ -51,7 +51,7 @@ configure_cluster() {
 	# Four ports a node: its broker listener (BROKER, which the brokers
 	# and the bootstrap addresses use), its controller, and a CLIENT
 	# listener that advertises a fourth port, where a test's network-cut
-	# proxy listens (integration.LocalCluster.Proxied; proxies lists them).
+	# proxy listens (testbed.LocalCluster.Proxied; proxies lists them).
 	local ports voters="" brokers="" i
 	read -r -a ports <<<"$(eosdev freeport $((4 * NODES)))"
 	: >"$CLUSTER_DIR/proxies.tmp"

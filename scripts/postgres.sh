@@ -16,7 +16,7 @@
 #
 # The shared cluster gets wal_level=logical (the outbox relay decodes the log);
 # if it had another level, start sets it and restarts the cluster once.
-# The test role is a superuser because the integration harness creates and
+# The test role is a superuser because the test kit (package integration) creates and
 # drops one database per test. Never point this at a cluster holding data you
 # care about.
 #

@@ -36,7 +36,7 @@ go test -race -count=1 -p 3 -parallel 4 -timeout 25m "${slowest[@]}" "${rest[@]}
 # The protocol-dependent eos fault tests again on Kafka 3.9 (transaction
 # protocol v1); make compat runs all of eos there.
 scripts/compat.sh || rc=$?
-# The containers suite: eostest and a subset of the tests with every service
+# The containers suite: the test kit's container tests and a subset of the tests with every service
 # in a Docker container (testcontainers-go), on images built here.
 scripts/containers.sh || rc=$?
 # No broker, copier or loader that a test started may outlive the tests.

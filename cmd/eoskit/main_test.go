@@ -15,12 +15,13 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
 // An operator finds the hanging transactions Kafka 4.4 leaves behind after
 // broker bounces (here built on a private broker, see
-// integration.LocalBroker.LeaveHangingTransaction: a group's offset commit
+// testbed.LocalBroker.LeaveHangingTransaction: a group's offset commit
 // for partition 0 pending in __consumer_offsets with no marker to come, its
 // coordinator having committed it, or being Empty at its epoch: for a
 // protocol v2 client, one it never registered), and closes each with the
@@ -37,11 +38,11 @@ import (
 //     the other, closed with -outcome abort);
 //   - find-hanging then finds nothing (exit 0).
 func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.T) {
-	b := integration.StartLocalBroker(t)
+	b := testbed.StartLocalBroker(t)
 	k := b.KafkaCluster
 	cases := []struct {
 		name    string
-		end     integration.HangingEnd
+		end     testbed.HangingEnd
 		outcome string   // what find-hanging -clients-speak-v2 must say
 		refused []string // close arguments it must refuse, writing nothing
 		want    string   // why
@@ -50,12 +51,12 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 	}{
 		// The coordinator committed it one epoch later: a v2 client's
 		// commit. Aborting contradicts it.
-		{"committed", integration.HangCommitted, "committed", []string{"-clients-speak-v2", "-outcome", "abort"}, "contradicts", []string{"-clients-speak-v2"}, 500},
+		{"committed", testbed.HangCommitted, "committed", []string{"-clients-speak-v2", "-outcome", "abort"}, "contradicts", []string{"-clients-speak-v2"}, 500},
 		// The coordinator is Empty at the transaction's own epoch: a v2
 		// client's transaction it never registered (abort). Without
 		// -clients-speak-v2 the outcome is unknown and close wants it
 		// named.
-		{"forgotten", integration.HangForgotten, "aborted", nil, "is unknown", []string{"-outcome", "abort"}, 0},
+		{"forgotten", testbed.HangForgotten, "aborted", nil, "is unknown", []string{"-outcome", "abort"}, 0},
 	}
 	// The hangs are built first, all on one broker, so that find-hanging
 	// must tell them apart.
@@ -71,7 +72,7 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.LeaveHangingTransaction(t, txnID, group, in, side, 500, c.end)
+		testbed.LeaveHangingTransaction(t, b.KafkaCluster, txnID, group, in, side, 500, c.end)
 		hangs = append(hangs, built{group, in, txnID})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -120,13 +121,13 @@ func TestTxnCommandFindsAndClosesHangingTransactionsWithTheirOutcome(t *testing.
 		if code != exitOK || !strings.Contains(out, "would write") {
 			t.Fatalf("%s: close -dry-run exited %d: %s", c.name, code, out)
 		}
-		k.RequireUnstable(ctx, t, h.group, h.in)
+		testbed.RequireUnstable(ctx, t, k, h.group, h.in)
 
 		out, code = runTool(ctx, append(target, c.refused...)...)
 		if code != exitError || !strings.Contains(out, c.want) {
 			t.Fatalf("%s: close %v exited %d, want a refusal (%s): %s", c.name, c.refused, code, c.want, out)
 		}
-		k.RequireUnstable(ctx, t, h.group, h.in)
+		testbed.RequireUnstable(ctx, t, k, h.group, h.in)
 
 		out, code = runTool(ctx, append(target, c.closing...)...)
 		if code != exitOK || !strings.Contains(out, "wrote") {
@@ -203,7 +204,7 @@ func TestTxnCommandRefusesBadUsage(t *testing.T) {
 // right), and tells a live transaction from a hanging one. Without Read on the topic it fails naming the refusal. The
 // password comes from $EOSKIT_SASL_PASSWORD and appears in no output.
 func TestTxnCommandFindsHangingWithReadAndDescribeOnly(t *testing.T) {
-	b := integration.StartLocalBrokerWithACLs(t)
+	b := testbed.StartLocalBrokerWithACLs(t)
 	k := b.KafkaCluster
 	topic := k.NewTopic(2)
 	k.SeedHostile(topic, 200, 50) // transactional producers on the topic
@@ -218,7 +219,7 @@ func TestTxnCommandFindsHangingWithReadAndDescribeOnly(t *testing.T) {
 	if err := live.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	ops := b.NewUser(t, "ops")
+	ops := testbed.NewUser(t, b.KafkaCluster, "ops")
 	results, err := k.Admin.CreateACLs(ctx, kadm.NewACLs().Topics(topic).TransactionalIDs("*").Allow(ops.Principal).Operations(kadm.OpRead, kadm.OpDescribe))
 	if err == nil {
 		for _, r := range results {

@@ -13,7 +13,7 @@
 #     network; "postgres ARGS..." runs the server with ARGS;
 #   - databases are UTF8 (locale C.UTF-8).
 # `docker import` can not set the official image's STOPSIGNAL SIGINT (a
-# fast shutdown; docker stop's SIGTERM waits for every client): eostest
+# fast shutdown; docker stop's SIGTERM waits for every client): package integration
 # sets it on the containers it starts.
 set -euo pipefail
 

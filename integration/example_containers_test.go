@@ -1,4 +1,4 @@
-package eostest_test
+package integration_test
 
 import (
 	"context"
@@ -7,22 +7,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eoskit/eoskit/eostest"
+	"github.com/eoskit/eoskit/integration"
 )
 
 // One broker container for every test of a package: start it in TestMain
 // (the function below would be TestMain(m *testing.M)), export its address
-// for eostest.Kafka, and terminate it after the tests. eostest.Kafka then
+// for integration.Kafka, and terminate it after the tests. integration.Kafka then
 // finds KAFKA_BROKERS set and starts nothing per test.
 func ExampleRunKafka() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	k, err := eostest.RunKafka(ctx) // on an error nothing is left running
+	k, err := integration.RunKafka(ctx) // on an error nothing is left running
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "no broker:", err)
 		os.Exit(1)
 	}
-	os.Setenv(eostest.KafkaBrokersEnv, strings.Join(k.Brokers(), ","))
+	os.Setenv(integration.KafkaBrokersEnv, strings.Join(k.Brokers(), ","))
 	code := 0 // code := m.Run()
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	_ = k.Terminate(ctx)
@@ -35,7 +35,7 @@ func ExampleRunKafka() {
 func ExampleKafkaContainer_Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	k, err := eostest.RunKafka(ctx, eostest.WithNodes(3), eostest.WithHostNetwork(true))
+	k, err := integration.RunKafka(ctx, integration.WithNodes(3), integration.WithHostNetwork(true))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,4 +1,4 @@
-package eostest
+package integration
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,20 @@ func (p *PostgresContainer) URL() string { return p.url }
 // Terminate removes the container and its data.
 func (p *PostgresContainer) Terminate(ctx context.Context) error {
 	return p.ctr.Terminate(ctx)
+}
+
+// StartPostgres always starts PostgreSQL in Docker and terminates it when
+// tb ends; it skips or fails like [StartKafka].
+func StartPostgres(tb testing.TB, opts ...PostgresOption) *PostgresContainer {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	p, err := RunPostgres(ctx, append([]PostgresOption{testLogger(tb)}, opts...)...)
+	if err != nil {
+		containerFailed(tb, "PostgreSQL", postgresHowTo, err)
+	}
+	tb.Cleanup(func() { terminate(tb, "postgres", p.Terminate) })
+	return p
 }
 
 // RunPostgres starts PostgreSQL in Docker, through testcontainers-go's
@@ -98,7 +113,7 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 		return nil, errors.Join(err, p.Terminate(stopCtx))
 	}
 	if err != nil {
-		return fail(fmt.Errorf("eostest: start %s: %w", cfg.image, err))
+		return fail(fmt.Errorf("integration: start %s: %w", cfg.image, err))
 	}
 	if cfg.host {
 		u := url.URL{
@@ -110,11 +125,11 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 		}
 		p.url = u.String()
 	} else if p.url, err = ctr.ConnectionString(ctx, "sslmode=disable"); err != nil {
-		return fail(fmt.Errorf("eostest: %s: %w", cfg.image, err))
+		return fail(fmt.Errorf("integration: %s: %w", cfg.image, err))
 	}
 	if err := ping(ctx, p.url); err != nil {
 		logs, _ := lastLines(context.Background(), ctr, 30)
-		return fail(fmt.Errorf("eostest: %s started but takes no connection: %w; its last lines:\n%s", cfg.image, err, logs))
+		return fail(fmt.Errorf("integration: %s started but takes no connection: %w; its last lines:\n%s", cfg.image, err, logs))
 	}
 	return p, nil
 }

@@ -1,4 +1,4 @@
-package integration
+package testbed
 
 import (
 	"bufio"
@@ -33,7 +33,7 @@ func (c *LocalCluster) Proxied(tb testing.TB) *Proxies {
 	tb.Helper()
 	f, err := os.Open(filepath.Join(c.stateDir, "cluster", "proxies"))
 	if err != nil {
-		tb.Fatalf("integration: the cluster has no proxy listeners (configured by an older kafka-cluster.sh? clean it): %v", err)
+		tb.Fatalf("testbed: the cluster has no proxy listeners (configured by an older kafka-cluster.sh? clean it): %v", err)
 	}
 	defer f.Close()
 	px := &Proxies{nodes: map[int]*proxy{}}
@@ -42,22 +42,22 @@ func (c *LocalCluster) Proxied(tb testing.TB) *Proxies {
 		// node, the proxy's address, the node's client listener.
 		fields := strings.Fields(sc.Text())
 		if len(fields) != 3 {
-			tb.Fatalf("integration: proxies file line %q: want node, listen address, target address", sc.Text())
+			tb.Fatalf("testbed: proxies file line %q: want node, listen address, target address", sc.Text())
 		}
 		node, err := strconv.Atoi(fields[0])
 		if err != nil {
-			tb.Fatalf("integration: proxies file line %q: %v", sc.Text(), err)
+			tb.Fatalf("testbed: proxies file line %q: %v", sc.Text(), err)
 		}
 		p, err := startProxy(fields[1], fields[2])
 		if err != nil {
-			tb.Fatalf("integration: proxy for node %d: %v", node, err)
+			tb.Fatalf("testbed: proxy for node %d: %v", node, err)
 		}
 		tb.Cleanup(p.close)
 		px.nodes[node] = p
 		px.Brokers = append(px.Brokers, fields[1])
 	}
 	if err := sc.Err(); err != nil || len(px.nodes) == 0 {
-		tb.Fatalf("integration: read the proxies file: %v (%d proxies)", err, len(px.nodes))
+		tb.Fatalf("testbed: read the proxies file: %v (%d proxies)", err, len(px.nodes))
 	}
 	return px
 }

@@ -1,4 +1,4 @@
-package integration
+package testbed
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/outbox"
 )
 
@@ -159,7 +160,7 @@ func (l *OutboxLoad) transaction(ctx context.Context, rng *rand.Rand, prefix str
 // Inputs returns what the verifier needs: the ids the ledger says
 // committed, and those rolled back on purpose. It retries for 30 s, as a
 // pool's connections fail once each after a database restart.
-func (l *OutboxLoad) Inputs(ctx context.Context) (Inputs, error) {
+func (l *OutboxLoad) Inputs(ctx context.Context) (integration.Inputs, error) {
 	var ids []string
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -170,13 +171,13 @@ func (l *OutboxLoad) Inputs(ctx context.Context) (Inputs, error) {
 			}
 		}
 		if time.Now().After(deadline) {
-			return Inputs{}, fmt.Errorf("outbox load: read the ledger: %w", err)
+			return integration.Inputs{}, fmt.Errorf("outbox load: read the ledger: %w", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Inputs{Committed: ids, Aborted: slices.Clone(l.aborted)}, nil
+	return integration.Inputs{Committed: ids, Aborted: slices.Clone(l.aborted)}, nil
 }
 
 // Failed counts transactions that failed other than on purpose (cut by a

@@ -1,4 +1,4 @@
-package eostest_test
+package integration_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eostest"
+	"github.com/eoskit/eoskit/integration"
 )
 
 // containersSuite skips t outside the containers suite (scripts/containers.sh,
@@ -28,12 +28,12 @@ func containersSuite(t *testing.T) {
 	}
 }
 
-func TestREADMEShowsTheExampleTest(t *testing.T) {
-	readme, err := os.ReadFile("../docs/testing-your-application.md")
+func TestDocsShowTheExampleTest(t *testing.T) {
+	doc, err := os.ReadFile("../docs/testing-your-application.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	test, err := os.ReadFile("readme_test.go")
+	test, err := os.ReadFile("docsexample_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,31 +51,32 @@ func TestREADMEShowsTheExampleTest(t *testing.T) {
 	}
 	want := fn(test)
 	if want == "" {
-		t.Fatal("readme_test.go has no TestOrdersAreReadBack")
+		t.Fatal("docsexample_test.go has no TestOrdersAreReadBack")
 	}
-	if got := fn(readme); got != want {
-		t.Errorf("docs/testing-your-application.md's example test differs from readme_test.go's:\ndocs:\n%s\nreadme_test.go:\n%s", got, want)
+	if got := fn(doc); got != want {
+		t.Errorf("docs/testing-your-application.md's example test differs from docsexample_test.go's:\ndocs:\n%s\ndocsexample_test.go:\n%s", got, want)
 	}
 }
 
 func TestRunKafkaRefusesAClusterWithoutTheHostNetwork(t *testing.T) {
-	_, err := eostest.RunKafka(context.Background(), eostest.WithNodes(3), eostest.WithHostNetwork(false))
+	_, err := integration.RunKafka(context.Background(), integration.WithNodes(3), integration.WithHostNetwork(false))
 	if err == nil || !strings.Contains(err.Error(), "needs the host network") {
 		t.Fatalf("RunKafka(WithNodes(3), no host network) = %v, want a refusal naming the host network", err)
 	}
-	if errors.Is(err, eostest.ErrNoDocker) {
+	if errors.Is(err, integration.ErrNoDocker) {
 		t.Fatalf("a refused configuration is not a missing Docker: %v", err)
 	}
 }
 
-// TestKafkaContainerKeepsItsDataOnItsVolume stops a one-node container
-// (SIGTERM) and starts it, kills it (SIGKILL) and starts it, then replaces
-// it with a new container on the same volume, and reads back after each
-// what was written before: the data is on the node's volume (the new container has
+// TestContainerKafkaKeepsItsDataOnItsVolume stops a one-node container
+// (SIGTERM) and starts it, kills it (SIGKILL) and starts it, replaces it
+// with a new container on the same volume, and pauses it (a paused node
+// answers nothing) and unpauses it, and reads back after each what was
+// written before: the data is on the node's volume (the new container has
 // nothing else), and the address has not moved.
-func TestKafkaContainerKeepsItsDataOnItsVolume(t *testing.T) {
+func TestContainerKafkaKeepsItsDataOnItsVolume(t *testing.T) {
 	containersSuite(t)
-	k := eostest.StartKafka(t)
+	k := integration.StartKafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...))
@@ -118,6 +119,21 @@ func TestKafkaContainerKeepsItsDataOnItsVolume(t *testing.T) {
 	if got := count(ctx, t, k.Brokers(), topic, n); got != n {
 		t.Fatalf("read %d records from the replaced container, want %d", got, n)
 	}
+	if err := k.Pause(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	pausedCtx, cancelPaused := context.WithTimeout(ctx, 2*time.Second)
+	_, err = kadm.NewClient(cl).BrokerMetadata(pausedCtx)
+	cancelPaused()
+	if err == nil {
+		t.Fatal("a paused node answered Metadata")
+	}
+	if err := k.Unpause(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(ctx, t, k.Brokers(), topic, n); got != n {
+		t.Fatalf("read %d records after a pause, want %d", got, n)
+	}
 }
 
 func count(ctx context.Context, t *testing.T, brokers []string, topic string, want int) int {
@@ -140,16 +156,16 @@ func count(ctx context.Context, t *testing.T, brokers []string, topic string, wa
 	return got
 }
 
-// TestKafkaClusterOfThreeCommitsThroughAStoppedNode runs three nodes,
+// TestContainerClusterOfThreeCommitsThroughAStoppedNode runs three nodes,
 // stops the one leading the topic's partition and commits a transaction
 // while it is down: the cluster has replication factor 3 and
 // min.insync.replicas 2, as WithNodes promises.
-func TestKafkaClusterOfThreeCommitsThroughAStoppedNode(t *testing.T) {
+func TestContainerClusterOfThreeCommitsThroughAStoppedNode(t *testing.T) {
 	containersSuite(t)
-	k := eostest.StartKafka(t, eostest.WithNodes(3), eostest.WithHostNetwork(true))
+	k := integration.StartKafka(t, integration.WithNodes(3), integration.WithHostNetwork(true))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.TransactionalID("eostest-cluster"))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.TransactionalID("integration-cluster"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,9 +210,9 @@ func TestKafkaClusterOfThreeCommitsThroughAStoppedNode(t *testing.T) {
 	}
 }
 
-func TestPostgresContainerLetsItsRoleCreateDatabases(t *testing.T) {
+func TestContainerPostgresLetsItsRoleCreateDatabases(t *testing.T) {
 	containersSuite(t)
-	url := eostest.StartPostgres(t).URL()
+	url := integration.StartPostgres(t).URL()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -214,19 +230,19 @@ func TestPostgresContainerLetsItsRoleCreateDatabases(t *testing.T) {
 	t.Logf("PostgreSQL %s at %s", version, url)
 }
 
-// TestRyukIsTurnedOffWhereItsImageCannotBeHad runs the README's example
+// TestContainerRyukIsTurnedOffWhereItsImageCannotBeHad runs the docs' example
 // test in a child process with TESTCONTAINERS_RYUK_DISABLED unset and no
 // broker in the environment, on an engine that has not got testcontainers'
-// reaper image and (with no registry) can not pull it: eostest must turn
+// reaper image and (with no registry) can not pull it: the kit must turn
 // the reaper off rather than fail on it, and still get a broker.
-func TestRyukIsTurnedOffWhereItsImageCannotBeHad(t *testing.T) {
+func TestContainerRyukIsTurnedOffWhereItsImageCannotBeHad(t *testing.T) {
 	containersSuite(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestOrdersAreReadBack$", "-test.v")
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
-		case "TESTCONTAINERS_RYUK_DISABLED", eostest.KafkaBrokersEnv:
+		case "TESTCONTAINERS_RYUK_DISABLED", integration.KafkaBrokersEnv:
 		default:
 			cmd.Env = append(cmd.Env, kv)
 		}
@@ -235,7 +251,7 @@ func TestRyukIsTurnedOffWhereItsImageCannotBeHad(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestOrdersAreReadBack") {
 		t.Fatalf("the example test without TESTCONTAINERS_RYUK_DISABLED: %v\n%s", err, out)
 	}
-	// Either eostest turned the reaper off, or the engine has its image
+	// Either the kit turned the reaper off, or the engine has its image
 	// (pulled by the child: an engine that reaches a registry).
 	if !strings.Contains(string(out), "reaper off (TESTCONTAINERS_RYUK_DISABLED=true)") &&
 		exec.CommandContext(ctx, "docker", "image", "inspect", testcontainers.ReaperDefaultImage).Run() != nil {

@@ -1,7 +1,6 @@
-package eostest
+package integration
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -14,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -65,7 +65,7 @@ func (k *KafkaContainer) Nodes() int { return len(k.nodes) }
 
 func (k *KafkaContainer) node(n int) (*kafkaNode, error) {
 	if n < 1 || n > len(k.nodes) || k.nodes[n-1] == nil || k.nodes[n-1].ctr == nil {
-		return nil, fmt.Errorf("eostest: no kafka node %d (there are %d)", n, len(k.nodes))
+		return nil, fmt.Errorf("integration: no kafka node %d (there are %d)", n, len(k.nodes))
 	}
 	return k.nodes[n-1], nil
 }
@@ -79,13 +79,13 @@ func (k *KafkaContainer) Stop(ctx context.Context, n int, timeout time.Duration)
 		return err
 	}
 	if timeout < 0 {
-		return fmt.Errorf("eostest: stop kafka node %d: negative timeout %v", n, timeout)
+		return fmt.Errorf("integration: stop kafka node %d: negative timeout %v", n, timeout)
 	}
 	if r := timeout % time.Second; r != 0 {
 		timeout += time.Second - r // Docker counts whole seconds
 	}
 	if err := node.ctr.Stop(ctx, &timeout); err != nil {
-		return fmt.Errorf("eostest: stop kafka node %d: %w", n, err)
+		return fmt.Errorf("integration: stop kafka node %d: %w", n, err)
 	}
 	return nil
 }
@@ -93,17 +93,52 @@ func (k *KafkaContainer) Stop(ctx context.Context, n int, timeout time.Duration)
 // Kill sends node n SIGKILL, as a crash would. Its data stays on its
 // volume; [KafkaContainer.Start] brings it back.
 func (k *KafkaContainer) Kill(ctx context.Context, n int) error {
+	return k.engine(ctx, n, "kill", func(cli client.APIClient, id string) error {
+		_, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"})
+		return err
+	})
+}
+
+// Pause freezes every process of node n (docker pause: the cgroup
+// freezer), as a broker hung in a long GC pause or a stalled VM: its
+// connections stay open and nothing answers on them. The cluster notices
+// once its controller's session with the node times out.
+// [KafkaContainer.Unpause] lets it go on where it stopped.
+func (k *KafkaContainer) Pause(ctx context.Context, n int) error {
+	return k.engine(ctx, n, "pause", func(cli client.APIClient, id string) error {
+		_, err := cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+		return err
+	})
+}
+
+// Unpause lets a paused node n go on, and returns once the cluster is
+// whole, as [KafkaContainer.Start] does.
+func (k *KafkaContainer) Unpause(ctx context.Context, n int) error {
+	if err := k.engine(ctx, n, "unpause", func(cli client.APIClient, id string) error {
+		_, err := cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := k.waitWhole(ctx, n); err != nil {
+		return fmt.Errorf("integration: kafka node %d unpaused: %w", n, err)
+	}
+	return nil
+}
+
+// engine runs do on node n's container through the Docker engine.
+func (k *KafkaContainer) engine(ctx context.Context, n int, verb string, do func(cli client.APIClient, id string) error) error {
 	node, err := k.node(n)
 	if err != nil {
 		return err
 	}
 	p, err := k.cfg.provider()
 	if err != nil {
-		return fmt.Errorf("eostest: kill kafka node %d: %w", n, err)
+		return fmt.Errorf("integration: %s kafka node %d: %w", verb, n, err)
 	}
 	defer p.Close()
-	if _, err := p.Client().ContainerKill(ctx, node.ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		return fmt.Errorf("eostest: kill kafka node %d: %w", n, err)
+	if err := do(p.Client(), node.ctr.GetContainerID()); err != nil {
+		return fmt.Errorf("integration: %s kafka node %d: %w", verb, n, err)
 	}
 	return nil
 }
@@ -117,10 +152,10 @@ func (k *KafkaContainer) Start(ctx context.Context, n int) error {
 		return err
 	}
 	if err := node.ctr.Start(ctx); err != nil {
-		return fmt.Errorf("eostest: start kafka node %d: %w", n, err)
+		return fmt.Errorf("integration: start kafka node %d: %w", n, err)
 	}
 	if err := k.waitWhole(ctx, n); err != nil {
-		return fmt.Errorf("eostest: kafka node %d started: %w", n, err)
+		return fmt.Errorf("integration: kafka node %d started: %w", n, err)
 	}
 	return nil
 }
@@ -136,7 +171,7 @@ func (k *KafkaContainer) Replace(ctx context.Context, n int) error {
 	}
 	// A stopped node is replaced as it is; a running one is killed first.
 	if st, err := node.ctr.State(ctx); err != nil {
-		return fmt.Errorf("eostest: replace kafka node %d: %w", n, err)
+		return fmt.Errorf("integration: replace kafka node %d: %w", n, err)
 	} else if st.Running {
 		if err := k.Kill(ctx, n); err != nil {
 			return err
@@ -145,7 +180,7 @@ func (k *KafkaContainer) Replace(ctx context.Context, n int) error {
 	// Terminate removes the container and its anonymous volumes only; the
 	// node's named volume stays.
 	if err := node.ctr.Terminate(ctx); err != nil {
-		return fmt.Errorf("eostest: remove kafka node %d: %w", n, err)
+		return fmt.Errorf("integration: remove kafka node %d: %w", n, err)
 	}
 	node.ctr = nil // until its successor runs: Terminate then removes the volume alone
 	ctr, err := k.run(ctx, n-1, node.volume)
@@ -153,10 +188,10 @@ func (k *KafkaContainer) Replace(ctx context.Context, n int) error {
 		node.ctr = ctr
 	}
 	if err != nil {
-		return fmt.Errorf("eostest: replace kafka node %d: %w", n, err)
+		return fmt.Errorf("integration: replace kafka node %d: %w", n, err)
 	}
 	if err := k.waitWhole(ctx, n); err != nil {
-		return fmt.Errorf("eostest: kafka node %d replaced: %w", n, err)
+		return fmt.Errorf("integration: kafka node %d replaced: %w", n, err)
 	}
 	return nil
 }
@@ -188,11 +223,11 @@ func (k *KafkaContainer) Terminate(ctx context.Context) error {
 		case node == nil:
 		case node.ctr == nil: // Replace failed between the two containers
 			if err := k.removeVolume(ctx, node.volume); err != nil {
-				errs = append(errs, fmt.Errorf("eostest: remove kafka node %d's volume: %w", i+1, err))
+				errs = append(errs, fmt.Errorf("integration: remove kafka node %d's volume: %w", i+1, err))
 			}
 		default:
 			if err := node.ctr.Terminate(ctx, testcontainers.StopTimeout(0), testcontainers.RemoveVolumes(node.volume)); err != nil {
-				errs = append(errs, fmt.Errorf("eostest: terminate kafka node %d: %w", i+1, err))
+				errs = append(errs, fmt.Errorf("integration: terminate kafka node %d: %w", i+1, err))
 			}
 		}
 	}
@@ -209,6 +244,22 @@ func (k *KafkaContainer) removeVolume(ctx context.Context, name string) error {
 	return err
 }
 
+// StartKafka always starts Kafka in Docker, whatever the environment says,
+// and terminates it when tb ends: for tests that stop, kill, pause or
+// replace nodes. It skips (or with EOS_REQUIRE_SERVICES=1 fails) tb when
+// Docker does not answer, and fails it when the containers do not come up.
+func StartKafka(tb testing.TB, opts ...KafkaOption) *KafkaContainer {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	k, err := RunKafka(ctx, append([]KafkaOption{testLogger(tb)}, opts...)...)
+	if err != nil {
+		containerFailed(tb, "Kafka", kafkaHowTo, err)
+	}
+	tb.Cleanup(func() { terminate(tb, "kafka", k.Terminate) })
+	return k
+}
+
 // RunKafka starts Apache Kafka in Docker and returns once every node is a
 // broker. The caller terminates it. An error wrapping [ErrNoDocker] means
 // Docker did not answer; on any error, what had started is terminated
@@ -219,10 +270,10 @@ func RunKafka(ctx context.Context, opts ...KafkaOption) (*KafkaContainer, error)
 		o.applyKafka(&cfg)
 	}
 	if cfg.nodes < 1 {
-		return nil, fmt.Errorf("eostest: WithNodes(%d): a cluster has at least one node", cfg.nodes)
+		return nil, fmt.Errorf("integration: WithNodes(%d): a cluster has at least one node", cfg.nodes)
 	}
 	if cfg.nodes > 1 && !cfg.host {
-		return nil, fmt.Errorf("eostest: a cluster of %d nodes needs the host network (WithHostNetwork(true) or %s=host)", cfg.nodes, DockerNetworkEnv)
+		return nil, fmt.Errorf("integration: a cluster of %d nodes needs the host network (WithHostNetwork(true) or %s=host)", cfg.nodes, DockerNetworkEnv)
 	}
 	if err := dockerAnswers(ctx, cfg.common); err != nil {
 		return nil, err
@@ -259,7 +310,7 @@ func RunKafka(ctx context.Context, opts ...KafkaOption) (*KafkaContainer, error)
 		err = k.waitWhole(ctx, 0)
 	}
 	if err != nil {
-		err = fmt.Errorf("eostest: %s did not come up: %w", cfg.image, err)
+		err = fmt.Errorf("integration: %s did not come up: %w", cfg.image, err)
 		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		return nil, errors.Join(err, k.Terminate(stopCtx))
@@ -319,7 +370,7 @@ func newKafkaLayout(ctx context.Context, cfg kafkaConfig) (*kafkaLayout, error) 
 		}
 		defer p.Close()
 		if l.daemonHost, err = p.DaemonHost(ctx); err != nil {
-			return nil, fmt.Errorf("eostest: docker host: %w", err)
+			return nil, fmt.Errorf("integration: docker host: %w", err)
 		}
 	}
 	return l, nil
@@ -558,9 +609,5 @@ func lastLines(ctx context.Context, ctr testcontainers.Container, max int) (stri
 	if err != nil {
 		return "", err
 	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > max {
-		lines = lines[len(lines)-max:]
-	}
-	return string(bytes.Join(lines, []byte("\n"))), nil
+	return tail(string(b), max), nil
 }

@@ -1,4 +1,4 @@
-package integration
+package testbed
 
 import (
 	"context"
@@ -12,8 +12,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/freeport"
 )
+
+const privatePostgresHowTo = "A private PostgreSQL needs the machine's PostgreSQL binaries (initdb, pg_ctl), " +
+	"is started from the eoskit source tree with scripts/postgres.sh, and runs under `make test` (or with DATABASE_URL set)."
 
 // PrivatePostgres is a PostgreSQL server of the test's own
 // (scripts/postgres.sh private-start: initdb in a temporary folder,
@@ -30,34 +34,34 @@ type PrivatePostgres struct {
 // StartPrivatePostgres starts a private server and returns it once it
 // accepts connections. It runs where the shared PostgreSQL of `make test`
 // does (the machine's PostgreSQL binaries); it skips or fails tb like
-// [Postgres] when it can not.
+// [integration.Postgres] when it can not.
 func StartPrivatePostgres(tb testing.TB) *PrivatePostgres {
 	tb.Helper()
-	if os.Getenv(DatabaseURLEnv) == "" && !servicesRequired() {
-		missingService(tb, "a private PostgreSQL", postgresHowTo,
-			fmt.Errorf("no services configured (%s and %s are unset)", DatabaseURLEnv, RequireServicesEnv))
+	if os.Getenv(integration.DatabaseURLEnv) == "" && !integration.ServicesRequired() {
+		integration.ServiceMissing(tb, "a private PostgreSQL", privatePostgresHowTo,
+			fmt.Errorf("no services configured (%s and %s are unset)", integration.DatabaseURLEnv, integration.RequireServicesEnv))
 	}
 	script, err := findScript("scripts/postgres.sh")
 	if err != nil {
-		missingService(tb, "a private PostgreSQL", postgresHowTo, err)
+		integration.ServiceMissing(tb, "a private PostgreSQL", privatePostgresHowTo, err)
 	}
 	ports, err := freeport.Ports(1)
 	if err != nil {
-		tb.Fatalf("integration: %v", err)
+		tb.Fatalf("testbed: %v", err)
 	}
 	p := &PrivatePostgres{script: script, stateDir: tb.TempDir()}
 	tb.Cleanup(func() {
 		if _, err := runScript(context.Background(), p.script, p.stateDir, "private-stop"); err != nil {
-			tb.Logf("integration: stop private PostgreSQL: %v", err)
+			tb.Logf("testbed: stop private PostgreSQL: %v", err)
 		}
 	})
 	out, err := runScript(context.Background(), script, p.stateDir, "private-start", strconv.Itoa(ports[0]))
 	if err != nil {
-		tb.Fatalf("integration: start a private PostgreSQL: %v", err)
+		tb.Fatalf("testbed: start a private PostgreSQL: %v", err)
 	}
-	url, ok := strings.CutPrefix(strings.TrimSpace(lastLine(out)), DatabaseURLEnv+"=")
+	url, ok := strings.CutPrefix(strings.TrimSpace(lastLine(out)), integration.DatabaseURLEnv+"=")
 	if !ok {
-		tb.Fatalf("integration: postgres.sh private-start printed no %s line: %q", DatabaseURLEnv, out)
+		tb.Fatalf("testbed: postgres.sh private-start printed no %s line: %q", integration.DatabaseURLEnv, out)
 	}
 	p.URL = url
 	return p
@@ -71,7 +75,7 @@ func (p *PrivatePostgres) Pool(tb testing.TB) *pgxpool.Pool {
 	defer cancel()
 	pool, err := pgxpool.New(ctx, p.URL)
 	if err != nil {
-		tb.Fatalf("integration: connect to the private PostgreSQL: %v", err)
+		tb.Fatalf("testbed: connect to the private PostgreSQL: %v", err)
 	}
 	tb.Cleanup(pool.Close)
 	return pool

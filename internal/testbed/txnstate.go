@@ -1,4 +1,4 @@
-package integration
+package testbed
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
@@ -23,29 +24,29 @@ import (
 // LeaveOpenTransactionWithOffsets leaves what a producer that dies
 // mid-commit leaves: a transaction under txnID holding an offset commit of
 // offset for partition 0 of topic in, never ended.
-func (k *KafkaCluster) LeaveOpenTransactionWithOffsets(t testing.TB, txnID, group, in string, offset int64, timeout time.Duration) {
+func LeaveOpenTransactionWithOffsets(t testing.TB, k *integration.KafkaCluster, txnID, group, in string, offset int64, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createGroupAtStart(ctx, t, k, group, in)
-	k.leaveOpenTransaction(ctx, t, txnID, group, in, offset, timeout)
-	k.RequireUnstable(ctx, t, group, in)
+	leaveOpenTransaction(ctx, t, k, txnID, group, in, offset, timeout)
+	RequireUnstable(ctx, t, k, group, in)
 }
 
-// LeaveOpenFirstCommit is [KafkaCluster.LeaveOpenTransactionWithOffsets]
+// LeaveOpenFirstCommit is [LeaveOpenTransactionWithOffsets]
 // for a group that never committed: its first offset commit, for
 // partition 0 of in, stays pending in a transaction never ended. Kafka
 // lists no offset for such a partition when asked for all of a group's
 // offsets, stable or not; only a fetch that names the partition says it
 // is pending.
-func (k *KafkaCluster) LeaveOpenFirstCommit(t testing.TB, txnID, group, in string, offset int64, timeout time.Duration) {
+func LeaveOpenFirstCommit(t testing.TB, k *integration.KafkaCluster, txnID, group, in string, offset int64, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k.leaveOpenTransaction(ctx, t, txnID, group, in, offset, timeout)
+	leaveOpenTransaction(ctx, t, k, txnID, group, in, offset, timeout)
 }
 
-func (k *KafkaCluster) leaveOpenTransaction(ctx context.Context, t testing.TB, txnID, group, in string, offset int64, timeout time.Duration) {
+func leaveOpenTransaction(ctx context.Context, t testing.TB, k *integration.KafkaCluster, txnID, group, in string, offset int64, timeout time.Duration) {
 	t.Helper()
 	cl := k.Client()
 	pid, epoch := initProducerID(ctx, t, cl, txnID, timeout)
@@ -83,7 +84,7 @@ const (
 // learns of the offsets partition. The transaction also writes one record
 // to side, so that it has something to end. The config change is
 // cluster-wide: use a private broker or cluster.
-func (k *KafkaCluster) LeaveHangingTransaction(t testing.TB, txnID, group, in, side string, offset int64, end HangingEnd) {
+func LeaveHangingTransaction(t testing.TB, k *integration.KafkaCluster, txnID, group, in, side string, offset int64, end HangingEnd) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -121,7 +122,7 @@ func (k *KafkaCluster) LeaveHangingTransaction(t testing.TB, txnID, group, in, s
 		if d := described[txnID]; d.State != "Empty" || d.ProducerEpoch != epoch {
 			t.Fatalf("the coordinator is %s at epoch %d, want Empty at %d", d.State, d.ProducerEpoch, epoch)
 		}
-		k.RequireUnstable(ctx, t, group, in)
+		RequireUnstable(ctx, t, k, group, in)
 		return
 	}
 	commit := end == HangCommitted
@@ -164,13 +165,13 @@ func (k *KafkaCluster) LeaveHangingTransaction(t testing.TB, txnID, group, in, s
 			t.Fatalf("the transaction is %s at the coordinator, want %s", state, want)
 		}
 	}
-	k.RequireUnstable(ctx, t, group, in)
+	RequireUnstable(ctx, t, k, group, in)
 }
 
 // createGroupAtStart commits offset 0 for every partition of topic: the
 // group must exist, with committed offsets, for the broker to report
 // pending ones, and offset 0 changes nothing.
-func createGroupAtStart(ctx context.Context, t testing.TB, k *KafkaCluster, group, topic string) {
+func createGroupAtStart(ctx context.Context, t testing.TB, k *integration.KafkaCluster, group, topic string) {
 	t.Helper()
 	ends, err := k.Admin.ListStartOffsets(ctx, topic)
 	if err != nil {
@@ -206,14 +207,14 @@ func initProducerID(ctx context.Context, t testing.TB, cl *kgo.Client, txnID str
 
 // txnOffsetCommit commits offset for partition 0 of topic in the open
 // transaction of pid and epoch.
-func txnOffsetCommit(ctx context.Context, t testing.TB, k *KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) {
+func txnOffsetCommit(ctx context.Context, t testing.TB, k *integration.KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) {
 	t.Helper()
 	if err := tryTxnOffsetCommit(ctx, k, cl, txnID, pid, epoch, group, topic, offset); err != nil {
 		t.Fatalf("TxnOffsetCommit: %v", err)
 	}
 }
 
-func tryTxnOffsetCommit(ctx context.Context, k *KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) error {
+func tryTxnOffsetCommit(ctx context.Context, k *integration.KafkaCluster, cl *kgo.Client, txnID string, pid int64, epoch int16, group, topic string, offset int64) error {
 	details, err := k.Admin.ListTopics(ctx, topic)
 	if err == nil {
 		err = details.Error()
@@ -243,7 +244,7 @@ func tryTxnOffsetCommit(ctx context.Context, k *KafkaCluster, cl *kgo.Client, tx
 
 // RequireUnstable fails t unless the group's offset for partition 0 of
 // topic is pending: the state the processor must get out of.
-func (k *KafkaCluster) RequireUnstable(ctx context.Context, t testing.TB, group, topic string) {
+func RequireUnstable(ctx context.Context, t testing.TB, k *integration.KafkaCluster, group, topic string) {
 	t.Helper()
 	fetched, err := k.Admin.FetchOffsets(kadm.RequireStable(ctx), group)
 	if err != nil {
@@ -259,7 +260,7 @@ func (k *KafkaCluster) RequireUnstable(ctx context.Context, t testing.TB, group,
 // offset O". A partition that cannot be described (its leader moving after
 // a bounce) is asked again until a minute has passed, then fails t: it must
 // not pass for one with nothing open.
-func (k *KafkaCluster) OpenTransactions(t testing.TB, topics ...string) []string {
+func OpenTransactions(t testing.TB, k *integration.KafkaCluster, topics ...string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -279,7 +280,7 @@ func (k *KafkaCluster) OpenTransactions(t testing.TB, topics ...string) []string
 		err = listed.Error()
 	}
 	if err != nil {
-		t.Fatalf("integration: list topics: %v", err)
+		t.Fatalf("testbed: list topics: %v", err)
 	}
 	open, err := txnscan.Open(ctx, k.Admin, listed.TopicsSet())
 	for err != nil && ctx.Err() == nil {
@@ -287,11 +288,25 @@ func (k *KafkaCluster) OpenTransactions(t testing.TB, topics ...string) []string
 		open, err = txnscan.Open(ctx, k.Admin, listed.TopicsSet())
 	}
 	if err != nil {
-		t.Fatalf("integration: describe producers: %v", err)
+		t.Fatalf("testbed: describe producers: %v", err)
 	}
 	var out []string
 	for _, p := range open {
 		out = append(out, fmt.Sprintf("%s[%d] producer %d epoch %d since offset %d", p.Topic, p.Partition, p.ProducerID, p.ProducerEpoch, p.CurrentTxnStartOffset))
 	}
 	return out
+}
+
+// TransactionVersion returns the cluster's finalized transaction.version:
+// 2 is transaction protocol v2 (KIP-890, Kafka 4.x), below is v1 (Kafka
+// 3.x), where an epoch spans many transactions.
+func TransactionVersion(tb testing.TB, k *integration.KafkaCluster) int16 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	level, err := txnscan.TransactionVersion(ctx, k.Client())
+	if err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+	return level
 }

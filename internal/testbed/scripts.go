@@ -1,0 +1,171 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eoskit/eoskit/integration"
+)
+
+// privateKafkaScript returns the path of the script that runs a private
+// broker or cluster, or skips (or, with EOS_REQUIRE_SERVICES=1, fails) tb
+// when one cannot run here.
+func privateKafkaScript(tb testing.TB, what, rel string) string {
+	tb.Helper()
+	if os.Getenv(integration.KafkaBrokersEnv) == "" && !integration.ServicesRequired() {
+		// A private broker takes a minute or more to start and bounce:
+		// like every service, it runs when the services are up (make
+		// test), not in a quick `go test ./...`.
+		integration.ServiceMissing(tb, what, localBrokerHowTo,
+			fmt.Errorf("no services configured (%s and %s are unset)", integration.KafkaBrokersEnv, integration.RequireServicesEnv))
+	}
+	script, err := findScript(rel)
+	if err != nil {
+		integration.ServiceMissing(tb, what, localBrokerHowTo, err)
+	}
+	if _, err := exec.LookPath("java"); err != nil && os.Getenv("JAVA_HOME") == "" {
+		integration.ServiceMissing(tb, what, localBrokerHowTo, err)
+	}
+	return script
+}
+
+// startPrivate runs script's start on stateDir and connects to the
+// bootstrap addresses it prints last (KAFKA_BROKERS=a[,b,c]).
+func startPrivate(tb testing.TB, script, stateDir string) *integration.KafkaCluster {
+	tb.Helper()
+	return startPrivateWith(tb, script, stateDir, false)
+}
+
+// startPrivateWith is startPrivate that, with sasl, asks the script for a
+// broker or cluster with SASL and ACLs and connects as its super user
+// (admin.sasl in its state folder).
+func startPrivateWith(tb testing.TB, script, stateDir string, sasl bool) *integration.KafkaCluster {
+	tb.Helper()
+	var env []string
+	if sasl {
+		env = []string{"EOSKIT_KAFKA_SASL=1"}
+	}
+	out, err := runScriptEnv(context.Background(), script, stateDir, env, "start")
+	if err != nil && lostPort(stateDir, err.Error()+out) {
+		// Another process took a port between the script choosing it
+		// and the broker binding it: once more, on fresh ports (the
+		// script chooses them once per state folder).
+		tb.Logf("testbed: %s start lost a port to another process; starting again on fresh ports: %v", filepath.Base(script), err)
+		if _, err := runScriptEnv(context.Background(), script, stateDir, env, "stop"); err != nil {
+			tb.Fatalf("testbed: stop %s after a lost port: %v", filepath.Base(script), err)
+		}
+		entries, rerr := os.ReadDir(stateDir)
+		for _, e := range entries {
+			if rerr == nil {
+				rerr = os.RemoveAll(filepath.Join(stateDir, e.Name()))
+			}
+		}
+		if rerr != nil {
+			tb.Fatalf("testbed: empty %s for a fresh start: %v", stateDir, rerr)
+		}
+		out, err = runScriptEnv(context.Background(), script, stateDir, env, "start")
+	}
+	if err != nil {
+		tb.Fatalf("testbed: start %s: %v", filepath.Base(script), err)
+	}
+	brokers, ok := strings.CutPrefix(strings.TrimSpace(lastLine(out)), integration.KafkaBrokersEnv+"=")
+	if !ok {
+		tb.Fatalf("testbed: %s start printed no %s line: %q", filepath.Base(script), integration.KafkaBrokersEnv, out)
+	}
+	if !sasl {
+		return integration.KafkaAt(tb, strings.Split(brokers, ","))
+	}
+	folder := map[bool]string{true: "cluster", false: "kafka"}[strings.HasSuffix(script, "kafka-cluster.sh")]
+	b, err := os.ReadFile(filepath.Join(stateDir, folder, "admin.sasl"))
+	user, pass, ok := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if err != nil || !ok {
+		tb.Fatalf("testbed: %s left no super user's credentials (%v)", filepath.Base(script), err)
+	}
+	return integration.KafkaAt(tb, strings.Split(brokers, ","), scramOpt(user, pass))
+}
+
+// lostPort reports whether a broker's start failed on a port another
+// process took: said in the script's output, or in a broker log under
+// stateDir (the output shows only the logs' last lines).
+func lostPort(stateDir, output string) bool {
+	const bind = "Address already in use"
+	if strings.Contains(output, bind) {
+		return true
+	}
+	found := false
+	_ = filepath.WalkDir(stateDir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !found && d.Name() == "server.log" {
+			b, rerr := os.ReadFile(path)
+			found = rerr == nil && strings.Contains(string(b), bind)
+		}
+		return nil
+	})
+	return found
+}
+
+// runScript runs one of the service scripts on the state folder stateDir.
+func runScript(ctx context.Context, script, stateDir string, args ...string) (string, error) {
+	return runScriptEnv(ctx, script, stateDir, nil, args...)
+}
+
+// runScriptEnv is runScript with env added to the script's environment.
+func runScriptEnv(ctx context.Context, script, stateDir string, env []string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	// A SASL broker only when asked for here: an EOSKIT_KAFKA_SASL
+	// exported in the shell must not turn every private broker into one.
+	inherited := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "EOSKIT_KAFKA_SASL=") })
+	cmd.Env = append(append(inherited, env...), "EOSKIT_STATE_DIR="+stateDir,
+		// The broker must not outlive this test binary, however it ends.
+		"EOSKIT_OWNER_PID="+strconv.Itoa(os.Getpid()), integration.StartedByTest())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(script), strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// findScript walks up from the working directory (a test runs in its
+// package's folder) to the eoskit module root and returns rel under it.
+func findScript(rel string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(mod, []byte("module github.com/eoskit/eoskit\n")) {
+			p := filepath.Join(dir, rel)
+			if _, err := os.Stat(p); err != nil {
+				return "", err
+			}
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the eoskit source tree")
+		}
+		dir = parent
+	}
+}
