@@ -43,11 +43,14 @@ func TestTwoServicesInOneDatabaseEachPublishTheirOwnOnce(t *testing.T) {
 	relays := make([]*exec.Cmd, len(services))
 	for i, s := range services {
 		wrote[i] = make(chan error, 1)
-		go func() { wrote[i] <- s.load.run(ctx, 4000, 3, 20) }()
+		go func() { wrote[i] <- s.load.run(ctx, 6000, 3, 20) }()
 		relays[i] = s.relayProcess(t)
 	}
 	for i, s := range services {
 		s.killAfter(t, relays[i], 1000)
+		if len(wrote[i]) > 0 {
+			t.Fatalf("%s's relay was killed after its writers were done: the kill proves less", s.name)
+		}
 		relays[i] = s.relayProcess(t)
 	}
 	for i, s := range services {
