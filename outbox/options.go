@@ -45,7 +45,7 @@ type config struct {
 	brokers []string
 	txnID   string
 	// names: the outbox's table and publication, and its slot (Slot's,
-	// or settled by Run from the database's name).
+	// or settled by Run from the outbox's and the database's names).
 	names
 	key            string // the position record's key: system id/slot, settled by Run
 	token          string // the slot's incarnation, read by each session
@@ -135,7 +135,7 @@ func TransactionalID(id string) Option {
 // From the name come the outbox's table, eoskit_outbox_<name> (its
 // publication is named alike), the tables beside it,
 // eoskit_outbox_<name>_dead_letters and eoskit_outbox_<name>_schema, and
-// its replication slot, eoskit_outbox_<database>_<name> (slot names are
+// its replication slot, eoskit_outbox_<name>_<database> (slot names are
 // the server's; see [DefaultSlot]), unless [Slot] names another. The
 // slot's name keys the relay's position in the position topic and makes
 // its default transactional id, so those differ per outbox too.
@@ -154,8 +154,8 @@ func (o nameOption) writerOption(n *names)  { o.migrateOption(n) }
 func (o nameOption) migrateOption(n *names) { n.name, n.named = string(o), true }
 
 // Slot names the logical replication slot the relay reads. Default: the
-// outbox's own ([DefaultSlot]: the database's name, and the outbox's
-// [Name] if it has one), which [Migrate] creates. Give [Migrate] the same
+// outbox's own ([DefaultSlot]: from the outbox's [Name], if it has one,
+// and the database's name), which [Migrate] creates. Give [Migrate] the same
 // Slot, and it creates that slot instead, and no other; or create it with
 // [CreateSlot]. Either way before the first record is written: records
 // written before it are never relayed. One slot feeds one relay at a

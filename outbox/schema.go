@@ -145,11 +145,13 @@ func migrateNames(opts []MigrateOption) (names, error) {
 
 // DefaultSlot returns the name of the replication slot [Migrate] creates,
 // and a [Relay] reads, given the same [Name] and [Slot]: Slot's if it is
-// given; else "eoskit_outbox_" and the database's name, and "_" and the
-// outbox's Name if it has one (slot names are shared by every database
-// of a server, so each database gets its own; characters a slot name can
-// not hold become _, and a name changed so, or longer than 63 bytes, ends
-// with a hash of the original).
+// given; else "eoskit_outbox_", the outbox's Name and "_" if it has one,
+// and the database's name: eoskit_outbox_app for the default outbox of
+// database app, eoskit_outbox_billing_app for its outbox billing. Slot
+// names are shared by every database of a server, so each database gets
+// its own; characters a slot name can not hold become _, and a name
+// changed so, or longer than 63 bytes, is cut to 54 and ends with a hash
+// of the database's name.
 func DefaultSlot(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) (string, error) {
 	n, err := migrateNames(opts)
 	if err != nil {
