@@ -131,11 +131,11 @@ func (s snapshot) visible(xid uint32) bool {
 	return full < int64(s.xmin) || !s.xip[xid]
 }
 
-// deleteIDs deletes the rows ids names, in statements of at most batch
-// ids, and returns those that remain to delete: not found, and their
-// transaction not visible to the statement (hide, a test's, passes over
-// some as if so).
-func deleteIDs(ctx context.Context, pool *pgxpool.Pool, ids map[int64]uint32, batch int, hide func(int64) bool) (map[int64]uint32, error) {
+// deleteIDs deletes the rows ids names from the outbox table, in
+// statements of at most batch ids, and returns those that remain to
+// delete: not found, and their transaction not visible to the statement
+// (hide, a test's, passes over some as if so).
+func deleteIDs(ctx context.Context, pool *pgxpool.Pool, table string, ids map[int64]uint32, batch int, hide func(int64) bool) (map[int64]uint32, error) {
 	left := map[int64]uint32{}
 	sorted := slices.Sorted(maps.Keys(ids))
 	for chunk := range slices.Chunk(sorted, batch) {
@@ -154,7 +154,7 @@ func deleteIDs(ctx context.Context, pool *pgxpool.Pool, ids map[int64]uint32, ba
 		// that says whose rows it could see.
 		var deleted []int64
 		var snapText string
-		err := pool.QueryRow(ctx, `WITH d AS (DELETE FROM eoskit_outbox WHERE id = ANY($1) RETURNING id)
+		err := pool.QueryRow(ctx, `WITH d AS (DELETE FROM `+ident(table)+` WHERE id = ANY($1) RETURNING id)
 			SELECT coalesce((SELECT array_agg(id) FROM d), '{}'::bigint[]), pg_current_snapshot()::text`, send).Scan(&deleted, &snapText)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: delete %d published rows: %w", len(send), err)

@@ -2,29 +2,10 @@ package outbox
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// Slot names are per server: databases whose names differ only in case or
-// in characters a slot name can not hold get slots of their own, and every
-// name is valid.
-func TestSlotNamesOfDistinctDatabasesDiffer(t *testing.T) {
-	names := []string{"app", "App", "a-b", "a_b", "a b", strings.Repeat("x", 63), strings.Repeat("x", 64), "é", "_"}
-	seen := map[string]string{}
-	for _, db := range names {
-		s := slotName(db)
-		if !validSlotName(s) {
-			t.Errorf("slotName(%q) = %q, not a valid slot name", db, s)
-		}
-		if other, ok := seen[s]; ok {
-			t.Errorf("databases %q and %q share slot %q", other, db, s)
-		}
-		seen[s] = db
-	}
-}
 
 // Headers survive the round trip, nil and empty values apart; malformed
 // columns (truncated, trailing bytes, absurd counts) are refused, not

@@ -85,9 +85,10 @@
 //     can create them and the publication). No superuser, and no
 //     pg_read_all_stats: the relay holding the slot beats in a table of
 //     its own, which standbys watch.
-//   - [Migrate] run before the first [Write]: it creates the table, the
-//     publication and the database's slot ([DefaultSlot]); records written
-//     before the slot existed are never relayed.
+//   - [Migrate] run before the first [Write]: it creates the outbox's
+//     table, its publication and its slot ([DefaultSlot], or the one
+//     [Slot] names), and nothing else; records written before the slot
+//     existed are never relayed.
 //   - The position topic ([DefaultPositionTopic] unless [PositionTopic])
 //     created beforehand: one partition, cleanup.policy=compact; and the
 //     [DeadLetterTopic], if one is set. [Relay.Run] looks both up when it
@@ -98,6 +99,26 @@
 //     relay's Kafka principal needs Write on the output topics and the
 //     position topic, Read on the position topic, and Write and Describe on
 //     its transactional id; nothing cluster-wide.
+//
+// # Several services in one database
+//
+// Each service names its outbox with [Name], and gives the same name to
+// [Migrate], to the [Writer] that writes its records and to its [Relay]:
+//
+//	billing := outbox.Name("billing")
+//	err := outbox.Migrate(ctx, pool, billing)
+//	w, err := outbox.NewWriter(billing) // w.Write(ctx, tx, records...) in the service's transactions
+//	r, err := outbox.NewRelay(pool, billing, outbox.Brokers("localhost:9092"))
+//
+// The outbox then has a table (eoskit_outbox_billing), a publication and
+// a replication slot of its own, so its relay reads, publishes and
+// deletes only its rows, and its position (keyed by the slot) and
+// transactional id differ from every other relay's; the relays of one
+// database may share a position topic. Without a name a service uses the
+// default outbox ([Table], [Publication], [DefaultSlot]), as eoskit always
+// did: existing deployments keep their tables, slot and position. A name
+// is checked where it is given (an *eos.ConfigError, before anything
+// reaches the server); see [Name] for what it may hold.
 //
 // # What breaks it
 //
@@ -118,6 +139,11 @@
 //     batch behind: those records are published again.
 //   - Two relays of one slot with different transactional ids do not fence
 //     each other. Give every relay of a slot the same id (the default).
+//   - Two outboxes read through one slot ([Slot] naming the same for
+//     both): they share a position, so each relay skips what the other
+//     published. Give each outbox its own slot (the default).
+//   - A writer and a relay given different names: the records go to an
+//     outbox the relay does not read.
 //
 // # Faults
 //

@@ -71,3 +71,47 @@ func ExampleNewRelay() {
 	fmt.Println(errors.Is(err, eos.ErrInvalidConfig))
 	// Output: true
 }
+
+// A billing service beside others in one database: its own outbox, named
+// once and given to Migrate, the writer and the relay alike. Its relay
+// publishes only billing's rows; the others' relays, only theirs. It
+// needs a database, so it is compiled but not run by go test.
+func ExampleName() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	billing := outbox.Name("billing") // eoskit_outbox_billing, its publication and its slot
+	if err := outbox.Migrate(ctx, pool, billing); err != nil {
+		log.Fatal(err)
+	}
+	w, err := outbox.NewWriter(billing)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE invoices SET state = 'sent' WHERE id = $1`, "i-7"); err != nil {
+			return err
+		}
+		return w.Write(ctx, tx, &kgo.Record{Topic: "invoices", Key: []byte("i-7"), Value: []byte(`{"state":"sent"}`)})
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := outbox.NewRelay(pool, billing, outbox.Brokers("localhost:9092"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := r.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A name is checked where it is given, before anything reaches the
+// server: this writer is never made.
+func ExampleNewWriter() {
+	_, err := outbox.NewWriter(outbox.Name("Billing"))
+	fmt.Println(err)
+	// Output: outbox: invalid configuration: Name: "Billing": an outbox's name holds only lower-case letters, digits and _ (it is part of its replication slot's name)
+}

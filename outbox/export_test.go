@@ -4,14 +4,14 @@ package outbox
 // each batch), after its records and position were produced and its rows
 // deleted, just before it commits: where tests stall or crash a relay.
 func BeforeCommit(fn func()) Option {
-	return func(c *config) { c.hooks.beforeCommit = fn }
+	return relayOption(func(c *config) { c.hooks.beforeCommit = fn })
 }
 
 // AfterCommit runs fn once a batch committed in Kafka, before the slot is
 // told; fn returning true ends the session there, as a crash would, and
 // Run starts the next from the position in Kafka.
 func AfterCommit(fn func() bool) Option {
-	return func(c *config) { c.hooks.afterCommit = fn }
+	return relayOption(func(c *config) { c.hooks.afterCommit = fn })
 }
 
 // HideFromDeletion makes the relay's deletions pass over the rows hide
@@ -19,5 +19,5 @@ func AfterCommit(fn func() bool) Option {
 // a synchronous standby acknowledged the commit): the relay takes them
 // for rows it must delete later.
 func HideFromDeletion(hide func(id int64) bool) Option {
-	return func(c *config) { c.hooks.hideFromDeletion = hide }
+	return relayOption(func(c *config) { c.hooks.hideFromDeletion = hide })
 }

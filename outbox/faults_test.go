@@ -116,8 +116,15 @@ func (b *bed) openTransaction(t *testing.T) bool {
 // something more and a transaction of it is open.
 func (b *bed) killMidTransaction(t *testing.T, cmd *exec.Cmd) {
 	t.Helper()
+	b.killAfter(t, cmd, 3000)
+}
+
+// killAfter SIGKILLs a relay process once more than n more records (or
+// markers) reached the output and a transaction of it is open.
+func (b *bed) killAfter(t *testing.T, cmd *exec.Cmd, n int64) {
+	t.Helper()
 	before := b.logEnd(t)
-	waitFor(t, 2*time.Minute, "the relay process to publish", func() bool { return b.logEnd(t) > before+3000 })
+	waitFor(t, 2*time.Minute, "the relay process to publish", func() bool { return b.logEnd(t) > before+n })
 	waitFor(t, time.Minute, "an open transaction of the relay process", func() bool { return b.openTransaction(t) })
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()

@@ -11,7 +11,7 @@ import (
 // timeout), but not for ever: two relays of different slots sharing a
 // transactional id would fence each other at every restart.
 func TestLonelyFencesRestartUntilTheyRepeat(t *testing.T) {
-	r := &Relay{cfg: &config{slot: "s", txnID: "shared"}}
+	r := &Relay{cfg: &config{names: names{slot: "s"}, txnID: "shared"}}
 	fenced := errors.Join(eos.ErrFenced, errors.New("INVALID_PRODUCER_EPOCH"))
 	for i := range maxLonelyFences {
 		if err := r.lonelyFence(fenced); errors.Is(err, eos.ErrFenced) {

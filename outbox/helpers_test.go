@@ -245,9 +245,13 @@ func relayMain() int {
 	if os.Getenv("EOS_RELAY_SEMANTICS") == "at-least-once" {
 		sem = eos.AtLeastOnce
 	}
-	r, err := outbox.NewRelay(pool, outbox.Brokers(strings.Split(os.Getenv("EOS_RELAY_BROKERS"), ",")...),
+	opts := []outbox.Option{outbox.Brokers(strings.Split(os.Getenv("EOS_RELAY_BROKERS"), ",")...),
 		outbox.PositionTopic(os.Getenv("EOS_RELAY_POSITIONS")), outbox.WithSemantics(sem),
-		outbox.BeforeCommit(func() { time.Sleep(30 * time.Millisecond) }))
+		outbox.BeforeCommit(func() { time.Sleep(30 * time.Millisecond) })}
+	if name := os.Getenv("EOS_RELAY_OUTBOX"); name != "" {
+		opts = append(opts, outbox.Name(name))
+	}
+	r, err := outbox.NewRelay(pool, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return 2

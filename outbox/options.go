@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -12,15 +11,44 @@ import (
 
 // Option configures a [Relay]. Options are checked once, in [NewRelay]: a
 // missing or malformed one fails there with an *eos.ConfigError naming it.
-type Option func(*config)
+type Option interface{ relayOption(*config) }
+
+// MigrateOption configures [Migrate] and [DefaultSlot]: [Name] and [Slot],
+// the same as the relay's.
+type MigrateOption interface{ migrateOption(*names) }
+
+// WriterOption configures [NewWriter]: [Name], the same as the relay's.
+type WriterOption interface{ writerOption(*names) }
+
+// NameOption is what [Name] returns: [NewRelay], [Migrate], [DefaultSlot]
+// and [NewWriter] all take it, so that one value names the outbox for
+// each.
+type NameOption interface {
+	Option
+	MigrateOption
+	WriterOption
+}
+
+// SlotOption is what [Slot] returns: [NewRelay], [Migrate] and
+// [DefaultSlot] take it.
+type SlotOption interface {
+	Option
+	MigrateOption
+}
+
+// relayOption is an option only a relay takes.
+type relayOption func(*config)
+
+func (o relayOption) relayOption(c *config) { o(c) }
 
 type config struct {
-	brokers        []string
-	txnID          string
-	slot           string
+	brokers []string
+	txnID   string
+	// names: the outbox's table and publication, and its slot (Slot's,
+	// or settled by Run from the outbox's and the database's names).
+	names
 	key            string // the position record's key: system id/slot, settled by Run
 	token          string // the slot's incarnation, read by each session
-	publication    string
 	positionTopic  string
 	deadLetter     string
 	semantics      eos.Semantics
@@ -38,7 +66,6 @@ type config struct {
 
 func newConfig(opts []Option) *config {
 	c := &config{
-		publication:    Publication,
 		positionTopic:  DefaultPositionTopic,
 		semantics:      eos.ExactlyOnce,
 		commitInterval: 100 * time.Millisecond,
@@ -49,7 +76,7 @@ func newConfig(opts []Option) *config {
 		logger:         slog.Default(),
 	}
 	for _, o := range opts {
-		o(c)
+		o.relayOption(c)
 	}
 	return c
 }
@@ -58,11 +85,12 @@ func (c *config) check() error {
 	bad := func(setting, reason string) error {
 		return &eos.ConfigError{Package: "outbox", Setting: setting, Semantics: c.semantics, Reason: reason}
 	}
+	if err := c.names.check(); err != nil {
+		return err
+	}
 	switch {
 	case len(c.brokers) == 0:
 		return bad("Brokers", "at least one seed broker is required")
-	case c.slot != "" && !validSlotName(c.slot):
-		return bad("Slot", fmt.Sprintf("%q is not a replication slot name (lower-case letters, digits and _, at most 63)", c.slot))
 	case c.positionTopic == "" && c.semantics == eos.ExactlyOnce:
 		return bad("PositionTopic", "exactly-once keeps the relay's position in a Kafka topic; it can not be empty")
 	case c.semantics != eos.ExactlyOnce && c.semantics != eos.AtLeastOnce:
@@ -85,7 +113,7 @@ const DefaultPositionTopic = "eoskit-outbox-positions"
 
 // Brokers sets the seed brokers. Required.
 func Brokers(addrs ...string) Option {
-	return func(c *config) { c.brokers = append(c.brokers, addrs...) }
+	return relayOption(func(c *config) { c.brokers = append(c.brokers, addrs...) })
 }
 
 // TransactionalID sets the relay's Kafka transactional id. Default:
@@ -96,16 +124,50 @@ func Brokers(addrs ...string) Option {
 // sharing an id fence each other; one fenced more than 5 times in 10
 // minutes with no other relay on its slot stops with eos.ErrFenced.
 func TransactionalID(id string) Option {
-	return func(c *config) { c.txnID = id }
+	return relayOption(func(c *config) { c.txnID = id })
 }
 
+// Name names a service's outbox, so that several services share one
+// database, each with an outbox and a relay of its own that publishes only
+// its rows. Give the same Name to [Migrate], [NewWriter] (the writes) and
+// [NewRelay]. Default: none, the outbox eoskit always had ([Table]).
+//
+// From the name come the outbox's table, eoskit_outbox_<name> (its
+// publication is named alike), the tables beside it,
+// eoskit_outbox_<name>_dead_letters and eoskit_outbox_<name>_schema, and
+// its replication slot, eoskit_outbox_<name>_<database> (slot names are
+// the server's; see [DefaultSlot]), unless [Slot] names another. The
+// slot's name keys the relay's position in the position topic and makes
+// its default transactional id, so those differ per outbox too.
+//
+// A name holds only lower-case letters, digits and _, at most 36 bytes
+// (its tables' names must fit PostgreSQL's 63), and is not, and does not
+// end with, _dead_letters, _schema, _relays or _slots (the names of the
+// tables beside an outbox's). Another is an *eos.ConfigError naming Name,
+// from the constructor or Migrate, before anything reaches the server.
+func Name(name string) NameOption { return nameOption(name) }
+
+type nameOption string
+
+func (o nameOption) relayOption(c *config)  { o.migrateOption(&c.names) }
+func (o nameOption) writerOption(n *names)  { o.migrateOption(n) }
+func (o nameOption) migrateOption(n *names) { n.name, n.named = string(o), true }
+
 // Slot names the logical replication slot the relay reads. Default: the
-// database's own ([DefaultSlot]), which [Migrate] creates. Another slot must be created with
-// [CreateSlot] before the first record is written, or records written
-// before it are never relayed. One slot feeds one relay at a time.
-func Slot(name string) Option {
-	return func(c *config) { c.slot = name }
-}
+// outbox's own ([DefaultSlot]: from the outbox's [Name], if it has one,
+// and the database's name), which [Migrate] creates. Give [Migrate] the same
+// Slot, and it creates that slot instead, and no other; or create it with
+// [CreateSlot]. Either way before the first record is written: records
+// written before it are never relayed. One slot feeds one relay at a
+// time; a slot reads one outbox. A name that is not a slot's (lower-case
+// letters, digits and _, at most 63 bytes) is an *eos.ConfigError naming
+// Slot.
+func Slot(name string) SlotOption { return slotOption(name) }
+
+type slotOption string
+
+func (o slotOption) relayOption(c *config)  { o.migrateOption(&c.names) }
+func (o slotOption) migrateOption(n *names) { n.slot = string(o) }
 
 // PositionTopic names the topic where an exactly-once relay commits its
 // position (the end LSN of the last database transaction it published),
@@ -122,7 +184,7 @@ func Slot(name string) Option {
 // start, counting only committed records, without waiting for the
 // transactions other slots' relays have open on it.
 func PositionTopic(topic string) Option {
-	return func(c *config) { c.positionTopic = topic }
+	return relayOption(func(c *config) { c.positionTopic = topic })
 }
 
 // DeadLetterTopic sends a record Kafka refuses as its own fault (too large,
@@ -130,14 +192,15 @@ func PositionTopic(topic string) Option {
 // partition its topic does not have) to topic instead,
 // inside the same transaction, with headers naming the outbox row, the
 // original topic and the error; the record is also kept whole in
-// [DeadLetterTable] for an operator. The topic must exist: like the
-// position topic, Run looks it up when it starts, and a missing one (or
+// [DeadLetterTable] (a named outbox's, in
+// eoskit_outbox_<name>_dead_letters) for an operator. The topic must
+// exist: like the position topic, Run looks it up when it starts, and a missing one (or
 // one deleted since) is an *eos.ConfigError naming DeadLetterTopic.
 // Default: none, and the relay stops with a *[RecordError] (the
 // record is not lost: the relay publishes it once it is accepted, for
 // example after max.message.bytes is raised).
 func DeadLetterTopic(topic string) Option {
-	return func(c *config) { c.deadLetter = topic }
+	return relayOption(func(c *config) { c.deadLetter = topic })
 }
 
 // WithSemantics chooses between eos.ExactlyOnce (the default: records and
@@ -146,14 +209,14 @@ func DeadLetterTopic(topic string) Option {
 // records, which is how common relays work: a crash between the two
 // republishes). At-least-once exists as the baseline to compare with.
 func WithSemantics(s eos.Semantics) Option {
-	return func(c *config) { c.semantics = s }
+	return relayOption(func(c *config) { c.semantics = s })
 }
 
 // CommitInterval bounds how long the relay gathers database transactions
 // into one Kafka transaction. Default: 100ms. A Kafka transaction always
 // holds whole database transactions.
 func CommitInterval(d time.Duration) Option {
-	return func(c *config) { c.commitInterval = d }
+	return relayOption(func(c *config) { c.commitInterval = d })
 }
 
 // MaxRecordsPerCommit closes a Kafka transaction once it holds this many
@@ -167,7 +230,7 @@ func CommitInterval(d time.Duration) Option {
 // probes its records in aborted Kafka transactions of bounded size
 // first (see the package documentation, Faults).
 func MaxRecordsPerCommit(n int) Option {
-	return func(c *config) { c.maxRecords = n }
+	return relayOption(func(c *config) { c.maxRecords = n })
 }
 
 // RetryFor bounds how long the relay keeps retrying without publishing
@@ -176,7 +239,7 @@ func MaxRecordsPerCommit(n int) Option {
 // missing position or dead-letter topic is not retried: it is an
 // *eos.ConfigError within seconds.
 func RetryFor(d time.Duration) Option {
-	return func(c *config) { c.retryFor = d }
+	return relayOption(func(c *config) { c.retryFor = d })
 }
 
 // StatusInterval sets how often the relay tells PostgreSQL where it is,
@@ -188,17 +251,17 @@ func RetryFor(d time.Duration) Option {
 // interval, while it waits for Kafka too (for up to the transaction
 // timeout).
 func StatusInterval(d time.Duration) Option {
-	return func(c *config) { c.statusInterval = d }
+	return relayOption(func(c *config) { c.statusInterval = d })
 }
 
 // Logger sets the logger. Default: slog.Default(). The relay logs restarts
 // and their causes at Warn, and a final error at Error.
 func Logger(l *slog.Logger) Option {
-	return func(c *config) {
+	return relayOption(func(c *config) {
 		if l != nil {
 			c.logger = l
 		}
-	}
+	})
 }
 
 // WithMetrics sets where the relay reports what it does, through the
@@ -209,13 +272,15 @@ func Logger(l *slog.Logger) Option {
 // "database-error", "refused", "fenced", "timeout", "outcome-unknown" or
 // "shutdown", Fenced (another relay took over), and DeadLettered.
 // Default: nowhere.
-func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
+func WithMetrics(m eos.Metrics) Option {
+	return relayOption(func(c *config) { c.metrics = m })
+}
 
 // ClientOptions passes franz-go options to the relay's producer (TLS,
 // SASL, kprom or kotel hooks, kgo.TransactionTimeout). Options the relay
 // owns (seed brokers, transactional id, partitioner) are set after them.
 func ClientOptions(opts ...kgo.Opt) Option {
-	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+	return relayOption(func(c *config) { c.clientOpts = append(c.clientOpts, opts...) })
 }
 
 // hooks are points where tests inject faults; production code leaves them
@@ -230,16 +295,4 @@ type hooks struct {
 	// hideFromDeletion: rows it reports are passed over by the
 	// deletions, as if their transactions were not visible yet.
 	hideFromDeletion func(id int64) bool
-}
-
-func validSlotName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-			return false
-		}
-	}
-	return true
 }

@@ -58,7 +58,7 @@ type Relay struct {
 // own with the pool's configuration as it stands at each connect: its
 // BeforeConnect hook, if set (rotating credentials, say), is called for
 // them too. It takes
-// [Brokers] (required), [Slot], [PositionTopic], [TransactionalID],
+// [Brokers] (required), [Name], [Slot], [PositionTopic], [TransactionalID],
 // [DeadLetterTopic], [WithSemantics], [CommitInterval],
 // [MaxRecordsPerCommit], [RetryFor], [StatusInterval], [Logger],
 // [WithMetrics] and [ClientOptions].
@@ -174,7 +174,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	}
 }
 
-// prepare finds, once, the slot (the database's own unless one was
+// prepare finds, once, the slot (the outbox's own unless one was
 // named), the server's system identifier, which keys the position and
 // the default transactional id (so that relays of two servers whose
 // databases share a name never mix their positions), and checks that the
@@ -184,13 +184,13 @@ func (r *Relay) prepare(ctx context.Context) error {
 		return nil
 	}
 	if r.cfg.slot == "" {
-		slot, err := DefaultSlot(ctx, r.pool)
+		slot, err := r.cfg.slotOf(ctx, r.pool)
 		if err != nil {
 			return err
 		}
 		r.cfg.slot = slot
 	}
-	if err := checkReady(ctx, r.pool, r.cfg.slot); err != nil {
+	if err := checkReady(ctx, r.pool, r.cfg.names); err != nil {
 		return err
 	}
 	repl, err := r.replicationConfig(ctx)
@@ -271,7 +271,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return waited, err
 	}
-	s, err := startStream(ctx, repl, r.cfg.slot, r.cfg.publication, 0, r.cfg.statusInterval)
+	s, err := startStream(ctx, repl, r.cfg.names, 0, r.cfg.statusInterval)
 	if slotActive(err) {
 		// Another relay took it first: stand by again.
 		r.obs.StandingBy(true)
@@ -341,7 +341,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	r.obs.NewSession()
 	r.obs.StandingBy(false)
 	r.obs.Assigned(nil)
-	r.cfg.logger.Info("outbox: relay reading", "slot", r.cfg.slot, "published_through", from.String())
+	r.cfg.logger.Info("outbox: relay reading", "table", r.cfg.table(), "slot", r.cfg.slot, "published_through", from.String())
 
 	progressed = waited
 	published := from
@@ -708,11 +708,11 @@ func (r *Relay) deleteRows(ctx context.Context, b *pending) ([]carriedTxn, error
 			want[rw.id] = t.xid
 		}
 	}
-	left, err := deleteIDs(ctx, r.pool, want, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
+	left, err := deleteIDs(ctx, r.pool, r.cfg.table(), want, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
 	// Usually a few milliseconds make them visible.
 	for try := 0; err == nil && try < 5 && len(left) > 0; try++ {
 		time.Sleep(20 * time.Millisecond)
-		left, err = deleteIDs(ctx, r.pool, left, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
+		left, err = deleteIDs(ctx, r.pool, r.cfg.table(), left, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
 	}
 	if err != nil {
 		// Keep what was wanted: the batch is not committed, and rows
@@ -737,7 +737,7 @@ func (r *Relay) sweep(ctx context.Context) {
 	if len(r.undeleted.ids) == 0 {
 		return
 	}
-	left, err := deleteIDs(ctx, r.pool, r.undeleted.ids, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
+	left, err := deleteIDs(ctx, r.pool, r.cfg.table(), r.undeleted.ids, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.cfg.logger.Warn("outbox: deleting published rows failed; tried again in a status interval", "slot", r.cfg.slot, "rows", len(r.undeleted.ids), "err", err)
@@ -771,7 +771,7 @@ func (r *Relay) keepDead(ctx context.Context, b *pending) error {
 			keys, values, headers = append(keys, rw.rec.Key), append(values, rw.rec.Value), append(headers, encodeHeaders(rw.rec.Headers))
 		}
 	}
-	_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_dead_letters (id, topic, partition, key, value, headers, error)
+	_, err := r.pool.Exec(ctx, `INSERT INTO `+ident(r.cfg.deadLetters())+` (id, topic, partition, key, value, headers, error)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])
 		ON CONFLICT (id) DO NOTHING`, ids, topics, parts, keys, values, headers, errs)
 	if err != nil {
@@ -824,7 +824,7 @@ func (c *config) record(rw row, dead map[int64]error) *kgo.Record {
 	value := rw.rec.Value
 	if errors.Is(cause, kerr.MessageTooLarge) || errors.Is(cause, kerr.RecordListTooLarge) {
 		value = nil // kept, value included, in the dead-letter table
-		hs = append(hs, kgo.RecordHeader{Key: "eoskit-outbox-value", Value: []byte("omitted (too large); the record is kept in " + DeadLetterTable)})
+		hs = append(hs, kgo.RecordHeader{Key: "eoskit-outbox-value", Value: []byte("omitted (too large); the record is kept in " + c.deadLetters())})
 	}
 	return &kgo.Record{Topic: c.deadLetter, Key: rw.rec.Key, Value: value, Headers: hs, Timestamp: rw.rec.Timestamp,
 		Context: context.WithValue(context.Background(), rowKey{}, rowInfo{id: rw.id, topic: c.deadLetter, partition: -1})}

@@ -4,37 +4,45 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Table is the outbox table [Write] inserts into.
+// Table is the default outbox's table, which [Write] inserts into; an
+// outbox with a [Name] has its own, eoskit_outbox_<name>.
 const Table = "eoskit_outbox"
 
-// DeadLetterTable keeps, whole, the records a relay sent to its
-// [DeadLetterTopic] (the dead letter itself omits a value Kafka refused
-// as too large).
+// DeadLetterTable keeps, whole, the records a relay of the default outbox
+// sent to its [DeadLetterTopic] (the dead letter itself omits a value
+// Kafka refused as too large); an outbox with a [Name] keeps them in
+// eoskit_outbox_<name>_dead_letters.
 const DeadLetterTable = "eoskit_outbox_dead_letters"
 
 // Publication is the publication [Migrate] creates over [Table] (inserts
-// only), which the relay's pgoutput stream reads.
+// only), which the relay's pgoutput stream reads; an outbox with a [Name]
+// has its own, named like its table.
 const Publication = "eoskit_outbox"
 
-// migrations are applied in order; each runs once, in its own transaction,
-// and its index+1 is recorded as the schema version. Append, never edit.
-var migrations = []string{
+// migrations are applied in order, to one outbox's tables (their names
+// from n); each runs once, in its own transaction, and its index+1 is
+// recorded as the outbox's schema version. Append, never edit, save
+// that a statement of the tables every outbox of a database shares may
+// become one that tolerates another outbox having created them.
+var migrations = []func(n names) string{
 	// 1: the outbox and its publication. Rows are a vehicle: the relay
 	// reads them from the write-ahead log, in commit order, and deletes
 	// them once read. Dead-lettered records are kept whole beside it.
 	// The relay holding a slot beats in eoskit_outbox_relays, which
 	// standbys watch (pg_stat_replication hides reply times from roles
 	// without pg_read_all_stats). eoskit_outbox_slots holds each slot's
-	// incarnation token, which its positions in Kafka carry.
-	`
-CREATE TABLE eoskit_outbox (
+	// incarnation token, which its positions in Kafka carry. Those two
+	// are by slot, and shared by the database's outboxes (IF NOT EXISTS
+	// since outboxes have names).
+	func(n names) string {
+		return `
+CREATE TABLE ` + ident(n.table()) + ` (
 	id        bigserial PRIMARY KEY,
 	topic     text      NOT NULL,
 	partition integer,
@@ -42,8 +50,8 @@ CREATE TABLE eoskit_outbox (
 	value     bytea,
 	headers   bytea
 );
-CREATE PUBLICATION eoskit_outbox FOR TABLE eoskit_outbox WITH (publish = 'insert');
-CREATE TABLE eoskit_outbox_dead_letters (
+CREATE PUBLICATION ` + ident(n.publication()) + ` FOR TABLE ` + ident(n.table()) + ` WITH (publish = 'insert');
+CREATE TABLE ` + ident(n.deadLetters()) + ` (
 	id         bigint      PRIMARY KEY,
 	topic      text        NOT NULL,
 	partition  integer,
@@ -53,99 +61,115 @@ CREATE TABLE eoskit_outbox_dead_letters (
 	error      text        NOT NULL,
 	created_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE TABLE eoskit_outbox_relays (
+CREATE TABLE IF NOT EXISTS eoskit_outbox_relays (
 	slot    text        PRIMARY KEY,
 	pid     integer     NOT NULL,
 	beat_at timestamptz NOT NULL
 );
-CREATE TABLE eoskit_outbox_slots (
+CREATE TABLE IF NOT EXISTS eoskit_outbox_slots (
 	slot  text PRIMARY KEY,
 	token text NOT NULL
-);`,
+);`
+	},
 }
 
 // SchemaVersion is the schema version this package needs.
 const SchemaVersion = 1
 
-// Migrate creates or upgrades the outbox table and its publication to
-// [SchemaVersion], then creates the database's replication slot
-// ([DefaultSlot]) if it does not exist. It is idempotent and safe to run from several instances
-// at once. Run it before the first [Write]: a record written before its
-// slot exists is never relayed.
+// Migrate creates or upgrades an outbox's tables and publication to
+// [SchemaVersion], then creates its replication slot if it does not exist:
+// the default outbox's, or the one [Name] names, and its slot,
+// [DefaultSlot]'s or the one [Slot] names; nothing else (no other
+// outbox's slot, which nobody would read, and which would keep the
+// server's log for ever). Give it the Name and Slot the relay has. It is
+// idempotent and safe to run from several instances at once. Run it
+// before the first [Write]: a record written before its slot exists is
+// never relayed.
 //
+// A malformed Name or Slot is an *eos.ConfigError before any statement.
 // It needs wal_level=logical (else it returns [ErrWALLevel]), and a role
-// that may create the table and publication and has the REPLICATION
+// that may create the tables and publication and has the REPLICATION
 // attribute (for the slot).
-func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) error {
+	n, err := migrateNames(opts)
+	if err != nil {
+		return err
+	}
 	if err := checkWALLevel(ctx, pool); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	schema := ident(n.schema())
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// One lock for every outbox: they share the slots' tables.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.outbox.migrate'))`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS eoskit_outbox_schema (version integer NOT NULL)`); err != nil {
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+schema+` (version integer NOT NULL)`); err != nil {
 			return err
 		}
 		var version int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM eoskit_outbox_schema`).Scan(&version); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+schema).Scan(&version); err != nil {
 			return err
 		}
 		if version > len(migrations) {
 			return fmt.Errorf("the database schema is at version %d, newer than this code's %d: upgrade eoskit", version, len(migrations))
 		}
 		for v := version; v < len(migrations); v++ {
-			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+			if _, err := tx.Exec(ctx, migrations[v](n)); err != nil {
 				return fmt.Errorf("to version %d: %w", v+1, err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO eoskit_outbox_schema (version) VALUES ($1)`, v+1); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+schema+` (version) VALUES ($1)`, v+1); err != nil {
 				return fmt.Errorf("to version %d: %w", v+1, err)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("outbox: migrate: %w", err)
+		return fmt.Errorf("outbox: migrate %s: %w", n.table(), err)
 	}
-	slot, err := DefaultSlot(ctx, pool)
+	slot, err := n.slotOf(ctx, pool)
 	if err != nil {
 		return err
 	}
 	return CreateSlot(ctx, pool, slot)
 }
 
-// DefaultSlot returns the name of the replication slot [Migrate] creates
-// and a [Relay] reads unless told another with [Slot]: "eoskit_outbox_"
-// and the database's name (slot names are shared by every database of a
-// server, so each database gets its own).
-func DefaultSlot(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+// migrateNames returns the names opts give, checked.
+func migrateNames(opts []MigrateOption) (names, error) {
+	var n names
+	for _, o := range opts {
+		o.migrateOption(&n)
+	}
+	return n, n.check()
+}
+
+// DefaultSlot returns the name of the replication slot [Migrate] creates,
+// and a [Relay] reads, given the same [Name] and [Slot]: Slot's if it is
+// given; else "eoskit_outbox_", the outbox's Name and "_" if it has one,
+// and the database's name: eoskit_outbox_app for the default outbox of
+// database app, eoskit_outbox_billing_app for its outbox billing. Slot
+// names are shared by every database of a server, so each database gets
+// its own; characters a slot name can not hold become _, and a name
+// changed so, or longer than 63 bytes, is cut to 54 and ends with a hash
+// of the database's name.
+func DefaultSlot(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) (string, error) {
+	n, err := migrateNames(opts)
+	if err != nil {
+		return "", err
+	}
+	return n.slotOf(ctx, pool)
+}
+
+// slotOf returns the outbox's slot in pool's database.
+func (n names) slotOf(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	if n.slot != "" {
+		return n.slot, nil
+	}
 	var db string
 	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
 		return "", fmt.Errorf("outbox: read the database's name: %w", err)
 	}
-	return slotName(db), nil
-}
-
-// slotName makes a valid slot name from a database name: other
-// characters than a-z, 0-9 and _ as _, and, when that changed the name or
-// it exceeds 63 bytes, a hash of the name at the end, so that databases
-// "App" and "app", or "a-b" and "a_b", get slots of their own.
-func slotName(db string) string {
-	b := []byte("eoskit_outbox_")
-	changed := false
-	for _, r := range db {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
-			b = append(b, byte(r))
-		} else {
-			b, changed = append(b, '_'), true
-		}
-	}
-	if !changed && len(b) <= 63 {
-		return string(b)
-	}
-	h := fnv.New32a()
-	h.Write([]byte(db))
-	return fmt.Sprintf("%s_%08x", b[:min(len(b), 54)], h.Sum32())
+	return n.slotIn(db), nil
 }
 
 // CreateSlot creates the logical replication slot name (plugin pgoutput)
@@ -222,9 +246,10 @@ func checkWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // checkReady returns a clear error unless the server is recent enough
-// (pgoutput's binary mode: PostgreSQL 14) and the schema, the publication
-// and the slot are in place.
-func checkReady(ctx context.Context, pool *pgxpool.Pool, slot string) error {
+// (pgoutput's binary mode: PostgreSQL 14) and the outbox's schema (its
+// tables and publication) and its slot are in place.
+func checkReady(ctx context.Context, pool *pgxpool.Pool, n names) error {
+	slot := n.slot
 	if err := checkWALLevel(ctx, pool); err != nil {
 		return err
 	}
@@ -235,7 +260,7 @@ func checkReady(ctx context.Context, pool *pgxpool.Pool, slot string) error {
 	if version < 140000 {
 		return fmt.Errorf("%w: PostgreSQL %d.%d; the relay needs 14 or newer", ErrSchema, version/10000, version%10000)
 	}
-	err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM eoskit_outbox_schema`).Scan(&version)
+	err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+ident(n.schema())).Scan(&version)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		version, err = 0, nil
@@ -244,7 +269,7 @@ func checkReady(ctx context.Context, pool *pgxpool.Pool, slot string) error {
 		return fmt.Errorf("outbox: read the schema version: %w", err)
 	}
 	if version != SchemaVersion {
-		return fmt.Errorf("%w: the database has version %d, this code needs %d", ErrSchema, version, SchemaVersion)
+		return fmt.Errorf("%w: outbox %s has version %d, this code needs %d", ErrSchema, n.table(), version, SchemaVersion)
 	}
 	var plugin string
 	err = pool.QueryRow(ctx, `SELECT plugin FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, slot).Scan(&plugin)

@@ -40,6 +40,7 @@ type stream struct {
 	conn      *pgconn.PgConn
 	system    string // the server's system identifier
 	slot      string
+	table     string        // the outbox table, whose inserts it decodes
 	confirmed pglogrepl.LSN // what the slot may forget: published, or idle past
 	interval  time.Duration // between status updates
 	nextSend  time.Time
@@ -80,9 +81,11 @@ func slotActive(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55006"
 }
 
-// startStream opens the slot at from (PostgreSQL starts at the slot's
-// confirmed position if that is later; 0 is the slot's own).
-func startStream(ctx context.Context, cfg *pgconn.Config, slot, publication string, from pglogrepl.LSN, statusInterval time.Duration) (*stream, error) {
+// startStream opens the outbox's slot at from (PostgreSQL starts at the
+// slot's confirmed position if that is later; 0 is the slot's own), to
+// decode the inserts of the outbox's publication.
+func startStream(ctx context.Context, cfg *pgconn.Config, n names, from pglogrepl.LSN, statusInterval time.Duration) (*stream, error) {
+	slot := n.slot
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: open a replication connection: %w", err)
@@ -96,7 +99,7 @@ func startStream(ctx context.Context, cfg *pgconn.Config, slot, publication stri
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
 			"proto_version '1'",
-			fmt.Sprintf("publication_names '%s'", publication),
+			fmt.Sprintf("publication_names '%s'", n.publication()), // [a-z0-9_]: nothing to escape
 			"binary 'true'",
 		},
 	})
@@ -104,7 +107,7 @@ func startStream(ctx context.Context, cfg *pgconn.Config, slot, publication stri
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("outbox: start replication from slot %s at %s: %w", slot, from, err)
 	}
-	return &stream{conn: conn, system: sys.SystemID, slot: slot, confirmed: from, interval: statusInterval, nextSend: time.Now()}, nil
+	return &stream{conn: conn, system: sys.SystemID, slot: slot, table: n.table(), confirmed: from, interval: statusInterval, nextSend: time.Now()}, nil
 }
 
 // keepAlive sends the status update that is due (every status
@@ -240,7 +243,7 @@ func (s *stream) decode(wal []byte, skipThrough pglogrepl.LSN) (*dbTxn, error) {
 	}
 	switch m := m.(type) {
 	case *pglogrepl.RelationMessage:
-		if m.RelationName != Table {
+		if m.RelationName != s.table {
 			return nil, nil
 		}
 		cols := map[string]int{}

@@ -10,16 +10,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Write stores records in the outbox inside the caller's transaction tx:
-// they reach Kafka if and only if tx commits, after every record of every
-// database transaction that committed before it, and in the order given.
-// Each record's Topic is required; Key, Value and Headers are kept as
-// they are; Partition, Timestamp and the rest are ignored (records go
-// where Kafka's default partitioner sends their key, so that one key
-// keeps one partition; use [WriteToPartition] to choose). Its Timestamp in
-// Kafka is the database transaction's commit time.
+// Write stores records in the default outbox ([Table]) inside the
+// caller's transaction tx: they reach Kafka if and only if tx commits,
+// after every record of every database transaction that committed before
+// it, and in the order given. Each record's Topic is required; Key, Value
+// and Headers are kept as they are; Partition, Timestamp and the rest are
+// ignored (records go where Kafka's default partitioner sends their key,
+// so that one key keeps one partition; use [WriteToPartition] to choose).
+// Its Timestamp in Kafka is the database transaction's commit time. An
+// outbox with a [Name] is written with a [Writer].
 func Write(ctx context.Context, tx pgx.Tx, records ...*kgo.Record) error {
-	return write(ctx, tx, nil, records)
+	return write(ctx, tx, Table, nil, records)
 }
 
 // WriteToPartition is [Write] for records that must go to one partition
@@ -30,13 +31,57 @@ func Write(ctx context.Context, tx pgx.Tx, records ...*kgo.Record) error {
 // a fresh metadata look-up first, so that a partition just added, which
 // its producer may not know yet, is published there.
 func WriteToPartition(ctx context.Context, tx pgx.Tx, partition int32, records ...*kgo.Record) error {
+	return writeToPartition(ctx, tx, Table, partition, records)
+}
+
+// Writer writes records into one outbox, the one its [Name] names, inside
+// the caller's transactions, as [Write] and [WriteToPartition] do into the
+// default outbox; the relay with the same Name publishes them. It holds no
+// connection: one Writer serves every goroutine. The zero Writer writes
+// into the default outbox.
+type Writer struct {
+	table string // "": the default outbox's
+}
+
+// NewWriter returns a writer into the outbox its options name: [Name],
+// or none for the default outbox. A malformed name is an
+// *eos.ConfigError naming Name.
+func NewWriter(opts ...WriterOption) (*Writer, error) {
+	var n names
+	for _, o := range opts {
+		o.writerOption(&n)
+	}
+	if err := n.check(); err != nil {
+		return nil, err
+	}
+	return &Writer{table: n.table()}, nil
+}
+
+// Write is [Write] into w's outbox.
+func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records ...*kgo.Record) error {
+	return write(ctx, tx, w.tableName(), nil, records)
+}
+
+// WriteToPartition is [WriteToPartition] into w's outbox.
+func (w *Writer) WriteToPartition(ctx context.Context, tx pgx.Tx, partition int32, records ...*kgo.Record) error {
+	return writeToPartition(ctx, tx, w.tableName(), partition, records)
+}
+
+func (w *Writer) tableName() string {
+	if w.table == "" {
+		return Table
+	}
+	return w.table
+}
+
+func writeToPartition(ctx context.Context, tx pgx.Tx, table string, partition int32, records []*kgo.Record) error {
 	if partition < 0 {
 		return fmt.Errorf("outbox: write: partition %d is negative", partition)
 	}
-	return write(ctx, tx, &partition, records)
+	return write(ctx, tx, table, &partition, records)
 }
 
-func write(ctx context.Context, tx pgx.Tx, partition *int32, records []*kgo.Record) error {
+func write(ctx context.Context, tx pgx.Tx, table string, partition *int32, records []*kgo.Record) error {
 	if len(records) == 0 {
 		return nil
 	}
@@ -54,12 +99,12 @@ func write(ctx context.Context, tx pgx.Tx, partition *int32, records []*kgo.Reco
 	}
 	// One statement whatever the count; WITH ORDINALITY keeps the
 	// records' order in their ids.
-	_, err := tx.Exec(ctx, `INSERT INTO eoskit_outbox (topic, partition, key, value, headers)
+	_, err := tx.Exec(ctx, `INSERT INTO `+ident(table)+` (topic, partition, key, value, headers)
 		SELECT t, p, k, v, h FROM unnest($1::text[], $2::integer[], $3::bytea[], $4::bytea[], $5::bytea[])
 		WITH ORDINALITY AS r(t, p, k, v, h, n) ORDER BY n`,
 		topics, partitions, keys, values, headers)
 	if err != nil {
-		return fmt.Errorf("outbox: write %d records: %w", len(records), err)
+		return fmt.Errorf("outbox: write %d records to %s: %w", len(records), table, err)
 	}
 	return nil
 }

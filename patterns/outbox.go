@@ -267,7 +267,7 @@ func (c *crashPoint) release() {
 }
 
 func (c *crashPoint) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if !strings.Contains(data.SQL, "DELETE FROM eoskit_outbox ") { // the relay deletes in a WITH: ... RETURNING
+	if !strings.Contains(data.SQL, "DELETE FROM "+pgx.Identifier{outbox.Table}.Sanitize()+" ") { // the relay deletes in a WITH: ... RETURNING
 		return ctx
 	}
 	c.mu.Lock()
