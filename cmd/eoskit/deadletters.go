@@ -42,6 +42,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.Var(&ids, "id", "table: only this row id (repeatable)")
 	limit := fs.Int("limit", 100, "list: at most this many")
 	toTopic := fs.String("to-topic", "", "replay: send every record to this topic rather than the one it was read from")
+	outboxName := fs.String("outbox", "", "replay from the table: the outbox to write to, as outbox.Name gives it (default: the database's default outbox)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
@@ -51,6 +52,9 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitUsage
 	case *dlq == "" && *dbURL == "":
 		fmt.Fprintln(stderr, "name the dead letters: -database-url (or $DATABASE_URL) for the table, or -dead-letter-topic")
+		return exitUsage
+	case *dlq != "" && *outboxName != "":
+		fmt.Fprintln(stderr, "-outbox names where the table's records are replayed to; a dead-letter topic is replayed by a processor")
 		return exitUsage
 	case *limit <= 0:
 		fmt.Fprintln(stderr, "-limit must be positive")
@@ -104,10 +108,20 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		o.tableLetters(rows)
 		return exitOK
 	}
+	var w *outbox.Writer
+	if *outboxName == "" {
+		w, err = outbox.NewWriter()
+	} else {
+		w, err = outbox.NewWriter(outbox.Name(*outboxName))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "eoskit:", err)
+		return exitUsage
+	}
 	if relays, err := connectedRelays(ctx, pool); err == nil && relays == 0 {
 		logger.Warn("eoskit: no outbox relay is connected to this database: the replayed records wait in the outbox until one runs")
 	}
-	n, err := deadletter.Replay(ctx, pool, f, *toTopic, outbox.Write)
+	n, err := deadletter.Replay(ctx, pool, f, *toTopic, w.Write)
 	if err != nil {
 		fmt.Fprintf(stderr, "eoskit: %v\n", err)
 		return exitError

@@ -97,13 +97,22 @@ func runUntilEnd(t *testing.T, name string, run func(context.Context) error) {
 
 // startRelay readies the outbox of pool's database and runs its relay
 // until the test ends.
-func startRelay(t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool) {
+func startRelay(t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool, name string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := outbox.Migrate(ctx, pool); err != nil {
+	var named []outbox.NameOption
+	if name != "" {
+		named = append(named, outbox.Name(name))
+	}
+	var migrate []outbox.MigrateOption
+	var relay []outbox.Option
+	for _, o := range named {
+		migrate, relay = append(migrate, o), append(relay, o)
+	}
+	if err := outbox.Migrate(ctx, pool, migrate...); err != nil {
 		t.Fatal(err)
 	}
-	slot, err := outbox.DefaultSlot(ctx, pool)
+	slot, err := outbox.DefaultSlot(ctx, pool, migrate...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +126,7 @@ func startRelay(t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
-	r, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...), outbox.PositionTopic(k.NewTopic(1)))
+	r, err := outbox.NewRelay(pool, append(relay, outbox.Brokers(k.Brokers...), outbox.PositionTopic(k.NewTopic(1)))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,11 +137,13 @@ func startRelay(t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool) {
 // listed without their values, and replayed through the outbox once the
 // handler is fixed: each report is then applied exactly once (dedup's
 // claim on a parked record is released, or its replay would be skipped as
-// a copy), the table is empty, and a second replay finds nothing.
+// a copy), the table is empty, and a second replay finds nothing; also
+// into a named outbox (-outbox), the one a relay of that name publishes.
 func TestDeadLettersInTheTableAreListedAndReplayedOnce(t *testing.T) {
 	k := integration.Kafka(t)
-	for _, path := range []string{"offsetstore", "dedup"} {
-		t.Run(path, func(t *testing.T) {
+	for _, tc := range []struct{ path, outbox string }{{"offsetstore", ""}, {"dedup", ""}, {"dedup", "ledger"}} {
+		path := tc.path
+		t.Run(path+"/"+tc.outbox, func(t *testing.T) {
 			pool, url := integration.PostgresWithURL(t)
 			ctx := context.Background()
 			if _, err := pool.Exec(ctx, `CREATE TABLE applied (report text NOT NULL, region text)`); err != nil {
@@ -187,7 +198,7 @@ func TestDeadLettersInTheTableAreListedAndReplayedOnce(t *testing.T) {
 				}
 				runUntilEnd(t, "the consumer", c.Run)
 			}
-			startRelay(t, k, pool)
+			startRelay(t, k, pool, tc.outbox)
 			produceReports(t, k, in)
 			count := func(q string) int {
 				var n int
@@ -215,7 +226,11 @@ func TestDeadLettersInTheTableAreListedAndReplayedOnce(t *testing.T) {
 			}
 
 			h.fixed.Store(true)
-			if code, out := eoskitCmd(t, "dead-letters", "replay", "-database-url", url, "-group", group); code != exitOK || !strings.Contains(out, fmt.Sprintf("replayed %d ", poisoned)) {
+			replay := []string{"dead-letters", "replay", "-database-url", url, "-group", group}
+			if tc.outbox != "" {
+				replay = append(replay, "-outbox", tc.outbox)
+			}
+			if code, out := eoskitCmd(t, replay...); code != exitOK || !strings.Contains(out, fmt.Sprintf("replayed %d ", poisoned)) {
 				t.Fatalf("replay: exit %d: %s", code, out)
 			}
 			if n := count(`SELECT count(*) FROM eoskit_dead_letters`); n != 0 {
@@ -227,7 +242,7 @@ func TestDeadLettersInTheTableAreListedAndReplayedOnce(t *testing.T) {
 				count(`SELECT count(*) FROM applied WHERE region = 'north'`); n != reports || distinct != reports || north != reports {
 				t.Fatalf("applied %d reports, %d distinct, %d with their header; want each of the %d once, headers kept", n, distinct, north, reports)
 			}
-			if code, out := eoskitCmd(t, "dead-letters", "replay", "-database-url", url, "-group", group); code != exitOK || !strings.Contains(out, "replayed 0 ") {
+			if code, out := eoskitCmd(t, replay...); code != exitOK || !strings.Contains(out, "replayed 0 ") {
 				t.Fatalf("second replay: exit %d: %s", code, out)
 			}
 		})

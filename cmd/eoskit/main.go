@@ -9,7 +9,7 @@
 //	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
 //	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
 //	go run ./cmd/eoskit dead-letters list   (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-limit 100]
-//	go run ./cmd/eoskit dead-letters replay (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
+//	go run ./cmd/eoskit dead-letters replay (-database-url URL [-outbox NAME] | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
 //
 // # Hanging transactions
 //
@@ -47,7 +47,8 @@
 // replay sends parked records back to the topic they were read from, or to
 // -to-topic, each exactly once, with its key, value and headers and an
 // eoskit-replayed-from header:
-//   - from the table, through the database's outbox (package outbox): one
+//   - from the table, through the database's outbox (package outbox; -outbox
+//     names one, as outbox.Name does, when the database holds several): one
 //     database transaction writes a batch of records to the outbox,
 //     releases the ids dedup claimed for them and deletes their rows, so
 //     a record is replayed once or stays parked whatever crashes. A relay
@@ -103,7 +104,7 @@ const usage = `usage:
   eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
   eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
   eoskit dead-letters list   (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-limit 100]
-  eoskit dead-letters replay (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
+  eoskit dead-letters replay (-database-url URL [-outbox NAME] | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
 common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
   -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD) -tls
 `
