@@ -1,4 +1,4 @@
-package patterns
+package eoslab
 
 import (
 	"context"
@@ -10,20 +10,20 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/eoskit/eoskit/verify"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/patterns/dashboard"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // ErrStalled is wrapped by the *StepError that [Lab.Run] returns when a
 // step of a pattern's run did not finish within [Lab.StepTimeout]: the run
 // is abandoned rather than left hanging.
-var ErrStalled = errors.New("patterns: run stalled")
+var ErrStalled = errors.New("eoslab: run stalled")
 
 // StepError says where a run stalled: the pattern, the step it was waiting
 // in, for how long, and the progress it had seen (records whose offsets
@@ -46,14 +46,14 @@ func (e *StepError) Error() string {
 
 func (e *StepError) Unwrap() error { return e.Err }
 
-// Lab runs patterns on one workload with the same injected faults.
+// Lab runs the rows on one workload with the same injected faults.
 type Lab struct {
 	// Brokers are the bootstrap addresses of the cluster to run on.
 	Brokers []string
 	// Pool is the PostgreSQL for the database patterns; nil skips them.
 	Pool *pgxpool.Pool
 	// Reports is the workload; default Workload(4000).
-	Reports []Report
+	Reports []dashboard.Report
 	// LostEvery makes the source's outcome unknown every LostEvery
 	// reports (half written with the acknowledgement lost, half never
 	// written). Default 200.
@@ -158,7 +158,8 @@ type Outcome struct {
 	Duration       time.Duration  `json:"duration_ns"`
 }
 
-// Pattern is one reference pattern.
+// Pattern is one row of the lab's table: a reference pattern, or a weaker
+// design (a control) it is measured against, and how the lab runs it.
 type Pattern struct {
 	// Name is the pattern's short name, as the table prints it.
 	Name string
@@ -212,7 +213,7 @@ func (l *Lab) Run(ctx context.Context, p Pattern) (Outcome, error) {
 	out.Lost, out.Duplicated = rep.Lost.Count, rep.Duplicated.Count
 	out.AbortedVisible, out.OutOfOrder = rep.AbortedVisible.Count, rep.OutOfOrder.Count
 	out.Totals = res.totals
-	out.TotalsCorrect = maps.Equal(res.totals, Totals(l.Reports))
+	out.TotalsCorrect = maps.Equal(res.totals, totals(l.Reports))
 	out.Report = rep
 	out.Duration = time.Since(start)
 	return out, nil
@@ -220,459 +221,15 @@ func (l *Lab) Run(ctx context.Context, p Pattern) (Outcome, error) {
 
 // outputOf turns a report read at pos into a verifier output: order is
 // checked per region, by report number.
-func outputOf(r Report, pos verify.Position) verify.Output {
+func outputOf(r dashboard.Report, pos verify.Position) verify.Output {
 	n, _ := strconv.ParseInt(r.ID[1:], 10, 64)
 	return verify.Output{ID: r.ID, Stream: r.Region, Seq: n, Position: pos}
-}
-
-// gate is where the lab's faults catch a handler mid-batch. Each handler
-// call passes through it; once armed, the first call to arrive is caught:
-// it blocks, its instance's name is sent to the lab, and it stays blocked
-// until the lab releases it, its instance is stopped, or the gate closes.
-// Arming happens before the lab writes the next part of the workload, so
-// some handler is certain to arrive, on a fast machine or a slow one.
-type gate struct {
-	delay  time.Duration
-	closed chan struct{}
-	once   sync.Once
-	mu     sync.Mutex
-	armed  *catch // nil when disarmed
-}
-
-// catch is one armed fault: the instance caught, and its release.
-type catch struct {
-	caught   chan string // receives the caught instance's name
-	release  chan struct{}
-	released atomic.Bool
-}
-
-func (c *catch) free() {
-	if c.released.CompareAndSwap(false, true) {
-		close(c.release)
-	}
-}
-
-func newGate(delay time.Duration) *gate { return &gate{delay: delay, closed: make(chan struct{})} }
-
-// arm makes the next handler call block; the returned catch names it.
-func (g *gate) arm() *catch {
-	c := &catch{caught: make(chan string, 1), release: make(chan struct{})}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.armed = c
-	return c
-}
-
-// wait does the handler's work for one record in the named instance, and
-// blocks it if the gate is armed.
-func (g *gate) wait(ctx context.Context, instance string) {
-	time.Sleep(g.delay)
-	g.mu.Lock()
-	c := g.armed
-	g.armed = nil
-	g.mu.Unlock()
-	if c == nil {
-		return
-	}
-	c.caught <- instance // buffered: never blocks
-	select {
-	case <-c.release:
-	case <-ctx.Done():
-	case <-g.closed:
-	}
-}
-
-// close releases whatever is caught, now and later.
-func (g *gate) close() { g.once.Do(func() { close(g.closed) }) }
-
-// instance is one running consumer of a pattern.
-type instance struct {
-	name     string
-	clientID string
-	cancel   context.CancelFunc
-	done     chan struct{} // closed once the instance returned
-}
-
-// launcher starts one instance of a consumer-side pattern: it runs until
-// ctx ends, with opts added to its client's options (they name the client,
-// so that the lab can find it in the group), calling wait in its handler
-// for each record.
-type launcher func(ctx context.Context, name string, opts []kgo.Opt, wait func()) error
-
-// feeder writes l.Reports[from:to] to a pattern's input topic.
-type feeder func(ctx context.Context, from, to int) error
-
-// The workload is written in parts, each after the fault it feeds is
-// armed: the fractions of it written before the crash, the rebalance and
-// the zombie.
-const (
-	beforeCrash     = 0.3
-	beforeRebalance = 0.5
-	beforeZombie    = 0.7
-)
-
-// minReports is the smallest workload whose parts all hold records.
-const minReports = 40
-
-// churnRun is one pattern's run through the faults (see [Lab.churn]).
-type churnRun struct {
-	l         *Lab
-	p         Pattern
-	ctx       context.Context
-	start     launcher
-	feed      feeder
-	progress  func(context.Context) (done, total int64, err error)
-	group     func(context.Context) (groupView, error)
-	gate      *gate
-	instances []*instance
-	launched  int
-	failed    chan error // instances that returned an error of their own
-	evidence  []string   // what each fault did, as seen from outside
-	// last and total are the progress last seen, for errors.
-	last, total int64
-}
-
-// groupView is the consumer group as DescribeGroups shows it.
-type groupView struct {
-	state     string
-	clientIDs map[string]bool
-}
-
-// churn runs a consumer-side pattern through the lab's faults, in order: an
-// instance stopped abruptly mid-batch and replaced (a crash between
-// processing and committing); a second instance joining mid-batch (a
-// rebalance); an instance stalled in its handler while a replacement with
-// its name starts and the group rebalances without it (a zombie), then
-// woken. Each fault strikes while a handler is caught in the gate, so it
-// lands mid-batch whatever the machine's speed, and each step waits for
-// the group to show the fault took hold. It writes the workload with feed,
-// part by part, and returns the faults with their evidence once progress
-// reports everything consumed and all instances stopped. Every wait is
-// bounded by l.StepTimeout and fails with a *StepError naming its step.
-// Errors the faults are expected to cause (a fenced zombie) are not errors
-// of the run: the launcher filters them; any other error an instance
-// returns ends the run.
-func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder,
-	progress func(context.Context) (done, total int64, err error), group func(context.Context) (groupView, error),
-) ([]string, error) {
-	if len(l.Reports) < minReports {
-		return nil, fmt.Errorf("patterns: a run needs at least %d reports, not %d", minReports, len(l.Reports))
-	}
-	ctx, cancelAll := context.WithCancel(ctx)
-	defer cancelAll()
-	r := &churnRun{l: l, p: p, ctx: ctx, start: start, feed: feed, progress: progress, group: group,
-		gate: newGate(l.RecordDelay), failed: make(chan error, 16)}
-	defer r.stopAll()
-	if err := r.faults(); err != nil {
-		return nil, err
-	}
-	return append([]string{"unknown outcome at the source"}, r.evidence...), nil
-}
-
-func (r *churnRun) faults() error {
-	l, n := r.l, len(r.l.Reports)
-	part := func(f float64) int { return int(float64(n) * f) }
-
-	// Crash: instance a is caught mid-batch and stopped abruptly; a
-	// replacement with its name starts.
-	if err := r.write("crash: writing the first reports", 0, part(beforeCrash)); err != nil {
-		return err
-	}
-	a := r.launch("a")
-	if err := r.reached("crash: waiting for the first commits", 0.5); err != nil {
-		return err
-	}
-	c := r.gate.arm()
-	if err := r.write("crash: writing the reports it strikes in", part(beforeCrash), part(beforeRebalance)); err != nil {
-		return err
-	}
-	if _, err := r.catchOne("crash: waiting for a handler mid-batch", c); err != nil {
-		return err
-	}
-	l.progress(r.p, "crash: stopping an instance abruptly mid-batch")
-	a.cancel()
-	c.free()
-	if err := r.stop("crash: waiting for the crashed instance to stop", a); err != nil {
-		return err
-	}
-	r.evidence = append(r.evidence, "crash mid-batch: instance a stopped with a handler call in flight")
-	r.launch("a")
-
-	// Rebalance: a second instance joins while the first is caught
-	// mid-batch, held until the group is rebalancing and then for one
-	// more heartbeat, so that the first learns of it mid-batch.
-	c = r.gate.arm()
-	if err := r.write("rebalance: writing the reports it strikes in", part(beforeRebalance), part(beforeZombie)); err != nil {
-		return err
-	}
-	held, err := r.catchOne("rebalance: waiting for a handler mid-batch", c)
-	if err != nil {
-		return err
-	}
-	l.progress(r.p, "rebalance: a second instance joins mid-batch")
-	b := r.launch("b")
-	view, err := r.awaitGroup("rebalance: waiting for the group to see the second instance", func(v groupView) bool {
-		return v.state != "Stable" || v.clientIDs[b.clientID]
-	})
-	if err == nil {
-		err = r.pause("rebalance: holding the batch for a heartbeat", l.heartbeat()+200*time.Millisecond)
-	}
-	c.free()
-	if err != nil {
-		return err
-	}
-	r.evidence = append(r.evidence, fmt.Sprintf("rebalance mid-batch: b joined (group %s) while %s held a handler call", view.state, held))
-
-	// Zombie: the next handler to arrive stalls; a replacement with its
-	// name starts, and the group rebalances without the stalled one
-	// (evicted, or stripped of its partitions); then it wakes.
-	c = r.gate.arm()
-	if err := r.write("zombie: writing the reports it strikes in", part(beforeZombie), n); err != nil {
-		return err
-	}
-	zombie, err := r.catchOne("zombie: waiting for a handler mid-batch", c)
-	if err != nil {
-		return err
-	}
-	l.progress(r.p, "zombie: instance "+zombie+" stalls past its session timeout; a replacement starts")
-	if err := r.pause("zombie: stalled past its session timeout", l.SessionTimeout+time.Second); err != nil {
-		c.free()
-		return err
-	}
-	replacement := r.launch(zombie)
-	view, err = r.awaitGroup("zombie: waiting for the group to rebalance onto the replacement", func(v groupView) bool {
-		return v.state == "Stable" && v.clientIDs[replacement.clientID]
-	})
-	l.progress(r.p, "zombie: instance "+zombie+" wakes up")
-	c.free()
-	if err != nil {
-		return err
-	}
-	r.evidence = append(r.evidence, fmt.Sprintf("zombie: %s stalled mid-batch while the group (%d members) rebalanced onto its replacement", zombie, len(view.clientIDs)))
-
-	if err := r.reached("finishing: waiting for every record's commit", 1); err != nil {
-		return err
-	}
-	// Let the last batches land, and a woken zombie do what it does,
-	// before the instances stop.
-	if err := r.pause("finishing", 2*time.Second); err != nil {
-		return err
-	}
-	l.progress(r.p, "stopping")
-	for _, in := range r.instances {
-		if err := r.stop("stopping the instances", in); err != nil {
-			return err
-		}
-	}
-	select {
-	case err := <-r.failed:
-		return r.stalled("stopping the instances", time.Now(), err)
-	default:
-	}
-	return nil
-}
-
-func (r *churnRun) launch(name string) *instance {
-	r.launched++
-	ictx, cancel := context.WithCancel(r.ctx)
-	in := &instance{name: name, clientID: fmt.Sprintf("eoslab-%s-%d", name, r.launched), cancel: cancel, done: make(chan struct{})}
-	opts := append(r.l.clientOpts(), kgo.ClientID(in.clientID))
-	go func() {
-		defer close(in.done)
-		if err := r.start(ictx, name, opts, func() { r.gate.wait(ictx, name) }); err != nil && ictx.Err() == nil {
-			select {
-			case r.failed <- fmt.Errorf("instance %s: %w", name, err):
-			default:
-			}
-		}
-	}()
-	r.instances = append(r.instances, in)
-	return in
-}
-
-// stopAll stops every instance on the way out, all within one step bound;
-// the gate is closed first so that no handler stays caught.
-func (r *churnRun) stopAll() {
-	r.gate.close()
-	for _, in := range r.instances {
-		in.cancel()
-	}
-	deadline := time.After(r.l.StepTimeout)
-	for _, in := range r.instances {
-		select {
-		case <-in.done:
-		case <-deadline:
-			r.l.Logger.Error("patterns: an instance did not stop", "pattern", r.p.Name, "instance", in.name, "waited", r.l.StepTimeout)
-			return
-		}
-	}
-}
-
-func (r *churnRun) stalled(step string, began time.Time, err error) error {
-	return &StepError{Pattern: r.p.Name, Step: step, Waited: time.Since(began), Done: r.last, Total: r.total, Err: err}
-}
-
-// wait waits until d passes (ok), or fails the step when ctx ends, an
-// instance fails or the step's bound passes first.
-func (r *churnRun) wait(step string, began time.Time, d <-chan time.Time, bound <-chan time.Time) error {
-	select {
-	case <-r.ctx.Done():
-		return r.stalled(step, began, r.ctx.Err())
-	case err := <-r.failed:
-		return r.stalled(step, began, err)
-	case <-bound:
-		return r.stalled(step, began, ErrStalled)
-	case <-d:
-		return nil
-	}
-}
-
-// write feeds reports [from, to) within the step bound.
-func (r *churnRun) write(step string, from, to int) error {
-	began := time.Now()
-	ctx, cancel := context.WithTimeout(r.ctx, r.l.StepTimeout)
-	defer cancel()
-	if err := r.feed(ctx, from, to); err != nil {
-		if ctx.Err() != nil && r.ctx.Err() == nil {
-			err = fmt.Errorf("%w: %w", ErrStalled, err)
-		}
-		return r.stalled(step, began, err)
-	}
-	return nil
-}
-
-// reached waits until the committed offsets cover frac of the records
-// written so far.
-func (r *churnRun) reached(step string, frac float64) error {
-	began := time.Now()
-	bound := time.NewTimer(r.l.StepTimeout)
-	defer bound.Stop()
-	for {
-		// A coordinator busy with a rebalance may hold the offset
-		// fetch; that counts as no progress, not as an error.
-		pctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-		done, total, err := r.progress(pctx)
-		cancel()
-		switch {
-		case err != nil && r.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		case err != nil:
-			return r.stalled(step, began, err)
-		case total > 0:
-			r.last, r.total = done, total
-			if float64(done) >= frac*float64(total) {
-				return nil
-			}
-		}
-		if err := r.wait(step, began, time.After(50*time.Millisecond), bound.C); err != nil {
-			return err
-		}
-	}
-}
-
-// awaitGroup waits until the consumer group's view satisfies cond.
-func (r *churnRun) awaitGroup(step string, cond func(groupView) bool) (groupView, error) {
-	began := time.Now()
-	bound := time.NewTimer(r.l.StepTimeout)
-	defer bound.Stop()
-	for {
-		gctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-		v, err := r.group(gctx)
-		cancel()
-		if err == nil && cond(v) {
-			return v, nil
-		}
-		if err := r.wait(step, began, time.After(50*time.Millisecond), bound.C); err != nil {
-			return v, err
-		}
-	}
-}
-
-// catchOne waits for a handler to be caught by c; on failure it frees c,
-// so that a handler caught late does not stay blocked.
-func (r *churnRun) catchOne(step string, c *catch) (string, error) {
-	began := time.Now()
-	bound := time.NewTimer(r.l.StepTimeout)
-	defer bound.Stop()
-	select {
-	case name := <-c.caught:
-		return name, nil
-	case <-r.ctx.Done():
-		c.free()
-		return "", r.stalled(step, began, r.ctx.Err())
-	case err := <-r.failed:
-		c.free()
-		return "", r.stalled(step, began, err)
-	case <-bound.C:
-		c.free()
-		return "", r.stalled(step, began, fmt.Errorf("%w: no handler reached the fault", ErrStalled))
-	}
-}
-
-func (r *churnRun) stop(step string, in *instance) error {
-	began := time.Now()
-	in.cancel()
-	select {
-	case <-in.done:
-		return nil
-	case <-time.After(r.l.StepTimeout):
-		return r.stalled(step, began, fmt.Errorf("%w: instance %s did not stop", ErrStalled, in.name))
-	}
-}
-
-// pause waits d, failing the step if the run ends or an instance fails.
-func (r *churnRun) pause(step string, d time.Duration) error {
-	return r.wait(step, time.Now(), time.After(d), nil)
-}
-
-// describeGroup returns a function reading the group's state and members.
-func describeGroup(adm *kadm.Client, group string) func(context.Context) (groupView, error) {
-	return func(ctx context.Context) (groupView, error) {
-		described, err := adm.DescribeGroups(ctx, group)
-		if err != nil {
-			return groupView{}, err
-		}
-		d, ok := described[group]
-		if !ok || d.Err != nil {
-			return groupView{}, fmt.Errorf("describe group %s: %v", group, d.Err)
-		}
-		v := groupView{state: d.State, clientIDs: map[string]bool{}}
-		for _, m := range d.Members {
-			v.clientIDs[m.ClientID] = true
-		}
-		return v, nil
-	}
-}
-
-// groupProgress reports a group's committed offsets against the topic's
-// end offsets.
-func groupProgress(adm *kadm.Client, group, topic string) func(context.Context) (int64, int64, error) {
-	return func(ctx context.Context) (int64, int64, error) {
-		ends, err := adm.ListEndOffsets(ctx, topic)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err != nil {
-			return 0, 0, err
-		}
-		committed, err := adm.FetchOffsets(ctx, group)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return 0, 0, nil // the group may not exist yet
-		}
-		var done, total int64
-		ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
-		committed.Each(func(o kadm.OffsetResponse) {
-			if o.Topic == topic && o.Err == nil {
-				done += o.At
-			}
-		})
-		return done, total, nil
-	}
 }
 
 // newTopics creates a run's topics, each with one partition per region.
 func (l *Lab) newTopics(ctx context.Context, adm *kadm.Client, names ...string) error {
 	for _, n := range names {
-		resp, err := adm.CreateTopic(ctx, int32(len(Regions)), 1, nil, n)
+		resp, err := adm.CreateTopic(ctx, int32(len(regions)), 1, nil, n)
 		if err == nil {
 			err = resp.Err
 		}

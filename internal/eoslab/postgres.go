@@ -1,4 +1,4 @@
-package patterns
+package eoslab
 
 import (
 	"context"
@@ -11,12 +11,19 @@ import (
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/patterns/dashboard"
+	"github.com/eoskit/eoskit/patterns/dedupconsumer"
+	"github.com/eoskit/eoskit/patterns/kafkatopostgres"
 	"github.com/eoskit/eoskit/verify"
 )
 
-// The database patterns write each report as a row (reports has no unique
-// constraint: a duplicate is a second row) and add its cases to its
-// region's total, the number a dashboard shows.
+// The database rows run the patterns kafkatopostgres and dedupconsumer on
+// tables of their own, each report a row of <tables>_reports (no unique
+// key: a duplicate is a second row) added to its region's total.
+
+// labMaxPoll is the batch size of both database rows; with DrainTimeout(0),
+// the lab's stop acts as a crash (see kafkaPipeline).
+const labMaxPoll = 200
 
 func exactlyOncePostgres() Pattern {
 	return Pattern{
@@ -24,33 +31,37 @@ func exactlyOncePostgres() Pattern {
 		Guarantee:     "offsetstore: rows and offsets in one database transaction",
 		NeedsDatabase: true,
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
-			if err := offsetstore.Migrate(ctx, l.Pool); err != nil {
-				return result{}, err
+			cfg := func(name, in, tables string) kafkatopostgres.Config {
+				return kafkatopostgres.Config{Pool: l.Pool, Brokers: l.Brokers, Group: name, Topic: in, Tables: tables,
+					Logger: l.Logger.With("pattern", p.Name)}
 			}
-			return l.postgresPipeline(ctx, p, resume, false, func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error {
-				r, err := offsetstore.New(l.Pool,
-					func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+			return l.postgresPipeline(ctx, p, resume, false,
+				func(ctx context.Context, name, in, tables string) error {
+					return kafkatopostgres.Migrate(ctx, cfg(name, in, tables))
+				},
+				func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error {
+					c := cfg(name, in, tables)
+					handle := kafkatopostgres.Handle(tables)
+					// The pattern's handler, a record at a time, so that the
+					// faults can catch it mid-batch.
+					c.Handler = func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 						for _, rec := range recs {
 							wait()
-							if err := applyReport(ctx, tx, tables, rec); err != nil {
+							if err := handle(ctx, tx, []*kgo.Record{rec}); err != nil {
 								return err
 							}
 						}
 						return nil
-					},
-					offsetstore.Brokers(l.Brokers...), offsetstore.Group(name), offsetstore.Topics(in),
-					offsetstore.MaxPollRecords(200), offsetstore.Logger(l.Logger.With("pattern", p.Name)),
-					offsetstore.ClientOptions(clientOpts...),
-					offsetstore.DrainTimeout(0)) // a stop acts as a crash (see kafka.go)
-				if err != nil {
-					return err
-				}
-				return r.Run(ctx)
-			}, func(ctx context.Context, name, _ string) (int64, int64, error) {
-				var done int64
-				err := l.Pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM eoskit_offsets WHERE consumer_group = $1`, name).Scan(&done)
-				return done, 0, err
-			})
+					}
+					c.Options = []offsetstore.Option{offsetstore.MaxPollRecords(labMaxPoll),
+						offsetstore.ClientOptions(clientOpts...), offsetstore.DrainTimeout(0)}
+					return kafkatopostgres.Run(ctx, c)
+				},
+				func(ctx context.Context, name, _ string) (int64, int64, error) {
+					var done int64
+					err := l.Pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM eoskit_offsets WHERE consumer_group = $1`, name).Scan(&done)
+					return done, 0, err
+				})
 		},
 	}
 }
@@ -61,54 +72,38 @@ func dedupPostgres() Pattern {
 		Guarantee:     "at-least-once consumer; dedup claims each id with the side effect",
 		NeedsDatabase: true,
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
-			var store *dedup.PostgresStore
-			return l.postgresPipeline(ctx, p, resend, true, func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error {
-				c, err := dedup.NewConsumer(l.Pool, store,
-					func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+			cfg := func(name, in, tables string) dedupconsumer.Config {
+				return dedupconsumer.Config{Pool: l.Pool, Brokers: l.Brokers, Group: name, Topic: in, Tables: tables,
+					Logger: l.Logger.With("pattern", p.Name)}
+			}
+			return l.postgresPipeline(ctx, p, resend, true,
+				func(ctx context.Context, name, in, tables string) error {
+					return dedupconsumer.Migrate(ctx, cfg(name, in, tables))
+				},
+				func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error {
+					c := cfg(name, in, tables)
+					handle := dedupconsumer.Handle(tables)
+					c.Handler = func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 						wait()
-						return applyReport(ctx, tx, tables, rec)
-					},
-					dedup.Brokers(l.Brokers...), dedup.Group(name), dedup.Topics(in), dedup.MaxPollRecords(200),
-					dedup.Logger(l.Logger.With("pattern", p.Name)),
-					dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...),
-					dedup.DrainTimeout(0)) // a stop acts as a crash (see kafka.go)
-				if err != nil {
-					return err
-				}
-				return c.Run(ctx)
-			}, nil, func(ctx context.Context, tables string) error {
-				var err error
-				if store, err = dedup.NewPostgresStore(tables + "_ids"); err != nil {
-					return err
-				}
-				return store.Migrate(ctx, l.Pool)
-			})
+						return handle(ctx, tx, rec)
+					}
+					c.Options = []dedup.Option{dedup.MaxPollRecords(labMaxPoll),
+						dedup.ClientOptions(clientOpts...), dedup.DrainTimeout(0)}
+					return dedupconsumer.Run(ctx, c)
+				}, nil)
 		},
 	}
 }
 
-func applyReport(ctx context.Context, tx pgx.Tx, tables string, rec *kgo.Record) error {
-	rep, err := ParseReport(rec.Value)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+tables+`_reports (id, region, cases) VALUES ($1, $2, $3)`, rep.ID, rep.Region, rep.Cases); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO `+tables+`_totals (region, cases) VALUES ($1, $2)
-		ON CONFLICT (region) DO UPDATE SET cases = `+tables+`_totals.cases + EXCLUDED.cases`, rep.Region, rep.Cases)
-	return err
-}
-
-// postgresPipeline runs the source into an input topic, then the pattern's
-// consumer through the lab's faults, and reads the rows back. progress,
-// when given, reports stored offsets (the total is taken from Kafka); when
-// nil, the group's Kafka offsets are used. setup, when given, prepares
-// pattern tables named after the run.
+// postgresPipeline runs the source into an input topic, migrates the
+// pattern's tables (named after the run), runs the pattern's consumer
+// through the lab's faults, and reads the rows back. progress, when given,
+// reports stored offsets (the total is taken from Kafka); when nil, the
+// group's Kafka offsets are used.
 func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePolicy, stamp bool,
+	migrate func(ctx context.Context, name, in, tables string) error,
 	start func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error,
 	progress func(ctx context.Context, name, in string) (int64, int64, error),
-	setup ...func(ctx context.Context, tables string) error,
 ) (result, error) {
 	adm, closeAdm, err := l.admin()
 	if err != nil {
@@ -122,17 +117,11 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 	}
 	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), in) }()
 	tables := fmt.Sprintf("eoslab_%d", time.Now().UnixNano())
-	if _, err := l.Pool.Exec(ctx, `CREATE TABLE `+tables+`_reports (seq bigserial PRIMARY KEY, id text NOT NULL, region text NOT NULL, cases integer NOT NULL);
-		CREATE TABLE `+tables+`_totals (region text PRIMARY KEY, cases bigint NOT NULL)`); err != nil {
-		return result{}, err
-	}
 	defer func() {
 		_, _ = l.Pool.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS `+tables+`_reports, `+tables+`_totals, `+tables+`_ids`)
 	}()
-	for _, s := range setup {
-		if err := s(ctx, tables); err != nil {
-			return result{}, err
-		}
+	if err := migrate(ctx, name, in, tables); err != nil {
+		return result{}, err
 	}
 
 	feed := func(ctx context.Context, from, to int) error {
@@ -158,12 +147,12 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 		return result{}, err
 	}
 
-	res := result{faults: faults, totals: map[string]int{}}
+	res := result{faults: faults}
 	rows, err := l.Pool.Query(ctx, `SELECT seq, id, region, cases FROM `+tables+`_reports ORDER BY seq`)
 	if err != nil {
 		return result{}, err
 	}
-	var rep Report
+	var rep dashboard.Report
 	var seq int64
 	if _, err := pgx.ForEachRow(rows, []any{&seq, &rep.ID, &rep.Region, &rep.Cases}, func() error {
 		res.outputs = append(res.outputs, outputOf(rep, verify.Position{Topic: tables + "_reports", Offset: seq}))
@@ -171,16 +160,7 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 	}); err != nil {
 		return result{}, err
 	}
-	totals, err := l.Pool.Query(ctx, `SELECT region, cases FROM `+tables+`_totals`)
-	if err != nil {
-		return result{}, err
-	}
-	var region string
-	var cases int
-	if _, err := pgx.ForEachRow(totals, []any{&region, &cases}, func() error {
-		res.totals[region] = cases
-		return nil
-	}); err != nil {
+	if res.totals, err = dashboard.Totals(ctx, l.Pool, tables); err != nil {
 		return result{}, err
 	}
 	return res, nil

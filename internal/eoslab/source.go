@@ -1,4 +1,4 @@
-package patterns
+package eoslab
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/patterns/dashboard"
 )
 
 // sourcePolicy is what a producer does when it can not know whether a
@@ -58,7 +59,7 @@ func faultFor(i, lostEvery int) unknownOutcome {
 // policy; first is the workload index of reports[0], so that the faults
 // fall on the same reports however the workload is split. With stamp, each
 // report carries a message id (dedup.Stamp) that its resends keep.
-func source(ctx context.Context, brokers []string, topic string, reports []Report, first, lostEvery int, policy sourcePolicy, sem eos.Semantics, stamp bool) error {
+func source(ctx context.Context, brokers []string, topic string, reports []dashboard.Report, first, lostEvery int, policy sourcePolicy, sem eos.Semantics, stamp bool) error {
 	opts := append(sem.ProducerOptions(), kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -139,7 +140,7 @@ func lastReport(ctx context.Context, brokers []string, topic string, partition i
 			return "", fmt.Errorf("source: read the last record of %s[%d]: %w", topic, partition, err)
 		}
 		for _, r := range f.Records() {
-			rep, err := ParseReport(r.Value)
+			rep, err := dashboard.Parse(r.Value)
 			if err != nil {
 				return "", err
 			}

@@ -1,51 +1,26 @@
-package patterns
+package eoslab
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
+
+	"github.com/eoskit/eoskit/patterns/dashboard"
 )
 
-// Report is one regional case report: the shared workload. A duplicate
-// report inflates its region's total and a lost one deflates it, so every
-// anomaly shows in the numbers a dashboard would print.
-type Report struct {
-	ID     string
-	Region string
-	Cases  int
-}
+// regions are the workload's regions; each maps to one input partition.
+var regions = []string{"north", "south", "east", "west"}
 
-// Regions are the workload's regions; each maps to one input partition.
-var Regions = []string{"north", "south", "east", "west"}
-
-// Workload returns n reports spread over the regions, the same for every
-// pattern and every run.
-func Workload(n int) []Report {
-	reports := make([]Report, n)
+// Workload returns n case reports spread over the regions, the same for
+// every pattern and every run.
+func Workload(n int) []dashboard.Report {
+	reports := make([]dashboard.Report, n)
 	for i := range reports {
-		reports[i] = Report{ID: "r" + strconv.Itoa(i), Region: Regions[i%len(Regions)], Cases: 1 + (i*7)%9}
+		reports[i] = dashboard.Report{ID: "r" + strconv.Itoa(i), Region: regions[i%len(regions)], Cases: 1 + (i*7)%9}
 	}
 	return reports
 }
 
-// Value encodes r as a record value: "id|region|cases".
-func (r Report) Value() []byte { return fmt.Appendf(nil, "%s|%s|%d", r.ID, r.Region, r.Cases) }
-
-// ParseReport decodes [Report.Value].
-func ParseReport(b []byte) (Report, error) {
-	parts := strings.Split(string(b), "|")
-	if len(parts) != 3 {
-		return Report{}, fmt.Errorf("patterns: %q is not id|region|cases", b)
-	}
-	cases, err := strconv.Atoi(parts[2])
-	if err != nil {
-		return Report{}, fmt.Errorf("patterns: %q: %w", b, err)
-	}
-	return Report{ID: parts[0], Region: parts[1], Cases: cases}, nil
-}
-
-// Totals sums cases per region.
-func Totals(reports []Report) map[string]int {
+// totals sums cases per region: what an exact dashboard shows.
+func totals(reports []dashboard.Report) map[string]int {
 	t := map[string]int{}
 	for _, r := range reports {
 		t[r.Region] += r.Cases
@@ -54,7 +29,7 @@ func Totals(reports []Report) map[string]int {
 }
 
 func regionPartition(region string) int32 {
-	for i, r := range Regions {
+	for i, r := range regions {
 		if r == region {
 			return int32(i)
 		}
