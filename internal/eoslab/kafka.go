@@ -11,6 +11,7 @@ import (
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/patterns/dashboard"
 	"github.com/eoskit/eoskit/patterns/kafkatokafka"
+	"github.com/eoskit/eoskit/patterns/producerresume"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -147,10 +148,10 @@ func (l *Lab) readKafkaOutput(ctx context.Context, topic string, faults []string
 	return res, nil
 }
 
-// producerResume is exactly-once production without transactions: one
-// producer per partition, which after an unknown outcome reads the last
-// record of its partition to decide whether to resend, and which after a
-// crash resumes after the last record it finds.
+// producerResume is the pattern producerresume alone: one producer per
+// partition, which after an unknown outcome reads the last record of its
+// partition to decide whether to resend, and which after a crash resumes
+// after the last record it finds.
 func producerResume() Pattern {
 	return Pattern{
 		Name:      "exactly-once producer resume",
@@ -190,11 +191,17 @@ func producerResume() Pattern {
 }
 
 // resumePoint returns the reports not yet in topic: per partition, those
-// after the partition's last record.
+// after the partition's last record, as each region's restarted
+// producerresume.Producer finds it.
 func resumePoint(ctx context.Context, brokers []string, topic string, reports []dashboard.Report) ([]dashboard.Report, error) {
 	lastIndex := map[string]int{}
 	for _, region := range regions {
-		id, err := lastReport(ctx, brokers, topic, regionPartition(region))
+		p, err := producerresume.New(producerresume.Config{Brokers: brokers, Topic: topic, Partition: regionPartition(region)})
+		if err != nil {
+			return nil, err
+		}
+		id, err := p.Last(ctx)
+		p.Close()
 		if err != nil {
 			return nil, err
 		}

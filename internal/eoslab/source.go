@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/patterns/dashboard"
+	"github.com/eoskit/eoskit/patterns/producerresume"
 )
 
 // sourcePolicy is what a producer does when it can not know whether a
@@ -24,9 +23,9 @@ const (
 	// resend sends the record again: at-least-once. A record that was
 	// written is written twice.
 	resend
-	// resume reads the last record of the partition and resends only if
-	// it is not there: exactly-once, without transactions, for one
-	// producer per partition.
+	// resume is the pattern producerresume: it reads the last record of
+	// the partition and resends only if it is not there; exactly-once,
+	// without transactions, for one producer per partition.
 	resume
 )
 
@@ -54,9 +53,14 @@ func faultFor(i, lostEvery int) unknownOutcome {
 	return notWritten
 }
 
+// errUnknownOutcome is what the lab's source sees for a report whose
+// outcome it made unknown.
+var errUnknownOutcome = errors.New("eoslab: the outcome of the send is unknown")
+
 // source writes reports to topic, one partition per region, suffering an
 // unknown outcome every lostEvery reports of the workload and reacting with
-// policy; first is the workload index of reports[0], so that the faults
+// policy (for resume, through the pattern producerresume, one producer per
+// region); first is the workload index of reports[0], so that the faults
 // fall on the same reports however the workload is split. With stamp, each
 // report carries a message id (dedup.Stamp) that its resends keep.
 func source(ctx context.Context, brokers []string, topic string, reports []dashboard.Report, first, lostEvery int, policy sourcePolicy, sem eos.Semantics, stamp bool) error {
@@ -66,36 +70,58 @@ func source(ctx context.Context, brokers []string, topic string, reports []dashb
 		return err
 	}
 	defer cl.Close()
-	for i, rep := range reports {
-		rec := &kgo.Record{Key: []byte(rep.Region), Value: rep.Value(), Partition: regionPartition(rep.Region)}
-		if stamp {
-			dedup.Stamp(rec)
-		}
-		fault := faultFor(first+i, lostEvery)
+	// produce sends a record, except that the first send of a report
+	// whose fault is pending has an unknown outcome: written with the
+	// acknowledgement lost, or never written.
+	var pending unknownOutcome
+	produce := func(ctx context.Context, rec *kgo.Record) error {
+		fault := pending
+		pending = noFault
 		if fault != notWritten {
 			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				return fmt.Errorf("source: produce %s: %w", rep.ID, err)
+				return err
 			}
 		}
-		if fault == noFault {
-			continue
+		if fault != noFault {
+			return errUnknownOutcome
 		}
-		switch policy {
-		case giveUp:
-		case resend:
-			if err := cl.ProduceSync(ctx, copyRecord(rec)).FirstErr(); err != nil {
-				return fmt.Errorf("source: resend %s: %w", rep.ID, err)
-			}
-		case resume:
-			last, err := lastReport(ctx, brokers, topic, rec.Partition)
+		return nil
+	}
+	resumers := map[string]*producerresume.Producer{}
+	if policy == resume {
+		for _, region := range regions {
+			p, err := producerresume.New(producerresume.Config{Brokers: brokers, Topic: topic, Partition: regionPartition(region), Produce: produce})
 			if err != nil {
 				return err
 			}
-			if last != rep.ID {
-				if err := cl.ProduceSync(ctx, copyRecord(rec)).FirstErr(); err != nil {
-					return fmt.Errorf("source: resend %s: %w", rep.ID, err)
-				}
+			defer p.Close()
+			resumers[region] = p
+		}
+	}
+	for i, rep := range reports {
+		pending = faultFor(first+i, lostEvery)
+		if policy == resume {
+			if err := resumers[rep.Region].Send(ctx, rep); err != nil {
+				return fmt.Errorf("source: %w", err)
 			}
+			continue
+		}
+		rec := rep.Record(topic)
+		rec.Partition = regionPartition(rep.Region)
+		if stamp {
+			dedup.Stamp(rec)
+		}
+		err := produce(ctx, rec)
+		if errors.Is(err, errUnknownOutcome) {
+			switch policy {
+			case giveUp:
+				err = nil
+			case resend:
+				err = produce(ctx, copyRecord(rec))
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("source: produce %s: %w", rep.ID, err)
 		}
 	}
 	return nil
@@ -103,51 +129,4 @@ func source(ctx context.Context, brokers []string, topic string, reports []dashb
 
 func copyRecord(r *kgo.Record) *kgo.Record {
 	return &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Partition: r.Partition, Headers: r.Headers}
-}
-
-// lastReport returns the id of the last report in a partition ("" if it is
-// empty): the resume producer's way to learn whether its last send landed.
-// It is exact because this producer is the partition's only writer and
-// writes in order.
-func lastReport(ctx context.Context, brokers []string, topic string, partition int32) (string, error) {
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return "", err
-	}
-	defer admCl.Close()
-	ends, err := kadm.NewClient(admCl).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return "", fmt.Errorf("source: end offsets: %w", err)
-	}
-	end, ok := ends.Lookup(topic, partition)
-	if !ok || end.Offset == 0 {
-		return "", nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(end.Offset - 1)}}))
-	if err != nil {
-		return "", err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		f := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return "", fmt.Errorf("source: read the last record of %s[%d]: %w", topic, partition, err)
-		}
-		for _, r := range f.Records() {
-			rep, err := dashboard.Parse(r.Value)
-			if err != nil {
-				return "", err
-			}
-			return rep.ID, nil
-		}
-		if errs := f.Errors(); len(errs) > 0 {
-			return "", errors.Join(errs[0].Err)
-		}
-	}
 }
