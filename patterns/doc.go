@@ -2,8 +2,9 @@
 // programs to copy and deploy, one per way of getting a real-time
 // case-count dashboard exact (reports per region, summed into totals that
 // must neither miss a report nor count one twice). Each is a package with
-// a Config, a Run(ctx, cfg) and the pattern's handler, and a main program
-// under its cmd/ directory that reads flags, handles SIGTERM and runs it.
+// a Config, a Run(ctx, cfg) and the pattern's handler (the source,
+// producerresume, has a Producer instead), and a main program under its
+// cmd/ directory that reads flags, handles SIGTERM and runs it.
 //
 // # Which pattern
 //
@@ -24,6 +25,11 @@
 //     out, exactly once: the transactional outbox. The service writes each
 //     report into the outbox in its own transaction, and outbox.Relay
 //     publishes it. Choose it when the report starts life in the database.
+//   - [github.com/eoskit/eoskit/patterns/producerresume]: a source into
+//     Kafka, exactly once, without transactions. The only writer of a
+//     partition reads its last record after an unknown outcome, and after
+//     a crash, to decide whether to resend. Choose it for the source that
+//     feeds kafkatokafka or kafkatopostgres.
 //
 // [github.com/eoskit/eoskit/patterns/dashboard] is the domain they share:
 // the report, its encoding, the two tables and the one update that keeps a
