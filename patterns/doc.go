@@ -1,45 +1,59 @@
-// Package patterns holds eoskit's reference patterns, one per delivery
-// guarantee, all on one workload (regional case reports summed into
-// per-region totals) and run through the same faults, so that what each
-// guarantees, and what each loses or duplicates, can be compared side by
-// side. cmd/eoslab runs them all and prints the table.
+// Package patterns is the index of eoskit's reference patterns: short
+// programs to copy and deploy, one per way of getting a real-time
+// case-count dashboard exact (reports per region, summed into totals that
+// must neither miss a report nor count one twice). Each is a package with
+// a Config, a Run(ctx, cfg) and the pattern's handler (the source,
+// producerresume, has a Producer instead), and a main program under its
+// cmd/ directory that reads flags, handles SIGTERM and runs it.
 //
-// The patterns:
+// # Which pattern
 //
-//   - at-most-once: a producer that gives up on an unknown outcome, and
-//     eos.Processor with eos.AtMostOnce (offsets committed before
-//     processing). Loses. It can also duplicate: a member stalled past its
-//     session timeout may, once its client has rejoined the group, commit
-//     and process records of a partition the group has meanwhile given to
-//     another member, since a classic group's offset commit checks the
-//     generation, not who owns the partition. The lab's zombie shows it.
-//   - at-least-once: a producer that resends, and eos.Processor with
-//     eos.AtLeastOnce (offsets committed after the outputs are
-//     acknowledged). Duplicates.
-//   - exactly-once kafka→kafka: eos.Processor (outputs and offsets in one
-//     transaction), fed by the resume producer.
-//   - exactly-once kafka→postgres: offsetstore (rows and offsets in one
-//     database transaction), fed by the resume producer.
-//   - effectively-once with dedup: a resending producer that stamps message
-//     ids, and dedup.Consumer.
-//   - exactly-once producer resume: one producer per partition that, after an
-//     unknown outcome or a crash, reads its partition's last record to
-//     decide whether to resend.
+//   - [github.com/eoskit/eoskit/patterns/kafkatokafka]: Kafka in, Kafka
+//     out, exactly once. eos.Processor commits a batch's outputs and its
+//     input offsets in one Kafka transaction. Choose it when the result is
+//     another topic (the dashboard's feed).
+//   - [github.com/eoskit/eoskit/patterns/kafkatopostgres]: Kafka in,
+//     PostgreSQL out, exactly once. offsetstore commits a batch's rows and
+//     its offsets in one database transaction. Choose it when the result
+//     is in the database and the topic holds each report once.
+//   - [github.com/eoskit/eoskit/patterns/dedupconsumer]: Kafka in,
+//     PostgreSQL out, effectively once. dedup claims each report's message
+//     id in the transaction that applies it. Choose it when the producers
+//     resend (so the topic may hold a report twice) and stamp each report
+//     with an id once.
+//   - [github.com/eoskit/eoskit/patterns/outboxrelay]: PostgreSQL in, Kafka
+//     out, exactly once: the transactional outbox. The service writes each
+//     report into the outbox in its own transaction, and outbox.Relay
+//     publishes it. Choose it when the report starts life in the database.
+//   - [github.com/eoskit/eoskit/patterns/producerresume]: a source into
+//     Kafka, exactly once, without transactions. The only writer of a
+//     partition reads its last record after an unknown outcome, and after
+//     a crash, to decide whether to resend. Choose it for the source that
+//     feeds kafkatokafka or kafkatopostgres.
 //
-// The faults, injected in every run where they apply: the source's outcome
-// unknown for some records (half written with the acknowledgement lost,
-// half never written); an instance stopped abruptly mid-batch and replaced;
-// a second instance joining mid-batch; an instance stalled in its handler
-// past its session timeout while a replacement with its name starts, then
-// woken. Each fault strikes while a handler is held mid-batch: the lab arms
-// a gate that catches the next handler call, then writes the next part of
-// the workload, so that some handler is certain to arrive, however fast or
-// slow the machine. Every wait of a run (for progress, for a handler to
-// reach a fault, for an instance to stop) is bounded by [Lab.StepTimeout];
-// a step that does not finish fails the run with a *[StepError] naming the
-// pattern, the step and the progress seen. The lab stops instances by
-// cancelling them, which for eos.Processor is a clean abort; the SIGKILL
-// versions of these faults are in the eos and offsetstore tests.
+// [github.com/eoskit/eoskit/patterns/dashboard] is the domain they share:
+// the report, its encoding, the two tables and the one update that keeps a
+// total.
 //
-// Nothing imports patterns: it composes eos, offsetstore and dedup.
+// # The layout, and why
+//
+// One package per pattern, so that a pattern is copied by copying one
+// directory (pattern.go and cmd/), and its imports are eoskit's library
+// packages and dashboard, never another pattern. The pattern holds what a
+// deployment fixes (which runner, which semantics, the handler, the
+// transactional id, where a new group starts); Config holds what differs
+// between deployments (addresses, names) and Options what is tuning. The
+// main programs differ only in their flags: each is meant to be read, and
+// copied, alone.
+//
+// # What shows that they hold
+//
+// cmd/eoslab runs each pattern, and weaker designs beside them (at-most-once,
+// at-least-once, an at-least-once outbox relay), on one workload through the
+// same injected faults (unknown outcomes at the source, a crash mid-batch,
+// a rebalance mid-batch, an instance stalled past its session timeout) and
+// prints what the verifier found. The faults live in the lab
+// (internal/eoslab), which wraps the patterns' handlers and options; no
+// pattern knows of them. The SIGKILL versions of the faults are in the
+// eos, offsetstore, dedup and outbox tests.
 package patterns

@@ -31,7 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/eoskit/eoskit/patterns"
+	"github.com/eoskit/eoskit/internal/eoslab"
 )
 
 func main() {
@@ -53,20 +53,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	lab := &patterns.Lab{Reports: patterns.Workload(*reports)}
+	lab := &eoslab.Lab{Reports: eoslab.Workload(*reports)}
 	if *verbose {
 		lab.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
 	where := "Kafka at " + *brokers
 	if *brokers == "" {
-		cluster, err := patterns.EmbeddedCluster()
+		cluster, err := eoslab.EmbeddedCluster()
 		if err != nil {
 			fmt.Fprintln(stderr, "eoslab:", err)
 			return 1
 		}
 		defer cluster.Close()
 		lab.Brokers = cluster.ListenAddrs()
-		lab.SessionTimeout = patterns.EmbeddedSessionTimeout
+		lab.SessionTimeout = eoslab.EmbeddedSessionTimeout
 		where = "an embedded in-process Kafka (franz-go's kfake): a demo, not a proof; give --brokers for a real broker"
 	} else {
 		lab.Brokers = strings.Split(*brokers, ",")
@@ -86,9 +86,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "  %-30s %s\n", pattern, step)
 	}
 
-	var outcomes []patterns.Outcome
+	var outcomes []eoslab.Outcome
 	failed := false
-	for _, p := range patterns.All() {
+	for _, p := range eoslab.All() {
 		if !strings.Contains(p.Name, *only) {
 			continue
 		}
@@ -121,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func printTable(w io.Writer, outcomes []patterns.Outcome) {
+func printTable(w io.Writer, outcomes []eoslab.Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "pattern\tinput\toutput\tlost\tduplicated\taborted-visible\tout-of-order\ttotals correct\t")
 	var notes []string

@@ -1,4 +1,4 @@
-package patterns
+package eoslab
 
 import (
 	"context"
@@ -9,8 +9,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/patterns/dashboard"
+	"github.com/eoskit/eoskit/patterns/kafkatokafka"
+	"github.com/eoskit/eoskit/patterns/producerresume"
 	"github.com/eoskit/eoskit/verify"
 )
+
+// The Kafka rows: two weaker designs (controls), at-most-once and
+// at-least-once, and the exactly-once pattern kafkatokafka, each consuming
+// the same source through the same faults; and the resume producer alone.
 
 func atMostOnce() Pattern {
 	return Pattern{
@@ -42,9 +49,27 @@ func exactlyOnceKafka() Pattern {
 	}
 }
 
-// kafkaPipeline runs the source into an input topic, then an eos.Processor
-// with the given semantics copying reports to an output topic through the
-// lab's faults, and reads the output back as a read_committed reader would.
+// control is a weaker design the pattern is measured against: the program
+// kafkatokafka.Run runs, with semantics that commit the offsets apart from
+// the outputs (and so without a transactional id).
+func control(sem eos.Semantics) func(context.Context, kafkatokafka.Config) error {
+	return func(ctx context.Context, cfg kafkatokafka.Config) error {
+		opts := append([]eos.ProcessorOption{
+			eos.Brokers(cfg.Brokers...), eos.Group(cfg.Group), eos.InputTopics(cfg.Input),
+			eos.WithSemantics(sem), eos.Logger(cfg.Logger),
+		}, cfg.Options...)
+		proc, err := eos.NewProcessor(cfg.Handler, opts...)
+		if err != nil {
+			return err
+		}
+		return proc.Run(ctx)
+	}
+}
+
+// kafkaPipeline runs the source into an input topic, then the pattern
+// kafkatokafka (or, for the weaker semantics, its control) forwarding
+// reports to an output topic through the lab's faults, and reads the output
+// back as a read_committed reader would.
 func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, policy sourcePolicy) (result, error) {
 	adm, closeAdm, err := l.admin()
 	if err != nil {
@@ -67,33 +92,26 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 		return source(ctx, l.Brokers, in, l.Reports[from:to], from, l.LostEvery, policy, srcSem, false)
 	}
 
-	copyReport := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		return []*kgo.Record{{Topic: out, Key: r.Key, Value: r.Value}}, nil
+	run := kafkatokafka.Run
+	if sem != eos.ExactlyOnce {
+		run = control(sem)
 	}
+	forward := kafkatokafka.Forward(out)
 	start := func(ctx context.Context, instance string, clientOpts []kgo.Opt, wait func()) error {
-		opts := []eos.ProcessorOption{
-			eos.Brokers(l.Brokers...), eos.Group(name), eos.InputTopics(in), eos.WithSemantics(sem),
-			eos.CommitInterval(200 * time.Millisecond), eos.Logger(l.Logger.With("pattern", p.Name, "instance", instance)),
-			eos.ClientOptions(clientOpts...),
-			// The lab stops an instance abruptly by ending its ctx: no
-			// drain, so that the stop acts as a crash does.
-			eos.DrainTimeout(0),
-		}
-		if sem == eos.ExactlyOnce {
-			txnID, err := eos.StableTransactionalID(name, instance)
-			if err != nil {
-				return err
-			}
-			opts = append(opts, eos.TransactionalID(txnID))
-		}
-		proc, err := eos.NewProcessor(func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-			wait()
-			return copyReport(ctx, r)
-		}, opts...)
-		if err != nil {
-			return err
-		}
-		err = proc.Run(ctx)
+		err := run(ctx, kafkatokafka.Config{
+			Brokers: l.Brokers, Group: name, Instance: instance, Input: in, Output: out,
+			Handler: func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+				wait()
+				return forward(ctx, r)
+			},
+			Logger: l.Logger.With("pattern", p.Name, "instance", instance),
+			Options: []eos.ProcessorOption{
+				eos.CommitInterval(200 * time.Millisecond), eos.ClientOptions(clientOpts...),
+				// The lab stops an instance abruptly by ending its ctx:
+				// no drain, so that the stop acts as a crash does.
+				eos.DrainTimeout(0),
+			},
+		})
 		if errors.Is(err, eos.ErrFenced) {
 			return nil // the zombie, stopped as it must be
 		}
@@ -115,7 +133,7 @@ func (l *Lab) readKafkaOutput(ctx context.Context, topic string, faults []string
 	}
 	res := result{faults: faults, totals: map[string]int{}}
 	for _, r := range committed {
-		rep, err := ParseReport(r.Value)
+		rep, err := dashboard.Parse(r.Value)
 		if err != nil {
 			return result{}, err
 		}
@@ -130,10 +148,10 @@ func (l *Lab) readKafkaOutput(ctx context.Context, topic string, faults []string
 	return res, nil
 }
 
-// producerResume is exactly-once production without transactions: one
-// producer per partition, which after an unknown outcome reads the last
-// record of its partition to decide whether to resend, and which after a
-// crash resumes after the last record it finds.
+// producerResume is the pattern producerresume alone: one producer per
+// partition, which after an unknown outcome reads the last record of its
+// partition to decide whether to resend, and which after a crash resumes
+// after the last record it finds.
 func producerResume() Pattern {
 	return Pattern{
 		Name:      "exactly-once producer resume",
@@ -173,11 +191,17 @@ func producerResume() Pattern {
 }
 
 // resumePoint returns the reports not yet in topic: per partition, those
-// after the partition's last record.
-func resumePoint(ctx context.Context, brokers []string, topic string, reports []Report) ([]Report, error) {
+// after the partition's last record, as each region's restarted
+// producerresume.Producer finds it.
+func resumePoint(ctx context.Context, brokers []string, topic string, reports []dashboard.Report) ([]dashboard.Report, error) {
 	lastIndex := map[string]int{}
-	for _, region := range Regions {
-		id, err := lastReport(ctx, brokers, topic, regionPartition(region))
+	for _, region := range regions {
+		p, err := producerresume.New(producerresume.Config{Brokers: brokers, Topic: topic, Partition: regionPartition(region)})
+		if err != nil {
+			return nil, err
+		}
+		id, err := p.Last(ctx)
+		p.Close()
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +212,7 @@ func resumePoint(ctx context.Context, brokers []string, topic string, reports []
 			}
 		}
 	}
-	var rest []Report
+	var rest []dashboard.Report
 	for i, r := range reports {
 		if i > lastIndex[r.Region] {
 			rest = append(rest, r)

@@ -1,11 +1,11 @@
-package patterns_test
+package eoslab_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/patterns"
+	"github.com/eoskit/eoskit/internal/eoslab"
 )
 
 // TestLabShowsWhatEachPatternGuarantees runs eoslab's scenarios against the
@@ -15,9 +15,9 @@ import (
 // does neither.
 func TestLabShowsWhatEachPatternGuarantees(t *testing.T) {
 	k := integration.Kafka(t)
-	lab := &patterns.Lab{Brokers: k.Brokers, Pool: integration.Postgres(t), Reports: patterns.Workload(3000),
+	lab := &eoslab.Lab{Brokers: k.Brokers, Pool: integration.Postgres(t), Reports: eoslab.Workload(3000),
 		Progress: func(pattern, step string) { t.Logf("%s: %s", pattern, step) }}
-	for _, p := range patterns.All() {
+	for _, p := range eoslab.All() {
 		checkPattern(t, lab, p)
 	}
 }
@@ -27,15 +27,15 @@ func TestLabShowsWhatEachPatternGuarantees(t *testing.T) {
 // the embedded kfake cluster) with the same assertions as the real-broker
 // test, so that the README's first command is kept working.
 func TestEmbeddedLabShowsWhatEachPatternGuarantees(t *testing.T) {
-	cluster, err := patterns.EmbeddedCluster()
+	cluster, err := eoslab.EmbeddedCluster()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	lab := &patterns.Lab{Brokers: cluster.ListenAddrs(), SessionTimeout: patterns.EmbeddedSessionTimeout,
+	lab := &eoslab.Lab{Brokers: cluster.ListenAddrs(), SessionTimeout: eoslab.EmbeddedSessionTimeout,
 		Progress: func(pattern, step string) { t.Logf("%s: %s", pattern, step) }}
 	ran := 0
-	for _, p := range patterns.All() {
+	for _, p := range eoslab.All() {
 		if p.NeedsDatabase {
 			continue
 		}
@@ -48,7 +48,7 @@ func TestEmbeddedLabShowsWhatEachPatternGuarantees(t *testing.T) {
 }
 
 // checkPattern runs p and asserts what it must show.
-func checkPattern(t *testing.T, lab *patterns.Lab, p patterns.Pattern) {
+func checkPattern(t *testing.T, lab *eoslab.Lab, p eoslab.Pattern) {
 	t.Helper()
 	out, err := lab.Run(context.Background(), p)
 	if err != nil {

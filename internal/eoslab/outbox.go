@@ -1,4 +1,4 @@
-package patterns
+package eoslab
 
 import (
 	"context"
@@ -11,14 +11,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/outbox"
+	"github.com/eoskit/eoskit/patterns/dashboard"
+	"github.com/eoskit/eoskit/patterns/outboxrelay"
 )
 
-// exactlyOnceOutbox is the transactional outbox relayed by outbox.Relay:
-// the database writes the reports, the relay publishes them.
+// exactlyOnceOutbox is the pattern outboxrelay: the database writes the
+// reports into the outbox, the relay publishes them.
 func exactlyOnceOutbox() Pattern {
 	return Pattern{
 		Name:          "exactly-once outbox relay",
@@ -30,8 +31,8 @@ func exactlyOnceOutbox() Pattern {
 	}
 }
 
-// atLeastOnceOutbox is the relay most outboxes have: publish, wait for
-// the acknowledgement, then record the position.
+// atLeastOnceOutbox is the control, the relay most outboxes have: publish,
+// wait for the acknowledgement, then record the position.
 func atLeastOnceOutbox() Pattern {
 	return Pattern{
 		Name:          "at-least-once outbox relay",
@@ -45,7 +46,7 @@ func atLeastOnceOutbox() Pattern {
 
 // outboxPipeline writes the reports into the outbox from one connection
 // per region (so each region commits in report order), relays them with
-// a relay of the given semantics, crashes the relay twice at the worst
+// the pattern outboxrelay, its semantics set to sem, crashes the relay twice at the worst
 // moment for it (at-least-once: Kafka acknowledged the batch; exactly-once:
 // its transaction is open; the slot not yet told either way), and reads
 // the topic.
@@ -65,7 +66,7 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 	// The run's own slot: created after the migration and dropped at the
 	// end, so that no earlier run's records come along, and no slot is
 	// left holding the server's log.
-	if err := outbox.Migrate(ctx, l.Pool); err != nil {
+	if err := outboxrelay.Migrate(ctx, outboxrelay.Config{Pool: l.Pool}); err != nil {
 		return result{}, err
 	}
 	slot, err := outbox.DefaultSlot(ctx, l.Pool)
@@ -94,8 +95,8 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 	go func() { wrote <- l.writeOutbox(ctx, out) }()
 
 	start := func() (stop func() error, err error) {
-		r, err := outbox.NewRelay(relayPool, outbox.Brokers(l.Brokers...), outbox.PositionTopic(positions),
-			outbox.WithSemantics(sem), outbox.Logger(l.Logger), outbox.CommitInterval(20*time.Millisecond), outbox.MaxRecordsPerCommit(100))
+		r, err := outboxrelay.New(outboxrelay.Config{Pool: relayPool, Brokers: l.Brokers, PositionTopic: positions, Logger: l.Logger,
+			Options: []outbox.Option{outbox.WithSemantics(sem), outbox.CommitInterval(20 * time.Millisecond), outbox.MaxRecordsPerCommit(100)}})
 		if err != nil {
 			return nil, err
 		}
@@ -207,15 +208,15 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 // region, each region's in order, in transactions of up to 4 reports.
 func (l *Lab) writeOutbox(ctx context.Context, topic string) error {
 	var wg sync.WaitGroup
-	errs := make([]error, len(Regions))
-	for i, region := range Regions {
+	errs := make([]error, len(regions))
+	for i, region := range regions {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var batch []*kgo.Record
+			var batch []dashboard.Report
 			n := 0
 			flush := func() error {
-				err := pgx.BeginFunc(ctx, l.Pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx, batch...) })
+				err := pgx.BeginFunc(ctx, l.Pool, func(tx pgx.Tx) error { return outboxrelay.Submit(ctx, tx, topic, batch...) })
 				batch = batch[:0]
 				return err
 			}
@@ -223,7 +224,7 @@ func (l *Lab) writeOutbox(ctx context.Context, topic string) error {
 				if r.Region != region {
 					continue
 				}
-				batch = append(batch, &kgo.Record{Topic: topic, Key: []byte(r.Region), Value: r.Value()})
+				batch = append(batch, r)
 				if n++; len(batch) >= 1+n%4 {
 					if errs[i] = flush(); errs[i] != nil {
 						return

@@ -1,0 +1,116 @@
+// Package dashboard is the domain every reference pattern speaks: regional
+// case reports, summed into the per-region totals a real-time dashboard
+// shows. The totals must be exact: a report applied twice inflates its
+// region's count, and a report lost deflates it, so every delivery anomaly
+// shows in the numbers the dashboard prints.
+//
+// A report travels as a Kafka record keyed by its region (so that one
+// region's reports keep their order) with the value "id|region|cases". In
+// PostgreSQL it is a row of <tables>_reports, and its cases are added to its
+// region's row of <tables>_totals in the same transaction.
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DefaultTables is the prefix of the dashboard's tables when a pattern's
+// Config names none: dashboard_reports and dashboard_totals.
+const DefaultTables = "dashboard"
+
+// Report is one regional case report.
+type Report struct {
+	ID     string
+	Region string
+	Cases  int
+}
+
+// Value encodes r as a record value: "id|region|cases".
+func (r Report) Value() []byte { return fmt.Appendf(nil, "%s|%s|%d", r.ID, r.Region, r.Cases) }
+
+// Record returns r as a record for topic, keyed by its region.
+func (r Report) Record(topic string) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: []byte(r.Region), Value: r.Value()}
+}
+
+// Parse decodes [Report.Value].
+func Parse(b []byte) (Report, error) {
+	parts := strings.Split(string(b), "|")
+	if len(parts) != 3 {
+		return Report{}, fmt.Errorf("dashboard: %q is not id|region|cases", b)
+	}
+	cases, err := strconv.Atoi(parts[2])
+	if err != nil {
+		return Report{}, fmt.Errorf("dashboard: %q: %w", b, err)
+	}
+	return Report{ID: parts[0], Region: parts[1], Cases: cases}, nil
+}
+
+// DB is what the dashboard's statements run on: a pool, a connection or a
+// transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Migrate creates the dashboard's tables, named after the prefix tables, if
+// they do not exist. <tables>_reports has no unique key on purpose: the
+// pattern, not a constraint, keeps each report once, and a duplicate would
+// show as a second row and a wrong total.
+func Migrate(ctx context.Context, db DB, tables string) error {
+	reports, totals := names(tables)
+	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+reports+` (seq bigserial PRIMARY KEY, id text NOT NULL, region text NOT NULL, cases integer NOT NULL);
+		CREATE TABLE IF NOT EXISTS `+totals+` (region text PRIMARY KEY, cases bigint NOT NULL)`)
+	if err != nil {
+		return fmt.Errorf("dashboard: create tables %s: %w", tables, err)
+	}
+	return nil
+}
+
+// Apply stores the report in rec and adds its cases to its region's total,
+// in tx: both happen if and only if tx commits.
+func Apply(ctx context.Context, tx pgx.Tx, tables string, rec *kgo.Record) error {
+	rep, err := Parse(rec.Value)
+	if err != nil {
+		return err
+	}
+	reports, totals := names(tables)
+	if _, err := tx.Exec(ctx, `INSERT INTO `+reports+` (id, region, cases) VALUES ($1, $2, $3)`, rep.ID, rep.Region, rep.Cases); err != nil {
+		return fmt.Errorf("dashboard: store report %s: %w", rep.ID, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+totals+` (region, cases) VALUES ($1, $2)
+		ON CONFLICT (region) DO UPDATE SET cases = `+totals+`.cases + EXCLUDED.cases`, rep.Region, rep.Cases); err != nil {
+		return fmt.Errorf("dashboard: add report %s to %s: %w", rep.ID, rep.Region, err)
+	}
+	return nil
+}
+
+// Totals reads the per-region totals: what the dashboard shows.
+func Totals(ctx context.Context, db DB, tables string) (map[string]int, error) {
+	_, totals := names(tables)
+	rows, err := db.Query(ctx, `SELECT region, cases FROM `+totals)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: read totals: %w", err)
+	}
+	t := map[string]int{}
+	var region string
+	var cases int
+	if _, err := pgx.ForEachRow(rows, []any{&region, &cases}, func() error {
+		t[region] = cases
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("dashboard: read totals: %w", err)
+	}
+	return t, nil
+}
+
+func names(tables string) (reports, totals string) {
+	return pgx.Identifier{tables + "_reports"}.Sanitize(), pgx.Identifier{tables + "_totals"}.Sanitize()
+}
