@@ -30,7 +30,7 @@ export EOSKIT_TEST_RUN
 # at a time, the slowest first (go test starts them in the order given),
 # keep the run within its 20 minutes. The five listed take 2 to 5.5
 # minutes each; the rest take a minute or less.
-slowest=(./outbox ./chaos ./eos ./leastprivilege ./patterns)
+slowest=(./outbox ./chaos ./eos ./leastprivilege ./internal/eoslab)
 mapfile -t rest < <(go list ./... | grep -vxF -f <(go list "${slowest[@]}"))
 go test -race -count=1 -p 3 -parallel 4 -timeout 25m "${slowest[@]}" "${rest[@]}" || rc=$?
 # The protocol-dependent eos fault tests again on Kafka 3.9 (transaction
