@@ -496,7 +496,7 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*
 				if hasID[i] {
 					held = &deadletter.Claim{Table: c.store.name, Scope: c.cfg.scope, ID: []byte(ids[i])}
 				}
-				if err := deadletter.Park(ctx, tx, c.cfg.group, r, cause, held); err != nil {
+				if err := deadletter.Park(ctx, tx, "dedup", c.cfg.group, r, cause, held); err != nil {
 					return err
 				}
 				n.parked++

@@ -16,14 +16,16 @@ import "github.com/eoskit/eoskit/internal/deadletter"
 //	error                       text         why it failed (NUL and bytes that are
 //	                                         not UTF-8 as U+FFFD)
 //	created_at                  timestamptz  when it was parked
-//	claim_table, claim_scope,   text, text,  dedup only: the id its consumer claimed
-//	claim_id                    bytea        for it, which a replay releases
+//	parked_by                   text         "offsetstore" or "dedup"; NULL: an earlier
+//	                                         eoskit parked it (no headers, no claim kept)
+//	claim_schema, claim_table,  text, text,  dedup only: the id its consumer claimed
+//	claim_scope, claim_id       text, bytea  for it, which a replay releases
 //
 // `eoskit dead-letters list -database-url URL` lists them (never their
 // values); `eoskit dead-letters replay` sends them back to their topics
 // (or one it names) through the outbox, each exactly once: one database
-// transaction writes a batch to the outbox and deletes its rows, so a
-// relay must run on that database (see package outbox). Consumers of the
+// transaction writes a batch to the outbox and deletes its rows, so an
+// exactly-once relay must run on that database (see package outbox). Consumers of the
 // topic in other groups see a replayed record again (each carries an
 // eoskit-replayed-from header): replay to a topic only this group reads
 // when that matters.

@@ -728,7 +728,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		}
 		if deadLetter != nil {
 			rec := fresh[0]
-			if err := deadletter.Park(ctx, tx, r.cfg.group, rec, deadLetter, nil); err != nil {
+			if err := deadletter.Park(ctx, tx, "offsetstore", r.cfg.group, rec, deadLetter, nil); err != nil {
 				return err
 			}
 		} else if err := r.callHandler(ctx, tx, fresh); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,13 +13,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/outbox"
-	"github.com/eoskit/eoskit/verify"
 )
 
 // runDeadLetters runs `eoskit dead-letters list|replay FLAGS`; args start
@@ -36,25 +31,27 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	kf := addKafkaFlags(fs)
 	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL holding "+deadletter.Table+" (default $DATABASE_URL)")
 	dlq := fs.String("dead-letter-topic", "", "a Kafka dead-letter topic instead of the PostgreSQL table")
-	group := fs.String("group", "", "table: only records this group parked; topic: the replaying group (default eoskit-replay-TOPIC)")
-	topic := fs.String("topic", "", "only records read from this topic")
+	group := fs.String("group", "", "table: only records this group parked")
+	topic := fs.String("topic", "", "table: only records read from this topic")
 	var ids idList
 	fs.Var(&ids, "id", "table: only this row id (repeatable)")
+	earlier := fs.Bool("earlier", false, "table, replay: also rows an earlier eoskit parked (their headers are lost, and a dedup row's id stays claimed: delete the claim by hand first)")
 	limit := fs.Int("limit", 100, "list: at most this many")
 	toTopic := fs.String("to-topic", "", "replay: send every record to this topic rather than the one it was read from")
-	outboxName := fs.String("outbox", "", "replay from the table: the outbox to write to, as outbox.Name gives it (default: the database's default outbox)")
+	outboxName := fs.String("outbox", "", "table, replay: the outbox to write to, as outbox.Name gives it (default: the database's default outbox)")
+	replayGroup := fs.String("replay-group", "", "topic: the group that replays, and whose offsets say what was replayed (default eoskit-replay-TOPIC); never an application's group")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
 	switch {
-	case *dlq != "" && len(ids) > 0:
-		fmt.Fprintln(stderr, "-id picks rows of the table; a dead-letter topic has none")
+	case *dlq != "" && (len(ids) > 0 || *group != "" || *topic != "" || *earlier || *outboxName != ""):
+		fmt.Fprintln(stderr, "-id, -group, -topic, -earlier and -outbox pick and replay rows of the table; a dead-letter topic is replayed whole, in a group of its own (-replay-group)")
+		return exitUsage
+	case *dlq == "" && *replayGroup != "":
+		fmt.Fprintln(stderr, "-replay-group is for a dead-letter topic (-dead-letter-topic)")
 		return exitUsage
 	case *dlq == "" && *dbURL == "":
 		fmt.Fprintln(stderr, "name the dead letters: -database-url (or $DATABASE_URL) for the table, or -dead-letter-topic")
-		return exitUsage
-	case *dlq != "" && *outboxName != "":
-		fmt.Fprintln(stderr, "-outbox names where the table's records are replayed to; a dead-letter topic is replayed by a processor")
 		return exitUsage
 	case *limit <= 0:
 		fmt.Fprintln(stderr, "-limit must be positive")
@@ -73,7 +70,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 			fmt.Fprintln(stderr, "eoskit:", err)
 			return exitUsage
 		}
-		t := topicLetters{opts: opts, brokers: kf.seeds(), topic: *dlq, group: cmp.Or(*group, "eoskit-replay-"+*dlq), from: *topic, logger: logger}
+		t := topicLetters{opts: opts, brokers: kf.seeds(), topic: *dlq, group: cmp.Or(*replayGroup, "eoskit-replay-"+*dlq), logger: logger}
 		if verb == "list" {
 			letters, err := t.list(ctx, *limit)
 			if err != nil {
@@ -98,7 +95,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitUsage
 	}
 	defer pool.Close()
-	f := deadletter.Filter{Group: *group, Topic: *topic, IDs: ids}
+	f := deadletter.Filter{Group: *group, Topic: *topic, IDs: ids, Earlier: *earlier}
 	if verb == "list" {
 		rows, err := deadletter.List(ctx, pool, f, *limit)
 		if err != nil {
@@ -108,18 +105,24 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		o.tableLetters(rows)
 		return exitOK
 	}
-	var w *outbox.Writer
-	if *outboxName == "" {
-		w, err = outbox.NewWriter()
-	} else {
-		w, err = outbox.NewWriter(outbox.Name(*outboxName))
+	var named []outbox.NameOption
+	if *outboxName != "" {
+		named = append(named, outbox.Name(*outboxName))
 	}
+	var writerOpts []outbox.WriterOption
+	var slotOpts []outbox.MigrateOption
+	for _, n := range named {
+		writerOpts, slotOpts = append(writerOpts, n), append(slotOpts, n)
+	}
+	w, err := outbox.NewWriter(writerOpts...)
 	if err != nil {
 		fmt.Fprintln(stderr, "eoskit:", err)
 		return exitUsage
 	}
-	if relays, err := connectedRelays(ctx, pool); err == nil && relays == 0 {
-		logger.Warn("eoskit: no outbox relay is connected to this database: the replayed records wait in the outbox until one runs")
+	if slot, err := outbox.DefaultSlot(ctx, pool, slotOpts...); err == nil {
+		if active, err := slotActive(ctx, pool, slot); err == nil && !active {
+			logger.Warn("eoskit: no outbox relay reads this outbox's slot: the replayed records wait in the outbox until one runs", "slot", slot)
+		}
 	}
 	n, err := deadletter.Replay(ctx, pool, f, *toTopic, w.Write)
 	if err != nil {
@@ -130,198 +133,11 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	return exitOK
 }
 
-// connectedRelays counts the logical replication connections to pool's
-// database that decode with pgoutput, as an outbox relay does.
-func connectedRelays(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-	var n int
-	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots
-		WHERE database = current_database() AND plugin = 'pgoutput' AND active`).Scan(&n)
-	return n, err
-}
-
-// topicLetters is a Kafka dead-letter topic, as eos's and outbox's
-// DeadLetter policies write it: each record as it came, with
-// eoskit-error and eoskit-source-{topic,partition,offset} headers.
-type topicLetters struct {
-	opts    []kgo.Opt
-	brokers []string
-	topic   string
-	group   string // the replaying group
-	from    string // only records read from this topic
-	logger  *slog.Logger
-}
-
-// topicLetter is one record of a dead-letter topic.
-type topicLetter struct {
-	Partition  int32  `json:"partition"`
-	Offset     int64  `json:"offset"`
-	Source     string `json:"source"` // topic[partition]@offset it was read from
-	Error      string `json:"error"`
-	KeyBytes   int    `json:"key_bytes"`
-	ValueBytes int    `json:"value_bytes"`
-	Replayed   bool   `json:"replayed"` // the replaying group's offsets are past it
-}
-
-const (
-	sourceTopicHeader = "eoskit-source-topic"
-	errorHeader       = "eoskit-error"
-)
-
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
-// read returns the topic's committed records up to its last stable offset,
-// and the replaying group's committed offsets.
-func (t topicLetters) read(ctx context.Context) ([]*kgo.Record, kadm.OffsetResponses, error) {
-	recs, err := verify.ReadTopicWith(ctx, t.opts, t.topic, kgo.ReadCommitted(), false, false, time.Until(deadline(ctx)))
-	if err != nil {
-		return nil, nil, err
-	}
-	cl, err := kgo.NewClient(t.opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer cl.Close()
-	committed, err := kadm.NewClient(cl).FetchOffsets(ctx, t.group)
-	if err == nil {
-		err = committed.Error()
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the offsets of group %s: %w", t.group, err)
-	}
-	return recs, committed, nil
-}
-
-func deadline(ctx context.Context) time.Time {
-	if d, ok := ctx.Deadline(); ok {
-		return d
-	}
-	return time.Now().Add(time.Minute)
-}
-
-func replayed(committed kadm.OffsetResponses, r *kgo.Record) bool {
-	o, ok := committed.Lookup(r.Topic, r.Partition)
-	return ok && o.At > r.Offset
-}
-
-func (t topicLetters) list(ctx context.Context, limit int) ([]topicLetter, error) {
-	recs, committed, err := t.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []topicLetter
-	for _, r := range recs {
-		if t.from != "" && header(r, sourceTopicHeader) != t.from {
-			continue
-		}
-		if len(out) == limit {
-			break
-		}
-		out = append(out, topicLetter{Partition: r.Partition, Offset: r.Offset,
-			Source: fmt.Sprintf("%s[%s]@%s", header(r, sourceTopicHeader), header(r, "eoskit-source-partition"), header(r, "eoskit-source-offset")),
-			Error:  header(r, errorHeader), KeyBytes: len(r.Key), ValueBytes: len(r.Value), Replayed: replayed(committed, r)})
-	}
-	return out, nil
-}
-
-// replay copies the topic's records that the replaying group has not
-// committed yet, up to what the topic held when it started, with an eos
-// processor: each copy commits with the group's offset past its record.
-// With t.from set, records read from other topics are skipped (their
-// offsets commit all the same: a later replay does not see them again).
-func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
-	recs, committed, err := t.read(ctx)
-	if err != nil {
-		return 0, err
-	}
-	// The offset past each partition's last record: the group is done once
-	// its committed offsets reach them (markers follow, and are never
-	// consumed).
-	targets := map[int32]int64{}
-	n := 0
-	for _, r := range recs {
-		targets[r.Partition] = r.Offset + 1
-		if !replayed(committed, r) && (t.from == "" || header(r, sourceTopicHeader) == t.from) {
-			n++
-		}
-	}
-	if done(committed, t.topic, targets) {
-		return 0, nil
-	}
-	txnID, err := eos.StableTransactionalID(t.group, "0")
-	if err != nil {
-		return 0, err
-	}
-	p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		source := header(r, sourceTopicHeader)
-		if t.from != "" && source != t.from {
-			return nil, nil
-		}
-		to := cmp.Or(toTopic, source)
-		if to == "" {
-			return nil, fmt.Errorf("dead letter %s[%d]@%d has no %s header: name -to-topic", r.Topic, r.Partition, r.Offset, sourceTopicHeader)
-		}
-		headers := []kgo.RecordHeader{}
-		for _, h := range r.Headers {
-			switch h.Key {
-			case errorHeader, sourceTopicHeader, "eoskit-source-partition", "eoskit-source-offset":
-			default:
-				headers = append(headers, h)
-			}
-		}
-		headers = append(headers, kgo.RecordHeader{Key: deadletter.ReplayedFromHeader,
-			Value: fmt.Appendf(nil, "%s[%d]@%d", r.Topic, r.Partition, r.Offset)})
-		return []*kgo.Record{{Topic: to, Key: r.Key, Value: r.Value, Headers: headers}}, nil
-	}, eos.Brokers(t.brokers...), eos.Group(t.group), eos.InputTopics(t.topic), eos.TransactionalID(txnID),
-		eos.Logger(t.logger), eos.ClientOptions(t.opts...))
-	if err != nil {
-		return 0, err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	ran := make(chan error, 1)
-	go func() { ran <- p.Run(runCtx) }()
-
-	cl, err := kgo.NewClient(t.opts...)
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	for {
-		select {
-		case err := <-ran:
-			return 0, fmt.Errorf("the replaying processor stopped before it was done: %w", errors.Join(err, errors.New("it returned early")))
-		case <-ctx.Done():
-			stop()
-			<-ran
-			return 0, fmt.Errorf("not done within -timeout (group %s has not committed past the topic's last records): %w", t.group, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-		if committed, err := adm.FetchOffsets(ctx, t.group); err == nil && done(committed, t.topic, targets) {
-			stop()
-			if err := <-ran; err != nil {
-				return n, err
-			}
-			return n, nil
-		}
-	}
-}
-
-// done reports whether the group's committed offsets reach targets.
-func done(committed kadm.OffsetResponses, topic string, targets map[int32]int64) bool {
-	for p, target := range targets {
-		if o, ok := committed.Lookup(topic, p); !ok || o.At < target {
-			return false
-		}
-	}
-	return true
+// slotActive reports whether a relay reads the replication slot now.
+func slotActive(ctx context.Context, pool *pgxpool.Pool, slot string) (bool, error) {
+	var active bool
+	err := pool.QueryRow(ctx, `SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+	return active, err
 }
 
 func (o textOutput) tableLetters(rows []deadletter.Row) {

@@ -56,14 +56,22 @@ func (f *fixable) check(value []byte) error {
 // eoskitCmd runs the command and returns its exit status and stdout.
 func eoskitCmd(t *testing.T, args ...string) (int, string) {
 	t.Helper()
+	code, stdout, stderr := eoskitCmdErr(t, args...)
+	if stderr != "" {
+		t.Logf("eoskit %s: stderr: %s", strings.Join(args[:2], " "), stderr)
+	}
+	return code, stdout
+}
+
+// eoskitCmdErr runs the command and returns its exit status, stdout and
+// stderr.
+func eoskitCmdErr(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, args, &stdout, &stderr)
-	if stderr.Len() > 0 {
-		t.Logf("eoskit %s: stderr: %s", strings.Join(args[:2], " "), stderr.String())
-	}
-	return code, stdout.String()
+	return code, stdout.String(), stderr.String()
 }
 
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -281,6 +289,11 @@ func TestDeadLettersInATopicAreListedAndReplayedOnce(t *testing.T) {
 	code, listed := eoskitCmd(t, "dead-letters", "list", "-brokers", strings.Join(k.Brokers, ","), "-dead-letter-topic", dlq)
 	if code != exitOK || strings.Count(listed, in+"[") != poisoned || strings.Contains(listed, "true") {
 		t.Fatalf("list: exit %d, want %d records read from %s, none replayed: %s", code, poisoned, in, listed)
+	}
+	// The processor's own group is refused as the replaying group: the
+	// replay would take over its offsets and transactional ids.
+	if code, _, stderr := eoskitCmdErr(t, "dead-letters", "replay", "-brokers", strings.Join(k.Brokers, ","), "-dead-letter-topic", dlq, "-replay-group", group); code != exitError || !strings.Contains(stderr, "live members") {
+		t.Fatalf("replay in the live processor's group: exit %d, %s; want %d, refused for its live members", code, stderr, exitError)
 	}
 	h.fixed.Store(true)
 	if code, text := eoskitCmd(t, "dead-letters", "replay", "-brokers", strings.Join(k.Brokers, ","), "-dead-letter-topic", dlq); code != exitOK || !strings.Contains(text, fmt.Sprintf("replayed %d ", poisoned)) {

@@ -8,8 +8,10 @@
 //	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 15m]
 //	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
 //	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
-//	go run ./cmd/eoskit dead-letters list   (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-limit 100]
-//	go run ./cmd/eoskit dead-letters replay (-database-url URL [-outbox NAME] | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
+//	go run ./cmd/eoskit dead-letters list   -database-url URL [-group G] [-topic T] [-id N]... [-limit 100]
+//	go run ./cmd/eoskit dead-letters replay -database-url URL [-outbox NAME] [-group G] [-topic T] [-id N]... [-earlier] [-to-topic T]
+//	go run ./cmd/eoskit dead-letters list   -dead-letter-topic T [-replay-group G] [-limit 100]
+//	go run ./cmd/eoskit dead-letters replay -dead-letter-topic T [-replay-group G] [-to-topic T]
 //
 // # Hanging transactions
 //
@@ -38,29 +40,38 @@
 //
 // With -database-url (default $DATABASE_URL), the PostgreSQL table that
 // offsetstore and dedup park records in (offsetstore.DeadLetterTable);
-// with -dead-letter-topic, a Kafka topic that eos's or outbox's DeadLetter
-// policy writes to. list prints what is parked, oldest first: where each
-// record was read, why it failed and the sizes of its key and value, never
-// the data. -group and -topic (the topic it was read from) and -id (the
-// table's row ids, repeatable) narrow both commands.
+// with -dead-letter-topic, a Kafka topic that eos's DeadLetter policy or an
+// outbox relay's DeadLetterTopic writes to. list prints what is parked,
+// oldest first: where each record was read (or, from an outbox, the topic
+// it was meant for), why it failed and the sizes of its key and value,
+// never the data. For the table, -group and -topic (the topic it was read
+// from) and -id (row ids, repeatable) narrow both commands.
 //
-// replay sends parked records back to the topic they were read from, or to
-// -to-topic, each exactly once, with its key, value and headers and an
+// replay sends parked records back to the topic they were read from (or
+// meant for), or to -to-topic, with their key, value and headers and an
 // eoskit-replayed-from header:
-//   - from the table, through the database's outbox (package outbox; -outbox
-//     names one, as outbox.Name does, when the database holds several): one
-//     database transaction writes a batch of records to the outbox,
-//     releases the ids dedup claimed for them and deletes their rows, so
-//     a record is replayed once or stays parked whatever crashes. A relay
-//     must run on that database to publish them (replay warns when none
-//     is connected); the outbox's table must exist (outbox.Migrate).
-//   - from a topic, as an eos processor in group -group (default
-//     eoskit-replay-TOPIC): the copies and the group's offsets commit in
+//   - from the table, through the database's outbox (package outbox;
+//     -outbox names one, as outbox.Name does): one database transaction
+//     writes a batch of records to the outbox, releases the ids dedup
+//     claimed for them and deletes their rows, so that with an
+//     exactly-once relay a record is published once, or stays parked,
+//     whatever crashes. It takes the rows there are when it starts (a
+//     record that fails again is parked anew, for a later replay), and
+//     refuses rows an earlier eoskit parked unless -earlier: they kept no
+//     headers, and dedup's claim of one is unknown, so that its replay
+//     would be skipped as a copy. A relay must run on that database to
+//     publish them (replay warns when none reads the outbox's slot).
+//   - from a topic, as an eos processor in a group of its own,
+//     -replay-group (default eoskit-replay-TOPIC; one with live members,
+//     an application's, is refused), with transactional id
+//     REPLAY-GROUP-replay: the copies and the group's offsets commit in
 //     one transaction, so a record is replayed once however often replay
 //     runs, and a second run replays only what was parked since. It stops
-//     once it has copied what the topic held when it started. It needs
-//     Read on the topic and the group, Write on the target topics and on
-//     the transactional id eoskit-replay-TOPIC-0 (the group's, with -group).
+//     once it has copied at least what the topic held when it started. A
+//     record the outbox kept no value of (too large for Kafka) is refused:
+//     replay it from the outbox's dead-letter table. It needs Read on the
+//     topic and the group, Write on the target topics and on the
+//     transactional id.
 //
 // Records replayed to the topic they came from are seen again by every
 // group reading that topic, not only the one that parked them; replay to a
@@ -103,8 +114,10 @@ const usage = `usage:
   eoskit txn find-hanging [-topic T]... [-min-age 15m]
   eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
   eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
-  eoskit dead-letters list   (-database-url URL | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-limit 100]
-  eoskit dead-letters replay (-database-url URL [-outbox NAME] | -dead-letter-topic T) [-group G] [-topic T] [-id N]... [-to-topic T]
+  eoskit dead-letters list   -database-url URL [-group G] [-topic T] [-id N]... [-limit 100]
+  eoskit dead-letters replay -database-url URL [-outbox NAME] [-group G] [-topic T] [-id N]... [-earlier] [-to-topic T]
+  eoskit dead-letters list   -dead-letter-topic T [-replay-group G] [-limit 100]
+  eoskit dead-letters replay -dead-letter-topic T [-replay-group G] [-to-topic T]
 common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
   -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD) -tls
 `

@@ -29,6 +29,11 @@ func Create(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.dead_letters.create'))`); err != nil {
 		return err
 	}
+	// ALTER TABLE takes an exclusive lock even when there is nothing to
+	// add, which would queue every park behind a deploy's Migrate.
+	if ok, err := Exists(ctx, tx); err != nil || ok {
+		return err
+	}
 	_, err := tx.Exec(ctx, tableDDL)
 	return err
 }
@@ -47,7 +52,7 @@ func Exists(ctx context.Context, q querier) (bool, error) {
 }
 
 // laterColumns are the columns added after the table's first version.
-var laterColumns = []string{"headers", "claim_table", "claim_scope", "claim_id"}
+var laterColumns = []string{"headers", "parked_by", "claim_schema", "claim_table", "claim_scope", "claim_id"}
 
 // The table's columns, as the package docs of offsetstore and dedup
 // list them for operators.
@@ -65,16 +70,18 @@ CREATE TABLE IF NOT EXISTS eoskit_dead_letters (
 	UNIQUE (consumer_group, topic, partition, "offset")
 );
 ALTER TABLE eoskit_dead_letters
-	ADD COLUMN IF NOT EXISTS headers     jsonb,
-	ADD COLUMN IF NOT EXISTS claim_table text,
-	ADD COLUMN IF NOT EXISTS claim_scope text,
-	ADD COLUMN IF NOT EXISTS claim_id    bytea`
+	ADD COLUMN IF NOT EXISTS headers      jsonb,
+	ADD COLUMN IF NOT EXISTS parked_by    text,
+	ADD COLUMN IF NOT EXISTS claim_schema text,
+	ADD COLUMN IF NOT EXISTS claim_table  text,
+	ADD COLUMN IF NOT EXISTS claim_scope  text,
+	ADD COLUMN IF NOT EXISTS claim_id     bytea`
 
 // Claim is the id a dedup consumer claimed for a record it parked, in the
 // same transaction: a later copy of the record is then skipped, and a
 // replay must release the claim for the replayed record to be applied.
 type Claim struct {
-	Table string // the dedup store's table, a plain identifier
+	Table string // the dedup store's table, a plain identifier (its schema is looked up as the park resolves it)
 	Scope string
 	ID    []byte
 }
@@ -85,21 +92,30 @@ type Claim struct {
 // and headers are stored as they came (headers as JSON, each value in
 // base64); the error's text as [Text] makes it, since PostgreSQL refuses a
 // text holding a NUL or bytes that are not UTF-8, and the record could
-// then never be parked. claim, if not nil, is the id claimed for rec.
-func Park(ctx context.Context, tx pgx.Tx, group string, rec *kgo.Record, cause error, claim *Claim) error {
+// then never be parked (header keys are text too). by names the runner
+// ("offsetstore", "dedup"): a row without it was parked by an earlier
+// eoskit, which kept no claim (see [Replay]). claim, if not nil, is the id
+// claimed for rec.
+func Park(ctx context.Context, tx pgx.Tx, by, group string, rec *kgo.Record, cause error, claim *Claim) error {
 	headers, err := encodeHeaders(rec.Headers)
 	if err != nil {
 		return err
 	}
-	var ct, cs *string
+	var ct, cs, quoted *string
 	var cid []byte
 	if claim != nil {
-		ct, cs, cid = &claim.Table, &claim.Scope, claim.ID
+		q := pgx.Identifier{claim.Table}.Sanitize()
+		ct, cs, cid, quoted = &claim.Table, &claim.Scope, claim.ID, &q
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, headers, error, claim_table, claim_scope, claim_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+	// The claim table's schema is the one this transaction resolves it in,
+	// so that a replay with another search_path releases the same claim.
+	_, err = tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, headers, error,
+			parked_by, claim_schema, claim_table, claim_scope, claim_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+			(SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($10)),
+			$11, $12, $13)
 		ON CONFLICT (consumer_group, topic, partition, "offset") DO NOTHING`,
-		group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, headers, Text(cause.Error()), ct, cs, cid)
+		group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, headers, Text(cause.Error()), by, quoted, ct, cs, cid)
 	return err
 }
 

@@ -2,7 +2,9 @@ package deadletter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"time"
@@ -26,6 +28,9 @@ type Row struct {
 	KeyBytes   int  `json:"key_bytes"`
 	ValueBytes int  `json:"value_bytes"`
 	Claimed    bool `json:"claimed"` // a dedup consumer claimed its id
+	// ParkedBy is "offsetstore" or "dedup"; "" for a row an earlier
+	// eoskit parked, which kept neither headers nor claim.
+	ParkedBy string `json:"parked_by"`
 }
 
 // Filter picks rows: every field set must match; zero fields match all.
@@ -33,22 +38,32 @@ type Filter struct {
 	Group string
 	Topic string
 	IDs   []int64
+	// Earlier lets Replay take rows an earlier eoskit parked (no
+	// parked_by): their headers are lost, and if dedup parked one, its id
+	// is still claimed and the replayed record will be skipped as a copy
+	// unless the claim is deleted by hand.
+	Earlier bool
 }
 
-func (f Filter) where() (string, []any) {
+// where matches f and ids up to maxID ($4).
+func (f Filter) where(maxID int64) (string, []any) {
 	ids := f.IDs
 	if ids == nil {
 		ids = []int64{} // NULL would match nothing
 	}
-	return `($1 = '' OR consumer_group = $1) AND ($2 = '' OR topic = $2) AND (cardinality($3::bigint[]) = 0 OR id = ANY($3))`,
-		[]any{f.Group, f.Topic, ids}
+	return `($1 = '' OR consumer_group = $1) AND ($2 = '' OR topic = $2) AND (cardinality($3::bigint[]) = 0 OR id = ANY($3)) AND id <= $4`,
+		[]any{f.Group, f.Topic, ids, maxID}
 }
+
+// ErrEarlierRows is returned by Replay for rows an earlier eoskit parked,
+// unless Filter.Earlier lets it take them.
+var ErrEarlierRows = errors.New("rows parked by an earlier eoskit, which kept no dedup claim: a replay of one dedup parked would be skipped as a copy")
 
 // List returns up to limit rows matching f, oldest first.
 func List(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) ([]Row, error) {
-	where, args := f.where()
+	where, args := f.where(math.MaxInt64)
 	rows, err := pool.Query(ctx, `SELECT id, consumer_group, topic, partition, "offset", error, created_at,
-		coalesce(length(key), 0), coalesce(length(value), 0), claim_id IS NOT NULL
+		coalesce(length(key), 0), coalesce(length(value), 0), claim_id IS NOT NULL, coalesce(parked_by, '')
 		FROM eoskit_dead_letters WHERE `+where+` ORDER BY id LIMIT `+strconv.Itoa(limit), args...)
 	if err != nil {
 		return nil, fmt.Errorf("deadletter: list %s: %w", Table, err)
@@ -56,7 +71,7 @@ func List(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) ([]Row, 
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 		var row Row
 		err := r.Scan(&row.ID, &row.Group, &row.Topic, &row.Partition, &row.Offset, &row.Error, &row.CreatedAt,
-			&row.KeyBytes, &row.ValueBytes, &row.Claimed)
+			&row.KeyBytes, &row.ValueBytes, &row.Claimed, &row.ParkedBy)
 		return row, err
 	})
 	if err != nil {
@@ -77,21 +92,41 @@ const ReplayedFromHeader = "eoskit-replayed-from"
 // ReplayBatch is how many rows one replay transaction moves.
 const ReplayBatch = 100
 
-// Replay moves the rows matching f into the outbox through write, a batch
-// of rows per database transaction that writes their records, releases
-// their dedup claims and deletes them: a row is replayed once, or stays
-// parked, whatever crashes (its transaction commits or not), and two
-// replays at once take different rows (FOR UPDATE SKIP LOCKED). Each
-// record goes to its own topic, or to toTopic if set, with its key, value
-// and headers and a [ReplayedFromHeader]. It returns how many rows it
-// replayed; done, when it ends early with an error, counts what
-// committed.
+// Replay moves the rows matching f that exist when it starts into the
+// outbox through write, a batch of rows per database transaction that
+// writes their records, releases their dedup claims and deletes them: a
+// row is replayed once, or stays parked, whatever crashes (its
+// transaction commits or not), and two replays at once take different
+// rows (FOR UPDATE SKIP LOCKED). A replayed record that fails again is
+// parked anew, for a later replay. Each record goes to its own topic, or
+// to toTopic if set, with its key, value and headers and a
+// [ReplayedFromHeader]. A claim is released only if it is the one made
+// with the park (its processed_at is the row's created_at: one
+// transaction's now()): one purged since and made again by a later copy,
+// which was applied, is left, and the replay is then skipped as a copy.
+// Rows an earlier eoskit parked are refused ([ErrEarlierRows]) unless
+// f.Earlier. It returns how many rows it replayed; done, when it ends
+// early with an error, counts what committed.
 func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, write Write) (done int, err error) {
-	where, args := f.where()
+	var maxID int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM eoskit_dead_letters`).Scan(&maxID); err != nil {
+		return 0, fmt.Errorf("deadletter: replay from %s: %w", Table, err)
+	}
+	where, args := f.where(maxID)
+	if !f.Earlier {
+		var earlier int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM eoskit_dead_letters WHERE `+where+` AND parked_by IS NULL`, args...).Scan(&earlier); err != nil {
+			return 0, fmt.Errorf("deadletter: replay from %s: %w", Table, err)
+		}
+		if earlier > 0 {
+			return 0, fmt.Errorf("deadletter: replay from %s: %d %w", Table, earlier, ErrEarlierRows)
+		}
+	}
 	for {
 		var n int
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `SELECT id, consumer_group, topic, partition, "offset", key, value, headers, claim_table, claim_scope, claim_id
+			rows, err := tx.Query(ctx, `SELECT id, consumer_group, topic, partition, "offset", key, value, headers, created_at,
+				claim_schema, claim_table, claim_scope, claim_id
 				FROM eoskit_dead_letters WHERE `+where+` ORDER BY id LIMIT `+strconv.Itoa(ReplayBatch)+` FOR UPDATE SKIP LOCKED`, args...)
 			if err != nil {
 				return err
@@ -110,10 +145,11 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, w
 				if p.claim == nil {
 					continue
 				}
-				if !plainIdentifier.MatchString(p.claim.Table) {
-					return fmt.Errorf("row %d names the claim table %q, which is no plain identifier", p.id, p.claim.Table)
+				if !plainIdentifier.MatchString(p.claim.Table) || !plainIdentifier.MatchString(p.claimSchema) {
+					return fmt.Errorf("row %d names the claim table %q.%q, which is no plain identifier", p.id, p.claimSchema, p.claim.Table)
 				}
-				if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{p.claim.Table}.Sanitize()+` WHERE scope = $1 AND id = $2`, p.claim.Scope, p.claim.ID); err != nil {
+				if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{p.claimSchema, p.claim.Table}.Sanitize()+` WHERE scope = $1 AND id = $2 AND processed_at = $3`,
+					p.claim.Scope, p.claim.ID, p.parkedAt); err != nil {
 					return fmt.Errorf("release the claim of row %d: %w", p.id, err)
 				}
 			}
@@ -136,28 +172,34 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, w
 var plainIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 type parked struct {
-	id               int64
-	group, topic     string
-	partition        int32
-	offset           int64
-	key, value       []byte
-	headers          []kgo.RecordHeader
-	claim            *Claim
-	claimT, claimS   *string
-	claimID, rawHdrs []byte
+	id           int64
+	group, topic string
+	partition    int32
+	offset       int64
+	key, value   []byte
+	headers      []kgo.RecordHeader
+	parkedAt     time.Time
+	claim        *Claim // nil: none kept
+	claimSchema  string
 }
 
 func scanParked(r pgx.CollectableRow) (parked, error) {
 	var p parked
-	if err := r.Scan(&p.id, &p.group, &p.topic, &p.partition, &p.offset, &p.key, &p.value, &p.rawHdrs, &p.claimT, &p.claimS, &p.claimID); err != nil {
+	var rawHeaders, claimID []byte
+	var schema, table, scope *string
+	if err := r.Scan(&p.id, &p.group, &p.topic, &p.partition, &p.offset, &p.key, &p.value, &rawHeaders, &p.parkedAt,
+		&schema, &table, &scope, &claimID); err != nil {
 		return p, err
 	}
 	var err error
-	if p.headers, err = decodeHeaders(p.rawHdrs); err != nil {
+	if p.headers, err = decodeHeaders(rawHeaders); err != nil {
 		return p, fmt.Errorf("row %d: %w", p.id, err)
 	}
-	if p.claimT != nil && p.claimS != nil && p.claimID != nil {
-		p.claim = &Claim{Table: *p.claimT, Scope: *p.claimS, ID: p.claimID}
+	if table != nil && scope != nil && claimID != nil {
+		if schema == nil {
+			return p, fmt.Errorf("row %d: its claim table %q was not found when it was parked", p.id, *table)
+		}
+		p.claim, p.claimSchema = &Claim{Table: *table, Scope: *scope, ID: claimID}, *schema
 	}
 	return p, nil
 }

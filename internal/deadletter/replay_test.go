@@ -47,7 +47,7 @@ func TestReplayGivesBackTheParkedRecordWhole(t *testing.T) {
 	in := &kgo.Record{Topic: "reports", Partition: 2, Offset: 41, Key: []byte{0, 0xff, 'k'},
 		Headers: []kgo.RecordHeader{{Key: "nil"}, {Key: "empty", Value: []byte{}}, {Key: "bin", Value: []byte{0, 0xfe}}}}
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return deadletter.Park(ctx, tx, "g", in, errors.New("bad\x00 \xff"), nil)
+		return deadletter.Park(ctx, tx, "offsetstore", "g", in, errors.New("bad\x00 \xff"), nil)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -74,5 +74,77 @@ func TestReplayGivesBackTheParkedRecordWhole(t *testing.T) {
 	}
 	if rows, err := deadletter.List(ctx, pool, deadletter.Filter{}, 10); err != nil || len(rows) != 0 {
 		t.Fatalf("List after the replay = %v, %v; want the table empty", rows, err)
+	}
+}
+
+// The claim dedup made with a park is released by the replay, found in
+// its schema whatever the replaying session's search_path; a claim made
+// anew by a later copy (the first purged) is left alone; a row parked
+// again while the replay runs (the record failed once more) waits for the
+// next replay instead of looping; rows an earlier eoskit parked are
+// refused unless asked for.
+func TestReplayReleasesOnlyTheParksOwnClaim(t *testing.T) {
+	pool := integration.Postgres(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA svc; CREATE TABLE svc.ids (scope text, id bytea, processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, id))`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return deadletter.Create(ctx, tx) }); err != nil {
+		t.Fatal(err)
+	}
+	// Two parks in the schema svc, each claiming its id in its own
+	// transaction, as dedup does.
+	for i, id := range []string{"kept", "reclaimed"} {
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL search_path = svc, public; INSERT INTO ids (scope, id) VALUES ('s', '`+id+`')`); err != nil {
+				return err
+			}
+			return deadletter.Park(ctx, tx, "dedup", "g", &kgo.Record{Topic: "t", Offset: int64(i), Value: []byte(id)}, errors.New("bad"),
+				&deadletter.Claim{Table: "ids", Scope: "s", ID: []byte(id)})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "reclaimed" was purged, and a later copy claimed it again.
+	if _, err := pool.Exec(ctx, `DELETE FROM svc.ids WHERE id = 'reclaimed'; INSERT INTO svc.ids (scope, id, processed_at) VALUES ('s', 'reclaimed', now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	// And a row an earlier eoskit parked.
+	if _, err := pool.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", value, error) VALUES ('old', 't', 0, 9, 'x', 'bad')`); err != nil {
+		t.Fatal(err)
+	}
+	write := func(_ context.Context, tx pgx.Tx, recs ...*kgo.Record) error {
+		// Each replayed record fails again at once and is parked anew.
+		for _, r := range recs {
+			if err := deadletter.Park(ctx, tx, "dedup", "g", &kgo.Record{Topic: "t", Offset: 100 + int64(len(r.Value)), Value: r.Value}, errors.New("again"), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if _, err := deadletter.Replay(ctx, pool, deadletter.Filter{}, "", write); !errors.Is(err, deadletter.ErrEarlierRows) {
+		t.Fatalf("Replay over a row an earlier eoskit parked = %v, want ErrEarlierRows", err)
+	}
+	n, err := deadletter.Replay(ctx, pool, deadletter.Filter{Group: "g"}, "", write)
+	if err != nil || n != 2 {
+		t.Fatalf("Replay = %d, %v; want the 2 rows of group g (not the ones parked during it)", n, err)
+	}
+	var ids []string
+	rows, err := pool.Query(ctx, `SELECT convert_from(id, 'UTF8') FROM svc.ids ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids[0] != "reclaimed" {
+		t.Fatalf("claims left %q, want only the later copy's claim of reclaimed", ids)
+	}
+	var reparked int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM eoskit_dead_letters WHERE consumer_group = 'g' AND error = 'again'`).Scan(&reparked); err != nil || reparked != 2 {
+		t.Fatalf("%d rows parked again during the replay (err %v), want both left for the next replay", reparked, err)
+	}
+	if n, err := deadletter.Replay(ctx, pool, deadletter.Filter{Group: "old", Earlier: true}, "", write); err != nil || n != 1 {
+		t.Fatalf("Replay of the earlier row when asked = %d, %v; want 1", n, err)
 	}
 }

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/internal/deadletter"
+	"github.com/eoskit/eoskit/verify"
+)
+
+// topicLetters is a Kafka dead-letter topic as eos's DeadLetter policy
+// writes it (each record as it came, with eoskit-error and
+// eoskit-source-{topic,partition,offset} headers) or an outbox relay's
+// DeadLetterTopic (eoskit-outbox-{id,topic,error} headers, and
+// eoskit-outbox-value when the value was too large for Kafka and is kept
+// only in the outbox's dead-letter table).
+type topicLetters struct {
+	opts    []kgo.Opt
+	brokers []string
+	topic   string
+	group   string // the replaying group
+	logger  *slog.Logger
+}
+
+// topicLetter is one record of a dead-letter topic.
+type topicLetter struct {
+	Partition  int32  `json:"partition"`
+	Offset     int64  `json:"offset"`
+	Source     string `json:"source"` // where it was read (eos) or the topic it was for (outbox)
+	Error      string `json:"error"`
+	KeyBytes   int    `json:"key_bytes"`
+	ValueBytes int    `json:"value_bytes"`
+	Replayed   bool   `json:"replayed"` // the replaying group's offsets are past it
+}
+
+func header(r *kgo.Record, key string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// letterOf describes r for a listing.
+func letterOf(r *kgo.Record) topicLetter {
+	l := topicLetter{Partition: r.Partition, Offset: r.Offset, KeyBytes: len(r.Key), ValueBytes: len(r.Value)}
+	if topic, ok := header(r, "eoskit-outbox-topic"); ok {
+		id, _ := header(r, "eoskit-outbox-id")
+		l.Source = fmt.Sprintf("%s (outbox row %s)", topic, id)
+		l.Error, _ = header(r, "eoskit-outbox-error")
+		return l
+	}
+	topic, _ := header(r, "eoskit-source-topic")
+	p, _ := header(r, "eoskit-source-partition")
+	o, _ := header(r, "eoskit-source-offset")
+	l.Source = fmt.Sprintf("%s[%s]@%s", topic, p, o)
+	l.Error, _ = header(r, "eoskit-error")
+	return l
+}
+
+// replayRecord is what replaying r sends: its key, value and own headers
+// (the dead-letter headers dropped, an eoskit-replayed-from added), to
+// toTopic or else to the topic it was read from (eos) or meant for
+// (outbox). A record whose value the outbox left out (too large for
+// Kafka) or that names no topic is refused: sending it would publish
+// something else than the record.
+func replayRecord(r *kgo.Record, toTopic string) (*kgo.Record, error) {
+	at := fmt.Sprintf("%s[%d]@%d", r.Topic, r.Partition, r.Offset)
+	if table, ok := header(r, "eoskit-outbox-value"); ok {
+		return nil, fmt.Errorf("dead letter %s holds no value (%s): replay it from that table, not from the topic", at, table)
+	}
+	source, ok := header(r, "eoskit-source-topic")
+	if !ok {
+		source, _ = header(r, "eoskit-outbox-topic")
+	}
+	to := cmp.Or(toTopic, source)
+	if to == "" {
+		return nil, fmt.Errorf("dead letter %s names no topic (no eoskit-source-topic or eoskit-outbox-topic header): name -to-topic", at)
+	}
+	headers := []kgo.RecordHeader{}
+	for _, h := range r.Headers {
+		switch h.Key {
+		case "eoskit-error", "eoskit-source-topic", "eoskit-source-partition", "eoskit-source-offset",
+			"eoskit-outbox-id", "eoskit-outbox-topic", "eoskit-outbox-error":
+		default:
+			headers = append(headers, h)
+		}
+	}
+	headers = append(headers, kgo.RecordHeader{Key: deadletter.ReplayedFromHeader, Value: []byte(at)})
+	return &kgo.Record{Topic: to, Key: r.Key, Value: r.Value, Headers: headers}, nil
+}
+
+// read returns the topic's committed records up to its last stable
+// offset, and the replaying group's committed offsets.
+func (t topicLetters) read(ctx context.Context) ([]*kgo.Record, kadm.OffsetResponses, error) {
+	recs, err := verify.ReadTopicWith(ctx, t.opts, t.topic, kgo.ReadCommitted(), false, false, time.Until(deadline(ctx)))
+	if err != nil {
+		return nil, nil, err
+	}
+	committed, err := t.committed(ctx)
+	return recs, committed, err
+}
+
+func (t topicLetters) admin() (*kadm.Client, func(), error) {
+	cl, err := kgo.NewClient(t.opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kadm.NewClient(cl), cl.Close, nil
+}
+
+func (t topicLetters) committed(ctx context.Context) (kadm.OffsetResponses, error) {
+	adm, closeAdm, err := t.admin()
+	if err != nil {
+		return nil, err
+	}
+	defer closeAdm()
+	committed, err := adm.FetchOffsets(ctx, t.group)
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the offsets of group %s: %w", t.group, err)
+	}
+	return committed, nil
+}
+
+func deadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(time.Minute)
+}
+
+func replayed(committed kadm.OffsetResponses, r *kgo.Record) bool {
+	o, ok := committed.Lookup(r.Topic, r.Partition)
+	return ok && o.At > r.Offset
+}
+
+func (t topicLetters) list(ctx context.Context, limit int) ([]topicLetter, error) {
+	recs, committed, err := t.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []topicLetter
+	for _, r := range recs[:min(limit, len(recs))] {
+		l := letterOf(r)
+		l.Replayed = replayed(committed, r)
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// replay copies the topic's records that the replaying group has not
+// committed yet, at least up to what the topic held when it started, with
+// an eos processor: each copy commits with the group's offset past its
+// record. It returns how many of the records it read at the start were
+// copied (the group's offsets moved past them), also when it fails.
+func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
+	if err := t.refuseLiveGroup(ctx); err != nil {
+		return 0, err
+	}
+	recs, before, err := t.read(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// The offset past each partition's last record: the group is done once
+	// its committed offsets reach them (markers follow, and are never
+	// consumed).
+	targets := map[int32]int64{}
+	for _, r := range recs {
+		targets[r.Partition] = r.Offset + 1
+	}
+	if done(before, t.topic, targets) {
+		return 0, nil
+	}
+	copied := func() int {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		after, err := t.committed(cctx)
+		if err != nil {
+			return 0
+		}
+		n := 0
+		for _, r := range recs {
+			if !replayed(before, r) && replayed(after, r) {
+				n++
+			}
+		}
+		return n
+	}
+	txnID, err := eos.StableTransactionalID(t.group, "replay")
+	if err != nil {
+		return 0, err
+	}
+	p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		out, err := replayRecord(r, toTopic)
+		if err != nil {
+			return nil, err
+		}
+		return []*kgo.Record{out}, nil
+	}, eos.Brokers(t.brokers...), eos.Group(t.group), eos.InputTopics(t.topic), eos.TransactionalID(txnID),
+		eos.Logger(t.logger), eos.ClientOptions(t.opts...))
+	if err != nil {
+		return 0, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(runCtx) }()
+
+	adm, closeAdm, err := t.admin()
+	if err != nil {
+		return 0, err
+	}
+	defer closeAdm()
+	for {
+		select {
+		case err := <-ran:
+			return copied(), fmt.Errorf("the replaying processor stopped before it was done: %w", cmp.Or(err, errors.New("it returned early")))
+		case <-ctx.Done():
+			stop()
+			<-ran
+			return copied(), fmt.Errorf("not done within -timeout (group %s has not committed past the topic's last records): %w", t.group, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if committed, err := adm.FetchOffsets(ctx, t.group); err == nil && done(committed, t.topic, targets) {
+			stop()
+			err := <-ran
+			return copied(), err
+		}
+	}
+}
+
+// refuseLiveGroup refuses a replaying group with members: it would be an
+// application's group (the one that dead-lettered, say), whose
+// transactional ids and offsets a replay must not take over.
+func (t topicLetters) refuseLiveGroup(ctx context.Context) error {
+	adm, closeAdm, err := t.admin()
+	if err != nil {
+		return err
+	}
+	defer closeAdm()
+	described, err := adm.DescribeGroups(ctx, t.group)
+	if err != nil {
+		return fmt.Errorf("describe group %s: %w", t.group, err)
+	}
+	if d := described[t.group]; len(d.Members) > 0 {
+		var ids []string
+		for _, m := range d.Members {
+			ids = append(ids, m.ClientID)
+		}
+		return fmt.Errorf("group %s has %d live members (%s): a replay runs in a group of its own (-replay-group)", t.group, len(d.Members), strings.Join(ids, ", "))
+	}
+	return nil
+}
+
+// done reports whether the group's committed offsets reach targets.
+func done(committed kadm.OffsetResponses, topic string, targets map[int32]int64) bool {
+	for p, target := range targets {
+		if o, ok := committed.Lookup(topic, p); !ok || o.At < target {
+			return false
+		}
+	}
+	return true
+}
