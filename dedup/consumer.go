@@ -190,7 +190,7 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	c.userHooks = userHooks
-	cl, err := c.newClient(nil)
+	cl, err := c.newClient(nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -205,12 +205,15 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 // after the user's options: a record of an aborted transaction upstream
 // (an eos.Processor, Kafka Streams, Flink) was never sent, and applying it
 // is an anomaly no id can deduplicate.
-func (c *config) newClient(obs *loop.Observer) (*kgo.Client, error) {
+func (c *config) newClient(obs *loop.Observer, commits *loop.KafkaCommits) (*kgo.Client, error) {
 	opts := append(eos.ExactlyOnce.ConsumerOptions(), c.clientOpts...)
 	opts = append(opts, kgo.SeedBrokers(c.brokers...), kgo.ConsumerGroup(c.group), kgo.ConsumeTopics(c.topics...),
 		kgo.BlockRebalanceOnPoll())
 	if obs != nil {
-		taken := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { obs.Revoked(parts) }
+		taken := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			commits.Forget(parts) // the new owner commits them
+			obs.Revoked(parts)
+		}
 		opts = append(opts, kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { obs.Assigned(parts) }, c.userHooks.Assigned)),
 			kgo.OnPartitionsRevoked(loop.Chain(taken, c.userHooks.Revoked)), kgo.OnPartitionsLost(loop.Chain(taken, c.userHooks.Lost)))
 	}
@@ -275,7 +278,8 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 			return &ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist or lacks the columns of this eoskit: run the store's Migrate"}
 		}
 	}
-	cl, err := c.cfg.newClient(c.obs)
+	commits := loop.NewKafkaCommits(c.cfg.logger)
+	cl, err := c.cfg.newClient(c.obs, commits)
 	if err != nil {
 		return err
 	}
@@ -296,18 +300,19 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		}
 		recs := fetches.Records()
 		if len(recs) == 0 {
+			// A commit that failed is tried again (the partition may
+			// stay idle), before the group may take partitions away.
+			_ = commits.Commit(work, cl, "dedup: offset commit")
 			cl.AllowRebalance()
 			continue
 		}
 		applied, err := c.handlePoll(work, recs)
 		// The database has committed the applied records; a crash before
 		// this commit only redelivers records whose ids are claimed, and
-		// they are skipped.
-		if len(applied) > 0 {
-			if err := cl.CommitRecords(work, applied...); err != nil && work.Err() == nil {
-				c.cfg.logger.Warn("dedup: offset commit failed; the batch will be redelivered and skipped", "err", err)
-			}
-		}
+		// they are skipped. One that fails is tried again at the next
+		// poll.
+		commits.Add(applied...)
+		_ = commits.Commit(work, cl, "dedup: offset commit")
 		if work.Err() != nil {
 			return nil // what did not commit rolled back; it is read again
 		}

@@ -57,6 +57,9 @@ type Runner struct {
 	obs *loop.Observer
 	// deadLetterLog logs the records parked, at most one line a second.
 	deadLetterLog *loop.DeadLetterLog
+	// mirrored holds, under MirrorToKafka, the offsets committed in the
+	// database and not yet copied to Kafka (Run's, set before its client).
+	mirrored *loop.KafkaCommits
 	// userHooks are the partition callbacks given in ClientOptions, run
 	// after the runner's own.
 	userHooks loop.UserHooks
@@ -407,6 +410,9 @@ func (r *Runner) currentTopicIDs(ctx context.Context, topics []string) (map[stri
 
 func (r *Runner) forget(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 	r.obs.Revoked(parts)
+	if r.mirrored != nil {
+		r.mirrored.Forget(parts)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for t, ps := range parts {
@@ -454,6 +460,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	// which ends DrainTimeout later.
 	work, done := loop.Drained(ctx, r.cfg.drain)
 	defer done()
+	if r.cfg.mirror { // what an earlier Run left is not this one's to commit
+		r.mirrored = loop.NewKafkaCommits(r.cfg.logger)
+	}
 	cl, err := r.newClient()
 	if err != nil {
 		return err
@@ -490,6 +499,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		}
 		if recs := fetches.Records(); len(recs) > 0 {
 			err := r.handlePoll(work, cl, recs)
+			r.mirror(work, cl)
 			var stale *staleError
 			if errors.As(err, &stale) {
 				// The batch was refused whole, or part of it was: every
@@ -504,8 +514,19 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 				}
 				return err
 			}
+		} else {
+			r.mirror(work, cl) // one that failed, for a partition now idle
 		}
 		cl.AllowRebalance()
+	}
+}
+
+// mirror copies to Kafka, under MirrorToKafka, the offsets the database
+// committed (they are never read back: a copy that fails is tried again
+// at the next poll).
+func (r *Runner) mirror(ctx context.Context, cl *kgo.Client) {
+	if r.cfg.mirror {
+		_ = r.mirrored.Commit(ctx, cl, "offsetstore: mirroring offsets to Kafka")
 	}
 }
 
@@ -555,9 +576,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 		switch {
 		case err == nil:
 			if r.cfg.mirror {
-				if err := cl.CommitRecords(ctx, recs...); err != nil {
-					r.cfg.logger.Warn("offsetstore: mirroring offsets to Kafka failed (they are never read back)", "err", err)
-				}
+				r.mirrored.Add(recs...) // copied after the poll's batches (Run)
 			}
 			return nil
 		case errors.As(err, &stale):
@@ -625,6 +644,9 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 	for attempt := 1; ; attempt++ {
 		err := r.commit(ctx, []*kgo.Record{rec}, cause)
 		var stale *staleError
+		if err == nil && r.cfg.mirror {
+			r.mirrored.Add(rec) // the group is past it too
+		}
 		if err == nil || ctx.Err() != nil || errors.As(err, &stale) {
 			return err
 		}

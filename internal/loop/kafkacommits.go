@@ -1,0 +1,113 @@
+package loop
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// KafkaCommits commits to the group in Kafka the offsets past the records
+// a database runner applied, once the database committed them (dedup's
+// offsets; offsetstore's mirror). A commit that fails (a rebalance in
+// progress, a coordinator moving) is kept and tried again at the next
+// Commit, which a runner calls after every poll, an empty one too: the
+// last batch of a partition that then stays idle is otherwise never
+// committed, and the group shows it behind for good. A partition the
+// group took is forgotten (Forget, from the revoke and lost callbacks):
+// its new owner commits it, and an old commit must not move it back.
+// Safe for concurrent use.
+type KafkaCommits struct {
+	mu      sync.Mutex
+	pending map[string]map[int32]*kgo.Record // the last applied record of each partition, not committed yet
+	logger  *slog.Logger
+	failing bool // the last Commit failed (logged once until one succeeds)
+}
+
+// NewKafkaCommits returns an empty set, logging failures to logger.
+func NewKafkaCommits(logger *slog.Logger) *KafkaCommits {
+	return &KafkaCommits{pending: map[string]map[int32]*kgo.Record{}, logger: logger}
+}
+
+// Add notes records applied and committed in the database.
+func (k *KafkaCommits) Add(recs ...*kgo.Record) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, r := range recs {
+		parts := k.pending[r.Topic]
+		if parts == nil {
+			parts = map[int32]*kgo.Record{}
+			k.pending[r.Topic] = parts
+		}
+		if last, ok := parts[r.Partition]; !ok || r.Offset > last.Offset {
+			parts[r.Partition] = r
+		}
+	}
+}
+
+// Forget drops what is pending for parts.
+func (k *KafkaCommits) Forget(parts map[string][]int32) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for t, ps := range parts {
+		for _, p := range ps {
+			delete(k.pending[t], p)
+		}
+		if len(k.pending[t]) == 0 {
+			delete(k.pending, t)
+		}
+	}
+}
+
+// Pending reports how many partitions have offsets not committed yet.
+func (k *KafkaCommits) Pending() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, ps := range k.pending {
+		n += len(ps)
+	}
+	return n
+}
+
+// Commit commits what is pending through cl, and keeps it when the commit
+// fails (the error is returned, and logged once until a commit succeeds).
+// It must not run while cl may rebalance away the partitions it commits:
+// under kgo.BlockRebalanceOnPoll, between a poll and AllowRebalance.
+func (k *KafkaCommits) Commit(ctx context.Context, cl *kgo.Client, what string) error {
+	k.mu.Lock()
+	var recs []*kgo.Record
+	for _, ps := range k.pending {
+		for _, r := range ps {
+			recs = append(recs, r)
+		}
+	}
+	k.mu.Unlock()
+	if len(recs) == 0 {
+		return nil
+	}
+	err := cl.CommitRecords(ctx, recs...)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err != nil {
+		if !k.failing && ctx.Err() == nil {
+			k.logger.Warn(what+" failed; retrying at the next poll", "partitions", len(recs), "err", err)
+		}
+		k.failing = true
+		return err
+	}
+	if k.failing {
+		k.logger.Info(what + " succeeded again")
+	}
+	k.failing = false
+	for _, r := range recs {
+		if cur := k.pending[r.Topic][r.Partition]; cur == r {
+			delete(k.pending[r.Topic], r.Partition) // not if a later record came meanwhile
+		}
+		if len(k.pending[r.Topic]) == 0 {
+			delete(k.pending, r.Topic)
+		}
+	}
+	return nil
+}
