@@ -91,7 +91,7 @@ var outboxScenarios = []outboxScenario{
 		}
 		return r.cluster.Restart(ctx, int(c.NodeID), true)
 	}},
-	{name: "cluster-rolling-restart", cluster: true, full: true, writing: 150 * time.Second, inject: func(ctx context.Context, r *outboxRun) error {
+	{name: "cluster-rolling-restart", cluster: true, full: true, writing: 300 * time.Second, inject: func(ctx context.Context, r *outboxRun) error {
 		return r.cluster.RollingRestart(ctx, false)
 	}},
 }
@@ -255,7 +255,18 @@ func runOutboxScenario(t *testing.T, bin string, sc outboxScenario, n int) strin
 		// publish after it: the writers were still writing, or the
 		// output's last stable offsets (records, markers and aborted
 		// records: at least what was published) sum to less than n.
-		if published := outboxProgress(r.adm, out); !writing.Load() && published >= int64(n) {
+		var published int64
+		var perr error
+		for range 30 { // the cluster may still be settling after the fault
+			if published, perr = outboxProgressErr(r.adm, out); perr == nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		switch {
+		case perr != nil:
+			t.Errorf("fault %d (%s): reading the output's progress: %v", faults+1, sc.name, perr)
+		case !writing.Load() && published >= int64(n):
 			t.Errorf("fault %d (%s) ended with every record written and %d offsets in the output: it struck no work in flight", faults+1, sc.name, published)
 		}
 		faults++
@@ -334,6 +345,9 @@ func writePaced(ctx context.Context, load *testbed.OutboxLoad, n int, d time.Dur
 		if err := load.Write(ctx, min(left, 1000), 8, 500); err != nil {
 			return err
 		}
+		if left <= 1000 {
+			return nil // no pause after the last chunk: the writers are done
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -346,13 +360,24 @@ func writePaced(ctx context.Context, load *testbed.OutboxLoad, n int, d time.Dur
 // outboxProgress sums the output's last stable offsets: records and
 // markers the relay committed.
 func outboxProgress(adm *kadm.Client, topic string) int64 {
+	n, _ := outboxProgressErr(adm, topic)
+	return n
+}
+
+// outboxProgressErr is outboxProgress, or why it could not be read (a
+// request or a partition that failed: a partial sum would read as work
+// left).
+func outboxProgressErr(adm *kadm.Client, topic string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	var n int64
 	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
-	return n
+	return n, nil
 }
