@@ -34,7 +34,7 @@ type Spec struct {
 }
 
 // RequestTimeout bounds each request Ensure makes; WaitVisible bounds its
-// wait for the topics it created to show in every broker's metadata.
+// wait for the topics it created (or saw created) to show in the metadata.
 const (
 	RequestTimeout = 30 * time.Second
 	WaitVisible    = 30 * time.Second
@@ -76,7 +76,7 @@ func quoteEmpty(s string) string {
 // on those missing.
 func Ensure(ctx context.Context, adm *kadm.Client, specs ...Spec) (created []string, err error) {
 	names, err := validate(specs)
-	if err != nil {
+	if err != nil || len(names) == 0 {
 		return nil, err
 	}
 	details, err := list(ctx, adm, names)
@@ -182,8 +182,9 @@ func create(ctx context.Context, adm *kadm.Client, s Spec) (made bool, err error
 }
 
 // waitVisible waits until a fresh metadata request lists every topic of
-// names with a leader for each partition. (The broker asked may know a
-// topic before others do; the runners' own look-ups allow for that.)
+// names with a leader for each partition, asking one broker at a time (the
+// broker asked may know a topic before others do; the runners' own
+// look-ups allow for that).
 func waitVisible(ctx context.Context, adm *kadm.Client, names []string) error {
 	if len(names) == 0 {
 		return nil
@@ -230,7 +231,7 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec) error {
 	for i, s := range specs {
 		names[i] = s.Name
 	}
-	details, err := list(ctx, adm, names)
+	details, err := listSettled(ctx, adm, names)
 	if err != nil {
 		return err
 	}
@@ -267,6 +268,45 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec) error {
 	return errors.Join(errs...)
 }
 
+// listSettled lists topics that exist, waiting up to WaitVisible while the
+// broker asked does not show one whole (a topic another process created a
+// moment ago, a lagging broker's metadata): a topic seen with an error or
+// partitions missing would otherwise read as a shape that conflicts.
+func listSettled(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
+	ctx, cancel := context.WithTimeout(ctx, WaitVisible)
+	defer cancel()
+	for {
+		details, err := list(ctx, adm, names)
+		if err != nil {
+			return nil, err
+		}
+		last := ""
+		for _, name := range names {
+			td := details[name]
+			switch {
+			case td.Err != nil:
+				last = fmt.Sprintf("%q: %v", name, td.Err)
+			case len(td.Partitions) == 0:
+				last = fmt.Sprintf("%q has no partitions", name)
+			default:
+				for i := range int32(len(td.Partitions)) {
+					if _, ok := td.Partitions[i]; !ok {
+						last = fmt.Sprintf("%q lacks partition %d", name, i)
+					}
+				}
+			}
+		}
+		if last == "" {
+			return details, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("topics: the metadata did not show %q whole within %s (last: %s): %w", names, WaitVisible, last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // shape is what a topic that exists has.
 type shape struct {
 	partitions int32
@@ -274,10 +314,15 @@ type shape struct {
 	configs    map[string]string
 }
 
+// shapeOf is td's shape; its replication factor the smallest of its
+// partitions' (the one that bounds its durability; a partition being
+// reassigned lists its new replicas too).
 func shapeOf(td kadm.TopicDetail) shape {
 	sh := shape{partitions: int32(len(td.Partitions)), configs: map[string]string{}}
-	if p, ok := td.Partitions[0]; ok {
-		sh.rf = int16(len(p.Replicas))
+	for _, p := range td.Partitions {
+		if rf := int16(len(p.Replicas)); sh.rf == 0 || rf < sh.rf {
+			sh.rf = rf
+		}
 	}
 	return sh
 }

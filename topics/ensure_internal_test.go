@@ -3,6 +3,8 @@ package topics
 import (
 	"errors"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 func TestConflictsNamesEverySettingThatDiffers(t *testing.T) {
@@ -49,5 +51,17 @@ func TestValidateRefusesUnnamedDuplicateAndNegativeSpecs(t *testing.T) {
 		if _, err := validate(specs); err == nil {
 			t.Errorf("validate(%+v) = nil, want an error", specs)
 		}
+	}
+}
+
+// The replication factor of a topic is its weakest partition's, and a
+// topic whose partition 0 is missing from the answer still has one.
+func TestShapeOfTakesTheSmallestReplicationFactor(t *testing.T) {
+	td := kadm.TopicDetail{Partitions: kadm.PartitionDetails{
+		1: {Partition: 1, Replicas: []int32{1, 2, 3}},
+		2: {Partition: 2, Replicas: []int32{1, 2}},
+	}}
+	if sh := shapeOf(td); sh.rf != 2 || sh.partitions != 2 {
+		t.Fatalf("shapeOf = %+v, want 2 partitions at RF 2", sh)
 	}
 }
