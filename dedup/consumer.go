@@ -210,12 +210,16 @@ func (c *config) newClient(obs *loop.Observer, commits *loop.KafkaCommits) (*kgo
 	opts = append(opts, kgo.SeedBrokers(c.brokers...), kgo.ConsumerGroup(c.group), kgo.ConsumeTopics(c.topics...),
 		kgo.BlockRebalanceOnPoll())
 	if obs != nil {
-		taken := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+		revoked := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 			commits.Forget(parts) // the new owner commits them
 			obs.Revoked(parts)
 		}
+		lost := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			commits.Forget(parts)
+			obs.Lost(parts)
+		}
 		opts = append(opts, kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { obs.Assigned(parts) }, c.userHooks.Assigned)),
-			kgo.OnPartitionsRevoked(loop.Chain(taken, c.userHooks.Revoked)), kgo.OnPartitionsLost(loop.Chain(taken, c.userHooks.Lost)))
+			kgo.OnPartitionsRevoked(loop.Chain(revoked, c.userHooks.Revoked)), kgo.OnPartitionsLost(loop.Chain(lost, c.userHooks.Lost)))
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

@@ -735,7 +735,11 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 				return
 			}
 			revoked.Store(true)
-			p.obs.Revoked(parts)
+			if what == "lost" {
+				p.obs.Lost(parts)
+			} else {
+				p.obs.Revoked(parts)
+			}
 			p.logger.Info("eos: partitions "+what, "partitions", parts)
 		}
 	}

@@ -244,7 +244,7 @@ func (r *Runner) newClient() (*kgo.Client, error) {
 		kgo.AdjustFetchOffsetsFn(r.seekToStored),
 		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { r.obs.Assigned(parts) }, r.userHooks.Assigned)),
 		kgo.OnPartitionsRevoked(loop.Chain(r.forget, r.userHooks.Revoked)),
-		kgo.OnPartitionsLost(loop.Chain(r.forget, r.userHooks.Lost)),
+		kgo.OnPartitionsLost(loop.Chain(r.forgetLost, r.userHooks.Lost)),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -406,6 +406,13 @@ func (r *Runner) currentTopicIDs(ctx context.Context, topics []string) (map[stri
 		}
 	}
 	return ids, nil
+}
+
+// forgetLost is forget for partitions lost with the group session: the
+// runner is out of the group until it rejoins.
+func (r *Runner) forgetLost(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
+	r.forget(ctx, cl, parts)
+	r.obs.Lost(nil)
 }
 
 func (r *Runner) forget(_ context.Context, _ *kgo.Client, parts map[string][]int32) {

@@ -248,6 +248,15 @@ func (o *Observer) Revoked(parts map[string][]int32) {
 	}
 }
 
+// Lost notes partitions lost with the group session (it expired: the
+// runner is out of the group until it rejoins, so not Ready).
+func (o *Observer) Lost(parts map[string][]int32) {
+	o.Revoked(parts)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.h.Joined = false
+}
+
 // StandingBy notes that a relay stands by behind a live one (true), or
 // has taken its slot (false).
 func (o *Observer) StandingBy(standby bool) {
