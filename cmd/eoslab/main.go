@@ -36,7 +36,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/eoskit/eoskit/internal/embeddedpg"
 	"github.com/eoskit/eoskit/patterns"
 )
 
@@ -59,6 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	context.AfterFunc(ctx, stop) // a second Ctrl-C ends eoslab at once
+	stderr = &syncWriter{w: stderr}
 
 	lab := &patterns.Lab{Reports: patterns.Workload(*reports)}
 	if *verbose {
@@ -78,19 +78,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		lab.Brokers = strings.Split(*brokers, ",")
 	}
-	dbWhere := ""
+	var pg *embedded
 	if *dbURL == "" && needsDatabase(*only) {
-		srv, err := embeddedPostgres(ctx, stderr)
-		switch {
-		case ctx.Err() != nil:
-			fmt.Fprintln(stderr, "eoslab: interrupted")
-			return 1
-		case err != nil:
-			fmt.Fprintln(stderr, "eoslab:", err)
-		default:
-			defer srv.Stop()
-			*dbURL, dbWhere = srv.URL(), "an embedded PostgreSQL "+embeddedpg.Version+", thrown away on exit"
-		}
+		pg = startEmbedded(ctx, stderr)
+		defer pg.stop()
+		where += "; an embedded PostgreSQL"
 	}
 	if *dbURL != "" {
 		pool, err := pgxpool.New(ctx, *dbURL)
@@ -100,10 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		defer pool.Close()
 		lab.Pool = pool
-		if dbWhere == "" {
-			dbWhere = "PostgreSQL at " + pool.Config().ConnConfig.Host
-		}
-		where += "; " + dbWhere
+		where += "; PostgreSQL at " + pool.Config().ConnConfig.Host
 	}
 	fmt.Fprintf(stderr, "eoslab: %d reports on %s\n", *reports, where)
 	lab.Progress = func(pattern, step string) {
@@ -115,6 +104,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, p := range patterns.All() {
 		if !strings.Contains(p.Name, *only) {
 			continue
+		}
+		if p.NeedsDatabase && lab.Pool == nil && pg != nil {
+			lab.Pool = pg.pool(ctx)
 		}
 		start := time.Now()
 		out, err := lab.Run(ctx, p)

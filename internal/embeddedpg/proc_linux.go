@@ -22,7 +22,11 @@ type account struct {
 
 func serverAccount() (account, error) {
 	if os.Geteuid() != 0 {
-		return account{name: "the current user"}, nil
+		name := "the current user"
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+		return account{name: name}, nil
 	}
 	uid, gid := uint32(65534), uint32(65534)
 	if u, err := user.Lookup("nobody"); err == nil {

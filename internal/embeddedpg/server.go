@@ -29,9 +29,11 @@ var ErrUnavailable = errors.New("embedded PostgreSQL unavailable")
 // Options configure Start. The zero value is ready to use.
 type Options struct {
 	// CacheDir holds the downloaded binaries, shared by every Start.
-	// Default: $XDG_CACHE_HOME/eoskit/postgres (os.UserCacheDir), or
-	// /var/cache/eoskit/postgres for root, whose server user (nobody) must
-	// be able to read it.
+	// Default: eoskit/postgres in the user's cache directory
+	// (os.UserCacheDir: $XDG_CACHE_HOME, else ~/.cache), except for root
+	// without XDG_CACHE_HOME: /var/cache/eoskit/postgres, since the
+	// server's user (nobody) must be able to read it and usually cannot
+	// enter /root.
 	CacheDir string
 	// Progress receives one line per step (downloading, with progress
 	// every two seconds; extracting; started). Default: silent.
@@ -111,7 +113,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 func (o Options) withDefaults() (Options, error) {
 	if o.CacheDir == "" {
-		if os.Geteuid() == 0 {
+		if os.Geteuid() == 0 && os.Getenv("XDG_CACHE_HOME") == "" {
 			o.CacheDir = "/var/cache/eoskit/postgres"
 		} else {
 			base, err := os.UserCacheDir()
