@@ -60,8 +60,10 @@ func (e *embedded) pool(ctx context.Context) *pgxpool.Pool {
 		if err == nil {
 			e.db, err = pgxpool.New(ctx, e.srv.URL())
 		}
-		if err != nil {
+		if err != nil && ctx.Err() == nil { // interrupted: nothing to explain
 			fmt.Fprintln(e.stderr, "eoslab: no embedded PostgreSQL, so the database patterns are skipped (give --database-url):", err)
+		}
+		if err != nil {
 			return
 		}
 		fmt.Fprintln(e.stderr, "eoslab: the database patterns run on an embedded PostgreSQL", embeddedpg.Version+", thrown away on exit")
