@@ -22,7 +22,10 @@ func TestEmbeddedLabShowsAllEightRows(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"--json", "--reports", "1000"}, &stdout, &stderr)
 	t.Logf("eoslab exited %d; stderr:\n%s", code, stderr.String())
-	if reason := noPostgres(stderr.String()); reason != "" && os.Getenv("EOS_REQUIRE_SERVICES") != "1" {
+	if reason := noPostgres(stderr.String()); reason != "" {
+		if os.Getenv("EOS_REQUIRE_SERVICES") == "1" {
+			t.Fatal(reason)
+		}
 		t.Skip(reason)
 	}
 	var outcomes []patterns.Outcome
