@@ -2,14 +2,18 @@
 // same injected faults and prints what the verifier found: which patterns
 // lose records, which duplicate them, and which do neither.
 //
-//	go run ./cmd/eoslab                      # in-process Kafka (kfake), no PostgreSQL
+//	go run ./cmd/eoslab                      # in-process Kafka (kfake), embedded PostgreSQL
 //	go run ./cmd/eoslab --brokers 127.0.0.1:9092 --database-url postgres://...
 //	make demo                                # starts the local broker and PostgreSQL, runs all
 //
 // Flags:
 //
 //	--brokers       Kafka bootstrap addresses; default: an embedded kfake cluster
-//	--database-url  PostgreSQL for the database patterns; default: $DATABASE_URL, else skipped
+//	--database-url  PostgreSQL for the database patterns; default: $DATABASE_URL, else an
+//	                embedded PostgreSQL, thrown away on exit (a first run downloads its
+//	                binaries, 15 MB, from Maven Central into the user's cache directory;
+//	                as root it runs as nobody). If it cannot be had (offline, another OS),
+//	                the database patterns are skipped and eoslab says why.
 //	--reports       workload size (default 4000)
 //	--json          print the table as JSON
 //	--only          run only the patterns whose name contains this
@@ -26,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -42,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("eoslab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	brokers := fs.String("brokers", os.Getenv("KAFKA_BROKERS"), "Kafka bootstrap addresses (default: $KAFKA_BROKERS, else an embedded kfake cluster)")
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL for the database patterns (default: $DATABASE_URL, else they are skipped)")
+	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL for the database patterns (default: $DATABASE_URL, else an embedded PostgreSQL)")
 	reports := fs.Int("reports", 4000, "number of case reports in the workload")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	verbose := fs.Bool("v", false, "log what the components do")
@@ -50,8 +55,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // a second Ctrl-C ends eoslab at once
+	stderr = &syncWriter{w: stderr}
 
 	lab := &eoslab.Lab{Reports: eoslab.Workload(*reports)}
 	if *verbose {
@@ -70,6 +77,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		where = "an embedded in-process Kafka (franz-go's kfake): a demo, not a proof; give --brokers for a real broker"
 	} else {
 		lab.Brokers = strings.Split(*brokers, ",")
+	}
+	var pg *embedded
+	if *dbURL == "" && needsDatabase(*only) {
+		pg = startEmbedded(ctx, stderr)
+		defer pg.stop()
+		where += "; an embedded PostgreSQL"
 	}
 	if *dbURL != "" {
 		pool, err := pgxpool.New(ctx, *dbURL)
@@ -91,6 +104,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, p := range eoslab.All() {
 		if !strings.Contains(p.Name, *only) {
 			continue
+		}
+		if p.NeedsDatabase && lab.Pool == nil && pg != nil {
+			lab.Pool = pg.pool(ctx)
 		}
 		start := time.Now()
 		out, err := lab.Run(ctx, p)

@@ -73,13 +73,13 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 	if err != nil {
 		return result{}, err
 	}
-	if err := outbox.DropSlot(ctx, l.Pool, slot); err != nil {
+	if err := dropSlot(ctx, l.Pool, slot, l.StepTimeout); err != nil {
 		return result{}, err
 	}
 	if err := outbox.CreateSlot(ctx, l.Pool, slot); err != nil {
 		return result{}, err
 	}
-	defer func() { _ = outbox.DropSlot(context.WithoutCancel(ctx), l.Pool, slot) }()
+	defer func() { _ = dropSlot(context.WithoutCancel(ctx), l.Pool, slot, 10*time.Second) }()
 
 	crash := &crashPoint{}
 	cfg := l.Pool.Config()
