@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eoskit/eoskit/patterns"
+	"github.com/eoskit/eoskit/internal/eoslab"
 )
 
 // TestEmbeddedLabShowsAllEightRows runs what `go run ./cmd/eoslab` runs on
@@ -28,11 +28,11 @@ func TestEmbeddedLabShowsAllEightRows(t *testing.T) {
 		}
 		t.Skip(reason)
 	}
-	var outcomes []patterns.Outcome
+	var outcomes []eoslab.Outcome
 	if err := json.Unmarshal(stdout.Bytes(), &outcomes); err != nil {
 		t.Fatalf("eoslab --json printed %q: %v", stdout.String(), err)
 	}
-	if want := len(patterns.All()); len(outcomes) != want || want != 8 {
+	if want := len(eoslab.All()); len(outcomes) != want || want != 8 {
 		t.Errorf("%d rows of %d patterns; want all eight", len(outcomes), want)
 	}
 	for _, o := range outcomes {

@@ -10,12 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eoskit/eoskit/internal/embeddedpg"
-	"github.com/eoskit/eoskit/patterns"
+	"github.com/eoskit/eoskit/internal/eoslab"
 )
 
 // needsDatabase reports whether a pattern --only selects needs PostgreSQL.
 func needsDatabase(only string) bool {
-	for _, p := range patterns.All() {
+	for _, p := range eoslab.All() {
 		if p.NeedsDatabase && strings.Contains(p.Name, only) {
 			return true
 		}

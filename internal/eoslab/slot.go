@@ -1,4 +1,4 @@
-package patterns
+package eoslab
 
 import (
 	"context"
