@@ -36,7 +36,10 @@
 //     databases).
 //  2. Docker: a PostgreSQL container started for the test and terminated
 //     when it ends ([StartPostgres]).
-//  3. An embedded PostgreSQL server, where the kit carries one.
+//  3. An embedded PostgreSQL server of the test's own (PostgreSQL 17 from the
+//     zonky binaries Maven Central serves, downloaded once into the user's
+//     cache directory; as root, run as nobody), stopped and deleted when the
+//     test ends: database tests run with no Docker (Linux only).
 //  4. None: the test is skipped, saying how to get a server.
 //
 // A three-node cluster whose nodes a test stops ([StartCluster]) always
