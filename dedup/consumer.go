@@ -419,7 +419,7 @@ func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempt
 		if !pol.Final(attempts) {
 			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
 			c.cfg.logger.Warn("dedup: handler failed; retrying the batch", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-				"err", herr.err, "attempt", attempts, "backoff", backoff)
+				"err", loop.ErrorText(herr.err), "attempt", attempts, "backoff", backoff)
 			loop.Sleep(ctx, backoff)
 			return true
 		}

@@ -24,7 +24,7 @@ func TestMemberAssignedNothingSaysSoOnce(t *testing.T) {
 	const line = "the group has assigned this member no partition"
 	member := func(w *logWatch) *run {
 		return b.runConsumer(t, b.pool, b.handler("a"), dedup.Group(group),
-			dedup.Logger(slog.New(slog.NewTextHandler(w, nil))), dedup.ClientOptions(kgo.SessionTimeout(6*time.Second)))
+			dedup.Logger(slog.New(slog.NewTextHandler(w, nil))), dedup.ClientOptions(kgo.SessionTimeout(6*time.Second), kgo.RebalanceTimeout(6*time.Second)))
 	}
 	var first, second logWatch
 	r1 := member(&first)

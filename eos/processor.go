@@ -194,6 +194,14 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 		return ErrRunning
 	}
 	defer p.running.Store(false)
+	// What an earlier Run learnt of its inputs (poisoned, attempts) is
+	// not this one's: the group's offsets may have been reset since, or
+	// the topic made anew, and a record at the same coordinates must get
+	// its handler.
+	clear(p.poisoned)
+	clear(p.attempts)
+	clear(p.tooSlow)
+	clear(p.deadLetterFailures)
 	p.obs.Running(true, nil)
 	defer func() { p.obs.Running(false, err) }()
 	defer p.deadLetterLog.Flush()
@@ -822,7 +830,7 @@ func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error
 		if !pol.Final(attempts) {
 			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
 			p.logger.Warn("eos: handler failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
-				"err", err, "attempt", attempts, "backoff", backoff)
+				"err", loop.ErrorText(err), "attempt", attempts, "backoff", backoff)
 			loop.Sleep(ctx, backoff)
 			return nil
 		}
@@ -850,8 +858,8 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 		// The topic was there when Run started. Deleted since (a fresh
 		// look confirms it), no retry mends it; the input's offset is
 		// not committed.
-		if p.checkDeadLetterTopic(ctx) != nil {
-			return p.missingDeadLetterTopic(p.cfg.onError.p.For(cause).DeadLetterTopic(), err)
+		if cerr := p.checkDeadLetterTopic(ctx); cerr != nil {
+			return cerr // naming the topic found missing (with several rules, not always this input's)
 		}
 	}
 	p.deadLetterFailures[at]++

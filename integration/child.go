@@ -134,7 +134,15 @@ func (c *Child) Kill() error {
 	default:
 	}
 	_ = c.cmd.Process.Kill()
-	return c.wait(childTimeout, "after SIGKILL")
+	if err := c.wait(childTimeout, "after SIGKILL"); err != nil {
+		return err
+	}
+	// It may have exited on its own between the look above and the kill:
+	// only a death by SIGKILL is the crash the test asked for.
+	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		return fmt.Errorf("integration: child %s exited before it was killed (%v); its last lines:\n%s", c.name, c.err, tail(c.out.String(), 30))
+	}
+	return nil
 }
 
 // Stop sends the child SIGTERM, as a deployment stops a program, and

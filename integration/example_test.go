@@ -188,12 +188,12 @@ func ExampleVerifyTotals() {
 }
 
 // A wait with a deadline, for a condition the kit has no helper for.
-func ExampleWaitFor() {
+func ExampleWaitForCtx() {
 	testProgress := func(t *testing.T) {
 		pool := integration.Postgres(t)
-		integration.WaitFor(t, time.Minute, "1000 rows", func() (bool, error) {
+		integration.WaitForCtx(t, time.Minute, "1000 rows", func(ctx context.Context) (bool, error) {
 			var n int
-			err := pool.QueryRow(t.Context(), `SELECT count(*) FROM results`).Scan(&n)
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&n)
 			return n >= 1000, err
 		})
 	}

@@ -77,19 +77,19 @@ func TestFeedTotalsAreExactAfterASIGKILL(t *testing.T) {
 	k.Produce(topic, reports...)
 	args := []string{strings.Join(k.Brokers, ","), dbURL, group, topic}
 
-	counted := func() (n int64, err error) {
-		err = pool.QueryRow(t.Context(), `SELECT coalesce(sum(reports), 0) FROM totals`).Scan(&n)
+	counted := func(ctx context.Context) (n int64, err error) {
+		err = pool.QueryRow(ctx, `SELECT coalesce(sum(reports), 0) FROM totals`).Scan(&n)
 		return n, err
 	}
 	first := integration.StartChild(t, "feed", args...)
-	integration.WaitFor(t, time.Minute, "the feed to count 1000 reports", func() (bool, error) {
-		c, err := counted()
+	integration.WaitForCtx(t, time.Minute, "the feed to count 1000 reports", func(ctx context.Context) (bool, error) {
+		c, err := counted(ctx)
 		return c >= 1000, err
 	})
 	if err := first.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := counted(); err != nil || c >= n {
+	if c, err := counted(t.Context()); err != nil || c >= n {
 		t.Fatalf("killed with %d of %d reports counted (%v): not mid-run", c, n, err)
 	}
 	second := integration.StartChild(t, "feed", args...)

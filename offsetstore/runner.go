@@ -621,7 +621,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			failures++
 			backoff := loop.Backoff(failures, pol.Backoff, retryLimit)
 			r.cfg.logger.Warn("offsetstore: handler failed; retrying", "topic", recs[0].Topic, "partition", recs[0].Partition,
-				"offset", recs[0].Offset, "err", herr.err, "attempt", failures, "backoff", backoff)
+				"offset", recs[0].Offset, "err", loop.ErrorText(herr.err), "attempt", failures, "backoff", backoff)
 			if !loop.Sleep(ctx, backoff) {
 				return ctx.Err()
 			}

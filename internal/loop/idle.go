@@ -17,11 +17,15 @@ func IdleAfter(session time.Duration) time.Duration {
 	return session + max(5*time.Second, session/4)
 }
 
-// SessionTimeout is cl's session timeout (franz-go's default, 45 s, unless
-// kgo.SessionTimeout set it).
+// SessionTimeout is how long a healthy group may take to assign cl's
+// member: its session timeout (a member that left without leaving holds
+// its partitions that long; franz-go's default 45 s) or its rebalance
+// timeout (a member slow to rejoin holds the rebalance that long; default
+// 60 s), whichever is longer.
 func SessionTimeout(cl *kgo.Client) time.Duration {
-	d, _ := cl.OptValue(kgo.SessionTimeout).(time.Duration)
-	return d
+	session, _ := cl.OptValue(kgo.SessionTimeout).(time.Duration)
+	rebalance, _ := cl.OptValue(kgo.RebalanceTimeout).(time.Duration)
+	return max(session, rebalance)
 }
 
 // WatchAssignment makes o log one Warn line on logger when its runner,
@@ -61,9 +65,10 @@ func (w *idleWatch) arm(o *Observer) {
 		}
 		w.timer = nil
 		w.logger.Warn(o.h.Path+": the group has assigned this member no partition for "+after.String()+
-			": another member may hold them until its session timeout expires (a member stopped without leaving the group, killed say, holds them that long: "+
-			w.session.String()+" if it shares this one's), or the group has more members than its topics have partitions",
-			"waited", after, "session_timeout", w.session)
+			": another member may hold them until its session timeout expires (a member stopped without leaving the group, killed say, holds them that long), "+
+			"a member may be slow to rejoin a rebalance (up to its rebalance timeout), the group's coordinator may be unreachable, "+
+			"or the group has more members than its topics have partitions",
+			"waited", after, "session_or_rebalance_timeout", w.session)
 	})
 }
 

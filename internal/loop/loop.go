@@ -71,6 +71,10 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 func Recover(pkg string, call func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
+			if e, ok := v.(error); ok {
+				err = fmt.Errorf("%s: handler panicked: %w", pkg, e) // an error policy's rules see it
+				return
+			}
 			err = fmt.Errorf("%s: handler panicked: %v", pkg, v)
 		}
 	}()
