@@ -105,7 +105,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs ...Spec) (created []str
 		}
 		fresh = append(fresh, s.Name)
 	}
-	if err := waitVisible(ctx, adm, fresh); err != nil {
+	if _, err := waitVisible(ctx, adm, fresh, true); err != nil {
 		return created, err
 	}
 	if len(existing) == 0 {
@@ -182,47 +182,62 @@ func create(ctx context.Context, adm *kadm.Client, s Spec) (made bool, err error
 }
 
 // waitVisible waits until a fresh metadata request lists every topic of
-// names with a leader for each partition, asking one broker at a time (the
-// broker asked may know a topic before others do; the runners' own
-// look-ups allow for that).
-func waitVisible(ctx context.Context, adm *kadm.Client, names []string) error {
+// names whole (every partition; with leaders, each with a leader: a topic
+// just created has none for a moment, one that exists may lack one while
+// a broker is down, which does not change its shape), asking one broker at
+// a time (the broker asked may know a topic before others do; the
+// runners' own look-ups allow for that), and returns what it listed: a
+// topic seen with an error or partitions missing would otherwise read as
+// missing, or as a shape that conflicts.
+func waitVisible(ctx context.Context, adm *kadm.Client, names []string, leaders bool) (kadm.TopicDetails, error) {
 	if len(names) == 0 {
-		return nil
+		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, WaitVisible)
 	defer cancel()
-	last := "no answer yet"
 	for {
-		details, err := adm.ListTopics(ctx, names...)
+		details, err := list(ctx, adm, names)
+		if ae, ok := errors.AsType[*authz.Error](err); ok {
+			return nil, ae
+		}
+		last := "no answer yet"
 		if err == nil {
-			last = ""
-			for _, name := range names {
-				td := details[name]
-				switch {
-				case td.Err != nil:
-					last = fmt.Sprintf("%q: %v", name, td.Err)
-				case len(td.Partitions) == 0:
-					last = fmt.Sprintf("%q has no partitions yet", name)
-				default:
-					for _, p := range td.Partitions {
-						if p.Leader < 0 || p.Err != nil {
-							last = fmt.Sprintf("%q partition %d has no leader yet", name, p.Partition)
-						}
-					}
-				}
-			}
+			last = notWhole(details, names, leaders)
 			if last == "" {
-				return nil
+				return details, nil
 			}
 		} else {
 			last = err.Error()
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("topics: created %q, but they did not show in the metadata within %s (last: %s): %w", names, WaitVisible, last, ctx.Err())
+			return nil, fmt.Errorf("topics: the metadata did not show %q whole within %s (last: %s): %w", names, WaitVisible, last, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// notWhole says why details do not show a topic of names whole, or "".
+func notWhole(details kadm.TopicDetails, names []string, leaders bool) string {
+	for _, name := range names {
+		td := details[name]
+		switch {
+		case td.Err != nil:
+			return fmt.Sprintf("%q: %v", name, td.Err)
+		case len(td.Partitions) == 0:
+			return fmt.Sprintf("%q has no partitions yet", name)
+		}
+		for i := range int32(len(td.Partitions)) {
+			p, ok := td.Partitions[i]
+			switch {
+			case !ok:
+				return fmt.Sprintf("%q lacks partition %d", name, i)
+			case leaders && (p.Leader < 0 || p.Err != nil):
+				return fmt.Sprintf("%q partition %d has no leader yet", name, i)
+			}
+		}
+	}
+	return ""
 }
 
 // check compares the topics of specs, which exist, with their specs.
@@ -231,7 +246,7 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec) error {
 	for i, s := range specs {
 		names[i] = s.Name
 	}
-	details, err := listSettled(ctx, adm, names)
+	details, err := waitVisible(ctx, adm, names, false)
 	if err != nil {
 		return err
 	}
@@ -266,45 +281,6 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec) error {
 		errs = append(errs, conflicts(s, have)...)
 	}
 	return errors.Join(errs...)
-}
-
-// listSettled lists topics that exist, waiting up to WaitVisible while the
-// broker asked does not show one whole (a topic another process created a
-// moment ago, a lagging broker's metadata): a topic seen with an error or
-// partitions missing would otherwise read as a shape that conflicts.
-func listSettled(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
-	ctx, cancel := context.WithTimeout(ctx, WaitVisible)
-	defer cancel()
-	for {
-		details, err := list(ctx, adm, names)
-		if err != nil {
-			return nil, err
-		}
-		last := ""
-		for _, name := range names {
-			td := details[name]
-			switch {
-			case td.Err != nil:
-				last = fmt.Sprintf("%q: %v", name, td.Err)
-			case len(td.Partitions) == 0:
-				last = fmt.Sprintf("%q has no partitions", name)
-			default:
-				for i := range int32(len(td.Partitions)) {
-					if _, ok := td.Partitions[i]; !ok {
-						last = fmt.Sprintf("%q lacks partition %d", name, i)
-					}
-				}
-			}
-		}
-		if last == "" {
-			return details, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("topics: the metadata did not show %q whole within %s (last: %s): %w", names, WaitVisible, last, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // shape is what a topic that exists has.
