@@ -257,6 +257,7 @@ func TestChaos(t *testing.T) {
 			t.Run(path+"/"+sc.name, func(t *testing.T) {
 				row := runScenario(t, root, bin, path, sc, n)
 				rows = append(rows, row)
+				t.Log("row: " + row) // as soon as it is known (with -v): a run cut short keeps it
 			})
 		}
 	}

@@ -119,7 +119,9 @@ func TestChaosOutbox(t *testing.T) {
 			continue
 		}
 		t.Run("outbox/"+sc.name, func(t *testing.T) {
-			rows = append(rows, runOutboxScenario(t, bin, sc, records))
+			row := runOutboxScenario(t, bin, sc, records)
+			rows = append(rows, row)
+			t.Log("row: " + row) // as soon as it is known (with -v)
 		})
 	}
 	table := "| path | scenario | faults injected | records (committed, rolled back) | relay processes | fenced zombies | verifier | time |\n" +
