@@ -194,14 +194,6 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 		return ErrRunning
 	}
 	defer p.running.Store(false)
-	// What an earlier Run learnt of its inputs (poisoned, attempts) is
-	// not this one's: the group's offsets may have been reset since, or
-	// the topic made anew, and a record at the same coordinates must get
-	// its handler.
-	clear(p.poisoned)
-	clear(p.attempts)
-	clear(p.tooSlow)
-	clear(p.deadLetterFailures)
 	p.obs.Running(true, nil)
 	defer func() { p.obs.Running(false, err) }()
 	defer p.deadLetterLog.Flush()
