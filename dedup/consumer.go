@@ -218,7 +218,10 @@ func (c *config) newClient(obs *loop.Observer, commits *loop.KafkaCommits) (*kgo
 			commits.Forget(parts)
 			obs.Lost(parts)
 		}
-		opts = append(opts, kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { obs.Assigned(parts) }, c.userHooks.Assigned)),
+		opts = append(opts, kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
+			commits.Assigned(cl) // after every rebalance: the member its partitions are now with
+			obs.Assigned(parts)
+		}, c.userHooks.Assigned)),
 			kgo.OnPartitionsRevoked(loop.Chain(revoked, c.userHooks.Revoked)), kgo.OnPartitionsLost(loop.Chain(lost, c.userHooks.Lost)))
 	}
 	cl, err := kgo.NewClient(opts...)

@@ -242,7 +242,12 @@ func (r *Runner) newClient() (*kgo.Client, error) {
 		// until the batch committed and AllowRebalance is called.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AdjustFetchOffsetsFn(r.seekToStored),
-		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { r.obs.Assigned(parts) }, r.userHooks.Assigned)),
+		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
+			if r.mirrored != nil {
+				r.mirrored.Assigned(cl)
+			}
+			r.obs.Assigned(parts)
+		}, r.userHooks.Assigned)),
 		kgo.OnPartitionsRevoked(loop.Chain(r.forget, r.userHooks.Revoked)),
 		kgo.OnPartitionsLost(loop.Chain(r.forgetLost, r.userHooks.Lost)),
 	)

@@ -2,10 +2,12 @@ package loop
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // KafkaCommits commits to the group in Kafka the offsets past the records
@@ -16,14 +18,28 @@ import (
 // last batch of a partition that then stays idle is otherwise never
 // committed, and the group shows it behind for good. A partition the
 // group took is forgotten (Forget, from the revoke and lost callbacks):
-// its new owner commits it, and an old commit must not move it back.
+// its new owner commits it, and an old commit must not move it back. A
+// commit is held while the client is a member other than the one its
+// assignment was given to (Assigned, from the assign callback).
 // Safe for concurrent use.
 type KafkaCommits struct {
 	mu      sync.Mutex
 	pending map[string]map[int32]*kgo.Record // the last applied record of each partition, not committed yet
 	logger  *slog.Logger
 	failing bool // the last Commit failed (logged once until one succeeds)
+	// member is the member id the client's current assignment was
+	// given to (Assigned). A client dropped from the group (stalled
+	// past the rebalance timeout) rejoins as a new member without
+	// losing its partitions first, and its commits go through under
+	// the new id before the new assignment's callbacks run: committing
+	// then could move back a partition the group gave to another
+	// member, which has nothing left to commit.
+	member string
 }
+
+// errEarlierMember refuses a commit the client would send under a member
+// id other than the one its assignment was given to.
+var errEarlierMember = errors.New("the client rejoined the group as a new member; its assignment is not known yet")
 
 // NewKafkaCommits returns an empty set, logging failures to logger.
 func NewKafkaCommits(logger *slog.Logger) *KafkaCommits {
@@ -44,6 +60,16 @@ func (k *KafkaCommits) Add(recs ...*kgo.Record) {
 			parts[r.Partition] = r
 		}
 	}
+}
+
+// Assigned notes the member the client's current assignment was given
+// to; call it from the assignment callback (kgo calls it after every
+// rebalance, with nothing new assigned too).
+func (k *KafkaCommits) Assigned(cl *kgo.Client) {
+	member, _ := cl.GroupMetadata()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.member = member
 }
 
 // Forget drops what is pending for parts.
@@ -87,6 +113,17 @@ func (k *KafkaCommits) Commit(ctx context.Context, cl *kgo.Client, what string) 
 	if len(recs) == 0 {
 		return nil
 	}
+	k.mu.Lock()
+	member := k.member
+	k.mu.Unlock()
+	// Checked on the request itself: the member id it is sent under
+	// is read as it is built, after any rejoin before it.
+	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		if req.MemberID != member {
+			return errEarlierMember
+		}
+		return nil
+	})
 	err := cl.CommitRecords(ctx, recs...)
 	k.mu.Lock()
 	defer k.mu.Unlock()
