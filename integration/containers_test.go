@@ -122,9 +122,16 @@ func TestContainerKafkaKeepsItsDataOnItsVolume(t *testing.T) {
 	if err := k.Pause(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
+	// A client of its own: one that asked before may answer Metadata
+	// from its cache.
+	fresh, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...))
+	if err != nil {
+		t.Fatal(err)
+	}
 	pausedCtx, cancelPaused := context.WithTimeout(ctx, 2*time.Second)
-	_, err = kadm.NewClient(cl).BrokerMetadata(pausedCtx)
+	_, err = kadm.NewClient(fresh).BrokerMetadata(pausedCtx)
 	cancelPaused()
+	fresh.Close()
 	if err == nil {
 		t.Fatal("a paused node answered Metadata")
 	}
