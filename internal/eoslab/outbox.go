@@ -144,19 +144,17 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 
 	var faults []string
 	for _, at := range []float64{0.3, 0.65} {
+		// Armed before the relay starts, the crash point itself catches
+		// the first deletion once the relay has deleted at% of the
+		// reports' rows: a lab that polled for the relay's progress and
+		// armed only then could find the relay already through the
+		// rest, and wait for a deletion that never came.
+		caught := crash.arm(int(at * float64(len(l.Reports))))
 		stop, err := start()
 		if err != nil {
 			return result{}, err
 		}
-		if err := wait(fmt.Sprintf("relay: publishing until %.0f%%", at*100), func() (bool, error) {
-			n, err := committed()
-			return float64(n) >= at*float64(len(l.Reports)), err
-		}); err != nil {
-			_ = stop()
-			return result{}, err
-		}
-		caught := crash.arm()
-		if err := wait("relay: caught deleting a published batch's rows, before the slot is told", func() (bool, error) {
+		if err := wait(fmt.Sprintf("relay: publishing until %.0f%%, caught deleting a published batch's rows, before the slot is told", at*100), func() (bool, error) {
 			select {
 			case <-caught:
 				return true, nil
@@ -240,20 +238,25 @@ func (l *Lab) writeOutbox(ctx context.Context, topic string) error {
 	return errors.Join(errs...)
 }
 
-// crashPoint is a pgx tracer on the relay's pool: once armed, the relay's
-// next deletion of published rows (which comes after Kafka acknowledged
-// the batch, and before the relay commits or tells the slot) blocks until
-// released, so that the lab can stop the relay right there: a crash at
-// the worst moment for an at-least-once relay.
+// crashPoint is a pgx tracer on the relay's pool: once armed, the
+// relay's first deletion of published rows (which comes after Kafka
+// acknowledged the batch, and before the relay commits or tells the slot)
+// after it has deleted a given number of rows blocks until released, so
+// that the lab can stop the relay right there: a crash at the worst
+// moment for an at-least-once relay.
 type crashPoint struct {
-	mu     sync.Mutex
-	caught chan struct{}
-	held   chan struct{}
+	mu      sync.Mutex
+	deleted int // rows named by the relay's deletions, every session's
+	after   int
+	caught  chan struct{}
+	held    chan struct{}
 }
 
-func (c *crashPoint) arm() <-chan struct{} {
+// arm catches the first deletion once after rows have been deleted.
+func (c *crashPoint) arm(after int) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.after = after
 	c.caught, c.held = make(chan struct{}), make(chan struct{})
 	return c.caught
 }
@@ -272,9 +275,15 @@ func (c *crashPoint) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 		return ctx
 	}
 	c.mu.Lock()
-	caught, held := c.caught, c.held
-	if caught != nil {
+	var caught, held chan struct{}
+	if c.caught != nil && c.deleted >= c.after {
+		caught, held = c.caught, c.held
 		c.caught = nil // one catch per arming
+	}
+	if len(data.Args) > 0 {
+		if ids, ok := data.Args[0].([]int64); ok {
+			c.deleted += len(ids)
+		}
 	}
 	c.mu.Unlock()
 	if caught == nil {
