@@ -23,6 +23,14 @@
 # terminated by its test, and any container or volume this run labelled
 # that is left afterwards fails the suite. It stops the engine only if it started it, and
 # prints how long the images and the suite took.
+#
+#   scripts/containers.sh prepare
+#
+# only makes the engine answer and builds the images, and leaves an engine
+# it started running (scripts/docker.sh's pid file names it, so the next
+# scripts/containers.sh stops it): make test prepares while its other
+# tests run, since on a fresh machine installing Docker and building the
+# images is minutes of downloading and unpacking.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -41,6 +49,10 @@ started=$(scripts/docker.sh start | tail -n 1)
 t0=$SECONDS
 images=$(scripts/images.sh build)
 log "images ready in $((SECONDS - t0)) s"
+if [ "${1:-}" = prepare ]; then
+	trap - EXIT
+	exit 0
+fi
 for line in $images; do export "${line?}"; done
 
 export EOSKIT_CONTAINERS=1 EOSKIT_DOCKER_NETWORK=host TESTCONTAINERS_RYUK_DISABLED=true EOS_REQUIRE_SERVICES=1

@@ -21,6 +21,19 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 rc=0
+# The containers suite's Docker engine and images get ready meanwhile (on
+# a fresh machine: Docker installed, a Debian root filesystem built, about
+# two minutes of downloading and unpacking); an engine it starts is
+# stopped by scripts/containers.sh below, or here if that never runs.
+mkdir -p .eoskit
+scripts/containers.sh prepare >.eoskit/containers-prepare.log 2>&1 &
+prepare=$!
+containers_ran=
+finish() {
+	wait "$prepare" 2>/dev/null || true
+	[ -n "$containers_ran" ] || scripts/docker.sh stop >/dev/null 2>&1 || true
+}
+trap finish EXIT
 # Every process a test starts carries this run's token (integration.StartedByTestEnv).
 EOSKIT_TEST_RUN=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
 export EOSKIT_TEST_RUN
@@ -44,6 +57,9 @@ go test -race -count=1 -parallel 4 -timeout 25m $slow "${rest[@]}" || rc=$?
 scripts/compat.sh || rc=$?
 # The containers suite: the test kit's container tests and a subset of the tests with every service
 # in a Docker container (testcontainers-go), on images built here.
+wait "$prepare" || echo "test.sh: preparing the containers suite failed; scripts/containers.sh tries again" >&2
+sed 's/^/test.sh: (prepared meanwhile) /' .eoskit/containers-prepare.log >&2
+containers_ran=1
 scripts/containers.sh || rc=$?
 # No broker, copier or loader that a test started may outlive the tests.
 scripts/leftovers.sh || rc=1
