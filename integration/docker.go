@@ -25,7 +25,9 @@ const Label = "org.eoskit.integration"
 
 // ErrNoDocker is returned (wrapped) by [RunKafka] and [RunPostgres] when no
 // Docker engine answers: the one case the lookups treat as "no service"
-// rather than as a failure.
+// rather than as a failure. A DOCKER_HOST that does not answer is no
+// Docker too, as for the docker command, although testcontainers would go
+// on to the default socket's engine.
 var ErrNoDocker = errors.New("integration: no Docker engine answers")
 
 // startTimeout bounds the start of the containers of one call.
@@ -67,6 +69,9 @@ func dockerAnswers(ctx context.Context, c common) (err error) {
 	defer p.Close()
 	if err := p.Health(ctx); err != nil {
 		return fmt.Errorf("%w: %v", ErrNoDocker, err)
+	}
+	if want, got := os.Getenv("DOCKER_HOST"), p.Client().DaemonHost(); want != "" && got != want {
+		return fmt.Errorf("%w: DOCKER_HOST=%s does not answer (testcontainers would use %s instead)", ErrNoDocker, want, got)
 	}
 	return nil
 }
