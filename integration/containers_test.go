@@ -20,7 +20,8 @@ import (
 
 // containersSuite skips t outside the containers suite (scripts/containers.sh,
 // which make test runs): these tests start containers whatever the
-// environment names, and the main suite runs with no Docker engine.
+// environment names, and the main suite needs no Docker engine (make
+// test starts one meanwhile, for this suite).
 func containersSuite(t *testing.T) {
 	t.Helper()
 	if os.Getenv("EOSKIT_CONTAINERS") != "1" {

@@ -32,8 +32,8 @@ ensure_installed() {
 	command -v dockerd >/dev/null && command -v docker >/dev/null && return 0
 	[ "$(id -u)" = 0 ] || die "Docker is not installed; run: sudo apt-get install -y docker.io"
 	log "installing Debian's docker.io package"
-	timeout 10m apt-get update -qq >&2
-	DEBIAN_FRONTEND=noninteractive timeout 10m apt-get install -y -qq --no-install-recommends docker.io >&2
+	timeout 10m apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+	DEBIAN_FRONTEND=noninteractive timeout 10m apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends docker.io >&2
 }
 
 # ours: the pid file names a live dockerd (a pid alone may have been

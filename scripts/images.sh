@@ -71,8 +71,8 @@ rootfs() {
 		command -v mmdebstrap >/dev/null || {
 			[ "$(id -u)" = 0 ] || die "mmdebstrap is missing; run: sudo apt-get install -y mmdebstrap"
 			log "installing Debian's mmdebstrap package"
-			timeout 10m apt-get update -qq >&2
-			DEBIAN_FRONTEND=noninteractive timeout 10m apt-get install -y -qq --no-install-recommends mmdebstrap >&2
+			timeout 10m apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+			DEBIAN_FRONTEND=noninteractive timeout 10m apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends mmdebstrap >&2
 		}
 		mkdir -p "$CACHE_DIR"
 		log "building a $SUITE root filesystem with $PACKAGES (about a minute)"

@@ -40,8 +40,8 @@ ensure_installed() {
 	command -v pg_ctlcluster >/dev/null && return 0
 	[ "$(id -u)" = 0 ] || die "PostgreSQL is not installed; run: sudo apt-get install -y postgresql"
 	log "installing Debian's postgresql package"
-	apt-get update -qq >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+	apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq postgresql >&2
 }
 
 # cluster prints "VERSION NAME PORT STATUS" of the first cluster pg_lsclusters knows.

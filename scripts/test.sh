@@ -26,10 +26,16 @@ rc=0
 # two minutes of downloading and unpacking); an engine it starts is
 # stopped by scripts/containers.sh below, or here if that never runs.
 mkdir -p .eoskit
-scripts/containers.sh prepare >.eoskit/containers-prepare.log 2>&1 &
+# (At the lowest priority: the tests come first.)
+low=(nice -n 19)
+command -v ionice >/dev/null && low+=(ionice -c 3)
+"${low[@]}" scripts/containers.sh prepare >.eoskit/containers-prepare.log 2>&1 &
 prepare=$!
 containers_ran=
 finish() {
+	if kill -0 "$prepare" 2>/dev/null; then
+		echo "test.sh: waiting for the containers suite's preparation (its log: .eoskit/containers-prepare.log)" >&2
+	fi
 	wait "$prepare" 2>/dev/null || true
 	[ -n "$containers_ran" ] || scripts/docker.sh stop >/dev/null 2>&1 || true
 }

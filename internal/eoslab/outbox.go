@@ -145,8 +145,8 @@ func (l *Lab) outboxPipeline(ctx context.Context, p Pattern, sem eos.Semantics) 
 	var faults []string
 	for _, at := range []float64{0.3, 0.65} {
 		// Armed before the relay starts, the crash point itself catches
-		// the first deletion once the relay has deleted at% of the
-		// reports' rows: a lab that polled for the relay's progress and
+		// the deletion that brings the rows deleted to at% of the
+		// reports: a lab that polled for the relay's progress and
 		// armed only then could find the relay already through the
 		// rest, and wait for a deletion that never came.
 		caught := crash.arm(int(at * float64(len(l.Reports))))
@@ -241,21 +241,25 @@ func (l *Lab) writeOutbox(ctx context.Context, topic string) error {
 // crashPoint is a pgx tracer on the relay's pool: once armed, the
 // relay's first deletion of published rows (which comes after Kafka
 // acknowledged the batch, and before the relay commits or tells the slot)
-// after it has deleted a given number of rows blocks until released, so
-// that the lab can stop the relay right there: a crash at the worst
-// moment for an at-least-once relay.
+// that brings the rows its deletions named to a given number blocks
+// until released, so that the lab can stop the relay right there: a
+// crash at the worst moment for an at-least-once relay.
 type crashPoint struct {
 	mu      sync.Mutex
-	deleted int // rows named by the relay's deletions, every session's
+	deleted map[int64]bool // the rows the relay's deletions named, every session's
 	after   int
 	caught  chan struct{}
 	held    chan struct{}
 }
 
-// arm catches the first deletion once after rows have been deleted.
+// arm catches the first deletion that brings the rows named to after or
+// more (the one that crosses it, so that a last batch can be caught).
 func (c *crashPoint) arm(after int) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.deleted == nil {
+		c.deleted = map[int64]bool{}
+	}
 	c.after = after
 	c.caught, c.held = make(chan struct{}), make(chan struct{})
 	return c.caught
@@ -275,15 +279,17 @@ func (c *crashPoint) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 		return ctx
 	}
 	c.mu.Lock()
-	var caught, held chan struct{}
-	if c.caught != nil && c.deleted >= c.after {
-		caught, held = c.caught, c.held
-		c.caught = nil // one catch per arming
-	}
 	if len(data.Args) > 0 {
 		if ids, ok := data.Args[0].([]int64); ok {
-			c.deleted += len(ids)
+			for _, id := range ids {
+				c.deleted[id] = true
+			}
 		}
+	}
+	var caught, held chan struct{}
+	if c.caught != nil && len(c.deleted) >= c.after {
+		caught, held = c.caught, c.held
+		c.caught = nil // one catch per arming
 	}
 	c.mu.Unlock()
 	if caught == nil {
