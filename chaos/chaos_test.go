@@ -215,13 +215,14 @@ const sessionTimeout = 6 * time.Second
 
 // subset is what make test runs: one scenario per path, each striking
 // mid-work (a copier killed inside its transaction, the broker killed under
-// copiers holding open transactions), on 20,000 records or on as many as
-// the copy needs to outlast the faults (each round must leave work in
-// flight: offsetstore copies 20,000 in a few seconds).
+// copiers holding open transactions), on 20,000 records, slowed where the
+// copy must be to outlast the faults (each round must leave work in
+// flight: offsetstore copies 20,000 in a few seconds at 1 ms a record;
+// 5 ms costs less than the 100,000 records it took before).
 var subset = map[string]struct {
-	scenario string
-	records  int
-}{"eos": {"sigkill-copier", 0}, "offsetstore": {"sigkill-copier", 100_000}, "dedup": {"broker-kill", 0}}
+	scenario    string
+	recordDelay string // the copiers' -record-delay, if not the scenario's
+}{"eos": {"sigkill-copier", ""}, "offsetstore": {"sigkill-copier", "5ms"}, "dedup": {"broker-kill", ""}}
 
 // TestChaos runs copiers as separate processes and injects faults into them,
 // the broker and PostgreSQL, the way Apache Kafka's exactly-once system test
@@ -256,8 +257,8 @@ func TestChaos(t *testing.T) {
 				continue
 			}
 			n := records
-			if !full && subset[path].records > 0 {
-				n = subset[path].records
+			if d := subset[path].recordDelay; !full && d != "" {
+				sc.copierArgs = append(slices.Clone(sc.copierArgs), "-record-delay", d) // the last one counts
 			}
 			if sc.soak != nil {
 				n = sc.soak.records
