@@ -47,7 +47,14 @@ trap stop_docker EXIT
 started=$(scripts/docker.sh start | tail -n 1)
 
 t0=$SECONDS
-images=$(scripts/images.sh build)
+# Prepared beside the other tests, the images build at the lowest
+# priority (the engine does not: its containers would inherit it).
+low=()
+if [ "${1:-}" = prepare ]; then
+	low=(nice -n 19)
+	if command -v ionice >/dev/null; then low+=(ionice -c 3); fi
+fi
+images=$("${low[@]}" scripts/images.sh build)
 log "images ready in $((SECONDS - t0)) s"
 if [ "${1:-}" = prepare ]; then
 	trap - EXIT

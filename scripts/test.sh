@@ -23,13 +23,11 @@ go vet ./...
 rc=0
 # The containers suite's Docker engine and images get ready meanwhile (on
 # a fresh machine: Docker installed, a Debian root filesystem built, about
-# two minutes of downloading and unpacking); an engine it starts is
-# stopped by scripts/containers.sh below, or here if that never runs.
+# two minutes of downloading and unpacking; the images at the lowest
+# priority); an engine it starts is stopped by scripts/containers.sh
+# below, or here if that never runs.
 mkdir -p .eoskit
-# (At the lowest priority: the tests come first.)
-low=(nice -n 19)
-command -v ionice >/dev/null && low+=(ionice -c 3)
-"${low[@]}" scripts/containers.sh prepare >.eoskit/containers-prepare.log 2>&1 &
+scripts/containers.sh prepare >.eoskit/containers-prepare.log 2>&1 &
 prepare=$!
 containers_ran=
 finish() {
