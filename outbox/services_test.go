@@ -25,11 +25,11 @@ import (
 
 // Two services share one database, each with an outbox of its own
 // (outbox.Name) and its relay in a child process, and one position topic.
-// While both write (ids committing out of order, one transaction in ten
-// rolled back), each relay is SIGKILLed in turn inside an open Kafka
-// transaction and started again. Each service's topic gets exactly its
-// own committed records, once, per key in commit order; each outbox table
-// ends empty. (With one outbox table for both, as before outboxes had
+// Each service writes (ids committing out of order, one transaction in ten
+// rolled back), and each relay is SIGKILLed in turn inside an open Kafka
+// transaction while its service's writers write, and started again. Each
+// service's topic gets exactly its own committed records, once, per key
+// in commit order; each outbox table ends empty. (With one outbox table for both, as before outboxes had
 // names, each relay published the other's rows too: duplicates.)
 func TestTwoServicesInOneDatabaseEachPublishTheirOwnOnce(t *testing.T) {
 	t.Parallel()
@@ -42,11 +42,15 @@ func TestTwoServicesInOneDatabaseEachPublishTheirOwnOnce(t *testing.T) {
 	wrote := make([]chan error, len(services))
 	relays := make([]*exec.Cmd, len(services))
 	for i, s := range services {
-		wrote[i] = make(chan error, 1)
-		go func() { wrote[i] <- s.load.run(ctx, 6000, 3, 20) }()
 		relays[i] = s.relayProcess(t)
 	}
+	// Each service's writers start when its relay's kill comes next, so
+	// that the kill finds them writing: started together, shipping's
+	// writers were done (6,000 records in a few seconds) before billing's
+	// kill and restart were over, once in a make test.
 	for i, s := range services {
+		wrote[i] = make(chan error, 1)
+		go func() { wrote[i] <- s.load.run(ctx, 6000, 3, 20) }()
 		s.killAfter(t, relays[i], 1000)
 		if len(wrote[i]) > 0 {
 			t.Fatalf("%s's relay was killed after its writers were done: the kill proves less", s.name)
