@@ -733,6 +733,8 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	}
 
+	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, cluster: cluster, proxies: proxies, in: in,
+		adm: kadm.NewClient(k.Client()), group: group, pool: pool}
 	// What is done, for the mid-work check: dedup's work ends with the
 	// Kafka offset commit that follows each database transaction (a crash
 	// between the two is what its dedup is for), so its records applied
@@ -741,10 +743,9 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	// and committing them only after: mid-work all the same.
 	left := progress
 	if path == "dedup" {
-		adm := kadm.NewClient(k.Client())
 		left = func() int64 {
 			applied := progress()
-			committed, err := committedInputsErr(adm, group, in, positions)
+			committed, err := committedInputsErr(r.adm, group, in, positions)
 			if err != nil {
 				// Right after a broker fault the coordinator may still be
 				// loading: the rows applied, rather than no work done.
@@ -754,8 +755,6 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 			return min(applied, committed)
 		}
 	}
-	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, cluster: cluster, proxies: proxies, in: in,
-		adm: kadm.NewClient(k.Client()), group: group, pool: pool}
 	r.copiers = []*copier{r.start("0"), r.start("1"), r.start("2")}
 	t.Cleanup(func() {
 		for _, c := range r.copiers {
