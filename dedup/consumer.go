@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/consume"
 	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/pgretry"
@@ -36,7 +36,9 @@ type Consumer struct {
 	cfg     config
 
 	applied, skipped, deadLetters atomic.Int64
-	running                       atomic.Bool
+	// core runs Run: the client, the poll loop, the pipelines, and the
+	// offset commits to Kafka after the database's.
+	core *consume.Core
 	// obs takes what the consumer reports: its metrics and its health.
 	obs *loop.Observer
 	// deadLetterLog logs the records parked, at most one line a second.
@@ -60,7 +62,6 @@ type config struct {
 	logger      *slog.Logger
 	metrics     eos.Metrics
 	clientOpts  []kgo.Opt
-	userHooks   loop.UserHooks // the partition callbacks in clientOpts, run after the consumer's own
 }
 
 // Brokers sets the seed brokers. Required.
@@ -164,81 +165,33 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, fail("store", "must not be nil")
 	case handler == nil:
 		return nil, fail("handler", "must not be nil")
-	case len(c.brokers) == 0:
-		return nil, fail("Brokers", "at least one seed broker is required")
-	case c.group == "":
-		return nil, fail("Group", "name the consumer group")
-	case len(c.topics) == 0:
-		return nil, fail("Topics", "name at least one topic")
 	case c.id == nil:
 		return nil, fail("ID", "must not be nil")
-	case c.maxPoll <= 0:
-		return nil, fail("MaxPollRecords", "must be positive")
-	case c.concurrency < 1:
-		return nil, fail("Concurrency", "must be at least 1")
-	case c.drain < 0:
-		return nil, fail("DrainTimeout", "must not be negative (0 rolls back at once)")
 	case c.policy.p.Validate() != nil:
 		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	case c.missing != RejectMissingID && c.missing != TreatAsUnique:
 		return nil, fail("OnMissingID", "unknown policy")
 	}
-	userHooks, err := loop.ReadUserOptions(eos.ExactlyOnce.ConsumerOptions(), c.clientOpts, map[string]string{
-		"ConsumerGroup": "use dedup.Group", "ConsumeTopics": "use dedup.Topics", "ConsumeRegex": "name the topics with dedup.Topics",
-		"ConsumePartitions": "a consumer consumes in its group (dedup.Group)", "TransactionalID": "a consumer commits in PostgreSQL, not in Kafka transactions"})
-	if err != nil {
-		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
-	}
-	c.userHooks = userHooks
-	cl, err := c.newClient(nil, nil)
+	dc := &Consumer{pool: pool, store: store, handler: handler, cfg: c,
+		deadLetterLog: loop.NewDeadLetterLog(c.logger.With("group", c.group), "dedup: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}
+	// The offsets go to Kafka after the database commit, never
+	// automatically: a crash between the two only redelivers records
+	// whose ids are claimed, and they are skipped.
+	core, err := consume.New("dedup", consume.Config{
+		Brokers: c.brokers, Group: c.group, Topics: c.topics, MaxPoll: c.maxPoll, Concurrency: c.concurrency, Drain: c.drain,
+		Logger: c.logger, Metrics: c.metrics, ClientOpts: c.clientOpts,
+	}, consume.Runner{
+		Start:         dc.start,
+		Commit:        func(ctx context.Context, _ *kgo.Client, recs []*kgo.Record) error { return dc.applyBatch(ctx, recs) },
+		CommitToKafka: true,
+		CommitWhat:    "dedup: offset commit",
+		Stopped:       dc.deadLetterLog.Flush,
+	})
 	if err != nil {
 		return nil, err
 	}
-	cl.Close()
-	return &Consumer{pool: pool, store: store, handler: handler, cfg: c, obs: loop.NewObserver("dedup", c.group, c.metrics),
-		deadLetterLog: loop.NewDeadLetterLog(c.logger.With("group", c.group), "dedup: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}, nil
-}
-
-// newClient builds the group consumer: offsets are committed by the
-// consumer after the database commit, never automatically, and it reads
-// committed data only. That is eos.ExactlyOnce's consumer preset, checked
-// after the user's options: a record of an aborted transaction upstream
-// (an eos.Processor, Kafka Streams, Flink) was never sent, and applying it
-// is an anomaly no id can deduplicate.
-func (c *config) newClient(obs *loop.Observer, commits *loop.KafkaCommits) (*kgo.Client, error) {
-	opts := append(eos.ExactlyOnce.ConsumerOptions(), c.clientOpts...)
-	opts = append(opts, kgo.SeedBrokers(c.brokers...), kgo.ConsumerGroup(c.group), kgo.ConsumeTopics(c.topics...),
-		kgo.BlockRebalanceOnPoll())
-	if obs != nil {
-		revoked := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-			commits.Forget(parts) // the new owner commits them
-			obs.Revoked(parts)
-		}
-		lost := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-			commits.Forget(parts)
-			obs.Lost(parts)
-		}
-		opts = append(opts, kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
-			commits.Assigned(cl) // after every rebalance: the member its partitions are now with
-			obs.Assigned(parts)
-		}, c.userHooks.Assigned)),
-			kgo.OnPartitionsRevoked(loop.Chain(revoked, c.userHooks.Revoked)), kgo.OnPartitionsLost(loop.Chain(lost, c.userHooks.Lost)))
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
-	}
-	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
-		cl.Close()
-		// The preset's refusal, as this package's: the kgo setting
-		// at fault and why, under ClientOptions.
-		reason := err.Error()
-		if cerr, ok := errors.AsType[*ConfigError](err); ok {
-			reason = cerr.Setting + ": " + cerr.Reason
-		}
-		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Semantics: eos.ExactlyOnce, Reason: reason, Err: err}
-	}
-	return cl, nil
+	dc.core, dc.obs = core, core.Obs
+	return dc, nil
 }
 
 // Stats counts what a consumer did since it was created.
@@ -263,17 +216,10 @@ func (c *Consumer) Stats() Stats {
 // it (a *RecordError). A batch whose database transaction fails (deadlock,
 // serialization failure, lost connection) is rolled back and run again, up
 // to 10 times with a growing pause, before Run returns the error.
-func (c *Consumer) Run(ctx context.Context) (err error) {
-	if !c.running.CompareAndSwap(false, true) {
-		return ErrRunning
-	}
-	defer c.running.Store(false)
-	c.obs.Running(true, nil)
-	defer func() { c.obs.Running(false, err) }()
-	// ctx's end stops polling; the batch under way commits under work,
-	// which ends DrainTimeout later.
-	work, done := loop.Drained(ctx, c.cfg.drain)
-	defer done()
+func (c *Consumer) Run(ctx context.Context) error { return c.core.Run(ctx) }
+
+// start checks the store and the dead-letter table before the first poll.
+func (c *Consumer) start(ctx context.Context, _ *kgo.Client) error {
 	if err := c.store.check(ctx, c.pool); err != nil {
 		return err
 	}
@@ -285,72 +231,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 			return &ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist or lacks the columns of this eoskit: run the store's Migrate"}
 		}
 	}
-	commits := loop.NewKafkaCommits(c.cfg.logger)
-	cl, err := c.cfg.newClient(c.obs, commits)
-	if err != nil {
-		return err
-	}
-	// The last poll may hold a rebalance; Close alone would wait for it.
-	defer cl.CloseAllowingRebalance()
-	c.obs.WatchAssignment(c.cfg.logger.With("group", c.cfg.group), loop.SessionTimeout(cl))
-	defer c.deadLetterLog.Flush()
-
-	refused := &authz.Watch{Group: c.cfg.group, Grace: authz.DefaultGrace}
-	for {
-		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, c.cfg.maxPoll, c.cfg.logger, refused)
-		c.obs.Fetched(fetches)
-		if stop {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("dedup: %w", err)
-		}
-		recs := fetches.Records()
-		if len(recs) == 0 {
-			// A commit that failed is tried again (the partition may
-			// stay idle), before the group may take partitions away.
-			_ = commits.Commit(work, cl, "dedup: offset commit")
-			cl.AllowRebalance()
-			continue
-		}
-		applied, err := c.handlePoll(work, recs)
-		// The database has committed the applied records; a crash before
-		// this commit only redelivers records whose ids are claimed, and
-		// they are skipped. One that fails is tried again at the next
-		// poll.
-		commits.Add(applied...)
-		_ = commits.Commit(work, cl, "dedup: offset commit")
-		if work.Err() != nil {
-			return nil // what did not commit rolled back; it is read again
-		}
-		if err != nil {
-			return err
-		}
-		cl.AllowRebalance()
-	}
-}
-
-// handlePoll applies a poll's records: as one batch, or, under
-// [Concurrency] above 1, as a batch per partition, up to that many at
-// once, each in its own database transaction. It returns the records of
-// the batches that committed, and the first error of the others.
-func (c *Consumer) handlePoll(ctx context.Context, recs []*kgo.Record) (done []*kgo.Record, err error) {
-	if c.cfg.concurrency <= 1 {
-		if err := c.applyBatch(ctx, recs); err != nil {
-			return nil, err
-		}
-		return recs, nil
-	}
-	parts := loop.ByPartition(recs)
-	errs := loop.Each(c.cfg.concurrency, parts, func(batch []*kgo.Record) error { return c.applyBatch(ctx, batch) })
-	for i, batch := range parts {
-		if errs[i] == nil {
-			done = append(done, batch...)
-		} else if err == nil {
-			err = errs[i]
-		}
-	}
-	return done, err
+	return nil
 }
 
 // applyBatch applies recs in one database transaction, retrying it after

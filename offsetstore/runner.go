@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/consume"
 	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/pgretry"
@@ -52,17 +52,13 @@ type Runner struct {
 	admin   atomic.Pointer[kadm.Client] // on Run's client, for topic IDs
 
 	batches, records, stale, deadLetters atomic.Int64
-	running                              atomic.Bool
+	// core runs Run: the client, the poll loop, the pipelines, and the
+	// copy of committed offsets to Kafka under MirrorToKafka.
+	core *consume.Core
 	// obs takes what the runner reports: its metrics and its health.
 	obs *loop.Observer
 	// deadLetterLog logs the records parked, at most one line a second.
 	deadLetterLog *loop.DeadLetterLog
-	// mirrored holds, under MirrorToKafka, the offsets committed in the
-	// database and not yet copied to Kafka (Run's, set before its client).
-	mirrored *loop.KafkaCommits
-	// userHooks are the partition callbacks given in ClientOptions, run
-	// after the runner's own.
-	userHooks loop.UserHooks
 }
 
 type topicPartition struct {
@@ -199,73 +195,32 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		return nil, fail("pool", "must not be nil")
 	case handler == nil:
 		return nil, fail("handler", "must not be nil")
-	case len(c.brokers) == 0:
-		return nil, fail("Brokers", "at least one seed broker is required")
-	case c.group == "":
-		return nil, fail("Group", "name the consumer group")
-	case len(c.topics) == 0:
-		return nil, fail("Topics", "name at least one topic")
-	case c.maxPoll <= 0:
-		return nil, fail("MaxPollRecords", "must be positive")
-	case c.concurrency < 1:
-		return nil, fail("Concurrency", "must be at least 1")
-	case c.drain < 0:
-		return nil, fail("DrainTimeout", "must not be negative (0 rolls back at once)")
 	case c.policy.p.Validate() != nil:
 		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
 	}
-	userHooks, err := loop.ReadUserOptions(eos.ExactlyOnce.ConsumerOptions(), c.clientOpts, map[string]string{
-		"ConsumerGroup": "use offsetstore.Group", "ConsumeTopics": "use offsetstore.Topics", "ConsumeRegex": "name the topics with offsetstore.Topics",
-		"ConsumePartitions": "a runner consumes in its group (offsetstore.Group)", "TransactionalID": "a runner commits in PostgreSQL, not in Kafka transactions",
-		"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"})
-	if err != nil {
-		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
-	}
-	r := &Runner{pool: pool, handler: handler, cfg: c, userHooks: userHooks, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
-		oldRows: map[topicPartition]pgtype.UUID{}, obs: loop.NewObserver("offsetstore", c.group, c.metrics),
+	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
+		oldRows:       map[topicPartition]pgtype.UUID{},
 		deadLetterLog: loop.NewDeadLetterLog(c.logger.With("group", c.group), "offsetstore: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}
-	cl, err := r.newClient()
+	core, err := consume.New("offsetstore", consume.Config{
+		Brokers: c.brokers, Group: c.group, Topics: c.topics, MaxPoll: c.maxPoll, Concurrency: c.concurrency, Drain: c.drain,
+		Logger: c.logger, Metrics: c.metrics, ClientOpts: c.clientOpts,
+	}, consume.Runner{
+		Owned: map[string]string{"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"},
+		// Every assignment seeks to the offsets stored in PostgreSQL.
+		Options:       []kgo.Opt{kgo.AdjustFetchOffsetsFn(r.seekToStored)},
+		Start:         r.start,
+		Commit:        r.handleBatch,
+		Failed:        r.failed,
+		Taken:         r.forget,
+		CommitToKafka: c.mirror,
+		CommitWhat:    "offsetstore: mirroring offsets to Kafka",
+		Stopped:       r.deadLetterLog.Flush,
+	})
 	if err != nil {
 		return nil, err
 	}
-	cl.Close()
+	r.core, r.obs = core, core.Obs
 	return r, nil
-}
-
-func (r *Runner) newClient() (*kgo.Client, error) {
-	opts := append(eos.ExactlyOnce.ConsumerOptions(), r.cfg.clientOpts...)
-	opts = append(opts,
-		kgo.SeedBrokers(r.cfg.brokers...),
-		kgo.ConsumerGroup(r.cfg.group),
-		kgo.ConsumeTopics(r.cfg.topics...),
-		// A batch never straddles a revocation: the rebalance waits
-		// until the batch committed and AllowRebalance is called.
-		kgo.BlockRebalanceOnPoll(),
-		kgo.AdjustFetchOffsetsFn(r.seekToStored),
-		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
-			if r.mirrored != nil {
-				r.mirrored.Assigned(cl)
-			}
-			r.obs.Assigned(parts)
-		}, r.userHooks.Assigned)),
-		kgo.OnPartitionsRevoked(loop.Chain(r.forget, r.userHooks.Revoked)),
-		kgo.OnPartitionsLost(loop.Chain(r.forgetLost, r.userHooks.Lost)),
-	)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
-	}
-	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
-		cl.Close()
-		// The preset's refusal, as this package's: the kgo setting
-		// at fault and why, under ClientOptions.
-		reason := err.Error()
-		if cerr, ok := errors.AsType[*ConfigError](err); ok {
-			reason = cerr.Setting + ": " + cerr.Reason
-		}
-		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Semantics: eos.ExactlyOnce, Reason: reason, Err: err}
-	}
-	return cl, nil
 }
 
 // seekToStored runs on every assignment, before any record of the assigned
@@ -413,18 +368,9 @@ func (r *Runner) currentTopicIDs(ctx context.Context, topics []string) (map[stri
 	return ids, nil
 }
 
-// forgetLost is forget for partitions lost with the group session: the
-// runner is out of the group until it rejoins.
-func (r *Runner) forgetLost(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
-	r.forget(ctx, cl, parts)
-	r.obs.Lost(nil)
-}
-
-func (r *Runner) forget(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-	r.obs.Revoked(parts)
-	if r.mirrored != nil {
-		r.mirrored.Forget(parts)
-	}
+// forget drops the stored positions of partitions the group took
+// (revoked or lost), once their batches ended.
+func (r *Runner) forget(parts map[string][]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for t, ps := range parts {
@@ -461,29 +407,11 @@ const maxDBAttempts = 10
 // and returns nil; only past the timeout are they rolled back, each whole
 // (their records are read again by whoever takes the partitions). Lost database connections are retried with a growing pause,
 // up to 10 times per batch.
-func (r *Runner) Run(ctx context.Context) (err error) {
-	if !r.running.CompareAndSwap(false, true) {
-		return ErrRunning
-	}
-	defer r.running.Store(false)
-	r.obs.Running(true, nil)
-	defer func() { r.obs.Running(false, err) }()
-	// ctx's end stops polling; the batch under way commits under work,
-	// which ends DrainTimeout later.
-	work, done := loop.Drained(ctx, r.cfg.drain)
-	defer done()
-	if r.cfg.mirror { // what an earlier Run left is not this one's to commit
-		r.mirrored = loop.NewKafkaCommits(r.cfg.logger)
-	}
-	cl, err := r.newClient()
-	if err != nil {
-		return err
-	}
-	defer cl.CloseAllowingRebalance()
-	r.obs.WatchAssignment(r.cfg.logger.With("group", r.cfg.group), loop.SessionTimeout(cl))
-	defer r.deadLetterLog.Flush()
-	// The check's connection may be cut like any other: retried as a
-	// batch is.
+func (r *Runner) Run(ctx context.Context) error { return r.core.Run(ctx) }
+
+// start checks the schema, with Run's client, before the first poll. The
+// check's connection may be cut like any other: retried as a batch is.
+func (r *Runner) start(ctx context.Context, cl *kgo.Client) error {
 	for attempt := 1; ; attempt++ {
 		err := r.checkSchema(ctx)
 		if err == nil {
@@ -498,83 +426,20 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		}
 	}
 	r.admin.Store(kadm.NewClient(cl)) // before the first poll; seekToStored retries until it is there
-
-	refused := &authz.Watch{Group: r.cfg.group, Grace: authz.DefaultGrace}
-	for {
-		fetches, stop, err := loop.Poll(ctx, cl.PollRecords, r.cfg.maxPoll, r.cfg.logger, refused)
-		r.obs.Fetched(fetches)
-		if stop {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("offsetstore: %w", err)
-		}
-		if recs := fetches.Records(); len(recs) > 0 {
-			err := r.handlePoll(work, cl, recs)
-			r.mirror(work, cl)
-			var stale *staleError
-			if errors.As(err, &stale) {
-				// The batch was refused whole, or part of it was: every
-				// partition it held goes back to where the database
-				// stands, not only the refused ones, since the consumer
-				// is past all of them.
-				err = r.rewind(work, cl, stale, recs)
-			}
-			if err != nil {
-				if work.Err() != nil {
-					return nil
-				}
-				return err
-			}
-		} else {
-			r.mirror(work, cl) // one that failed, for a partition now idle
-		}
-		cl.AllowRebalance()
-	}
+	return nil
 }
 
-// mirror copies to Kafka, under MirrorToKafka, the offsets the database
-// committed (they are never read back: a copy that fails is tried again
-// at the next poll).
-func (r *Runner) mirror(ctx context.Context, cl *kgo.Client) {
-	if r.cfg.mirror {
-		_ = r.mirrored.Commit(ctx, cl, "offsetstore: mirroring offsets to Kafka")
-	}
-}
-
-// handlePoll commits a poll's records: as one batch, or, under
-// [Concurrency] above 1, as a batch per partition, up to that many at once,
-// each in its own database transaction. It returns once every batch ended:
-// a *staleError merging the partitions of every refused batch, else the
-// other batches' errors, joined.
-func (r *Runner) handlePoll(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
-	if r.cfg.concurrency <= 1 {
-		return r.handleBatch(ctx, cl, recs)
-	}
-	parts := loop.ByPartition(recs)
-	if len(parts) == 1 {
-		return r.handleBatch(ctx, cl, recs)
-	}
-	errs := loop.Each(r.cfg.concurrency, parts, func(batch []*kgo.Record) error { return r.handleBatch(ctx, cl, batch) })
+// failed follows a batch that did not commit: one refused, whole or in
+// part, because another owner moved its offsets first goes back to where
+// the database stands (every partition it held, not only the refused
+// ones, since the consumer is past all of them); any other error ends
+// Run.
+func (r *Runner) failed(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, err error) error {
 	var stale *staleError
-	var others []error
-	for _, err := range errs {
-		var s *staleError
-		switch {
-		case errors.As(err, &s):
-			if stale == nil {
-				stale = &staleError{}
-			}
-			stale.parts = append(stale.parts, s.parts...)
-		case err != nil:
-			others = append(others, err)
-		}
+	if errors.As(err, &stale) {
+		return r.rewind(ctx, cl, stale, recs)
 	}
-	if stale != nil {
-		// Run rewinds; a record that failed meanwhile fails again.
-		return stale
-	}
-	return errors.Join(others...)
+	return err
 }
 
 // handleBatch commits recs, splitting the batch to find a failing record and
@@ -587,9 +452,6 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 		var herr *handlerError
 		switch {
 		case err == nil:
-			if r.cfg.mirror {
-				r.mirrored.Add(recs...) // copied after the poll's batches (Run)
-			}
 			return nil
 		case errors.As(err, &stale):
 			return err // Run rewinds the whole polled batch
@@ -656,9 +518,6 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 	for attempt := 1; ; attempt++ {
 		err := r.commit(ctx, []*kgo.Record{rec}, cause)
 		var stale *staleError
-		if err == nil && r.cfg.mirror {
-			r.mirrored.Add(rec) // the group is past it too
-		}
 		if err == nil || ctx.Err() != nil || errors.As(err, &stale) {
 			return err
 		}

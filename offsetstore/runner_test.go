@@ -450,10 +450,9 @@ func TestKafkaCommittedOffsetsAreIgnored(t *testing.T) {
 // the other's batch on that partition is refused (it finds the row moved)
 // and rewound: every row lands once, in order, and neither Run fails.
 //
-// With Concurrency(2) each partition's batch is a transaction of its own:
-// the zombie stalls in one while the other commits, and the refusal of one
-// partition's batch rewinds the poll's partitions, committed or not, to
-// where the database stands.
+// With Concurrency(2) each partition is a pipeline with transactions of
+// its own: the zombie stalls in both partitions' batches, and a refused
+// batch rewinds its partition to where the database stands.
 func TestZombieCommitIsRejected(t *testing.T) {
 	t.Parallel()
 	for _, concurrency := range []int{1, 2} {
@@ -470,11 +469,16 @@ func zombieCommitIsRejected(t *testing.T, concurrency offsetstore.Option) {
 	stalled := make(chan struct{})
 	wake := make(chan struct{})
 	var once sync.Once
+	// Every batch stalls until wake: under Concurrency(2) each partition
+	// is a pipeline of its own, and one that stalled alone would leave
+	// the zombie working on, giving up only its idle partition.
 	zombie := b.start(t, load(func(recs []*kgo.Record) {
-		once.Do(func() {
-			close(stalled)
+		select {
+		case <-wake:
+		default:
+			once.Do(func() { close(stalled) })
 			<-wake
-		})
+		}
 	}), offsetstore.MaxPollRecords(100), concurrency)
 	select {
 	case <-stalled:
@@ -1396,4 +1400,48 @@ func TestDeadLetterWithAnErrorTextPostgreSQLRefuses(t *testing.T) {
 	}
 	b.inputs = slices.DeleteFunc(slices.Clone(b.inputs), func(id string) bool { return id == bad })
 	b.verify(t)
+}
+
+// Under Concurrency(4), a partition whose batch stalls (a slow call in
+// the handler) holds only itself: the other partitions' records all
+// commit meanwhile, in their own transactions, and the stalled one's
+// once it is released; every row lands once, in order. Before the
+// per-partition pipelines (issue 26), every poll waited for all of its
+// batches, so one stalled partition stopped the runner.
+func TestAStalledPartitionDoesNotHoldTheOthers(t *testing.T) {
+	t.Parallel()
+	const n = 4000
+	b := newBed(t, 4, n)
+	release := make(chan struct{})
+	r := b.start(t, load(func(recs []*kgo.Record) {
+		if recs[0].Partition == 0 {
+			<-release
+		}
+	}), offsetstore.Concurrency(4), offsetstore.MaxPollRecords(100))
+	perPartition := func(p int32) int {
+		var rows int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM results WHERE part = $1`, p).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	var want int
+	for p := int32(1); p < 4; p++ {
+		k, err := b.k.Admin.ListEndOffsets(context.Background(), b.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := k.Lookup(b.topic, p)
+		want += int(o.Offset)
+	}
+	waitFor(t, time.Minute, "partitions 1 to 3 to be loaded while partition 0 stalls", func() bool {
+		return perPartition(1)+perPartition(2)+perPartition(3) == want
+	})
+	if got := perPartition(0); got != 0 {
+		t.Fatalf("partition 0 has %d rows while its handler stalls", got)
+	}
+	close(release)
+	waitFor(t, time.Minute, "every row", func() bool { return b.rows(t) == n })
+	r.stop(t)
+	t.Logf("verifier: %v", b.verify(t))
 }

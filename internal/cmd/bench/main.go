@@ -118,6 +118,7 @@ func main() {
 	dbRecords := flag.Int("db-records", 100_000, "records per throughput run on the offsetstore and dedup paths")
 	outboxRecords := flag.Int("outbox-records", 500_000, "records per throughput run on the outbox path")
 	only := flag.String("only", "", "run only this part: eos, single, memory, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
+	ioPath := flag.String("io-path", "", "io part: run only this path's variants (eos, offsetstore or dedup)")
 	idSizes := flag.String("id-table-sizes", "0,1000000,10000000", "processed-ids table sizes at which to time dedup's claim (empty: skip)")
 	flag.Parse()
 
@@ -231,7 +232,7 @@ func main() {
 		printTable(os.Stdout, rows, *runs)
 	}
 	if want("io") {
-		if err := b.ioBound(ctx, os.Stdout, ""); err != nil {
+		if err := b.ioBound(ctx, os.Stdout, *ioPath); err != nil {
 			fail(fmt.Errorf("io: %w", err))
 		}
 	}

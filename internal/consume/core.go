@@ -1,0 +1,330 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/loop"
+)
+
+// Runner is what a database runner supplies to the core.
+type Runner struct {
+	// Owned maps kgo options the runner sets itself, beyond the
+	// group's and topics', to the runner option to use instead: they
+	// are refused in ClientOptions.
+	Owned map[string]string
+	// Options are kgo options the runner sets (AdjustFetchOffsetsFn).
+	Options []kgo.Opt
+	// Start runs once per Run, with Run's client, before the first poll.
+	Start func(ctx context.Context, cl *kgo.Client) error
+	// Commit commits one batch: the records of one poll (Concurrency 1),
+	// or of one partition, in offset order. It returns nil once they
+	// are committed, ctx's error once ctx ended, or an error for Failed.
+	Commit func(ctx context.Context, cl *kgo.Client, batch []*kgo.Record) error
+	// Failed runs in the poll loop, while the poll holds the rebalance,
+	// for a batch whose Commit returned an error not ctx's; it returns
+	// nil to go on (the batch's partitions are fetched again from where
+	// the client stands: a runner that refused the batch moves them
+	// first), or the error Run returns. Nil: every error ends Run.
+	Failed func(ctx context.Context, cl *kgo.Client, batch []*kgo.Record, err error) error
+	// Taken runs in the revoke and lost callbacks, once the partitions'
+	// batches ended.
+	Taken func(parts map[string][]int32)
+	// CommitToKafka makes the core commit to the group in Kafka the
+	// offsets past every committed batch: after each poll, and in the
+	// revoke callback for the partitions revoked (best effort: one that
+	// fails is logged and tried again).
+	CommitToKafka bool
+	// CommitWhat names that commit in the log.
+	CommitWhat string
+	// Stopped runs when Run returns.
+	Stopped func()
+}
+
+// Core runs a database runner's Run.
+type Core struct {
+	pkg       string
+	cfg       Config
+	run       Runner
+	userHooks loop.UserHooks
+	// Obs takes what the runner reports: its metrics and its health.
+	Obs     *loop.Observer
+	running atomic.Bool
+}
+
+// Run consumes until ctx ends (then, after the drain, it returns nil) or
+// a batch fails for good (then it returns that error once the other
+// batches under way ended). It returns loop.ErrRunning while another Run
+// of the same core runs.
+func (c *Core) Run(ctx context.Context) (err error) {
+	if !c.running.CompareAndSwap(false, true) {
+		return loop.ErrRunning
+	}
+	defer c.running.Store(false)
+	c.Obs.Running(true, nil)
+	defer func() { c.Obs.Running(false, err) }()
+	if c.run.Stopped != nil {
+		defer c.run.Stopped()
+	}
+	// ctx's end stops polling; batches under way commit under work,
+	// which ends DrainTimeout later.
+	work, done := loop.Drained(ctx, c.cfg.Drain)
+	defer done()
+	s := &session{core: c, work: work, lanes: map[tp]*lane{}}
+	if c.run.CommitToKafka {
+		s.commits = loop.NewKafkaCommits(c.cfg.Logger)
+	}
+	if c.cfg.Concurrency > 1 {
+		s.slots = make(chan struct{}, c.cfg.Concurrency)
+	}
+	cl, err := c.newClient(
+		kgo.OnPartitionsAssigned(loop.Chain(s.assigned, c.userHooks.Assigned)),
+		kgo.OnPartitionsRevoked(loop.Chain(s.revoked, c.userHooks.Revoked)),
+		kgo.OnPartitionsLost(loop.Chain(s.lost, c.userHooks.Lost)),
+	)
+	if err != nil {
+		return err
+	}
+	s.cl = cl
+	// The last poll may hold a rebalance; Close alone would wait for it.
+	defer cl.CloseAllowingRebalance()
+	c.Obs.WatchAssignment(c.cfg.Logger.With("group", c.cfg.Group), loop.SessionTimeout(cl))
+	if c.run.Start != nil {
+		if err := c.run.Start(ctx, cl); err != nil {
+			return err
+		}
+	}
+	return s.loop(ctx)
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// session is one Run's state: its client, and the batches under way.
+type session struct {
+	core    *Core
+	cl      *kgo.Client
+	work    context.Context
+	commits *loop.KafkaCommits // nil unless Runner.CommitToKafka
+	slots   chan struct{}      // the Concurrency bound; nil under Concurrency 1
+
+	mu    sync.Mutex
+	lanes map[tp]*lane // partitions with batches not settled yet
+	ended []*batch     // batches that ended, for the poll loop to settle
+	wake  context.CancelFunc
+	woken bool
+	// failed is the error of the first batch that failed for good: no
+	// batch starts after it, and Run returns it.
+	failed error
+}
+
+// lane is a partition's pipeline: its batches not settled yet, the last
+// one started last.
+type lane struct {
+	last    *batch
+	pending int  // batches not settled
+	paused  bool // the partition is paused (pending reached laneDepth)
+}
+
+// laneDepth is how many batches a partition holds at most: the one
+// committing and the next, fetched meanwhile so that it starts at once.
+// The partition is paused while it holds that many.
+const laneDepth = 2
+
+// batch is one Commit's records and how it ended.
+type batch struct {
+	recs []*kgo.Record
+	tp   tp    // its partition, under Concurrency above 1
+	lane *lane // its lane, under Concurrency above 1
+	err  error
+	done chan struct{} // closed when the batch ended
+	// prev is the partition's batch before this one, not ended when
+	// this one was started: this one commits after it, and not at all
+	// if it did not commit.
+	prev *batch
+	// revoked is set when the group took the partition: a batch not
+	// started by then is dropped.
+	revoked atomic.Bool
+}
+
+// errDropped ends a batch that did not start: the group took its
+// partition, or the batch before it in its lane did not commit (its
+// records are fetched again after it).
+var errDropped = errors.New("consume: batch dropped before it started")
+
+// loop polls and hands the records over until ctx ends or a batch failed
+// for good.
+func (s *session) loop(ctx context.Context) error {
+	c := s.core
+	refused := &authz.Watch{Group: c.cfg.Group, Grace: authz.DefaultGrace}
+	for {
+		fetches, err := s.poll(ctx, refused)
+		if ctx.Err() != nil {
+			return s.finish(nil)
+		}
+		if err != nil {
+			return s.finish(fmt.Errorf("%s: %w", c.pkg, err))
+		}
+		if recs := fetches.Records(); len(recs) > 0 {
+			if s.slots == nil {
+				s.commitPoll(recs)
+			} else {
+				s.dispatch(recs)
+			}
+		}
+		if err := s.settle(); err != nil {
+			return s.finish(err)
+		}
+		s.commitToKafka()
+		s.cl.AllowRebalance()
+	}
+}
+
+// poll polls once; a batch that ends cuts the poll short (wakes it), so
+// that the loop settles it at once.
+func (s *session) poll(ctx context.Context, refused *authz.Watch) (kgo.Fetches, error) {
+	pollCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	if s.woken || len(s.ended) > 0 {
+		cancel()
+	}
+	s.woken, s.wake = false, cancel
+	s.mu.Unlock()
+	f := s.cl.PollRecords(pollCtx, s.core.cfg.MaxPoll)
+	s.mu.Lock()
+	s.wake = nil
+	s.mu.Unlock()
+	s.core.Obs.Fetched(f)
+	if f.IsClientClosed() {
+		return nil, kgo.ErrClientClosed
+	}
+	loop.LogFetchErrors(f, s.core.cfg.Logger)
+	if err := refused.Check(f, time.Now()); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// commitPoll commits a poll's records as one batch, before the next poll
+// (Concurrency 1).
+func (s *session) commitPoll(recs []*kgo.Record) {
+	b := &batch{recs: recs, done: make(chan struct{})}
+	b.err = s.core.run.Commit(s.work, s.cl, recs)
+	s.mu.Lock()
+	s.ended = append(s.ended, b)
+	close(b.done)
+	s.mu.Unlock()
+}
+
+// settle takes the batches that ended, in the poll loop while the poll
+// holds the rebalance: a committed batch's offsets are queued for Kafka;
+// a failed one goes to Runner.Failed; a paused partition is fetched again
+// once its lane has room. It returns the error Run ends with, once a
+// batch failed for good; the partition of that batch stays paused.
+func (s *session) settle() error {
+	s.mu.Lock()
+	ended := s.ended
+	s.ended = nil
+	s.mu.Unlock()
+	for _, b := range ended {
+		// A batch that outlasted a revoke's wait is settled as
+		// nothing: its partition is another member's.
+		var err error
+		if !b.revoked.Load() {
+			err = s.outcome(s.cl, b)
+		}
+		s.mu.Lock()
+		if err != nil && s.failed == nil {
+			s.failed = err
+		}
+		if resume := s.release(b); resume && s.failed == nil {
+			s.cl.ResumeFetchPartitions(map[string][]int32{b.tp.topic: {b.tp.partition}})
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// outcome applies how b ended: a committed batch's offsets are queued for
+// Kafka; a failed one goes to Runner.Failed, whose error (or, with none,
+// the batch's) it returns. A batch that ended with Run's work (it rolled
+// back: its records are read again) or was dropped counts as neither.
+func (s *session) outcome(cl *kgo.Client, b *batch) error {
+	switch {
+	case b.err == nil:
+		if s.commits != nil {
+			s.commits.Add(b.recs...)
+		}
+		return nil
+	case errors.Is(b.err, errDropped) || s.work.Err() != nil:
+		return nil
+	case s.core.run.Failed == nil:
+		return b.err
+	default:
+		return s.core.run.Failed(s.work, cl, b.recs, b.err)
+	}
+}
+
+// release takes b out of its lane, and reports whether its partition was
+// paused and now has room. s.mu is held.
+func (s *session) release(b *batch) (resume bool) {
+	l := b.lane
+	if l == nil || s.lanes[b.tp] != l {
+		return false // a poll's batch (Concurrency 1), or of a lane a revoke forgot
+	}
+	l.pending--
+	if l.pending == 0 {
+		delete(s.lanes, b.tp)
+	}
+	if l.paused && l.pending < laneDepth {
+		l.paused = false
+		return true
+	}
+	return false
+}
+
+// commitToKafka commits, under Runner.CommitToKafka, the offsets past the
+// batches committed so far (one that fails is kept for the next poll: the
+// partition may stay idle).
+func (s *session) commitToKafka() {
+	if s.commits != nil {
+		_ = s.commits.Commit(s.work, s.cl, s.core.run.CommitWhat)
+	}
+}
+
+// finish ends Run, with err (nil once ctx ended): no batch starts any
+// more; those under way end (under the drain once ctx ended) and are
+// settled, and the offsets of those that committed go to Kafka. The error
+// of a batch that failed for good wins over err; once Run's work ended,
+// Run returns nil (what did not commit rolled back, and is read again).
+func (s *session) finish(err error) error {
+	s.mu.Lock()
+	last := make([]*batch, 0, len(s.lanes))
+	for _, l := range s.lanes {
+		last = append(last, l.last)
+	}
+	s.mu.Unlock()
+	for _, b := range last {
+		<-b.done // and so the lane's batches before it
+	}
+	if failed := s.settle(); failed != nil {
+		err = failed
+	}
+	s.commitToKafka()
+	if s.work.Err() != nil {
+		return nil
+	}
+	return err
+}
