@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/deadletter"
@@ -58,7 +59,7 @@ type config struct {
 	drain       time.Duration
 	policy      ErrorPolicy
 	logger      *slog.Logger
-	metrics     eos.Metrics
+	metrics     eoskit.Metrics
 	clientOpts  []kgo.Opt
 	userHooks   loop.UserHooks // the partition callbacks in clientOpts, run after the consumer's own
 }
@@ -126,12 +127,12 @@ func Logger(l *slog.Logger) Option {
 }
 
 // WithMetrics sets where the consumer reports what it does: the same
-// [eos.Metrics] that eos's processors report to (an eosprom.Metrics
+// [eoskit.Metrics] that eos's processors report to (an eosprom.Metrics
 // labels the consumer's series with path "dedup"). A committed batch
 // reports its records in (applied, skipped and parked) and none out;
 // rolled-back batches give reason "handler-error" or "database-error".
 // Default: nowhere.
-func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
+func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
 // hooks). Options the consumer sets itself are refused by NewConsumer
@@ -155,7 +156,7 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		c.scope = c.group
 	}
 	fail := func(setting, reason string) error {
-		return &ConfigError{Package: "dedup", Setting: setting, Reason: reason}
+		return &eoskit.ConfigError{Package: "dedup", Setting: setting, Reason: reason}
 	}
 	switch {
 	case pool == nil:
@@ -187,7 +188,7 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		"ConsumerGroup": "use dedup.Group", "ConsumeTopics": "use dedup.Topics", "ConsumeRegex": "name the topics with dedup.Topics",
 		"ConsumePartitions": "a consumer consumes in its group (dedup.Group)", "TransactionalID": "a consumer commits in PostgreSQL, not in Kafka transactions"})
 	if err != nil {
-		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	c.userHooks = userHooks
 	cl, err := c.newClient(nil, nil)
@@ -226,17 +227,17 @@ func (c *config) newClient(obs *loop.Observer, commits *loop.KafkaCommits) (*kgo
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: "dedup", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
 		cl.Close()
 		// The preset's refusal, as this package's: the kgo setting
 		// at fault and why, under ClientOptions.
 		reason := err.Error()
-		if cerr, ok := errors.AsType[*ConfigError](err); ok {
+		if cerr, ok := errors.AsType[*eoskit.ConfigError](err); ok {
 			reason = cerr.Setting + ": " + cerr.Reason
 		}
-		return nil, &ConfigError{Package: "dedup", Setting: "ClientOptions", Semantics: eos.ExactlyOnce, Reason: reason, Err: err}
+		return nil, &eoskit.ConfigError{Package: "dedup", Setting: "ClientOptions", Semantics: eos.ExactlyOnce.String(), Reason: reason, Err: err}
 	}
 	return cl, nil
 }
@@ -251,8 +252,8 @@ type Stats struct {
 }
 
 // Health returns what the consumer shows probes and dashboards: see
-// [eos.Health]. Safe to call at any time, from any goroutine.
-func (c *Consumer) Health() eos.Health { return c.obs.Health() }
+// [eoskit.Health]. Safe to call at any time, from any goroutine.
+func (c *Consumer) Health() eoskit.Health { return c.obs.Health() }
 
 // Stats returns the consumer's counts so far.
 func (c *Consumer) Stats() Stats {
@@ -265,7 +266,7 @@ func (c *Consumer) Stats() Stats {
 // to 10 times with a growing pause, before Run returns the error.
 func (c *Consumer) Run(ctx context.Context) (err error) {
 	if !c.running.CompareAndSwap(false, true) {
-		return ErrRunning
+		return eoskit.ErrRunning
 	}
 	defer c.running.Store(false)
 	c.obs.Running(true, nil)
@@ -282,7 +283,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		case err != nil:
 			return fmt.Errorf("dedup: %w", err)
 		case !ok:
-			return &ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist or lacks the columns of this eoskit: run the store's Migrate"}
+			return &eoskit.ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist or lacks the columns of this eoskit: run the store's Migrate"}
 		}
 	}
 	commits := loop.NewKafkaCommits(c.cfg.logger)
@@ -375,7 +376,7 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 		switch {
 		case errors.As(err, new(*handlerError)):
 			c.obs.Aborted("handler-error", time.Since(start))
-		case errors.As(err, new(*RecordError)):
+		case errors.As(err, new(*eoskit.RecordError)):
 			c.obs.Aborted("record-error", time.Since(start))
 		default:
 			c.obs.Aborted("database-error", time.Since(start))
@@ -395,7 +396,7 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 				return ctx.Err()
 			}
 			attempt = 0
-		case errors.As(err, new(*RecordError)):
+		case errors.As(err, new(*eoskit.RecordError)):
 			return err // no usable id: no policy applies
 		case attempt >= maxDBAttempts:
 			return fmt.Errorf("dedup: batch failed %d times: %w", attempt, err)
@@ -449,8 +450,8 @@ type handlerError struct {
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
-func (e *handlerError) recordError(attempts int) *RecordError {
-	return &RecordError{Topic: e.rec.Topic, Partition: e.rec.Partition, Offset: e.rec.Offset, Attempts: attempts, Err: e.err}
+func (e *handlerError) recordError(attempts int) *eoskit.RecordError {
+	return &eoskit.RecordError{Topic: e.rec.Topic, Partition: e.rec.Partition, Offset: e.rec.Offset, Attempts: attempts, Err: e.err}
 }
 
 // counts is what one batch did.
@@ -478,12 +479,12 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*
 		ids[i], hasID[i] = c.cfg.id(r)
 		if !hasID[i] {
 			if c.cfg.missing == RejectMissingID {
-				return n, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: ErrMissingID}
+				return n, &eoskit.RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: ErrMissingID}
 			}
 			continue
 		}
 		if len(ids[i]) > MaxIDLength {
-			return n, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+			return n, &eoskit.RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 				Err: fmt.Errorf("%w (%d bytes)", ErrIDTooLong, len(ids[i]))}
 		}
 		claim = append(claim, ids[i])

@@ -67,7 +67,7 @@
 // consumer keeping up with a live stream), since franz-go fills a poll
 // partition by partition. When Run's ctx ends, the batch under way
 // finishes and commits within [DrainTimeout]. [WithMetrics] takes the same
-// eos.Metrics that eos's processors report to, and Health gives a view for
+// eoskit.Metrics that eos's processors report to, and Health gives a view for
 // probes. Dead letters are logged as eos logs them: at Warn, coordinates
 // and error only, never key or value, at most one line a second with a
 // count of the others; and a runner assigned no partition for its session

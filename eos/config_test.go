@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 )
 
@@ -97,11 +98,11 @@ func TestCheckRejectsSettingsThatContradictTheSemantics(t *testing.T) {
 			}
 			defer cl.Close()
 			err = tt.s.Check(cl, tt.role)
-			var cerr *eos.ConfigError
-			if !errors.As(err, &cerr) || !errors.Is(err, eos.ErrInvalidConfig) {
+			var cerr *eoskit.ConfigError
+			if !errors.As(err, &cerr) || !errors.Is(err, eoskit.ErrInvalidConfig) {
 				t.Fatalf("Check = %v, want a *ConfigError wrapping ErrInvalidConfig", err)
 			}
-			if cerr.Setting != tt.setting || cerr.Semantics != tt.s || cerr.Reason == "" {
+			if cerr.Setting != tt.setting || cerr.Semantics != tt.s.String() || cerr.Package != "eos" || cerr.Reason == "" {
 				t.Fatalf("Check named %q under %v (%q), want %q under %v with a reason", cerr.Setting, cerr.Semantics, cerr.Reason, tt.setting, tt.s)
 			}
 			if !strings.Contains(err.Error(), tt.setting) || !strings.Contains(err.Error(), tt.s.String()) {
@@ -159,8 +160,8 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := eos.NewProcessor(tt.handler, tt.opts...)
-			var cerr *eos.ConfigError
-			if p != nil || !errors.As(err, &cerr) || !errors.Is(err, eos.ErrInvalidConfig) {
+			var cerr *eoskit.ConfigError
+			if p != nil || !errors.As(err, &cerr) || !errors.Is(err, eoskit.ErrInvalidConfig) {
 				t.Fatalf("NewProcessor = %v, %v; want a *ConfigError", p, err)
 			}
 			if cerr.Setting != tt.setting {
@@ -214,7 +215,7 @@ func TestOptionsCompileOnlyWhereTheyApply(t *testing.T) {
 }
 
 func TestProducersRefuseMissingOrWeakenedSettings(t *testing.T) {
-	var cerr *eos.ConfigError
+	var cerr *eoskit.ConfigError
 	_, err := eos.NewTransactionalProducer(eos.Brokers("b:1"))
 	if !errors.As(err, &cerr) || cerr.Setting != "TransactionalID" {
 		t.Fatalf("NewTransactionalProducer without id = %v, want a *ConfigError naming TransactionalID", err)
@@ -235,7 +236,7 @@ func TestStableTransactionalID(t *testing.T) {
 		t.Fatalf("StableTransactionalID = %q, %v", id, err)
 	}
 	for _, bad := range [][2]string{{"", "0"}, {"app", ""}, {"app", "pod 1"}, {"a/b", "0"}} {
-		if _, err := eos.StableTransactionalID(bad[0], bad[1]); !errors.Is(err, eos.ErrInvalidConfig) {
+		if _, err := eos.StableTransactionalID(bad[0], bad[1]); !errors.Is(err, eoskit.ErrInvalidConfig) {
 			t.Errorf("StableTransactionalID(%q, %q) = %v, want ErrInvalidConfig", bad[0], bad[1], err)
 		}
 	}

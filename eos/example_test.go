@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 )
 
@@ -154,10 +155,10 @@ func ExampleProcessor_Health() {
 		}
 		_ = json.NewEncoder(w).Encode(h)
 	})
-	probe := func() (int, eos.Health) {
+	probe := func() (int, eoskit.Health) {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
-		var h eos.Health
+		var h eoskit.Health
 		_ = json.Unmarshal(rec.Body.Bytes(), &h)
 		return rec.Code, h
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 )
@@ -109,7 +110,7 @@ func TestRepairIsRefusedWithoutTransactionProtocolV2(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			err = p.Run(ctx)
-			var cerr *eos.ConfigError
+			var cerr *eoskit.ConfigError
 			if !errors.As(err, &cerr) || cerr.Setting != "OnHangingTransaction" || !strings.Contains(err.Error(), c.names) {
 				t.Fatalf("Run returned %v; want a *ConfigError for OnHangingTransaction naming %s", err, c.names)
 			}

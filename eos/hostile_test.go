@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/verify"
@@ -185,8 +186,8 @@ func TestMissingDeadLetterTopicIsAConfigErrorWithinSeconds(t *testing.T) {
 	start := time.Now()
 	p := startProcessor(t, failingOn(out, fails), opts...)
 	err := p.wait(t, 2*time.Minute)
-	var ce *eos.ConfigError
-	if took := time.Since(start); !errors.As(err, &ce) || !errors.Is(err, eos.ErrInvalidConfig) || ce.Setting != "OnHandlerError" ||
+	var ce *eoskit.ConfigError
+	if took := time.Since(start); !errors.As(err, &ce) || !errors.Is(err, eoskit.ErrInvalidConfig) || ce.Setting != "OnHandlerError" ||
 		!strings.Contains(ce.Reason, dlt) || took > 15*time.Second {
 		t.Fatalf("Run returned %v after %s; want a *ConfigError naming OnHandlerError and %s within 15 s", err, took.Round(time.Millisecond), dlt)
 	}
@@ -436,7 +437,7 @@ func TestHandlerSlowerThanATransactionIsBlamed(t *testing.T) {
 			good := slices.DeleteFunc(slices.Clone(inputs.Committed), func(id string) bool { return id == hung })
 			if policy == "stop" {
 				err := p.wait(t, 2*time.Minute)
-				var he *eos.RecordError
+				var he *eoskit.RecordError
 				// Not context.DeadlineExceeded: callers take that for their
 				// own ctx ending.
 				if !errors.As(err, &he) || !errors.Is(err, eos.ErrHandlerTooSlow) || he.Offset != hungAt.Load() || errors.Is(err, context.DeadlineExceeded) {

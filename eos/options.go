@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
 )
 
 // IdempotentOption is an option of [NewIdempotentProducer].
@@ -92,7 +94,7 @@ type config struct {
 	hangCheck      time.Duration
 	onHang         HangingPolicy
 	logger         *slog.Logger
-	metrics        Metrics
+	metrics        eoskit.Metrics
 	clientOpts     []kgo.Opt
 
 	// hangCheckSet and onHangSet record that the hanging-transaction
@@ -120,11 +122,11 @@ func newConfig[O interface{ apply(*config) }](opts []O) *config {
 
 func (c *config) requireBrokers() error {
 	if len(c.brokers) == 0 {
-		return &ConfigError{Setting: "Brokers", Reason: "at least one seed broker is required"}
+		return &eoskit.ConfigError{Package: "eos", Setting: "Brokers", Reason: "at least one seed broker is required"}
 	}
 	for _, b := range c.brokers {
 		if strings.TrimSpace(b) == "" {
-			return &ConfigError{Setting: "Brokers", Reason: "empty broker address"}
+			return &eoskit.ConfigError{Package: "eos", Setting: "Brokers", Reason: "empty broker address"}
 		}
 	}
 	return nil
@@ -330,7 +332,7 @@ func Logger(l *slog.Logger) Option {
 // WithMetrics sets where a [Processor] reports what it does (see
 // [Metrics]). Default: nowhere. eosprom.New gives a Prometheus
 // implementation, which offsetstore and dedup runners may share.
-func WithMetrics(m Metrics) ProcessorOption {
+func WithMetrics(m eoskit.Metrics) ProcessorOption {
 	return processorOpt(func(c *config) {
 		if m != nil {
 			c.metrics = m

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
@@ -100,7 +101,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID",
 		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets"})
 	if err != nil {
-		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(c.semantics), Reason: err.Error(), Err: err}
 	}
 	// Build (and close) a client once, so that a pass-through option that
 	// contradicts the semantics fails here rather than in Run.
@@ -111,7 +112,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 	txnTimeout := transactionTimeout(cl)
 	cl.Close()
 	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {
-		return nil, &ConfigError{Setting: "CommitInterval", Semantics: c.semantics, Reason: fmt.Sprintf(
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "CommitInterval", Semantics: checkedAgainst(c.semantics), Reason: fmt.Sprintf(
 			"%s is not well below the transaction timeout (%s): keep it at most half of it, or the broker aborts transactions under the processor", c.commitInterval, txnTimeout)}
 	}
 	logger := c.logger.With("group", c.group, "semantics", c.semantics.String())
@@ -125,13 +126,13 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 
 func (c *config) validateProcessor(handler HandlerFunc) error {
 	fail := func(setting, reason string) error {
-		return &ConfigError{Setting: setting, Semantics: c.semantics, Reason: reason}
+		return &eoskit.ConfigError{Package: "eos", Setting: setting, Semantics: checkedAgainst(c.semantics), Reason: reason}
 	}
 	switch {
 	case handler == nil:
 		return fail("handler", "must not be nil")
 	case !c.semantics.valid():
-		return &ConfigError{Setting: "WithSemantics", Reason: fmt.Sprintf("unknown value %d", int8(c.semantics))}
+		return &eoskit.ConfigError{Package: "eos", Setting: "WithSemantics", Reason: fmt.Sprintf("unknown value %d", int8(c.semantics))}
 	case c.group == "":
 		return fail("Group", "a processor consumes in a consumer group; name one")
 	case len(c.inputTopics) == 0:
@@ -191,7 +192,7 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 // restart, call Run again.
 func (p *Processor) Run(ctx context.Context) (err error) {
 	if !p.running.CompareAndSwap(false, true) {
-		return ErrRunning
+		return eoskit.ErrRunning
 	}
 	defer p.running.Store(false)
 	p.obs.Running(true, nil)
@@ -281,7 +282,7 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 
 // Health returns what the processor shows probes and dashboards: see
 // [Health]. Safe to call at any time, from any goroutine.
-func (p *Processor) Health() Health { return p.obs.Health() }
+func (p *Processor) Health() eoskit.Health { return p.obs.Health() }
 
 // restartError asks Run to start over with a new client.
 type restartError struct{ err error }
@@ -833,7 +834,7 @@ func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error
 		p.poisoned[at] = err
 		return nil
 	}
-	return &RecordError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Attempts: attempts, Err: err}
+	return &eoskit.RecordError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Attempts: attempts, Err: err}
 }
 
 // maxDeadLetterAttempts bounds how often one input's dead letter is tried
@@ -923,7 +924,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	p.obs.NewSession() // before the group can assign anything to it
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
-		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error(), Err: err}
+		return &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(p.cfg.semantics), Reason: err.Error(), Err: err}
 	}
 	// Close leaves the group; by then no transaction is open, because every
 	// path below ends the one it began.

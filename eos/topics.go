@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/topiccheck"
 )
 
@@ -38,6 +39,6 @@ func (p *Processor) checkDeadLetterTopic(ctx context.Context) error {
 // missingDeadLetterTopic is the *ConfigError for a dead-letter topic the
 // cluster lacks, at the start or deleted under a running processor.
 func (p *Processor) missingDeadLetterTopic(topic string, err error) error {
-	return &ConfigError{Setting: "OnHandlerError", Semantics: p.cfg.semantics,
+	return &eoskit.ConfigError{Package: "eos", Setting: "OnHandlerError", Semantics: checkedAgainst(p.cfg.semantics),
 		Reason: fmt.Sprintf("the dead-letter topic %q does not exist: create it (eos creates no topics)", topic), Err: err}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 )
 
@@ -51,7 +52,7 @@ func NewTransactionalProducer(opts ...TransactionalOption) (*TransactionalProduc
 		return nil, err
 	}
 	if c.txnID == "" {
-		return nil, &ConfigError{Setting: "TransactionalID", Semantics: ExactlyOnce, Reason: "a transactional producer needs a stable transactional id (see StableTransactionalID)"}
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "TransactionalID", Semantics: checkedAgainst(ExactlyOnce), Reason: "a transactional producer needs a stable transactional id (see StableTransactionalID)"}
 	}
 	c.semantics = ExactlyOnce
 	cl, err := newClient(c, RoleProducer)

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/deadletter"
@@ -88,7 +89,7 @@ type config struct {
 	mirror      bool
 	owner       string
 	logger      *slog.Logger
-	metrics     eos.Metrics
+	metrics     eoskit.Metrics
 	clientOpts  []kgo.Opt
 }
 
@@ -157,13 +158,13 @@ func Logger(l *slog.Logger) Option {
 }
 
 // WithMetrics sets where the runner reports what it does: the same
-// [eos.Metrics] that eos's processors report to (an eosprom.Metrics
+// [eoskit.Metrics] that eos's processors report to (an eosprom.Metrics
 // labels the runner's series with path "offsetstore"). A committed batch
 // reports its records in and none out; aborted batches give reason
 // "handler-error", "database-error" (a handler's error that was the
 // database's doing too: a lost connection, a deadlock, a lock timeout) or
 // "stale". Default: nowhere.
-func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
+func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
 // hooks). Options the runner sets itself are refused by New
@@ -192,7 +193,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		o(&c)
 	}
 	fail := func(setting, reason string) error {
-		return &ConfigError{Package: "offsetstore", Setting: setting, Reason: reason}
+		return &eoskit.ConfigError{Package: "offsetstore", Setting: setting, Reason: reason}
 	}
 	switch {
 	case pool == nil:
@@ -219,7 +220,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		"ConsumePartitions": "a runner consumes in its group (offsetstore.Group)", "TransactionalID": "a runner commits in PostgreSQL, not in Kafka transactions",
 		"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"})
 	if err != nil {
-		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	r := &Runner{pool: pool, handler: handler, cfg: c, userHooks: userHooks, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
 		oldRows: map[topicPartition]pgtype.UUID{}, obs: loop.NewObserver("offsetstore", c.group, c.metrics),
@@ -253,17 +254,17 @@ func (r *Runner) newClient() (*kgo.Client, error) {
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: "offsetstore", Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
 		cl.Close()
 		// The preset's refusal, as this package's: the kgo setting
 		// at fault and why, under ClientOptions.
 		reason := err.Error()
-		if cerr, ok := errors.AsType[*ConfigError](err); ok {
+		if cerr, ok := errors.AsType[*eoskit.ConfigError](err); ok {
 			reason = cerr.Setting + ": " + cerr.Reason
 		}
-		return nil, &ConfigError{Package: "offsetstore", Setting: "ClientOptions", Semantics: eos.ExactlyOnce, Reason: reason, Err: err}
+		return nil, &eoskit.ConfigError{Package: "offsetstore", Setting: "ClientOptions", Semantics: eos.ExactlyOnce.String(), Reason: reason, Err: err}
 	}
 	return cl, nil
 }
@@ -375,7 +376,7 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 		return fmt.Errorf("offsetstore: read the schema version: %w", err)
 	}
 	if version < SchemaVersion {
-		return &ConfigError{Package: "offsetstore", Setting: "database schema", Reason: fmt.Sprintf("at version %d, this code needs %d: run offsetstore.Migrate", version, SchemaVersion)}
+		return &eoskit.ConfigError{Package: "offsetstore", Setting: "database schema", Reason: fmt.Sprintf("at version %d, this code needs %d: run offsetstore.Migrate", version, SchemaVersion)}
 	}
 	if !r.cfg.policy.p.DeadLetters() {
 		return nil
@@ -387,7 +388,7 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("offsetstore: look up %s: %w", deadletter.Table, err)
 	case !ok:
-		return &ConfigError{Package: "offsetstore", Setting: "OnHandlerError", Reason: "DeadLetter parks records in " + deadletter.Table + ", which lacks the columns of this eoskit: run offsetstore.Migrate"}
+		return &eoskit.ConfigError{Package: "offsetstore", Setting: "OnHandlerError", Reason: "DeadLetter parks records in " + deadletter.Table + ", which lacks the columns of this eoskit: run offsetstore.Migrate"}
 	}
 	return nil
 }
@@ -443,8 +444,8 @@ type Stats struct {
 }
 
 // Health returns what the runner shows probes and dashboards: see
-// [eos.Health]. Safe to call at any time, from any goroutine.
-func (r *Runner) Health() eos.Health { return r.obs.Health() }
+// [eoskit.Health]. Safe to call at any time, from any goroutine.
+func (r *Runner) Health() eoskit.Health { return r.obs.Health() }
 
 // Stats returns the runner's counts so far.
 func (r *Runner) Stats() Stats {
@@ -463,7 +464,7 @@ const maxDBAttempts = 10
 // up to 10 times per batch.
 func (r *Runner) Run(ctx context.Context) (err error) {
 	if !r.running.CompareAndSwap(false, true) {
-		return ErrRunning
+		return eoskit.ErrRunning
 	}
 	defer r.running.Store(false)
 	r.obs.Running(true, nil)
@@ -489,7 +490,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(err) {
+		if errors.Is(err, eoskit.ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(err) {
 			return err
 		}
 		r.cfg.logger.Warn("offsetstore: reading the schema version failed; retrying", "err", err, "attempt", attempt)
@@ -646,7 +647,7 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 	if pol.Kind == loop.PolicyRetry {
 		pol = pol.Fallback()
 	}
-	recErr := &RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Attempts: attempts, Err: cause}
+	recErr := &eoskit.RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Attempts: attempts, Err: cause}
 	if pol.Kind != loop.PolicyDeadLetter {
 		return recErr
 	}

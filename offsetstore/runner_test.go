@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/offsetstore"
@@ -350,7 +350,7 @@ func (h *holdOne) release() {
 
 // countingMetrics counts what the tests assert on.
 type countingMetrics struct {
-	eos.NopMetrics
+	eoskit.NopMetrics
 	rebalances atomic.Int64
 	mu         sync.Mutex
 	aborted    map[string]int
@@ -572,7 +572,7 @@ func TestDeadLetterAndStopPolicies(t *testing.T) {
 
 	stopper := b.start(t, h)
 	err := stopper.wait(t, time.Minute)
-	var rerr *offsetstore.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Topic != b.topic || rerr.Offset != 37 {
 		t.Fatalf("Run = %v, want a *RecordError at offset 37", err)
 	}
@@ -696,7 +696,7 @@ func TestRetryThenFallback(t *testing.T) {
 		b, _ := seed(t)
 		r := b.start(t, handler(), offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 3)))
 		err := r.wait(t, 2*time.Minute)
-		var rerr *offsetstore.RecordError
+		var rerr *eoskit.RecordError
 		if !errors.As(err, &rerr) || rerr.Attempts != 3 || !strings.HasSuffix(rerr.Err.Error(), "77") {
 			t.Fatalf("Run = %v, want a *RecordError for a record ending in 77 after 3 attempts", err)
 		}
@@ -1111,7 +1111,7 @@ func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
 	})
 	r := b.start(t, panicky)
 	err := r.wait(t, time.Minute)
-	var rerr *offsetstore.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Offset != bad || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("Run returned %v; want a *RecordError for offset %d saying the handler panicked", err, bad)
 	}
@@ -1184,7 +1184,7 @@ func TestRunRefusesAnUnmigratedDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Run(context.Background()); !errors.Is(err, offsetstore.ErrInvalidConfig) || !strings.Contains(err.Error(), "Migrate") {
+	if err := r.Run(context.Background()); !errors.Is(err, eoskit.ErrInvalidConfig) || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("Run on an unmigrated database returned %v; want ErrInvalidConfig saying to run Migrate", err)
 	}
 }
@@ -1214,13 +1214,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := offsetstore.New(pool, h, opts...)
 			// One type for every runner's refusal: eos's *ConfigError.
-			var cerr *eos.ConfigError
-			if !errors.Is(err, offsetstore.ErrInvalidConfig) || !errors.Is(err, eos.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
+			var cerr *eoskit.ConfigError
+			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
 				t.Fatalf("New = %v, want a *ConfigError naming the setting", err)
 			}
 		})
 	}
-	if _, err := offsetstore.New(nil, h, base...); !errors.Is(err, offsetstore.ErrInvalidConfig) {
+	if _, err := offsetstore.New(nil, h, base...); !errors.Is(err, eoskit.ErrInvalidConfig) {
 		t.Fatalf("New(nil pool) = %v, want ErrInvalidConfig", err)
 	}
 }

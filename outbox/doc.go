@@ -93,7 +93,7 @@
 //     created beforehand: one partition, cleanup.policy=compact; and the
 //     [DeadLetterTopic], if one is set. [Relay.Run] looks both up when it
 //     starts (a Metadata request: Describe, which Read or Write implies)
-//     and returns an *eos.ConfigError naming the setting if one is
+//     and returns an *eoskit.ConfigError naming the setting if one is
 //     missing, or has gone since (a produce to it refused as
 //     UNKNOWN_TOPIC_OR_PARTITION): the relay never creates topics. The
 //     relay's Kafka principal needs Write on the output topics and the
@@ -117,7 +117,7 @@
 // database may share a position topic. Without a name a service uses the
 // default outbox ([Table], [Publication], [DefaultSlot]), as eoskit always
 // did: existing deployments keep their tables, slot and position. A name
-// is checked where it is given (an *eos.ConfigError, before anything
+// is checked where it is given (an *eoskit.ConfigError, before anything
 // reaches the server); see [Name] for what it may hold.
 //
 // # What breaks it
@@ -133,7 +133,7 @@
 //   - Rows written other than with [Write] (malformed headers, no topic)
 //     stop the relay, and only advancing the slot past them, which loses
 //     them, lets it go on.
-//   - Deleting the position topic stops the relay (an *eos.ConfigError);
+//   - Deleting the position topic stops the relay (an *eoskit.ConfigError);
 //     re-creating it (or deleting the relay's key in it) makes the next
 //     relay start from the slot's own position, which may be up to one
 //     batch behind: those records are published again.

@@ -86,7 +86,7 @@ const SchemaVersion = 1
 // before the first [Write]: a record written before its slot exists is
 // never relayed.
 //
-// A malformed Name or Slot is an *eos.ConfigError before any statement.
+// A malformed Name or Slot is an *eoskit.ConfigError before any statement.
 // It needs wal_level=logical (else it returns [ErrWALLevel]), and a role
 // that may create the tables and publication and has the REPLICATION
 // attribute (for the slot).

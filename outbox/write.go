@@ -45,7 +45,7 @@ type Writer struct {
 
 // NewWriter returns a writer into the outbox its options name: [Name],
 // or none for the default outbox. A malformed name is an
-// *eos.ConfigError naming Name.
+// *eoskit.ConfigError naming Name.
 func NewWriter(opts ...WriterOption) (*Writer, error) {
 	var n names
 	for _, o := range opts {

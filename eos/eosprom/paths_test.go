@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/eos/eosprom"
@@ -97,7 +98,7 @@ func TestOneMetricsServesEveryPath(t *testing.T) {
 	type runner struct {
 		name   string
 		run    func(context.Context) error
-		health func() eos.Health
+		health func() eoskit.Health
 	}
 	runners := []runner{{"eos", p.Run, p.Health}, {"offsetstore", r.Run, r.Health}, {"dedup", c.Run, c.Health}}
 	runCtx, cancel := context.WithCancel(ctx)
