@@ -261,7 +261,7 @@ func (c *Consumer) Stats() Stats {
 }
 
 // Run consumes until ctx is done (then it returns nil) or a record stops
-// it (a *RecordError). A batch whose database transaction fails (deadlock,
+// it (a *[eoskit.RecordError]). A batch whose database transaction fails (deadlock,
 // serialization failure, lost connection) is rolled back and run again, up
 // to 10 times with a growing pause, before Run returns the error.
 func (c *Consumer) Run(ctx context.Context) (err error) {
@@ -415,7 +415,7 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 // afterFailure applies the error policy to the record whose handler failed
 // for the attempts-th time in this batch: it pauses before a Retry, or
 // poisons the record so that the batch runs again parking it, and reports
-// true; or it reports false, and Run stops with a *RecordError.
+// true; or it reports false, and Run stops with a *[eoskit.RecordError].
 func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempts int, poisoned map[*kgo.Record]error) bool {
 	pol := c.cfg.policy.p.For(herr.err)
 	r := herr.rec

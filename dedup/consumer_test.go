@@ -689,7 +689,7 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 	for name, opts := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, err := dedup.NewConsumer(pool, store, h, opts...)
-			// One type for every runner's refusal: eos's *ConfigError.
+			// One type for every runner's refusal: *eoskit.ConfigError.
 			var cerr *eoskit.ConfigError
 			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
 				t.Fatalf("NewConsumer = %v, want a *ConfigError naming the setting", err)
@@ -817,7 +817,7 @@ func (w *logWatch) count(s string) int {
 // Ids are bytes, not text: schema-registry keys start with 0x00, and keys
 // or headers need not be UTF-8. Messages keyed by such ids (each sent
 // twice) take effect once each; an id longer than MaxIDLength stops Run
-// with a *RecordError naming its record and wrapping ErrIDTooLong, before
+// with a *eoskit.RecordError naming its record and wrapping ErrIDTooLong, before
 // anything of its batch is applied (as a missing id does).
 // Before, ids were text: every claim of a binary id failed, was retried as
 // a database error, and Run returned an error naming no record.
@@ -903,7 +903,7 @@ func TestMigrateTurnsTextIDsIntoBytes(t *testing.T) {
 }
 
 // A handler that panics on one message: its batch rolls back (the claims
-// with it) and Run returns a *RecordError naming the record; a consumer
+// with it) and Run returns a *eoskit.RecordError naming the record; a consumer
 // with a fixed handler then applies every message once. Before, the panic
 // ended the process.
 func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {

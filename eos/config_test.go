@@ -114,7 +114,7 @@ func TestCheckRejectsSettingsThatContradictTheSemantics(t *testing.T) {
 
 func TestNewProcessorRejectsBadConfig(t *testing.T) {
 	h := copyHandler("out")
-	base := []eos.ProcessorOption{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("app-0")}
+	base := []eos.ProcessorOption{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.TransactionalID("app-0")}
 	with := func(extra ...eos.ProcessorOption) []eos.ProcessorOption {
 		return append(append([]eos.ProcessorOption(nil), base...), extra...)
 	}
@@ -124,10 +124,10 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		opts    []eos.ProcessorOption
 		setting string
 	}{
-		{"no brokers", h, []eos.ProcessorOption{eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Brokers"},
-		{"no group", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Group"},
-		{"no input topics", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.TransactionalID("x")}, "InputTopics"},
-		{"exactly-once without transactional id", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in")}, "TransactionalID"},
+		{"no brokers", h, []eos.ProcessorOption{eos.Group("g"), eos.Topics("in"), eos.TransactionalID("x")}, "Brokers"},
+		{"no group", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Topics("in"), eos.TransactionalID("x")}, "Group"},
+		{"no input topics", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.TransactionalID("x")}, "Topics"},
+		{"exactly-once without transactional id", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.Topics("in")}, "TransactionalID"},
 		{"transactional id with at-least-once", h, with(eos.WithSemantics(eos.AtLeastOnce)), "TransactionalID"},
 		{"nil handler", nil, base, "handler"},
 		{"unknown semantics", h, with(eos.WithSemantics(eos.Semantics(9))), "WithSemantics"},
@@ -154,7 +154,7 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		{"a classification as a retry's fallback", h, with(eos.OnHandlerError(eos.Retry(time.Millisecond, 2).Then(eos.Classify(eos.Stop(), eos.When(context.Canceled, eos.DeadLetter("dlq")))))), "OnHandlerError"},
 		{"acks=leader under exactly-once", h, with(eos.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))), "ClientOptions"},
 		{"read_uncommitted under exactly-once", h, with(eos.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))), "FetchIsolationLevel"},
-		{"hanging policy under at-least-once", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in"), eos.WithSemantics(eos.AtLeastOnce), eos.OnHangingTransaction(eos.WaitWhenHanging())}, "OnHangingTransaction"},
+		{"hanging policy under at-least-once", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.Topics("in"), eos.WithSemantics(eos.AtLeastOnce), eos.OnHangingTransaction(eos.WaitWhenHanging())}, "OnHangingTransaction"},
 		{"hanging policy with the check off", h, with(eos.HangingTransactionCheck(0), eos.OnHangingTransaction(eos.RepairHangingTransactions())), "OnHangingTransaction"},
 	}
 	for _, tt := range tests {
@@ -195,7 +195,7 @@ func TestOptionsCompileOnlyWhereTheyApply(t *testing.T) {
 		{"TransactionalID", eos.TransactionalID, transactions},
 		{"WithSemantics", eos.WithSemantics, processor},
 		{"Group", eos.Group, processor},
-		{"InputTopics", eos.InputTopics, processor},
+		{"Topics", eos.Topics, processor},
 		{"CommitInterval", eos.CommitInterval, processor},
 		{"MaxRecordsPerCommit", eos.MaxRecordsPerCommit, processor},
 		{"OnHandlerError", eos.OnHandlerError, processor},
@@ -247,13 +247,13 @@ func TestStableTransactionalID(t *testing.T) {
 // them (a probe with a transactional id refused DisableIdempotentWrite).
 func TestClientOptionsTheRunnerDoesNotOwnPass(t *testing.T) {
 	h := copyHandler("out")
-	_, err := eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.WithSemantics(eos.AtLeastOnce),
+	_, err := eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.WithSemantics(eos.AtLeastOnce),
 		eos.ClientOptions(kgo.MaxProduceRequestsInflightPerBroker(5), kgo.ClientID("app"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
 			kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) {})))
 	if err != nil {
 		t.Fatalf("at-least-once processor with pass-through options: %v", err)
 	}
-	_, err = eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("app-0"),
+	_, err = eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.TransactionalID("app-0"),
 		eos.ClientOptions(kgo.ClientID("app"), kgo.SessionTimeout(10*time.Second)))
 	if err != nil {
 		t.Fatalf("exactly-once processor with pass-through options: %v", err)

@@ -32,7 +32,7 @@ func TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere(t *testin
 	brokers := cluster.ListenAddrs()
 	var logs integration.LogBuffer
 	txnID, _ := eos.StableTransactionalID("kfake", "0")
-	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(brokers...), eos.Group("kfake"), eos.InputTopics("in"),
+	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(brokers...), eos.Group("kfake"), eos.Topics("in"),
 		eos.TransactionalID(txnID), eos.CommitInterval(50*time.Millisecond),
 		eos.HangingTransactionCheck(300*time.Millisecond),
 		eos.Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
@@ -102,7 +102,7 @@ func TestRepairIsRefusedWithoutTransactionProtocolV2(t *testing.T) {
 			}
 			t.Cleanup(cluster.Close)
 			txnID, _ := eos.StableTransactionalID("kfake", "0")
-			p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.InputTopics("in"),
+			p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.Topics("in"),
 				eos.TransactionalID(txnID), eos.OnHangingTransaction(eos.RepairHangingTransactions()), eos.ClientOptions(c.client...))
 			if err != nil {
 				t.Fatal(err)

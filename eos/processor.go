@@ -54,7 +54,7 @@ type Processor struct {
 	// progress from one that failed at once.
 	committed atomic.Int64
 	// refused turns the refusals the polls report, once they last, into
-	// an *AuthorizationError (one Watch per Run).
+	// an *[eoskit.AuthorizationError] (one Watch per Run).
 	refused *authz.Watch
 	// hangs is what the hanging-transaction check remembers across
 	// sessions.
@@ -83,7 +83,7 @@ type Processor struct {
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
-// [Brokers], [Group], [InputTopics], and, for ExactlyOnce, [TransactionalID].
+// [Brokers], [Group], [Topics], and, for ExactlyOnce, [TransactionalID].
 // Optional: [WithSemantics], [CommitInterval], [MaxRecordsPerCommit],
 // [OnHandlerError], [Concurrency], [HangingTransactionCheck], [Logger], [WithMetrics],
 // [ClientOptions].
@@ -97,7 +97,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		preset = append(c.semantics.ProducerOptions(), c.semantics.ConsumerOptions()...)
 	}
 	userHooks, err := loop.ReadUserOptions(preset, c.clientOpts, map[string]string{
-		"ConsumerGroup": "use eos.Group", "ConsumeTopics": "use eos.InputTopics", "ConsumeRegex": "name the topics with eos.InputTopics",
+		"ConsumerGroup": "use eos.Group", "ConsumeTopics": "use eos.Topics", "ConsumeRegex": "name the topics with eos.Topics",
 		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID",
 		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets"})
 	if err != nil {
@@ -136,7 +136,7 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 	case c.group == "":
 		return fail("Group", "a processor consumes in a consumer group; name one")
 	case len(c.inputTopics) == 0:
-		return fail("InputTopics", "name at least one topic to consume")
+		return fail("Topics", "name at least one topic to consume")
 	case c.semantics == ExactlyOnce && c.txnID == "":
 		return fail("TransactionalID", "exactly-once needs a stable transactional id per instance (see StableTransactionalID)")
 	case c.semantics != ExactlyOnce && c.txnID != "":
@@ -182,13 +182,13 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 // takes the partitions.
 //
 // It returns an error wrapping [ErrFenced] when a newer instance with the
-// same transactional id took over, a *RecordError under the [Stop] policy
+// same transactional id took over, a *[eoskit.RecordError] under the [Stop] policy
 // (or once a [Retry]'s attempts ran out), a *DeadLetterError when a dead
 // letter cannot be written, a *HangingTransactionError under
-// [StopWhenHanging], a *ConfigError when the cluster refuses
+// [StopWhenHanging], a *[eoskit.ConfigError] when the cluster refuses
 // [RepairHangingTransactions] or lacks the dead-letter topic (checked
 // when Run starts, and when a dead letter finds it deleted), and other errors only when the client fails
-// repeatedly. A Processor runs once at a time ([ErrRunning] otherwise); to
+// repeatedly. A Processor runs once at a time ([eoskit.ErrRunning] otherwise); to
 // restart, call Run again.
 func (p *Processor) Run(ctx context.Context) (err error) {
 	if !p.running.CompareAndSwap(false, true) {
@@ -281,7 +281,7 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 }
 
 // Health returns what the processor shows probes and dashboards: see
-// [Health]. Safe to call at any time, from any goroutine.
+// [eoskit.Health]. Safe to call at any time, from any goroutine.
 func (p *Processor) Health() eoskit.Health { return p.obs.Health() }
 
 // restartError asks Run to start over with a new client.
@@ -814,7 +814,7 @@ const retryLimit = 30 * time.Second
 // lets the batch be read again, until its attempts run out and its
 // fallback applies; DeadLetter poisons the input, so that the next
 // transaction dead-letters it without running its handler; Stop returns a
-// *RecordError.
+// *[eoskit.RecordError].
 func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error {
 	pol := p.cfg.onError.p.For(err)
 	p.attempts[at]++ // across the rules, should the input's error change

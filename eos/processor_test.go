@@ -30,7 +30,7 @@ func processorOpts(k *integration.KafkaCluster, group, in, instance string) []eo
 	return []eos.ProcessorOption{
 		eos.Brokers(k.Brokers...),
 		eos.Group(group),
-		eos.InputTopics(in),
+		eos.Topics(in),
 		eos.TransactionalID(txnID),
 	}
 }
@@ -315,7 +315,7 @@ func TestAtLeastOnceCrashBetweenProduceAndCommitDuplicates(t *testing.T) {
 	})
 	victim.kill()
 
-	opts := []eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.WithSemantics(eos.AtLeastOnce)}
+	opts := []eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in), eos.WithSemantics(eos.AtLeastOnce)}
 	replacement := startProcessor(t, copyHandler(out), opts...)
 	// Done when every input's offset is committed, not when the output
 	// holds n records: the duplicates count there too, and stopping then
@@ -609,7 +609,7 @@ func TestProcessorStopPolicyNamesTheRecordAndLosesNothing(t *testing.T) {
 }
 
 func TestProcessorRunTwiceAtOnceIsRefused(t *testing.T) {
-	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("g-0"))
+	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.TransactionalID("g-0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ const (
 )
 
 // Check reports the first setting of cl that contradicts s for the given
-// roles, as a *ConfigError naming it. Use it on a client built from
+// roles, as a *[eoskit.ConfigError] naming it. Use it on a client built from
 // [Semantics.ProducerOptions] or [Semantics.ConsumerOptions] plus your own
 // options, to catch an option of yours that silently weakened the preset.
 func (s Semantics) Check(cl *kgo.Client, roles ...Role) error {

@@ -11,7 +11,7 @@ import (
 	"github.com/eoskit/eoskit/internal/topiccheck"
 )
 
-// checkDeadLetterTopic returns a *ConfigError when the error policy
+// checkDeadLetterTopic returns a *[eoskit.ConfigError] when the error policy
 // dead-letters to a topic the cluster does not have. A missing topic is no
 // record's fault and waiting will not create it (eos never creates
 // topics): reported when Run starts, it costs a metadata request (Describe
@@ -36,7 +36,7 @@ func (p *Processor) checkDeadLetterTopic(ctx context.Context) error {
 	return nil
 }
 
-// missingDeadLetterTopic is the *ConfigError for a dead-letter topic the
+// missingDeadLetterTopic is the *[eoskit.ConfigError] for a dead-letter topic the
 // cluster lacks, at the start or deleted under a running processor.
 func (p *Processor) missingDeadLetterTopic(topic string, err error) error {
 	return &eoskit.ConfigError{Package: "eos", Setting: "OnHandlerError", Semantics: checkedAgainst(p.cfg.semantics),

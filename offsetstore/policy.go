@@ -14,7 +14,7 @@ import (
 // applies to it.
 type ErrorPolicy struct{ p loop.Policy }
 
-// Stop makes Run return a *RecordError naming the record. The default.
+// Stop makes Run return a *[eoskit.RecordError] naming the record. The default.
 func Stop() ErrorPolicy { return ErrorPolicy{loop.Stop()} }
 
 // Retry rolls the record's transaction back, pauses, and runs it again, up
@@ -28,7 +28,7 @@ func Retry(backoff time.Duration, attempts int) ErrorPolicy {
 }
 
 // Then returns the Retry p with fallback applied once its attempts have all
-// failed: [Stop] or [DeadLetter]. New refuses a fallback on anything but a
+// failed: [Stop] or [DeadLetter]. NewRunner refuses a fallback on anything but a
 // Retry with a number of attempts.
 func (p ErrorPolicy) Then(fallback ErrorPolicy) ErrorPolicy {
 	return ErrorPolicy{p.p.WithFallback(fallback.p)}

@@ -167,7 +167,7 @@ func Logger(l *slog.Logger) Option {
 func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
-// hooks). Options the runner sets itself are refused by New
+// hooks). Options the runner sets itself are refused by NewRunner
 // (kgo.ConsumerGroup, ConsumeTopics, ConsumeRegex, ConsumePartitions,
 // TransactionalID, AdjustFetchOffsetsFn); partition callbacks are kept,
 // run after the runner's own. They
@@ -179,8 +179,8 @@ func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
-// New returns a runner. Run [Migrate] first.
-func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
+// NewRunner returns a runner. Run [Migrate] first.
+func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	host, _ := os.Hostname()
 	c := config{
 		reset:   kgo.NewOffset().AtStart(),
@@ -457,7 +457,7 @@ func (r *Runner) Stats() Stats {
 const maxDBAttempts = 10
 
 // Run consumes until ctx is done or a record stops it under the [Stop]
-// policy (a *RecordError). On ctx's end it drains ([DrainTimeout], default
+// policy (a *[eoskit.RecordError]). On ctx's end it drains ([DrainTimeout], default
 // 10s): it stops polling, lets the batches under way finish and commit,
 // and returns nil; only past the timeout are they rolled back, each whole
 // (their records are read again by whoever takes the partitions). Lost database connections are retried with a growing pause,

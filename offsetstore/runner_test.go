@@ -102,7 +102,7 @@ func (b *bed) start(t *testing.T, h offsetstore.Handler, opts ...offsetstore.Opt
 	t.Helper()
 	opts = append([]offsetstore.Option{offsetstore.Brokers(b.k.Brokers...), offsetstore.Group(b.group),
 		offsetstore.Topics(b.topic), offsetstore.ClientOptions(testClientOpts()...)}, opts...)
-	r, err := offsetstore.New(b.runner, h, opts...)
+	r, err := offsetstore.NewRunner(b.runner, h, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -859,7 +859,7 @@ func loaderMain() int {
 		fmt.Fprintln(os.Stderr, "loader:", err)
 		return 2
 	}
-	r, err := offsetstore.New(pool, load(func([]*kgo.Record) { time.Sleep(20 * time.Millisecond) }),
+	r, err := offsetstore.NewRunner(pool, load(func([]*kgo.Record) { time.Sleep(20 * time.Millisecond) }),
 		offsetstore.Brokers(strings.Split(os.Getenv("EOS_LOADER_BROKERS"), ",")...),
 		offsetstore.Group(os.Getenv("EOS_LOADER_GROUP")), offsetstore.Topics(os.Getenv("EOS_LOADER_TOPIC")),
 		offsetstore.MaxPollRecords(100), offsetstore.ClientOptions(testClientOpts()...))
@@ -911,7 +911,7 @@ func TestAbortedInputsAreNeverApplied(t *testing.T) {
 // refused before the handler runs, and the run go on with nothing lost or
 // applied twice. Before the offset check came first, the handler's unique
 // violation was taken for a poison record and, under Stop, Run returned a
-// *RecordError blaming a valid record.
+// *eoskit.RecordError blaming a valid record.
 func TestStaleBatchIsRefusedBeforeTheHandlerRuns(t *testing.T) {
 	t.Parallel()
 	const n = 2000
@@ -1095,7 +1095,7 @@ func TestRecreatedTopicIsReadFromItsStart(t *testing.T) {
 }
 
 // A handler that panics on one record: the batch rolls back, the record is
-// found by splitting, and under Stop Run returns a *RecordError naming it;
+// found by splitting, and under Stop Run returns a *eoskit.RecordError naming it;
 // a runner with a fixed handler then applies everything once. Before, the
 // panic ended the process.
 func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
@@ -1180,7 +1180,7 @@ func (p *pollNotes) take() (first *kgo.Record, mixed bool) {
 func TestRunRefusesAnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	pool := integration.Postgres(t)
-	r, err := offsetstore.New(pool, load(nil), offsetstore.Brokers("127.0.0.1:1"), offsetstore.Group("g"), offsetstore.Topics("t"))
+	r, err := offsetstore.NewRunner(pool, load(nil), offsetstore.Brokers("127.0.0.1:1"), offsetstore.Group("g"), offsetstore.Topics("t"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1212,16 +1212,16 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"zero concurrency": append(base, offsetstore.Concurrency(0)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := offsetstore.New(pool, h, opts...)
-			// One type for every runner's refusal: eos's *ConfigError.
+			_, err := offsetstore.NewRunner(pool, h, opts...)
+			// One type for every runner's refusal: *eoskit.ConfigError.
 			var cerr *eoskit.ConfigError
 			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
-				t.Fatalf("New = %v, want a *ConfigError naming the setting", err)
+				t.Fatalf("NewRunner = %v, want a *ConfigError naming the setting", err)
 			}
 		})
 	}
-	if _, err := offsetstore.New(nil, h, base...); !errors.Is(err, eoskit.ErrInvalidConfig) {
-		t.Fatalf("New(nil pool) = %v, want ErrInvalidConfig", err)
+	if _, err := offsetstore.NewRunner(nil, h, base...); !errors.Is(err, eoskit.ErrInvalidConfig) {
+		t.Fatalf("NewRunner(nil pool) = %v, want ErrInvalidConfig", err)
 	}
 }
 

@@ -91,7 +91,7 @@
 //     existed are never relayed.
 //   - The position topic ([DefaultPositionTopic] unless [PositionTopic])
 //     created beforehand: one partition, cleanup.policy=compact; and the
-//     [DeadLetterTopic], if one is set. [Relay.Run] looks both up when it
+//     [DeadLetter] topic, if one is set. [Relay.Run] looks both up when it
 //     starts (a Metadata request: Describe, which Read or Write implies)
 //     and returns an *eoskit.ConfigError naming the setting if one is
 //     missing, or has gone since (a produce to it refused as
@@ -157,7 +157,7 @@
 // record Kafka refuses as its own fault (too large, invalid), or one
 // pinned with [WriteToPartition] to a partition its topic lacks (as a
 // fresh metadata look-up confirms), stops the relay with a
-// *[RecordError] at once, or goes to a [DeadLetterTopic]. To find which
+// *[RecordError] at once, or goes to the [DeadLetter] topic. To find which
 // record it was when Kafka refused a whole produce batch, the relay
 // takes the batch's database transactions one at a time, and first
 // probes a transaction's records in Kafka transactions it aborts (500

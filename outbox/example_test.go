@@ -53,7 +53,7 @@ func ExampleRelay_Run() {
 		log.Fatal(err)
 	}
 	r, err := outbox.NewRelay(pool, outbox.Brokers("localhost:9092"),
-		outbox.DeadLetterTopic("orders-dead-letters"))
+		outbox.DeadLetter("orders-dead-letters"))
 	if err != nil {
 		log.Fatal(err)
 	}

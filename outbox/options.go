@@ -188,19 +188,20 @@ func PositionTopic(topic string) Option {
 	return relayOption(func(c *config) { c.positionTopic = topic })
 }
 
-// DeadLetterTopic sends a record Kafka refuses as its own fault (too large,
+// DeadLetter sends a record Kafka refuses as its own fault (too large,
 // an invalid or corrupt record, or pinned with [WriteToPartition] to a
-// partition its topic does not have) to topic instead,
+// partition its topic does not have) to topic instead (as eos's
+// DeadLetter policy does with a processor's failing input),
 // inside the same transaction, with headers naming the outbox row, the
 // original topic and the error; the record is also kept whole in
 // [DeadLetterTable] (a named outbox's, in
 // eoskit_outbox_<name>_dead_letters) for an operator. The topic must
 // exist: like the position topic, Run looks it up when it starts, and a missing one (or
-// one deleted since) is an *eoskit.ConfigError naming DeadLetterTopic.
+// one deleted since) is an *eoskit.ConfigError naming DeadLetter.
 // Default: none, and the relay stops with a *[RecordError] (the
 // record is not lost: the relay publishes it once it is accepted, for
 // example after max.message.bytes is raised).
-func DeadLetterTopic(topic string) Option {
+func DeadLetter(topic string) Option {
 	return relayOption(func(c *config) { c.deadLetter = topic })
 }
 

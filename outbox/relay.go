@@ -56,7 +56,7 @@ type Relay struct {
 // BeforeConnect hook, if set (rotating credentials, say), is called for
 // them too. It takes
 // [Brokers] (required), [Name], [Slot], [PositionTopic], [TransactionalID],
-// [DeadLetterTopic], [WithSemantics], [CommitInterval],
+// [DeadLetter], [WithSemantics], [CommitInterval],
 // [MaxRecordsPerCommit], [RetryFor], [StatusInterval], [Logger],
 // [WithMetrics] and [ClientOptions].
 func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
@@ -122,10 +122,10 @@ func final(err error) bool {
 // Kafka transaction in flight, whose records the next run publishes), or
 // until a final error: the relay was fenced by another with the same
 // transactional id (eos.ErrFenced), the position topic or the
-// [DeadLetterTopic] does not exist (an *eoskit.ConfigError naming the
+// [DeadLetter] topic does not exist (an *eoskit.ConfigError naming the
 // setting: checked when each session starts, and when a produce to it
 // fails as UNKNOWN_TOPIC_OR_PARTITION), a record was refused as its own fault
-// and no [DeadLetterTopic] is set (*[RecordError]), the schema, slot or
+// and no [DeadLetter] topic is set (*[RecordError]), the schema, slot or
 // wal_level are wrong, or PostgreSQL or Kafka stayed unreachable for
 // [RetryFor] without anything published (the last error, naming where).
 // Connection failures, restarts of either side and aborted transactions

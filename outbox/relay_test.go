@@ -225,7 +225,7 @@ func TestOversizeRecordIsBlamedAloneAndDeadLettered(t *testing.T) {
 	// refused one, and the refused one.
 	left := 21 - len(k.ReadAll(small, kgo.ReadCommitted(), time.Minute))
 	m := &countingMetrics{aborted: map[string]int{}}
-	relay, err := outbox.NewRelay(b.pool, b.opts(t, outbox.DeadLetterTopic(dlq), outbox.WithMetrics(m))...)
+	relay, err := outbox.NewRelay(b.pool, b.opts(t, outbox.DeadLetter(dlq), outbox.WithMetrics(m))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
 	t.Logf("without a dead-letter topic, Run returned after %s: %v", took.Round(time.Millisecond), err)
 
 	dlq := k.NewTopic(1)
-	run := b.start(t, outbox.DeadLetterTopic(dlq))
+	run := b.start(t, outbox.DeadLetter(dlq))
 	waitFor(t, 30*time.Second, "the dead letter", func() bool { return len(k.ReadNow(dlq, kgo.ReadCommitted(), time.Minute)) == 1 })
 	waitFor(t, 30*time.Second, "the records around it", func() bool { return b.published(t) >= 2 })
 	if err := run.stop(); err != nil {
@@ -627,7 +627,7 @@ func TestMissingPositionOrDeadLetterTopicIsAConfigError(t *testing.T) {
 		opt     outbox.Option
 	}{
 		{"PositionTopic", outbox.PositionTopic(integration.UniqueName(t, "no-positions"))},
-		{"DeadLetterTopic", outbox.DeadLetterTopic(integration.UniqueName(t, "no-dead-letters"))},
+		{"DeadLetter", outbox.DeadLetter(integration.UniqueName(t, "no-dead-letters"))},
 	} {
 		r, err := outbox.NewRelay(b.pool, b.opts(t, c.opt)...)
 		if err != nil {
@@ -838,7 +838,7 @@ func TestPinnedToAPartitionJustAddedIsPublished(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := b.start(t, outbox.DeadLetterTopic(dlq))
+	run := b.start(t, outbox.DeadLetter(dlq))
 	pinned(0, "p0")
 	waitFor(t, 30*time.Second, "the record for partition 0", func() bool { return len(k.ReadNow(topic, kgo.ReadCommitted(), time.Minute)) == 1 })
 	resp, err := k.Admin.UpdatePartitions(ctx, 3, topic)

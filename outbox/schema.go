@@ -15,7 +15,7 @@ import (
 const Table = "eoskit_outbox"
 
 // DeadLetterTable keeps, whole, the records a relay of the default outbox
-// sent to its [DeadLetterTopic] (the dead letter itself omits a value
+// sent to its [DeadLetter] topic (the dead letter itself omits a value
 // Kafka refused as too large); an outbox with a [Name] keeps them in
 // eoskit_outbox_<name>_dead_letters.
 const DeadLetterTable = "eoskit_outbox_dead_letters"

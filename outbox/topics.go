@@ -25,7 +25,7 @@ func (c *config) checkTopics(ctx context.Context) error {
 		topics, settings = append(topics, c.positionTopic), append(settings, "PositionTopic")
 	}
 	if c.deadLetter != "" && c.deadLetter != c.positionTopic {
-		topics, settings = append(topics, c.deadLetter), append(settings, "DeadLetterTopic")
+		topics, settings = append(topics, c.deadLetter), append(settings, "DeadLetter")
 	}
 	if len(topics) == 0 {
 		return nil

@@ -5,7 +5,7 @@
 //
 //	m, err := eosprom.New(prometheus.DefaultRegisterer)
 //	p, err := eos.NewProcessor(h, ..., eos.WithMetrics(m))
-//	r, err := offsetstore.New(pool, h2, ..., offsetstore.WithMetrics(m))
+//	r, err := offsetstore.NewRunner(pool, h2, ..., offsetstore.WithMetrics(m))
 //
 // Metrics, under the namespace (default "eoskit") and subsystem "processor",
 // each with a path label ("eos", "offsetstore", "dedup", "outbox"):

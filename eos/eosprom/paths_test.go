@@ -78,12 +78,12 @@ func TestOneMetricsServesEveryPath(t *testing.T) {
 			return nil, errors.New("fails once")
 		}
 		return []*kgo.Record{{Topic: out, Value: r.Value}}, nil
-	}, eos.Brokers(k.Brokers...), eos.Group(integration.UniqueName(t, "eos")), eos.InputTopics(in), eos.TransactionalID(txnID),
+	}, eos.Brokers(k.Brokers...), eos.Group(integration.UniqueName(t, "eos")), eos.Topics(in), eos.TransactionalID(txnID),
 		eos.OnHandlerError(eos.Retry(time.Millisecond, 2)), eos.WithMetrics(m), eos.ClientOptions(userAssigned("eos")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := offsetstore.New(pool, func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
+	r, err := offsetstore.NewRunner(pool, func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
 		offsetstore.Brokers(k.Brokers...), offsetstore.Group(integration.UniqueName(t, "os")), offsetstore.Topics(in), offsetstore.WithMetrics(m),
 		offsetstore.ClientOptions(userAssigned("offsetstore")))
 	if err != nil {
