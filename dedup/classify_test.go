@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/verify"
@@ -89,7 +90,7 @@ func TestClassifiedPolicy(t *testing.T) {
 		t.Fatal("Run did not stop on the record that fails otherwise within a minute")
 	}
 	t.Logf("Run returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
-	var rerr *dedup.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Offset != stopOffset || rerr.Attempts != 1 || rerr.Err.Error() != "the disk is full" {
 		t.Fatalf("Run = %v; want a *RecordError at offset %d after 1 attempt", err, stopOffset)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/consume"
 	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/loop"
@@ -60,7 +60,7 @@ type config struct {
 	drain       time.Duration
 	policy      ErrorPolicy
 	logger      *slog.Logger
-	metrics     eos.Metrics
+	metrics     eoskit.Metrics
 	clientOpts  []kgo.Opt
 }
 
@@ -127,12 +127,12 @@ func Logger(l *slog.Logger) Option {
 }
 
 // WithMetrics sets where the consumer reports what it does: the same
-// [eos.Metrics] that eos's processors report to (an eosprom.Metrics
+// [eoskit.Metrics] that eos's processors report to (an eosprom.Metrics
 // labels the consumer's series with path "dedup"). A committed batch
 // reports its records in (applied, skipped and parked) and none out;
 // rolled-back batches give reason "handler-error" or "database-error".
 // Default: nowhere.
-func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
+func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
 // hooks). Options the consumer sets itself are refused by NewConsumer
@@ -156,7 +156,7 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		c.scope = c.group
 	}
 	fail := func(setting, reason string) error {
-		return &ConfigError{Package: "dedup", Setting: setting, Reason: reason}
+		return &eoskit.ConfigError{Package: "dedup", Setting: setting, Reason: reason}
 	}
 	switch {
 	case pool == nil:
@@ -204,8 +204,8 @@ type Stats struct {
 }
 
 // Health returns what the consumer shows probes and dashboards: see
-// [eos.Health]. Safe to call at any time, from any goroutine.
-func (c *Consumer) Health() eos.Health { return c.obs.Health() }
+// [eoskit.Health]. Safe to call at any time, from any goroutine.
+func (c *Consumer) Health() eoskit.Health { return c.obs.Health() }
 
 // Stats returns the consumer's counts so far.
 func (c *Consumer) Stats() Stats {
@@ -213,7 +213,7 @@ func (c *Consumer) Stats() Stats {
 }
 
 // Run consumes until ctx is done (then it returns nil) or a record stops
-// it (a *RecordError). A batch whose database transaction fails (deadlock,
+// it (a *[eoskit.RecordError]). A batch whose database transaction fails (deadlock,
 // serialization failure, lost connection) is rolled back and run again, up
 // to 10 times with a growing pause, before Run returns the error.
 func (c *Consumer) Run(ctx context.Context) error { return c.core.Run(ctx) }
@@ -228,7 +228,7 @@ func (c *Consumer) start(ctx context.Context, _ *kgo.Client) error {
 		case err != nil:
 			return fmt.Errorf("dedup: %w", err)
 		case !ok:
-			return &ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist or lacks the columns of this eoskit: run the store's Migrate"}
+			return &eoskit.ConfigError{Package: "dedup", Setting: "OnHandlerError", Reason: "DeadLetter parks records in eoskit_dead_letters, which does not exist or lacks the columns of this eoskit: run the store's Migrate"}
 		}
 	}
 	return nil
@@ -256,7 +256,7 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 		switch {
 		case errors.As(err, new(*handlerError)):
 			c.obs.Aborted("handler-error", time.Since(start))
-		case errors.As(err, new(*RecordError)):
+		case errors.As(err, new(*eoskit.RecordError)):
 			c.obs.Aborted("record-error", time.Since(start))
 		default:
 			c.obs.Aborted("database-error", time.Since(start))
@@ -276,7 +276,7 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 				return ctx.Err()
 			}
 			attempt = 0
-		case errors.As(err, new(*RecordError)):
+		case errors.As(err, new(*eoskit.RecordError)):
 			return err // no usable id: no policy applies
 		case attempt >= maxDBAttempts:
 			return fmt.Errorf("dedup: batch failed %d times: %w", attempt, err)
@@ -295,7 +295,7 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 // afterFailure applies the error policy to the record whose handler failed
 // for the attempts-th time in this batch: it pauses before a Retry, or
 // poisons the record so that the batch runs again parking it, and reports
-// true; or it reports false, and Run stops with a *RecordError.
+// true; or it reports false, and Run stops with a *[eoskit.RecordError].
 func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempts int, poisoned map[*kgo.Record]error) bool {
 	pol := c.cfg.policy.p.For(herr.err)
 	r := herr.rec
@@ -330,8 +330,8 @@ type handlerError struct {
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
-func (e *handlerError) recordError(attempts int) *RecordError {
-	return &RecordError{Topic: e.rec.Topic, Partition: e.rec.Partition, Offset: e.rec.Offset, Attempts: attempts, Err: e.err}
+func (e *handlerError) recordError(attempts int) *eoskit.RecordError {
+	return &eoskit.RecordError{Topic: e.rec.Topic, Partition: e.rec.Partition, Offset: e.rec.Offset, Attempts: attempts, Err: e.err}
 }
 
 // counts is what one batch did.
@@ -359,12 +359,12 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*
 		ids[i], hasID[i] = c.cfg.id(r)
 		if !hasID[i] {
 			if c.cfg.missing == RejectMissingID {
-				return n, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: ErrMissingID}
+				return n, &eoskit.RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: ErrMissingID}
 			}
 			continue
 		}
 		if len(ids[i]) > MaxIDLength {
-			return n, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+			return n, &eoskit.RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 				Err: fmt.Errorf("%w (%d bytes)", ErrIDTooLong, len(ids[i]))}
 		}
 		claim = append(claim, ids[i])

@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/dedup"
-	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/verify"
@@ -260,7 +260,7 @@ func TestMissingIDPolicies(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("consumer did not stop on a record without an id")
 	}
-	var rerr *dedup.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.Is(err, dedup.ErrMissingID) || !errors.As(err, &rerr) || rerr.Topic != b.topic || rerr.Offset != 5 {
 		t.Fatalf("Run = %v, want ErrMissingID naming %s[0]@5", err, b.topic)
 	}
@@ -366,7 +366,7 @@ func TestRetryThenFallback(t *testing.T) {
 			if fallback == "stop" {
 				select {
 				case err := <-done:
-					var rerr *dedup.RecordError
+					var rerr *eoskit.RecordError
 					if !errors.As(err, &rerr) || rerr.Attempts != 3 || !strings.HasSuffix(rerr.Err.Error(), "77") {
 						t.Fatalf("Run = %v, want a *RecordError for a record ending in 77 after 3 attempts", err)
 					}
@@ -689,14 +689,14 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 	for name, opts := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, err := dedup.NewConsumer(pool, store, h, opts...)
-			// One type for every runner's refusal: eos's *ConfigError.
-			var cerr *eos.ConfigError
-			if !errors.Is(err, dedup.ErrInvalidConfig) || !errors.Is(err, eos.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
+			// One type for every runner's refusal: *eoskit.ConfigError.
+			var cerr *eoskit.ConfigError
+			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
 				t.Fatalf("NewConsumer = %v, want a *ConfigError naming the setting", err)
 			}
 		})
 	}
-	if _, err := dedup.NewPostgresStore("bad;name"); !errors.Is(err, dedup.ErrInvalidConfig) {
+	if _, err := dedup.NewPostgresStore("bad;name"); !errors.Is(err, eoskit.ErrInvalidConfig) {
 		t.Fatalf("NewPostgresStore(bad) = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -817,7 +817,7 @@ func (w *logWatch) count(s string) int {
 // Ids are bytes, not text: schema-registry keys start with 0x00, and keys
 // or headers need not be UTF-8. Messages keyed by such ids (each sent
 // twice) take effect once each; an id longer than MaxIDLength stops Run
-// with a *RecordError naming its record and wrapping ErrIDTooLong, before
+// with a *eoskit.RecordError naming its record and wrapping ErrIDTooLong, before
 // anything of its batch is applied (as a missing id does).
 // Before, ids were text: every claim of a binary id failed, was retried as
 // a database error, and Run returned an error naming no record.
@@ -849,7 +849,7 @@ func TestBinaryAndOversizeIDs(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not stop on an id over MaxIDLength")
 	}
-	var rerr *dedup.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || !errors.Is(err, dedup.ErrIDTooLong) || rerr.Topic != b.topic || rerr.Offset != 101 {
 		t.Fatalf("Run returned %v; want a *RecordError for %s[0]@101 wrapping ErrIDTooLong", err, b.topic)
 	}
@@ -879,7 +879,7 @@ func TestMigrateTurnsTextIDsIntoBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Run(ctx); !errors.Is(err, dedup.ErrInvalidConfig) {
+	if err := c.Run(ctx); !errors.Is(err, eoskit.ErrInvalidConfig) {
 		t.Fatalf("Run on an unmigrated table returned %v; want ErrInvalidConfig", err)
 	}
 	for range 2 { // idempotent
@@ -903,7 +903,7 @@ func TestMigrateTurnsTextIDsIntoBytes(t *testing.T) {
 }
 
 // A handler that panics on one message: its batch rolls back (the claims
-// with it) and Run returns a *RecordError naming the record; a consumer
+// with it) and Run returns a *eoskit.RecordError naming the record; a consumer
 // with a fixed handler then applies every message once. Before, the panic
 // ended the process.
 func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
@@ -931,7 +931,7 @@ func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not stop on a panicking handler")
 	}
-	var rerr *dedup.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Offset != 77 || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("Run returned %v; want a *RecordError for offset 77 saying the handler panicked", err)
 	}

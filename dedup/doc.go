@@ -61,14 +61,17 @@
 // Classify is given applies to any other error; [ErrorPolicy.For] tells
 // which applies to an error without a broker. A panicking handler fails
 // like one that returned an error; the record that stops Run is a
-// *[RecordError]. [Concurrency] runs the batches of several partitions at
+// *[eoskit.RecordError] (Err is the handler's error, [ErrMissingID] or
+// [ErrIDTooLong]). [Concurrency] runs the batches of several partitions at
 // once, each in a database transaction of its own, so a partition's
 // records stay in order; it pays off once polls span partitions (a
 // consumer keeping up with a live stream), since franz-go fills a poll
 // partition by partition. When Run's ctx ends, the batch under way
 // finishes and commits within [DrainTimeout]. [WithMetrics] takes the same
-// eos.Metrics that eos's processors report to, and Health gives a view for
-// probes. Dead letters are logged as eos logs them: at Warn, coordinates
+// [eoskit.Metrics] that eos's processors report to, and [Consumer.Health]
+// gives an [eoskit.Health] for probes. A refused ACL ends Run with an
+// *[eoskit.AuthorizationError], a refused option or an unmigrated
+// database with an *[eoskit.ConfigError]. Dead letters are logged as eos logs them: at Warn, coordinates
 // and error only, never key or value, at most one line a second with a
 // count of the others; and a runner assigned no partition for its session
 // timeout and a margin says so once (see package eos).

@@ -14,7 +14,7 @@ import (
 // claimed.
 type ErrorPolicy struct{ p loop.Policy }
 
-// Stop makes Run return a *RecordError naming the record. The default.
+// Stop makes Run return a *[eoskit.RecordError] naming the record. The default.
 func Stop() ErrorPolicy { return ErrorPolicy{loop.Stop()} }
 
 // Retry rolls the batch back, pauses, and runs it again, until the record

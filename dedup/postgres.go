@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/deadletter"
 )
 
@@ -38,7 +39,7 @@ func NewPostgresStore(table string) (*PostgresStore, error) {
 		table = "eoskit_processed_ids"
 	}
 	if !identifier.MatchString(table) {
-		return nil, &ConfigError{Package: "dedup", Setting: "table", Reason: fmt.Sprintf("%q must be a plain identifier", table)}
+		return nil, &eoskit.ConfigError{Package: "dedup", Setting: "table", Reason: fmt.Sprintf("%q must be a plain identifier", table)}
 	}
 	return &PostgresStore{name: table, table: pgx.Identifier{table}.Sanitize()}, nil
 }
@@ -93,7 +94,7 @@ func (s *PostgresStore) check(ctx context.Context, pool *pgxpool.Pool) error {
 	case err != nil:
 		return fmt.Errorf("dedup: check the ids table %s: %w", s.table, err)
 	case idType != "" && idType != "bytea":
-		return &ConfigError{Package: "dedup", Setting: "database schema", Reason: fmt.Sprintf("the ids table %s holds ids as %s, not bytea: run PostgresStore.Migrate (stop consumers of an earlier eoskit first: they cannot claim in the migrated table)", s.table, idType)}
+		return &eoskit.ConfigError{Package: "dedup", Setting: "database schema", Reason: fmt.Sprintf("the ids table %s holds ids as %s, not bytea: run PostgresStore.Migrate (stop consumers of an earlier eoskit first: they cannot claim in the migrated table)", s.table, idType)}
 	}
 	return nil
 }
@@ -185,7 +186,7 @@ RETURNING id`, scope, raw)
 // message that arrives after its id was purged is applied again.
 func (s *PostgresStore) Purge(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, batch int) (int64, error) {
 	if batch <= 0 {
-		return 0, &ConfigError{Package: "dedup", Setting: "batch", Reason: "Purge's batch must be positive"}
+		return 0, &eoskit.ConfigError{Package: "dedup", Setting: "batch", Reason: "Purge's batch must be positive"}
 	}
 	var total int64
 	for {

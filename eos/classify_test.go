@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 )
@@ -75,7 +76,7 @@ func TestProcessorClassifiedPolicy(t *testing.T) {
 	start := time.Now()
 	err = runFor(time.Minute)
 	t.Logf("Run returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
-	var rerr *eos.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Offset != stopOffset || rerr.Attempts != 1 || rerr.Err.Error() != "the disk is full" {
 		t.Fatalf("Run = %v; want a *RecordError at offset %d after 1 attempt", err, stopOffset)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 )
 
@@ -97,11 +98,11 @@ func TestCheckRejectsSettingsThatContradictTheSemantics(t *testing.T) {
 			}
 			defer cl.Close()
 			err = tt.s.Check(cl, tt.role)
-			var cerr *eos.ConfigError
-			if !errors.As(err, &cerr) || !errors.Is(err, eos.ErrInvalidConfig) {
+			var cerr *eoskit.ConfigError
+			if !errors.As(err, &cerr) || !errors.Is(err, eoskit.ErrInvalidConfig) {
 				t.Fatalf("Check = %v, want a *ConfigError wrapping ErrInvalidConfig", err)
 			}
-			if cerr.Setting != tt.setting || cerr.Semantics != tt.s || cerr.Reason == "" {
+			if cerr.Setting != tt.setting || cerr.Semantics != tt.s.String() || cerr.Package != "eos" || cerr.Reason == "" {
 				t.Fatalf("Check named %q under %v (%q), want %q under %v with a reason", cerr.Setting, cerr.Semantics, cerr.Reason, tt.setting, tt.s)
 			}
 			if !strings.Contains(err.Error(), tt.setting) || !strings.Contains(err.Error(), tt.s.String()) {
@@ -113,7 +114,7 @@ func TestCheckRejectsSettingsThatContradictTheSemantics(t *testing.T) {
 
 func TestNewProcessorRejectsBadConfig(t *testing.T) {
 	h := copyHandler("out")
-	base := []eos.ProcessorOption{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("app-0")}
+	base := []eos.ProcessorOption{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.TransactionalID("app-0")}
 	with := func(extra ...eos.ProcessorOption) []eos.ProcessorOption {
 		return append(append([]eos.ProcessorOption(nil), base...), extra...)
 	}
@@ -123,10 +124,10 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		opts    []eos.ProcessorOption
 		setting string
 	}{
-		{"no brokers", h, []eos.ProcessorOption{eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Brokers"},
-		{"no group", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.InputTopics("in"), eos.TransactionalID("x")}, "Group"},
-		{"no input topics", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.TransactionalID("x")}, "InputTopics"},
-		{"exactly-once without transactional id", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in")}, "TransactionalID"},
+		{"no brokers", h, []eos.ProcessorOption{eos.Group("g"), eos.Topics("in"), eos.TransactionalID("x")}, "Brokers"},
+		{"no group", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Topics("in"), eos.TransactionalID("x")}, "Group"},
+		{"no input topics", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.TransactionalID("x")}, "Topics"},
+		{"exactly-once without transactional id", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.Topics("in")}, "TransactionalID"},
 		{"transactional id with at-least-once", h, with(eos.WithSemantics(eos.AtLeastOnce)), "TransactionalID"},
 		{"nil handler", nil, base, "handler"},
 		{"unknown semantics", h, with(eos.WithSemantics(eos.Semantics(9))), "WithSemantics"},
@@ -153,14 +154,14 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		{"a classification as a retry's fallback", h, with(eos.OnHandlerError(eos.Retry(time.Millisecond, 2).Then(eos.Classify(eos.Stop(), eos.When(context.Canceled, eos.DeadLetter("dlq")))))), "OnHandlerError"},
 		{"acks=leader under exactly-once", h, with(eos.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))), "ClientOptions"},
 		{"read_uncommitted under exactly-once", h, with(eos.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))), "FetchIsolationLevel"},
-		{"hanging policy under at-least-once", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.InputTopics("in"), eos.WithSemantics(eos.AtLeastOnce), eos.OnHangingTransaction(eos.WaitWhenHanging())}, "OnHangingTransaction"},
+		{"hanging policy under at-least-once", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.Topics("in"), eos.WithSemantics(eos.AtLeastOnce), eos.OnHangingTransaction(eos.WaitWhenHanging())}, "OnHangingTransaction"},
 		{"hanging policy with the check off", h, with(eos.HangingTransactionCheck(0), eos.OnHangingTransaction(eos.RepairHangingTransactions())), "OnHangingTransaction"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := eos.NewProcessor(tt.handler, tt.opts...)
-			var cerr *eos.ConfigError
-			if p != nil || !errors.As(err, &cerr) || !errors.Is(err, eos.ErrInvalidConfig) {
+			var cerr *eoskit.ConfigError
+			if p != nil || !errors.As(err, &cerr) || !errors.Is(err, eoskit.ErrInvalidConfig) {
 				t.Fatalf("NewProcessor = %v, %v; want a *ConfigError", p, err)
 			}
 			if cerr.Setting != tt.setting {
@@ -194,7 +195,7 @@ func TestOptionsCompileOnlyWhereTheyApply(t *testing.T) {
 		{"TransactionalID", eos.TransactionalID, transactions},
 		{"WithSemantics", eos.WithSemantics, processor},
 		{"Group", eos.Group, processor},
-		{"InputTopics", eos.InputTopics, processor},
+		{"Topics", eos.Topics, processor},
 		{"CommitInterval", eos.CommitInterval, processor},
 		{"MaxRecordsPerCommit", eos.MaxRecordsPerCommit, processor},
 		{"OnHandlerError", eos.OnHandlerError, processor},
@@ -214,7 +215,7 @@ func TestOptionsCompileOnlyWhereTheyApply(t *testing.T) {
 }
 
 func TestProducersRefuseMissingOrWeakenedSettings(t *testing.T) {
-	var cerr *eos.ConfigError
+	var cerr *eoskit.ConfigError
 	_, err := eos.NewTransactionalProducer(eos.Brokers("b:1"))
 	if !errors.As(err, &cerr) || cerr.Setting != "TransactionalID" {
 		t.Fatalf("NewTransactionalProducer without id = %v, want a *ConfigError naming TransactionalID", err)
@@ -235,7 +236,7 @@ func TestStableTransactionalID(t *testing.T) {
 		t.Fatalf("StableTransactionalID = %q, %v", id, err)
 	}
 	for _, bad := range [][2]string{{"", "0"}, {"app", ""}, {"app", "pod 1"}, {"a/b", "0"}} {
-		if _, err := eos.StableTransactionalID(bad[0], bad[1]); !errors.Is(err, eos.ErrInvalidConfig) {
+		if _, err := eos.StableTransactionalID(bad[0], bad[1]); !errors.Is(err, eoskit.ErrInvalidConfig) {
 			t.Errorf("StableTransactionalID(%q, %q) = %v, want ErrInvalidConfig", bad[0], bad[1], err)
 		}
 	}
@@ -246,13 +247,13 @@ func TestStableTransactionalID(t *testing.T) {
 // them (a probe with a transactional id refused DisableIdempotentWrite).
 func TestClientOptionsTheRunnerDoesNotOwnPass(t *testing.T) {
 	h := copyHandler("out")
-	_, err := eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.WithSemantics(eos.AtLeastOnce),
+	_, err := eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.WithSemantics(eos.AtLeastOnce),
 		eos.ClientOptions(kgo.MaxProduceRequestsInflightPerBroker(5), kgo.ClientID("app"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
 			kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) {})))
 	if err != nil {
 		t.Fatalf("at-least-once processor with pass-through options: %v", err)
 	}
-	_, err = eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("app-0"),
+	_, err = eos.NewProcessor(h, eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.TransactionalID("app-0"),
 		eos.ClientOptions(kgo.ClientID("app"), kgo.SessionTimeout(10*time.Second)))
 	if err != nil {
 		t.Fatalf("exactly-once processor with pass-through options: %v", err)

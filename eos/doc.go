@@ -10,7 +10,7 @@
 // Constructors check the effective client configuration against the chosen
 // semantics and refuse a contradiction (acks=1 under exactly-once, a
 // transactional id without idempotence, auto-commit with exactly-once) with a
-// *[ConfigError] naming the setting; [Semantics.Check] does the same for a
+// *[eoskit.ConfigError] naming the setting; [Semantics.Check] does the same for a
 // client you build yourself.
 //
 // Options are typed by the constructors that use them, as kgo's are: an
@@ -44,7 +44,7 @@
 //	p, err := eos.NewProcessor(handler,
 //		eos.Brokers("localhost:9092"),
 //		eos.Group("enricher"),
-//		eos.InputTopics("orders"),
+//		eos.Topics("orders"),
 //		eos.TransactionalID(txnID), // from StableTransactionalID
 //	)
 //	err = p.Run(ctx)
@@ -115,12 +115,14 @@
 //
 // # Errors
 //
-// Test errors with errors.Is and errors.As: [ErrInvalidConfig]
-// (*[ConfigError], which offsetstore, dedup and outbox return too), [ErrFenced] (final), [ErrAborted], [ErrOutcomeUnknown],
-// [ErrTransactionTimedOut] (with ErrAborted; retry),
-// [ErrClosed], *[ProduceError] (wraps the Kafka error), *[RecordError]
-// (names topic, partition, offset and attempts; offsetstore and dedup
-// return the same type), [ErrRunning].
+// Test errors with errors.Is and errors.As: [ErrFenced] (final),
+// [ErrAborted], [ErrOutcomeUnknown], [ErrTransactionTimedOut] (with
+// ErrAborted; retry), [ErrClosed], *[ProduceError] (wraps the Kafka
+// error), *[DeadLetterError], *[HangingTransactionError]. The errors every
+// runner shares are package eoskit's: *[eoskit.ConfigError] (wrapping
+// [eoskit.ErrInvalidConfig]), *[eoskit.RecordError] (names topic,
+// partition, offset and attempts), *[eoskit.AuthorizationError] (names the
+// ACL to grant) and [eoskit.ErrRunning].
 //
 // # Error policies, classified by error
 //
@@ -157,9 +159,9 @@
 // the likely reasons (another member holds the partitions until its
 // session timeout expires, or the group has more members than
 // partitions). [WithMetrics]
-// takes a [Metrics], for which package eos/eosprom has a Prometheus
+// takes an [eoskit.Metrics], for which package eos/eosprom has a Prometheus
 // implementation that offsetstore's and dedup's runners share, labelled
-// by path. [Processor.Health] gives assigned partitions, last commit, last
+// by path. [Processor.Health] gives an [eoskit.Health]: assigned partitions, last commit, last
 // error and lag, for probes. franz-go's own client metrics come from
 // plugin/kprom, and tracing from plugin/kotel, through [ClientOptions]:
 // an output keeps the Context its handler set, so its span joins the

@@ -7,19 +7,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/internal/authz"
-	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit"
 )
 
 // Errors callers react to. Every error eos returns that means one of these
-// wraps it, so test with errors.Is.
+// wraps it, so test with errors.Is. The errors every runner shares
+// ([eoskit.ErrInvalidConfig], [eoskit.ErrRunning]) and their types
+// (*[eoskit.ConfigError], *[eoskit.RecordError],
+// *[eoskit.AuthorizationError]) are package eoskit's.
 var (
-	// ErrInvalidConfig is wrapped by every *ConfigError: a constructor was
-	// given options that are missing, malformed, or contradict the chosen
-	// delivery semantics. offsetstore, dedup and outbox return the same
-	// *ConfigError, and their ErrInvalidConfig is this one.
-	ErrInvalidConfig = errors.New("eoskit: invalid configuration")
-
 	// ErrFenced means a newer producer with the same transactional id has
 	// taken over (Kafka bumped the producer epoch). It is final: the
 	// producer or processor that returned it is closed and must not be used
@@ -48,7 +44,7 @@ var (
 	// coordinator's state.
 	ErrTransactionTimedOut = errors.New("eos: the transaction outlived its timeout and the broker aborted it")
 
-	// ErrHandlerTooSlow is wrapped by the *RecordError of an input record
+	// ErrHandlerTooSlow is wrapped by the *[eoskit.RecordError] of an input record
 	// whose handler, alone in its transaction, gave up with its ctx's error
 	// when the transaction's budget (three quarters of the transaction
 	// timeout) ran out, twice: no transaction can hold it, so it follows
@@ -62,40 +58,6 @@ var (
 	// closed.
 	ErrClosed = errors.New("eos: closed")
 )
-
-// ConfigError is returned by the constructors of eos, offsetstore, dedup
-// and outbox for a configuration they refuse: one type for every runner.
-// It names the setting at fault and why.
-type ConfigError struct {
-	// Package is the package that refused it: "offsetstore", "dedup",
-	// "outbox", or "" for eos.
-	Package   string
-	Setting   string    // the option at fault, for example "RequiredAcks"
-	Semantics Semantics // the semantics the setting was checked against, if any
-	Reason    string
-	Err       error // the cause, if another error is one (a franz-go option's, say)
-}
-
-func (e *ConfigError) Error() string {
-	pkg := e.Package
-	if pkg == "" {
-		pkg = "eos"
-	}
-	msg := fmt.Sprintf("%s: invalid configuration: %s: %s", pkg, e.Setting, e.Reason)
-	if e.Semantics != 0 {
-		msg += fmt.Sprintf(" (semantics %s)", e.Semantics)
-	}
-	return msg
-}
-
-// Unwrap lets errors.Is(err, ErrInvalidConfig) match, and errors.Is and
-// errors.As reach the cause.
-func (e *ConfigError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{ErrInvalidConfig}
-	}
-	return []error{ErrInvalidConfig, e.Err}
-}
 
 // ProduceError is a record the broker did not acknowledge. Err wraps the
 // franz-go or Kafka error (errors.Is(err, kerr.MessageTooLarge) works).
@@ -113,22 +75,6 @@ func (e *ProduceError) Error() string {
 }
 
 func (e *ProduceError) Unwrap() error { return e.Err }
-
-// RecordError names an input record that stopped a [Processor]: under the
-// [Stop] policy, or once a [Retry]'s attempts ran out. Its offset was not
-// committed, so it is read again when the processor next starts.
-// errors.Is and errors.As see Err, the handler's error (or its output's).
-// offsetstore and dedup return the same type.
-type RecordError = loop.RecordError
-
-// HandlerError is the former name of [RecordError].
-//
-// Deprecated: use RecordError.
-type HandlerError = RecordError
-
-// ErrRunning is returned by Run while another Run of the same processor is
-// under way. offsetstore, dedup and outbox return the same error.
-var ErrRunning = loop.ErrRunning
 
 // DeadLetterError is returned by a [Processor] under the [DeadLetter]
 // policy when an input's dead letter could not be written after a few
@@ -163,24 +109,10 @@ func isFenced(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
 }
 
-// AuthorizationError is what Run returns when the broker refuses a request
-// for want of an ACL, naming the permission to grant (Permission: "Read on
-// topic T", "Read on group G", "Write on topic T", "Write on transactional
-// id T"); errors.Is matches the broker's refusal
-// (kerr.TopicAuthorizationFailed and the like). A refused read must last
-// a few seconds first (an ACL granted a moment after the start is fine).
-// A refused output or dead-letter write ends the run at once with its
-// transaction aborted; a refused EndTxn or offset commit ends it too, and
-// the broker aborts the transaction at its timeout (read_committed readers
-// of its partitions wait until then). Either way nothing is committed, so
-// nothing is lost: grant the ACL and run again. The README lists the ACLs
-// each path needs.
-type AuthorizationError = authz.Error
-
 // pollError wraps what a poll returned: a refusal as it is, anything
 // else as the client closing under the processor.
 func pollError(err error) error {
-	if _, ok := errors.AsType[*authz.Error](err); ok {
+	if _, ok := errors.AsType[*eoskit.AuthorizationError](err); ok {
 		return err
 	}
 	return fmt.Errorf("eos: %w: %w", ErrClosed, err)
@@ -233,3 +165,12 @@ func (e *HangingTransactionError) Error() string {
 
 // Unwrap lets errors.Is(err, ErrHangingTransaction) match.
 func (e *HangingTransactionError) Unwrap() error { return ErrHangingTransaction }
+
+// checkedAgainst is a *eoskit.ConfigError's Semantics: s's name, or ""
+// when s is zero (the setting was not checked against any).
+func checkedAgainst(s Semantics) string {
+	if s == 0 {
+		return ""
+	}
+	return s.String()
+}

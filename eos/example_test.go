@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 )
 
@@ -62,7 +63,7 @@ func ExampleNewProcessor_configError() {
 		func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
 		eos.Brokers("localhost:9092"),
 		eos.Group("enricher"),
-		eos.InputTopics("orders"),
+		eos.Topics("orders"),
 		eos.TransactionalID("enricher-0"),
 		eos.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted())),
 	)
@@ -88,7 +89,7 @@ func ExampleProcessor_Run() {
 	p, err := eos.NewProcessor(upper,
 		eos.Brokers(brokers...),
 		eos.Group("upper"),
-		eos.InputTopics("orders"),
+		eos.Topics("orders"),
 		eos.TransactionalID(txnID),
 		eos.CommitInterval(50*time.Millisecond),
 	)
@@ -141,7 +142,7 @@ func ExampleProcessor_Health() {
 
 	p, err := eos.NewProcessor(func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 		return []*kgo.Record{{Topic: "enriched", Value: in.Value}}, nil
-	}, eos.Brokers(cluster.ListenAddrs()...), eos.Group("enricher"), eos.InputTopics("orders"),
+	}, eos.Brokers(cluster.ListenAddrs()...), eos.Group("enricher"), eos.Topics("orders"),
 		eos.TransactionalID("enricher-0"), eos.Logger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		panic(err)
@@ -154,10 +155,10 @@ func ExampleProcessor_Health() {
 		}
 		_ = json.NewEncoder(w).Encode(h)
 	})
-	probe := func() (int, eos.Health) {
+	probe := func() (int, eoskit.Health) {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
-		var h eos.Health
+		var h eoskit.Health
 		_ = json.Unmarshal(rec.Body.Bytes(), &h)
 		return rec.Code, h
 	}

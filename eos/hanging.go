@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
@@ -767,7 +768,7 @@ func checkRepairable(ctx context.Context, cl *kgo.Client, level int16) error {
 	defer cancel()
 	refuse := func(reason string) error {
 		// The check runs only under ExactlyOnce.
-		return &ConfigError{Setting: "OnHangingTransaction", Semantics: ExactlyOnce, Reason: "RepairHangingTransactions: " + reason}
+		return &eoskit.ConfigError{Package: "eos", Setting: "OnHangingTransaction", Semantics: checkedAgainst(ExactlyOnce), Reason: "RepairHangingTransactions: " + reason}
 	}
 	if level < 2 {
 		return refuse(fmt.Sprintf("the cluster runs transaction.version %d; the outcome written rests on transaction protocol v2 (transaction.version 2, an epoch per transaction)", level))

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 )
@@ -31,7 +32,7 @@ func TestProcessorStartsAtOnceWhereTheHangingCheckCannotLookEverywhere(t *testin
 	brokers := cluster.ListenAddrs()
 	var logs integration.LogBuffer
 	txnID, _ := eos.StableTransactionalID("kfake", "0")
-	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(brokers...), eos.Group("kfake"), eos.InputTopics("in"),
+	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(brokers...), eos.Group("kfake"), eos.Topics("in"),
 		eos.TransactionalID(txnID), eos.CommitInterval(50*time.Millisecond),
 		eos.HangingTransactionCheck(300*time.Millisecond),
 		eos.Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
@@ -101,7 +102,7 @@ func TestRepairIsRefusedWithoutTransactionProtocolV2(t *testing.T) {
 			}
 			t.Cleanup(cluster.Close)
 			txnID, _ := eos.StableTransactionalID("kfake", "0")
-			p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.InputTopics("in"),
+			p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers(cluster.ListenAddrs()...), eos.Group("kfake"), eos.Topics("in"),
 				eos.TransactionalID(txnID), eos.OnHangingTransaction(eos.RepairHangingTransactions()), eos.ClientOptions(c.client...))
 			if err != nil {
 				t.Fatal(err)
@@ -109,7 +110,7 @@ func TestRepairIsRefusedWithoutTransactionProtocolV2(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			err = p.Run(ctx)
-			var cerr *eos.ConfigError
+			var cerr *eoskit.ConfigError
 			if !errors.As(err, &cerr) || cerr.Setting != "OnHangingTransaction" || !strings.Contains(err.Error(), c.names) {
 				t.Fatalf("Run returned %v; want a *ConfigError for OnHangingTransaction naming %s", err, c.names)
 			}

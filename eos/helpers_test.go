@@ -240,7 +240,7 @@ func copierMain() int {
 	opts := []eos.ProcessorOption{
 		eos.Brokers(strings.Split(os.Getenv("EOS_COPIER_BROKERS"), ",")...),
 		eos.Group(os.Getenv("EOS_COPIER_GROUP")),
-		eos.InputTopics(os.Getenv("EOS_COPIER_IN")),
+		eos.Topics(os.Getenv("EOS_COPIER_IN")),
 		eos.WithSemantics(sem),
 		eos.CommitInterval(2 * time.Second),
 		eos.MaxRecordsPerCommit(1_000_000),

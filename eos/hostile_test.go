@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/verify"
@@ -55,7 +56,7 @@ func TestProcessorNeverCommitsBeforeEveryOutputIsSettled(t *testing.T) {
 				time.Sleep(500 * time.Millisecond) // the batch's earlier outputs are acknowledged by now
 				return []*kgo.Record{{Topic: out, Key: r.Key, Value: make([]byte, 256<<10)}}, nil
 			}
-			opts := []eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.WithSemantics(sem),
+			opts := []eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in), eos.WithSemantics(sem),
 				eos.OnHandlerError(eos.DeadLetter(dlt)),
 				eos.ClientOptions(kgo.MaxBufferedBytes(64<<10), kgo.WithHooks(slowFailedPromises{2 * time.Second}))}
 			if sem == eos.ExactlyOnce {
@@ -166,7 +167,7 @@ func TestMissingOutputTopicBlamesNoInput(t *testing.T) {
 }
 
 // The dead-letter topic does not exist. That is a configuration error,
-// not a record's: Run must return a *ConfigError naming the option and the
+// not a record's: Run must return a *eoskit.ConfigError naming the option and the
 // topic within seconds, before it consumes anything, with franz-go's
 // default retries (each failed dead letter used to wait out its metadata
 // retries: four attempts, 77 s measured, then a *DeadLetterError). A
@@ -185,8 +186,8 @@ func TestMissingDeadLetterTopicIsAConfigErrorWithinSeconds(t *testing.T) {
 	start := time.Now()
 	p := startProcessor(t, failingOn(out, fails), opts...)
 	err := p.wait(t, 2*time.Minute)
-	var ce *eos.ConfigError
-	if took := time.Since(start); !errors.As(err, &ce) || !errors.Is(err, eos.ErrInvalidConfig) || ce.Setting != "OnHandlerError" ||
+	var ce *eoskit.ConfigError
+	if took := time.Since(start); !errors.As(err, &ce) || !errors.Is(err, eoskit.ErrInvalidConfig) || ce.Setting != "OnHandlerError" ||
 		!strings.Contains(ce.Reason, dlt) || took > 15*time.Second {
 		t.Fatalf("Run returned %v after %s; want a *ConfigError naming OnHandlerError and %s within 15 s", err, took.Round(time.Millisecond), dlt)
 	}
@@ -389,7 +390,7 @@ func TestSlowHandlersEndTheirTransactionBeforeTheBrokerAbortsIt(t *testing.T) {
 // One record's handler never finishes on its own (it waits for its ctx, as
 // a call to a hung service does): alone in its transaction it is slower
 // than any transaction may last, which is that record's fault. Under Stop,
-// Run returns a *RecordError naming it and wrapping ErrHandlerTooSlow, the
+// Run returns a *eoskit.RecordError naming it and wrapping ErrHandlerTooSlow, the
 // records before it are copied once and the ones after it are not lost
 // (their offsets are not committed). Under DeadLetter it goes to the
 // dead-letter topic and everything else is copied once. Before, the
@@ -436,7 +437,7 @@ func TestHandlerSlowerThanATransactionIsBlamed(t *testing.T) {
 			good := slices.DeleteFunc(slices.Clone(inputs.Committed), func(id string) bool { return id == hung })
 			if policy == "stop" {
 				err := p.wait(t, 2*time.Minute)
-				var he *eos.RecordError
+				var he *eoskit.RecordError
 				// Not context.DeadlineExceeded: callers take that for their
 				// own ctx ending.
 				if !errors.As(err, &he) || !errors.Is(err, eos.ErrHandlerTooSlow) || he.Offset != hungAt.Load() || errors.Is(err, context.DeadlineExceeded) {

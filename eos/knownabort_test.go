@@ -54,7 +54,7 @@ func TestKnownAbortTrustsOnlyStableOffsets(t *testing.T) {
 			k.Seed(in, 2*pending)
 			c.leave(t, k, integration.UniqueName(t, "txn"), group, in, pending, time.Minute)
 			p, err := eos.NewProcessor(func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
-				eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(group+"-0"))
+				eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in), eos.TransactionalID(group+"-0"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
 )
 
 // IdempotentOption is an option of [NewIdempotentProducer].
@@ -22,7 +24,7 @@ import (
 //   - [ProcessorOption] (every other option) to [NewProcessor] only.
 //
 // Values are checked once, in the constructor: a missing, malformed or
-// contradictory one fails there with a *ConfigError naming it, never
+// contradictory one fails there with a *[eoskit.ConfigError] naming it, never
 // later. A contradiction with the chosen [Semantics] (a transactional id
 // under AtLeastOnce, say) depends on values, so it is checked there too.
 type IdempotentOption interface {
@@ -39,7 +41,7 @@ type TransactionalOption interface {
 // ProcessorOption configures [NewProcessor]. A processor's options are
 // gathered in a slice of them:
 //
-//	opts := []eos.ProcessorOption{eos.Brokers(b), eos.Group(g), eos.InputTopics(in)}
+//	opts := []eos.ProcessorOption{eos.Brokers(b), eos.Group(g), eos.Topics(in)}
 type ProcessorOption interface {
 	apply(*config)
 	processorOption()
@@ -92,7 +94,7 @@ type config struct {
 	hangCheck      time.Duration
 	onHang         HangingPolicy
 	logger         *slog.Logger
-	metrics        Metrics
+	metrics        eoskit.Metrics
 	clientOpts     []kgo.Opt
 
 	// hangCheckSet and onHangSet record that the hanging-transaction
@@ -120,11 +122,11 @@ func newConfig[O interface{ apply(*config) }](opts []O) *config {
 
 func (c *config) requireBrokers() error {
 	if len(c.brokers) == 0 {
-		return &ConfigError{Setting: "Brokers", Reason: "at least one seed broker is required"}
+		return &eoskit.ConfigError{Package: "eos", Setting: "Brokers", Reason: "at least one seed broker is required"}
 	}
 	for _, b := range c.brokers {
 		if strings.TrimSpace(b) == "" {
-			return &ConfigError{Setting: "Brokers", Reason: "empty broker address"}
+			return &eoskit.ConfigError{Package: "eos", Setting: "Brokers", Reason: "empty broker address"}
 		}
 	}
 	return nil
@@ -159,8 +161,8 @@ func Group(group string) ProcessorOption {
 	return processorOpt(func(c *config) { c.group = group })
 }
 
-// InputTopics sets the topics a [Processor] consumes. Required.
-func InputTopics(topics ...string) ProcessorOption {
+// Topics sets the topics a [Processor] consumes. Required.
+func Topics(topics ...string) ProcessorOption {
 	return processorOpt(func(c *config) { c.inputTopics = append(c.inputTopics, topics...) })
 }
 
@@ -328,9 +330,9 @@ func Logger(l *slog.Logger) Option {
 }
 
 // WithMetrics sets where a [Processor] reports what it does (see
-// [Metrics]). Default: nowhere. eosprom.New gives a Prometheus
+// [eoskit.Metrics]). Default: nowhere. eosprom.New gives a Prometheus
 // implementation, which offsetstore and dedup runners may share.
-func WithMetrics(m Metrics) ProcessorOption {
+func WithMetrics(m eoskit.Metrics) ProcessorOption {
 	return processorOpt(func(c *config) {
 		if m != nil {
 			c.metrics = m
@@ -342,11 +344,11 @@ func WithMetrics(m Metrics) ProcessorOption {
 // TLS, SASL, timeouts, hooks (plugin/kprom), logging (plugin/kslog). They
 // are applied after the semantics preset; one that contradicts the preset
 // (kgo.RequiredAcks(kgo.LeaderAck()) under ExactlyOnce, say) fails the
-// constructor with a *ConfigError rather than silently weakening it.
+// constructor with a *[eoskit.ConfigError] rather than silently weakening it.
 // Options eos sets itself (seed brokers, group, topics, transactional id)
 // must be given with eos's own options: NewProcessor refuses
 // kgo.ConsumerGroup, ConsumeTopics, ConsumeRegex, ConsumePartitions and
-// TransactionalID here with a *ConfigError. Partition callbacks
+// TransactionalID here with a *[eoskit.ConfigError]. Partition callbacks
 // (kgo.OnPartitionsAssigned, OnPartitionsRevoked, OnPartitionsLost) are
 // kept: the processor runs its own, then the caller's.
 func ClientOptions(opts ...kgo.Opt) Option {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/loop"
 )
 
@@ -26,7 +27,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 	p.obs.NewSession() // before the group can assign anything to it
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error(), Err: err}
+		return &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(p.cfg.semantics), Reason: err.Error(), Err: err}
 	}
 	// Close alone would wait forever for a rebalance that the last poll
 	// blocked.

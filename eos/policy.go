@@ -18,7 +18,7 @@ import (
 // far is visible; the batch is then read again.
 type ErrorPolicy struct{ p loop.Policy }
 
-// Stop makes the processor abort and return a *RecordError naming the
+// Stop makes the processor abort and return a *[eoskit.RecordError] naming the
 // record's topic, partition and offset. The record's offset is not
 // committed, so the record is read again when the processor next starts.
 // This is the default.

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
@@ -53,7 +54,7 @@ type Processor struct {
 	// progress from one that failed at once.
 	committed atomic.Int64
 	// refused turns the refusals the polls report, once they last, into
-	// an *AuthorizationError (one Watch per Run).
+	// an *[eoskit.AuthorizationError] (one Watch per Run).
 	refused *authz.Watch
 	// hangs is what the hanging-transaction check remembers across
 	// sessions.
@@ -82,7 +83,7 @@ type Processor struct {
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
-// [Brokers], [Group], [InputTopics], and, for ExactlyOnce, [TransactionalID].
+// [Brokers], [Group], [Topics], and, for ExactlyOnce, [TransactionalID].
 // Optional: [WithSemantics], [CommitInterval], [MaxRecordsPerCommit],
 // [OnHandlerError], [Concurrency], [HangingTransactionCheck], [Logger], [WithMetrics],
 // [ClientOptions].
@@ -96,11 +97,11 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		preset = append(c.semantics.ProducerOptions(), c.semantics.ConsumerOptions()...)
 	}
 	userHooks, err := loop.ReadUserOptions(preset, c.clientOpts, map[string]string{
-		"ConsumerGroup": "use eos.Group", "ConsumeTopics": "use eos.InputTopics", "ConsumeRegex": "name the topics with eos.InputTopics",
+		"ConsumerGroup": "use eos.Group", "ConsumeTopics": "use eos.Topics", "ConsumeRegex": "name the topics with eos.Topics",
 		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID",
 		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets"})
 	if err != nil {
-		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(c.semantics), Reason: err.Error(), Err: err}
 	}
 	// Build (and close) a client once, so that a pass-through option that
 	// contradicts the semantics fails here rather than in Run.
@@ -111,7 +112,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 	txnTimeout := transactionTimeout(cl)
 	cl.Close()
 	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {
-		return nil, &ConfigError{Setting: "CommitInterval", Semantics: c.semantics, Reason: fmt.Sprintf(
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "CommitInterval", Semantics: checkedAgainst(c.semantics), Reason: fmt.Sprintf(
 			"%s is not well below the transaction timeout (%s): keep it at most half of it, or the broker aborts transactions under the processor", c.commitInterval, txnTimeout)}
 	}
 	logger := c.logger.With("group", c.group, "semantics", c.semantics.String())
@@ -125,17 +126,17 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 
 func (c *config) validateProcessor(handler HandlerFunc) error {
 	fail := func(setting, reason string) error {
-		return &ConfigError{Setting: setting, Semantics: c.semantics, Reason: reason}
+		return &eoskit.ConfigError{Package: "eos", Setting: setting, Semantics: checkedAgainst(c.semantics), Reason: reason}
 	}
 	switch {
 	case handler == nil:
 		return fail("handler", "must not be nil")
 	case !c.semantics.valid():
-		return &ConfigError{Setting: "WithSemantics", Reason: fmt.Sprintf("unknown value %d", int8(c.semantics))}
+		return &eoskit.ConfigError{Package: "eos", Setting: "WithSemantics", Reason: fmt.Sprintf("unknown value %d", int8(c.semantics))}
 	case c.group == "":
 		return fail("Group", "a processor consumes in a consumer group; name one")
 	case len(c.inputTopics) == 0:
-		return fail("InputTopics", "name at least one topic to consume")
+		return fail("Topics", "name at least one topic to consume")
 	case c.semantics == ExactlyOnce && c.txnID == "":
 		return fail("TransactionalID", "exactly-once needs a stable transactional id per instance (see StableTransactionalID)")
 	case c.semantics != ExactlyOnce && c.txnID != "":
@@ -181,17 +182,17 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 // takes the partitions.
 //
 // It returns an error wrapping [ErrFenced] when a newer instance with the
-// same transactional id took over, a *RecordError under the [Stop] policy
+// same transactional id took over, a *[eoskit.RecordError] under the [Stop] policy
 // (or once a [Retry]'s attempts ran out), a *DeadLetterError when a dead
 // letter cannot be written, a *HangingTransactionError under
-// [StopWhenHanging], a *ConfigError when the cluster refuses
+// [StopWhenHanging], a *[eoskit.ConfigError] when the cluster refuses
 // [RepairHangingTransactions] or lacks the dead-letter topic (checked
 // when Run starts, and when a dead letter finds it deleted), and other errors only when the client fails
-// repeatedly. A Processor runs once at a time ([ErrRunning] otherwise); to
+// repeatedly. A Processor runs once at a time ([eoskit.ErrRunning] otherwise); to
 // restart, call Run again.
 func (p *Processor) Run(ctx context.Context) (err error) {
 	if !p.running.CompareAndSwap(false, true) {
-		return ErrRunning
+		return eoskit.ErrRunning
 	}
 	defer p.running.Store(false)
 	p.obs.Running(true, nil)
@@ -280,8 +281,8 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 }
 
 // Health returns what the processor shows probes and dashboards: see
-// [Health]. Safe to call at any time, from any goroutine.
-func (p *Processor) Health() Health { return p.obs.Health() }
+// [eoskit.Health]. Safe to call at any time, from any goroutine.
+func (p *Processor) Health() eoskit.Health { return p.obs.Health() }
 
 // restartError asks Run to start over with a new client.
 type restartError struct{ err error }
@@ -813,7 +814,7 @@ const retryLimit = 30 * time.Second
 // lets the batch be read again, until its attempts run out and its
 // fallback applies; DeadLetter poisons the input, so that the next
 // transaction dead-letters it without running its handler; Stop returns a
-// *RecordError.
+// *[eoskit.RecordError].
 func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error {
 	pol := p.cfg.onError.p.For(err)
 	p.attempts[at]++ // across the rules, should the input's error change
@@ -833,7 +834,7 @@ func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error
 		p.poisoned[at] = err
 		return nil
 	}
-	return &RecordError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Attempts: attempts, Err: err}
+	return &eoskit.RecordError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Attempts: attempts, Err: err}
 }
 
 // maxDeadLetterAttempts bounds how often one input's dead letter is tried
@@ -923,7 +924,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	p.obs.NewSession() // before the group can assign anything to it
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
-		return &ConfigError{Setting: "ClientOptions", Semantics: p.cfg.semantics, Reason: err.Error(), Err: err}
+		return &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(p.cfg.semantics), Reason: err.Error(), Err: err}
 	}
 	// Close leaves the group; by then no transaction is open, because every
 	// path below ends the one it began.

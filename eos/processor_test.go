@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/testbed"
@@ -29,7 +30,7 @@ func processorOpts(k *integration.KafkaCluster, group, in, instance string) []eo
 	return []eos.ProcessorOption{
 		eos.Brokers(k.Brokers...),
 		eos.Group(group),
-		eos.InputTopics(in),
+		eos.Topics(in),
 		eos.TransactionalID(txnID),
 	}
 }
@@ -219,7 +220,7 @@ func (g *handlerGate) isHolding(instance string) bool {
 
 // countingMetrics counts what tests assert on.
 type countingMetrics struct {
-	eos.NopMetrics
+	eoskit.NopMetrics
 	committed, rebalances, fenced, hanging atomic.Int64
 	aborted                                *atomic.Int64
 	mu                                     sync.Mutex
@@ -314,7 +315,7 @@ func TestAtLeastOnceCrashBetweenProduceAndCommitDuplicates(t *testing.T) {
 	})
 	victim.kill()
 
-	opts := []eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.WithSemantics(eos.AtLeastOnce)}
+	opts := []eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in), eos.WithSemantics(eos.AtLeastOnce)}
 	replacement := startProcessor(t, copyHandler(out), opts...)
 	// Done when every input's offset is committed, not when the output
 	// holds n records: the duplicates count there too, and stopping then
@@ -521,7 +522,7 @@ func TestProcessorRetryThenFallback(t *testing.T) {
 			return string(r.Key) == "in-123" && tries.Add(1) > 0
 		}), append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.Retry(time.Millisecond, 4)))...)
 		err := p.wait(t, 2*time.Minute)
-		var rerr *eos.RecordError
+		var rerr *eoskit.RecordError
 		if !errors.As(err, &rerr) || rerr.Topic != in || rerr.Attempts != 4 || !strings.Contains(err.Error(), "poison record in-123") {
 			t.Fatalf("Run returned %v, want a *RecordError for in-123 after 4 attempts", err)
 		}
@@ -589,7 +590,7 @@ func TestProcessorStopPolicyNamesTheRecordAndLosesNothing(t *testing.T) {
 
 	p := startProcessor(t, failingOn(out, func(r *kgo.Record) bool { return r.Offset == 500 }), processorOpts(k, group, in, "0")...)
 	err := p.wait(t, 2*time.Minute)
-	var herr *eos.RecordError
+	var herr *eoskit.RecordError
 	if !errors.As(err, &herr) || herr.Topic != in || herr.Partition != 0 || herr.Offset != 500 {
 		t.Fatalf("Run returned %v, want a *RecordError for %s[0]@500", err, in)
 	}
@@ -608,7 +609,7 @@ func TestProcessorStopPolicyNamesTheRecordAndLosesNothing(t *testing.T) {
 }
 
 func TestProcessorRunTwiceAtOnceIsRefused(t *testing.T) {
-	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.InputTopics("in"), eos.TransactionalID("g-0"))
+	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.TransactionalID("g-0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -806,7 +807,7 @@ func closesItsHangingTransactionWithItsOutcome(t *testing.T, k *integration.Kafk
 				// many transactions, so no outcome can be known, and
 				// the repair is refused before anything is written.
 				runErr := startProcessor(t, copyHandler(out), repair...).wait(t, time.Minute)
-				var ce *eos.ConfigError
+				var ce *eoskit.ConfigError
 				if !errors.As(runErr, &ce) || ce.Setting != "OnHangingTransaction" {
 					t.Fatalf("Run returned %v; want a *ConfigError refusing OnHangingTransaction on transaction protocol v1", runErr)
 				}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
 )
 
 // newClient builds the franz-go client for cfg and checks it against cfg's
@@ -15,7 +17,7 @@ import (
 func newClient(c *config, roles ...Role) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(c.kgoOpts(roles...)...)
 	if err != nil {
-		return nil, &ConfigError{Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(c.semantics), Reason: err.Error(), Err: err}
 	}
 	if err := c.semantics.Check(cl, roles...); err != nil {
 		cl.Close()

@@ -60,7 +60,7 @@ func TestProcessorIsNotReadyUntilTheGroupAssignsIt(t *testing.T) {
 	}
 	p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		return []*kgo.Record{{Topic: out, Value: r.Value}}, nil
-	}, eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID))
+	}, eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in), eos.TransactionalID(txnID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestProcessorWithInstanceIDIsAStaticMember(t *testing.T) {
 		t.Helper()
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			return []*kgo.Record{{Topic: out, Value: r.Value}}, nil
-		}, eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID), eos.InstanceID("a"),
+		}, eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in), eos.TransactionalID(txnID), eos.InstanceID("a"),
 			eos.ClientOptions(kgo.SessionTimeout(session)))
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
 )
 
 // Semantics is a delivery guarantee, as a named preset of producer and
@@ -101,12 +103,12 @@ const (
 )
 
 // Check reports the first setting of cl that contradicts s for the given
-// roles, as a *ConfigError naming it. Use it on a client built from
+// roles, as a *[eoskit.ConfigError] naming it. Use it on a client built from
 // [Semantics.ProducerOptions] or [Semantics.ConsumerOptions] plus your own
 // options, to catch an option of yours that silently weakened the preset.
 func (s Semantics) Check(cl *kgo.Client, roles ...Role) error {
 	if !s.valid() {
-		return &ConfigError{Setting: "Semantics", Reason: fmt.Sprintf("unknown value %d", int8(s))}
+		return &eoskit.ConfigError{Package: "eos", Setting: "Semantics", Reason: fmt.Sprintf("unknown value %d", int8(s))}
 	}
 	for _, r := range roles {
 		var err error
@@ -131,7 +133,7 @@ func (s Semantics) checkProducer(cl *kgo.Client) error {
 	retries, _ := cl.OptValue(kgo.RecordRetries).(int64)
 
 	fail := func(setting, reason string) error {
-		return &ConfigError{Setting: setting, Semantics: s, Reason: reason}
+		return &eoskit.ConfigError{Package: "eos", Setting: setting, Semantics: checkedAgainst(s), Reason: reason}
 	}
 	switch s {
 	case AtMostOnce:
@@ -165,7 +167,7 @@ func (s Semantics) checkConsumer(cl *kgo.Client) error {
 	interval, _ := cl.OptValue(kgo.AutoCommitInterval).(time.Duration)
 
 	fail := func(setting, reason string) error {
-		return &ConfigError{Setting: setting, Semantics: s, Reason: reason}
+		return &eoskit.ConfigError{Package: "eos", Setting: setting, Semantics: checkedAgainst(s), Reason: reason}
 	}
 	if !autoCommitOff {
 		switch s {

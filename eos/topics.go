@@ -7,10 +7,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/topiccheck"
 )
 
-// checkDeadLetterTopic returns a *ConfigError when the error policy
+// checkDeadLetterTopic returns a *[eoskit.ConfigError] when the error policy
 // dead-letters to a topic the cluster does not have. A missing topic is no
 // record's fault and waiting will not create it (eos never creates
 // topics): reported when Run starts, it costs a metadata request (Describe
@@ -35,9 +36,9 @@ func (p *Processor) checkDeadLetterTopic(ctx context.Context) error {
 	return nil
 }
 
-// missingDeadLetterTopic is the *ConfigError for a dead-letter topic the
+// missingDeadLetterTopic is the *[eoskit.ConfigError] for a dead-letter topic the
 // cluster lacks, at the start or deleted under a running processor.
 func (p *Processor) missingDeadLetterTopic(topic string, err error) error {
-	return &ConfigError{Setting: "OnHandlerError", Semantics: p.cfg.semantics,
+	return &eoskit.ConfigError{Package: "eos", Setting: "OnHandlerError", Semantics: checkedAgainst(p.cfg.semantics),
 		Reason: fmt.Sprintf("the dead-letter topic %q does not exist: create it (eos creates no topics)", topic), Err: err}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 )
 
@@ -51,7 +52,7 @@ func NewTransactionalProducer(opts ...TransactionalOption) (*TransactionalProduc
 		return nil, err
 	}
 	if c.txnID == "" {
-		return nil, &ConfigError{Setting: "TransactionalID", Semantics: ExactlyOnce, Reason: "a transactional producer needs a stable transactional id (see StableTransactionalID)"}
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "TransactionalID", Semantics: checkedAgainst(ExactlyOnce), Reason: "a transactional producer needs a stable transactional id (see StableTransactionalID)"}
 	}
 	c.semantics = ExactlyOnce
 	cl, err := newClient(c, RoleProducer)
@@ -126,7 +127,7 @@ func (tx *Tx) err() error {
 // transaction timeout and the broker aborted the transaction, nobody else
 // owning the id (the producer stays usable: retry with less work or a
 // longer kgo.TransactionTimeout); an
-// *[AuthorizationError] wrapped with ErrAborted when the broker refused an
+// *[eoskit.AuthorizationError] wrapped with ErrAborted when the broker refused an
 // ACL (final too when it is the transactional id's: make a new producer
 // once it is granted); and
 // [ErrOutcomeUnknown] when the commit was sent but not confirmed; eos then
@@ -230,7 +231,7 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 	}
 }
 
-// refused turns a refusal for want of an ACL into an *AuthorizationError
+// refused turns a refusal for want of an ACL into an *[eoskit.AuthorizationError]
 // naming it (the transaction not committed), and returns nil for anything
 // else. A refused transactional id is final: franz-go fails the producer
 // id for good, so the producer closes, and a new one is needed once the

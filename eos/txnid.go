@@ -3,6 +3,8 @@ package eos
 import (
 	"fmt"
 	"regexp"
+
+	"github.com/eoskit/eoskit"
 )
 
 var txnIDPart = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
@@ -25,7 +27,7 @@ var txnIDPart = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
 func StableTransactionalID(prefix, instance string) (string, error) {
 	for _, p := range []struct{ name, v string }{{"prefix", prefix}, {"instance", instance}} {
 		if !txnIDPart.MatchString(p.v) {
-			return "", &ConfigError{Setting: "TransactionalID", Reason: fmt.Sprintf("%s %q must be non-empty and use only [a-zA-Z0-9._-]", p.name, p.v)}
+			return "", &eoskit.ConfigError{Package: "eos", Setting: "TransactionalID", Reason: fmt.Sprintf("%s %q must be non-empty and use only [a-zA-Z0-9._-]", p.name, p.v)}
 		}
 	}
 	return prefix + "-" + instance, nil

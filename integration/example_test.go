@@ -102,7 +102,7 @@ func ExampleKafkaCluster_VerifyTopic() {
 			return []*kgo.Record{{Topic: out, Key: r.Key, Value: verify.CopyValue(r)}}, nil
 		}
 		p, err := eos.NewProcessor(copyRecord, eos.Brokers(k.Brokers...), eos.Group(group),
-			eos.InputTopics(in), eos.TransactionalID(group+"-0"))
+			eos.Topics(in), eos.TransactionalID(group+"-0"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func ExampleKafkaCluster_WaitCaughtUp() {
 			t.Fatal(err)
 		}
 		load := func(context.Context, pgx.Tx, []*kgo.Record) error { return nil } // the handler under test
-		r, err := offsetstore.New(pool, load, offsetstore.Brokers(k.Brokers...), offsetstore.Group(group),
+		r, err := offsetstore.NewRunner(pool, load, offsetstore.Brokers(k.Brokers...), offsetstore.Group(group),
 			offsetstore.Topics(topic), offsetstore.MirrorToKafka())
 		if err != nil {
 			t.Fatal(err)

@@ -44,7 +44,7 @@ func feed(ctx context.Context, args []string) error {
 		time.Sleep(20 * time.Millisecond) // a handler with work to do: the kill lands mid-run
 		return nil
 	}
-	r, err := offsetstore.New(pool, count, offsetstore.Brokers(strings.Split(args[0], ",")...),
+	r, err := offsetstore.NewRunner(pool, count, offsetstore.Brokers(strings.Split(args[0], ",")...),
 		offsetstore.Group(args[2]), offsetstore.Topics(args[3]), offsetstore.MaxPollRecords(100),
 		offsetstore.MirrorToKafka(), // the stored offsets copied to the group, for WaitCaughtUp
 		// A killed instance's partitions move on within seconds.

@@ -220,7 +220,7 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 	case "eos":
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			return []*kgo.Record{{Topic: s.out, Key: r.Key, Value: verify.CopyValue(r)}}, nil
-		}, eos.Brokers(k.Brokers...), eos.Group(s.group), eos.InputTopics(s.in), eos.TransactionalID(s.txnID),
+		}, eos.Brokers(k.Brokers...), eos.Group(s.group), eos.Topics(s.in), eos.TransactionalID(s.txnID),
 			eos.Logger(logger), eos.ClientOptions(clientOpts...), eos.HangingTransactionCheck(time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -228,7 +228,7 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 		run = p.Run
 	case "offsetstore":
 		insert := `INSERT INTO ` + pgx.Identifier{s.table}.Sanitize() + ` (id, part, off) VALUES ($1, $2, $3)`
-		r, err := offsetstore.New(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		r, err := offsetstore.NewRunner(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 			for _, rec := range recs {
 				if _, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset); err != nil {
 					return err

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -71,7 +72,7 @@ func TestClassifiedPolicy(t *testing.T) {
 	err := b.start(t, h, offsetstore.OnHandlerError(policy)).wait(t, time.Minute)
 	t.Logf("Run returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
 
-	var rerr *offsetstore.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Offset != stopOffset || rerr.Attempts != 1 || rerr.Err.Error() != "the disk is full" {
 		t.Fatalf("Run = %v; want a *RecordError at offset %d after 1 attempt", err, stopOffset)
 	}

@@ -7,7 +7,7 @@
 // # Use
 //
 //	if err := offsetstore.Migrate(ctx, pool); err != nil { ... }
-//	r, err := offsetstore.New(pool,
+//	r, err := offsetstore.NewRunner(pool,
 //		func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 //			for _, rec := range recs {
 //				if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ($1, $2)`, rec.Key, rec.Value); err != nil {
@@ -80,14 +80,17 @@
 // the first that matches gives the policy, and the policy Classify is
 // given applies to any other error; [ErrorPolicy.For] tells which applies
 // to an error without a broker. A panicking handler fails like one that
-// returned an error; the record that stops Run is a *[RecordError].
+// returned an error; the record that stops Run is a *[eoskit.RecordError]
+// (its offset not stored, so it is read again on the next start).
 // [Concurrency] runs the batches of several partitions at once, each in a
 // database transaction of its own, so a partition's records stay in order;
 // it pays off once polls span partitions (a consumer keeping up with a
 // live stream), since franz-go fills a poll partition by partition. When
 // Run's ctx ends, the batch under way finishes and commits within
-// [DrainTimeout]. [WithMetrics] takes the same eos.Metrics that eos's
-// processors report to, and Health gives a view for probes. Dead letters
+// [DrainTimeout]. [WithMetrics] takes the same [eoskit.Metrics] that eos's
+// processors report to, and [Runner.Health] gives an [eoskit.Health] for
+// probes. A refused ACL ends Run with an *[eoskit.AuthorizationError], a
+// refused option or an unmigrated database with an *[eoskit.ConfigError]. Dead letters
 // are logged as eos logs them: at Warn, coordinates and error only, never
 // key or value, at most one line a second with a count of the others; and
 // a runner assigned no partition for its session timeout and a margin says

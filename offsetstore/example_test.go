@@ -15,7 +15,7 @@ import (
 // A loader that writes each order to PostgreSQL exactly once. It needs a
 // broker and a database, so it is compiled but not run by go test; the
 // package's tests run the same shape against real ones.
-func ExampleNew() {
+func ExampleNewRunner() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -25,7 +25,7 @@ func ExampleNew() {
 	if err := offsetstore.Migrate(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	r, err := offsetstore.New(pool,
+	r, err := offsetstore.NewRunner(pool,
 		func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 			for _, rec := range recs {
 				// Every write goes through tx: it commits with the offsets.

@@ -3,38 +3,8 @@ package offsetstore
 import (
 	"time"
 
-	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
-
-// AuthorizationError is what Run returns when the broker keeps refusing to
-// let the runner read its topic or join its group for want of an ACL,
-// naming the permission to grant (Permission: "Read on topic T", "Read on
-// group G"); errors.Is matches the broker's refusal
-// (kerr.TopicAuthorizationFailed, kerr.GroupAuthorizationFailed). The
-// refusal must last a few seconds first (an ACL granted a moment after the
-// start is fine). Nothing was applied for a record it could not read. The
-// README lists the ACLs each path needs.
-type AuthorizationError = authz.Error
-
-// ConfigError is what [New] returns for a missing, malformed or
-// contradictory option, and Run for a database schema older than this
-// code: eos's type, shared by every runner, with Package "offsetstore".
-type ConfigError = eos.ConfigError
-
-// ErrInvalidConfig is wrapped by every *ConfigError. It is
-// eos.ErrInvalidConfig.
-var ErrInvalidConfig = eos.ErrInvalidConfig
-
-// RecordError names a record that stopped a [Runner]: under [Stop], or
-// once a [Retry]'s attempts ran out. Its offset was not stored, so it is
-// read again on the next start. eos and dedup return the same type.
-type RecordError = loop.RecordError
-
-// ErrRunning is returned by Run while another Run of the same runner is
-// under way (the same error as eos's, dedup's and outbox's).
-var ErrRunning = loop.ErrRunning
 
 // ErrorPolicy is what a [Runner] does with a record whose handler fails or
 // panics: [Stop] (the default), [Retry] (then, with [ErrorPolicy.Then],
@@ -44,7 +14,7 @@ var ErrRunning = loop.ErrRunning
 // applies to it.
 type ErrorPolicy struct{ p loop.Policy }
 
-// Stop makes Run return a *RecordError naming the record. The default.
+// Stop makes Run return a *[eoskit.RecordError] naming the record. The default.
 func Stop() ErrorPolicy { return ErrorPolicy{loop.Stop()} }
 
 // Retry rolls the record's transaction back, pauses, and runs it again, up
@@ -58,7 +28,7 @@ func Retry(backoff time.Duration, attempts int) ErrorPolicy {
 }
 
 // Then returns the Retry p with fallback applied once its attempts have all
-// failed: [Stop] or [DeadLetter]. New refuses a fallback on anything but a
+// failed: [Stop] or [DeadLetter]. NewRunner refuses a fallback on anything but a
 // Retry with a number of attempts.
 func (p ErrorPolicy) Then(fallback ErrorPolicy) ErrorPolicy {
 	return ErrorPolicy{p.p.WithFallback(fallback.p)}

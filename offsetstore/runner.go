@@ -21,7 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/consume"
 	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/loop"
@@ -84,7 +84,7 @@ type config struct {
 	mirror      bool
 	owner       string
 	logger      *slog.Logger
-	metrics     eos.Metrics
+	metrics     eoskit.Metrics
 	clientOpts  []kgo.Opt
 }
 
@@ -153,16 +153,16 @@ func Logger(l *slog.Logger) Option {
 }
 
 // WithMetrics sets where the runner reports what it does: the same
-// [eos.Metrics] that eos's processors report to (an eosprom.Metrics
+// [eoskit.Metrics] that eos's processors report to (an eosprom.Metrics
 // labels the runner's series with path "offsetstore"). A committed batch
 // reports its records in and none out; aborted batches give reason
 // "handler-error", "database-error" (a handler's error that was the
 // database's doing too: a lost connection, a deadlock, a lock timeout) or
 // "stale". Default: nowhere.
-func WithMetrics(m eos.Metrics) Option { return func(c *config) { c.metrics = m } }
+func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
-// hooks). Options the runner sets itself are refused by New
+// hooks). Options the runner sets itself are refused by NewRunner
 // (kgo.ConsumerGroup, ConsumeTopics, ConsumeRegex, ConsumePartitions,
 // TransactionalID, AdjustFetchOffsetsFn); partition callbacks are kept,
 // run after the runner's own. They
@@ -174,8 +174,8 @@ func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
-// New returns a runner. Run [Migrate] first.
-func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
+// NewRunner returns a runner. Run [Migrate] first.
+func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	host, _ := os.Hostname()
 	c := config{
 		reset:   kgo.NewOffset().AtStart(),
@@ -188,7 +188,7 @@ func New(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 		o(&c)
 	}
 	fail := func(setting, reason string) error {
-		return &ConfigError{Package: "offsetstore", Setting: setting, Reason: reason}
+		return &eoskit.ConfigError{Package: "offsetstore", Setting: setting, Reason: reason}
 	}
 	switch {
 	case pool == nil:
@@ -330,7 +330,7 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 		return fmt.Errorf("offsetstore: read the schema version: %w", err)
 	}
 	if version < SchemaVersion {
-		return &ConfigError{Package: "offsetstore", Setting: "database schema", Reason: fmt.Sprintf("at version %d, this code needs %d: run offsetstore.Migrate", version, SchemaVersion)}
+		return &eoskit.ConfigError{Package: "offsetstore", Setting: "database schema", Reason: fmt.Sprintf("at version %d, this code needs %d: run offsetstore.Migrate", version, SchemaVersion)}
 	}
 	if !r.cfg.policy.p.DeadLetters() {
 		return nil
@@ -342,7 +342,7 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("offsetstore: look up %s: %w", deadletter.Table, err)
 	case !ok:
-		return &ConfigError{Package: "offsetstore", Setting: "OnHandlerError", Reason: "DeadLetter parks records in " + deadletter.Table + ", which lacks the columns of this eoskit: run offsetstore.Migrate"}
+		return &eoskit.ConfigError{Package: "offsetstore", Setting: "OnHandlerError", Reason: "DeadLetter parks records in " + deadletter.Table + ", which lacks the columns of this eoskit: run offsetstore.Migrate"}
 	}
 	return nil
 }
@@ -389,8 +389,8 @@ type Stats struct {
 }
 
 // Health returns what the runner shows probes and dashboards: see
-// [eos.Health]. Safe to call at any time, from any goroutine.
-func (r *Runner) Health() eos.Health { return r.obs.Health() }
+// [eoskit.Health]. Safe to call at any time, from any goroutine.
+func (r *Runner) Health() eoskit.Health { return r.obs.Health() }
 
 // Stats returns the runner's counts so far.
 func (r *Runner) Stats() Stats {
@@ -402,7 +402,7 @@ func (r *Runner) Stats() Stats {
 const maxDBAttempts = 10
 
 // Run consumes until ctx is done or a record stops it under the [Stop]
-// policy (a *RecordError). On ctx's end it drains ([DrainTimeout], default
+// policy (a *[eoskit.RecordError]). On ctx's end it drains ([DrainTimeout], default
 // 10s): it stops polling, lets the batches under way finish and commit,
 // and returns nil; only past the timeout are they rolled back, each whole
 // (their records are read again by whoever takes the partitions). Lost database connections are retried with a growing pause,
@@ -417,7 +417,7 @@ func (r *Runner) start(ctx context.Context, cl *kgo.Client) error {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(err) {
+		if errors.Is(err, eoskit.ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(err) {
 			return err
 		}
 		r.cfg.logger.Warn("offsetstore: reading the schema version failed; retrying", "err", err, "attempt", attempt)
@@ -508,7 +508,7 @@ func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Recor
 	if pol.Kind == loop.PolicyRetry {
 		pol = pol.Fallback()
 	}
-	recErr := &RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Attempts: attempts, Err: cause}
+	recErr := &eoskit.RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Attempts: attempts, Err: cause}
 	if pol.Kind != loop.PolicyDeadLetter {
 		return recErr
 	}

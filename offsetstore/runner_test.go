@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/offsetstore"
@@ -102,7 +102,7 @@ func (b *bed) start(t *testing.T, h offsetstore.Handler, opts ...offsetstore.Opt
 	t.Helper()
 	opts = append([]offsetstore.Option{offsetstore.Brokers(b.k.Brokers...), offsetstore.Group(b.group),
 		offsetstore.Topics(b.topic), offsetstore.ClientOptions(testClientOpts()...)}, opts...)
-	r, err := offsetstore.New(b.runner, h, opts...)
+	r, err := offsetstore.NewRunner(b.runner, h, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func (h *holdOne) release() {
 
 // countingMetrics counts what the tests assert on.
 type countingMetrics struct {
-	eos.NopMetrics
+	eoskit.NopMetrics
 	rebalances atomic.Int64
 	mu         sync.Mutex
 	aborted    map[string]int
@@ -576,7 +576,7 @@ func TestDeadLetterAndStopPolicies(t *testing.T) {
 
 	stopper := b.start(t, h)
 	err := stopper.wait(t, time.Minute)
-	var rerr *offsetstore.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Topic != b.topic || rerr.Offset != 37 {
 		t.Fatalf("Run = %v, want a *RecordError at offset 37", err)
 	}
@@ -700,7 +700,7 @@ func TestRetryThenFallback(t *testing.T) {
 		b, _ := seed(t)
 		r := b.start(t, handler(), offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 3)))
 		err := r.wait(t, 2*time.Minute)
-		var rerr *offsetstore.RecordError
+		var rerr *eoskit.RecordError
 		if !errors.As(err, &rerr) || rerr.Attempts != 3 || !strings.HasSuffix(rerr.Err.Error(), "77") {
 			t.Fatalf("Run = %v, want a *RecordError for a record ending in 77 after 3 attempts", err)
 		}
@@ -863,7 +863,7 @@ func loaderMain() int {
 		fmt.Fprintln(os.Stderr, "loader:", err)
 		return 2
 	}
-	r, err := offsetstore.New(pool, load(func([]*kgo.Record) { time.Sleep(20 * time.Millisecond) }),
+	r, err := offsetstore.NewRunner(pool, load(func([]*kgo.Record) { time.Sleep(20 * time.Millisecond) }),
 		offsetstore.Brokers(strings.Split(os.Getenv("EOS_LOADER_BROKERS"), ",")...),
 		offsetstore.Group(os.Getenv("EOS_LOADER_GROUP")), offsetstore.Topics(os.Getenv("EOS_LOADER_TOPIC")),
 		offsetstore.MaxPollRecords(100), offsetstore.ClientOptions(testClientOpts()...))
@@ -915,7 +915,7 @@ func TestAbortedInputsAreNeverApplied(t *testing.T) {
 // refused before the handler runs, and the run go on with nothing lost or
 // applied twice. Before the offset check came first, the handler's unique
 // violation was taken for a poison record and, under Stop, Run returned a
-// *RecordError blaming a valid record.
+// *eoskit.RecordError blaming a valid record.
 func TestStaleBatchIsRefusedBeforeTheHandlerRuns(t *testing.T) {
 	t.Parallel()
 	const n = 2000
@@ -1099,7 +1099,7 @@ func TestRecreatedTopicIsReadFromItsStart(t *testing.T) {
 }
 
 // A handler that panics on one record: the batch rolls back, the record is
-// found by splitting, and under Stop Run returns a *RecordError naming it;
+// found by splitting, and under Stop Run returns a *eoskit.RecordError naming it;
 // a runner with a fixed handler then applies everything once. Before, the
 // panic ended the process.
 func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
@@ -1115,7 +1115,7 @@ func TestHandlerPanicStopsRunNamingTheRecord(t *testing.T) {
 	})
 	r := b.start(t, panicky)
 	err := r.wait(t, time.Minute)
-	var rerr *offsetstore.RecordError
+	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Offset != bad || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("Run returned %v; want a *RecordError for offset %d saying the handler panicked", err, bad)
 	}
@@ -1184,11 +1184,11 @@ func (p *pollNotes) take() (first *kgo.Record, mixed bool) {
 func TestRunRefusesAnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	pool := integration.Postgres(t)
-	r, err := offsetstore.New(pool, load(nil), offsetstore.Brokers("127.0.0.1:1"), offsetstore.Group("g"), offsetstore.Topics("t"))
+	r, err := offsetstore.NewRunner(pool, load(nil), offsetstore.Brokers("127.0.0.1:1"), offsetstore.Group("g"), offsetstore.Topics("t"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Run(context.Background()); !errors.Is(err, offsetstore.ErrInvalidConfig) || !strings.Contains(err.Error(), "Migrate") {
+	if err := r.Run(context.Background()); !errors.Is(err, eoskit.ErrInvalidConfig) || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("Run on an unmigrated database returned %v; want ErrInvalidConfig saying to run Migrate", err)
 	}
 }
@@ -1216,16 +1216,16 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"zero concurrency": append(base, offsetstore.Concurrency(0)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := offsetstore.New(pool, h, opts...)
-			// One type for every runner's refusal: eos's *ConfigError.
-			var cerr *eos.ConfigError
-			if !errors.Is(err, offsetstore.ErrInvalidConfig) || !errors.Is(err, eos.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
-				t.Fatalf("New = %v, want a *ConfigError naming the setting", err)
+			_, err := offsetstore.NewRunner(pool, h, opts...)
+			// One type for every runner's refusal: *eoskit.ConfigError.
+			var cerr *eoskit.ConfigError
+			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
+				t.Fatalf("NewRunner = %v, want a *ConfigError naming the setting", err)
 			}
 		})
 	}
-	if _, err := offsetstore.New(nil, h, base...); !errors.Is(err, offsetstore.ErrInvalidConfig) {
-		t.Fatalf("New(nil pool) = %v, want ErrInvalidConfig", err)
+	if _, err := offsetstore.NewRunner(nil, h, base...); !errors.Is(err, eoskit.ErrInvalidConfig) {
+		t.Fatalf("NewRunner(nil pool) = %v, want ErrInvalidConfig", err)
 	}
 }
 

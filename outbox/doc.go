@@ -91,9 +91,9 @@
 //     existed are never relayed.
 //   - The position topic ([DefaultPositionTopic] unless [PositionTopic])
 //     created beforehand: one partition, cleanup.policy=compact; and the
-//     [DeadLetterTopic], if one is set. [Relay.Run] looks both up when it
+//     [DeadLetter] topic, if one is set. [Relay.Run] looks both up when it
 //     starts (a Metadata request: Describe, which Read or Write implies)
-//     and returns an *eos.ConfigError naming the setting if one is
+//     and returns an *eoskit.ConfigError naming the setting if one is
 //     missing, or has gone since (a produce to it refused as
 //     UNKNOWN_TOPIC_OR_PARTITION): the relay never creates topics. The
 //     relay's Kafka principal needs Write on the output topics and the
@@ -117,7 +117,7 @@
 // database may share a position topic. Without a name a service uses the
 // default outbox ([Table], [Publication], [DefaultSlot]), as eoskit always
 // did: existing deployments keep their tables, slot and position. A name
-// is checked where it is given (an *eos.ConfigError, before anything
+// is checked where it is given (an *eoskit.ConfigError, before anything
 // reaches the server); see [Name] for what it may hold.
 //
 // # What breaks it
@@ -133,7 +133,7 @@
 //   - Rows written other than with [Write] (malformed headers, no topic)
 //     stop the relay, and only advancing the slot past them, which loses
 //     them, lets it go on.
-//   - Deleting the position topic stops the relay (an *eos.ConfigError);
+//   - Deleting the position topic stops the relay (an *eoskit.ConfigError);
 //     re-creating it (or deleting the relay's key in it) makes the next
 //     relay start from the slot's own position, which may be up to one
 //     batch behind: those records are published again.
@@ -157,7 +157,7 @@
 // record Kafka refuses as its own fault (too large, invalid), or one
 // pinned with [WriteToPartition] to a partition its topic lacks (as a
 // fresh metadata look-up confirms), stops the relay with a
-// *[RecordError] at once, or goes to a [DeadLetterTopic]. To find which
+// *[RecordError] at once, or goes to the [DeadLetter] topic. To find which
 // record it was when Kafka refused a whole produce batch, the relay
 // takes the batch's database transactions one at a time, and first
 // probes a transaction's records in Kafka transactions it aborts (500

@@ -40,7 +40,7 @@ var (
 // RecordError is an outbox record Kafka refused, stopping the relay. Its
 // row stays in the write-ahead log the slot holds: nothing is lost, and the
 // relay publishes it, in order, once Kafka accepts it (or routes it with
-// [DeadLetterTopic]). errors.Is matches Err, for example
+// [DeadLetter] to a dead-letter topic). errors.Is matches Err, for example
 // kerr.MessageTooLarge or kerr.UnknownTopicOrPartition.
 type RecordError struct {
 	ID        int64  // the outbox row's id

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/outbox"
 )
@@ -52,7 +53,7 @@ func ExampleRelay_Run() {
 		log.Fatal(err)
 	}
 	r, err := outbox.NewRelay(pool, outbox.Brokers("localhost:9092"),
-		outbox.DeadLetterTopic("orders-dead-letters"))
+		outbox.DeadLetter("orders-dead-letters"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func ExampleRelay_Run() {
 // Options are checked when the relay is made, not when it runs.
 func ExampleNewRelay() {
 	_, err := outbox.NewRelay(new(pgxpool.Pool), outbox.Brokers("localhost:9092"), outbox.WithSemantics(eos.AtMostOnce))
-	fmt.Println(errors.Is(err, eos.ErrInvalidConfig))
+	fmt.Println(errors.Is(err, eoskit.ErrInvalidConfig))
 	// Output: true
 }
 

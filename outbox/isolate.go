@@ -31,7 +31,7 @@ type isolation struct {
 
 // probe finds which of t's records Kafka refuses as their own fault
 // (adding them to r.dead, or returning the *RecordError if no
-// DeadLetterTopic is set), without publishing any: in Kafka transactions
+// DeadLetter topic is set), without publishing any: in Kafka transactions
 // it aborts, each of at most probeRecords records and a quarter of the
 // transaction timeout, so that none outlives the timeout however large t
 // is. Its progress is kept in r.iso: a session that ends midway (Kafka

@@ -17,7 +17,7 @@ import (
 )
 
 // One database transaction of 30,000 records, one of them larger than
-// its topic's max.message.bytes, with a DeadLetterTopic, on a cluster of
+// its topic's max.message.bytes, with a DeadLetter topic, on a cluster of
 // three (acks=all waits for a follower, as in production): finding the
 // culprit must not outlive the Kafka transaction timeout (10 s here),
 // nor start over with every new session. The relay publishes the 29,999
@@ -58,7 +58,7 @@ func TestIsolatingALargeTransactionFitsTheTransactionTimeout(t *testing.T) {
 	// Batches within the topic's limit, so that only the big record is
 	// refused, and a 10 s transaction timeout, which 30,000 produces each
 	// waited for alone outlive.
-	run := b.start(t, outbox.DeadLetterTopic(dlq), outbox.RetryFor(90*time.Second),
+	run := b.start(t, outbox.DeadLetter(dlq), outbox.RetryFor(90*time.Second),
 		outbox.ClientOptions(kgo.TransactionTimeout(10*time.Second), kgo.ProducerBatchMaxBytes(16000)))
 	deadline := time.Now().Add(150 * time.Second)
 	for {

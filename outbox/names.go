@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit"
 )
 
 // maxNameLen bounds an outbox's [Name], so that its longest identifier,
@@ -31,12 +31,12 @@ type names struct {
 	slot  string // set by Slot; "" derives it from the database
 }
 
-// check returns an *eos.ConfigError unless the names are ones PostgreSQL
+// check returns an *eoskit.ConfigError unless the names are ones PostgreSQL
 // holds as they are: [a-z0-9_], within 63 bytes, and no outbox's table
 // named like another's.
 func (n names) check() error {
 	bad := func(setting, reason string) error {
-		return &eos.ConfigError{Package: "outbox", Setting: setting, Reason: reason}
+		return &eoskit.ConfigError{Package: "outbox", Setting: setting, Reason: reason}
 	}
 	if n.named {
 		switch {

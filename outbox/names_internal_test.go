@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit"
 )
 
 // Slot names are per server: databases whose names differ only in case or
@@ -55,7 +55,7 @@ func TestOutboxNames(t *testing.T) {
 
 // A name PostgreSQL would truncate, a slot can not hold, or one that
 // would give an outbox's table the name of another's table beside it, is
-// refused as an *eos.ConfigError naming the option.
+// refused as an *eoskit.ConfigError naming the option.
 func TestMalformedNamesAreRefused(t *testing.T) {
 	for _, tc := range []struct {
 		n       names
@@ -75,9 +75,9 @@ func TestMalformedNamesAreRefused(t *testing.T) {
 		{names{slot: strings.Repeat("s", 64)}, "Slot"},
 	} {
 		err := tc.n.check()
-		cerr, ok := errors.AsType[*eos.ConfigError](err)
-		if !ok || cerr.Setting != tc.setting || !errors.Is(err, eos.ErrInvalidConfig) {
-			t.Errorf("%+v: %v; want an *eos.ConfigError naming %s", tc.n, err, tc.setting)
+		cerr, ok := errors.AsType[*eoskit.ConfigError](err)
+		if !ok || cerr.Setting != tc.setting || !errors.Is(err, eoskit.ErrInvalidConfig) {
+			t.Errorf("%+v: %v; want an *eoskit.ConfigError naming %s", tc.n, err, tc.setting)
 		}
 	}
 	for _, ok := range []string{"billing", "orders_v2", "2fa", "dead", "letters", "x_slot"} {

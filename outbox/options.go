@@ -6,11 +6,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 )
 
 // Option configures a [Relay]. Options are checked once, in [NewRelay]: a
-// missing or malformed one fails there with an *eos.ConfigError naming it.
+// missing or malformed one fails there with an *eoskit.ConfigError naming it.
 type Option interface{ relayOption(*config) }
 
 // MigrateOption configures [Migrate] and [DefaultSlot]: [Name] and [Slot],
@@ -59,7 +60,7 @@ type config struct {
 	statusInterval time.Duration
 	txnTimeout     time.Duration // the producer's, settled by NewRelay
 	logger         *slog.Logger
-	metrics        eos.Metrics
+	metrics        eoskit.Metrics
 	clientOpts     []kgo.Opt
 	hooks          hooks
 }
@@ -83,7 +84,7 @@ func newConfig(opts []Option) *config {
 
 func (c *config) check() error {
 	bad := func(setting, reason string) error {
-		return &eos.ConfigError{Package: "outbox", Setting: setting, Semantics: c.semantics, Reason: reason}
+		return &eoskit.ConfigError{Package: "outbox", Setting: setting, Semantics: c.semantics.String(), Reason: reason}
 	}
 	if err := c.names.check(); err != nil {
 		return err
@@ -143,7 +144,7 @@ func TransactionalID(id string) Option {
 // A name holds only lower-case letters, digits and _, at most 36 bytes
 // (its tables' names must fit PostgreSQL's 63), and is not, and does not
 // end with, _dead_letters, _schema, _relays or _slots (the names of the
-// tables beside an outbox's). Another is an *eos.ConfigError naming Name,
+// tables beside an outbox's). Another is an *eoskit.ConfigError naming Name,
 // from the constructor or Migrate, before anything reaches the server.
 func Name(name string) NameOption { return nameOption(name) }
 
@@ -160,7 +161,7 @@ func (o nameOption) migrateOption(n *names) { n.name, n.named = string(o), true 
 // [CreateSlot]. Either way before the first record is written: records
 // written before it are never relayed. One slot feeds one relay at a
 // time; a slot reads one outbox. A name that is not a slot's (lower-case
-// letters, digits and _, at most 63 bytes) is an *eos.ConfigError naming
+// letters, digits and _, at most 63 bytes) is an *eoskit.ConfigError naming
 // Slot.
 func Slot(name string) SlotOption { return slotOption(name) }
 
@@ -174,7 +175,7 @@ func (o slotOption) migrateOption(n *names) { n.slot = string(o) }
 // inside the Kafka transaction that carries the records. Default:
 // [DefaultPositionTopic]. It must exist (the relay never creates topics):
 // Run looks it up when it starts (a Metadata request, which needs only
-// Describe on it) and returns an *eos.ConfigError naming PositionTopic if
+// Describe on it) and returns an *eoskit.ConfigError naming PositionTopic if
 // it is missing, or has been deleted since (a produce to it failed as
 // UNKNOWN_TOPIC_OR_PARTITION, within about 15 s: franz-go first refreshes
 // its metadata a few times). One partition, cleanup.policy=compact
@@ -187,19 +188,20 @@ func PositionTopic(topic string) Option {
 	return relayOption(func(c *config) { c.positionTopic = topic })
 }
 
-// DeadLetterTopic sends a record Kafka refuses as its own fault (too large,
+// DeadLetter sends a record Kafka refuses as its own fault (too large,
 // an invalid or corrupt record, or pinned with [WriteToPartition] to a
-// partition its topic does not have) to topic instead,
+// partition its topic does not have) to topic instead (as eos's
+// DeadLetter policy does with a processor's failing input),
 // inside the same transaction, with headers naming the outbox row, the
 // original topic and the error; the record is also kept whole in
 // [DeadLetterTable] (a named outbox's, in
 // eoskit_outbox_<name>_dead_letters) for an operator. The topic must
 // exist: like the position topic, Run looks it up when it starts, and a missing one (or
-// one deleted since) is an *eos.ConfigError naming DeadLetterTopic.
+// one deleted since) is an *eoskit.ConfigError naming DeadLetter.
 // Default: none, and the relay stops with a *[RecordError] (the
 // record is not lost: the relay publishes it once it is accepted, for
 // example after max.message.bytes is raised).
-func DeadLetterTopic(topic string) Option {
+func DeadLetter(topic string) Option {
 	return relayOption(func(c *config) { c.deadLetter = topic })
 }
 
@@ -237,7 +239,7 @@ func MaxRecordsPerCommit(n int) Option {
 // anything while PostgreSQL or Kafka are unreachable (or an output topic
 // is missing) before Run returns the last error. Default: 2 minutes. A
 // missing position or dead-letter topic is not retried: it is an
-// *eos.ConfigError within seconds.
+// *eoskit.ConfigError within seconds.
 func RetryFor(d time.Duration) Option {
 	return relayOption(func(c *config) { c.retryFor = d })
 }
@@ -265,14 +267,14 @@ func Logger(l *slog.Logger) Option {
 }
 
 // WithMetrics sets where the relay reports what it does, through the
-// [eos.Metrics] every eoskit runner reports to (eosprom's labels it
+// [eoskit.Metrics] every eoskit runner reports to (eosprom's labels it
 // "outbox"): Committed for each Kafka transaction (or, at-least-once,
 // each acknowledged batch) with the outbox rows it covered and the records
 // it published (dead letters excepted), Aborted with "produce-error",
 // "database-error", "refused", "fenced", "timeout", "outcome-unknown" or
 // "shutdown", Fenced (another relay took over), and DeadLettered.
 // Default: nowhere.
-func WithMetrics(m eos.Metrics) Option {
+func WithMetrics(m eoskit.Metrics) Option {
 	return relayOption(func(c *config) { c.metrics = m })
 }
 

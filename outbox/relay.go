@@ -19,14 +19,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
-
-// ErrRunning is returned by Run while another Run of the same relay is
-// under way.
-var ErrRunning = loop.ErrRunning
 
 // Relay publishes the outbox's records to Kafka, exactly once and in the
 // commit order of the database transactions that wrote them. See the
@@ -59,12 +56,12 @@ type Relay struct {
 // BeforeConnect hook, if set (rotating credentials, say), is called for
 // them too. It takes
 // [Brokers] (required), [Name], [Slot], [PositionTopic], [TransactionalID],
-// [DeadLetterTopic], [WithSemantics], [CommitInterval],
+// [DeadLetter], [WithSemantics], [CommitInterval],
 // [MaxRecordsPerCommit], [RetryFor], [StatusInterval], [Logger],
 // [WithMetrics] and [ClientOptions].
 func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	if pool == nil {
-		return nil, &eos.ConfigError{Package: "outbox", Setting: "pool", Reason: "a pgx pool is required"}
+		return nil, &eoskit.ConfigError{Package: "outbox", Setting: "pool", Reason: "a pgx pool is required"}
 	}
 	c := newConfig(opts)
 	if err := c.check(); err != nil {
@@ -79,8 +76,8 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 	}
 	p, err := probe.newPublisher()
 	if err != nil {
-		if cerr, ok := errors.AsType[*eos.ConfigError](err); ok {
-			return nil, &eos.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics,
+		if cerr, ok := errors.AsType[*eoskit.ConfigError](err); ok {
+			return nil, &eoskit.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics.String(),
 				Reason: cerr.Setting + ": " + cerr.Reason, Err: err}
 		}
 		return nil, err
@@ -99,7 +96,7 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 func transactionTimeout(c *config) (time.Duration, error) {
 	cl, err := kgo.NewClient(c.connOpts()...) // connects to nothing until used
 	if err != nil {
-		return 0, &eos.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics, Reason: err.Error(), Err: err}
+		return 0, &eoskit.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics.String(), Reason: err.Error(), Err: err}
 	}
 	defer cl.Close()
 	d, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
@@ -117,7 +114,7 @@ func (e finalError) Unwrap() error { return e.err }
 
 func final(err error) bool {
 	var f finalError
-	return errors.As(err, &f) || errors.Is(err, eos.ErrFenced) || errors.Is(err, eos.ErrInvalidConfig) ||
+	return errors.As(err, &f) || errors.Is(err, eos.ErrFenced) || errors.Is(err, eoskit.ErrInvalidConfig) ||
 		errors.Is(err, ErrWALLevel) || errors.Is(err, ErrSchema) || errors.Is(err, ErrNoSlot) || errors.Is(err, ErrTableChanged)
 }
 
@@ -125,17 +122,17 @@ func final(err error) bool {
 // Kafka transaction in flight, whose records the next run publishes), or
 // until a final error: the relay was fenced by another with the same
 // transactional id (eos.ErrFenced), the position topic or the
-// [DeadLetterTopic] does not exist (an *eos.ConfigError naming the
+// [DeadLetter] topic does not exist (an *eoskit.ConfigError naming the
 // setting: checked when each session starts, and when a produce to it
 // fails as UNKNOWN_TOPIC_OR_PARTITION), a record was refused as its own fault
-// and no [DeadLetterTopic] is set (*[RecordError]), the schema, slot or
+// and no [DeadLetter] topic is set (*[RecordError]), the schema, slot or
 // wal_level are wrong, or PostgreSQL or Kafka stayed unreachable for
 // [RetryFor] without anything published (the last error, naming where).
 // Connection failures, restarts of either side and aborted transactions
 // are retried: each retry resumes from the position committed in Kafka.
 func (r *Relay) Run(ctx context.Context) (err error) {
 	if !r.running.CompareAndSwap(false, true) {
-		return ErrRunning
+		return eoskit.ErrRunning
 	}
 	defer r.running.Store(false)
 	r.obs.Running(true, nil)
@@ -520,7 +517,7 @@ func (r *Relay) observe(ctx context.Context, b *pending, began time.Time, err er
 // Health returns what the relay shows probes: whether it runs, when it
 // last took its slot (LastAssigned), last committed, and the last error
 // it rode out. Its Path is "outbox"; it has no partitions or lag.
-func (r *Relay) Health() eos.Health { return r.obs.Health() }
+func (r *Relay) Health() eoskit.Health { return r.obs.Health() }
 
 // takenOver reports whether another session reads the slot now: the one
 // way another relay comes to fence this one in Kafka is to take the slot

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/outbox"
@@ -131,11 +132,11 @@ func TestRelayRefusesWhatItCanNotRelay(t *testing.T) {
 		// Refused by the constructor, not once Run holds the slot.
 		outbox.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))} {
 		_, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...), o)
-		if cerr, ok := errors.AsType[*eos.ConfigError](err); !ok || cerr.Package != "outbox" || !errors.Is(err, eos.ErrInvalidConfig) {
+		if cerr, ok := errors.AsType[*eoskit.ConfigError](err); !ok || cerr.Package != "outbox" || !errors.Is(err, eoskit.ErrInvalidConfig) {
 			t.Errorf("NewRelay accepted a bad option, or refused it without an outbox *ConfigError: %v", err)
 		}
 	}
-	if _, err := outbox.NewRelay(pool); !errors.Is(err, eos.ErrInvalidConfig) {
+	if _, err := outbox.NewRelay(pool); !errors.Is(err, eoskit.ErrInvalidConfig) {
 		t.Errorf("NewRelay without brokers returned %v", err)
 	}
 }
@@ -224,7 +225,7 @@ func TestOversizeRecordIsBlamedAloneAndDeadLettered(t *testing.T) {
 	// refused one, and the refused one.
 	left := 21 - len(k.ReadAll(small, kgo.ReadCommitted(), time.Minute))
 	m := &countingMetrics{aborted: map[string]int{}}
-	relay, err := outbox.NewRelay(b.pool, b.opts(t, outbox.DeadLetterTopic(dlq), outbox.WithMetrics(m))...)
+	relay, err := outbox.NewRelay(b.pool, b.opts(t, outbox.DeadLetter(dlq), outbox.WithMetrics(m))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +363,7 @@ func TestPartitionOutOfRangeIsTheRecordsFault(t *testing.T) {
 	t.Logf("without a dead-letter topic, Run returned after %s: %v", took.Round(time.Millisecond), err)
 
 	dlq := k.NewTopic(1)
-	run := b.start(t, outbox.DeadLetterTopic(dlq))
+	run := b.start(t, outbox.DeadLetter(dlq))
 	waitFor(t, 30*time.Second, "the dead letter", func() bool { return len(k.ReadNow(dlq, kgo.ReadCommitted(), time.Minute)) == 1 })
 	waitFor(t, 30*time.Second, "the records around it", func() bool { return b.published(t) >= 2 })
 	if err := run.stop(); err != nil {
@@ -547,7 +548,7 @@ func TestPositionOfAnEarlierSlotIsIgnored(t *testing.T) {
 
 // countingMetrics records what a relay reports.
 type countingMetrics struct {
-	eos.NopMetrics
+	eoskit.NopMetrics
 	mu        sync.Mutex
 	committed int
 	dead      int
@@ -602,13 +603,13 @@ func runFor(t *testing.T, r *outbox.Relay, within time.Duration) (error, time.Du
 	}
 }
 
-// wantConfigError fails t unless err is an outbox *eos.ConfigError naming
+// wantConfigError fails t unless err is an outbox *eoskit.ConfigError naming
 // setting.
 func wantConfigError(t *testing.T, err error, took time.Duration, setting string) {
 	t.Helper()
-	cerr, ok := errors.AsType[*eos.ConfigError](err)
-	if !ok || cerr.Package != "outbox" || cerr.Setting != setting || !errors.Is(err, eos.ErrInvalidConfig) {
-		t.Fatalf("Run returned %v after %s; want an outbox *eos.ConfigError naming %s", err, took.Round(time.Millisecond), setting)
+	cerr, ok := errors.AsType[*eoskit.ConfigError](err)
+	if !ok || cerr.Package != "outbox" || cerr.Setting != setting || !errors.Is(err, eoskit.ErrInvalidConfig) {
+		t.Fatalf("Run returned %v after %s; want an outbox *eoskit.ConfigError naming %s", err, took.Round(time.Millisecond), setting)
 	}
 	t.Logf("Run returned after %s: %v", took.Round(time.Millisecond), err)
 }
@@ -626,7 +627,7 @@ func TestMissingPositionOrDeadLetterTopicIsAConfigError(t *testing.T) {
 		opt     outbox.Option
 	}{
 		{"PositionTopic", outbox.PositionTopic(integration.UniqueName(t, "no-positions"))},
-		{"DeadLetterTopic", outbox.DeadLetterTopic(integration.UniqueName(t, "no-dead-letters"))},
+		{"DeadLetter", outbox.DeadLetter(integration.UniqueName(t, "no-dead-letters"))},
 	} {
 		r, err := outbox.NewRelay(b.pool, b.opts(t, c.opt)...)
 		if err != nil {
@@ -837,7 +838,7 @@ func TestPinnedToAPartitionJustAddedIsPublished(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := b.start(t, outbox.DeadLetterTopic(dlq))
+	run := b.start(t, outbox.DeadLetter(dlq))
 	pinned(0, "p0")
 	waitFor(t, 30*time.Second, "the record for partition 0", func() bool { return len(k.ReadNow(topic, kgo.ReadCommitted(), time.Minute)) == 1 })
 	resp, err := k.Admin.UpdatePartitions(ctx, 3, topic)

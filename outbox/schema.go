@@ -15,7 +15,7 @@ import (
 const Table = "eoskit_outbox"
 
 // DeadLetterTable keeps, whole, the records a relay of the default outbox
-// sent to its [DeadLetterTopic] (the dead letter itself omits a value
+// sent to its [DeadLetter] topic (the dead letter itself omits a value
 // Kafka refused as too large); an outbox with a [Name] keeps them in
 // eoskit_outbox_<name>_dead_letters.
 const DeadLetterTable = "eoskit_outbox_dead_letters"
@@ -86,7 +86,7 @@ const SchemaVersion = 1
 // before the first [Write]: a record written before its slot exists is
 // never relayed.
 //
-// A malformed Name or Slot is an *eos.ConfigError before any statement.
+// A malformed Name or Slot is an *eoskit.ConfigError before any statement.
 // It needs wal_level=logical (else it returns [ErrWALLevel]), and a role
 // that may create the tables and publication and has the REPLICATION
 // attribute (for the slot).

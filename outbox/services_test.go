@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/outbox"
 )
@@ -340,7 +340,7 @@ func TestMigrateCreatesOnlyWhatItIsGiven(t *testing.T) {
 }
 
 // A malformed Name or Slot is refused by every constructor that takes
-// it, as an *eos.ConfigError naming the option, before anything reaches
+// it, as an *eoskit.ConfigError naming the option, before anything reaches
 // the server (the zero pool here would panic if used).
 func TestMalformedNameIsRefusedWhereItIsGiven(t *testing.T) {
 	ctx := context.Background()
@@ -361,8 +361,8 @@ func TestMalformedNameIsRefusedWhereItIsGiven(t *testing.T) {
 			_, errs["NewWriter"] = outbox.NewWriter(n)
 		}
 		for who, err := range errs {
-			if cerr, ok := errors.AsType[*eos.ConfigError](err); !ok || cerr.Setting != tc.setting {
-				t.Errorf("%s with a malformed %s: %v; want an *eos.ConfigError naming %s", who, tc.setting, err, tc.setting)
+			if cerr, ok := errors.AsType[*eoskit.ConfigError](err); !ok || cerr.Setting != tc.setting {
+				t.Errorf("%s with a malformed %s: %v; want an *eoskit.ConfigError naming %s", who, tc.setting, err, tc.setting)
 			}
 		}
 	}

@@ -7,13 +7,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/topiccheck"
 )
 
 // checkTopics makes sure the topics the relay writes to on its own
 // account exist: the position topic (exactly-once) and the dead-letter
-// topic, if one is set. A missing one is an *eos.ConfigError naming its
+// topic, if one is set. A missing one is an *eoskit.ConfigError naming its
 // setting, at once: the relay does not create topics (that would need
 // admin rights), so retrying would not cure it. Run calls it at the start
 // of every session, and again when a produce to one of them fails as
@@ -24,7 +25,7 @@ func (c *config) checkTopics(ctx context.Context) error {
 		topics, settings = append(topics, c.positionTopic), append(settings, "PositionTopic")
 	}
 	if c.deadLetter != "" && c.deadLetter != c.positionTopic {
-		topics, settings = append(topics, c.deadLetter), append(settings, "DeadLetterTopic")
+		topics, settings = append(topics, c.deadLetter), append(settings, "DeadLetter")
 	}
 	if len(topics) == 0 {
 		return nil
@@ -34,13 +35,13 @@ func (c *config) checkTopics(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("outbox: %w", err)
 	case missing >= 0:
-		return &eos.ConfigError{Package: "outbox", Setting: settings[missing], Semantics: c.semantics,
+		return &eoskit.ConfigError{Package: "outbox", Setting: settings[missing], Semantics: c.semantics.String(),
 			Reason: fmt.Sprintf("topic %q does not exist; create it (the relay never creates topics)", topics[missing]), Err: kerr.UnknownTopicOrPartition}
 	}
 	return nil
 }
 
-// topicGone returns the *eos.ConfigError of checkTopics when err is a
+// topicGone returns the *eoskit.ConfigError of checkTopics when err is a
 // produce to the position topic or the dead-letter topic that failed as
 // UNKNOWN_TOPIC_OR_PARTITION and a fresh look-up confirms the topic is
 // gone; nil otherwise (a metadata glitch, say, which the session's retry
@@ -51,7 +52,7 @@ func (c *config) topicGone(ctx context.Context, err error) error {
 		pe.Topic != c.positionTopic && (c.deadLetter == "" || pe.Topic != c.deadLetter) {
 		return nil
 	}
-	if cerr, ok := errors.AsType[*eos.ConfigError](c.checkTopics(ctx)); ok {
+	if cerr, ok := errors.AsType[*eoskit.ConfigError](c.checkTopics(ctx)); ok {
 		return cerr
 	}
 	return nil

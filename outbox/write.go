@@ -25,7 +25,7 @@ func Write(ctx context.Context, tx pgx.Tx, records ...*kgo.Record) error {
 
 // WriteToPartition is [Write] for records that must go to one partition
 // of their topics. A partition the topic does not have is refused by the
-// relay as the record's fault: with a [DeadLetterTopic] the record is
+// relay as the record's fault: with a [DeadLetter] topic the record is
 // dead-lettered and the others publish; without one the relay stops with
 // a *[RecordError] wrapping [ErrInvalidPartition]. The relay checks with
 // a fresh metadata look-up first, so that a partition just added, which
@@ -45,7 +45,7 @@ type Writer struct {
 
 // NewWriter returns a writer into the outbox its options name: [Name],
 // or none for the default outbox. A malformed name is an
-// *eos.ConfigError naming Name.
+// *eoskit.ConfigError naming Name.
 func NewWriter(opts ...WriterOption) (*Writer, error) {
 	var n names
 	for _, o := range opts {

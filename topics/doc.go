@@ -40,7 +40,7 @@
 //
 //   - eos: its input topics and the topics its handler writes to, and the
 //     dead-letter topic if DeadLetter names one. None is created by the
-//     processor; a missing dead-letter topic is an *eos.ConfigError at Run.
+//     processor; a missing dead-letter topic is an *eoskit.ConfigError at Run.
 //   - offsetstore and dedup: their input topics only (dead letters go to a
 //     PostgreSQL table).
 //   - outbox: the position topic of an exactly-once relay

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 )
 
@@ -135,14 +136,14 @@ func list(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDeta
 	defer cancel()
 	details, err := adm.ListTopics(ctx, names...)
 	if ae, ok := errors.AsType[*kadm.AuthError](err); ok {
-		return nil, &authz.Error{Permission: fmt.Sprintf("Describe on topics %q", names), Err: ae.Err}
+		return nil, &eoskit.AuthorizationError{Permission: fmt.Sprintf("Describe on topics %q", names), Err: ae.Err}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("topics: look up %q (within %s): %w", names, RequestTimeout, err)
 	}
 	for _, name := range names {
 		if td := details[name]; authz.Refused(td.Err) {
-			return nil, &authz.Error{Permission: "Describe on topic " + name, Err: td.Err}
+			return nil, &eoskit.AuthorizationError{Permission: "Describe on topic " + name, Err: td.Err}
 		}
 	}
 	return details, nil
@@ -172,7 +173,7 @@ func create(ctx context.Context, adm *kadm.Client, s Spec) (made bool, err error
 	case errors.Is(err, kerr.TopicAlreadyExists):
 		return false, nil
 	case authz.Refused(err):
-		return false, &authz.Error{Permission: "Create on topic " + s.Name, Err: err}
+		return false, &eoskit.AuthorizationError{Permission: "Create on topic " + s.Name, Err: err}
 	case err != nil && resp.ErrMessage != "":
 		return false, fmt.Errorf("topics: create %q: %w: %s", s.Name, err, resp.ErrMessage)
 	case err != nil:
@@ -197,7 +198,7 @@ func waitVisible(ctx context.Context, adm *kadm.Client, names []string, leaders 
 	defer cancel()
 	for {
 		details, err := list(ctx, adm, names)
-		if ae, ok := errors.AsType[*authz.Error](err); ok {
+		if ae, ok := errors.AsType[*eoskit.AuthorizationError](err); ok {
 			return nil, ae
 		}
 		last := "no answer yet"
@@ -266,11 +267,11 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec) error {
 		if len(s.Configs) > 0 {
 			switch {
 			case rc == nil && err != nil:
-				return &authz.Error{Permission: "DescribeConfigs on topic " + s.Name, Err: err}
+				return &eoskit.AuthorizationError{Permission: "DescribeConfigs on topic " + s.Name, Err: err}
 			case rc == nil:
 				return fmt.Errorf("topics: the broker returned no configs for %q", s.Name)
 			case authz.Refused(rc.Err):
-				return &authz.Error{Permission: "DescribeConfigs on topic " + s.Name, Err: rc.Err}
+				return &eoskit.AuthorizationError{Permission: "DescribeConfigs on topic " + s.Name, Err: rc.Err}
 			case rc.Err != nil:
 				return fmt.Errorf("topics: describe the configs of %q: %w", s.Name, rc.Err)
 			}

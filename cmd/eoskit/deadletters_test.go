@@ -178,7 +178,7 @@ func TestDeadLettersInTheTableAreListedAndReplayedOnce(t *testing.T) {
 				if err := offsetstore.Migrate(ctx, pool); err != nil {
 					t.Fatal(err)
 				}
-				r, err := offsetstore.New(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+				r, err := offsetstore.NewRunner(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 					for _, rec := range recs {
 						if err := apply(ctx, tx, rec); err != nil {
 							return err
@@ -276,7 +276,7 @@ func TestDeadLettersInATopicAreListedAndReplayedOnce(t *testing.T) {
 			return nil, err
 		}
 		return []*kgo.Record{{Topic: out, Key: r.Key, Value: r.Value}}, nil
-	}, eos.Brokers(k.Brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID), eos.OnHandlerError(eos.DeadLetter(dlq)))
+	}, eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in), eos.TransactionalID(txnID), eos.OnHandlerError(eos.DeadLetter(dlq)))
 	if err != nil {
 		t.Fatal(err)
 	}

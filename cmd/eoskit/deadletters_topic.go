@@ -20,7 +20,7 @@ import (
 // topicLetters is a Kafka dead-letter topic as eos's DeadLetter policy
 // writes it (each record as it came, with eoskit-error and
 // eoskit-source-{topic,partition,offset} headers) or an outbox relay's
-// DeadLetterTopic (eoskit-outbox-{id,topic,error} headers, and
+// DeadLetter topic (eoskit-outbox-{id,topic,error} headers, and
 // eoskit-outbox-value when the value was too large for Kafka and is kept
 // only in the outbox's dead-letter table).
 type topicLetters struct {
@@ -209,7 +209,7 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 			return nil, err
 		}
 		return []*kgo.Record{out}, nil
-	}, eos.Brokers(t.brokers...), eos.Group(t.group), eos.InputTopics(t.topic), eos.TransactionalID(txnID),
+	}, eos.Brokers(t.brokers...), eos.Group(t.group), eos.Topics(t.topic), eos.TransactionalID(txnID),
 		eos.Logger(t.logger), eos.ClientOptions(t.opts...))
 	if err != nil {
 		return 0, err

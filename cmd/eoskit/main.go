@@ -41,7 +41,7 @@
 // With -database-url (default $DATABASE_URL), the PostgreSQL table that
 // offsetstore and dedup park records in (offsetstore.DeadLetterTable);
 // with -dead-letter-topic, a Kafka topic that eos's DeadLetter policy or an
-// outbox relay's DeadLetterTopic writes to. list prints what is parked,
+// outbox relay's DeadLetter option writes to. list prints what is parked,
 // oldest first: where each record was read (or, from an outbox, the topic
 // it was meant for), why it failed and the sizes of its key and value,
 // never the data. For the table, -group and -topic (the topic it was read

@@ -5,7 +5,7 @@
 //
 //	m, err := eosprom.New(prometheus.DefaultRegisterer)
 //	p, err := eos.NewProcessor(h, ..., eos.WithMetrics(m))
-//	r, err := offsetstore.New(pool, h2, ..., offsetstore.WithMetrics(m))
+//	r, err := offsetstore.NewRunner(pool, h2, ..., offsetstore.WithMetrics(m))
 //
 // Metrics, under the namespace (default "eoskit") and subsystem "processor",
 // each with a path label ("eos", "offsetstore", "dedup", "outbox"):
@@ -31,12 +31,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 )
 
-// Metrics holds the collectors. It is an eos.PathMetrics: each runner it
+// Metrics holds the collectors. It is an eoskit.PathMetrics: each runner it
 // is given to reports through the view of its own path. One value may be
-// shared by every runner of a process. Used directly as an eos.Metrics, it
+// shared by every runner of a process. Used directly as an eoskit.Metrics, it
 // reports under path "eos".
 type Metrics struct {
 	transactions *prometheus.CounterVec
@@ -54,8 +55,8 @@ type Metrics struct {
 }
 
 var (
-	_ eos.Metrics        = (*Metrics)(nil)
-	_ eos.PathMetrics    = (*Metrics)(nil)
+	_ eoskit.Metrics     = (*Metrics)(nil)
+	_ eoskit.PathMetrics = (*Metrics)(nil)
 	_ eos.HangingMetrics = (*Metrics)(nil)
 	_ eos.HangingMetrics = (*path)(nil)
 )
@@ -123,9 +124,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// ForPath implements eos.PathMetrics: the view of m whose series carry
+// ForPath implements eoskit.PathMetrics: the view of m whose series carry
 // path (and, for lag, group).
-func (m *Metrics) ForPath(p, group string) eos.Metrics { return m.forPath(p, group) }
+func (m *Metrics) ForPath(p, group string) eoskit.Metrics { return m.forPath(p, group) }
 
 func (m *Metrics) forPath(p, group string) *path {
 	return &path{m: m, name: p, group: group,
@@ -185,7 +186,7 @@ func (p *path) HangingTransaction(outcome string) {
 	p.m.hanging.WithLabelValues(p.name, outcome).Inc()
 }
 
-// Committed implements eos.Metrics, under path "eos"; so do the methods
+// Committed implements eoskit.Metrics, under path "eos"; so do the methods
 // below.
 func (m *Metrics) Committed(recordsIn, recordsOut int, d time.Duration) {
 	m.eos.Committed(recordsIn, recordsOut, d)

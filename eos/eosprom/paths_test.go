@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/eos/eosprom"
@@ -77,12 +78,12 @@ func TestOneMetricsServesEveryPath(t *testing.T) {
 			return nil, errors.New("fails once")
 		}
 		return []*kgo.Record{{Topic: out, Value: r.Value}}, nil
-	}, eos.Brokers(k.Brokers...), eos.Group(integration.UniqueName(t, "eos")), eos.InputTopics(in), eos.TransactionalID(txnID),
+	}, eos.Brokers(k.Brokers...), eos.Group(integration.UniqueName(t, "eos")), eos.Topics(in), eos.TransactionalID(txnID),
 		eos.OnHandlerError(eos.Retry(time.Millisecond, 2)), eos.WithMetrics(m), eos.ClientOptions(userAssigned("eos")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := offsetstore.New(pool, func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
+	r, err := offsetstore.NewRunner(pool, func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
 		offsetstore.Brokers(k.Brokers...), offsetstore.Group(integration.UniqueName(t, "os")), offsetstore.Topics(in), offsetstore.WithMetrics(m),
 		offsetstore.ClientOptions(userAssigned("offsetstore")))
 	if err != nil {
@@ -97,7 +98,7 @@ func TestOneMetricsServesEveryPath(t *testing.T) {
 	type runner struct {
 		name   string
 		run    func(context.Context) error
-		health func() eos.Health
+		health func() eoskit.Health
 	}
 	runners := []runner{{"eos", p.Run, p.Health}, {"offsetstore", r.Run, r.Health}, {"dedup", c.Run, c.Health}}
 	runCtx, cancel := context.WithCancel(ctx)

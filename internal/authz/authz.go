@@ -11,25 +11,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
 )
-
-// Error says that the broker refused a request because the client's
-// principal lacks an ACL, and names it.
-type Error struct {
-	// Permission is what to grant, as "Read on topic orders", "Read on
-	// group billing", "Write on topic invoices" or "Write on
-	// transactional id billing-0".
-	Permission string
-	// Err is the broker's refusal (kerr.TopicAuthorizationFailed and the
-	// like): errors.Is matches it.
-	Err error
-}
-
-func (e *Error) Error() string {
-	return "not authorized: grant this principal " + e.Permission + " (" + e.Err.Error() + ")"
-}
-
-func (e *Error) Unwrap() error { return e.Err }
 
 // Refused reports whether err is a refusal for want of an ACL.
 func Refused(err error) bool {
@@ -44,15 +28,15 @@ func Refused(err error) bool {
 func Write(topic, txnID, group string, err error) error {
 	switch {
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
-		return &Error{Permission: "Write on transactional id " + txnID, Err: err}
+		return &eoskit.AuthorizationError{Permission: "Write on transactional id " + txnID, Err: err}
 	case errors.Is(err, kerr.TopicAuthorizationFailed):
-		return &Error{Permission: "Write on topic " + topic, Err: err}
+		return &eoskit.AuthorizationError{Permission: "Write on topic " + topic, Err: err}
 	case errors.Is(err, kerr.GroupAuthorizationFailed) && group != "":
-		return &Error{Permission: "Read on group " + group, Err: err}
+		return &eoskit.AuthorizationError{Permission: "Read on group " + group, Err: err}
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
-		return &Error{Permission: "Read on the group whose offsets the transaction commits", Err: err}
+		return &eoskit.AuthorizationError{Permission: "Read on the group whose offsets the transaction commits", Err: err}
 	case errors.Is(err, kerr.ClusterAuthorizationFailed):
-		return &Error{Permission: "IdempotentWrite on the cluster (or a broker of Kafka 2.8+)", Err: err}
+		return &eoskit.AuthorizationError{Permission: "IdempotentWrite on the cluster (or a broker of Kafka 2.8+)", Err: err}
 	}
 	return nil
 }
@@ -79,16 +63,16 @@ func (w *Watch) Check(f kgo.Fetches, now time.Time) error {
 	}
 	var lasting error
 	f.EachError(func(topic string, _ int32, err error) {
-		var e *Error
+		var e *eoskit.AuthorizationError
 		switch {
 		case lasting != nil:
 			return
 		case errors.Is(err, kerr.GroupAuthorizationFailed):
-			e = &Error{Permission: "Read on group " + w.Group, Err: err}
+			e = &eoskit.AuthorizationError{Permission: "Read on group " + w.Group, Err: err}
 		case errors.Is(err, kerr.TopicAuthorizationFailed) && topic != "":
-			e = &Error{Permission: "Read on topic " + topic, Err: err}
+			e = &eoskit.AuthorizationError{Permission: "Read on topic " + topic, Err: err}
 		case errors.Is(err, kerr.TopicAuthorizationFailed):
-			e = &Error{Permission: "Read on the topics it consumes", Err: err}
+			e = &eoskit.AuthorizationError{Permission: "Read on the topics it consumes", Err: err}
 		default:
 			return
 		}

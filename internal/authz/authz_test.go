@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
 )
 
 func refusal(topic string, err error) kgo.Fetches {
@@ -32,9 +34,9 @@ func TestWatchGivesUpOnlyOnALastingRefusal(t *testing.T) {
 		t.Fatalf("a refusal within its grace ended the run: %v", err)
 	}
 	err := w.Check(group, t0.Add(5*time.Second))
-	var e *Error
+	var e *eoskit.AuthorizationError
 	if !errors.As(err, &e) || e.Permission != "Read on group billing" || !errors.Is(err, kerr.GroupAuthorizationFailed) || !strings.Contains(err.Error(), "Read on group billing") {
-		t.Fatalf("a lasting refusal gave %v; want an *Error naming Read on group billing", err)
+		t.Fatalf("a lasting refusal gave %v; want an *eoskit.AuthorizationError naming Read on group billing", err)
 	}
 
 	topic := refusal("orders", kerr.TopicAuthorizationFailed)

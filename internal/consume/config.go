@@ -24,6 +24,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/loop"
 )
@@ -38,7 +39,7 @@ type Config struct {
 	Concurrency int           // batches committing at once; 1: a poll is one batch
 	Drain       time.Duration // how long batches under way may finish once Run's ctx ended
 	Logger      *slog.Logger
-	Metrics     eos.Metrics
+	Metrics     eoskit.Metrics
 	ClientOpts  []kgo.Opt // the user's, checked against the preset
 }
 
@@ -53,10 +54,10 @@ func Defaults() Config {
 }
 
 // check returns the first setting of c that is missing or malformed, as
-// a *eos.ConfigError of pkg.
+// a *eoskit.ConfigError of pkg.
 func (c *Config) check(pkg string) error {
 	fail := func(setting, reason string) error {
-		return &eos.ConfigError{Package: pkg, Setting: setting, Reason: reason}
+		return &eoskit.ConfigError{Package: pkg, Setting: setting, Reason: reason}
 	}
 	switch {
 	case len(c.Brokers) == 0:
@@ -116,17 +117,17 @@ func (c *Core) newClient(hooks ...kgo.Opt) (*kgo.Client, error) {
 	opts = append(opts, hooks...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, &eos.ConfigError{Package: c.pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: c.pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
 		cl.Close()
 		// The preset's refusal, as this package's: the kgo setting at
 		// fault and why, under ClientOptions.
 		reason := err.Error()
-		if cerr, ok := errors.AsType[*eos.ConfigError](err); ok {
+		if cerr, ok := errors.AsType[*eoskit.ConfigError](err); ok {
 			reason = cerr.Setting + ": " + cerr.Reason
 		}
-		return nil, &eos.ConfigError{Package: c.pkg, Setting: "ClientOptions", Semantics: eos.ExactlyOnce, Reason: reason, Err: err}
+		return nil, &eoskit.ConfigError{Package: c.pkg, Setting: "ClientOptions", Semantics: eos.ExactlyOnce.String(), Reason: reason, Err: err}
 	}
 	return cl, nil
 }
@@ -139,7 +140,7 @@ func New(pkg string, cfg Config, run Runner) (*Core, error) {
 	}
 	userHooks, err := loop.ReadUserOptions(eos.ExactlyOnce.ConsumerOptions(), cfg.ClientOpts, owned(pkg, run.Owned))
 	if err != nil {
-		return nil, &eos.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
+		return nil, &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	c := &Core{pkg: pkg, cfg: cfg, run: run, userHooks: userHooks, Obs: loop.NewObserver(pkg, cfg.Group, cfg.Metrics)}
 	cl, err := c.newClient()

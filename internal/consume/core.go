@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
@@ -61,11 +62,11 @@ type Core struct {
 
 // Run consumes until ctx ends (then, after the drain, it returns nil) or
 // a batch fails for good (then it returns that error once the other
-// batches under way ended). It returns loop.ErrRunning while another Run
+// batches under way ended). It returns eoskit.ErrRunning while another Run
 // of the same core runs.
 func (c *Core) Run(ctx context.Context) (err error) {
 	if !c.running.CompareAndSwap(false, true) {
-		return loop.ErrRunning
+		return eoskit.ErrRunning
 	}
 	defer c.running.Store(false)
 	c.Obs.Running(true, nil)

@@ -55,7 +55,7 @@ func exactlyOnceKafka() Pattern {
 func control(sem eos.Semantics) func(context.Context, kafkatokafka.Config) error {
 	return func(ctx context.Context, cfg kafkatokafka.Config) error {
 		opts := append([]eos.ProcessorOption{
-			eos.Brokers(cfg.Brokers...), eos.Group(cfg.Group), eos.InputTopics(cfg.Input),
+			eos.Brokers(cfg.Brokers...), eos.Group(cfg.Group), eos.Topics(cfg.Input),
 			eos.WithSemantics(sem), eos.Logger(cfg.Logger),
 		}, cfg.Options...)
 		proc, err := eos.NewProcessor(cfg.Handler, opts...)

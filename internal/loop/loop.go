@@ -20,7 +20,7 @@ import (
 
 // Poll polls up to max records with poll. stop is true when ctx ended: the
 // loop returns without error. err is kgo.ErrClientClosed when the client was
-// closed under the loop, or an *authz.Error once refused reads last (refused
+// closed under the loop, or an *eoskit.AuthorizationError once refused reads last (refused
 // tells). Other fetch errors are logged, not returned: franz-go retries them
 // itself.
 func Poll(ctx context.Context, poll func(context.Context, int) kgo.Fetches, max int, logger *slog.Logger, refused *authz.Watch) (f kgo.Fetches, stop bool, err error) {

@@ -7,136 +7,33 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
 )
-
-// Metrics receives what a runner does. eos.Metrics documents it for users;
-// every runner reports through the same interface, so one implementation
-// (eosprom's) serves them all.
-type Metrics interface {
-	Committed(recordsIn, recordsOut int, d time.Duration)
-	Aborted(reason string, d time.Duration)
-	Rebalanced()
-	Fenced()
-	HandlerStarted()
-	Handled(d time.Duration, failed bool)
-	DeadLettered(n int)
-	Lag(topic string, partition int32, lag int64)
-}
-
-// PathMetrics is a Metrics that labels what it receives with the path of
-// the runner reporting it ("eos", "offsetstore", "dedup", "outbox") and its
-// consumer group (empty for the outbox): each runner asks it, once, for
-// the Metrics of its path and group.
-type PathMetrics interface {
-	ForPath(path, group string) Metrics
-}
-
-// NopMetrics ignores everything; embed it to implement only some methods.
-type NopMetrics struct{}
-
-func (NopMetrics) Committed(int, int, time.Duration) {}
-func (NopMetrics) Aborted(string, time.Duration)     {}
-func (NopMetrics) Rebalanced()                       {}
-func (NopMetrics) Fenced()                           {}
-func (NopMetrics) HandlerStarted()                   {}
-func (NopMetrics) Handled(time.Duration, bool)       {}
-func (NopMetrics) DeadLettered(int)                  {}
-func (NopMetrics) Lag(string, int32, int64)          {}
-
-// Health is what a runner shows probes and dashboards.
-type Health struct {
-	// Path is the runner's kind: "eos", "offsetstore", "dedup" or
-	// "outbox".
-	Path string `json:"path"`
-	// Running is true while Run runs.
-	Running bool `json:"running"`
-	// Assigned holds the partitions the group gave this instance, and
-	// LastAssigned when it last gave some. It starts empty with every
-	// session. (franz-go's GroupTransactSession drops a revocation that
-	// comes while an earlier one waits for the next transaction to end, so
-	// an idle eos processor may list a partition it lost until its next
-	// transaction or session.)
-	// An outbox relay has no partitions: its LastAssigned is when it last
-	// took its replication slot.
-	Assigned     map[string][]int32 `json:"assigned"`
-	LastAssigned time.Time          `json:"last_assigned"`
-	// Joined is true once the group has given this instance its
-	// assignment in the current session (partitions, or none when the
-	// group has more members than partitions), and false from the start
-	// of a session until then. A member that restarts without static
-	// membership waits there while the group waits out the session
-	// timeout of the member it replaces (45 s by default): see [Health.Ready].
-	// An outbox relay has joined once it holds its slot.
-	Joined bool `json:"joined"`
-	// Standby is true while an outbox relay stands by behind another
-	// relay that holds its slot: healthy, with nothing to do.
-	Standby bool `json:"standby,omitempty"`
-	// LastRecords is when a poll last returned records (a relay: when it
-	// last read a transaction to publish).
-	LastRecords time.Time `json:"last_records"`
-	// LastCommit is when work was last committed (zero: not yet).
-	LastCommit time.Time `json:"last_commit"`
-	// LastError is the last failure the runner met and is riding out (a
-	// session restart, a database retry), and when; or the error Run
-	// returned.
-	LastError   string    `json:"last_error,omitempty"`
-	LastErrorAt time.Time `json:"last_error_at"`
-	// Lag is, per assigned partition, how many offsets stood after the
-	// last record polled, up to the high watermark, as of that poll (a
-	// poll that returns nothing for a partition leaves it as it was). It
-	// counts offsets, not records: on a topic written in transactions,
-	// the markers and aborted records after the last committed record
-	// count too, so a partition that is caught up can show a small lag;
-	// and it grows while a hanging transaction holds read_committed
-	// readers back.
-	Lag map[string]map[int32]int64 `json:"lag"`
-}
-
-// Healthy reports whether the runner is running and has made progress
-// since its last error (or met none): it committed, or its group gave it
-// partitions and it has polled no records since (a new session after a
-// restart, on a topic with nothing to read; one that polls records and
-// never commits them is not healthy), or it is a relay standing by.
-func (h Health) Healthy() bool {
-	if !h.Running {
-		return false
-	}
-	return h.LastError == "" || h.Standby || h.LastCommit.After(h.LastErrorAt) ||
-		h.LastAssigned.After(h.LastErrorAt) && !h.LastRecords.After(h.LastAssigned)
-}
-
-// Ready reports whether a readiness probe should send the runner work:
-// it is Healthy, and the group has given it its assignment in this
-// session (Joined) or it is a relay standing by. Healthy alone holds
-// while a new session waits to be assigned anything, which after a
-// restart lasts the session timeout of the member it replaces.
-func (h Health) Ready() bool {
-	return h.Healthy() && (h.Joined || h.Standby)
-}
 
 // Observer is what a runner reports to: its metrics, and the state behind
 // its Health. Safe for concurrent use.
 type Observer struct {
-	Metrics Metrics
+	Metrics eoskit.Metrics
 	mu      sync.Mutex
-	h       Health
+	h       eoskit.Health
 	idle    idleWatch
 }
 
 // NewObserver returns the observer of a runner of path in group reporting
-// to m (nil: nowhere), labelled by path and group when m is a PathMetrics.
-func NewObserver(path, group string, m Metrics) *Observer {
+// to m (nil: nowhere), labelled by path and group when m is an eoskit.PathMetrics.
+func NewObserver(path, group string, m eoskit.Metrics) *Observer {
 	switch pm := m.(type) {
 	case nil:
-		m = NopMetrics{}
-	case PathMetrics:
+		m = eoskit.NopMetrics{}
+	case eoskit.PathMetrics:
 		m = pm.ForPath(path, group)
-	case interface{ ForPath(string) Metrics }:
+	case interface{ ForPath(string) eoskit.Metrics }:
 		// The earlier shape, without the group: still labelled by path
 		// rather than silently not at all.
 		m = pm.ForPath(path)
 	}
-	return &Observer{Metrics: m, h: Health{Path: path}}
+	return &Observer{Metrics: m, h: eoskit.Health{Path: path}}
 }
 
 // Running notes that Run started (true) or returned (false, with err).
@@ -322,7 +219,7 @@ func (o *Observer) HandleTimed(pkg string, call func() error) (time.Duration, er
 }
 
 // Health returns a copy of the runner's health.
-func (o *Observer) Health() Health {
+func (o *Observer) Health() eoskit.Health {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	h := o.h

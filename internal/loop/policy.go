@@ -3,7 +3,6 @@ package loop
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -164,35 +163,6 @@ func Backoff(attempt int, base, limit time.Duration) time.Duration {
 	d = min(d, limit)
 	return d/2 + rand.N(d/2+1)
 }
-
-// RecordError names a record that stopped a runner: under the Stop policy,
-// after a Retry's last attempt, or when it cannot be processed at all (no
-// id, say). Its offset was not committed, so it is read again on the next
-// start. errors.Is and errors.As see Err, the handler's error (or the
-// runner's reason).
-type RecordError struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	// Attempts is how many times its handler ran before the runner gave up
-	// (1 under Stop; 0 when the handler never ran).
-	Attempts int
-	Err      error
-}
-
-func (e *RecordError) Error() string {
-	var after string
-	if e.Attempts > 1 {
-		after = " after " + strconv.Itoa(e.Attempts) + " attempts"
-	}
-	return fmt.Sprintf("eoskit: record %s[%d]@%d failed%s: %v", e.Topic, e.Partition, e.Offset, after, e.Err)
-}
-
-func (e *RecordError) Unwrap() error { return e.Err }
-
-// ErrRunning is returned by a runner's Run while another Run of the same
-// runner is under way.
-var ErrRunning = errors.New("eoskit: Run called while already running")
 
 // Retry pauses for work that failed for no record's fault (a database or
 // broker error): from retryBase, doubling, up to retryLimit, jittered.

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit"
 )
 
 const (
@@ -33,7 +33,7 @@ const (
 // Describe returns topics' metadata from a fresh Metadata request on a
 // client of its own, built from conn (the seed brokers and the
 // connection's options). A topic the principal may not describe is an
-// *authz.Error.
+// *eoskit.AuthorizationError.
 func Describe(ctx context.Context, conn []kgo.Opt, topics ...string) (kadm.TopicDetails, error) {
 	cl, err := kgo.NewClient(conn...)
 	if err != nil {
@@ -48,7 +48,7 @@ func describe(ctx context.Context, adm *kadm.Client, topics []string) (kadm.Topi
 	defer cancel()
 	md, err := adm.Metadata(ctx, topics...)
 	if ae, ok := errors.AsType[*kadm.AuthError](err); ok {
-		return nil, &authz.Error{Permission: fmt.Sprintf("Describe (or Read or Write) on topics %q", topics), Err: ae.Err}
+		return nil, &eoskit.AuthorizationError{Permission: fmt.Sprintf("Describe (or Read or Write) on topics %q", topics), Err: ae.Err}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up topics %q (within %s): %w", topics, DescribeTimeout, err)

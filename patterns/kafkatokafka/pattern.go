@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config) error {
 	opts := append([]eos.ProcessorOption{
 		eos.Brokers(cfg.Brokers...),
 		eos.Group(cfg.Group),
-		eos.InputTopics(cfg.Input),
+		eos.Topics(cfg.Input),
 		eos.WithSemantics(eos.ExactlyOnce), // the default, said aloud
 		eos.TransactionalID(txnID),
 		eos.Logger(logger),

@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 		offsetstore.Topics(cfg.Topic),
 		offsetstore.Logger(logger),
 	}, cfg.Options...)
-	r, err := offsetstore.New(cfg.Pool, handler, opts...)
+	r, err := offsetstore.NewRunner(cfg.Pool, handler, opts...)
 	if err != nil {
 		return err
 	}

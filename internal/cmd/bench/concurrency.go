@@ -47,7 +47,7 @@ func ioVariants() []ioVariant {
 			p, err := eos.NewProcessor(func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 				time.Sleep(ioDelay)
 				return copyTo(e.out)(ctx, in)
-			}, eos.Brokers(e.brokers...), eos.Group(e.group), eos.InputTopics(e.in), eos.TransactionalID(e.group+"-0"),
+			}, eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in), eos.TransactionalID(e.group+"-0"),
 				eos.Concurrency(n, order), eos.Logger(quiet), eos.ClientOptions(opts...))
 			if err != nil {
 				return running{}, err
@@ -61,7 +61,7 @@ func ioVariants() []ioVariant {
 	}
 	offsetstoreAt := func(n int) func(context.Context, *env) (running, error) {
 		return func(ctx context.Context, e *env) (running, error) {
-			r, err := offsetstore.New(poolFor(e, n), sleepy, offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
+			r, err := offsetstore.NewRunner(poolFor(e, n), sleepy, offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
 				offsetstore.Topics(e.in), offsetstore.MaxPollRecords(1000), offsetstore.Concurrency(n), offsetstore.Logger(quiet),
 				offsetstore.ClientOptions(spread))
 			if err != nil {

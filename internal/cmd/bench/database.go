@@ -68,7 +68,7 @@ func insertRow(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
 func offsetstorePath(records int) path {
 	runner := func(batch int) func(context.Context, *env) (running, error) {
 		return func(ctx context.Context, e *env) (running, error) {
-			r, err := offsetstore.New(e.pool, copyRows, offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
+			r, err := offsetstore.NewRunner(e.pool, copyRows, offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
 				offsetstore.Topics(e.in), offsetstore.MaxPollRecords(batch), offsetstore.Logger(quiet))
 			if err != nil {
 				return running{}, err

@@ -89,7 +89,7 @@ func copyTo(out string) eos.HandlerFunc {
 // it commits.
 func processor(sem eos.Semantics, interval time.Duration) func(context.Context, *env) (running, error) {
 	return newProcessor(func(e *env) []eos.ProcessorOption {
-		opts := []eos.ProcessorOption{eos.Brokers(e.brokers...), eos.Group(e.group), eos.InputTopics(e.in),
+		opts := []eos.ProcessorOption{eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
 			eos.WithSemantics(sem), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet)}
 		if sem == eos.ExactlyOnce {
 			opts = append(opts, eos.TransactionalID(e.group+"-0"))
@@ -99,13 +99,13 @@ func processor(sem eos.Semantics, interval time.Duration) func(context.Context, 
 }
 
 // probed is an eos.Processor with its defaults (Brokers, Group,
-// InputTopics, and under ExactlyOnce TransactionalID) plus extra, and a
+// Topics, and under ExactlyOnce TransactionalID) plus extra, and a
 // probe that sees its transactions and requests.
 func probed(sem eos.Semantics, extra ...eos.ProcessorOption) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
 		pr := newProbe()
 		return newProcessor(func(e *env) []eos.ProcessorOption {
-			opts := []eos.ProcessorOption{eos.Brokers(e.brokers...), eos.Group(e.group), eos.InputTopics(e.in)}
+			opts := []eos.ProcessorOption{eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in)}
 			if sem == eos.ExactlyOnce {
 				opts = append(opts, eos.TransactionalID(e.group+"-0"))
 			} else {

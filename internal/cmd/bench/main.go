@@ -37,7 +37,7 @@
 //     with records produced at 2,000 per second for 5 s: the time from
 //     produce until a read_committed reader sees the copy.
 //   - single: one partition, 100 B records: eos.Processor with its defaults
-//     (Brokers, Group, InputTopics, TransactionalID only), against an
+//     (Brokers, Group, Topics, TransactionalID only), against an
 //     idempotent producer alone with franz-go's defaults writing to a
 //     one-partition topic (goal: ≥ 0.5x), the at-least-once loop with its
 //     defaults and with 10,000 records per commit, and eos.Processor with

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit"
 )
 
 // The windowed tables (the eos CPU-bound table and the single-partition
@@ -363,7 +363,7 @@ func slug(s string) string {
 // probe sees a processor's committed transactions (as its Metrics) and
 // its client's requests (as a kgo hook). It only observes.
 type probe struct {
-	eos.NopMetrics
+	eoskit.NopMetrics
 	txns atomic.Int64
 	open atomic.Int64 // nanoseconds the committed transactions were open
 

@@ -100,7 +100,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 		if err != nil {
 			return err
 		}
-		opts := []eos.ProcessorOption{eos.Brokers(brokers...), eos.Group(group), eos.InputTopics(in), eos.TransactionalID(txnID),
+		opts := []eos.ProcessorOption{eos.Brokers(brokers...), eos.Group(group), eos.Topics(in), eos.TransactionalID(txnID),
 			eos.CommitInterval(200 * time.Millisecond), eos.MaxRecordsPerCommit(750), eos.Concurrency(concurrency, eos.PartitionOrder),
 			eos.Logger(logger), eos.ClientOptions(clientOpts...)}
 		if repair {
@@ -138,7 +138,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 	insert := `INSERT INTO ` + pgx.Identifier{table}.Sanitize() + ` (id, part, off) VALUES ($1, $2, $3)`
 	switch path {
 	case "offsetstore":
-		r, err := offsetstore.New(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		r, err := offsetstore.NewRunner(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 			for _, rec := range recs {
 				time.Sleep(delay)
 				if _, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset); err != nil {
