@@ -73,6 +73,8 @@ type batchRun struct {
 	pending *pgx.Batch
 	// parked are the records parked in this attempt.
 	parked []parkedRecord
+	// failed counts the records settled in this attempt.
+	failed int
 	// halt, when set, ended the attempt: a Retry to run after a pause
 	// (the transaction rolls back), or a record to stop on (the records
 	// before it commit).
@@ -128,9 +130,51 @@ func (b *batchRun) run(ctx context.Context, recs []*kgo.Record) error {
 // An error that is the database's doing ends the attempt: no record is
 // blamed for it.
 func (b *batchRun) segment(ctx context.Context, seg []*kgo.Record) error {
+	return b.split(ctx, seg, false)
+}
+
+// split is segment, for a seg known to fail (fails) when its first half
+// had no failure although the whole did: its second half is then split at
+// once instead of called whole, a call saved at each level of the search.
+// A seg that does not fail after all (a failure that took both halves)
+// just runs in smaller calls.
+func (b *batchRun) split(ctx context.Context, seg []*kgo.Record, fails bool) error {
 	if len(seg) == 0 {
 		return nil
 	}
+	if !fails || len(seg) == 1 {
+		err := b.call(ctx, seg)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, errFailed) {
+			return nil // settled
+		}
+		if !errors.Is(err, errSplit) {
+			return err
+		}
+	}
+	mid := len(seg) / 2
+	before := b.failed
+	if err := b.split(ctx, seg[:mid], false); err != nil {
+		return err
+	}
+	return b.split(ctx, seg[mid:], b.failed == before)
+}
+
+// errSplit and errFailed are what call returns when the handler failed on
+// seg naming nothing (seg is to be split), and when the record at fault
+// was settled.
+var (
+	errSplit  = errors.New("offsetstore: split the records")
+	errFailed = errors.New("offsetstore: record settled")
+)
+
+// call runs the handler on seg under a fresh savepoint, and rolls back to
+// it if it fails: nil when it succeeded, errSplit when it failed naming
+// nothing in a seg of several records, errFailed once a single record or
+// one it named was settled; else what ends the attempt.
+func (b *batchRun) call(ctx context.Context, seg []*kgo.Record) error {
 	if b.dirty {
 		b.queue().Queue(releaseSavepointSQL)
 		b.pending.Queue(savepointSQL)
@@ -183,22 +227,25 @@ func (b *batchRun) segment(ctx context.Context, seg []*kgo.Record) error {
 		if err := b.fail(ctx, seg[i], err); err != nil {
 			return err
 		}
-		return b.segment(ctx, seg[i+1:])
+		if err := b.segment(ctx, seg[i+1:]); err != nil {
+			return err
+		}
+		return errFailed
 	}
-	if len(seg) == 1 {
-		return b.fail(ctx, seg[0], err)
+	if len(seg) > 1 {
+		return errSplit
 	}
-	mid := len(seg) / 2
-	if err := b.segment(ctx, seg[:mid]); err != nil {
+	if err := b.fail(ctx, seg[0], err); err != nil {
 		return err
 	}
-	return b.segment(ctx, seg[mid:])
+	return errFailed
 }
 
 // fail applies the error policy to rec, whose handler failed with cause
 // (its writes rolled back): it parks rec, or halts the attempt.
 func (b *batchRun) fail(ctx context.Context, rec *kgo.Record, cause error) error {
 	k := keyOf(rec)
+	b.failed++
 	b.st.failures[k]++
 	attempts := b.st.failures[k]
 	h := b.r.applyPolicy(rec, cause, attempts)
