@@ -416,15 +416,6 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 	}
 }
 
-// batchState is what a batch's runs learn about its records, kept from one
-// run (one database transaction) to the next.
-type batchState struct {
-	failures map[*kgo.Record]int
-	poisoned map[*kgo.Record]error
-	// careful: a handler failed in this batch; it runs with savepoints.
-	careful bool
-}
-
 // afterFailure applies the error policy to the record whose handler failed
 // for the attempts-th time in this batch, after the batch rolled back: it
 // pauses before a Retry, or poisons the record so that the batch runs

@@ -3,8 +3,19 @@ package dedup
 import (
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/eoskit/eoskit/internal/loop"
 )
+
+// batchState is what a batch's runs learn about its records, kept from one
+// run (one database transaction) to the next.
+type batchState struct {
+	failures map[*kgo.Record]int
+	poisoned map[*kgo.Record]error
+	// careful: a handler failed in this batch; it runs with savepoints.
+	careful bool
+}
 
 // A batch that met a handler's failure runs again with savepoints (see
 // apply): one taken every chunk records the handler ran on, so that a
