@@ -237,14 +237,18 @@ func (c *Consumer) start(ctx context.Context, _ *kgo.Client) error {
 // applyBatch applies recs in one database transaction, retrying it after
 // database errors and under the error policy. It returns nil once it
 // committed, ctx's error when ctx ended, or the error Run returns.
+//
+// A batch runs first as one plain transaction. The first handler failure
+// rolls it back; from then on the batch runs with savepoints (apply), in
+// which a record to park is settled without leaving the transaction: k
+// bad records cost two runs of the batch, not k+1.
 func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 	// failures counts, per record, its handler's failures in this batch;
 	// poisoned holds the records to park instead of handling.
-	failures := map[*kgo.Record]int{}
-	poisoned := map[*kgo.Record]error{}
+	st := &batchState{failures: map[*kgo.Record]int{}, poisoned: map[*kgo.Record]error{}}
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		n, err := c.apply(ctx, recs, poisoned)
+		n, err := c.apply(ctx, recs, st)
 		if err == nil {
 			c.applied.Add(int64(n.applied))
 			c.skipped.Add(int64(n.skipped))
@@ -268,9 +272,10 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 		var herr *handlerError
 		switch {
 		case errors.As(err, &herr):
-			failures[herr.rec]++
-			if !c.afterFailure(ctx, herr, failures[herr.rec], poisoned) {
-				return herr.recordError(failures[herr.rec])
+			st.failures[herr.rec]++
+			st.careful = true
+			if !c.afterFailure(ctx, herr, st.failures[herr.rec], st.poisoned) {
+				return herr.recordError(st.failures[herr.rec])
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -293,9 +298,10 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 }
 
 // afterFailure applies the error policy to the record whose handler failed
-// for the attempts-th time in this batch: it pauses before a Retry, or
-// poisons the record so that the batch runs again parking it, and reports
-// true; or it reports false, and Run stops with a *[eoskit.RecordError].
+// for the attempts-th time in this batch, after the batch rolled back: it
+// pauses before a Retry, or poisons the record so that the batch runs
+// again parking it, and reports true; or it reports false, and Run stops
+// with a *[eoskit.RecordError].
 func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempts int, poisoned map[*kgo.Record]error) bool {
 	pol := c.cfg.policy.p.For(herr.err)
 	r := herr.rec
@@ -338,9 +344,10 @@ func (e *handlerError) recordError(attempts int) *eoskit.RecordError {
 type counts struct{ applied, skipped, parked int }
 
 // callHandler runs the handler, turning a panic into an error naming
-// nothing but the panic, so that the batch rolls back and the record is
-// stopped on (or retried) like one whose handler failed, instead of the
-// process ending.
+// nothing but the panic, so that the record's writes roll back (the
+// batch, or its chunk to the savepoint) and the record is stopped on,
+// retried or parked like one whose handler failed, instead of the process
+// ending.
 func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
 	return c.obs.Handle("dedup", func() error { return c.handler(ctx, tx, r) })
 }
@@ -350,8 +357,13 @@ func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) er
 const maxDBAttempts = 10
 
 // apply runs one batch in one database transaction, parking the poisoned
-// records (their ids claimed) instead of handling them.
-func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*kgo.Record]error) (n counts, err error) {
+// records (their ids claimed) instead of handling them. Once the batch is
+// careful (a handler failed in it before), it runs under savepoints, one
+// per chunk of handler calls (chunkSize): a record whose handler fails and
+// is to be parked now (parksNow) rolls back to the savepoint, is poisoned,
+// and its chunk runs again from the savepoint, parking it; any other
+// failure ends the transaction with a *handlerError, as in a plain run.
+func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState) (n counts, err error) {
 	ids := make([]string, len(recs))
 	hasID := make([]bool, len(recs))
 	var claim []string
@@ -375,15 +387,42 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*
 		if err != nil {
 			return err
 		}
-		for i, r := range recs {
-			if hasID[i] {
-				if !claimed[ids[i]] {
-					n.skipped++
-					continue
-				}
-				delete(claimed, ids[i]) // a later copy in this batch is a duplicate
+		// Which records run: those whose ids this transaction claimed,
+		// the first copy of each in the batch (a later one is a
+		// duplicate), and those without an id. Decided once, so that a
+		// chunk run again from its savepoint decides alike.
+		run := make([]bool, len(recs))
+		for i := range recs {
+			if !hasID[i] {
+				run[i] = true
+			} else if claimed[ids[i]] {
+				run[i] = true
+				delete(claimed, ids[i])
 			}
-			if cause, ok := poisoned[r]; ok {
+		}
+		chunk := chunkSize(len(recs))
+		// The savepoint's chunk: from record from, with the counts as
+		// they were there, and calls handler calls in it so far; a chunk
+		// ends after chunk calls, or after a record settled in it.
+		from, at, calls, until := 0, n, 0, -1
+		if st.careful {
+			if _, err := tx.Exec(ctx, savepointSQL); err != nil {
+				return err
+			}
+		}
+		for i := 0; i < len(recs); i++ {
+			if st.careful && i > from && (calls >= chunk || i == until) {
+				if _, err := tx.Exec(ctx, nextSavepointSQL); err != nil {
+					return err
+				}
+				from, at, calls = i, n, 0
+			}
+			r := recs[i]
+			if !run[i] {
+				n.skipped++
+				continue
+			}
+			if cause, ok := st.poisoned[r]; ok {
 				// With the id it claimed: a replay releases it.
 				var held *deadletter.Claim
 				if hasID[i] {
@@ -395,16 +434,42 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, poisoned map[*
 				n.parked++
 				continue
 			}
-			if err := c.callHandler(ctx, tx, r); err != nil {
-				// Told from the error and this transaction's own
-				// connection: with a pool of Concurrency's size,
-				// another connection may never come free.
+			calls++
+			err := c.callHandler(ctx, tx, r)
+			if err == nil {
+				n.applied++
+				continue
+			}
+			// Told from the error and this transaction's own
+			// connection: with a pool of Concurrency's size, another
+			// connection may never come free.
+			if pgretry.Transient(err) || tx.Conn().IsClosed() {
+				return err // the database went away or pushed back: retry the batch
+			}
+			attempts := st.failures[r] + 1
+			if !st.careful || !c.parksNow(err, attempts) {
 				if pgretry.TransientOn(ctx, tx.Conn(), err) {
-					return err // the database went away or pushed back: retry the batch
+					return err // the connection went silent: the database's doing
 				}
 				return &handlerError{rec: r, err: err}
 			}
-			n.applied++
+			// Parked in this transaction: its writes and its chunk's
+			// roll back to the savepoint, and the chunk runs again,
+			// parking it. The rollback is also what tells the
+			// record's failure from the database's (as TransientOn's
+			// ping would, a round trip earlier): a connection closed
+			// or silent fails it, and the batch is retried whole.
+			rctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
+			_, rerr := tx.Exec(rctx, rollbackSavepointSQL)
+			cancel()
+			if rerr != nil {
+				return fmt.Errorf("dedup: %w (then the rollback to its savepoint failed: %w)", err, rerr)
+			}
+			st.failures[r] = attempts
+			st.poisoned[r] = err
+			c.deadLetterLog.Log(r.Topic, r.Partition, r.Offset, err, "attempts", attempts)
+			n, calls, until = at, 0, i+1
+			i = from - 1
 		}
 		return nil
 	})

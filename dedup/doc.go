@@ -76,6 +76,39 @@
 // count of the others; and a runner assigned no partition for its session
 // timeout and a margin says so once (see package eos).
 //
+// # A record that fails, inside its batch's transaction
+//
+// A batch first runs as one plain transaction, with no savepoint: a clean
+// batch costs what it did before. The first handler failure in a batch
+// rolls it back whole; from then on that batch runs with savepoints: one
+// taken before its first record and taken again (RELEASE and SAVEPOINT in
+// one round trip) every 16 handler calls, or more in a batch over 768
+// records so that it takes at most 48. A record that fails and is to be
+// parked ([DeadLetter], or a [Retry]'s DeadLetter fallback once its
+// attempts are spent) rolls back to the savepoint; the records since run
+// again, it is parked in their place, claim included, and the batch goes
+// on and commits once. k bad records in a batch thus cost two runs of it
+// (the plain one up to the first failure, then one with savepoints) and at
+// most a chunk's rerun each, instead of k+1 runs. [Stop], and a Retry
+// with attempts left, roll the whole transaction back as before (the
+// Retry pauses with no lock held, then runs the batch again); a record
+// parked in a run that rolled back is parked again in the next without
+// its handler. The handler must bear being called again on a record
+// after a rollback to a savepoint, within one transaction: state it keeps
+// outside the database is not rolled back with it.
+//
+// What it costs: a batch that met a failure pays its plain run up to the
+// failure, one round trip per chunk of 16 calls, and per bad record a
+// round trip to roll back, a ping (that tells a record's failure from the
+// database's) and the chunk's rerun, about 8 calls. Each chunk that wrote
+// and each park takes a subtransaction id: PostgreSQL keeps at most 64 per
+// backend in shared memory, and past them every snapshot taken on the
+// server while the transaction is open must read pg_subtrans (a known
+// slowdown of concurrent reads); 48 chunks at most keep a batch under that
+// unless it parks more than 16 records. An error that is the database's
+// doing during any of this (see below) is never blamed on a record: the
+// whole transaction is retried.
+//
 // A dead letter keeps the record's key and value as bytes, as they came,
 // and the error's text with each NUL byte, and each run of bytes that are
 // not UTF-8, replaced by U+FFFD: PostgreSQL's text refuses them, and the

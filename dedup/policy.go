@@ -9,9 +9,11 @@ import (
 // ErrorPolicy is what a [Consumer] does with a record whose handler fails
 // or panics: [Stop] (the default), [Retry] (then, with [ErrorPolicy.Then],
 // Stop or DeadLetter) or [DeadLetter], or [Classify] to choose among them
-// by the error: the same policies as eos's and offsetstore's. The batch's database transaction, with its claims, is
-// rolled back first, so nothing of the failed attempt is applied or
-// claimed.
+// by the error: the same policies as eos's and offsetstore's. The
+// record's writes are rolled back first (the batch's database
+// transaction, with its claims, or, once the batch met a failure, its
+// writes since a savepoint), so nothing of the failed attempt is applied
+// or claimed; see the package documentation.
 type ErrorPolicy struct{ p loop.Policy }
 
 // Stop makes Run return a *[eoskit.RecordError] naming the record. The default.
@@ -36,8 +38,9 @@ func (p ErrorPolicy) Then(fallback ErrorPolicy) ErrorPolicy {
 
 // DeadLetter parks the record (key, value, coordinates, error) in the
 // eoskit_dead_letters table, which the store's Migrate creates, in the
-// transaction that claims its id (without running its handler), and goes
-// on: a copy of it that arrives later is skipped like any processed id.
+// transaction that claims its id and applies the rest of its batch, and
+// goes on: a copy of it that arrives later is skipped like any processed
+// id.
 func DeadLetter() ErrorPolicy { return ErrorPolicy{loop.Policy{Kind: loop.PolicyDeadLetter}} }
 
 func (p ErrorPolicy) String() string { return p.p.String() }

@@ -109,9 +109,13 @@ func TestClassifiedPolicy(t *testing.T) {
 			t.Errorf("%s (cannot be parsed): its handler ran %d times alone; want once, no retry", id, alone[id])
 		}
 	}
+	// A Retry rolls the whole batch back and runs it again after its
+	// pause (no lock is held through it), so a record may be handled
+	// again after its success, when a later one is retried; it is
+	// committed once (checked above).
 	for _, id := range good {
-		if i := index[id]; i%50 == 27 && calls[id] != 3 || i%50 == 41 && calls[id] != 2 {
-			t.Errorf("%s: handler called %d times; want the failures and one success", id, calls[id])
+		if i := index[id]; i%50 == 27 && calls[id] < 3 || i%50 == 41 && calls[id] < 2 {
+			t.Errorf("%s: handler called %d times; want the failures and a success at least", id, calls[id])
 		}
 	}
 }

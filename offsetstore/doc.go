@@ -74,7 +74,8 @@
 //
 // These work as in package eos, through one core: [OnHandlerError] takes
 // [Stop], [Retry] (then a fallback) or [DeadLetter], which parks a record
-// in eoskit_dead_letters in the transaction that stores its offset.
+// in eoskit_dead_letters in the transaction that stores its offset (see
+// below how the record is found inside the batch's transaction).
 // [Classify] chooses among them by the handler's error: its rules ([When]
 // for errors.Is, [WhenAs] for errors.As, [WhenFunc]) are tried in order,
 // the first that matches gives the policy, and the policy Classify is
@@ -95,6 +96,55 @@
 // key or value, at most one line a second with a count of the others; and
 // a runner assigned no partition for its session timeout and a margin says
 // so once (see package eos).
+//
+// # A record that fails, inside its batch's transaction
+//
+// A handler that fails has its writes rolled back, but not the batch's
+// transaction: each call of the handler runs under a savepoint (the first
+// taken in the round trip that claims the offsets rows, the next ones by
+// RELEASE and SAVEPOINT in one round trip after a call that succeeded),
+// and a call that fails rolls back to it. The record at fault is then
+// found without leaving the transaction:
+//
+//   - A handler that returns [Reject](rec, err) names it. The handler runs
+//     again on the records before it, the policy applies to it, and the
+//     handler runs on the records after it: a rejection costs two calls,
+//     no search. A record that was not among those the handler was given
+//     (nil, another batch's) stops Run with [ErrRejectedOutsideBatch]:
+//     the runner does not guess around a handler's bug.
+//   - A handler that names nothing (an error, a panic) has its records
+//     split in halves, each run under a savepoint of its own, down to the
+//     record that fails alone: about 2·log2(n) calls per bad record in a
+//     batch of n.
+//
+// [DeadLetter] parks the record in the transaction and the batch goes on;
+// the batch then commits once, with its offsets, its good records'
+// results and its dead letters ([Stats].Batches counts one transaction).
+// [Stop] commits the records before the one stopped on, with their
+// offsets, and Run returns the *[eoskit.RecordError]. A [Retry] with attempts
+// left rolls the whole transaction back (its row locks are not held
+// through the pause), pauses, and runs the batch again, counting each
+// record's failures across the runs; its fallback, once the attempts are
+// spent, is settled in the transaction like DeadLetter or Stop. A record
+// parked in a run that then rolled back is parked again in the next
+// without calling its handler. The handler must therefore bear being
+// called again on part of its batch within one transaction, after a
+// rollback to a savepoint: state it keeps outside the database is not
+// rolled back with it.
+//
+// What it costs: one round trip per handler call for its savepoint (none
+// for the first); a call that fails costs a round trip to roll back, the
+// ping that tells a record's failure from the database's, and its
+// records' rerun. Every savepoint whose call wrote takes a subtransaction
+// id; PostgreSQL keeps at most 64 per backend in shared memory, and past
+// them every snapshot taken on the server while the transaction is open
+// must read pg_subtrans (a known slowdown of concurrent reads). A clean
+// batch takes one, a rejected record one more, but a bisection about two
+// per bad record per level of the split: with many bad records per batch
+// and a handler that names none, keep batches small ([MaxPollRecords]) or
+// name the record with Reject. An error that is the database's doing
+// during any of this (see below) is never blamed on a record: the whole
+// transaction is retried.
 //
 // A dead letter keeps the record's key and value as bytes, as they came,
 // and the error's text with each NUL byte, and each run of bytes that are

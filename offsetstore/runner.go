@@ -442,25 +442,41 @@ func (r *Runner) failed(ctx context.Context, cl *kgo.Client, recs []*kgo.Record,
 	return err
 }
 
-// handleBatch commits recs, splitting the batch to find a failing record and
-// applying the error policy to it.
+// handleBatch commits recs in one database transaction, with the records
+// their handler fails on settled inside it under the error policy (see
+// batchRun): parked, or stopped on once the records before them committed.
+// A Retry with attempts left rolls the transaction back and runs the batch
+// again after its pause, so that no lock is held through the pause.
 func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
-	failures := 0 // of the handler, on a single record
+	st := newBatchState()
 	for attempt := 1; ; attempt++ {
-		err := r.commit(ctx, recs, nil)
+		_, stop, err := r.commit(ctx, recs, st)
 		var stale *staleError
+		var retry *retryError
+		var stopped *stopError
 		var herr *handlerError
 		switch {
+		case err == nil && stop != nil:
+			return stop // the records before it committed
 		case err == nil:
 			return nil
 		case errors.As(err, &stale):
 			return err // Run rewinds the whole polled batch
+		case errors.As(err, &stopped):
+			return stopped.err // nothing before it to commit
+		case errors.Is(err, ErrRejectedOutsideBatch):
+			return err // the handler's bug: no record is to blame
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.As(err, &retry):
+			if !r.retryPause(ctx, retry.halt) {
+				return ctx.Err()
+			}
+			attempt = 0
 		case !errors.As(err, &herr) || herr.transient:
 			// Not the handler's doing (claiming the offsets rows timed
-			// out, the commit failed), or the database went away or
-			// pushed back under the handler (a deadlock, a
+			// out, a savepoint or the commit failed), or the database
+			// went away or pushed back under the handler (a deadlock, a
 			// serialization failure, a lock wait that timed out): no
 			// record is to blame; retry the batch.
 			if attempt >= maxDBAttempts {
@@ -470,29 +486,8 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			if !loop.PauseBeforeRetry(ctx, attempt) {
 				return ctx.Err()
 			}
-		case len(recs) > 1:
-			// Find the record that fails: one transaction per record
-			// from here, in order. A refusal ends the batch: the
-			// records after it are not this owner's to apply.
-			for i := range recs {
-				if err := r.handleBatch(ctx, cl, recs[i:i+1]); err != nil {
-					return err
-				}
-			}
-			return nil
 		default:
-			pol := r.cfg.policy.p.For(herr.err)
-			if pol.Kind != loop.PolicyRetry || pol.Final(failures+1) {
-				return r.applyPolicy(ctx, cl, recs[0], herr.err, pol, failures+1)
-			}
-			failures++
-			backoff := loop.Backoff(failures, pol.Backoff, retryLimit)
-			r.cfg.logger.Warn("offsetstore: handler failed; retrying", "topic", recs[0].Topic, "partition", recs[0].Partition,
-				"offset", recs[0].Offset, "err", loop.ErrorText(herr.err), "attempt", failures, "backoff", backoff)
-			if !loop.Sleep(ctx, backoff) {
-				return ctx.Err()
-			}
-			attempt = 0
+			return fmt.Errorf("offsetstore: %w", err) // not reached: batchRun settles the handler's own errors
 		}
 	}
 }
@@ -501,40 +496,34 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 // larger).
 const retryLimit = 30 * time.Second
 
-// applyPolicy handles a single record whose handler failed attempts times,
-// under pol, the policy for its error: Stop or DeadLetter, or a Retry's
-// fallback once its attempts ran out (Retry loops in handleBatch).
-func (r *Runner) applyPolicy(ctx context.Context, cl *kgo.Client, rec *kgo.Record, cause error, pol loop.Policy, attempts int) error {
+// applyPolicy decides for a single record whose handler failed attempts
+// times in this batch, with cause: nil when it is to be parked (DeadLetter,
+// or a Retry's DeadLetter fallback once its attempts ran out), else what
+// halts the batch's attempt: a Retry with attempts left, or the record to
+// stop on.
+func (r *Runner) applyPolicy(rec *kgo.Record, cause error, attempts int) *halt {
+	pol := r.cfg.policy.p.For(cause)
 	if pol.Kind == loop.PolicyRetry {
+		if !pol.Final(attempts) {
+			return &halt{rec: rec, cause: cause, attempts: attempts, retry: true, backoff: loop.Backoff(attempts, pol.Backoff, retryLimit)}
+		}
 		pol = pol.Fallback()
 	}
-	recErr := &eoskit.RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Attempts: attempts, Err: cause}
-	if pol.Kind != loop.PolicyDeadLetter {
-		return recErr
+	if pol.Kind == loop.PolicyDeadLetter {
+		return nil
 	}
-	r.deadLetterLog.Log(rec.Topic, rec.Partition, rec.Offset, cause, "attempts", attempts)
-	// Parked like any batch is committed: a database that goes away
-	// meanwhile is retried, not a reason to stop.
-	for attempt := 1; ; attempt++ {
-		err := r.commit(ctx, []*kgo.Record{rec}, cause)
-		var stale *staleError
-		if err == nil || ctx.Err() != nil || errors.As(err, &stale) {
-			return err
-		}
-		if attempt >= maxDBAttempts {
-			return fmt.Errorf("offsetstore: parking %s[%d]@%d failed %d times: %w", rec.Topic, rec.Partition, rec.Offset, attempt, err)
-		}
-		r.cfg.logger.Warn("offsetstore: database unavailable; retrying the dead letter", "err", err, "attempt", attempt)
-		if !loop.PauseBeforeRetry(ctx, attempt) {
-			return ctx.Err()
-		}
-	}
+	return &halt{rec: rec, cause: cause, attempts: attempts}
 }
 
-// commit runs the handler (or, with deadLetter set, parks the single record
-// instead) and advances the stored offsets with compare-and-set, all in one
-// transaction.
-func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter error) error {
+// commit runs one attempt at the batch in one transaction: it claims the
+// batch's offsets rows (compare-and-set), runs the handler under
+// savepoints, settling in the transaction the records it fails on
+// (batchRun), and advances the stored offsets. It returns the records
+// committed (applied or parked), and, when the attempt stopped on a
+// record, the *eoskit.RecordError to stop with: the records before it committed.
+// A Retry with attempts left gives a *retryError, a record to stop on
+// with nothing before it a *stopError: both rolled back.
+func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState) (applied []*kgo.Record, stop *eoskit.RecordError, err error) {
 	start := time.Now()
 	r.mu.Lock()
 	// next is where each partition of the batch ends; expected is where
@@ -571,10 +560,10 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 	r.mu.Unlock()
 	if len(staleParts) > 0 {
 		r.stale.Add(1)
-		return &staleError{parts: staleParts}
+		return nil, nil, &staleError{parts: staleParts}
 	}
 	if len(fresh) == 0 {
-		return nil
+		return nil, nil, nil
 	}
 
 	// Partitions in a fixed order, so that owners claiming the same rows
@@ -587,12 +576,14 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 	})
 
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	claimed := map[topicPartition]int64{}
+	var run *batchRun
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		// Claim and check every partition's row before any side effect:
 		// a stale owner is refused here, not by a failure of its
 		// handler, and an owner committing the same partitions waits
 		// for this transaction's end.
-		claimed := map[topicPartition]int64{}
+		clear(claimed)
 		var staleParts []topicPartition
 		claims := &pgx.Batch{}
 		// A claim waits for another owner's transaction on the same rows,
@@ -612,6 +603,8 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 			})
 		}
 		claims.Queue(restoreLockTimeoutSQL)
+		// The handler's first savepoint, in the same round trip.
+		claims.Queue(savepointSQL)
 		// One round trip for them all; the server runs them in order.
 		if err := tx.SendBatch(ctx, claims).Close(); err != nil {
 			return err
@@ -619,21 +612,39 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		if len(staleParts) > 0 {
 			return &staleError{parts: staleParts}
 		}
-		if deadLetter != nil {
-			rec := fresh[0]
-			if err := deadletter.Park(ctx, tx, "offsetstore", r.cfg.group, rec, deadLetter, nil); err != nil {
-				return err
+		run = &batchRun{r: r, tx: tx, st: st}
+		applied, stop = fresh, nil
+		switch err := run.run(ctx, fresh); {
+		case errors.Is(err, errHalted) && run.halt.retry:
+			return &retryError{halt: run.halt}
+		case errors.Is(err, errHalted):
+			// The records before it were applied or parked, in order:
+			// they commit, and their offsets with them.
+			h := run.halt
+			stop = &eoskit.RecordError{Topic: h.rec.Topic, Partition: h.rec.Partition, Offset: h.rec.Offset, Attempts: h.attempts, Err: h.cause}
+			applied = fresh[:slices.IndexFunc(fresh, func(rec *kgo.Record) bool { return keyOf(rec) == keyOf(h.rec) })]
+			if len(applied) == 0 {
+				return &stopError{err: stop}
 			}
-		} else if err := r.callHandler(ctx, tx, fresh); err != nil {
-			// Told from the error and this transaction's own
-			// connection, before it goes back to the pool: with a
-			// pool of Concurrency's size, another connection may be
-			// long in coming.
-			return &handlerError{err: err, transient: pgretry.TransientOn(ctx, tx.Conn(), err)}
+		case err != nil:
+			return err
+		}
+		if err := run.flush(ctx); err != nil {
+			return err
+		}
+		to := next
+		if stop != nil {
+			to = map[topicPartition]int64{}
+			for _, rec := range applied {
+				to[topicPartition{rec.Topic, rec.Partition}] = rec.Offset + 1
+			}
 		}
 		for _, tp := range parts {
-			if err := r.advance(ctx, tx, tp, ids[tp.topic], claimed[tp], next[tp]); err != nil {
-				return err
+			if n, ok := to[tp]; ok {
+				if err := r.advance(ctx, tx, tp, ids[tp.topic], claimed[tp], n); err != nil {
+					return err
+				}
+				claimed[tp] = n
 			}
 		}
 		return nil
@@ -645,30 +656,36 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, deadLetter erro
 		case errors.As(err, &stale):
 			r.stale.Add(1)
 			r.obs.Aborted("stale", time.Since(start))
-		case errors.As(err, &herr) && !herr.transient:
+		case errors.As(err, new(*retryError)), errors.As(err, new(*stopError)), errors.Is(err, ErrRejectedOutsideBatch), errors.As(err, &herr) && !herr.transient:
 			r.obs.Aborted("handler-error", time.Since(start))
 		default: // a handler's error that was the database's doing too, as dedup counts it
 			r.obs.Aborted("database-error", time.Since(start))
 			r.obs.Failed(err)
 		}
-		return err // a *handlerError when the handler failed
+		return nil, nil, err
 	}
 	r.mu.Lock()
-	for tp, n := range next {
+	for _, tp := range parts {
+		// Where the row now stands: advanced, or, for a partition the
+		// records committed do not reach (stopped on), as claimed (a row
+		// created at the batch's first offset).
 		if _, owned := r.positions[tp]; owned {
-			r.positions[tp] = n
+			r.positions[tp] = claimed[tp]
 		}
 		delete(r.oldRows, tp)
 	}
 	r.mu.Unlock()
 	r.batches.Add(1)
-	r.records.Add(int64(len(fresh)))
-	r.obs.Committed(len(fresh), 0, time.Since(start))
-	if deadLetter != nil {
-		r.deadLetters.Add(1)
-		r.obs.DeadLettered(1)
+	r.records.Add(int64(len(applied)))
+	r.obs.Committed(len(applied), 0, time.Since(start))
+	if n := len(run.parked); n > 0 {
+		r.deadLetters.Add(int64(n))
+		r.obs.DeadLettered(n)
+		for _, p := range run.parked {
+			r.deadLetterLog.Log(p.rec.Topic, p.rec.Partition, p.rec.Offset, p.cause, "attempts", p.attempts)
+		}
 	}
-	return nil
+	return applied, stop, nil
 }
 
 // claimLockTimeout bounds how long a batch waits for another owner's lock
@@ -806,15 +823,16 @@ func (e *staleError) Error() string {
 }
 
 // callHandler runs the handler, turning a panic into an error, so that it
-// follows the error policy (the batch rolls back; split, the record that
-// panics is the one named) instead of ending the process.
+// follows the error policy (the call rolls back to its savepoint; split,
+// the record that panics is the one found) instead of ending the process.
 func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 	return r.obs.Handle("offsetstore", func() error { return r.handler(ctx, tx, recs) })
 }
 
-// handlerError marks an error as the handler's, through pgx.BeginFunc;
-// transient when it was the database's doing (pgretry.TransientOn), not
-// the records'.
+// handlerError marks an error of the handler's that was the database's
+// doing (pgretry.TransientOn), not the records', through pgx.BeginFunc:
+// the batch is retried whole (its own failures are settled in the
+// transaction, by batchRun).
 type handlerError struct {
 	err       error
 	transient bool

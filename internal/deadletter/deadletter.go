@@ -97,9 +97,39 @@ type Claim struct {
 // eoskit, which kept no claim (see [Replay]). claim, if not nil, is the id
 // claimed for rec.
 func Park(ctx context.Context, tx pgx.Tx, by, group string, rec *kgo.Record, cause error, claim *Claim) error {
-	headers, err := encodeHeaders(rec.Headers)
+	args, err := parkArgs(by, group, rec, cause, claim)
 	if err != nil {
 		return err
+	}
+	_, err = tx.Exec(ctx, parkSQL, args...)
+	return err
+}
+
+// QueuePark is [Park] queued in b, for a runner that sends it with other
+// statements in one round trip; b's results report its error.
+func QueuePark(b *pgx.Batch, by, group string, rec *kgo.Record, cause error, claim *Claim) error {
+	args, err := parkArgs(by, group, rec, cause, claim)
+	if err != nil {
+		return err
+	}
+	b.Queue(parkSQL, args...)
+	return nil
+}
+
+// parkSQL parks a record; the claim table's schema is the one this
+// transaction resolves it in, so that a replay with another search_path
+// releases the same claim.
+const parkSQL = `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, headers, error,
+			parked_by, claim_schema, claim_table, claim_scope, claim_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+			(SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($10)),
+			$11, $12, $13)
+		ON CONFLICT (consumer_group, topic, partition, "offset") DO NOTHING`
+
+func parkArgs(by, group string, rec *kgo.Record, cause error, claim *Claim) ([]any, error) {
+	headers, err := encodeHeaders(rec.Headers)
+	if err != nil {
+		return nil, err
 	}
 	var ct, cs, quoted *string
 	var cid []byte
@@ -107,16 +137,7 @@ func Park(ctx context.Context, tx pgx.Tx, by, group string, rec *kgo.Record, cau
 		q := pgx.Identifier{claim.Table}.Sanitize()
 		ct, cs, cid, quoted = &claim.Table, &claim.Scope, claim.ID, &q
 	}
-	// The claim table's schema is the one this transaction resolves it in,
-	// so that a replay with another search_path releases the same claim.
-	_, err = tx.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, headers, error,
-			parked_by, claim_schema, claim_table, claim_scope, claim_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-			(SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($10)),
-			$11, $12, $13)
-		ON CONFLICT (consumer_group, topic, partition, "offset") DO NOTHING`,
-		group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, headers, Text(cause.Error()), by, quoted, ct, cs, cid)
-	return err
+	return []any{group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, headers, Text(cause.Error()), by, quoted, ct, cs, cid}, nil
 }
 
 // header is one record header as the headers column holds it.

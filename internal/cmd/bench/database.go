@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -65,11 +69,49 @@ func insertRow(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
 	return err
 }
 
+// errMalformed is the handlers' error for a malformed record.
+var errMalformed = errors.New("malformed record")
+
+// malformed reports whether r is one of the 1% of records (the keys
+// k50, k150, ...) that the "1% malformed" variants' handlers refuse.
+func malformed(r *kgo.Record) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(string(r.Key), "k"))
+	return err == nil && n%100 == 50
+}
+
+// copyNamingMalformed is copyRows behind a check of the batch that names
+// the first malformed record with offsetstore.Reject.
+func copyNamingMalformed(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+	for _, r := range recs {
+		if malformed(r) {
+			return offsetstore.Reject(r, errMalformed)
+		}
+	}
+	return copyRows(ctx, tx, recs)
+}
+
+// copyRefusingMalformed is copyRows behind the same check, failing the
+// batch without naming the record.
+func copyRefusingMalformed(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+	if slices.ContainsFunc(recs, malformed) {
+		return errMalformed
+	}
+	return copyRows(ctx, tx, recs)
+}
+
+// insertValidRow is insertRow refusing a malformed record.
+func insertValidRow(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+	if malformed(r) {
+		return errMalformed
+	}
+	return insertRow(ctx, tx, r)
+}
+
 func offsetstorePath(records int) path {
-	runner := func(batch int) func(context.Context, *env) (running, error) {
+	runner := func(batch int, h offsetstore.Handler, opts ...offsetstore.Option) func(context.Context, *env) (running, error) {
 		return func(ctx context.Context, e *env) (running, error) {
-			r, err := offsetstore.NewRunner(e.pool, copyRows, offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
-				offsetstore.Topics(e.in), offsetstore.MaxPollRecords(batch), offsetstore.Logger(quiet))
+			r, err := offsetstore.NewRunner(e.pool, h, append([]offsetstore.Option{offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
+				offsetstore.Topics(e.in), offsetstore.MaxPollRecords(batch), offsetstore.Logger(quiet)}, opts...)...)
 			if err != nil {
 				return running{}, err
 			}
@@ -80,9 +122,17 @@ func offsetstorePath(records int) path {
 		name: "offsetstore", records: records, partitions: 4,
 		variants: []variant{
 			{name: "at-least-once, auto-commit, batch 1000", start: autoCommitCopy(1000)},
-			{name: "offsetstore, batch 100", start: runner(100)},
-			{name: "offsetstore, batch 1000", start: runner(1000)},
-			{name: "offsetstore, batch 10000", start: runner(10000)},
+			{name: "offsetstore, batch 100", start: runner(100, copyRows)},
+			{name: "offsetstore, batch 1000", start: runner(1000, copyRows)},
+			{name: "offsetstore, batch 10000", start: runner(10000, copyRows)},
+			// 1% malformed records, parked (progress counts them): a
+			// handler that names the record with Reject, and one that
+			// names nothing (bisection inside the transaction). No
+			// latency run: a parked record never shows in the results.
+			{name: "offsetstore, batch 1000, 1% malformed, OnHandlerError(DeadLetter()), handler names it (Reject)", clean: "offsetstore, batch 1000",
+				start: runner(1000, copyNamingMalformed, offsetstore.OnHandlerError(offsetstore.DeadLetter())), throughputOnly: true},
+			{name: "offsetstore, batch 1000, 1% malformed, OnHandlerError(DeadLetter()), handler names nothing", clean: "offsetstore, batch 1000",
+				start: runner(1000, copyRefusingMalformed, offsetstore.OnHandlerError(offsetstore.DeadLetter())), throughputOnly: true},
 		},
 	}
 }
@@ -120,19 +170,24 @@ func dedupPath(records int) path {
 	if err != nil {
 		fail(err)
 	}
-	consumer := func(ctx context.Context, e *env) (running, error) {
-		c, err := dedup.NewConsumer(e.pool, store, insertRow, dedup.Brokers(e.brokers...), dedup.Group(e.group), dedup.Topics(e.in),
-			dedup.Logger(quiet), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
-		if err != nil {
-			return running{}, err
+	consumer := func(h dedup.Handler, opts ...dedup.Option) func(context.Context, *env) (running, error) {
+		return func(ctx context.Context, e *env) (running, error) {
+			c, err := dedup.NewConsumer(e.pool, store, h, append([]dedup.Option{dedup.Brokers(e.brokers...), dedup.Group(e.group), dedup.Topics(e.in),
+				dedup.Logger(quiet), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))}, opts...)...)
+			if err != nil {
+				return running{}, err
+			}
+			progress := func() int64 { s := c.Stats(); return s.Applied + s.DeadLetters }
+			return running{progress: progress, wait: background(func() error { return c.Run(ctx) })}, nil
 		}
-		return running{progress: func() int64 { return c.Stats().Applied }, wait: background(func() error { return c.Run(ctx) })}, nil
 	}
 	return path{
 		name: "dedup", records: records, partitions: 4, stamp: true,
 		variants: []variant{
 			{name: "at-least-once, same consumer without dedup", start: plainConsume},
-			{name: "dedup.Consumer", start: consumer},
+			{name: "dedup.Consumer", start: consumer(insertRow)},
+			{name: "dedup.Consumer, 1% malformed, OnHandlerError(DeadLetter())", clean: "dedup.Consumer",
+				start: consumer(insertValidRow, dedup.OnHandlerError(dedup.DeadLetter())), throughputOnly: true},
 		},
 	}
 }

@@ -63,8 +63,14 @@
 //
 //   - offsetstore: the Runner at batches of 100, 1,000 and 10,000 against a
 //     consumer making the same COPY per batch with Kafka's auto-commit;
+//     and at 1,000 with 1% malformed records (keys k50, k150, ...) under
+//     OnHandlerError(DeadLetter()), with a handler that names the record
+//     (offsetstore.Reject) and one that names nothing (bisection inside
+//     the transaction), each also as a ratio to the clean run at 1,000
+//     (issue 26's goal: at least 0.5x);
 //   - dedup: dedup.Consumer against the same batch-per-transaction consumer
-//     without the claim;
+//     without the claim, and with 1% malformed records under
+//     OnHandlerError(DeadLetter()), also as a ratio to the clean run;
 //   - outbox: outbox.Relay relaying records already committed to the
 //     outbox, against the same relay at-least-once (acknowledged, then the
 //     slot told) and an idempotent producer writing the same records from

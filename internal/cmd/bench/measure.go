@@ -58,6 +58,9 @@ type variant struct {
 	// throughputOnly: no latency run (a reference that has no input to
 	// time from).
 	throughputOnly bool
+	// clean, when set, names the variant of the same path that does the
+	// same work on clean input: the report gives the ratio to it too.
+	clean string
 }
 
 // path is one of eoskit's exactly-once paths with its baselines.
@@ -79,6 +82,7 @@ type path struct {
 // row is one line of the report.
 type row struct {
 	path, variant string
+	clean         string // the variant's clean counterpart, if any
 	size, records int
 	rates         []float64
 	heap          uint64        // peak bytes in use; 0 when not measured
@@ -89,7 +93,7 @@ func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 	fmt.Fprintf(os.Stderr, "%s: %d records of %d B, %d partitions\n", p.name, p.records, size, p.partitions)
 	rows := make([]row, len(p.variants))
 	for i, v := range p.variants {
-		rows[i] = row{path: p.name, variant: v.name, size: size, records: p.records}
+		rows[i] = row{path: p.name, variant: v.name, clean: v.clean, size: size, records: p.records}
 	}
 	for r := range b.runs {
 		// Variants take turns within each round, so that drift in the
