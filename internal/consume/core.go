@@ -116,7 +116,9 @@ type session struct {
 	cl      *kgo.Client
 	work    context.Context
 	commits *loop.KafkaCommits // nil unless Runner.CommitToKafka
-	slots   chan struct{}      // the Concurrency bound; nil under Concurrency 1
+	// lastCommit is when the poll loop last committed to Kafka.
+	lastCommit time.Time
+	slots      chan struct{} // the Concurrency bound; nil under Concurrency 1
 
 	mu    sync.Mutex
 	lanes map[tp]*lane // partitions with batches not settled yet
@@ -185,7 +187,7 @@ func (s *session) loop(ctx context.Context) error {
 		if err := s.settle(); err != nil {
 			return s.finish(err)
 		}
-		s.commitToKafka()
+		s.commitToKafka(false)
 		s.cl.AllowRebalance()
 	}
 }
@@ -194,6 +196,11 @@ func (s *session) loop(ctx context.Context) error {
 // that the loop settles it at once.
 func (s *session) poll(ctx context.Context, refused *authz.Watch) (kgo.Fetches, error) {
 	pollCtx, cancel := context.WithCancel(ctx)
+	if s.commits != nil && s.commits.Pending() > 0 {
+		// Offsets wait for Kafka: the poll ends when they are due,
+		// records or not (the partition may stay idle).
+		pollCtx, cancel = context.WithDeadline(ctx, s.lastCommit.Add(KafkaCommitInterval))
+	}
 	defer cancel()
 	s.mu.Lock()
 	if s.woken || len(s.ended) > 0 {
@@ -296,13 +303,23 @@ func (s *session) release(b *batch) (resume bool) {
 	return false
 }
 
+// KafkaCommitInterval is how often, at most, the poll loop commits to
+// Kafka the offsets past the batches committed (Runner.CommitToKafka): a
+// synchronous commit after every batch held the loop a round trip per
+// batch, which under a backlog at Concurrency 12 is most of its time. A
+// revoke and Run's end commit at once.
+const KafkaCommitInterval = 100 * time.Millisecond
+
 // commitToKafka commits, under Runner.CommitToKafka, the offsets past the
-// batches committed so far (one that fails is kept for the next poll: the
-// partition may stay idle).
-func (s *session) commitToKafka() {
-	if s.commits != nil {
-		_ = s.commits.Commit(s.work, s.cl, s.core.run.CommitWhat)
+// batches committed so far: now, or with due, once KafkaCommitInterval
+// passed since the last commit. One that fails is kept, and tried again
+// at the next (the partition may stay idle: the poll ends in time).
+func (s *session) commitToKafka(now bool) {
+	if s.commits == nil || !now && time.Since(s.lastCommit) < KafkaCommitInterval {
+		return
 	}
+	s.lastCommit = time.Now()
+	_ = s.commits.Commit(s.work, s.cl, s.core.run.CommitWhat)
 }
 
 // finish ends Run, with err (nil once ctx ended): no batch starts any
@@ -323,7 +340,7 @@ func (s *session) finish(err error) error {
 	if failed := s.settle(); failed != nil {
 		err = failed
 	}
-	s.commitToKafka()
+	s.commitToKafka(true)
 	if s.work.Err() != nil {
 		return nil
 	}
