@@ -91,15 +91,23 @@ func OnMissingID(p MissingIDPolicy) Option { return func(c *config) { c.missing 
 // MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
 func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 
-// Concurrency lets a [Consumer] apply up to n partitions' batches at once:
-// each poll's records are split by partition, and each partition's batch
-// claims its ids and runs its handler in a database transaction of its
-// own, so a partition's records stay in offset order. An id that two
+// Concurrency lets a [Consumer] apply up to n partitions' batches at once.
+// Each partition is then a pipeline: a poll's records of a partition are a
+// batch that claims its ids and runs its handler in a database
+// transaction of its own, while the consumer goes on polling the others;
+// a partition holds two batches at most (the one applying and the next,
+// fetched meanwhile) and is paused while it does, so a slow partition
+// holds only itself and its records stay in offset order. An id that two
 // batches claim at once is applied once: the second waits on the first's
-// claim and then skips it. Default: 1, one transaction for the whole poll.
-// The handler must then be safe for concurrent use, and the pool must hold
-// n connections. The poll's offsets are committed once its batches ended
-// (those of the batches that committed, when one fails).
+// claim and then skips it. A revoked partition's batches end (at most the
+// rebalance timeout) and their offsets are committed before the revoke
+// returns. FetchMaxWait defaults to 100 ms then (kgo's is 5 s): a resumed
+// partition joins the next fetch only once the one in flight returns;
+// ClientOptions may set another. Default: 1, one transaction for the
+// whole poll, before the next poll. The handler must be safe for
+// concurrent use, and the pool must hold n connections. Either way the
+// offsets of committed batches go to Kafka every 100 ms at most, and at
+// once on a revoke and when Run returns.
 func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 
 // DrainTimeout bounds how long a [Consumer] drains when Run's ctx ends

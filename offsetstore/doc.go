@@ -83,10 +83,10 @@
 // to an error without a broker. A panicking handler fails like one that
 // returned an error; the record that stops Run is a *[eoskit.RecordError]
 // (its offset not stored, so it is read again on the next start).
-// [Concurrency] runs the batches of several partitions at once, each in a
-// database transaction of its own, so a partition's records stay in order;
-// it pays off once polls span partitions (a consumer keeping up with a
-// live stream), since franz-go fills a poll partition by partition. When
+// [Concurrency] makes each partition a pipeline: its batches commit in
+// database transactions of their own while the other partitions' records
+// keep coming, a partition's records in order, up to n batches at once,
+// with a backlog too. When
 // Run's ctx ends, the batch under way finishes and commits within
 // [DrainTimeout]. [WithMetrics] takes the same [eoskit.Metrics] that eos's
 // processors report to, and [Runner.Health] gives an [eoskit.Health] for

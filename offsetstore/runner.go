@@ -108,15 +108,23 @@ func ResetOffset(o kgo.Offset) Option { return func(c *config) { c.reset = o } }
 // MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
 func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 
-// Concurrency lets a [Runner] commit up to n partitions' batches at once:
-// each poll's records are split by partition, and each partition's batch
-// runs its handler and stores its offsets in a database transaction of its
-// own, so a partition's records stay in offset order and each batch is
-// still all or nothing with its offsets. Default: 1, one transaction for
-// the whole poll. The handler must then be safe for concurrent use, and
-// the pool must hold n connections. A record that stops the runner does
-// not stop the other partitions' batches under way: they commit or fail
-// first.
+// Concurrency lets a [Runner] commit up to n partitions' batches at once.
+// Each partition is then a pipeline: a poll's records of a partition are a
+// batch that runs its handler and stores its offsets in a database
+// transaction of its own, while the runner goes on polling the others; a
+// partition holds two batches at most (the one committing and the next,
+// fetched meanwhile) and is paused while it does, so a slow partition
+// holds only itself, its records stay in offset order, and each batch is
+// still all or nothing with its offsets. A revoked partition's batches
+// end before the revoke returns (at most the rebalance timeout: past it
+// the partition goes to its next owner, and the compare-and-set on the
+// stored offset refuses whichever commits second). FetchMaxWait defaults
+// to 100 ms then (kgo's is 5 s): a resumed partition joins the next fetch
+// only once the one in flight returns; ClientOptions may set another.
+// Default: 1, one transaction for the whole poll, before the next poll.
+// The handler must be safe for concurrent use, and the pool must hold n
+// connections. A record that stops the runner does not stop the other
+// partitions' batches under way: they commit or fail first.
 func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 
 // DrainTimeout bounds how long a [Runner] drains when Run's ctx ends
