@@ -189,7 +189,7 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		Brokers: c.brokers, Group: c.group, Topics: c.topics, MaxPoll: c.maxPoll, Concurrency: c.concurrency, Drain: c.drain,
 		Logger: c.logger, Metrics: c.metrics, ClientOpts: c.clientOpts,
 	}, consume.Runner{
-		Start:         dc.start,
+		Check:         dc.check,
 		Commit:        func(ctx context.Context, _ *kgo.Client, recs []*kgo.Record) error { return dc.applyBatch(ctx, recs) },
 		CommitToKafka: true,
 		CommitWhat:    "dedup: offset commit",
@@ -226,8 +226,9 @@ func (c *Consumer) Stats() Stats {
 // to 10 times with a growing pause, before Run returns the error.
 func (c *Consumer) Run(ctx context.Context) error { return c.core.Run(ctx) }
 
-// start checks the store and the dead-letter table before the first poll.
-func (c *Consumer) start(ctx context.Context, _ *kgo.Client) error {
+// check checks the store and the dead-letter table before Run's client
+// joins the group.
+func (c *Consumer) check(ctx context.Context) error {
 	if err := c.store.check(ctx, c.pool); err != nil {
 		return err
 	}

@@ -691,7 +691,7 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 			_, err := dedup.NewConsumer(pool, store, h, opts...)
 			// One type for every runner's refusal: *eoskit.ConfigError.
 			var cerr *eoskit.ConfigError
-			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
+			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
 				t.Fatalf("NewConsumer = %v, want a *ConfigError naming the setting", err)
 			}
 		})

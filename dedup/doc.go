@@ -65,8 +65,8 @@
 // [ErrIDTooLong]). [Concurrency] makes each partition a pipeline: its
 // batches commit in database transactions of their own while the other
 // partitions' records keep coming, a partition's records in order, up to
-// n batches at once, with a backlog too. When Run's ctx ends, the batch under way
-// finishes and commits within [DrainTimeout]. [WithMetrics] takes the same
+// n batches at once, with a backlog too. When Run's ctx ends, the batches under way (not those queued)
+// finish and commit within [DrainTimeout]. [WithMetrics] takes the same
 // [eoskit.Metrics] that eos's processors report to, and [Consumer.Health]
 // gives an [eoskit.Health] for probes. A refused ACL ends Run with an
 // *[eoskit.AuthorizationError], a refused option or an unmigrated

@@ -87,7 +87,7 @@
 // database transactions of their own while the other partitions' records
 // keep coming, a partition's records in order, up to n batches at once,
 // with a backlog too. When
-// Run's ctx ends, the batch under way finishes and commits within
+// Run's ctx ends, the batches under way (not those queued) finish and commit within
 // [DrainTimeout]. [WithMetrics] takes the same [eoskit.Metrics] that eos's
 // processors report to, and [Runner.Health] gives an [eoskit.Health] for
 // probes. A refused ACL ends Run with an *[eoskit.AuthorizationError], a

@@ -216,6 +216,7 @@ func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, er
 		Owned: map[string]string{"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"},
 		// Every assignment seeks to the offsets stored in PostgreSQL.
 		Options:       []kgo.Opt{kgo.AdjustFetchOffsetsFn(r.seekToStored)},
+		Check:         r.checkSchemaRetrying,
 		Start:         r.start,
 		Commit:        r.handleBatch,
 		Failed:        r.failed,
@@ -417,9 +418,10 @@ const maxDBAttempts = 10
 // up to 10 times per batch.
 func (r *Runner) Run(ctx context.Context) error { return r.core.Run(ctx) }
 
-// start checks the schema, with Run's client, before the first poll. The
-// check's connection may be cut like any other: retried as a batch is.
-func (r *Runner) start(ctx context.Context, cl *kgo.Client) error {
+// checkSchemaRetrying checks the schema before Run's client joins the
+// group. The check's connection may be cut like any other: retried as a
+// batch is.
+func (r *Runner) checkSchemaRetrying(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
 		err := r.checkSchema(ctx)
 		if err == nil {
@@ -433,7 +435,13 @@ func (r *Runner) start(ctx context.Context, cl *kgo.Client) error {
 			return nil
 		}
 	}
-	r.admin.Store(kadm.NewClient(cl)) // before the first poll; seekToStored retries until it is there
+	return nil
+}
+
+// start gives seekToStored its admin client, with Run's, before the
+// first poll (seekToStored retries until it is there).
+func (r *Runner) start(_ context.Context, cl *kgo.Client) error {
+	r.admin.Store(kadm.NewClient(cl))
 	return nil
 }
 
@@ -793,7 +801,15 @@ func (r *Runner) rewind(ctx context.Context, cl *kgo.Client, stale *staleError, 
 	var err error
 	r.mu.Lock()
 	ids := maps.Clone(r.topicIDs)
+	owned := false
+	for tp := range first {
+		_, ok := r.positions[tp]
+		owned = owned || ok
+	}
 	r.mu.Unlock()
+	if !owned {
+		return nil // the group took them all: their next owner reads from the database
+	}
 	for attempt := 1; ; attempt++ {
 		if stored, err = r.load(ctx, names, ids); err == nil {
 			break

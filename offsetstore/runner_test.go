@@ -1219,7 +1219,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			_, err := offsetstore.NewRunner(pool, h, opts...)
 			// One type for every runner's refusal: *eoskit.ConfigError.
 			var cerr *eoskit.ConfigError
-			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
+			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
 				t.Fatalf("NewRunner = %v, want a *ConfigError naming the setting", err)
 			}
 		})

@@ -7,14 +7,16 @@
 // database transaction, dedup claims the records' ids there.
 //
 // Under Concurrency 1 a poll's records are one batch, committed before
-// the next poll. Above 1, each partition is a pipeline: a poll's records
-// of a partition go to a batch of their own, committed while the poll
-// loop goes on; the partition is paused (kgo's PauseFetchPartitions) until
-// its batch ended, so that it holds one batch at a time and its records
-// stay in offset order, while the other partitions keep flowing. Up to
-// Concurrency batches commit at once. A revoked or lost partition's batch
-// ends before the revoke returns, so that the partition's next owner
-// never overlaps it.
+// the next poll. Above 1, each partition is a pipeline (a lane): a poll's
+// records of a partition go to a batch of their own, committed while the
+// poll loop goes on, after the partition's batch before it; a partition
+// holding two batches (the one committing and the next) is paused (kgo's
+// PauseFetchPartitions) until one is settled, so its records stay in
+// offset order while the other partitions keep flowing. Up to Concurrency
+// batches commit at once. A revoked or lost partition's batches end
+// before the revoke returns, for at most the rebalance timeout (past it,
+// the runner's commit step keeps the next owner from applying a record
+// twice: see await).
 package consume
 
 import (

@@ -23,25 +23,30 @@ type Runner struct {
 	Owned map[string]string
 	// Options are kgo options the runner sets (AdjustFetchOffsetsFn).
 	Options []kgo.Opt
+	// Check runs once per Run, before the client joins the group (a
+	// store or schema that is not ready costs the group no rebalance).
+	Check func(ctx context.Context) error
 	// Start runs once per Run, with Run's client, before the first poll.
 	Start func(ctx context.Context, cl *kgo.Client) error
 	// Commit commits one batch: the records of one poll (Concurrency 1),
 	// or of one partition, in offset order. It returns nil once they
 	// are committed, ctx's error once ctx ended, or an error for Failed.
 	Commit func(ctx context.Context, cl *kgo.Client, batch []*kgo.Record) error
-	// Failed runs in the poll loop, while the poll holds the rebalance,
-	// for a batch whose Commit returned an error not ctx's; it returns
-	// nil to go on (the batch's partitions are fetched again from where
-	// the client stands: a runner that refused the batch moves them
-	// first), or the error Run returns. Nil: every error ends Run.
+	// Failed runs for a batch whose Commit returned an error not ctx's:
+	// in the poll loop, while the poll holds the rebalance, or in the
+	// revoke and lost callbacks for the partitions taken, after Taken.
+	// It returns nil to go on (the batch's partitions are fetched again
+	// from where the client stands: a runner that refused the batch
+	// moves those it still owns first), or the error Run returns. Nil:
+	// every error ends Run.
 	Failed func(ctx context.Context, cl *kgo.Client, batch []*kgo.Record, err error) error
 	// Taken runs in the revoke and lost callbacks, once the partitions'
 	// batches ended.
 	Taken func(parts map[string][]int32)
 	// CommitToKafka makes the core commit to the group in Kafka the
-	// offsets past every committed batch: after each poll, and in the
-	// revoke callback for the partitions revoked (best effort: one that
-	// fails is logged and tried again).
+	// offsets past every committed batch: from the poll loop every
+	// KafkaCommitInterval at most, and at once in the revoke callback and
+	// when Run returns (one that fails is logged and tried again).
 	CommitToKafka bool
 	// CommitWhat names that commit in the log.
 	CommitWhat string
@@ -78,7 +83,12 @@ func (c *Core) Run(ctx context.Context) (err error) {
 	// which ends DrainTimeout later.
 	work, done := loop.Drained(ctx, c.cfg.Drain)
 	defer done()
-	s := &session{core: c, work: work, lanes: map[tp]*lane{}}
+	if c.run.Check != nil {
+		if err := c.run.Check(ctx); err != nil {
+			return err
+		}
+	}
+	s := &session{core: c, ctx: ctx, work: work, lanes: map[tp]*lane{}}
 	if c.run.CommitToKafka {
 		s.commits = loop.NewKafkaCommits(c.cfg.Logger)
 	}
@@ -112,9 +122,14 @@ type tp struct {
 
 // session is one Run's state: its client, and the batches under way.
 type session struct {
-	core    *Core
-	cl      *kgo.Client
-	work    context.Context
+	core *Core
+	cl   *kgo.Client
+	// ctx is Run's: once it ended, no batch starts. work is what batches
+	// commit under: it ends the drain after ctx.
+	ctx, work context.Context
+	// batches counts the batch goroutines, so that Run returns only
+	// once none runs (one a revoke stopped waiting for included).
+	batches sync.WaitGroup
 	commits *loop.KafkaCommits // nil unless Runner.CommitToKafka
 	// lastCommit is when the poll loop last committed to Kafka.
 	lastCommit time.Time
@@ -150,13 +165,22 @@ type batch struct {
 	lane *lane // its lane, under Concurrency above 1
 	err  error
 	done chan struct{} // closed when the batch ended
-	// prev is the partition's batch before this one, not ended when
+	// prev is the partition's batch before this one, not settled when
 	// this one was started: this one commits after it, and not at all
-	// if it did not commit.
+	// if it failed. Cleared once this one ended (under session.mu), so
+	// that a lane holds no chain of the batches it had.
 	prev *batch
-	// revoked is set when the group took the partition: a batch not
-	// started by then is dropped.
+	// revoked is set (and taken closed) when the group took the
+	// partition: a batch not started by then is dropped.
 	revoked atomic.Bool
+	taken   chan struct{}
+}
+
+// revoke marks b's partition taken. session.mu is held.
+func (b *batch) revoke() {
+	if b.revoked.CompareAndSwap(false, true) {
+		close(b.taken)
+	}
 }
 
 // errDropped ends a batch that did not start: the group took its
@@ -177,7 +201,7 @@ func (s *session) loop(ctx context.Context) error {
 		if err != nil {
 			return s.finish(fmt.Errorf("%s: %w", c.pkg, err))
 		}
-		if recs := fetches.Records(); len(recs) > 0 {
+		if recs := fetches.Records(); len(recs) > 0 && !s.stopping() {
 			if s.slots == nil {
 				s.commitPoll(recs)
 			} else {
@@ -195,11 +219,14 @@ func (s *session) loop(ctx context.Context) error {
 // poll polls once; a batch that ends cuts the poll short (wakes it), so
 // that the loop settles it at once.
 func (s *session) poll(ctx context.Context, refused *authz.Watch) (kgo.Fetches, error) {
-	pollCtx, cancel := context.WithCancel(ctx)
+	var pollCtx context.Context
+	var cancel context.CancelFunc
 	if s.commits != nil && s.commits.Pending() > 0 {
 		// Offsets wait for Kafka: the poll ends when they are due,
 		// records or not (the partition may stay idle).
 		pollCtx, cancel = context.WithDeadline(ctx, s.lastCommit.Add(KafkaCommitInterval))
+	} else {
+		pollCtx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
 	s.mu.Lock()
@@ -303,6 +330,14 @@ func (s *session) release(b *batch) (resume bool) {
 	return false
 }
 
+// stopping reports whether a batch failed for good: Run ends, and no
+// batch starts.
+func (s *session) stopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed != nil
+}
+
 // KafkaCommitInterval is how often, at most, the poll loop commits to
 // Kafka the offsets past the batches committed (Runner.CommitToKafka): a
 // synchronous commit after every batch held the loop a round trip per
@@ -337,6 +372,8 @@ func (s *session) finish(err error) error {
 	for _, b := range last {
 		<-b.done // and so the lane's batches before it
 	}
+	// And those of lanes a revoke forgot, which run under work too.
+	s.batches.Wait()
 	if failed := s.settle(); failed != nil {
 		err = failed
 	}

@@ -274,3 +274,41 @@ func TestAFailureForGoodEndsRun(t *testing.T) {
 		t.Fatal(errors.Join(l.errs...))
 	}
 }
+
+// Two cores share a group and commit to Kafka (CommitToKafka, as dedup
+// does). When the second joins, the first's revoked partitions' batches
+// (slow, their partitions paused) end and their offsets are committed
+// before the revoke returns, so the second starts where they ended: every
+// record commits once, in order, and both cores committed some.
+func TestARevokeEndsThePartitionsBatchesAndCommitsThem(t *testing.T) {
+	const parts, per = 4, 400
+	brokers := fakeTopic(t, parts, per)
+	var l ledger
+	var byA, byB atomic.Int64
+	runner := func(mine *atomic.Int64) Runner {
+		return Runner{CommitToKafka: true, CommitWhat: "test commit", Commit: func(ctx context.Context, _ *kgo.Client, recs []*kgo.Record) error {
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			l.commit(recs)
+			mine.Add(int64(len(recs)))
+			return nil
+		}}
+	}
+	stopA := startCore(t, brokers, 4, 20, runner(&byA))
+	waitUntil(t, "a tenth of the records", func() bool { return l.count() > parts*per/10 })
+	stopB := startCore(t, brokers, 4, 20, runner(&byB))
+	waitUntil(t, "every record", func() bool { return l.count() >= parts*per })
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	l.check(t, parts*per)
+	if byB.Load() == 0 {
+		t.Fatalf("the second core committed nothing (the first %d): no partition moved", byA.Load())
+	}
+}

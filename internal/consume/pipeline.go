@@ -28,7 +28,7 @@ func (s *session) dispatch(recs []*kgo.Record) {
 			l = &lane{}
 			s.lanes[at] = l
 		}
-		b := &batch{recs: part, tp: at, lane: l, prev: l.last, done: make(chan struct{})}
+		b := &batch{recs: part, tp: at, lane: l, prev: l.last, done: make(chan struct{}), taken: make(chan struct{})}
 		l.last = b
 		l.pending++
 		if l.pending >= laneDepth && !l.paused {
@@ -41,6 +41,7 @@ func (s *session) dispatch(recs []*kgo.Record) {
 	if len(pause) > 0 {
 		s.cl.PauseFetchPartitions(pause)
 	}
+	s.batches.Add(len(started))
 	for _, b := range started {
 		go s.commitBatch(b)
 	}
@@ -51,6 +52,7 @@ func (s *session) dispatch(recs []*kgo.Record) {
 // records are fetched again once Runner.Failed moved the partition back)
 // or the group took the partition meanwhile.
 func (s *session) commitBatch(b *batch) {
+	defer s.batches.Done()
 	if b.prev != nil {
 		<-b.prev.done
 	}
@@ -64,18 +66,21 @@ func (s *session) commitBatch(b *batch) {
 	default:
 		select {
 		case s.slots <- struct{}{}:
-			if b.revoked.Load() {
-				b.err = errDropped
+			if b.revoked.Load() || s.ctx.Err() != nil {
+				b.err = errDropped // taken, or Run is draining: not started
 			} else {
 				b.err = s.core.run.Commit(s.work, s.cl, b.recs)
 			}
 			<-s.slots
-		case <-s.work.Done():
-			b.err = s.work.Err()
+		case <-b.taken:
+			b.err = errDropped
+		case <-s.ctx.Done():
+			b.err = errDropped
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	b.prev = nil
 	s.ended = append(s.ended, b)
 	close(b.done)
 	if s.wake != nil {
@@ -120,9 +125,9 @@ func (s *session) takeBack(cl *kgo.Client, parts map[string][]int32, commit bool
 	var last []*batch
 	for at, l := range s.lanes {
 		if taken(at) {
-			l.last.revoked.Store(true) // and so the batch before it, if it has not started
+			l.last.revoke() // and the batch before it, if it has not started
 			if l.last.prev != nil {
-				l.last.prev.revoked.Store(true)
+				l.last.prev.revoke()
 			}
 			last = append(last, l.last)
 		}

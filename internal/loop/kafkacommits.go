@@ -14,7 +14,7 @@ import (
 // a database runner applied, once the database committed them (dedup's
 // offsets; offsetstore's mirror). A commit that fails (a rebalance in
 // progress, a coordinator moving) is kept and tried again at the next
-// Commit, which a runner calls after every poll, an empty one too: the
+// Commit, which a runner calls every 100 ms at most (internal/consume), after an empty poll too: the
 // last batch of a partition that then stays idle is otherwise never
 // committed, and the group shows it behind for good. A partition the
 // group took is forgotten (Forget, from the revoke and lost callbacks):
