@@ -456,7 +456,11 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState
 				return err // the database went away or pushed back: retry the batch
 			}
 			attempts := st.failures[r] + 1
-			if !st.careful || !c.parksNow(err, attempts) {
+			// Rows the handler left open keep the connection busy:
+			// no rollback to the savepoint can follow, and the record
+			// is settled as outside the savepoints (the batch rolls
+			// back, and its next run parks it).
+			if !st.careful || !c.parksNow(err, attempts) || tx.Conn().PgConn().IsBusy() {
 				if pgretry.TransientOn(ctx, tx.Conn(), err) {
 					return err // the connection went silent: the database's doing
 				}

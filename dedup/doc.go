@@ -98,7 +98,7 @@
 //
 // What it costs: a batch that met a failure pays its plain run up to the
 // failure, one round trip per chunk of 16 calls, and per bad record a
-// round trip to roll back, a ping (that tells a record's failure from the
+// round trip to roll back (which also tells a record's failure from the
 // database's) and the chunk's rerun, about 8 calls. Each chunk that wrote
 // and each park takes a subtransaction id: PostgreSQL keeps at most 64 per
 // backend in shared memory, and past them every snapshot taken on the

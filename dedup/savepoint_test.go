@@ -154,3 +154,30 @@ func TestRetryThenDeadLetterWithSavepoints(t *testing.T) {
 		}
 	}
 }
+
+// A handler that fails on a bad message leaving rows open on the
+// transaction's connection ("conn busy" for every statement after, the
+// rollback to a savepoint included) fails for the message's fault, not
+// the database's, in the savepoint phase too: the bad messages are parked
+// and Run goes on. Before, the failed rollback of the second bad message
+// was read as the database's doing and the batch retried until Run gave
+// up.
+func TestAFailureLeavingRowsOpenIsTheMessages(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	b := newBed(t, 1)
+	b.produce(t, stamped(n)...)
+	var runs handlerRuns
+	r := b.runConsumer(t, b.pool, b.badHandler(&runs, func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		if v := string(r.Value); slices.Contains(badValues, v) && v != "m120" {
+			rows, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`)
+			if err != nil {
+				return err
+			}
+			rows.Next() // and left open
+			return fmt.Errorf("malformed %s", v)
+		}
+		return nil
+	}), dedup.Scope("effects"), dedup.OnHandlerError(dedup.DeadLetter()))
+	b.checkSettled(t, r, n)
+}

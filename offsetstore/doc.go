@@ -133,9 +133,13 @@
 // rolled back with it.
 //
 // What it costs: one round trip per handler call for its savepoint (none
-// for the first); a call that fails costs a round trip to roll back, the
-// ping that tells a record's failure from the database's, and its
-// records' rerun. Every savepoint whose call wrote takes a subtransaction
+// for the first); a call that fails costs a round trip to roll back
+// (which also tells a record's failure from the database's: a connection
+// closed or silent fails it) and its records' rerun. A handler that fails
+// leaving rows open on the connection loses the attempt (no statement can
+// follow): the record's failure is counted all the same and settled in
+// the next attempt, which, when the handler named no record, calls it one
+// record at a time. Every savepoint whose call wrote takes a subtransaction
 // id; PostgreSQL keeps at most 64 per backend in shared memory, and past
 // them every snapshot taken on the server while the transaction is open
 // must read pg_subtrans (a known slowdown of concurrent reads). A clean
@@ -155,7 +159,7 @@
 // (a lost connection, a server shutting down, a deadlock, a serialization
 // failure, a lock wait that timed out: SQLSTATE 55P03) is never blamed on
 // a record, and is told from the error itself and from the transaction's
-// own connection (closed, or not answering a ping), never by waiting for
+// own connection (closed, or failing the rollback), never by waiting for
 // another connection of the pool, which may all be in use. That holds
 // whoever raised it, the handler or the runner, and comes before the error
 // policy: no rule of a [Classify] sees it, and a Stop fallback does not

@@ -51,10 +51,15 @@ func Reject(rec *kgo.Record, err error) error {
 
 // Error returns Err's text: the runner logs and parks the record's
 // coordinates with it.
-func (e *RejectError) Error() string { return e.Err.Error() }
+func (e *RejectError) Error() string { return e.Unwrap().Error() }
 
-// Unwrap returns Err.
-func (e *RejectError) Unwrap() error { return e.Err }
+// Unwrap returns Err ([ErrRejected] when it is nil).
+func (e *RejectError) Unwrap() error {
+	if e == nil || e.Err == nil {
+		return ErrRejected
+	}
+	return e.Err
+}
 
 var (
 	// ErrRejected is the cause [Reject] gives a record rejected with a nil

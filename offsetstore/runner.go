@@ -489,6 +489,8 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 				return ctx.Err()
 			}
 			attempt = 0
+		case errors.As(err, new(*busyError)):
+			attempt = 0 // settled across attempts (failBusy): at once
 		case !errors.As(err, &herr) || herr.transient:
 			// Not the handler's doing (claiming the offsets rows timed
 			// out, a savepoint or the commit failed), or the database

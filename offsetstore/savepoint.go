@@ -51,6 +51,9 @@ type batchState struct {
 	// back: the next attempts park them again without calling the
 	// handler.
 	settled map[recordKey]error
+	// oneByOne: a failure left the connection busy with none named
+	// (failBusy); the handler is called one record at a time.
+	oneByOne bool
 }
 
 func newBatchState() *batchState {
@@ -131,6 +134,14 @@ func (b *batchRun) run(ctx context.Context, recs []*kgo.Record) error {
 // An error that is the database's doing ends the attempt: no record is
 // blamed for it.
 func (b *batchRun) segment(ctx context.Context, seg []*kgo.Record) error {
+	if b.st.oneByOne {
+		for i := range seg {
+			if err := b.split(ctx, seg[i:i+1], false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	return b.split(ctx, seg, false)
 }
 
@@ -191,9 +202,18 @@ func (b *batchRun) call(ctx context.Context, seg []*kgo.Record) error {
 	}
 	// Told from the error and this transaction's own connection, before
 	// it goes back to the pool: with a pool of Concurrency's size,
-	// another connection may be long in coming.
-	if pgretry.Transient(err) || b.tx.Conn().IsClosed() {
+	// another connection may be long in coming. A record the handler
+	// named is its fault unless the database said otherwise (an io.EOF
+	// from decoding a truncated record is the record's).
+	transient := pgretry.Transient(err)
+	if _, named := errors.AsType[*RejectError](err); named {
+		transient = pgretry.TransientCode(err)
+	}
+	if transient || b.tx.Conn().IsClosed() {
 		return &handlerError{err: err, transient: true}
+	}
+	if b.tx.Conn().PgConn().IsBusy() {
+		return b.failBusy(seg, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
 	_, rerr := b.tx.Exec(rctx, rollbackSavepointSQL)
@@ -241,6 +261,54 @@ func (b *batchRun) call(ctx context.Context, seg []*kgo.Record) error {
 	}
 	return errFailed
 }
+
+// failBusy settles a failure of the handler that left rows open on the
+// transaction's connection: no statement can follow on it, the rollback
+// to the savepoint included, and the attempt is lost; the failure is the
+// records' all the same. The record at fault (the one named, or seg's
+// only one) has its failure counted and its policy applied across
+// attempts: parked by the next attempt without its handler, retried, or
+// stopped on (nothing of the batch commits then). With several records
+// and none named, the next attempt calls the handler one record at a
+// time, to find it.
+func (b *batchRun) failBusy(seg []*kgo.Record, err error) error {
+	var rec *kgo.Record
+	if rej, ok := errors.AsType[*RejectError](err); ok && rej != nil && rej.Record != nil {
+		for _, r := range seg {
+			if keyOf(r) == keyOf(rej.Record) {
+				rec = r
+			}
+		}
+	}
+	if rec == nil && len(seg) == 1 {
+		rec = seg[0]
+	}
+	if rec == nil {
+		b.st.oneByOne = true
+		return &busyError{err: err}
+	}
+	k := keyOf(rec)
+	b.st.failures[k]++
+	h := b.r.applyPolicy(rec, err, b.st.failures[k])
+	switch {
+	case h == nil:
+		b.st.settled[k] = err
+		return &busyError{err: err}
+	case h.retry:
+		return &retryError{halt: h}
+	default:
+		return &stopError{err: &eoskit.RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Attempts: h.attempts, Err: err}}
+	}
+}
+
+// busyError ends an attempt whose transaction a handler's open rows
+// made unusable (failBusy): the batch runs again at once.
+type busyError struct{ err error }
+
+func (e *busyError) Error() string {
+	return "offsetstore: the handler failed leaving rows open on its transaction's connection: " + e.err.Error()
+}
+func (e *busyError) Unwrap() error { return e.err }
 
 // fail applies the error policy to rec, whose handler failed with cause
 // (its writes rolled back): it parks rec, or halts the attempt.

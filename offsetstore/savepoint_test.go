@@ -269,3 +269,40 @@ func TestConnectionLostAfterARejectionIsNotBlamedOnARecord(t *testing.T) {
 		t.Fatal("the connection was never terminated after a rejection")
 	}
 }
+
+// A handler that fails leaving rows open on its transaction's connection
+// (a query it did not close) makes every further statement there fail
+// with "conn busy", the rollback to the savepoint included: the failure
+// is still the record's, not the database's. Named with Reject or not,
+// the bad records are parked and Run goes on; before, the failed rollback
+// was read as the database's doing and the batch retried until Run gave
+// up ("batch failed 10 times").
+func TestAFailureLeavingRowsOpenIsTheRecords(t *testing.T) {
+	t.Parallel()
+	for _, naming := range []bool{true, false} {
+		t.Run(fmt.Sprintf("naming %v", naming), func(t *testing.T) {
+			t.Parallel()
+			const n = 400
+			b := newBed(t, 1, n)
+			h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+				for _, r := range recs {
+					if !isBad(r) {
+						continue
+					}
+					rows, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`)
+					if err != nil {
+						return err
+					}
+					rows.Next() // and left open
+					if naming {
+						return offsetstore.Reject(r, fmt.Errorf("malformed %d", r.Offset))
+					}
+					return fmt.Errorf("malformed %d", r.Offset)
+				}
+				return load(nil)(ctx, tx, recs)
+			}
+			run := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxPollRecords(1000))
+			b.checkSettled(t, run, n, func(off int64) string { return fmt.Sprintf("malformed %d", off) })
+		})
+	}
+}

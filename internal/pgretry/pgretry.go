@@ -26,11 +26,8 @@ func Transient(err error) bool {
 	if err == nil {
 		return false
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		code := pgErr.Code
-		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || strings.HasPrefix(code, "53") ||
-			code == "40001" || code == "40P01" || code == "55P03"
+	if errors.As(err, new(*pgconn.PgError)) {
+		return TransientCode(err)
 	}
 	if connBusy(err) {
 		return false
@@ -38,6 +35,19 @@ func Transient(err error) bool {
 	var netErr net.Error
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &netErr) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// TransientCode is [Transient] for the database's own word alone: a
+// PostgreSQL error whose code says the connection, the server or a
+// conflict with another transaction failed the statement, not its input.
+func TransientCode(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	code := pgErr.Code
+	return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || strings.HasPrefix(code, "53") ||
+		code == "40001" || code == "40P01" || code == "55P03"
 }
 
 // pingTimeout bounds the ping of [TransientOn].
