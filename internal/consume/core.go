@@ -138,8 +138,9 @@ type session struct {
 	mu    sync.Mutex
 	lanes map[tp]*lane // partitions with batches not settled yet
 	ended []*batch     // batches that ended, for the poll loop to settle
-	wake  context.CancelFunc
-	woken bool
+	// wake cuts the poll in progress short (nil between polls: a batch
+	// that ends then is in ended, which the next poll checks).
+	wake context.CancelFunc
 	// failed is the error of the first batch that failed for good: no
 	// batch starts after it, and Run returns it.
 	failed error
@@ -230,10 +231,10 @@ func (s *session) poll(ctx context.Context, refused *authz.Watch) (kgo.Fetches, 
 	}
 	defer cancel()
 	s.mu.Lock()
-	if s.woken || len(s.ended) > 0 {
+	if len(s.ended) > 0 {
 		cancel()
 	}
-	s.woken, s.wake = false, cancel
+	s.wake = cancel
 	s.mu.Unlock()
 	f := s.cl.PollRecords(pollCtx, s.core.cfg.MaxPoll)
 	s.mu.Lock()

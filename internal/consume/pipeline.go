@@ -85,8 +85,6 @@ func (s *session) commitBatch(b *batch) {
 	close(b.done)
 	if s.wake != nil {
 		s.wake() // the loop settles it now, not at the next records
-	} else {
-		s.woken = true
 	}
 }
 
