@@ -8,7 +8,7 @@ import (
 // Memory is the in-memory [Store], the default: a map behind a
 // read-write lock. It starts empty at checkpoint zero, so each assignment
 // of its partition restores the whole changelog. Its heap per key is about
-// 80 bytes plus the key's and the value's lengths (see the package doc).
+// 90 bytes plus the key's and the value's lengths (see the package doc).
 type Memory struct {
 	mu     sync.RWMutex
 	kv     map[string]string

@@ -199,35 +199,38 @@ func (p *Pebble) Checkpoint() Checkpoint {
 
 // Apply implements [Store]: one pebble batch, the checkpoint included.
 func (p *Pebble) Apply(writes []Write, cp Checkpoint) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	if err := checkForward(p.Checkpoint(), cp); err != nil {
-		return err
-	}
-	b := p.db.NewBatch()
-	defer b.Close()
-	for _, w := range writes {
-		var err error
-		if w.Value == nil {
-			err = b.Delete(dataKey(w.Key), nil)
-		} else {
-			err = b.Set(dataKey(w.Key), w.Value, nil)
+	return p.write(cp, func(b *pebble.Batch) error {
+		if err := checkForward(p.Checkpoint(), cp); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("state: pebble batch: %w", err)
+		for _, w := range writes {
+			var err error
+			if w.Value == nil {
+				err = b.Delete(dataKey(w.Key), nil)
+			} else {
+				err = b.Set(dataKey(w.Key), w.Value, nil)
+			}
+			if err != nil {
+				return fmt.Errorf("state: pebble batch: %w", err)
+			}
 		}
-	}
-	return p.commit(b, cp)
+		return nil
+	})
 }
 
 // Reset implements [Store]: a range deletion of every key and the new
 // checkpoint, in one batch.
 func (p *Pebble) Reset(cp Checkpoint) error {
+	return p.write(cp, func(b *pebble.Batch) error {
+		if err := b.DeleteRange(dataLower, dataUpper, nil); err != nil {
+			return fmt.Errorf("state: pebble batch: %w", err)
+		}
+		return nil
+	})
+}
+
+// write commits one batch, filled by fill, with the checkpoint cp.
+func (p *Pebble) write(cp Checkpoint, fill func(*pebble.Batch) error) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	p.wmu.Lock()
@@ -237,8 +240,8 @@ func (p *Pebble) Reset(cp Checkpoint) error {
 	}
 	b := p.db.NewBatch()
 	defer b.Close()
-	if err := b.DeleteRange(dataLower, dataUpper, nil); err != nil {
-		return fmt.Errorf("state: pebble batch: %w", err)
+	if err := fill(b); err != nil {
+		return err
 	}
 	return p.commit(b, cp)
 }

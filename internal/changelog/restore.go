@@ -146,7 +146,8 @@ type restore struct {
 	startOff, high int64
 	target         int64 // the last stable offset read up to; -1: unknown yet
 	res            Result
-	last           error // the last retriable error, for the deadline's error
+	last           error     // the last retriable error, for the deadline's error
+	refusedSince   time.Time // when a refusal for want of an ACL was first met
 }
 
 // errGiveUp marks an error retrying cannot cure.
@@ -238,15 +239,24 @@ func (rs *restore) locate(ctx context.Context) error {
 	return nil
 }
 
-// refused turns a refusal for want of an ACL into an error that gives up.
+// refused turns a refusal for want of an ACL into an
+// *eoskit.AuthorizationError, which gives up once refusals lasted
+// authz.DefaultGrace (an ACL granted a moment after the start is fine).
 func (rs *restore) refused(err error) error {
 	if ae, ok := errors.AsType[*kadm.AuthError](err); ok {
 		err = ae.Err
 	}
-	if authz.Refused(err) {
-		return errGiveUp{&eoskit.AuthorizationError{Permission: "Describe and Read on topic " + rs.topic, Err: err}}
+	if !authz.Refused(err) {
+		return err
 	}
-	return err
+	ae := &eoskit.AuthorizationError{Permission: "Read on topic " + rs.topic, Err: err}
+	if rs.refusedSince.IsZero() {
+		rs.refusedSince = time.Now()
+	}
+	if time.Since(rs.refusedSince) < authz.DefaultGrace {
+		return ae
+	}
+	return errGiveUp{ae}
 }
 
 // align wipes the store when its checkpoint does not belong to the
