@@ -1,0 +1,424 @@
+package changelog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/changelog"
+	"github.com/eoskit/eoskit/internal/testbed"
+	"github.com/eoskit/eoskit/internal/txnscan"
+	"github.com/eoskit/eoskit/state"
+)
+
+const partitions = 3
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// newChangelog creates a compacted changelog topic whose name's Java hash
+// is negative (Kafka places by that hash; the sign is a classic slip).
+func newChangelog(t *testing.T, k *integration.KafkaCluster) string {
+	t.Helper()
+	topic := testbed.UniqueNegativeHashName(t, "changelog")
+	if txnscan.JavaStringHash(topic) >= 0 {
+		t.Fatalf("%q hashes positive", topic)
+	}
+	compact := "compact"
+	k.CreateTopic(topic, partitions, map[string]*string{"cleanup.policy": &compact})
+	return topic
+}
+
+// writer writes a changelog as a runner does: in transactions, some of
+// which abort. want holds, per partition, what committed.
+type writer struct {
+	t     *testing.T
+	cl    *kgo.Client
+	topic string
+	want  map[int32]map[string]string
+	seq   int
+}
+
+func newWriter(t *testing.T, k *integration.KafkaCluster, topic string) *writer {
+	t.Helper()
+	cl := k.Client(kgo.TransactionalID(integration.UniqueName(t, "txn")), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic(topic), kgo.TransactionTimeout(30*time.Second))
+	w := &writer{t: t, cl: cl, topic: topic, want: map[int32]map[string]string{}}
+	for p := range int32(partitions) {
+		w.want[p] = map[string]string{}
+	}
+	return w
+}
+
+// txn writes n records to each partition in one transaction (a key out of
+// keys per partition, every fifth a tombstone) and commits or aborts it.
+func (w *writer) txn(n, keys int, commit bool) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.cl.BeginTransaction(); err != nil {
+		w.t.Fatal(err)
+	}
+	pending := map[int32]map[string]*string{}
+	for p := range int32(partitions) {
+		pending[p] = map[string]*string{}
+		for range n {
+			w.seq++
+			key := fmt.Sprintf("p%d-k%d", p, w.seq%keys)
+			rec := &kgo.Record{Partition: p, Key: []byte(key)}
+			if w.seq%5 != 0 {
+				v := fmt.Sprintf("v%d", w.seq)
+				rec.Value = []byte(v)
+				pending[p][key] = &v
+			} else {
+				pending[p][key] = nil
+			}
+			if err := w.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				w.t.Fatal(err)
+			}
+		}
+	}
+	end := kgo.TryAbort
+	if commit {
+		end = kgo.TryCommit
+	}
+	if err := w.cl.EndTransaction(ctx, end); err != nil {
+		w.t.Fatal(err)
+	}
+	if !commit {
+		return
+	}
+	for p, kv := range pending {
+		for k, v := range kv {
+			if v == nil {
+				delete(w.want[p], k)
+			} else {
+				w.want[p][k] = *v
+			}
+		}
+	}
+}
+
+func contents(t *testing.T, r state.Reader) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	if err := r.Range(func(k, v []byte) bool { m[string(k)] = string(v); return true }); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func restorer(t *testing.T, conn ...kgo.Opt) *changelog.Restorer {
+	t.Helper()
+	r, err := changelog.NewRestorer(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func seeds(k *integration.KafkaCluster) kgo.Opt { return kgo.SeedBrokers(k.Brokers...) }
+
+// lso lists the partition's last stable offset and high watermark.
+func offsets(t *testing.T, k *integration.KafkaCluster, topic string, p int32) (lso, hwm int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := k.Admin.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := k.Admin.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, _ := c.Lookup(topic, p)
+	le, _ := e.Lookup(topic, p)
+	return lc.Offset, le.Offset
+}
+
+// Restore applies what committed and nothing that aborted, on every
+// partition, including one whose log ends with an aborted transaction
+// (a consumer would never see a record at its end), and only up to the
+// last stable offset while another transaction is open.
+func TestRestoreAppliesOnlyCommittedTransactions(t *testing.T) {
+	k := integration.Kafka(t)
+	topic := newChangelog(t, k)
+	w := newWriter(t, k, topic)
+	for i := range 12 {
+		w.txn(7, 10, i%3 != 1)
+	}
+	w.txn(5, 10, false) // the log ends aborted
+
+	// A transaction left open on partition 1 holds its last stable offset.
+	open := k.Client(kgo.TransactionalID(integration.UniqueName(t, "open")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 1, Key: []byte("p1-k1"), Value: []byte("uncommitted")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.EndTransaction(context.Background(), kgo.TryAbort) }()
+
+	r := restorer(t, seeds(k))
+	for p := range int32(partitions) {
+		lso, hwm := offsets(t, k, topic, p)
+		s := state.NewMemory()
+		start := time.Now()
+		res, err := r.Restore(ctx, topic, p, s, changelog.Options{Timeout: 30 * time.Second, FetchMaxBytes: 512, Logger: quiet()})
+		if err != nil {
+			t.Fatalf("partition %d: %v", p, err)
+		}
+		if got := contents(t, s); !maps.Equal(got, w.want[p]) {
+			t.Fatalf("partition %d restored %d keys %v, want %d %v", p, len(got), got, len(w.want[p]), w.want[p])
+		}
+		if res.To != lso || s.Checkpoint().Offset < lso || res.Wiped != "" {
+			t.Fatalf("partition %d: %+v, checkpoint %d; last stable offset %d", p, res, s.Checkpoint().Offset, lso)
+		}
+		if p == 1 && lso >= hwm {
+			t.Fatalf("partition 1: last stable offset %d, high watermark %d: the open transaction does not show", lso, hwm)
+		}
+		t.Logf("partition %d: %d records to offset %d (hwm %d) in %s", p, res.Records, res.To, hwm, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// A store restored once and reopened reads only the changelog's tail.
+func TestRestoreFromACheckpointReadsOnlyTheTail(t *testing.T) {
+	k := integration.Kafka(t)
+	topic := newChangelog(t, k)
+	w := newWriter(t, k, topic)
+	for i := range 6 {
+		w.txn(10, 50, i != 2)
+	}
+	r := restorer(t, seeds(k))
+	ctx := context.Background()
+	root := t.TempDir()
+	factory := state.PebbleFactory(root, nil)
+	opts := changelog.Options{Timeout: 30 * time.Second, Logger: quiet()}
+	var checkpoints [partitions]int64
+	for p := range int32(partitions) {
+		s, err := factory(topic, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Restore(ctx, topic, p, s, opts); err != nil {
+			t.Fatal(err)
+		}
+		checkpoints[p] = s.Checkpoint().Offset
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.txn(3, 50, true)
+	w.txn(4, 50, false)
+	w.txn(2, 50, true)
+	for p := range int32(partitions) {
+		s, err := factory(topic, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Restore(ctx, topic, p, s, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.From != checkpoints[p] || res.Records != 3+2 || res.Wiped != "" {
+			t.Fatalf("partition %d: %+v; want from the checkpoint %d, the tail's 5 committed records", p, res, checkpoints[p])
+		}
+		if got := contents(t, s); !maps.Equal(got, w.want[p]) {
+			t.Fatalf("partition %d: %v, want %v", p, got, w.want[p])
+		}
+		_ = s.Close()
+	}
+}
+
+// A checkpoint past the changelog's end, or of another topic (the topic
+// was deleted and created again), is never trusted: the store is wiped and
+// restored whole.
+func TestRestoreWipesAStoreThatIsNotOfThisChangelog(t *testing.T) {
+	k := integration.Kafka(t)
+	topic := newChangelog(t, k)
+	w := newWriter(t, k, topic)
+	w.txn(4, 10, true)
+	w.txn(4, 10, false)
+	r := restorer(t, seeds(k))
+	opts := changelog.Options{Timeout: 30 * time.Second, Logger: quiet()}
+	ctx := context.Background()
+
+	// Learn the topic's ID through a first restore.
+	probe := state.NewMemory()
+	if _, err := r.Restore(ctx, topic, 0, probe, opts); err != nil {
+		t.Fatal(err)
+	}
+	id := probe.Checkpoint().TopicID
+	if id == (state.TopicID{}) {
+		t.Fatal("the restore left no topic ID in the checkpoint")
+	}
+	stale := []state.Write{{Key: []byte("stale"), Value: []byte("x")}}
+	for name, cp := range map[string]state.Checkpoint{
+		"ahead":         {TopicID: id, Offset: 1_000_000},
+		"another topic": {TopicID: state.TopicID{0xab}, Offset: 1},
+	} {
+		s, err := state.OpenPebble(filepath.Join(t.TempDir(), "p0"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(stale, cp); err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Restore(ctx, topic, 0, s, opts)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if res.Wiped == "" || res.From != 0 {
+			t.Fatalf("%s: %+v, want a wipe and a restore from 0", name, res)
+		}
+		if got := contents(t, s); !maps.Equal(got, w.want[0]) {
+			t.Fatalf("%s: %v, want %v", name, got, w.want[0])
+		}
+		if s.Checkpoint().TopicID != id {
+			t.Fatalf("%s: checkpoint %+v", name, s.Checkpoint())
+		}
+		_ = s.Close()
+	}
+}
+
+// blackhole is a dialer whose connections accept every byte and never
+// answer: a cluster out of reach.
+func blackhole(ctx context.Context, _, _ string) (net.Conn, error) {
+	c, s := net.Pipe()
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := s.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	return c, nil
+}
+
+// A restore that cannot reach the partition fails within its deadline,
+// naming the partition and how far it got.
+func TestRestoreOutOfReachFailsWithinItsDeadline(t *testing.T) {
+	k := integration.Kafka(t)
+	topic := newChangelog(t, k)
+	r := restorer(t, seeds(k), kgo.Dialer(blackhole))
+	start := time.Now()
+	_, err := r.Restore(context.Background(), topic, 2, state.NewMemory(), changelog.Options{Timeout: 3 * time.Second, Logger: quiet()})
+	took := time.Since(start)
+	re, ok := errors.AsType[*state.RestoreError](err)
+	if !ok {
+		t.Fatalf("got %v, want a *state.RestoreError", err)
+	}
+	if re.Topic != topic || re.Partition != 2 || !strings.Contains(err.Error(), fmt.Sprintf("%s[2]", topic)) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v does not name %s[2] and its deadline", err, topic)
+	}
+	if took > 6*time.Second {
+		t.Fatalf("took %s for a 3 s deadline", took)
+	}
+	t.Logf("%v (after %s)", err, took.Round(time.Millisecond))
+}
+
+// slowStore takes its time to apply: a restore too long for its deadline.
+type slowStore struct{ state.Store }
+
+func (s slowStore) Apply(ws []state.Write, cp state.Checkpoint) error {
+	time.Sleep(300 * time.Millisecond)
+	return s.Store.Apply(ws, cp)
+}
+
+// A restore that runs out of time says how far it got, and what it
+// applied stays: the next restore goes on from there.
+func TestRestoreThatRunsOutOfTimeKeepsItsProgress(t *testing.T) {
+	k := integration.Kafka(t)
+	topic := newChangelog(t, k)
+	w := newWriter(t, k, topic)
+	for range 20 {
+		w.txn(10, 1000, true)
+	}
+	r := restorer(t, seeds(k))
+	s := state.NewMemory()
+	_, err := r.Restore(context.Background(), topic, 1, slowStore{s}, changelog.Options{Timeout: 2 * time.Second, FetchMaxBytes: 300, Logger: quiet()})
+	re, ok := errors.AsType[*state.RestoreError](err)
+	if !ok || re.Partition != 1 || re.Reached <= re.From || re.Reached >= re.Target || re.Reached != s.Checkpoint().Offset {
+		t.Fatalf("got %v (%+v), want a *state.RestoreError part way, at the store's checkpoint %d", err, re, s.Checkpoint().Offset)
+	}
+	res, err := r.Restore(context.Background(), topic, 1, s, changelog.Options{Logger: quiet()})
+	if err != nil || res.From != re.Reached {
+		t.Fatalf("second restore: %+v, %v; want it from %d", res, err, re.Reached)
+	}
+	if got := contents(t, s); !maps.Equal(got, w.want[1]) {
+		t.Fatalf("restored %d keys, want %d", len(got), len(w.want[1]))
+	}
+}
+
+func configErrorNaming(t *testing.T, err error, topic string) {
+	t.Helper()
+	ce, ok := errors.AsType[*eoskit.ConfigError](err)
+	if !ok || !errors.Is(err, eoskit.ErrInvalidConfig) || !strings.Contains(ce.Error(), topic) {
+		t.Fatalf("got %v, want a *eoskit.ConfigError naming %s", err, topic)
+	}
+}
+
+// A missing changelog, one of another partition count and one that is
+// not compacted are refused within seconds, each naming the topic.
+func TestCheckRefusesAChangelogThatDoesNotFit(t *testing.T) {
+	k := integration.Kafka(t)
+	conn := []kgo.Opt{seeds(k)}
+	o := changelog.CheckOptions{Logger: quiet()}
+	ctx := context.Background()
+
+	good := newChangelog(t, k)
+	sh, err := changelog.Check(ctx, conn, good, partitions, o)
+	if err != nil || !sh.ConfigsRead || sh.CleanupPolicy != "compact" || sh.MaxMessageBytes <= 0 || sh.Created {
+		t.Fatalf("a fitting changelog: %+v, %v", sh, err)
+	}
+
+	for name, c := range map[string]struct {
+		topic      string
+		partitions int32
+	}{
+		"missing":         {topic: testbed.UniqueNegativeHashName(t, "missing"), partitions: partitions},
+		"partition count": {topic: good, partitions: partitions + 1},
+		"not compacted":   {topic: k.NewTopic(partitions), partitions: partitions},
+	} {
+		start := time.Now()
+		_, err := changelog.Check(ctx, conn, c.topic, c.partitions, o)
+		configErrorNaming(t, err, c.topic)
+		if took := time.Since(start); took > 15*time.Second {
+			t.Fatalf("%s: refused after %s", name, took)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+}
+
+// Asked to, Check creates a missing changelog: compacted, with the
+// input's partition count.
+func TestCheckCreatesAMissingChangelogWhenAsked(t *testing.T) {
+	k := integration.Kafka(t)
+	topic := testbed.UniqueNegativeHashName(t, "created")
+	t.Cleanup(func() { _, _ = k.Admin.DeleteTopics(context.Background(), topic) })
+	sh, err := changelog.Check(context.Background(), []kgo.Opt{seeds(k)}, topic, 4, changelog.CheckOptions{Create: true, Logger: quiet()})
+	if err != nil || !sh.Created || sh.Partitions != 4 || sh.CleanupPolicy != "compact" {
+		t.Fatalf("%+v, %v", sh, err)
+	}
+	// It restores at once (empty).
+	r := restorer(t, seeds(k))
+	res, err := r.Restore(context.Background(), topic, 3, state.NewMemory(), changelog.Options{Timeout: 30 * time.Second, Logger: quiet()})
+	if err != nil || res.To != 0 || res.Records != 0 {
+		t.Fatalf("restore of the new changelog: %+v, %v", res, err)
+	}
+}

@@ -1,0 +1,166 @@
+package changelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/topiccheck"
+	"github.com/eoskit/eoskit/topics"
+)
+
+// DefaultMaxMessageBytes is Kafka's default message.max.bytes (and so a
+// topic's max.message.bytes when it sets none): the record limit [Check]
+// assumes when it may not read the changelog's configs.
+const DefaultMaxMessageBytes = 1048588
+
+// Shape is what [Check] found of a changelog topic.
+type Shape struct {
+	Partitions int32
+	// ConfigsRead is false when the principal may not describe the
+	// topic's configs (and the check was not required): CleanupPolicy is
+	// then "" and MaxMessageBytes DefaultMaxMessageBytes, unverified.
+	ConfigsRead     bool
+	CleanupPolicy   string
+	MaxMessageBytes int
+	// Created is true when Check created the topic.
+	Created bool
+}
+
+// CheckOptions tune [Check].
+type CheckOptions struct {
+	// Create creates the changelog when it is missing: compacted, with
+	// the input's partition count and the broker's default replication
+	// factor. It needs Create on the topic, which an application's
+	// account seldom has: off by default, a missing changelog is a
+	// *eoskit.ConfigError.
+	Create bool
+	// RequireConfigs makes a refused DescribeConfigs on the changelog an
+	// *eoskit.AuthorizationError. Off by default: an application's
+	// account has Read and Write on its topics, which do not include
+	// DescribeConfigs, and eoskit never needs more than that unless asked
+	// to; Check then logs once at Warn that it could not verify the
+	// cleanup policy, and assumes Kafka's default record limit.
+	RequireConfigs bool
+	// Logger gets that warning (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Check refuses a changelog topic that cannot hold the state of an input
+// of partitions partitions with a *eoskit.ConfigError naming it: missing
+// (unless o.Create), another partition count (changelog partition n holds
+// input partition n's state), or a cleanup.policy without compact (the
+// changelog would lose keys to retention, and a restore would silently
+// miss them). It reaches the cluster through a client of its own built
+// from conn, and needs Describe on the topic, DescribeConfigs to verify
+// its configs (see [CheckOptions.RequireConfigs]) and Create to create
+// it. A missing topic is reported once it has stayed missing for
+// topiccheck.MissingFor (5 s).
+func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, o CheckOptions) (Shape, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	var sh Shape
+	missing, err := topiccheck.Missing(ctx, conn, topic)
+	if err != nil {
+		return sh, fmt.Errorf("changelog: %w", err)
+	}
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return sh, fmt.Errorf("changelog: new client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if missing >= 0 {
+		if !o.Create {
+			return sh, refuse(topic, fmt.Sprintf("topic %q does not exist: create it with %d partitions and cleanup.policy=compact, or let eoskit create it", topic, partitions))
+		}
+		created, err := topics.Ensure(ctx, adm, topics.Spec{Name: topic, Partitions: partitions,
+			Configs: map[string]string{"cleanup.policy": "compact"}})
+		if err != nil && !errors.Is(err, topics.ErrConflict) {
+			return sh, fmt.Errorf("changelog: create %q: %w", topic, err)
+		}
+		sh.Created = len(created) > 0
+	}
+	tds, err := topiccheck.Describe(ctx, conn, topic)
+	if err != nil {
+		return sh, fmt.Errorf("changelog: %w", err)
+	}
+	if td := tds[topic]; td.Err != nil {
+		return sh, fmt.Errorf("changelog: look up %q: %w", topic, td.Err)
+	}
+	sh.Partitions = int32(len(tds[topic].Partitions))
+	if sh.Partitions != partitions {
+		return sh, refuse(topic, fmt.Sprintf("topic %q has %d partitions, the input %d: changelog partition n holds the state of input partition n, so the counts must be equal (never add partitions to either)", topic, sh.Partitions, partitions))
+	}
+	if err := readConfigs(ctx, adm, topic, &sh); err != nil {
+		if !authz.Refused(err) {
+			return sh, fmt.Errorf("changelog: describe the configs of %q: %w", topic, err)
+		}
+		if o.RequireConfigs {
+			return sh, &eoskit.AuthorizationError{Permission: "DescribeConfigs on topic " + topic, Err: err}
+		}
+		o.Logger.Warn("changelog: may not describe the changelog's configs: its cleanup policy is not verified (it must include compact) and Kafka's default record limit is assumed; grant DescribeConfigs on the topic to verify them",
+			"topic", topic, "assumed_max_message_bytes", DefaultMaxMessageBytes)
+		sh.MaxMessageBytes = DefaultMaxMessageBytes
+		return sh, nil
+	}
+	if !slices.Contains(policies(sh.CleanupPolicy), "compact") {
+		return sh, refuse(topic, fmt.Sprintf("topic %q has cleanup.policy=%s: a changelog must be compacted (compact, or compact,delete), or it loses keys to retention", topic, sh.CleanupPolicy))
+	}
+	return sh, nil
+}
+
+func refuse(topic, reason string) error {
+	return &eoskit.ConfigError{Package: "state", Setting: "changelog " + topic, Reason: reason}
+}
+
+// readConfigs reads topic's cleanup.policy and max.message.bytes into sh.
+func readConfigs(ctx context.Context, adm *kadm.Client, topic string, sh *Shape) error {
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	rc, rerr := rcs.On(topic, nil)
+	switch {
+	case rerr == nil && rc.Err != nil:
+		return rc.Err
+	case rerr != nil && err != nil:
+		if ae, ok := errors.AsType[*kadm.AuthError](err); ok {
+			return ae.Err
+		}
+		return err
+	case rerr != nil:
+		return rerr
+	}
+	sh.ConfigsRead = true
+	sh.MaxMessageBytes = DefaultMaxMessageBytes
+	for _, c := range rc.Configs {
+		if c.Value == nil {
+			continue
+		}
+		switch c.Key {
+		case "cleanup.policy":
+			sh.CleanupPolicy = *c.Value
+		case "max.message.bytes":
+			if n, err := strconv.Atoi(*c.Value); err == nil {
+				sh.MaxMessageBytes = n
+			}
+		}
+	}
+	return nil
+}
+
+func policies(v string) []string {
+	var out []string
+	for p := range strings.SplitSeq(v, ",") {
+		out = append(out, strings.TrimSpace(p))
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package state_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/eoskit/eoskit/state"
+)
+
+func TestCountAndSumStoreDecimalText(t *testing.T) {
+	s := state.NewMemory()
+	tx := state.NewTxn(s, 0)
+	for range 3 {
+		if _, err := state.Count(tx, []byte("k")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := state.Sum(tx, []byte("k"), -5)
+	if err != nil || n != -2 {
+		t.Fatalf("Sum = %d, %v; want -2", n, err)
+	}
+	if v, _ := get(t, tx, "k"); v != "-2" {
+		t.Fatalf("stored %q, want the decimal text -2", v)
+	}
+	if got, err := state.Int64([]byte("-2")); err != nil || got != -2 {
+		t.Fatalf("Int64 = %d, %v", got, err)
+	}
+	for _, bad := range []string{"", " 1", "1.0", "0x10", "99999999999999999999"} {
+		if _, err := state.Int64([]byte(bad)); !errors.Is(err, state.ErrNotInt64) {
+			t.Errorf("Int64(%q): %v", bad, err)
+		}
+	}
+}
+
+func TestSumRefusesOverflowAndValuesThatAreNoCount(t *testing.T) {
+	tx := state.NewTxn(state.NewMemory(), 0)
+	must(t, tx.Put([]byte("max"), state.AppendInt64(nil, math.MaxInt64)))
+	if _, err := state.Count(tx, []byte("max")); !errors.Is(err, state.ErrOverflow) {
+		t.Fatalf("overflow: %v", err)
+	}
+	must(t, tx.Put([]byte("min"), state.AppendInt64(nil, math.MinInt64)))
+	if _, err := state.Sum(tx, []byte("min"), -1); !errors.Is(err, state.ErrOverflow) {
+		t.Fatalf("underflow: %v", err)
+	}
+	if v, _ := get(t, tx, "max"); v != "9223372036854775807" {
+		t.Fatalf("an overflowing Sum wrote %q", v)
+	}
+	must(t, tx.Put([]byte("text"), []byte("hello")))
+	if _, err := state.Count(tx, []byte("text")); !errors.Is(err, state.ErrNotInt64) {
+		t.Fatalf("count of text: %v", err)
+	}
+}
+
+func TestReduceKeepsOrDeletes(t *testing.T) {
+	tx := state.NewTxn(state.NewMemory(), 0)
+	longest := func(old, v []byte) []byte {
+		if len(v) > len(old) {
+			return v
+		}
+		return old
+	}
+	for _, v := range []string{"ab", "a", "abcd", "abc"} {
+		if _, err := state.Reduce(tx, []byte("k"), []byte(v), longest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, _ := get(t, tx, "k"); v != "abcd" {
+		t.Fatalf("k = %q", v)
+	}
+	if _, err := state.Reduce(tx, []byte("k"), nil, func(_, _ []byte) []byte { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := get(t, tx, "k"); ok {
+		t.Fatal("a reducer's nil did not delete")
+	}
+}
+
+// However many inputs change a key in a transaction, its output is one
+// record with the final value.
+func TestUpdatesEmitOneRecordPerChangedKey(t *testing.T) {
+	tx := state.NewTxn(state.NewMemory(), 0)
+	for _, k := range []string{"b", "a", "b", "b", "a", "c"} {
+		if _, err := state.Count(tx, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, tx.Delete([]byte("c")))
+	recs := state.Updates(tx.Dirty(), "counts")
+	var got []string
+	for _, r := range recs {
+		v := string(r.Value)
+		if r.Value == nil {
+			v = "<tombstone>"
+		}
+		if r.Topic != "counts" {
+			t.Fatalf("topic %q", r.Topic)
+		}
+		got = append(got, string(r.Key)+"="+v)
+	}
+	if want := "[a=2 b=3 c=<tombstone>]"; fmtSlice(got) != want {
+		t.Fatalf("updates %v, want %s", got, want)
+	}
+}
+
+func fmtSlice(s []string) string {
+	out := "["
+	for i, x := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += x
+	}
+	return out + "]"
+}

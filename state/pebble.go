@@ -1,0 +1,281 @@
+package state
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The pebble store keeps one database per changelog partition, its keys
+// in two ranges: the checkpoint under metaCheckpoint, the user's keys
+// behind the dataPrefix byte (so that Range and Reset cover them with
+// simple bounds, and no user key can be taken for the checkpoint).
+var (
+	metaCheckpoint = []byte{0x00, 'c', 'p'}
+	dataLower      = []byte{0x01}
+	dataUpper      = []byte{0x02}
+)
+
+// checkpointVersion is the first byte of the stored checkpoint: a store
+// written by a later format is refused rather than misread.
+const checkpointVersion = 1
+
+// Pebble is the disk-backed [Store] on github.com/cockroachdb/pebble: one
+// database per changelog partition, in a directory of its own. Each Apply
+// is one pebble batch holding the writes and the new checkpoint, so a
+// crash leaves the database as some Apply left it with the checkpoint
+// that says so; a restart restores only the changelog's tail, from the
+// checkpoint on.
+//
+// Batches are written without an fsync (pebble.NoSync): Kafka, not the
+// disk, is the source of truth. A machine crash may lose the last
+// batches, but pebble's write-ahead log comes back as a prefix of them,
+// checkpoint included, and the restore reads again what was lost. A
+// store is never ahead of what committed in Kafka, since a runner applies
+// a transaction only once it committed.
+type Pebble struct {
+	dir string
+	wo  *pebble.WriteOptions
+
+	// mu is held for reading by every use of db, for writing by Close
+	// alone; wmu serializes Apply and Reset. A Range does not hold up an
+	// Apply (its iterator reads a snapshot), only a Close.
+	mu     sync.RWMutex
+	wmu    sync.Mutex
+	db     *pebble.DB
+	cp     atomic.Pointer[Checkpoint]
+	closed bool
+}
+
+var _ Store = (*Pebble)(nil)
+
+// OpenPebble opens (creating it if need be) the pebble store in dir, which
+// holds one changelog partition's state and nothing else; its checkpoint
+// is the one the last Apply or Reset wrote (zero for a new store). o is
+// passed to pebble.Open (nil: pebble's defaults, with its informational
+// logging off); o.Logger receives pebble's own messages. One process at a
+// time may open a directory (pebble locks it).
+func OpenPebble(dir string, o *pebble.Options) (*Pebble, error) {
+	if o == nil {
+		o = &pebble.Options{Logger: quietLogger{}}
+	} else {
+		o = o.Clone()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("state: pebble store %s: %w", dir, err)
+	}
+	db, err := pebble.Open(dir, o)
+	if err != nil {
+		return nil, fmt.Errorf("state: open pebble store %s: %w", dir, err)
+	}
+	cp, err := readCheckpoint(db)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("state: pebble store %s: %w", dir, err)
+	}
+	p := &Pebble{dir: dir, db: db, wo: pebble.NoSync}
+	p.cp.Store(&cp)
+	return p, nil
+}
+
+// PebbleFactory is a [Factory] of [OpenPebble] stores under root, one
+// directory per partition: root/<topic>/<partition>. A partition revoked
+// and assigned again, or a process restarted, finds its store there and
+// restores only the changelog's tail.
+func PebbleFactory(root string, o *pebble.Options) Factory {
+	return func(topic string, partition int32) (Store, error) {
+		return OpenPebble(PebbleDir(root, topic, partition), o)
+	}
+}
+
+// PebbleDir is the directory [PebbleFactory] keeps a partition's store in.
+// Kafka topic names are safe as directory names ("." and ".." are not
+// topic names).
+func PebbleDir(root, topic string, partition int32) string {
+	return filepath.Join(root, topic, strconv.Itoa(int(partition)))
+}
+
+// Dir returns the store's directory.
+func (p *Pebble) Dir() string { return p.dir }
+
+func readCheckpoint(db *pebble.DB) (Checkpoint, error) {
+	v, closer, err := db.Get(metaCheckpoint)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Checkpoint{}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("read checkpoint: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 1+16+8 || v[0] != checkpointVersion {
+		return Checkpoint{}, fmt.Errorf("checkpoint of %d bytes, version %d: not written by this version of eoskit", len(v), firstByte(v))
+	}
+	var cp Checkpoint
+	copy(cp.TopicID[:], v[1:17])
+	cp.Offset = int64(binary.BigEndian.Uint64(v[17:]))
+	return cp, nil
+}
+
+func firstByte(v []byte) int {
+	if len(v) == 0 {
+		return -1
+	}
+	return int(v[0])
+}
+
+func encodeCheckpoint(cp Checkpoint) []byte {
+	v := make([]byte, 1+16+8)
+	v[0] = checkpointVersion
+	copy(v[1:], cp.TopicID[:])
+	binary.BigEndian.PutUint64(v[17:], uint64(cp.Offset))
+	return v
+}
+
+func dataKey(key []byte) []byte {
+	k := make([]byte, 1+len(key))
+	k[0] = dataLower[0]
+	copy(k[1:], key)
+	return k
+}
+
+// Get implements [Reader].
+func (p *Pebble) Get(key []byte) ([]byte, bool, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil, false, ErrClosed
+	}
+	v, closer, err := p.db.Get(dataKey(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("state: pebble get: %w", err)
+	}
+	defer closer.Close()
+	return append([]byte{}, v...), true, nil
+}
+
+// Range implements [Reader], in key order, over a snapshot: Apply does
+// not wait for it.
+func (p *Pebble) Range(fn func(key, value []byte) bool) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: dataLower, UpperBound: dataUpper})
+	if err != nil {
+		return fmt.Errorf("state: pebble iterate: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("state: pebble iterate: %w", err)
+		}
+		if !fn(it.Key()[1:], v) {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return fmt.Errorf("state: pebble iterate: %w", err)
+	}
+	return it.Close()
+}
+
+// Checkpoint implements [Reader].
+func (p *Pebble) Checkpoint() Checkpoint {
+	return *p.cp.Load()
+}
+
+// Apply implements [Store]: one pebble batch, the checkpoint included.
+func (p *Pebble) Apply(writes []Write, cp Checkpoint) error {
+	return p.write(cp, func(b *pebble.Batch) error {
+		if err := checkForward(p.Checkpoint(), cp); err != nil {
+			return err
+		}
+		for _, w := range writes {
+			var err error
+			if w.Value == nil {
+				err = b.Delete(dataKey(w.Key), nil)
+			} else {
+				err = b.Set(dataKey(w.Key), w.Value, nil)
+			}
+			if err != nil {
+				return fmt.Errorf("state: pebble batch: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Reset implements [Store]: a range deletion of every key and the new
+// checkpoint, in one batch.
+func (p *Pebble) Reset(cp Checkpoint) error {
+	return p.write(cp, func(b *pebble.Batch) error {
+		if err := b.DeleteRange(dataLower, dataUpper, nil); err != nil {
+			return fmt.Errorf("state: pebble batch: %w", err)
+		}
+		return nil
+	})
+}
+
+// write commits one batch, filled by fill, with the checkpoint cp.
+func (p *Pebble) write(cp Checkpoint, fill func(*pebble.Batch) error) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	b := p.db.NewBatch()
+	defer b.Close()
+	if err := fill(b); err != nil {
+		return err
+	}
+	return p.commit(b, cp)
+}
+
+func (p *Pebble) commit(b *pebble.Batch, cp Checkpoint) error {
+	if err := b.Set(metaCheckpoint, encodeCheckpoint(cp), nil); err != nil {
+		return fmt.Errorf("state: pebble batch: %w", err)
+	}
+	if err := b.Commit(p.wo); err != nil {
+		return fmt.Errorf("state: pebble commit: %w", err)
+	}
+	p.cp.Store(&cp)
+	return nil
+}
+
+// Close implements [Store]: it flushes nothing it need not (the
+// write-ahead log holds every batch) and releases the directory.
+func (p *Pebble) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if err := p.db.Close(); err != nil {
+		return fmt.Errorf("state: close pebble store %s: %w", p.dir, err)
+	}
+	return nil
+}
+
+// quietLogger drops pebble's informational messages (one per flush and
+// compaction) and passes its errors on to pebble's default logger.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)           {}
+func (quietLogger) Errorf(format string, a ...any) { pebble.DefaultLogger.Errorf(format, a...) }
+func (quietLogger) Fatalf(format string, a ...any) { pebble.DefaultLogger.Fatalf(format, a...) }
