@@ -3,8 +3,6 @@ package eos
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,34 +22,46 @@ type coords struct {
 func coordsOf(r *kgo.Record) coords { return coords{r.Topic, r.Partition, r.Offset} }
 
 // batch is the work of one transaction: the inputs handled, the outputs
-// produced, and the first thing that went wrong.
+// produced, and what went wrong first. Lanes handle its records at once and
+// its outputs' promises return on franz-go's goroutines: a record's outcome
+// is applied (apply) and an output's noted (produceAll) under mu.
 type batch struct {
-	start     time.Time
-	in, out   int
-	mu        sync.Mutex
-	produceAt coords // the input whose output failed first
-	produce   error  // the first failed output
-	// produceTopic is where the first failed output went.
-	produceTopic string
-	failedAt     coords // the input whose handler failed, under Stop or Retry
-	failed       error
-	shutdown     bool
-	firsts       map[topicPartition]int64 // first offset written per output partition
-	promises     promises                 // outputs whose promise has not returned
-	// deadLetters holds the inputs this batch sent to the dead-letter
-	// topic, with the error that sent them there.
-	deadLetters map[coords]error
-	// failedInputs holds the inputs whose outputs failed.
-	failedInputs map[coords]bool
+	start    time.Time
+	promises promises // outputs whose promise has not returned
 	// ends is, per input partition, the offset after the last input
 	// handled: where the group's offset stands if the batch committed.
+	// collect notes it between polls, while no lane runs.
 	ends map[topicPartition]int64
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	in, out int
+	first   coords // the first input handled
+	// failedAt is the input whose handler failed first, under Stop or
+	// Retry (or for being too slow), and failed its error.
+	failedAt coords
+	failed   error
+	// shutdown is set when Run's ctx ended (past the drain) as a record
+	// was handled. Whatever else failed once ctx ended failed for it too:
+	// the loops take ctx's end as a shutdown as well.
+	shutdown bool
 	// overBudget is set when the batch ran out of its transaction's
 	// budget before its polled records were handled; next is then how
 	// many records the next transaction takes.
 	overBudget bool
 	next       int
-	first      coords // the first input handled
+	// deadLetters holds the inputs this batch sent to the dead-letter
+	// topic, with the error that sent them there.
+	deadLetters map[coords]error
+
+	// produce is the first output that failed, produceAt its input and
+	// produceTopic its topic; failedInputs holds every input whose
+	// outputs failed.
+	produce      error
+	produceAt    coords
+	produceTopic string
+	failedInputs map[coords]bool
+	firsts       map[topicPartition]int64 // first offset written per output partition
 }
 
 // wrote notes an output the broker acknowledged.
@@ -92,6 +102,38 @@ func (b *batch) produceErr() (coords, error) {
 	return b.produceAt, b.produce
 }
 
+// take counts the input at into the batch, under b.mu.
+func (b *batch) take(at coords) {
+	b.in++
+	if b.in == 1 {
+		b.first = at
+	}
+}
+
+// apply applies o, the outcome of the input at, to the batch, under b.mu,
+// and to what the processor remembers of failed inputs (f).
+func (b *batch) apply(at coords, o recordOutcome, f *failures) {
+	switch o.kind {
+	case shutDown:
+		b.shutdown = true
+	case outOfBudget:
+		b.overBudget, b.next = true, o.next
+		if o.err != nil {
+			f.poison(at, o.err)
+		}
+	case recordFailed:
+		if b.failed == nil {
+			b.failedAt, b.failed = at, o.err
+		}
+	case sendDeadLetter:
+		if b.deadLetters == nil {
+			b.deadLetters = map[coords]error{}
+		}
+		b.deadLetters[at] = o.err
+	}
+	b.out += len(o.outs)
+}
+
 // runner is what the two loops share: how to produce within the current
 // batch and how to handle one record.
 type runner struct {
@@ -119,93 +161,48 @@ func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r
 // under DeadLetter, the dead letter). It returns false when the batch must
 // end without committing.
 //
-// Lanes may call it at once (see handleAll): what it shares with them (the
-// batch, and the processor's poisoned and tooSlow maps) it touches under
-// b.mu, never while the handler runs.
+// Lanes may call it at once (see handleAll): it notes what happened to r
+// (an attempt), lets decide make that r's outcome, and applies the outcome
+// to the batch under b.mu, never held while the handler runs.
 func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) bool {
 	at := coordsOf(r)
+	a := attempt{in: r}
 	b.mu.Lock()
-	if ctx.Err() != nil {
-		// Shut down (past the drain): a record failed now failed for
-		// that, not for its own sake, and the batch aborts.
-		b.shutdown = true
+	a.shutdown = ctx.Err() != nil
+	// The budget ran out before this record, the batch holding others:
+	// the batch ends. (A first record runs, to find out whether it alone
+	// is too slow.)
+	a.outOfBudget = !a.shutdown && b.in > 0 && hctx.Err() != nil
+	if a.shutdown || a.outOfBudget {
+		a.others = b.in
+		rn.conclude(b, at, a)
 		b.mu.Unlock()
 		return false
 	}
-	if b.in > 0 && hctx.Err() != nil && ctx.Err() == nil {
-		// The budget ran out before this record: the batch ends.
-		b.overBudget, b.next = true, max(1, b.in/2)
-		b.mu.Unlock()
-		return false
-	}
-	b.in++
-	if b.in == 1 {
-		b.first = at
-	}
-	var err error
-	var poisoned bool
-	if len(rn.p.poisoned) > 0 { // hashing the topic per record costs
-		err, poisoned = rn.p.poisoned[at]
-	}
+	b.take(at)
 	b.mu.Unlock()
-	var outs []*kgo.Record
-	if !poisoned {
-		var took time.Duration
-		outs, took, err = rn.callHandler(hctx, r)
-		if ctx.Err() != nil {
-			// Shut down past the drain while the handler ran: it
-			// failed for that, if it failed, and the batch aborts.
-			b.mu.Lock()
-			b.shutdown = true
-			b.mu.Unlock()
-			return false
-		}
-		if err != nil && ctx.Err() == nil && hctx.Err() != nil && errors.Is(err, hctx.Err()) {
-			// The handler gave up when the budget ran out.
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			if !rn.outOfBudget(b, at, took) {
-				return false
-			}
-			err = fmt.Errorf("%w: no result within %s, the transaction's budget, twice alone in its transaction (%v)", ErrHandlerTooSlow, rn.budget, err)
-			if rn.p.cfg.onError.p.For(err).Kind == loop.PolicyDeadLetter {
-				// This transaction has no time left: the dead
-				// letter goes first in the next one.
-				rn.p.poisoned[at] = err
-				b.overBudget, b.next = true, 1
-				return false
-			}
-			// Stop or Retry: outOfBudget found it alone in its
-			// transaction, so no other lane runs.
-			b.failedAt, b.failed = at, err
-			return false
-		}
+
+	a.err, a.poisoned = rn.p.failures.poisonedBy(at)
+	if !a.poisoned {
+		a.outs, a.took, a.err = rn.callHandler(hctx, r)
+		a.shutdown = ctx.Err() != nil
+		a.outOfBudget = !a.shutdown && a.err != nil && hctx.Err() != nil && errors.Is(a.err, hctx.Err())
 	}
-	if err != nil {
-		// A poisoned input is dead-lettered whatever the policy: it was
-		// poisoned under DeadLetter, or as a Retry's fallback.
-		pol := rn.p.cfg.onError.p.For(err)
-		if !poisoned && pol.Kind != loop.PolicyDeadLetter {
-			b.mu.Lock()
-			if b.failed == nil {
-				b.failedAt, b.failed = at, err
-			}
-			b.mu.Unlock()
-			return false
-		}
-		outs = []*kgo.Record{deadLetter(pol.DeadLetterTopic(), r, err)}
-		b.mu.Lock()
-		if b.deadLetters == nil {
-			b.deadLetters = map[coords]error{}
-		}
-		b.deadLetters[at] = err
-		b.mu.Unlock()
-		rn.p.deadLetterLog.Log(r.Topic, r.Partition, r.Offset, err, "dead_letter_topic", pol.DeadLetterTopic())
+	b.mu.Lock()
+	a.others = b.in - 1
+	o := rn.conclude(b, at, a)
+	b.mu.Unlock()
+	if !o.goesOn() {
+		return false
 	}
-	if len(outs) > 0 {
-		rn.produceAll(ctx, b, at, outs)
+	if o.kind == sendDeadLetter {
+		rn.p.deadLetterLog.Log(r.Topic, r.Partition, r.Offset, o.err, "dead_letter_topic", o.outs[0].Topic)
 	}
-	if rn.isolate && len(outs) > 0 {
+	if len(o.outs) == 0 {
+		return true
+	}
+	rn.produceAll(ctx, b, at, o.outs)
+	if rn.isolate {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 		err := b.promises.settle(sctx, rn.flush)
 		cancel()
@@ -216,13 +213,21 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 	return true
 }
 
+// conclude makes a, what happened to the input at, its outcome, and
+// applies the outcome to b, whose mutex the caller holds.
+func (rn *runner) conclude(b *batch, at coords, a attempt) recordOutcome {
+	if a.outOfBudget && a.others == 0 {
+		a.slowAlone = rn.p.failures.ranOutAlone(at)
+	}
+	o := decide(a, rn.p.cfg.onError.p, rn.budget)
+	b.apply(at, o, rn.p.failures)
+	return o
+}
+
 // produceAll produces the outputs of the input at, with one promise for
 // all of them (it knows their input, so that a failed output is traced to
 // it).
 func (rn *runner) produceAll(ctx context.Context, b *batch, at coords, outs []*kgo.Record) {
-	b.mu.Lock()
-	b.out += len(outs)
-	b.mu.Unlock()
 	b.promises.addN(len(outs))
 	promise := func(out *kgo.Record, err error) {
 		defer b.promises.done()
@@ -253,62 +258,6 @@ func (rn *runner) produceAll(ctx context.Context, b *batch, at coords, outs []*k
 		}
 		rn.produce(ctx, out, promise)
 	}
-}
-
-// outOfBudget handles a handler that gave up when its transaction's budget
-// ran out after took, and reports whether the input is to blame: only when
-// it was alone in its transaction, twice (once could be a passing outage
-// or pause). Otherwise the batch ends (b.overBudget) with how many records
-// the next transaction takes: when the handler took most of the budget,
-// the records before it, so that it leads the one after; else half of
-// them.
-func (rn *runner) outOfBudget(b *batch, at coords, took time.Duration) bool {
-	b.overBudget = true
-	if b.in > 1 {
-		b.next = max(1, (b.in-1)/2)
-		if took > rn.budget/2 {
-			b.next = b.in - 1
-		}
-		return false
-	}
-	b.next = 1
-	rn.p.tooSlow[at]++
-	if rn.p.tooSlow[at] < 2 {
-		return false
-	}
-	delete(rn.p.tooSlow, at)
-	b.overBudget = false
-	return true
-}
-
-// callHandler runs the handler, turning a panic and an output without a
-// topic into errors, so that both follow the error policy.
-// It also returns how long the handler took.
-func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, took time.Duration, err error) {
-	took, err = rn.p.obs.HandleTimed("eos", func() (err error) {
-		outs, err = rn.p.handler(ctx, r)
-		return err
-	})
-	if err != nil {
-		return nil, took, err
-	}
-	for _, o := range outs {
-		if o == nil || o.Topic == "" {
-			return nil, took, errors.New("eos: handler returned an output record with no topic")
-		}
-	}
-	return outs, took, nil
-}
-
-func deadLetter(topic string, in *kgo.Record, cause error) *kgo.Record {
-	headers := append([]kgo.RecordHeader(nil), in.Headers...)
-	headers = append(headers,
-		kgo.RecordHeader{Key: "eoskit-error", Value: []byte(cause.Error())},
-		kgo.RecordHeader{Key: "eoskit-source-topic", Value: []byte(in.Topic)},
-		kgo.RecordHeader{Key: "eoskit-source-partition", Value: strconv.AppendInt(nil, int64(in.Partition), 10)},
-		kgo.RecordHeader{Key: "eoskit-source-offset", Value: strconv.AppendInt(nil, in.Offset, 10)},
-	)
-	return &kgo.Record{Topic: topic, Key: in.Key, Value: in.Value, Headers: headers}
 }
 
 // pollPerLane bounds one poll to this many records per lane (per
@@ -345,8 +294,7 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		}
 		b.noteEnds(fetches)
 		if ctx.Err() != nil {
-			b.shutdown = true // past the drain: whatever failed, failed for it
-			return false
+			return false // past the drain: the loop ends the batch as shut down
 		}
 		remaining := time.Until(b.start.Add(cfg.commitInterval))
 		if b.in >= limit || remaining <= 0 || revoked.Load() || rn.stop.Err() != nil {
@@ -359,7 +307,6 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		rn.p.obs.Fetched(fetches)
 		cancel()
 		if ctx.Err() != nil {
-			b.shutdown = true
 			return false
 		}
 		loop.LogFetchErrors(fetches, rn.p.logger)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -13,6 +14,90 @@ import (
 	"github.com/eoskit/eoskit/internal/loop"
 )
 
+// failures is what the processor remembers about inputs that failed, across
+// transactions and sessions, until a transaction that covers them commits
+// (committed) or the policy lets them go.
+type failures struct {
+	// mu guards poisoned and tooSlow, which the lanes of a batch share.
+	mu sync.Mutex
+	// poisoned holds the inputs to dead-letter without running their
+	// handler (their outputs could not be written, their handler was too
+	// slow, or their dead letter is tried again), with why.
+	poisoned map[coords]error
+	// tooSlow counts, per input, the transactions that ran out of their
+	// budget with it alone in its handler.
+	tooSlow map[coords]int
+	// attempts counts, per input, the attempts of the Retry policy so
+	// far, until the input commits or its fallback applies;
+	// deadLetterFailures counts the dead letters that could not be
+	// written. Only Run's goroutine uses them, between batches.
+	attempts           map[coords]int
+	deadLetterFailures map[coords]int
+}
+
+func newFailures() *failures {
+	return &failures{poisoned: map[coords]error{}, tooSlow: map[coords]int{}, attempts: map[coords]int{}, deadLetterFailures: map[coords]int{}}
+}
+
+// poison makes the next transactions dead-letter the input at, for cause,
+// without running its handler, until one of them commits.
+func (f *failures) poison(at coords, cause error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.poisoned[at] = cause
+}
+
+// poisonedBy returns why the input at is to be dead-lettered without its
+// handler, if it is.
+func (f *failures) poisonedBy(at coords) (cause error, poisoned bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.poisoned) == 0 { // hashing the topic per record costs
+		return nil, false
+	}
+	cause, poisoned = f.poisoned[at]
+	return cause, poisoned
+}
+
+// slowAloneToBlame is how many transactions an input's handler must run
+// out of budget in, alone, before the input is blamed: once could be a
+// passing outage or pause.
+const slowAloneToBlame = 2
+
+// ranOutAlone counts a transaction that ran out of its budget with the
+// input at alone in its handler, and returns how many did so far. From
+// slowAloneToBlame on, the input is blamed (see decide) and the count
+// starts over.
+func (f *failures) ranOutAlone(at coords) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.tooSlow[at] + 1
+	if n >= slowAloneToBlame {
+		delete(f.tooSlow, at)
+	} else {
+		f.tooSlow[at] = n
+	}
+	return n
+}
+
+// committed forgets what the committed batch b settled: the dead letters it
+// wrote (their poison and failure counts), the slowness of its first input,
+// and the retry counts of the inputs it covered.
+func (f *failures) committed(b *batch) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for at := range b.deadLetters {
+		delete(f.deadLetterFailures, at)
+		delete(f.poisoned, at)
+	}
+	delete(f.tooSlow, b.first)
+	for at := range f.attempts {
+		if end, ok := b.ends[topicPartition{at.topic, at.partition}]; ok && at.offset < end {
+			delete(f.attempts, at)
+		}
+	}
+}
+
 // afterFailure applies the error policy once a batch ended without a
 // commit. It returns a non-nil error when Run must return it.
 func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) error {
@@ -21,7 +106,7 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 	// policy dead-letters is handled once, whatever else aborted its
 	// transaction.
 	for at, cause := range b.deadLetters {
-		p.poisoned[at] = cause
+		p.failures.poison(at, cause)
 	}
 	at, err := b.failedAt, b.failed
 	if err == nil {
@@ -76,8 +161,8 @@ const retryLimit = 30 * time.Second
 // *[eoskit.RecordError].
 func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error {
 	pol := p.cfg.onError.p.For(err)
-	p.attempts[at]++ // across the rules, should the input's error change
-	attempts := p.attempts[at]
+	p.failures.attempts[at]++ // across the rules, should the input's error change
+	attempts := p.failures.attempts[at]
 	if pol.Kind == loop.PolicyRetry {
 		if !pol.Final(attempts) {
 			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
@@ -88,9 +173,9 @@ func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error
 		}
 		pol = pol.Fallback()
 	}
-	delete(p.attempts, at)
+	delete(p.failures.attempts, at)
 	if pol.Kind == loop.PolicyDeadLetter {
-		p.poisoned[at] = err
+		p.failures.poison(at, err)
 		return nil
 	}
 	return &eoskit.RecordError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Attempts: attempts, Err: err}
@@ -114,34 +199,19 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 			return cerr // naming the topic found missing (with several rules, not always this input's)
 		}
 	}
-	p.deadLetterFailures[at]++
-	attempts := p.deadLetterFailures[at]
+	p.failures.deadLetterFailures[at]++
+	attempts := p.failures.deadLetterFailures[at]
 	if attempts >= maxDeadLetterAttempts {
-		delete(p.deadLetterFailures, at)
+		delete(p.failures.deadLetterFailures, at)
 		return &DeadLetterError{Topic: at.topic, Partition: at.partition, Offset: at.offset,
 			DeadLetterTopic: p.cfg.onError.p.For(cause).DeadLetterTopic(), Attempts: attempts, Cause: cause, Err: err}
 	}
 	backoff := time.Second << (attempts - 1)
 	p.logger.Warn("eos: writing a dead letter failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
 		"dead_letter_topic", p.cfg.onError.p.For(cause).DeadLetterTopic(), "err", err, "attempt", attempts, "backoff", backoff)
-	p.poisoned[at] = cause
+	p.failures.poison(at, cause)
 	loop.Sleep(ctx, backoff)
 	return nil
-}
-
-// forgetDeadLetters clears the failure counts of the dead letters a
-// committed batch wrote, and the retry counts of the inputs it committed.
-func (p *Processor) forgetDeadLetters(b *batch) {
-	for at := range b.deadLetters {
-		delete(p.deadLetterFailures, at)
-		delete(p.poisoned, at)
-	}
-	delete(p.tooSlow, b.first)
-	for at := range p.attempts {
-		if end, ok := b.ends[topicPartition{at.topic, at.partition}]; ok && at.offset < end {
-			delete(p.attempts, at)
-		}
-	}
 }
 
 // recordSpecific reports whether a produce error is the record's own fault,

@@ -86,7 +86,8 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		cancel()
 		revoked.Store(false)
 		elapsed := time.Since(b.start)
-		b.shutdown = b.shutdown || ctx.Err() != nil // see runTransactional
+		// Whatever failed once ctx ended failed because of it.
+		shutdown := b.shutdown || ctx.Err() != nil
 
 		switch {
 		case atMostOnce && handled:
@@ -99,12 +100,12 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			p.committed.Add(1)
 			p.obs.Committed(b.in, b.out, elapsed)
 			p.obs.DeadLettered(len(b.deadLetters))
-			p.forgetDeadLetters(b)
+			p.failures.committed(b)
 			rn.isolate = false
 		default:
 			reason := "handler-error"
 			switch {
-			case b.shutdown:
+			case shutdown:
 				reason = "shutdown"
 			case produceErr != nil || flushErr != nil:
 				reason = "produce-error"
@@ -113,7 +114,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			}
 			p.obs.Aborted(reason, elapsed)
 			p.logger.Info("eos: batch not committed; its inputs will be read again", "reason", reason, "err", errors.Join(commitErr, flushErr))
-			if b.shutdown {
+			if shutdown {
 				return nil
 			}
 			if err := p.afterFailure(ctx, rn, b); err != nil {

@@ -55,27 +55,17 @@ type Processor struct {
 	// hangs is what the hanging-transaction check remembers across
 	// sessions.
 	hangs txnHistory
-	// deadLetterFailures counts, per input, the dead letters that could
-	// not be written since it last committed, across sessions; only Run's
-	// goroutine uses it.
-	deadLetterFailures map[coords]int
 	// perTxn bounds the records of one transaction: MaxRecordsPerCommit,
 	// lowered after a transaction ran out of its budget and raised again
-	// while transactions end well within it. tooSlow counts, per input,
-	// the transactions that ran out of budget with it alone in its
-	// handler. poisoned holds the inputs to dead-letter without running
-	// the handler (their outputs could not be written, or their handler
-	// was too slow) until a transaction holding their dead letter
-	// commits. Only Run's goroutine uses them, across sessions.
-	perTxn   int
-	tooSlow  map[coords]int
-	poisoned map[coords]error
+	// while transactions end well within it. Only Run's goroutine uses
+	// it, across sessions.
+	perTxn int
+	// failures is what the processor remembers about failed inputs
+	// across transactions and sessions.
+	failures *failures
 	// deadLetterLog logs the inputs dead-lettered, at most one line a
 	// second.
 	deadLetterLog *loop.DeadLetterLog
-	// attempts counts, per input, the attempts of the Retry policy so
-	// far, until the input commits or its fallback applies.
-	attempts map[coords]int
 }
 
 // NewProcessor returns a processor that runs handler. Required options:
@@ -115,8 +105,8 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 	if c.txnID != "" {
 		logger = logger.With("transactional_id", c.txnID)
 	}
-	return &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.group, c.metrics), deadLetterFailures: map[coords]int{},
-		perTxn: c.maxRecords, tooSlow: map[coords]int{}, poisoned: map[coords]error{}, attempts: map[coords]int{},
+	return &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.group, c.metrics),
+		perTxn: c.maxRecords, failures: newFailures(),
 		deadLetterLog: loop.NewDeadLetterLog(logger, "eos: handler failed; sending input to dead-letter topic", loop.DeadLetterLogEvery)}, nil
 }
 

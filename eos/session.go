@@ -146,11 +146,12 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	// Runs before the deferred Close: the check uses the session's client.
 	defer stopSweeps()
 
+	txnTimeout := transactionTimeout(sess.Client())
 	rn := newRunner(p, sess.Client(), sess.Produce)
 	rn.stop = stop
-	adm := kadm.NewClient(sess.Client())
-	txnTimeout := transactionTimeout(sess.Client())
 	rn.budget = transactionBudget(txnTimeout)
+	s := &session{p: p, gts: sess, cl: sess.Client(), rn: rn, check: check, adm: kadm.NewClient(sess.Client()),
+		timeout: txnTimeout, revoked: &revoked}
 	for {
 		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
 			return err
@@ -175,138 +176,180 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			// no transaction took them.
 			return err
 		}
-		if err := sess.Begin(); err != nil {
-			if authz.Refused(err) {
-				return authz.Write("", p.cfg.txnID, p.cfg.group, err)
-			}
-			if isFenced(err) {
-				p.obs.Fenced()
-				return fencedError("begin transaction", err)
-			}
-			return &restartError{fmt.Errorf("begin transaction: %w", err)}
-		}
-		// The epoch names this transaction for the hanging-transaction
-		// check, which must know how it ended.
-		producerID, txnEpoch, idErr := sess.Client().ProducerID(ctx)
-		b := &batch{start: time.Now()}
-		handled := rn.collect(ctx, b, fetches, sess.PollRecords, &revoked)
-
-		// Flush and settle every output before deciding: End commits
-		// whatever was acknowledged, so a failed output must turn the
-		// commit into an abort here.
-		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-		flushErr := b.promises.settle(endCtx, rn.flush)
-		_, produceErr := b.produceErr()
-		wantCommit := handled && flushErr == nil && produceErr == nil && ctx.Err() == nil
-		committed, endErr := sess.End(endCtx, kgo.TransactionEndTry(wantCommit))
-		cancel()
-		if idErr == nil {
-			b.mu.Lock()
-			rec := txnRecord{firsts: b.firsts}
-			b.mu.Unlock()
-			switch {
-			case !wantCommit:
-				rec.known = true // never asked to commit: it aborts
-			case committed:
-				rec.committed, rec.known = true, true
-			}
-			// A wanted commit that ended not committed may have
-			// committed at the broker (see below): its outcome stays
-			// unknown.
-			check.ended(producerID, txnEpoch, rec)
-		}
-		sawRevoke := revoked.Swap(false)
-		elapsed := time.Since(b.start)
-		// Whatever failed once ctx ended (a handler, a record produced
-		// under ctx) failed because of it: a shutdown, not an error.
-		b.shutdown = b.shutdown || ctx.Err() != nil
-
-		switch {
-		case authz.Refused(endErr):
-			// The transactional id (EndTxn, AddOffsetsToTxn) or the
-			// group (TxnOffsetCommit) refused. franz-go's abort is
-			// refused too: the broker aborts the transaction at its
-			// timeout, and until then read_committed readers of its
-			// partitions wait.
-			p.obs.Aborted("refused", elapsed)
-			return authz.Write("", p.cfg.txnID, p.cfg.group, endErr)
-		case (isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr)) && elapsed >= txnTimeout &&
-			idErr == nil && coordinatorTimedOut(ctx, adm, p.cfg.txnID, producerID, txnEpoch):
-			// The transaction outlived its timeout: the coordinator
-			// aborted it and bumped the epoch, which is what the epoch
-			// error says, and nobody registered the id since (a zombie
-			// woken past its timeout after its successor started is
-			// fenced, below: restarting would fence the successor). A
-			// new session registers the transactional id again and
-			// goes on.
-			p.obs.Aborted("timeout", elapsed)
-			p.perTxn = max(1, b.in/2) // kept by the next session
-			p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",
-				"elapsed", elapsed, "transaction_timeout", txnTimeout, "records_in", b.in)
-			return &restartError{fmt.Errorf("transaction outlived its timeout (%s > %s): %w", elapsed.Round(time.Millisecond), txnTimeout, errors.Join(endErr, produceErr, flushErr))}
-		case isFenced(endErr) || isFenced(produceErr) || isFenced(flushErr):
-			p.obs.Fenced()
-			p.obs.Aborted("fenced", elapsed)
-			p.logger.Warn("eos: fenced by a newer instance with the same transactional id; stopping")
-			return fencedError("end transaction", errors.Join(endErr, produceErr, flushErr))
-		case endErr != nil || flushErr != nil:
-			p.obs.Aborted("outcome-unknown", elapsed)
-			return &restartError{fmt.Errorf("end transaction: %w", errors.Join(endErr, flushErr))}
-		case committed:
-			p.committed.Add(1)
-			p.obs.Committed(b.in, b.out, elapsed)
-			p.obs.DeadLettered(len(b.deadLetters))
-			p.forgetDeadLetters(b)
-			rn.isolate = false
-			if b.in >= p.perTxn && p.perTxn < p.cfg.maxRecords {
-				switch {
-				case elapsed < rn.budget/8:
-					p.perTxn = min(2*p.perTxn, p.cfg.maxRecords)
-				case elapsed < rn.budget/2:
-					p.perTxn = min(p.perTxn+max(1, p.perTxn/4), p.cfg.maxRecords)
-				}
-			}
-			continue
-		case wantCommit && !b.shutdown && !sawRevoke && !p.knownAbort(ctx, sess.Client(), b):
-			// A commit was asked for and ended as not committed, with
-			// no partition taken, and the broker's committed offsets
-			// do not show it aborted: franz-go retried a failed EndTxn
-			// (UNKNOWN_SERVER_ERROR, say) as an abort, and the broker
-			// may have committed. This session's view of the committed
-			// offsets (franz-go's) may be older than the broker's:
-			// going on would copy a committed batch again. A new
-			// session reads the offsets from the broker.
-			p.obs.Aborted("outcome-unknown", elapsed)
-			p.logger.Warn("eos: a commit ended unconfirmed with no rebalance; its outcome is unknown, restarting the session to read the committed offsets from the broker", "records_in", b.in)
-			return &restartError{errors.New("commit not confirmed and no partition revoked: outcome unknown")}
-		}
-
-		reason := "rebalance"
-		switch {
-		case b.shutdown:
-			reason = "shutdown"
-		case b.failed != nil:
-			reason = "handler-error"
-		case produceErr != nil:
-			reason = "produce-error"
-		case b.overBudget:
-			reason = "budget"
-		}
-		p.obs.Aborted(reason, elapsed)
-		p.logger.Info("eos: transaction aborted; its inputs will be read again", "reason", reason, "records_in", b.in)
-		if b.shutdown {
-			return nil
-		}
-		if b.overBudget {
-			p.perTxn = b.next
-			p.logger.Warn("eos: handlers ran out of the transaction's budget before the polled records were handled; ended the transaction early and taking fewer records per transaction",
-				"budget", rn.budget, "records_in", b.in, "records_per_transaction", p.perTxn)
-		}
-		if wantCommit {
-			continue // a rebalance: the records come back to whoever owns them now
-		}
-		if err := p.afterFailure(ctx, rn, b); err != nil {
+		if goOn, err := s.transact(ctx, fetches); !goOn {
 			return err
 		}
 	}
+}
+
+// session is one GroupTransactSession's transactions, one after another
+// (transact): each begins on a poll, takes the records the runner handles
+// into its batch, ends (end), and its outcome (decideEnd) says what comes
+// next (act).
+//
+// Whatever else takes part in the session's transactions (the keyed state
+// of issue 27, with a changelog produced in the same transaction) has a
+// place at each step: partitions arrive and leave in the group's callbacks
+// (groupHooks); records it adds to a transaction are produced in end,
+// before the outputs settle, so that they count for the commit like the
+// outputs and their offsets are known once settled (batch.wrote); a commit
+// reaches it in committed, a known abort in aborted, and after a restart
+// or a final error nothing of the session is kept.
+type session struct {
+	p     *Processor
+	gts   *kgo.GroupTransactSession
+	cl    *kgo.Client // gts's
+	rn    *runner
+	check hangingCheck
+	adm   *kadm.Client
+	// timeout is the transaction timeout.
+	timeout time.Duration
+	// revoked is set by the group's callbacks when the group takes
+	// partitions; each transaction's end clears it.
+	revoked *atomic.Bool
+}
+
+// transact runs one transaction: it begins it, handles fetches and what
+// further polls bring into a batch (collect), ends it and acts on its
+// outcome. It reports whether the session goes on, and otherwise returns
+// what runTransactional returns.
+func (s *session) transact(ctx context.Context, fetches kgo.Fetches) (goOn bool, err error) {
+	p := s.p
+	if err := s.gts.Begin(); err != nil {
+		if authz.Refused(err) {
+			return false, authz.Write("", p.cfg.txnID, p.cfg.group, err)
+		}
+		if isFenced(err) {
+			p.obs.Fenced()
+			return false, fencedError("begin transaction", err)
+		}
+		return false, &restartError{fmt.Errorf("begin transaction: %w", err)}
+	}
+	// The epoch names this transaction for the hanging-transaction
+	// check, which must know how it ended.
+	producerID, txnEpoch, idErr := s.cl.ProducerID(ctx)
+	b := &batch{start: time.Now()}
+	handled := s.rn.collect(ctx, b, fetches, s.gts.PollRecords, s.revoked)
+	e := s.end(ctx, b, handled)
+	if idErr == nil {
+		b.mu.Lock()
+		rec := txnRecord{firsts: b.firsts}
+		b.mu.Unlock()
+		rec.committed, rec.known = e.knownOutcome()
+		s.check.ended(producerID, txnEpoch, rec)
+	}
+	e.revoked = s.revoked.Swap(false)
+	e.elapsed = time.Since(b.start)
+	// Whatever failed once ctx ended (a handler, a record produced
+	// under ctx) failed because of it: a shutdown, not an error.
+	e.shutdown = b.shutdown || ctx.Err() != nil
+	e.failed, e.overBudget = b.failed != nil, b.overBudget
+	e.timedOut = func() bool {
+		return idErr == nil && coordinatorTimedOut(ctx, s.adm, p.cfg.txnID, producerID, txnEpoch)
+	}
+	e.abortKnown = func() bool { return p.knownAbort(ctx, s.cl, b) }
+	return s.act(ctx, b, e, decideEnd(e))
+}
+
+// end settles b's outputs and ends its transaction: a commit when every
+// polled record was handled, every output acknowledged and ctx is alive;
+// an abort otherwise. It returns what the end came to, as far as it knows.
+func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
+	// Flush and settle every output before deciding: End commits
+	// whatever was acknowledged, so a failed output must turn the
+	// commit into an abort here.
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	e := txnEnd{timeout: s.timeout}
+	e.flushErr = b.promises.settle(endCtx, s.rn.flush)
+	_, e.produceErr = b.produceErr()
+	e.wantCommit = handled && e.flushErr == nil && e.produceErr == nil && ctx.Err() == nil
+	e.committed, e.endErr = s.gts.End(endCtx, kgo.TransactionEndTry(e.wantCommit))
+	return e
+}
+
+// act does what o, the outcome of b's transaction, whose end came to e,
+// asks: it reports whether the session goes on, and otherwise returns what
+// runTransactional returns.
+func (s *session) act(ctx context.Context, b *batch, e txnEnd, o endOutcome) (goOn bool, err error) {
+	p := s.p
+	switch o.kind {
+	case endCommitted:
+		s.committed(b, e.elapsed)
+		return true, nil
+	case endRebalanced, endBatchFailed, endShutDown:
+		return s.aborted(ctx, b, e, o)
+	case endRefused:
+		// The transactional id (EndTxn, AddOffsetsToTxn) or the group
+		// (TxnOffsetCommit) refused. franz-go's abort is refused too:
+		// the broker aborts the transaction at its timeout, and until
+		// then read_committed readers of its partitions wait.
+		p.obs.Aborted(o.reason, e.elapsed)
+		return false, authz.Write("", p.cfg.txnID, p.cfg.group, e.endErr)
+	case endTimedOut:
+		// The coordinator aborted the transaction and bumped the epoch,
+		// which is what the epoch error says, and nobody registered the
+		// id since. A new session registers the transactional id again
+		// and goes on.
+		p.obs.Aborted(o.reason, e.elapsed)
+		p.perTxn = max(1, b.in/2) // kept by the next session
+		p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",
+			"elapsed", e.elapsed, "transaction_timeout", e.timeout, "records_in", b.in)
+		return false, &restartError{fmt.Errorf("transaction outlived its timeout (%s > %s): %w", e.elapsed.Round(time.Millisecond), e.timeout, errors.Join(e.endErr, e.produceErr, e.flushErr))}
+	case endFenced:
+		p.obs.Fenced()
+		p.obs.Aborted(o.reason, e.elapsed)
+		p.logger.Warn("eos: fenced by a newer instance with the same transactional id; stopping")
+		return false, fencedError("end transaction", errors.Join(e.endErr, e.produceErr, e.flushErr))
+	case endUnknown:
+		p.obs.Aborted(o.reason, e.elapsed)
+		return false, &restartError{fmt.Errorf("end transaction: %w", errors.Join(e.endErr, e.flushErr))}
+	default: // endUnconfirmed
+		p.obs.Aborted(o.reason, e.elapsed)
+		p.logger.Warn("eos: a commit ended unconfirmed with no rebalance; its outcome is unknown, restarting the session to read the committed offsets from the broker", "records_in", b.in)
+		return false, &restartError{errors.New("commit not confirmed and no partition revoked: outcome unknown")}
+	}
+}
+
+// committed notes that b's transaction committed: the processor forgets
+// the failures it settled and takes more records per transaction again
+// while transactions end well within their budget.
+func (s *session) committed(b *batch, elapsed time.Duration) {
+	p := s.p
+	p.committed.Add(1)
+	p.obs.Committed(b.in, b.out, elapsed)
+	p.obs.DeadLettered(len(b.deadLetters))
+	p.failures.committed(b)
+	s.rn.isolate = false
+	if b.in >= p.perTxn && p.perTxn < p.cfg.maxRecords {
+		switch {
+		case elapsed < s.rn.budget/8:
+			p.perTxn = min(2*p.perTxn, p.cfg.maxRecords)
+		case elapsed < s.rn.budget/2:
+			p.perTxn = min(p.perTxn+max(1, p.perTxn/4), p.cfg.maxRecords)
+		}
+	}
+}
+
+// aborted acts on a transaction known to have aborted (o: a rebalance, a
+// failure in the batch, or a shutdown), whose inputs are read again.
+func (s *session) aborted(ctx context.Context, b *batch, e txnEnd, o endOutcome) (goOn bool, err error) {
+	p := s.p
+	p.obs.Aborted(o.reason, e.elapsed)
+	p.logger.Info("eos: transaction aborted; its inputs will be read again", "reason", o.reason, "records_in", b.in)
+	if o.kind == endShutDown {
+		return false, nil
+	}
+	if b.overBudget {
+		p.perTxn = b.next
+		p.logger.Warn("eos: handlers ran out of the transaction's budget before the polled records were handled; ended the transaction early and taking fewer records per transaction",
+			"budget", s.rn.budget, "records_in", b.in, "records_per_transaction", p.perTxn)
+	}
+	if o.kind == endRebalanced {
+		return true, nil // the records come back to whoever owns them now
+	}
+	if err := p.afterFailure(ctx, s.rn, b); err != nil {
+		return false, err
+	}
+	return true, nil
 }
