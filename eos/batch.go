@@ -90,12 +90,14 @@ func (b *batch) noteEnds(fetches kgo.Fetches) {
 	})
 }
 
+// failedInputCount is how many inputs had an output fail.
 func (b *batch) failedInputCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.failedInputs)
 }
 
+// produceErr returns the first output that failed, and its input.
 func (b *batch) produceErr() (coords, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

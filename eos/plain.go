@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/loop"
 )
 
@@ -20,14 +19,11 @@ import (
 // workload; it makes no exactly-once promise.
 func (p *Processor) runPlain(ctx, stop context.Context) error {
 	var revoked atomic.Bool
-	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
 	// Holding the rebalance until the batch's offsets are committed keeps
 	// a batch from being committed by a member that no longer owns it.
-	opts = append(opts, kgo.BlockRebalanceOnPoll())
-	p.obs.NewSession() // before the group can assign anything to it
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(p.sessionOpts(&revoked, kgo.BlockRebalanceOnPoll())...)
 	if err != nil {
-		return &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(p.cfg.semantics), Reason: err.Error(), Err: err}
+		return p.cfg.clientOptionsError(err)
 	}
 	// Close alone would wait forever for a rebalance that the last poll
 	// blocked.

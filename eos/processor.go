@@ -87,7 +87,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID",
 		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets"})
 	if err != nil {
-		return nil, &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(c.semantics), Reason: err.Error(), Err: err}
+		return nil, c.clientOptionsError(err)
 	}
 	// Build (and close) a client once, so that a pass-through option that
 	// contradicts the semantics fails here rather than in Run.

@@ -10,107 +10,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 )
-
-// claimPatience is how long a new session retries registering its
-// transactional id before it gives up and restarts: longer than a broker
-// restart, so that a bounce costs no more than the bounce itself.
-const claimPatience = time.Minute
-
-// claimTransactionalID initialises cl's producer id, retrying in place
-// (100 ms doubling to 1 s) while the broker cannot answer. It returns nil
-// once registered or when ctx ends; ErrFenced when a newer instance holds
-// the id; a *restartError after claimPatience.
-func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) error {
-	deadline := time.Now().Add(claimPatience)
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		_, _, err := cl.ProducerID(ctx)
-		switch {
-		case err == nil || ctx.Err() != nil:
-			return nil
-		case authz.Refused(err):
-			return authz.Write("", p.cfg.txnID, p.cfg.group, err)
-		case isFenced(err):
-			p.obs.Fenced()
-			return fencedError("init producer id", err)
-		case time.Now().After(deadline):
-			return &restartError{fmt.Errorf("init producer id: %w", err)}
-		}
-		p.logger.Warn("eos: registering the transactional id failed; retrying", "err", err, "backoff", backoff)
-		if !loop.Sleep(ctx, backoff) {
-			return nil
-		}
-	}
-}
-
-// groupHooks returns options that record revocations: a batch stops early
-// once the group took partitions, since it can no longer commit. Under the
-// cooperative-sticky balancer (franz-go's default) every group session
-// ends with a revoke of nothing: that takes nothing, and the batch goes on
-// (franz-go's GroupTransactSession lets its commit through too), with the
-// guard against an unknown commit outcome in force.
-func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
-	onTaken := func(what string) func(context.Context, *kgo.Client, map[string][]int32) {
-		return func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-			if len(parts) == 0 {
-				p.logger.Debug("eos: group session ended; no partition " + what)
-				return
-			}
-			revoked.Store(true)
-			if what == "lost" {
-				p.obs.Lost(parts)
-			} else {
-				p.obs.Revoked(parts)
-			}
-			p.logger.Info("eos: partitions "+what, "partitions", parts)
-		}
-	}
-	return []kgo.Opt{
-		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-			p.obs.Assigned(parts)
-			p.logger.Info("eos: partitions assigned", "partitions", parts)
-		}, p.userHooks.Assigned)),
-		kgo.OnPartitionsRevoked(loop.Chain(onTaken("revoked"), p.userHooks.Revoked)),
-		kgo.OnPartitionsLost(loop.Chain(onTaken("lost"), p.userHooks.Lost)),
-	}
-}
-
-// transactionBudget is how long a transaction may spend handling records:
-// three quarters of the transaction timeout, leaving the rest to flush and
-// end it before the broker aborts it.
-func transactionBudget(txnTimeout time.Duration) time.Duration { return txnTimeout * 3 / 4 }
-
-// transactionTimeout is the client's transaction timeout (franz-go's
-// default, 40 s, unless kgo.TransactionTimeout set it).
-func transactionTimeout(cl *kgo.Client) time.Duration {
-	d, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
-	return d
-}
-
-// hangConfig returns what each session's hanging-transaction check is
-// built from.
-func (p *Processor) hangConfig() hangConfig {
-	return hangConfig{interval: p.cfg.hangCheck, policy: p.cfg.onHang, group: p.cfg.group, txnID: p.cfg.txnID,
-		clientOpts: p.cfg.clientOpts, brokers: p.cfg.brokers, logger: p.logger, metrics: hangMetrics{p.obs.Metrics},
-		history: &p.hangs, committed: func() bool { return p.committed.Load() > 0 }}
-}
 
 // runTransactional is one GroupTransactSession's life: it returns when ctx
 // ends, on a final error, or with a *restartError.
 func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	var revoked atomic.Bool
-	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
 	// disconnected tells the hanging-transaction check that a broker
 	// connection closed.
 	var disconnected disconnectFlag
-	opts = append(opts, kgo.WithHooks(&disconnected))
-	p.obs.NewSession() // before the group can assign anything to it
-	sess, err := kgo.NewGroupTransactSession(opts...)
+	sess, err := kgo.NewGroupTransactSession(p.sessionOpts(&revoked, kgo.WithHooks(&disconnected))...)
 	if err != nil {
-		return &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(p.cfg.semantics), Reason: err.Error(), Err: err}
+		return p.cfg.clientOptionsError(err)
 	}
 	// Close leaves the group; by then no transaction is open, because every
 	// path below ends the one it began.
@@ -352,4 +265,96 @@ func (s *session) aborted(ctx context.Context, b *batch, e txnEnd, o endOutcome)
 		return false, err
 	}
 	return true, nil
+}
+
+// claimPatience is how long a new session retries registering its
+// transactional id before it gives up and restarts: longer than a broker
+// restart, so that a bounce costs no more than the bounce itself.
+const claimPatience = time.Minute
+
+// claimTransactionalID initialises cl's producer id, retrying in place
+// (100 ms doubling to 1 s) while the broker cannot answer. It returns nil
+// once registered or when ctx ends; ErrFenced when a newer instance holds
+// the id; a *restartError after claimPatience.
+func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) error {
+	deadline := time.Now().Add(claimPatience)
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		_, _, err := cl.ProducerID(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case authz.Refused(err):
+			return authz.Write("", p.cfg.txnID, p.cfg.group, err)
+		case isFenced(err):
+			p.obs.Fenced()
+			return fencedError("init producer id", err)
+		case time.Now().After(deadline):
+			return &restartError{fmt.Errorf("init producer id: %w", err)}
+		}
+		p.logger.Warn("eos: registering the transactional id failed; retrying", "err", err, "backoff", backoff)
+		if !loop.Sleep(ctx, backoff) {
+			return nil
+		}
+	}
+}
+
+// sessionOpts notes a new session and returns the options of its client:
+// the configured ones, the group's callbacks (groupHooks), which set
+// revoked, and extra.
+func (p *Processor) sessionOpts(revoked *atomic.Bool, extra ...kgo.Opt) []kgo.Opt {
+	p.obs.NewSession() // before the group can assign anything to it
+	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(revoked)...)
+	return append(opts, extra...)
+}
+
+// groupHooks returns options that record revocations: a batch stops early
+// once the group took partitions, since it can no longer commit. Under the
+// cooperative-sticky balancer (franz-go's default) every group session
+// ends with a revoke of nothing: that takes nothing, and the batch goes on
+// (franz-go's GroupTransactSession lets its commit through too), with the
+// guard against an unknown commit outcome in force.
+func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
+	onTaken := func(what string) func(context.Context, *kgo.Client, map[string][]int32) {
+		return func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			if len(parts) == 0 {
+				p.logger.Debug("eos: group session ended; no partition " + what)
+				return
+			}
+			revoked.Store(true)
+			if what == "lost" {
+				p.obs.Lost(parts)
+			} else {
+				p.obs.Revoked(parts)
+			}
+			p.logger.Info("eos: partitions "+what, "partitions", parts)
+		}
+	}
+	return []kgo.Opt{
+		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			p.obs.Assigned(parts)
+			p.logger.Info("eos: partitions assigned", "partitions", parts)
+		}, p.userHooks.Assigned)),
+		kgo.OnPartitionsRevoked(loop.Chain(onTaken("revoked"), p.userHooks.Revoked)),
+		kgo.OnPartitionsLost(loop.Chain(onTaken("lost"), p.userHooks.Lost)),
+	}
+}
+
+// transactionBudget is how long a transaction may spend handling records:
+// three quarters of the transaction timeout, leaving the rest to flush and
+// end it before the broker aborts it.
+func transactionBudget(txnTimeout time.Duration) time.Duration { return txnTimeout * 3 / 4 }
+
+// transactionTimeout is the client's transaction timeout (franz-go's
+// default, 40 s, unless kgo.TransactionTimeout set it).
+func transactionTimeout(cl *kgo.Client) time.Duration {
+	d, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
+	return d
+}
+
+// hangConfig returns what each session's hanging-transaction check is
+// built from.
+func (p *Processor) hangConfig() hangConfig {
+	return hangConfig{interval: p.cfg.hangCheck, policy: p.cfg.onHang, group: p.cfg.group, txnID: p.cfg.txnID,
+		clientOpts: p.cfg.clientOpts, brokers: p.cfg.brokers, logger: p.logger, metrics: hangMetrics{p.obs.Metrics},
+		history: &p.hangs, committed: func() bool { return p.committed.Load() > 0 }}
 }
