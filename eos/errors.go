@@ -174,3 +174,9 @@ func checkedAgainst(s Semantics) string {
 	}
 	return s.String()
 }
+
+// clientOptionsError is the *eoskit.ConfigError of a client that cannot be
+// built from c's options.
+func (c *config) clientOptionsError(err error) error {
+	return &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(c.semantics), Reason: err.Error(), Err: err}
+}

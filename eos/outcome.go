@@ -3,11 +3,143 @@ package eos
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eoskit/eoskit/internal/authz"
 )
+
+// How a transaction's end turned out, and what the session does about it,
+// is decided in one place, decideEnd, from what the end came to (a txnEnd);
+// the session acts on the answer (session.act).
+
+// txnEnd is what the end of one transaction came to: what decideEnd needs
+// to know.
+type txnEnd struct {
+	// wantCommit is set when a commit was asked for: every polled record
+	// handled, every output acknowledged, Run's ctx alive. committed and
+	// endErr are End's answer; flushErr is the settling of the outputs
+	// (the flush, or a promise that did not return), produceErr the
+	// first output that failed.
+	wantCommit, committed        bool
+	endErr, flushErr, produceErr error
+	// elapsed is how long the transaction took, timeout the transaction
+	// timeout.
+	elapsed, timeout time.Duration
+	// shutdown: Run's ctx ended (past the drain). revoked: the group took
+	// partitions during the transaction. failed: a handler failed (or was
+	// too slow) under Stop or Retry. overBudget: the budget ran out
+	// before the polled records were handled.
+	shutdown, revoked, failed, overBudget bool
+	// timedOut asks the coordinator whether the transaction was aborted
+	// for outliving its timeout, with nobody else owning the id (see
+	// coordinatorTimedOut); abortKnown asks the group's offsets whether
+	// an unconfirmed commit aborted (see knownAbort). decideEnd asks each
+	// at most once, only when the answer decides.
+	timedOut, abortKnown func() bool
+}
+
+// endKind is what the session does after a transaction ended.
+type endKind int8
+
+const (
+	// endCommitted: the transaction committed; the session goes on.
+	endCommitted endKind = iota
+	// endRebalanced: a commit was asked for and the transaction is known
+	// to have aborted (a rebalance, a group error): its records go to
+	// whoever owns their partitions now; the session goes on.
+	endRebalanced
+	// endBatchFailed: no commit was asked for, because a record, an
+	// output or the budget failed: the error policy applies, and the
+	// session goes on unless it says to stop.
+	endBatchFailed
+	// endShutDown: Run's ctx ended past the drain; the session ends.
+	endShutDown
+	// endRefused: the broker refused an ACL the transaction needs: final.
+	endRefused
+	// endFenced: a newer instance with the transactional id took over:
+	// final.
+	endFenced
+	// endTimedOut: the transaction outlived its timeout and the
+	// coordinator aborted it: a new session, with fewer records per
+	// transaction.
+	endTimedOut
+	// endUnknown: End or the outputs' settling failed, and whether the
+	// transaction committed is unknown: a new session, which reads the
+	// committed offsets from the broker.
+	endUnknown
+	// endUnconfirmed: a commit asked for ended not committed, with no
+	// partition taken, and the group's offsets do not show it aborted:
+	// franz-go retried a failed EndTxn as an abort, and the broker may
+	// have committed. Going on would rewind to franz-go's view of the
+	// committed offsets, maybe older than the broker's, and copy a
+	// committed batch again: a new session.
+	endUnconfirmed
+)
+
+// endOutcome is what decideEnd makes of a transaction's end.
+type endOutcome struct {
+	kind endKind
+	// reason says why a transaction did not commit, as the aborted
+	// metric labels it.
+	reason string
+}
+
+// decideEnd makes the outcome of a transaction's end.
+func decideEnd(e txnEnd) endOutcome {
+	fenced := isFenced(e.endErr) || isFenced(e.produceErr) || isFenced(e.flushErr)
+	switch {
+	case authz.Refused(e.endErr):
+		return endOutcome{endRefused, "refused"}
+	case fenced && e.elapsed >= e.timeout && e.timedOut():
+		// A zombie woken past its timeout after its successor started is
+		// fenced (below): restarting would fence the successor.
+		return endOutcome{endTimedOut, "timeout"}
+	case fenced:
+		return endOutcome{endFenced, "fenced"}
+	case e.endErr != nil || e.flushErr != nil:
+		return endOutcome{endUnknown, "outcome-unknown"}
+	case e.committed:
+		return endOutcome{endCommitted, ""}
+	case e.wantCommit && !e.shutdown && !e.revoked && !e.abortKnown():
+		return endOutcome{endUnconfirmed, "outcome-unknown"}
+	}
+	reason := "rebalance"
+	switch {
+	case e.shutdown:
+		reason = "shutdown"
+	case e.failed:
+		reason = "handler-error"
+	case e.produceErr != nil:
+		reason = "produce-error"
+	case e.overBudget:
+		reason = "budget"
+	}
+	switch {
+	case e.shutdown:
+		return endOutcome{endShutDown, reason}
+	case e.wantCommit:
+		return endOutcome{endRebalanced, reason}
+	}
+	return endOutcome{endBatchFailed, reason}
+}
+
+// knownOutcome is what the hanging-transaction check may take as the
+// transaction's outcome: an abort when no commit was asked for, a commit
+// when End confirmed one. A commit asked for that End did not confirm may
+// have committed at the broker (see endUnconfirmed): unknown.
+func (e txnEnd) knownOutcome() (committed, known bool) {
+	switch {
+	case !e.wantCommit:
+		return false, true
+	case e.committed:
+		return true, true
+	}
+	return false, false
+}
 
 // A commit that End reported as not made may still have landed: franz-go
 // retries a failed EndTxn (UNKNOWN_SERVER_ERROR, a lost connection) as an

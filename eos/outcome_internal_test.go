@@ -1,7 +1,9 @@
 package eos
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -25,3 +27,108 @@ func TestAbortedBeforeNeedsEveryPartitionStableAndBehind(t *testing.T) {
 		}
 	}
 }
+
+func TestDecideEndUnit(t *testing.T) {
+	fenced := kerr.ProducerFenced
+	timeout := 30 * time.Second
+	for _, c := range []struct {
+		name string
+		end  txnEnd
+		// timedOut and abortKnown are the broker's answers; nil: the
+		// question must not be asked.
+		timedOut, abortKnown *bool
+		want                 endOutcome
+	}{
+		{name: "committed", end: txnEnd{wantCommit: true, committed: true},
+			want: endOutcome{endCommitted, ""}},
+		{name: "end refused for want of an ACL",
+			end:  txnEnd{wantCommit: true, endErr: kerr.TransactionalIDAuthorizationFailed},
+			want: endOutcome{endRefused, "refused"}},
+		{name: "fenced within the timeout: the coordinator is not asked",
+			end:  txnEnd{wantCommit: true, endErr: fenced, elapsed: timeout - time.Second},
+			want: endOutcome{endFenced, "fenced"}},
+		{name: "fenced past the timeout, timed out alone", timedOut: ptr(true),
+			end:  txnEnd{wantCommit: true, endErr: fenced, elapsed: timeout},
+			want: endOutcome{endTimedOut, "timeout"}},
+		{name: "fenced past the timeout, the id has a new owner", timedOut: ptr(false),
+			end:  txnEnd{wantCommit: true, endErr: fenced, elapsed: 2 * timeout},
+			want: endOutcome{endFenced, "fenced"}},
+		{name: "an output fenced past the timeout", timedOut: ptr(true),
+			end:  txnEnd{produceErr: fenced, elapsed: 2 * timeout},
+			want: endOutcome{endTimedOut, "timeout"}},
+		{name: "the flush fenced", end: txnEnd{flushErr: fenced},
+			want: endOutcome{endFenced, "fenced"}},
+		{name: "End failed", end: txnEnd{wantCommit: true, endErr: kerr.UnknownServerError},
+			want: endOutcome{endUnknown, "outcome-unknown"}},
+		{name: "outputs unsettled", end: txnEnd{flushErr: context.DeadlineExceeded},
+			want: endOutcome{endUnknown, "outcome-unknown"}},
+		{name: "commit unconfirmed, no revoke, offsets show no abort", abortKnown: ptr(false),
+			end:  txnEnd{wantCommit: true},
+			want: endOutcome{endUnconfirmed, "outcome-unknown"}},
+		{name: "commit unconfirmed, no revoke, offsets show the abort", abortKnown: ptr(true),
+			end:  txnEnd{wantCommit: true},
+			want: endOutcome{endRebalanced, "rebalance"}},
+		{name: "commit unconfirmed after a revoke: the offsets are not read",
+			end:  txnEnd{wantCommit: true, revoked: true},
+			want: endOutcome{endRebalanced, "rebalance"}},
+		{name: "shut down after the commit was asked for",
+			end:  txnEnd{wantCommit: true, shutdown: true},
+			want: endOutcome{endShutDown, "shutdown"}},
+		{name: "shut down while a handler failed", end: txnEnd{shutdown: true, failed: true},
+			want: endOutcome{endShutDown, "shutdown"}},
+		{name: "a handler failed", end: txnEnd{failed: true, revoked: true},
+			want: endOutcome{endBatchFailed, "handler-error"}},
+		{name: "an output failed", end: txnEnd{produceErr: kerr.MessageTooLarge},
+			want: endOutcome{endBatchFailed, "produce-error"}},
+		{name: "out of budget", end: txnEnd{overBudget: true},
+			want: endOutcome{endBatchFailed, "budget"}},
+		{name: "not handled for no failure of its own (an isolated output unsettled)", end: txnEnd{},
+			want: endOutcome{endBatchFailed, "rebalance"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := c.end
+			e.timeout = timeout
+			asked := map[string]int{}
+			answer := func(q string, a *bool) func() bool {
+				return func() bool {
+					asked[q]++
+					if a == nil {
+						t.Errorf("%s was asked; its answer cannot change the outcome", q)
+						return false
+					}
+					return *a
+				}
+			}
+			e.timedOut, e.abortKnown = answer("timedOut", c.timedOut), answer("abortKnown", c.abortKnown)
+			if got := decideEnd(e); got != c.want {
+				t.Errorf("decideEnd = %+v, want %+v", got, c.want)
+			}
+			for q, n := range asked {
+				if n > 1 {
+					t.Errorf("%s asked %d times", q, n)
+				}
+			}
+			if (c.timedOut != nil) != (asked["timedOut"] == 1) || (c.abortKnown != nil) != (asked["abortKnown"] == 1) {
+				t.Errorf("asked %v; the answers given were needed: timedOut %v, abortKnown %v", asked, c.timedOut != nil, c.abortKnown != nil)
+			}
+		})
+	}
+}
+
+func TestKnownOutcomeUnit(t *testing.T) {
+	for _, c := range []struct {
+		wantCommit, committed bool
+		committedOut, known   bool
+	}{
+		{false, false, false, true}, // never asked to commit: it aborts
+		{true, true, true, true},
+		{true, false, false, false}, // may have committed at the broker
+	} {
+		committed, known := txnEnd{wantCommit: c.wantCommit, committed: c.committed}.knownOutcome()
+		if committed != c.committedOut || known != c.known {
+			t.Errorf("wantCommit %v, committed %v: knownOutcome = %v, %v, want %v, %v", c.wantCommit, c.committed, committed, known, c.committedOut, c.known)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

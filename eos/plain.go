@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/loop"
 )
 
@@ -20,14 +19,11 @@ import (
 // workload; it makes no exactly-once promise.
 func (p *Processor) runPlain(ctx, stop context.Context) error {
 	var revoked atomic.Bool
-	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(&revoked)...)
 	// Holding the rebalance until the batch's offsets are committed keeps
 	// a batch from being committed by a member that no longer owns it.
-	opts = append(opts, kgo.BlockRebalanceOnPoll())
-	p.obs.NewSession() // before the group can assign anything to it
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(p.sessionOpts(&revoked, kgo.BlockRebalanceOnPoll())...)
 	if err != nil {
-		return &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(p.cfg.semantics), Reason: err.Error(), Err: err}
+		return p.cfg.clientOptionsError(err)
 	}
 	// Close alone would wait forever for a rebalance that the last poll
 	// blocked.
@@ -86,7 +82,8 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		cancel()
 		revoked.Store(false)
 		elapsed := time.Since(b.start)
-		b.shutdown = b.shutdown || ctx.Err() != nil // see runTransactional
+		// Whatever failed once ctx ended failed because of it.
+		shutdown := b.shutdown || ctx.Err() != nil
 
 		switch {
 		case atMostOnce && handled:
@@ -99,12 +96,12 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			p.committed.Add(1)
 			p.obs.Committed(b.in, b.out, elapsed)
 			p.obs.DeadLettered(len(b.deadLetters))
-			p.forgetDeadLetters(b)
+			p.failures.committed(b)
 			rn.isolate = false
 		default:
 			reason := "handler-error"
 			switch {
-			case b.shutdown:
+			case shutdown:
 				reason = "shutdown"
 			case produceErr != nil || flushErr != nil:
 				reason = "produce-error"
@@ -113,7 +110,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			}
 			p.obs.Aborted(reason, elapsed)
 			p.logger.Info("eos: batch not committed; its inputs will be read again", "reason", reason, "err", errors.Join(commitErr, flushErr))
-			if b.shutdown {
+			if shutdown {
 				return nil
 			}
 			if err := p.afterFailure(ctx, rn, b); err != nil {

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/eoskit/eoskit"
 )
 
 // newClient builds the franz-go client for cfg and checks it against cfg's
@@ -17,7 +15,7 @@ import (
 func newClient(c *config, roles ...Role) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(c.kgoOpts(roles...)...)
 	if err != nil {
-		return nil, &eoskit.ConfigError{Package: "eos", Setting: "ClientOptions", Semantics: checkedAgainst(c.semantics), Reason: err.Error(), Err: err}
+		return nil, c.clientOptionsError(err)
 	}
 	if err := c.semantics.Check(cl, roles...); err != nil {
 		cl.Close()

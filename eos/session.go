@@ -1,0 +1,360 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/loop"
+)
+
+// runTransactional is one GroupTransactSession's life: it returns when ctx
+// ends, on a final error, or with a *restartError.
+func (p *Processor) runTransactional(ctx, stop context.Context) error {
+	var revoked atomic.Bool
+	// disconnected tells the hanging-transaction check that a broker
+	// connection closed.
+	var disconnected disconnectFlag
+	sess, err := kgo.NewGroupTransactSession(p.sessionOpts(&revoked, kgo.WithHooks(&disconnected))...)
+	if err != nil {
+		return p.cfg.clientOptionsError(err)
+	}
+	// Close leaves the group; by then no transaction is open, because every
+	// path below ends the one it began.
+	defer sess.Close()
+	p.obs.WatchAssignment(p.logger, loop.SessionTimeout(sess.Client()))
+
+	check, err := newHangingCheck(ctx, p.hangConfig(), sess.Client(), &disconnected)
+	if err != nil {
+		return err
+	}
+	check.beforeClaim(ctx)
+	poll := check.poll(sess.PollRecords)
+	// Before registering the transactional id, which bumps the epoch and
+	// with it the coordinator's record of how the hanging transaction
+	// ended: stopping or waiting changes nothing.
+	if err := check.hold(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	// Claim the transactional id before consuming, as Kafka Streams'
+	// initTransactions does. A predecessor with this id (this process's
+	// previous session, or a process that died) may have left a
+	// transaction open whose abort never reached the broker; while it is
+	// open, its pending offset commits make the group's offset fetch
+	// answer UNSTABLE_OFFSET_COMMIT, so this session gets no records, and
+	// franz-go initialises the producer id only on a first produce: the
+	// partitions would stall until the broker times the transaction out.
+	// InitProducerID bumps the epoch, which aborts that transaction now
+	// and fences its owner.
+	if err := p.claimTransactionalID(ctx, sess.Client()); err != nil || ctx.Err() != nil {
+		return err
+	}
+	stopSweeps := check.start(ctx)
+	// Runs before the deferred Close: the check uses the session's client.
+	defer stopSweeps()
+
+	txnTimeout := transactionTimeout(sess.Client())
+	rn := newRunner(p, sess.Client(), sess.Produce)
+	rn.stop = stop
+	rn.budget = transactionBudget(txnTimeout)
+	s := &session{p: p, gts: sess, cl: sess.Client(), rn: rn, check: check, adm: kadm.NewClient(sess.Client()),
+		timeout: txnTimeout, revoked: &revoked}
+	for {
+		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+		fetches, stopped, err := loop.Poll(stop, poll, min(p.perTxn, p.cfg.maxPoll()), p.logger, p.refused)
+		p.obs.Fetched(fetches)
+		if stopped {
+			return nil
+		}
+		if err != nil {
+			return pollError(err)
+		}
+		if fetches.NumRecords() == 0 {
+			continue
+		}
+
+		// After a broker went away, this transaction could join a
+		// hanging one: the check looks first.
+		check.afterDisconnect(ctx)
+		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
+			// The polled records are read again by whoever runs next:
+			// no transaction took them.
+			return err
+		}
+		if goOn, err := s.transact(ctx, fetches); !goOn {
+			return err
+		}
+	}
+}
+
+// session is one GroupTransactSession's transactions, one after another
+// (transact): each begins on a poll, takes the records the runner handles
+// into its batch, ends (end), and its outcome (decideEnd) says what comes
+// next (act).
+//
+// Whatever else takes part in the session's transactions (the keyed state
+// of issue 27, with a changelog produced in the same transaction) has a
+// place at each step: partitions arrive and leave in the group's callbacks
+// (groupHooks); records it adds to a transaction are produced in end,
+// before the outputs settle, so that they count for the commit like the
+// outputs and their offsets are known once settled (batch.wrote); a commit
+// reaches it in committed, a known abort in aborted, and after a restart
+// or a final error nothing of the session is kept.
+type session struct {
+	p     *Processor
+	gts   *kgo.GroupTransactSession
+	cl    *kgo.Client // gts's
+	rn    *runner
+	check hangingCheck
+	adm   *kadm.Client
+	// timeout is the transaction timeout.
+	timeout time.Duration
+	// revoked is set by the group's callbacks when the group takes
+	// partitions; each transaction's end clears it.
+	revoked *atomic.Bool
+}
+
+// transact runs one transaction: it begins it, handles fetches and what
+// further polls bring into a batch (collect), ends it and acts on its
+// outcome. It reports whether the session goes on, and otherwise returns
+// what runTransactional returns.
+func (s *session) transact(ctx context.Context, fetches kgo.Fetches) (goOn bool, err error) {
+	p := s.p
+	if err := s.gts.Begin(); err != nil {
+		if authz.Refused(err) {
+			return false, authz.Write("", p.cfg.txnID, p.cfg.group, err)
+		}
+		if isFenced(err) {
+			p.obs.Fenced()
+			return false, fencedError("begin transaction", err)
+		}
+		return false, &restartError{fmt.Errorf("begin transaction: %w", err)}
+	}
+	// The epoch names this transaction for the hanging-transaction
+	// check, which must know how it ended.
+	producerID, txnEpoch, idErr := s.cl.ProducerID(ctx)
+	b := &batch{start: time.Now()}
+	handled := s.rn.collect(ctx, b, fetches, s.gts.PollRecords, s.revoked)
+	e := s.end(ctx, b, handled)
+	if idErr == nil {
+		b.mu.Lock()
+		rec := txnRecord{firsts: b.firsts}
+		b.mu.Unlock()
+		rec.committed, rec.known = e.knownOutcome()
+		s.check.ended(producerID, txnEpoch, rec)
+	}
+	e.revoked = s.revoked.Swap(false)
+	e.elapsed = time.Since(b.start)
+	// Whatever failed once ctx ended (a handler, a record produced
+	// under ctx) failed because of it: a shutdown, not an error.
+	e.shutdown = b.shutdown || ctx.Err() != nil
+	e.failed, e.overBudget = b.failed != nil, b.overBudget
+	e.timedOut = func() bool {
+		return idErr == nil && coordinatorTimedOut(ctx, s.adm, p.cfg.txnID, producerID, txnEpoch)
+	}
+	e.abortKnown = func() bool { return p.knownAbort(ctx, s.cl, b) }
+	return s.act(ctx, b, e, decideEnd(e))
+}
+
+// end settles b's outputs and ends its transaction: a commit when every
+// polled record was handled, every output acknowledged and ctx is alive;
+// an abort otherwise. It returns what the end came to, as far as it knows.
+func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
+	// Flush and settle every output before deciding: End commits
+	// whatever was acknowledged, so a failed output must turn the
+	// commit into an abort here.
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	e := txnEnd{timeout: s.timeout}
+	e.flushErr = b.promises.settle(endCtx, s.rn.flush)
+	_, e.produceErr = b.produceErr()
+	e.wantCommit = handled && e.flushErr == nil && e.produceErr == nil && ctx.Err() == nil
+	e.committed, e.endErr = s.gts.End(endCtx, kgo.TransactionEndTry(e.wantCommit))
+	return e
+}
+
+// act does what o, the outcome of b's transaction, whose end came to e,
+// asks: it reports whether the session goes on, and otherwise returns what
+// runTransactional returns.
+func (s *session) act(ctx context.Context, b *batch, e txnEnd, o endOutcome) (goOn bool, err error) {
+	p := s.p
+	switch o.kind {
+	case endCommitted:
+		s.committed(b, e.elapsed)
+		return true, nil
+	case endRebalanced, endBatchFailed, endShutDown:
+		return s.aborted(ctx, b, e, o)
+	case endRefused:
+		// The transactional id (EndTxn, AddOffsetsToTxn) or the group
+		// (TxnOffsetCommit) refused. franz-go's abort is refused too:
+		// the broker aborts the transaction at its timeout, and until
+		// then read_committed readers of its partitions wait.
+		p.obs.Aborted(o.reason, e.elapsed)
+		return false, authz.Write("", p.cfg.txnID, p.cfg.group, e.endErr)
+	case endTimedOut:
+		// The coordinator aborted the transaction and bumped the epoch,
+		// which is what the epoch error says, and nobody registered the
+		// id since. A new session registers the transactional id again
+		// and goes on.
+		p.obs.Aborted(o.reason, e.elapsed)
+		p.perTxn = max(1, b.in/2) // kept by the next session
+		p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",
+			"elapsed", e.elapsed, "transaction_timeout", e.timeout, "records_in", b.in)
+		return false, &restartError{fmt.Errorf("transaction outlived its timeout (%s > %s): %w", e.elapsed.Round(time.Millisecond), e.timeout, errors.Join(e.endErr, e.produceErr, e.flushErr))}
+	case endFenced:
+		p.obs.Fenced()
+		p.obs.Aborted(o.reason, e.elapsed)
+		p.logger.Warn("eos: fenced by a newer instance with the same transactional id; stopping")
+		return false, fencedError("end transaction", errors.Join(e.endErr, e.produceErr, e.flushErr))
+	case endUnknown:
+		p.obs.Aborted(o.reason, e.elapsed)
+		return false, &restartError{fmt.Errorf("end transaction: %w", errors.Join(e.endErr, e.flushErr))}
+	default: // endUnconfirmed
+		p.obs.Aborted(o.reason, e.elapsed)
+		p.logger.Warn("eos: a commit ended unconfirmed with no rebalance; its outcome is unknown, restarting the session to read the committed offsets from the broker", "records_in", b.in)
+		return false, &restartError{errors.New("commit not confirmed and no partition revoked: outcome unknown")}
+	}
+}
+
+// committed notes that b's transaction committed: the processor forgets
+// the failures it settled and takes more records per transaction again
+// while transactions end well within their budget.
+func (s *session) committed(b *batch, elapsed time.Duration) {
+	p := s.p
+	p.committed.Add(1)
+	p.obs.Committed(b.in, b.out, elapsed)
+	p.obs.DeadLettered(len(b.deadLetters))
+	p.failures.committed(b)
+	s.rn.isolate = false
+	if b.in >= p.perTxn && p.perTxn < p.cfg.maxRecords {
+		switch {
+		case elapsed < s.rn.budget/8:
+			p.perTxn = min(2*p.perTxn, p.cfg.maxRecords)
+		case elapsed < s.rn.budget/2:
+			p.perTxn = min(p.perTxn+max(1, p.perTxn/4), p.cfg.maxRecords)
+		}
+	}
+}
+
+// aborted acts on a transaction known to have aborted (o: a rebalance, a
+// failure in the batch, or a shutdown), whose inputs are read again.
+func (s *session) aborted(ctx context.Context, b *batch, e txnEnd, o endOutcome) (goOn bool, err error) {
+	p := s.p
+	p.obs.Aborted(o.reason, e.elapsed)
+	p.logger.Info("eos: transaction aborted; its inputs will be read again", "reason", o.reason, "records_in", b.in)
+	if o.kind == endShutDown {
+		return false, nil
+	}
+	if b.overBudget {
+		p.perTxn = b.next
+		p.logger.Warn("eos: handlers ran out of the transaction's budget before the polled records were handled; ended the transaction early and taking fewer records per transaction",
+			"budget", s.rn.budget, "records_in", b.in, "records_per_transaction", p.perTxn)
+	}
+	if o.kind == endRebalanced {
+		return true, nil // the records come back to whoever owns them now
+	}
+	if err := p.afterFailure(ctx, s.rn, b); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// claimPatience is how long a new session retries registering its
+// transactional id before it gives up and restarts: longer than a broker
+// restart, so that a bounce costs no more than the bounce itself.
+const claimPatience = time.Minute
+
+// claimTransactionalID initialises cl's producer id, retrying in place
+// (100 ms doubling to 1 s) while the broker cannot answer. It returns nil
+// once registered or when ctx ends; ErrFenced when a newer instance holds
+// the id; a *restartError after claimPatience.
+func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) error {
+	deadline := time.Now().Add(claimPatience)
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		_, _, err := cl.ProducerID(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case authz.Refused(err):
+			return authz.Write("", p.cfg.txnID, p.cfg.group, err)
+		case isFenced(err):
+			p.obs.Fenced()
+			return fencedError("init producer id", err)
+		case time.Now().After(deadline):
+			return &restartError{fmt.Errorf("init producer id: %w", err)}
+		}
+		p.logger.Warn("eos: registering the transactional id failed; retrying", "err", err, "backoff", backoff)
+		if !loop.Sleep(ctx, backoff) {
+			return nil
+		}
+	}
+}
+
+// sessionOpts notes a new session and returns the options of its client:
+// the configured ones, the group's callbacks (groupHooks), which set
+// revoked, and extra.
+func (p *Processor) sessionOpts(revoked *atomic.Bool, extra ...kgo.Opt) []kgo.Opt {
+	p.obs.NewSession() // before the group can assign anything to it
+	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(revoked)...)
+	return append(opts, extra...)
+}
+
+// groupHooks returns options that record revocations: a batch stops early
+// once the group took partitions, since it can no longer commit. Under the
+// cooperative-sticky balancer (franz-go's default) every group session
+// ends with a revoke of nothing: that takes nothing, and the batch goes on
+// (franz-go's GroupTransactSession lets its commit through too), with the
+// guard against an unknown commit outcome in force.
+func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
+	onTaken := func(what string) func(context.Context, *kgo.Client, map[string][]int32) {
+		return func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			if len(parts) == 0 {
+				p.logger.Debug("eos: group session ended; no partition " + what)
+				return
+			}
+			revoked.Store(true)
+			if what == "lost" {
+				p.obs.Lost(parts)
+			} else {
+				p.obs.Revoked(parts)
+			}
+			p.logger.Info("eos: partitions "+what, "partitions", parts)
+		}
+	}
+	return []kgo.Opt{
+		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			p.obs.Assigned(parts)
+			p.logger.Info("eos: partitions assigned", "partitions", parts)
+		}, p.userHooks.Assigned)),
+		kgo.OnPartitionsRevoked(loop.Chain(onTaken("revoked"), p.userHooks.Revoked)),
+		kgo.OnPartitionsLost(loop.Chain(onTaken("lost"), p.userHooks.Lost)),
+	}
+}
+
+// transactionBudget is how long a transaction may spend handling records:
+// three quarters of the transaction timeout, leaving the rest to flush and
+// end it before the broker aborts it.
+func transactionBudget(txnTimeout time.Duration) time.Duration { return txnTimeout * 3 / 4 }
+
+// transactionTimeout is the client's transaction timeout (franz-go's
+// default, 40 s, unless kgo.TransactionTimeout set it).
+func transactionTimeout(cl *kgo.Client) time.Duration {
+	d, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
+	return d
+}
+
+// hangConfig returns what each session's hanging-transaction check is
+// built from.
+func (p *Processor) hangConfig() hangConfig {
+	return hangConfig{interval: p.cfg.hangCheck, policy: p.cfg.onHang, group: p.cfg.group, txnID: p.cfg.txnID,
+		clientOpts: p.cfg.clientOpts, brokers: p.cfg.brokers, logger: p.logger, metrics: hangMetrics{p.obs.Metrics},
+		history: &p.hangs, committed: func() bool { return p.committed.Load() > 0 }}
+}
