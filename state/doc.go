@@ -46,8 +46,11 @@
 //   - A store is never ahead of its changelog's committed records; it may
 //     be behind (a crash between the commit and the Apply, a pebble batch
 //     lost with the machine), and a restore reads the changelog from its
-//     checkpoint with read_committed up to the last stable offset before
-//     the partition's first record is handled. Local state past what
+//     checkpoint with read_committed up to the high watermark, once the
+//     transactions open there ended, before the partition's first record
+//     is handled (the last stable offset may still lie before the
+//     previous owner's last committed transaction, whose marker can reach
+//     the changelog after its offsets commit). Local state past what
 //     committed is never trusted: Apply writes the checkpoint in the same
 //     atomic batch as the writes it describes (KIP-892's design).
 //   - A store whose checkpoint does not belong to the changelog as it is

@@ -121,8 +121,9 @@ type RestoreError struct {
 	Topic     string
 	Partition int32
 	// From is where the restore started, Reached how far it applied,
-	// Target the changelog's last stable offset it read towards (-1 when
-	// it never learned it).
+	// Target the changelog's high watermark it read towards (-1 when it
+	// never learned it); a Reached below it with no error of the broker's
+	// means a transaction open on the changelog did not end in time.
 	From, Reached, Target int64
 	Err                   error
 }

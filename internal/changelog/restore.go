@@ -2,10 +2,13 @@
 // changelog topic and checks (or creates) the changelog: the Kafka side of
 // package state, which a runner drives when a partition is assigned.
 //
-// A restore reads with read_committed up to the partition's last stable
-// offset, which it lists first (ListOffsets with isolation level 1,
-// kadm's ListCommittedOffsets; kadm's ListEndOffsets lists the high
-// watermark whatever the client's isolation level). It fetches with raw
+// A restore reads with read_committed up to the partition's high watermark
+// as it lists it first, waiting for the transactions open there to end:
+// the previous owner's last transaction may be committed in the group's
+// offsets (which is when this owner gets the partition) before its marker
+// reached the changelog, so that the last stable offset still lies before
+// its records; stopping there would lose them. A transaction of a dead
+// owner holds the restore until the broker aborts it at its timeout. It fetches with raw
 // Fetch requests to the partition's leader and decodes them with
 // kgo.ProcessFetchPartition, which returns the offset to fetch next:
 // past aborted batches and transaction markers too, which a kgo consumer
@@ -55,8 +58,8 @@ type Options struct {
 
 // Result says what a restore did.
 type Result struct {
-	// From is the offset read from, To the last stable offset it read up
-	// to (at least); Records how many records it applied.
+	// From is the offset read from, To the high watermark it read up to
+	// (at least); Records how many records it applied.
 	From, To int64
 	Records  int
 	// Wiped says why the store's content was dropped before reading
@@ -89,8 +92,8 @@ func (r *Restorer) Close() { r.cl.Close() }
 // Restore brings s up to the committed end of partition of topic: from
 // s's checkpoint (after wiping s if its checkpoint does not belong to the
 // topic as it is now: another topic ID, past the high watermark, or
-// before the log start offset) to the last stable offset listed when it
-// starts, applying each fetch's committed records (a nil value deletes
+// before the log start offset) to the high watermark listed when it
+// starts, once every transaction open below it ended, applying each fetch's committed records (a nil value deletes
 // its key) in one Apply with the checkpoint the fetch reached. Records
 // of aborted transactions are never applied.
 //
@@ -144,7 +147,7 @@ type restore struct {
 	id             state.TopicID
 	leader         int32
 	startOff, high int64
-	target         int64 // the last stable offset read up to; -1: unknown yet
+	target         int64 // the high watermark read up to; -1: unknown yet
 	res            Result
 	last           error     // the last retriable error, for the deadline's error
 	refusedSince   time.Time // when a refusal for want of an ACL was first met
@@ -196,7 +199,7 @@ func (rs *restore) retry(ctx context.Context, step func(context.Context) error) 
 }
 
 // locate learns the topic's ID, the partition's leader and its offsets:
-// log start, high watermark and last stable offset.
+// log start and high watermark (the target).
 func (rs *restore) locate(ctx context.Context) error {
 	tds, err := rs.r.adm.ListTopics(ctx, rs.topic)
 	if err != nil {
@@ -219,9 +222,9 @@ func (rs *restore) locate(ctx context.Context) error {
 		return errors.New("partition has no leader")
 	}
 	rs.id, rs.leader = state.TopicID(td.ID), pd.Leader
-	var offs [3]int64
+	var offs [2]int64
 	for i, list := range []func(context.Context, ...string) (kadm.ListedOffsets, error){
-		rs.r.adm.ListStartOffsets, rs.r.adm.ListEndOffsets, rs.r.adm.ListCommittedOffsets,
+		rs.r.adm.ListStartOffsets, rs.r.adm.ListEndOffsets,
 	} {
 		lo, err := list(ctx, rs.topic)
 		l, ok := lo.Lookup(rs.topic, rs.partition)
@@ -235,7 +238,7 @@ func (rs *restore) locate(ctx context.Context) error {
 		}
 		offs[i] = l.Offset
 	}
-	rs.startOff, rs.high, rs.target = offs[0], offs[1], offs[2]
+	rs.startOff, rs.high, rs.target = offs[0], offs[1], offs[1]
 	return nil
 }
 
