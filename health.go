@@ -32,6 +32,10 @@ type Health struct {
 	// timeout of the member it replaces (45 s by default): see [Health.Ready].
 	// An outbox relay has joined once it holds its slot.
 	Joined bool `json:"joined"`
+	// Restoring holds the input partitions whose keyed state a stateful
+	// eos processor is restoring from its changelog (eos.Changelog):
+	// assigned, with their records waiting until the restore ends.
+	Restoring map[string][]int32 `json:"restoring,omitempty"`
 	// Standby is true while an outbox relay stands by behind another
 	// relay that holds its slot: healthy, with nothing to do.
 	Standby bool `json:"standby,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/state"
 )
 
 // coords names an input record.
@@ -185,8 +186,14 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 	b.mu.Unlock()
 
 	a.err, a.poisoned = rn.p.failures.poisonedBy(at)
+	var kv *state.Scope // the handler's writes to the keyed state, if any
 	if !a.poisoned {
-		a.outs, a.took, a.err = rn.callHandler(hctx, r)
+		cctx := hctx
+		if rn.p.state != nil {
+			kv = rn.p.state.scope(r.Partition)
+			cctx = withKV(hctx, kv)
+		}
+		a.outs, a.took, a.err = rn.callHandler(cctx, r)
 		a.shutdown = ctx.Err() != nil
 		a.outOfBudget = !a.shutdown && a.err != nil && hctx.Err() != nil && errors.Is(a.err, hctx.Err())
 	}
@@ -194,6 +201,15 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 	a.others = b.in - 1
 	o := rn.conclude(b, at, a)
 	b.mu.Unlock()
+	if kv != nil {
+		// A record's writes count only with its outputs: a dead letter,
+		// or a failure the transaction aborts for, leaves none.
+		if o.kind == produceOutputs {
+			kv.Keep()
+		} else {
+			kv.Drop()
+		}
+	}
 	if !o.goesOn() {
 		return false
 	}
@@ -229,6 +245,23 @@ func (rn *runner) conclude(b *batch, at coords, a attempt) recordOutcome {
 // produceAll produces the outputs of the input at, with one promise for
 // all of them (it knows their input, so that a failed output is traced to
 // it).
+// produceUnblamed returns a produce function for records of b's
+// transaction that no input is to blame for (the keyed state's changelog
+// and updates): their promises count for b's commit and their offsets
+// for its first writes, and the caller settles what failed.
+func (rn *runner) produceUnblamed(b *batch) func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	return func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+		b.promises.add()
+		rn.produce(ctx, r, func(r *kgo.Record, err error) {
+			defer b.promises.done()
+			if err == nil {
+				b.wrote(r)
+			}
+			promise(r, err)
+		})
+	}
+}
+
 func (rn *runner) produceAll(ctx context.Context, b *batch, at coords, outs []*kgo.Record) {
 	b.promises.addN(len(outs))
 	promise := func(out *kgo.Record, err error) {
@@ -290,6 +323,10 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 	}
 	limit := rn.p.perTxn
 	fetches := first
+	var assignments int64 // a stateful processor's, when the batch began
+	if rn.p.state != nil {
+		assignments = rn.p.state.assignments.Load()
+	}
 	for {
 		if !rn.handleAll(ctx, hctx, b, fetches) {
 			return false
@@ -299,7 +336,10 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 			return false // past the drain: the loop ends the batch as shut down
 		}
 		remaining := time.Until(b.start.Add(cfg.commitInterval))
-		if b.in >= limit || remaining <= 0 || revoked.Load() || rn.stop.Err() != nil {
+		// A partition assigned meanwhile must be restored before its
+		// records are handled, which the next transaction does first.
+		assigned := rn.p.state != nil && rn.p.state.moreAssigned(assignments)
+		if b.in >= limit || remaining <= 0 || revoked.Load() || rn.stop.Err() != nil || assigned {
 			// Stopping (Run's ctx ended): commit what was handled,
 			// every polled record included, while the drain lasts.
 			return true
@@ -312,5 +352,14 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 			return false
 		}
 		loop.LogFetchErrors(fetches, rn.p.logger)
+		// A partition assigned between the check above and this poll:
+		// restored here, inside the transaction (rare; a restore that
+		// fails aborts it, and the session restarts).
+		if rn.p.state != nil {
+			if err := rn.p.state.prepare(ctx, fetches); err != nil {
+				rn.p.state.fail(err)
+				return false
+			}
+		}
 	}
 }

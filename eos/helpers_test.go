@@ -197,15 +197,17 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 	return sum
 }
 
-// copier is a copy processor in a child process of the test binary.
+// copier is a copy processor in a child process of the test binary (with
+// EOS_COPIER_CHANGELOG=topic in env, a counter: eos.Count with that
+// changelog, its updates to out).
 type copier struct {
 	cmd *exec.Cmd
 }
 
-func startCopier(t testing.TB, k *integration.KafkaCluster, semantics eos.Semantics, in, out, group, txnID string) *copier {
+func startCopier(t testing.TB, k *integration.KafkaCluster, semantics eos.Semantics, in, out, group, txnID string, env ...string) *copier {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(), env...),
 		"EOS_TEST_COPIER=1",
 		"EOS_COPIER_BROKERS="+strings.Join(k.Brokers, ","),
 		"EOS_COPIER_SEMANTICS="+semantics.String(),
@@ -233,6 +235,24 @@ func (c *copier) kill() {
 	_ = c.cmd.Wait()
 }
 
+// holdChangelog sleeps on the first update record buffered in a second:
+// a transaction's changelog records are produced first (see
+// eos.EmitUpdates), and are sent meanwhile, to sit in the open
+// transaction. (The hook runs under the lock of the record's partition:
+// holding a changelog record would keep its own partition from being
+// sent.)
+type holdChangelog struct {
+	updates string
+	last    time.Time // touched by one producing goroutine at a time
+}
+
+func (h *holdChangelog) OnProduceRecordBuffered(r *kgo.Record) {
+	if r.Topic == h.updates && time.Since(h.last) > time.Second {
+		h.last = time.Now()
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // copierMain runs one copy processor with long transactions (so that a kill
 // lands inside one) until it is killed.
 func copierMain() int {
@@ -250,9 +270,17 @@ func copierMain() int {
 		opts = append(opts, eos.TransactionalID(id))
 	}
 	out := os.Getenv("EOS_COPIER_OUT")
+	handle := copyHandler(out)
+	if cl := os.Getenv("EOS_COPIER_CHANGELOG"); cl != "" {
+		// Counts by key instead, its updates to out; and holds each
+		// transaction half a second once its first changelog records
+		// are produced, so that a kill lands there.
+		handle = eos.Count()
+		opts = append(opts, eos.Changelog(cl, eos.EmitUpdates(out)), eos.ClientOptions(kgo.WithHooks(&holdChangelog{updates: out})))
+	}
 	slow := func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 		time.Sleep(200 * time.Microsecond) // keeps the run long enough to kill it mid-way
-		return copyHandler(out)(ctx, in)
+		return handle(ctx, in)
 	}
 	p, err := eos.NewProcessor(slow, opts...)
 	if err != nil {

@@ -96,6 +96,7 @@ type config struct {
 	logger         *slog.Logger
 	metrics        eoskit.Metrics
 	clientOpts     []kgo.Opt
+	state          *stateConfig // nil: stateless (see Changelog)
 
 	// hangCheckSet and onHangSet record that the hanging-transaction
 	// options were given, so that a semantics without transactions
@@ -375,5 +376,14 @@ func (c *config) kgoOpts(roles ...Role) []kgo.Opt {
 	if c.group != "" {
 		opts = append(opts, kgo.ConsumerGroup(c.group), kgo.ConsumeTopics(c.inputTopics...))
 	}
+	if c.state != nil && c.state.others != nil {
+		opts = append(opts, kgo.RecordPartitioner(changelogPartitioner{c.state.changelog, c.state.others}))
+	}
 	return opts
+}
+
+// connOpts are what a client of the processor's own (a reader, an admin)
+// needs to reach the cluster: the pass-through options and the brokers.
+func (c *config) connOpts() []kgo.Opt {
+	return append(append([]kgo.Opt{}, c.clientOpts...), kgo.SeedBrokers(c.brokers...))
 }

@@ -42,6 +42,8 @@ type Processor struct {
 	logger  *slog.Logger
 	// obs takes what the processor reports: its metrics and its health.
 	obs *loop.Observer
+	// state is the keyed state (nil: stateless; see Changelog).
+	state *keyedState
 	// userHooks are the partition callbacks given in ClientOptions, run
 	// after the processor's own.
 	userHooks loop.UserHooks
@@ -96,6 +98,9 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		return nil, err
 	}
 	txnTimeout := transactionTimeout(cl)
+	if c.state != nil {
+		c.state.others, _ = cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
+	}
 	cl.Close()
 	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {
 		return nil, &eoskit.ConfigError{Package: "eos", Setting: "CommitInterval", Semantics: checkedAgainst(c.semantics), Reason: fmt.Sprintf(
@@ -105,9 +110,13 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 	if c.txnID != "" {
 		logger = logger.With("transactional_id", c.txnID)
 	}
-	return &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.group, c.metrics),
+	p := &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.group, c.metrics),
 		perTxn: c.maxRecords, failures: newFailures(),
-		deadLetterLog: loop.NewDeadLetterLog(logger, "eos: handler failed; sending input to dead-letter topic", loop.DeadLetterLogEvery)}, nil
+		deadLetterLog: loop.NewDeadLetterLog(logger, "eos: handler failed; sending input to dead-letter topic", loop.DeadLetterLogEvery)}
+	if c.state != nil {
+		p.state = newKeyedState(c.state, c.inputTopics[0], logger)
+	}
+	return p, nil
 }
 
 func (c *config) validateProcessor(handler HandlerFunc) error {
@@ -155,6 +164,11 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 			return fail("OnHandlerError", "the dead-letter topic "+t+" is also an input topic")
 		}
 	}
+	if c.state != nil {
+		if err := c.state.validate(c); err != nil {
+			return err
+		}
+	}
 	return c.requireBrokers()
 }
 
@@ -190,6 +204,9 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	defer done()
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
 	if err := p.checkDeadLetterTopic(ctx); err != nil {
+		return err
+	}
+	if err := p.checkChangelog(ctx); err != nil {
 		return err
 	}
 
@@ -237,7 +254,15 @@ const maxSessionRestarts = 10
 
 // Health returns what the processor shows probes and dashboards: see
 // [eoskit.Health]. Safe to call at any time, from any goroutine.
-func (p *Processor) Health() eoskit.Health { return p.obs.Health() }
+func (p *Processor) Health() eoskit.Health {
+	h := p.obs.Health()
+	if p.state != nil {
+		if r := p.state.restoringNow(); len(r) > 0 {
+			h.Restoring = map[string][]int32{p.state.input: r}
+		}
+	}
+	return h
+}
 
 // restartError asks Run to start over with a new client.
 type restartError struct{ err error }

@@ -58,6 +58,12 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	stopSweeps := check.start(ctx)
 	// Runs before the deferred Close: the check uses the session's client.
 	defer stopSweeps()
+	if ks := p.state; ks != nil {
+		if err := ks.open(p.cfg.connOpts()); err != nil {
+			return err
+		}
+		defer ks.close()
+	}
 
 	txnTimeout := transactionTimeout(sess.Client())
 	rn := newRunner(p, sess.Client(), sess.Produce)
@@ -88,6 +94,17 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			// The polled records are read again by whoever runs next:
 			// no transaction took them.
 			return err
+		}
+		// The stores of the polled partitions are restored before the
+		// transaction begins (a restore may take longer than a
+		// transaction may last).
+		if p.state != nil {
+			if err := p.state.prepare(ctx, fetches); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
 		}
 		if goOn, err := s.transact(ctx, fetches); !goOn {
 			return err
@@ -144,6 +161,11 @@ func (s *session) transact(ctx context.Context, fetches kgo.Fetches) (goOn bool,
 	b := &batch{start: time.Now()}
 	handled := s.rn.collect(ctx, b, fetches, s.gts.PollRecords, s.revoked)
 	e := s.end(ctx, b, handled)
+	if p.state != nil {
+		// The stores take the transaction's writes only if it committed
+		// (an outcome unknown restarts the session, which restores).
+		p.state.ended(e.committed)
+	}
 	if idErr == nil {
 		b.mu.Lock()
 		rec := txnRecord{firsts: b.firsts}
@@ -174,7 +196,13 @@ func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	e := txnEnd{timeout: s.timeout}
+	if ks := s.p.state; ks != nil && handled && ctx.Err() == nil {
+		ks.flush(endCtx, s.rn.produceUnblamed(b))
+	}
 	e.flushErr = b.promises.settle(endCtx, s.rn.flush)
+	if ks := s.p.state; ks != nil {
+		e.flushErr = errors.Join(e.flushErr, ks.takeErr())
+	}
 	_, e.produceErr = b.produceErr()
 	e.wantCommit = handled && e.flushErr == nil && e.produceErr == nil && ctx.Err() == nil
 	e.committed, e.endErr = s.gts.End(endCtx, kgo.TransactionEndTry(e.wantCommit))
@@ -321,6 +349,9 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 				return
 			}
 			revoked.Store(true)
+			if p.state != nil {
+				p.state.takenAway(parts[p.state.input])
+			}
 			if what == "lost" {
 				p.obs.Lost(parts)
 			} else {
@@ -331,6 +362,9 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 	}
 	return []kgo.Opt{
 		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+			if p.state != nil {
+				p.state.assigned(parts[p.state.input])
+			}
 			p.obs.Assigned(parts)
 			p.logger.Info("eos: partitions assigned", "partitions", parts)
 		}, p.userHooks.Assigned)),

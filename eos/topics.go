@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/topiccheck"
@@ -24,8 +23,7 @@ func (p *Processor) checkDeadLetterTopic(ctx context.Context) error {
 	if len(topics) == 0 {
 		return nil
 	}
-	conn := append(append([]kgo.Opt{}, p.cfg.clientOpts...), kgo.SeedBrokers(p.cfg.brokers...))
-	missing, err := topiccheck.Missing(ctx, conn, topics...)
+	missing, err := topiccheck.Missing(ctx, p.cfg.connOpts(), topics...)
 	if err != nil {
 		p.logger.Debug("eos: could not check the dead-letter topics at start", "dead_letter_topics", topics, "err", err)
 		return nil

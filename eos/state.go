@@ -1,0 +1,205 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/changelog"
+	"github.com/eoskit/eoskit/state"
+)
+
+// StateOption configures the keyed state [Changelog] gives a processor.
+// Like the processor's own options, one given elsewhere does not compile.
+type StateOption interface{ applyState(*stateConfig) }
+
+type stateOpt func(*stateConfig)
+
+func (o stateOpt) applyState(c *stateConfig) { o(c) }
+
+// stateConfig is what Changelog and its options set.
+type stateConfig struct {
+	changelog      string
+	stores         state.Factory
+	create         bool
+	requireConfigs bool
+	restoreTimeout time.Duration
+	updates        string
+	// others is the partitioner of every record but the changelog's (see
+	// changelogPartitioner), learnt by NewProcessor.
+	others kgo.Partitioner
+}
+
+// Changelog makes the processor stateful: each input partition gets a
+// key-value store ([StateOf] inside the handler), whose writes are
+// produced to partition of the same number of topic, a compacted
+// changelog with as many partitions as the input, in the transaction that
+// commits the outputs and the input offsets. Before a newly assigned
+// partition's first record is handled, its store is restored from the
+// changelog (read_committed); a transaction that aborts leaves the store
+// as the last committed one left it. See package state for what the
+// stores guarantee, and docs/state.md.
+//
+// Run refuses, with a *[eoskit.ConfigError] naming topic, a changelog that
+// does not exist (unless [CreateChangelog]), whose partition count differs
+// from the input's, or whose cleanup.policy lacks compact. A stateful
+// processor reads one input topic, under ExactlyOnce.
+func Changelog(topic string, opts ...StateOption) ProcessorOption {
+	return processorOpt(func(c *config) {
+		s := &stateConfig{changelog: topic, stores: state.MemoryFactory(), restoreTimeout: changelog.DefaultTimeout}
+		for _, o := range opts {
+			o.applyState(s)
+		}
+		c.state = s
+	})
+}
+
+// Stores sets where the partitions' committed state lives (default:
+// [state.MemoryFactory], in memory, restored whole on every assignment;
+// [state.PebbleFactory] keeps it on disk with a checkpoint, so that an
+// assignment restores only the changelog's tail).
+func Stores(f state.Factory) StateOption { return stateOpt(func(c *stateConfig) { c.stores = f }) }
+
+// CreateChangelog lets Run create a missing changelog: compacted, with the
+// input's partition count and the broker's default replication factor.
+// It needs CreateTopics on the topic (default: off; a missing changelog
+// is a configuration error).
+func CreateChangelog() StateOption { return stateOpt(func(c *stateConfig) { c.create = true }) }
+
+// RequireChangelogConfigs makes a changelog whose configuration cannot be
+// read (DescribeConfigs refused, as an application account usually is) a
+// *[eoskit.AuthorizationError] at Run. By default Run logs a warning,
+// skips the cleanup-policy check and assumes the broker's default
+// max.message.bytes.
+func RequireChangelogConfigs() StateOption {
+	return stateOpt(func(c *stateConfig) { c.requireConfigs = true })
+}
+
+// RestoreTimeout bounds a partition's restore (default 5 minutes): a
+// restore that cannot finish in time (the changelog unreadable, or a
+// transaction left open on it) ends Run with a *[state.RestoreError]
+// naming the partition and how far it got.
+func RestoreTimeout(d time.Duration) StateOption {
+	return stateOpt(func(c *stateConfig) { c.restoreTimeout = d })
+}
+
+// EmitUpdates produces, in every transaction that commits, one record per
+// key the transaction changed to topic, with the key's final value (a
+// tombstone for a deleted key), however many inputs changed it: the
+// stream of updates of an aggregation ([Count], [Sum], [Reduce]), as
+// Kafka Streams' record cache gives between commits. A hot key does not
+// multiply the output.
+func EmitUpdates(topic string) StateOption {
+	return stateOpt(func(c *stateConfig) { c.updates = topic })
+}
+
+// validate checks the state's settings against the processor's.
+func (s *stateConfig) validate(c *config) error {
+	refuse := func(setting, reason string) error {
+		return &eoskit.ConfigError{Package: "eos", Setting: setting, Semantics: checkedAgainst(c.semantics), Reason: reason}
+	}
+	switch {
+	case s.changelog == "":
+		return refuse("Changelog", "the changelog topic is empty")
+	case c.semantics != ExactlyOnce:
+		return refuse("Changelog", "keyed state needs ExactlyOnce: its changelog commits in the processor's transaction")
+	case len(c.inputTopics) != 1:
+		return refuse("Changelog", fmt.Sprintf("a stateful processor reads one input topic (changelog partition = input partition), not %d", len(c.inputTopics)))
+	case s.changelog == c.inputTopics[0]:
+		return refuse("Changelog", "the changelog is the input topic")
+	case s.updates == s.changelog:
+		return refuse("EmitUpdates", "the updates topic is the changelog")
+	case s.stores == nil:
+		return refuse("Stores", "no store factory")
+	case s.restoreTimeout <= 0:
+		return refuse("RestoreTimeout", fmt.Sprintf("%s is not a positive duration", s.restoreTimeout))
+	}
+	return nil
+}
+
+// kvKey carries the handler's state in its context.
+type kvKey struct{}
+
+// StateOf returns the state of the partition of the record being handled,
+// as the transaction under way sees it: the committed state with the
+// writes of this transaction's earlier records, and of this call, over
+// it. It returns nil outside a handler of a processor given [Changelog].
+//
+// What a call writes is kept only if the handler returns without error:
+// a record that fails (dead-lettered, retried, or ending Run) leaves no
+// write behind, and a transaction that aborts leaves none of its
+// records'. A write too large for the changelog fails with an error
+// wrapping [state.ErrTooLarge]; returned by the handler, it is the
+// record's fault (see [OnHandlerError]).
+func StateOf(ctx context.Context) state.KV {
+	kv, _ := ctx.Value(kvKey{}).(state.KV)
+	return kv
+}
+
+func withKV(ctx context.Context, kv state.KV) context.Context {
+	return context.WithValue(ctx, kvKey{}, kv)
+}
+
+// errNoState is what an aggregation returns when its processor has no
+// changelog.
+var errNoState = errors.New("eos: an aggregation handler needs Changelog")
+
+// Count counts the input records per key: the handler of a processor
+// given [Changelog] and, for the stream of counts, [EmitUpdates]. A
+// key's count is stored as decimal text ([state.Int64] reads it). With a
+// processor reading "reports" keyed by region:
+//
+//	p, err := eos.NewProcessor(eos.Count(), eos.Brokers(b), eos.Group("dashboard"), eos.Topics("reports"),
+//		eos.TransactionalID("dashboard-1"), eos.Changelog("dashboard-counts", eos.EmitUpdates("totals")))
+//
+// A record without a key is the record's fault (see [OnHandlerError]).
+func Count() HandlerFunc {
+	return Sum(func(*kgo.Record) (int64, error) { return 1, nil })
+}
+
+// Sum adds value(r) to the sum of r's key: the handler of a processor
+// given [Changelog] (see [Count]). An error from value, or a sum that
+// would overflow an int64, is the record's fault.
+func Sum(value func(r *kgo.Record) (int64, error)) HandlerFunc {
+	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		kv, err := aggregating(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		n, err := value(r)
+		if err != nil {
+			return nil, err
+		}
+		_, err = state.Sum(kv, r.Key, n)
+		return nil, err
+	}
+}
+
+// Reduce sets the value of r's key to fn(old, r.Value), old being its
+// current value (nil for a key without one); fn returning nil deletes the
+// key. It is the handler of a processor given [Changelog] (see [Count]).
+func Reduce(fn func(old, value []byte) []byte) HandlerFunc {
+	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		kv, err := aggregating(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		_, err = state.Reduce(kv, r.Key, r.Value, fn)
+		return nil, err
+	}
+}
+
+func aggregating(ctx context.Context, r *kgo.Record) (state.KV, error) {
+	kv := StateOf(ctx)
+	switch {
+	case kv == nil:
+		return nil, errNoState
+	case r.Key == nil:
+		return nil, errors.New("eos: a record without a key cannot be aggregated by key")
+	}
+	return kv, nil
+}

@@ -1,0 +1,285 @@
+package eos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/state"
+)
+
+// regions is how many keys the counting tests count by.
+const regions = 40
+
+// regionOf is the key of input id ("in-7", "aborted-7"): region-(n % regions).
+func regionOf(id string) string {
+	n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+	return "region-" + strconv.Itoa(n%regions)
+}
+
+// seedReports writes n reports keyed by region from a transactional
+// producer that aborts a transaction of as many after each it commits,
+// over in's partitions, and returns the true count per region (the
+// committed ones only).
+func seedReports(t *testing.T, k *integration.KafkaCluster, in string, n int) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	committed, aborted, err := integration.SeedTransactional(ctx, k.Brokers, in, n, 500, func(r *kgo.Record) {
+		r.Key = []byte(regionOf(string(r.Value)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(aborted) == 0 {
+		t.Fatal("no aborted input")
+	}
+	counts := map[string]int{}
+	for _, id := range committed {
+		counts[regionOf(id)]++
+	}
+	want := map[string]string{}
+	for r, c := range counts {
+		want[r] = strconv.Itoa(c)
+	}
+	return want
+}
+
+// newChangelog creates a compacted changelog of partitions partitions.
+func newChangelog(t *testing.T, k *integration.KafkaCluster, partitions int32) string {
+	topic := integration.UniqueName(t, "changelog")
+	compact := "compact"
+	k.CreateTopic(topic, partitions, map[string]*string{"cleanup.policy": &compact})
+	return topic
+}
+
+// lastValues reads topic read_committed and returns each key's last
+// value, failing the test if a key's counts ever fail to grow (an update
+// of an aborted transaction, or one counted twice, shows as a count
+// repeated or going back).
+func lastValues(t *testing.T, k *integration.KafkaCluster, topic string, strict bool) map[string]string {
+	t.Helper()
+	last := map[string]string{}
+	prev := map[string]int64{}
+	for _, r := range k.ReadAll(topic, kgo.ReadCommitted(), verifyTimeout) {
+		key := string(r.Key)
+		n, err := state.Int64(r.Value)
+		if err != nil {
+			t.Fatalf("%s: key %s holds %q: %v", topic, key, r.Value, err)
+		}
+		if strict && n <= prev[key] {
+			t.Fatalf("%s: key %s went from %d to %d at %s[%d]@%d: an update seen twice, or one of an aborted transaction",
+				topic, key, prev[key], n, topic, r.Partition, r.Offset)
+		}
+		prev[key] = n
+		last[key] = string(r.Value)
+	}
+	return last
+}
+
+func statefulOpts(k *integration.KafkaCluster, group, in, changelog, updates, instance string, extra ...eos.StateOption) []eos.ProcessorOption {
+	return append(processorOpts(k, group, in, instance),
+		eos.Changelog(changelog, append([]eos.StateOption{eos.EmitUpdates(updates)}, extra...)...))
+}
+
+// The dashboard's totals, counted by eos.Count with its changelog in the
+// transaction, are exact after: a counter process SIGKILLed while its
+// transaction holds changelog records, its replacement restoring the
+// partitions from the changelog, a second instance joining (a rebalance:
+// partitions revoked, and restored on the other), then leaving. Inputs
+// come from a transactional producer that also aborts, over four
+// partitions. Checked from outside: the updates topic and the changelog,
+// read back read_committed, end at the true totals, each key's counts only
+// growing (nothing counted twice, nothing of an aborted transaction seen);
+// each instance's StateView, while it runs, holds only true totals.
+func TestCountIsExactThroughCrashesAndRebalances(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, updates := k.NewTopic(4), k.NewTopic(4)
+	changelog := newChangelog(t, k, 4)
+	group := integration.UniqueName(t, "g")
+	want := seedReports(t, k, in, 20_000)
+
+	victim := startCopier(t, k, eos.ExactlyOnce, in, updates, group, group+"-0", "EOS_COPIER_CHANGELOG="+changelog)
+	waitFor(t, 2*time.Minute, "an open transaction with changelog records", func() bool {
+		hwm, lso := endOffsets(t, k.Admin, changelog)
+		return hwm > lso && lso > 0
+	})
+	victim.kill()
+	hwm, lso := endOffsets(t, k.Admin, changelog)
+	t.Logf("killed the counter with the changelog's high watermarks at %d, last stable offsets at %d", hwm, lso)
+
+	a := startProcessor(t, eos.Count(), statefulOpts(k, group, in, changelog, updates, "0")...)
+	waitFor(t, 2*time.Minute, "the replacement to restore and count", func() bool { return len(a.p.State().Partitions()) > 0 })
+	b := startProcessor(t, eos.Count(), statefulOpts(k, group, in, changelog, updates, "1")...)
+	waitFor(t, 2*time.Minute, "the second instance to hold partitions", func() bool { return len(b.p.State().Partitions()) > 0 })
+	checkView(t, want, a.p.State(), b.p.State())
+	if err := b.stop(t); err != nil {
+		t.Fatalf("instance 1 stopped with %v", err)
+	}
+	waitForTotals(t, k, updates, want, 3*time.Minute)
+	checkView(t, want, a.p.State())
+	if err := a.stop(t); err != nil {
+		t.Fatalf("instance 0 stopped with %v", err)
+	}
+	if got := lastValues(t, k, updates, true); !maps.Equal(got, want) {
+		t.Fatalf("updates end at %v, want %v", got, want)
+	}
+	if got := lastValues(t, k, changelog, true); !maps.Equal(got, want) {
+		t.Fatalf("the changelog ends at %v, want %v", got, want)
+	}
+}
+
+// waitForTotals waits until the updates topic's last values are the true
+// totals, and fails the test naming the keys that differ if they are not
+// within timeout.
+func waitForTotals(t *testing.T, k *integration.KafkaCluster, updates string, want map[string]string, timeout time.Duration) {
+	t.Helper()
+	var got map[string]string
+	deadline := time.Now().Add(timeout)
+	for {
+		if got = lastValues(t, k, updates, false); maps.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	var diff []string
+	for key, w := range want {
+		if got[key] != w {
+			diff = append(diff, fmt.Sprintf("%s: %s, want %s", key, got[key], w))
+		}
+	}
+	slices.Sort(diff)
+	t.Fatalf("the updates of %s are not the totals after %s: %d keys differ: %s", updates, timeout, len(diff), strings.Join(diff, "; "))
+}
+
+// checkView fails the test if a view holds a count above its true total
+// (a count may trail while records are still being counted, never pass).
+func checkView(t *testing.T, want map[string]string, views ...*eos.StateView) {
+	t.Helper()
+	for i, v := range views {
+		err := v.Range(func(p int32, key, value []byte) bool {
+			got, _ := strconv.Atoi(string(value))
+			total, _ := strconv.Atoi(want[string(key)])
+			if got > total {
+				t.Errorf("view %d: %s in partition %d counts %d, above its true total %d", i, key, p, got, total)
+			}
+			return true
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A record whose handler wrote state and then failed leaves no write: it
+// goes to the dead-letter topic, and the transaction commits the others'
+// writes without its own.
+func TestAFailedRecordLeavesNoStateWrite(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, updates, dlt := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
+	changelog := newChangelog(t, k, 2)
+	group := integration.UniqueName(t, "g")
+	want := seedReports(t, k, in, 2_000)
+	// Every input whose id ends in 7 is counted, then fails.
+	bad := map[string]int{}
+	for i := 7; i < 2_000; i += 10 {
+		bad[regionOf("in-"+strconv.Itoa(i))]++
+	}
+	for r, n := range bad {
+		c, _ := strconv.Atoi(want[r])
+		if want[r] = strconv.Itoa(c - n); c == n {
+			delete(want, r) // every report of it failed: never counted
+		}
+	}
+	count := eos.Count()
+	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		outs, err := count(ctx, r)
+		if strings.HasSuffix(string(r.Value), "7") {
+			return nil, errors.New("counted, then failed")
+		}
+		return outs, err
+	}
+	p := startProcessor(t, handler, append(statefulOpts(k, group, in, changelog, updates, "0"),
+		eos.OnHandlerError(eos.DeadLetter(dlt)))...)
+	waitForTotals(t, k, updates, want, 2*time.Minute)
+	if err := p.stop(t); err != nil {
+		t.Fatalf("stopped with %v", err)
+	}
+	if got := lastValues(t, k, changelog, true); !maps.Equal(got, want) {
+		t.Fatalf("the changelog ends at %v, want %v", got, want)
+	}
+}
+
+// A changelog that cannot hold the state is refused at Run within
+// seconds, naming it: missing, another partition count, not compacted.
+func TestAChangelogThatDoesNotFitIsAConfigError(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(3), k.NewTopic(1)
+	group := integration.UniqueName(t, "g")
+	deleteOnly := "delete"
+	notCompacted := integration.UniqueName(t, "changelog")
+	k.CreateTopic(notCompacted, 3, map[string]*string{"cleanup.policy": &deleteOnly})
+	for name, changelog := range map[string]string{
+		"missing":       integration.UniqueName(t, "missing"),
+		"partitions":    newChangelog(t, k, 2),
+		"not compacted": notCompacted,
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := eos.NewProcessor(eos.Count(), append(statefulOpts(k, group, in, changelog, out+"-x", "0"), eos.Logger(testLogger(t)))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			err = p.Run(ctx)
+			ce, ok := errors.AsType[*eoskit.ConfigError](err)
+			if !ok || !strings.Contains(err.Error(), changelog) || time.Since(start) > 20*time.Second {
+				t.Fatalf("Run: %v after %s, want a *eoskit.ConfigError naming %s within seconds", err, time.Since(start), changelog)
+			}
+			t.Logf("%s: %v (%s)", ce.Setting, err, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// Options that contradict keyed state are refused by NewProcessor.
+func TestStatefulOptionsAreChecked(t *testing.T) {
+	exactlyOnce := []eos.ProcessorOption{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.TransactionalID("g-0")}
+	atLeastOnce := []eos.ProcessorOption{eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.WithSemantics(eos.AtLeastOnce)}
+	for _, c := range []struct {
+		name string
+		base []eos.ProcessorOption
+		opts []eos.ProcessorOption
+	}{
+		{"two inputs", exactlyOnce, []eos.ProcessorOption{eos.Topics("a", "b"), eos.Changelog("c")}},
+		{"changelog is the input", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("a")}},
+		{"updates to the changelog", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.EmitUpdates("c"))}},
+		{"no restore time", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.RestoreTimeout(0))}},
+		{"at-least-once", atLeastOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c")}},
+	} {
+		_, err := eos.NewProcessor(eos.Count(), append(slices.Clone(c.base), c.opts...)...)
+		if _, ok := errors.AsType[*eoskit.ConfigError](err); !ok {
+			t.Errorf("%s: %v, want a *eoskit.ConfigError", c.name, err)
+		}
+	}
+	if _, err := eos.NewProcessor(eos.Count(), append(slices.Clone(exactlyOnce), eos.Topics("a"), eos.Changelog("c"))...); err != nil {
+		t.Fatalf("a stateful processor: %v", err)
+	}
+}

@@ -1,0 +1,348 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/changelog"
+	"github.com/eoskit/eoskit/internal/topiccheck"
+	"github.com/eoskit/eoskit/state"
+)
+
+// keyedState is a stateful processor's stores, one per input partition it
+// handles, and what each transaction wrote to them. The processor's loop
+// alone opens, restores, ends and closes them, between transactions; the
+// group's callbacks only mark partitions assigned or taken, and readers
+// ([StateView]) read the committed stores under mu.
+//
+// The lifecycle of a partition's store:
+//   - assigned (the group's callback): marked for a restore;
+//   - its records polled (prepare, before the transaction begins): opened
+//     if need be and restored from the changelog's tail (from the store's
+//     checkpoint; a memory store has none, so the whole changelog);
+//   - handled: each handler call writes through a [state.Scope], kept in
+//     the partition's [state.Txn] if the call succeeded;
+//   - before the transaction ends (flush): each Txn's writes produced to
+//     the changelog partition of the same number (and to the updates
+//     topic), in the transaction;
+//   - after it ended (ended): applied to the store if it committed, else
+//     dropped;
+//   - revoked or lost: closed once the transaction under way ended.
+type keyedState struct {
+	cfg    *stateConfig
+	input  string
+	logger *slog.Logger
+
+	// Set by open, for a session.
+	restorer  *changelog.Restorer
+	maxRecord int
+
+	mu        sync.RWMutex
+	parts     map[int32]*partState
+	restoring map[int32]bool
+
+	marksMu sync.Mutex
+	restore map[int32]bool // assigned since the last prepare
+	taken   map[int32]bool // revoked or lost since the last ended
+	// assignments counts the group's assignments, so that a transaction
+	// stops polling more records once one came (see moreAssigned).
+	assignments atomic.Int64
+
+	// errMu guards err: the first failure of the transaction under way
+	// that is not a record's (a changelog record not written, a restore
+	// that failed), which turns its commit into an abort.
+	errMu sync.Mutex
+	err   error
+}
+
+// partState is one input partition's store and the transaction's writes
+// over it.
+type partState struct {
+	store state.Store
+	txn   *state.Txn
+	// last is the offset of the last changelog record of the transaction
+	// under way (-1: none), which the store's checkpoint passes once the
+	// transaction committed.
+	last atomic.Int64
+}
+
+func newKeyedState(cfg *stateConfig, input string, logger *slog.Logger) *keyedState {
+	return &keyedState{cfg: cfg, input: input, logger: logger,
+		parts: map[int32]*partState{}, restoring: map[int32]bool{},
+		restore: map[int32]bool{}, taken: map[int32]bool{}}
+}
+
+// check refuses a changelog that does not fit the input (see Changelog),
+// and learns the changelog's record limit.
+func (ks *keyedState) check(ctx context.Context, conn []kgo.Opt, inputPartitions int32) error {
+	sh, err := changelog.Check(ctx, conn, ks.cfg.changelog, inputPartitions, changelog.CheckOptions{
+		Create: ks.cfg.create, RequireConfigs: ks.cfg.requireConfigs, Logger: ks.logger})
+	if err != nil {
+		return err
+	}
+	ks.maxRecord = sh.MaxMessageBytes
+	return nil
+}
+
+// open starts a session: a restorer of its own (read_committed raw
+// fetches) on conn. The previous session closed every store, so each
+// partition is restored before it is handled in this one: that session
+// may have ended on a commit whose outcome it did not learn.
+func (ks *keyedState) open(conn []kgo.Opt) error {
+	r, err := changelog.NewRestorer(conn)
+	if err != nil {
+		return fmt.Errorf("eos: changelog restorer: %w", err)
+	}
+	ks.restorer = r
+	ks.takeErr()
+	return nil
+}
+
+// close ends a session: the transaction under way dropped, every store
+// closed (a pebble store keeps its checkpoint on disk).
+func (ks *keyedState) close() {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for p, ps := range ks.parts {
+		ps.txn.Abort()
+		if err := ps.store.Close(); err != nil {
+			ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
+		}
+	}
+	clear(ks.parts)
+	if ks.restorer != nil {
+		ks.restorer.Close()
+		ks.restorer = nil
+	}
+}
+
+// assigned and taken are the group's callbacks' part: marks the loop acts
+// on between transactions.
+func (ks *keyedState) assigned(ps []int32) {
+	ks.assignments.Add(1)
+	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
+	for _, p := range ps {
+		ks.restore[p] = true
+		delete(ks.taken, p)
+	}
+}
+
+func (ks *keyedState) takenAway(ps []int32) {
+	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
+	for _, p := range ps {
+		ks.taken[p] = true
+		delete(ks.restore, p)
+	}
+}
+
+// prepare makes the store of every partition of fetches ready before the
+// transaction that handles them begins: opened, and restored if it was
+// assigned since (or never restored in this session). A restore that
+// cannot finish within RestoreTimeout is a *state.RestoreError naming the
+// partition.
+func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches) error {
+	var polled []int32
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) > 0 && p.Topic == ks.input {
+			polled = append(polled, p.Partition)
+		}
+	})
+	for _, p := range polled {
+		ks.marksMu.Lock()
+		again := ks.restore[p]
+		delete(ks.restore, p)
+		delete(ks.taken, p) // its records are here: it is ours
+		ks.marksMu.Unlock()
+		ks.mu.RLock()
+		ps := ks.parts[p]
+		ks.mu.RUnlock()
+		if ps != nil && !again {
+			continue
+		}
+		if ps == nil {
+			s, err := ks.cfg.stores(ks.cfg.changelog, p)
+			if err != nil {
+				return fmt.Errorf("eos: open the store of %s[%d]: %w", ks.cfg.changelog, p, err)
+			}
+			ps = &partState{store: s, txn: state.NewTxn(s, ks.maxRecord)}
+			ps.last.Store(-1)
+		}
+		ks.mu.Lock()
+		ks.parts[p] = ps
+		ks.restoring[p] = true
+		ks.mu.Unlock()
+		_, err := ks.restorer.Restore(ctx, ks.cfg.changelog, p, ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
+		ks.mu.Lock()
+		delete(ks.restoring, p)
+		ks.mu.Unlock()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// moreAssigned reports whether the group assigned partitions since
+// assignments was at since: a transaction then stops polling, so that the
+// next one's prepare restores them before their records are handled.
+func (ks *keyedState) moreAssigned(since int64) bool { return ks.assignments.Load() != since }
+
+// fail notes err as the transaction's failure (the first one counts).
+func (ks *keyedState) fail(err error) {
+	ks.errMu.Lock()
+	defer ks.errMu.Unlock()
+	if ks.err == nil {
+		ks.err = err
+	}
+}
+
+// takeErr returns the transaction's failure, and forgets it.
+func (ks *keyedState) takeErr() error {
+	ks.errMu.Lock()
+	defer ks.errMu.Unlock()
+	err := ks.err
+	ks.err = nil
+	return err
+}
+
+// scope returns the KV of one handler call on a record of partition p.
+func (ks *keyedState) scope(p int32) *state.Scope {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	return ks.parts[p].txn.Scope()
+}
+
+// flush produces each partition's changes of this transaction: to the
+// changelog partition of the same number, and to the updates topic if
+// any. produce must call each record's promise once; a record that
+// failed is the transaction's failure (takeErr).
+func (ks *keyedState) flush(ctx context.Context, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	failed := func(r *kgo.Record, err error) {
+		ks.fail(fmt.Errorf("eos: state record to %s[%d] not written: %w", r.Topic, r.Partition, err))
+	}
+	for _, p := range slices.Sorted(maps.Keys(ks.parts)) {
+		ps := ks.parts[p]
+		dirty := ps.txn.Dirty()
+		if len(dirty) == 0 {
+			continue
+		}
+		for _, w := range dirty {
+			r := &kgo.Record{Topic: ks.cfg.changelog, Partition: p, Key: w.Key, Value: w.Value, Context: ctx}
+			produce(ctx, r, func(r *kgo.Record, err error) {
+				if err != nil {
+					failed(r, err)
+					return
+				}
+				for last := ps.last.Load(); r.Offset > last && !ps.last.CompareAndSwap(last, r.Offset); last = ps.last.Load() {
+				}
+			})
+		}
+		if ks.cfg.updates != "" {
+			for _, r := range state.Updates(dirty, ks.cfg.updates) {
+				r.Context = ctx
+				produce(ctx, r, func(r *kgo.Record, err error) {
+					if err != nil {
+						failed(r, err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// ended applies each partition's writes to its store if the transaction
+// committed, and drops them otherwise; then closes the stores of the
+// partitions taken away meanwhile. A store that fails to apply is closed
+// too: its partition is restored before it is handled again.
+func (ks *keyedState) ended(committed bool) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for p, ps := range ks.parts {
+		last := ps.last.Swap(-1)
+		switch {
+		case !committed:
+			ps.txn.Abort()
+			continue
+		case last < 0 && ps.txn.Len() > 0:
+			// Committed with writes but no changelog record: never
+			// (the loop flushes before every commit), but if so the
+			// store must not take them without their changelog.
+			ks.logger.Error("eos: a transaction committed writes without their changelog records; the partition is restored from the changelog",
+				"partition", p)
+			ps.txn.Abort()
+			ks.closeLocked(p, ps)
+			continue
+		case last < 0:
+			continue
+		}
+		if err := ps.txn.Commit(last + 1); err != nil {
+			ks.logger.Warn("eos: applying a committed transaction to a partition's store failed; it is restored from the changelog before its next record",
+				"partition", p, "err", err)
+			ps.txn.Abort()
+			ks.closeLocked(p, ps)
+		}
+	}
+	ks.marksMu.Lock()
+	taken := maps.Clone(ks.taken)
+	clear(ks.taken)
+	ks.marksMu.Unlock()
+	for p := range taken {
+		if ps, ok := ks.parts[p]; ok {
+			ps.txn.Abort()
+			ks.closeLocked(p, ps)
+		}
+	}
+}
+
+func (ks *keyedState) closeLocked(p int32, ps *partState) {
+	delete(ks.parts, p)
+	if err := ps.store.Close(); err != nil {
+		ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
+	}
+}
+
+// restoringNow lists the partitions being restored.
+func (ks *keyedState) restoringNow() []int32 {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	return slices.Sorted(maps.Keys(ks.restoring))
+}
+
+// checkChangelog refuses, at Run, a changelog that does not fit the input
+// (see Changelog); nothing without state.
+func (p *Processor) checkChangelog(ctx context.Context) error {
+	if p.state == nil {
+		return nil
+	}
+	input := p.state.input
+	tds, err := topiccheck.Describe(ctx, p.cfg.connOpts(), input)
+	if err != nil {
+		return fmt.Errorf("eos: describe the input topic %q: %w", input, err)
+	}
+	td, ok := tds[input]
+	switch {
+	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		return &eoskit.ConfigError{Package: "eos", Setting: "Topics", Semantics: checkedAgainst(p.cfg.semantics),
+			Reason: fmt.Sprintf("the input topic %q of a stateful processor does not exist: its partition count sizes the changelog", input)}
+	case td.Err != nil:
+		return fmt.Errorf("eos: describe the input topic %q: %w", input, td.Err)
+	}
+	return p.state.check(ctx, p.cfg.connOpts(), int32(len(td.Partitions)))
+}

@@ -1,0 +1,74 @@
+package eos
+
+import (
+	"maps"
+	"slices"
+)
+
+// StateView is a read-only view of a stateful processor's committed state
+// (see [Changelog]): the stores of the input partitions this instance
+// holds, as the last committed transaction left them, never a write of a
+// transaction under way. It is safe to use from other goroutines (an HTTP
+// handler) while Run works; a partition being restored is not in it
+// until its restore finished (see [Processor.Health]).
+type StateView struct{ ks *keyedState }
+
+// State returns the processor's [StateView], or nil when it was given no
+// [Changelog].
+func (p *Processor) State() *StateView {
+	if p.state == nil {
+		return nil
+	}
+	return &StateView{p.state}
+}
+
+// Partitions lists the input partitions whose state this instance holds,
+// ready to read.
+func (v *StateView) Partitions() []int32 {
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	var ps []int32
+	for p := range v.ks.parts {
+		if !v.ks.restoring[p] {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// Get returns key's committed value in partition's store, and whether it
+// has one there; a partition this instance does not hold (or is
+// restoring) has none.
+func (v *StateView) Get(partition int32, key []byte) ([]byte, bool, error) {
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	ps, ok := v.ks.parts[partition]
+	if !ok || v.ks.restoring[partition] {
+		return nil, false, nil
+	}
+	return ps.store.Get(key)
+}
+
+// Range calls fn on every committed key and value of the partitions this
+// instance holds, partition by partition in order, each in key order,
+// until fn returns false. The slices are valid during the call only.
+// Writers wait while it runs: keep fn short.
+func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) error {
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	for _, p := range slices.Sorted(maps.Keys(v.ks.parts)) {
+		if v.ks.restoring[p] {
+			continue
+		}
+		more := true
+		err := v.ks.parts[p].store.Range(func(k, val []byte) bool {
+			more = fn(p, k, val)
+			return more
+		})
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
