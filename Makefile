@@ -81,13 +81,16 @@ repro-kafka-20734:
 # PostgreSQL and prints markdown tables (throughput, p50/p99 latency,
 # peak heap, each as a ratio to the path's at-least-once baseline):
 # eos.Processor against an at-least-once loop and a raw franz-go
-# GroupTransactSession, offsetstore against an auto-committing consumer,
-# dedup against the same consumer without the claim, outbox.Relay against
-# an at-least-once relay and an idempotent producer; then dedup's claim
-# cost as the ids table grows to 10 million. A run that passes puts its
-# tables into docs/performance.md, between the "make bench" markers
+# GroupTransactSession, Kafka Streams' exactly-once count by key (a Java
+# peer that scripts/streams.sh builds from Maven Central's kafka-streams
+# 4.4.0 jars) against eos.Processor's copy of the same keyed input,
+# offsetstore against an auto-committing consumer, dedup against the same
+# consumer without the claim, outbox.Relay against an at-least-once relay
+# and an idempotent producer; then dedup's claim cost as the ids table
+# grows to 10 million. A run that passes puts its tables into
+# docs/performance.md, between the "make bench" markers
 # (scripts/results.sh); the progress lines go to stderr only. Takes about
-# 20 minutes.
+# 22 minutes.
 bench:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/bench.md

@@ -48,21 +48,12 @@ die() { log "$*"; exit 1; }
 
 eosdev() { (cd "$ROOT" && go run ./internal/cmd/eosdev "$@"); }
 
-# fetch_jars downloads the broker's runtime classpath once; a marker file makes
-# an interrupted download start over instead of leaving a half-filled cache.
+# shellcheck source=maven-jars.sh
+. "$ROOT/scripts/maven-jars.sh"
+
+# fetch_jars downloads the broker's runtime classpath once.
 fetch_jars() {
-	[ -f "$LIB_DIR/.complete" ] && return 0
-	command -v mvn >/dev/null || die "mvn not found: install Maven (Debian package 'maven')"
-	log "resolving org.apache.kafka:kafka_2.13:$KAFKA_VERSION from Maven Central into $LIB_DIR"
-	local tmp=$LIB_DIR.tmp.$$
-	rm -rf "$tmp"
-	mkdir -p "$tmp"
-	mvn -B -q -f "$ROOT/scripts/kafka/pom.xml" dependency:copy-dependencies \
-		-Dkafka.version="$KAFKA_VERSION" -DincludeScope=runtime -DoutputDirectory="$tmp" >&2 ||
-		{ rm -rf "$tmp"; die "mvn could not resolve the broker jars"; }
-	rm -rf "$LIB_DIR"
-	mv "$tmp" "$LIB_DIR"
-	touch "$LIB_DIR/.complete"
+	maven_jars "$ROOT/scripts/kafka/pom.xml" "$LIB_DIR" "org.apache.kafka:kafka_2.13:$KAFKA_VERSION" -Dkafka.version="$KAFKA_VERSION"
 }
 
 running_pid() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/freeport"
+	"github.com/eoskit/eoskit/internal/srctree"
 )
 
 const privatePostgresHowTo = "A private PostgreSQL needs the machine's PostgreSQL binaries (initdb, pg_ctl), " +
@@ -41,7 +42,7 @@ func StartPrivatePostgres(tb testing.TB) *PrivatePostgres {
 		integration.ServiceMissing(tb, "a private PostgreSQL", privatePostgresHowTo,
 			fmt.Errorf("no services configured (%s and %s are unset)", integration.DatabaseURLEnv, integration.RequireServicesEnv))
 	}
-	script, err := findScript("scripts/postgres.sh")
+	script, err := srctree.Find("scripts/postgres.sh")
 	if err != nil {
 		integration.ServiceMissing(tb, "a private PostgreSQL", privatePostgresHowTo, err)
 	}

@@ -3,7 +3,6 @@ package testbed
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/srctree"
 )
 
 // privateKafkaScript returns the path of the script that runs a private
@@ -30,7 +30,7 @@ func privateKafkaScript(tb testing.TB, what, rel string) string {
 		integration.ServiceMissing(tb, what, localBrokerHowTo,
 			fmt.Errorf("no services configured (%s and %s are unset)", integration.KafkaBrokersEnv, integration.RequireServicesEnv))
 	}
-	script, err := findScript(rel)
+	script, err := srctree.Find(rel)
 	if err != nil {
 		integration.ServiceMissing(tb, what, localBrokerHowTo, err)
 	}
@@ -144,28 +144,4 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
-}
-
-// findScript walks up from the working directory (a test runs in its
-// package's folder) to the eoskit module root and returns rel under it.
-func findScript(rel string) (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(mod, []byte("module github.com/eoskit/eoskit\n")) {
-			p := filepath.Join(dir, rel)
-			if _, err := os.Stat(p); err != nil {
-				return "", err
-			}
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside the eoskit source tree")
-		}
-		dir = parent
-	}
 }

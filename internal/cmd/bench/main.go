@@ -5,10 +5,10 @@
 //
 //	KAFKA_BROKERS=... DATABASE_URL=... go run ./internal/cmd/bench [-only eos] [-window 10s] [-runs 3] ...
 //
-// -only runs one part: eos, single, memory, offsetstore, dedup, outbox or
-// io. By default all run, in that order (offsetstore, dedup and outbox
-// share one table), and then the cost of dedup's claim (which -only dedup
-// includes).
+// -only runs one part: eos, single, memory, state, offsetstore, dedup,
+// outbox or io. By default all run, in that order (offsetstore, dedup and
+// outbox share one table), and then the cost of dedup's claim (which -only
+// dedup includes).
 //
 // The eos parts run over windows of work (see window.go): every copier
 // reads a backlog larger than it can copy in the run, from the start of
@@ -53,6 +53,23 @@
 //     eos.Processor, ExactlyOnce at 100 ms, copying each of -mem-records
 //     (default 1,000,000 and 10,000,000) records of 100 B from one
 //     backlog; goal: the largest within 1.10x the smallest.
+//   - state (issue 27, keyed state; see state.go): count by key, 100 B
+//     random records over 6 partitions with keys drawn from 1,000
+//     (k0 ... k999), from a backlog: Kafka Streams 4.4.0
+//     groupByKey().count() under exactly_once_v2 at its default 100 ms
+//     commit interval (a Java peer built from Maven Central's jars by
+//     scripts/streams.sh, run as a process of its own; its group is its
+//     application.id; -streams-threads, default 1, as eos.Processor has one
+//     poll loop), and eos.Processor's stateless copy at 100 ms of the same
+//     input, each as a ratio to both. eoskit's own count by key gets its
+//     row here once it exists (the TODO in stateTable); issue 27's goals
+//     for it: ≥ 1.0x Kafka Streams, ≥ 0.8x the copy. Its warm-up is
+//     -state-warmup (default 10s: the JVM takes about 6 s after its first
+//     commit to reach its pace), its CPU column the worker's (the JVM's
+//     for Kafka Streams, from /proc). Unless -check=false, it then checks
+//     the peer once: Kafka Streams counts 20,000 records, and a
+//     read_committed reader of its output must see every key's count grow
+//     to the input's count of that key.
 //
 // -cpuprofile DIR writes a CPU profile of the benchmark process over each
 // window of the eos and single parts to DIR (go tool pprof).
@@ -123,12 +140,15 @@ func main() {
 	cpuProfiles := flag.String("cpuprofile", "", "directory to write a CPU profile of each eos and single window to")
 	dbRecords := flag.Int("db-records", 100_000, "records per throughput run on the offsetstore and dedup paths")
 	outboxRecords := flag.Int("outbox-records", 500_000, "records per throughput run on the outbox path")
-	only := flag.String("only", "", "run only this part: eos, single, memory, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
+	only := flag.String("only", "", "run only this part: eos, single, memory, state, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
+	streamsThreads := flag.Int("streams-threads", 1, "state part: the Kafka Streams peer's num.stream.threads (1: one poll loop, as eos.Processor's)")
+	stateWarmup := flag.Duration("state-warmup", 10*time.Second, "state part: the warm-up after a run's first commit (Kafka Streams' JVM takes about 6 s to reach its pace)")
+	check := flag.Bool("check", true, "state part: after its runs, check once that the Kafka Streams peer's counts equal the input's")
 	ioPath := flag.String("io-path", "", "io part: run only this path's variants (eos, offsetstore or dedup)")
 	idSizes := flag.String("id-table-sizes", "0,1000000,10000000", "processed-ids table sizes at which to time dedup's claim (empty: skip)")
 	flag.Parse()
 
-	parts := []string{"eos", "single", "memory", "offsetstore", "dedup", "outbox", "io"}
+	parts := []string{"eos", "single", "memory", "state", "offsetstore", "dedup", "outbox", "io"}
 	if *only != "" && !slices.Contains(parts, *only) {
 		fail(fmt.Errorf("-only %q: want one of %s", *only, strings.Join(parts, ", ")))
 	}
@@ -160,8 +180,8 @@ func main() {
 		}
 	}
 	slices.Sort(intervals)
-	if *runs < 1 || *window <= 0 || *warmup < 0 {
-		fail(fmt.Errorf("-runs must be at least 1 and -window positive"))
+	if *runs < 1 || *window <= 0 || *warmup < 0 || *stateWarmup < 0 || *streamsThreads < 1 {
+		fail(fmt.Errorf("-runs and -streams-threads must be at least 1 and -window positive"))
 	}
 	if *cpuProfiles != "" {
 		if err := os.MkdirAll(*cpuProfiles, 0o755); err != nil {
@@ -209,6 +229,13 @@ func main() {
 	if want("memory") {
 		if err := b.memory(ctx, os.Stdout, counts); err != nil {
 			fail(fmt.Errorf("memory: %w", err))
+		}
+	}
+	if want("state") {
+		sb := *b // the same bench, with the state part's warm-up
+		sb.warmup = *stateWarmup
+		if err := sb.state(ctx, os.Stdout, *streamsThreads, *check); err != nil {
+			fail(fmt.Errorf("state: %w", err))
 		}
 	}
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -50,6 +51,10 @@ type running struct {
 	failed   func() error // optional: why progress can no longer be read
 	wait     func() error
 	probe    *probe // optional: sees its transactions and requests
+	// cpu, when set, is the CPU time of the process doing the work (a
+	// peer running as a process of its own), which the windowed tables
+	// then count instead of the benchmark process's.
+	cpu func() time.Duration
 }
 
 type variant struct {
@@ -107,7 +112,7 @@ func (b *bench) measure(ctx context.Context, p path, size int) ([]row, error) {
 				if err := p.seedInput(ctx, e, p.records, size); err != nil {
 					return nil, err
 				}
-			} else if err := seed(ctx, b.brokers, e.in, p.records, size, p.stamp); err != nil {
+			} else if err := seed(ctx, b.brokers, e.in, p.records, size, 0, p.stamp); err != nil {
 				return nil, err
 			}
 			d, peak, err := throughputRun(ctx, v, e, p.records, 100*time.Millisecond, 5*time.Minute)
@@ -286,8 +291,10 @@ func produceTimed(stamp bool) func(ctx context.Context, e *env, n, rate int, val
 }
 
 // seed writes n records with random values of size bytes (franz-go
-// compresses batches, and repeated bytes would flatter every variant).
-func seed(ctx context.Context, brokers []string, topic string, n, size int, stamp bool) error {
+// compresses batches, and repeated bytes would flatter every variant),
+// each with a key of its own, or with keys > 0 a key drawn at random from
+// keys distinct ones (k0 ... k<keys-1>).
+func seed(ctx context.Context, brokers []string, topic string, n, size, keys int, stamp bool) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return err
@@ -296,7 +303,11 @@ func seed(ctx context.Context, brokers []string, topic string, n, size int, stam
 	values := randomValues(4096, size)
 	var firstErr atomic.Value
 	for i := range n {
-		r := &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: values[i%len(values)]}
+		k := i
+		if keys > 0 {
+			k = mrand.IntN(keys)
+		}
+		r := &kgo.Record{Key: fmt.Appendf(nil, "k%d", k), Value: values[i%len(values)]}
 		if stamp {
 			r = dedup.Stamp(r)
 		}

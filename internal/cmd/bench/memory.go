@@ -31,7 +31,7 @@ func (b *bench) memory(ctx context.Context, w io.Writer, counts []int) error {
 	}
 	defer onFail(func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), topic) })()
 	fmt.Fprintf(os.Stderr, "memory: seeding %d records of %d B\n", slices.Max(counts), memSize)
-	if err := seed(ctx, b.brokers, topic, slices.Max(counts), memSize, false); err != nil {
+	if err := seed(ctx, b.brokers, topic, slices.Max(counts), memSize, 0, false); err != nil {
 		return err
 	}
 	peaks := make([][]uint64, len(counts))

@@ -58,6 +58,12 @@ func heap(b, base uint64) string {
 	return fmt.Sprintf("%.1f (%.2fx)", float64(b)/(1<<20), float64(b)/float64(base))
 }
 
+// rateCells is a windowed row's records/s (the median), min-max and
+// spread cells.
+func rateCells(rs []float64) string {
+	return fmt.Sprintf("%.0f | %.0f-%.0f | %.0f%%", median(rs), slices.Min(rs), slices.Max(rs), spread(rs))
+}
+
 // spread is (max-min)/median, in percent.
 func spread(xs []float64) float64 {
 	m := median(xs)
@@ -77,6 +83,17 @@ func baseOf(rows []wrow, size int, role string) float64 {
 	return 0
 }
 
+// ratiosTo returns r's median rate as a ratio to each of the rows of its
+// size with roles.
+func ratiosTo(rows []wrow, r wrow, roles ...string) []float64 {
+	med := median(r.rates())
+	vs := make([]float64, len(roles))
+	for i, role := range roles {
+		vs[i] = med / baseOf(rows, r.size, role)
+	}
+	return vs
+}
+
 // The CPU-bound goals of issue 13, for eos.Processor at 100 ms.
 const (
 	goalVsAtLeastOnce = 0.97
@@ -92,13 +109,13 @@ func printEOS(w io.Writer, rows []wrow, b *bench) {
 	fmt.Fprintln(w, "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range rows {
 		rs := r.rates()
-		med := median(rs)
-		alo, raw := med/baseOf(rows, r.size, roleAtLeastOnce), med/baseOf(rows, r.size, roleRaw)
+		vs := ratiosTo(rows, r, roleAtLeastOnce, roleRaw)
+		alo, raw := vs[0], vs[1]
 		goals := ""
 		if r.v.role == roleGoal {
 			goals = fmt.Sprintf("≥ %.2fx at-least-once: %s; ≥ %.2fx raw: %s", goalVsAtLeastOnce, metOrMissed(alo >= goalVsAtLeastOnce), goalVsRaw, metOrMissed(raw >= goalVsRaw))
 		}
-		fmt.Fprintf(w, "| %d B | %s | %.0f | %.0f-%.0f | %.0f%% | %.2fx | %.2fx | %s | %s | %s | %s |\n", r.size, r.v.name, med, slices.Min(rs), slices.Max(rs), spread(rs),
+		fmt.Fprintf(w, "| %d B | %s | %s | %.2fx | %.2fx | %s | %s | %s | %s |\n", r.size, r.v.name, rateCells(rs),
 			alo, raw, cpuCell(r), latency(r.p50, 0), latency(r.p99, 0), goals)
 	}
 }
@@ -135,7 +152,7 @@ func printSingle(w io.Writer, rows []wrow, b *bench) {
 		} else if strings.HasPrefix(r.v.name, "eos.Processor") {
 			goal = fmt.Sprintf("(as a default: %s)", metOrMissed(ratio >= goalVsProducer))
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f-%.0f | %.0f%% | %.2fx | %s | %s | %s | %s | %s |\n", r.v.name, med, slices.Min(rs), slices.Max(rs), spread(rs), ratio, cpuCell(r), perCommit, perSecond, open, goal)
+		fmt.Fprintf(w, "| %s | %s | %.2fx | %s | %s | %s | %s | %s |\n", r.v.name, rateCells(rs), ratio, cpuCell(r), perCommit, perSecond, open, goal)
 	}
 
 	keys := []int16{1, 0, 28, 26, 8} // Fetch, Produce, TxnOffsetCommit, EndTxn, OffsetCommit

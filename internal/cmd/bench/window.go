@@ -53,7 +53,10 @@ type wtable struct {
 	name       string
 	partitions int // of the input and output topics
 	sizes      []int
-	variants   func(size int) []wvariant
+	// keys, when set, is how many distinct keys the backlog's records
+	// are drawn from (else every record has a key of its own).
+	keys     int
+	variants func(size int) []wvariant
 	// guess is a first guess at the fastest copier's records per second,
 	// which sizes the backlog until a run shows better.
 	guess func(size int) float64
@@ -110,6 +113,7 @@ type backlog struct {
 	topic      string
 	size, n    int
 	partitions int
+	keys       int     // distinct keys (0: one per record)
 	rate       float64 // the fastest rate a copier is expected to reach
 }
 
@@ -119,7 +123,7 @@ func (b *bench) windowed(ctx context.Context, t wtable) ([]wrow, error) {
 	var rows []wrow
 	backlogs := map[int]*backlog{}
 	for _, size := range t.sizes {
-		bl := &backlog{topic: fmt.Sprintf("bench-%s-%d-%dB-in", t.name, stamp, size), size: size, partitions: t.partitions, rate: t.guess(size)}
+		bl := &backlog{topic: fmt.Sprintf("bench-%s-%d-%dB-in", t.name, stamp, size), size: size, partitions: t.partitions, keys: t.keys, rate: t.guess(size)}
 		if err := b.createTopics(ctx, t.partitions, bl.topic); err != nil {
 			return nil, err
 		}
@@ -175,8 +179,12 @@ func (b *bench) latencies(ctx context.Context, t wtable, rows []wrow) error {
 	return nil
 }
 
+// replicationFactor is every topic's the bench creates, and the Kafka
+// Streams peer's internal topics': the local broker is a single one.
+const replicationFactor = 1
+
 func (b *bench) createTopics(ctx context.Context, partitions int, topics ...string) error {
-	resp, err := b.adm.CreateTopics(ctx, int32(partitions), 1, nil, topics...)
+	resp, err := b.adm.CreateTopics(ctx, int32(partitions), replicationFactor, nil, topics...)
 	if err == nil {
 		err = resp.Error()
 	}
@@ -191,7 +199,7 @@ func (b *bench) topUp(ctx context.Context, bl *backlog) error {
 		return nil
 	}
 	fmt.Fprintf(os.Stderr, "  backlog %s: seeding %d more records of %d B (for up to %.0f records/s)\n", bl.topic, need-bl.n, bl.size, bl.rate)
-	if err := seed(ctx, b.brokers, bl.topic, need-bl.n, bl.size, false); err != nil {
+	if err := seed(ctx, b.brokers, bl.topic, need-bl.n, bl.size, bl.keys, false); err != nil {
 		return fmt.Errorf("seeding the backlog: %w", err)
 	}
 	bl.n = need
@@ -279,7 +287,11 @@ func (b *bench) measureWindow(ctx context.Context, v wvariant, e *env, total int
 			return wresult{}, false, false, errors.Join(err, stop())
 		}
 	}
-	start, cpu := time.Now(), processCPU()
+	cpuOf := processCPU
+	if run.cpu != nil {
+		cpuOf = run.cpu
+	}
+	start, cpu := time.Now(), cpuOf()
 	from, snap := progress(), run.probe.snapshot()
 	for {
 		left := b.window - time.Since(start)
@@ -292,7 +304,7 @@ func (b *bench) measureWindow(ctx context.Context, v wvariant, e *env, total int
 			break
 		}
 	}
-	elapsed, cpu := time.Since(start), processCPU()-cpu
+	elapsed, cpu := time.Since(start), cpuOf()-cpu
 	to, end := progress(), run.probe.snapshot()
 	if profile != "" {
 		pprof.StopCPUProfile()

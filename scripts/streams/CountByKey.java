@@ -1,0 +1,145 @@
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.stream.Stream;
+
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.state.KeyValueStore;
+
+import sun.misc.Signal;
+
+/**
+ * The Kafka Streams bench peer of internal/cmd/bench's state part: counts
+ * the input's records by key under exactly_once_v2 and writes each key's
+ * count (a big-endian 8-byte long, Serdes.Long) to the output topic.
+ *
+ * <pre>
+ *   builder.stream(in).groupByKey().count().toStream().to(out)
+ * </pre>
+ *
+ * Keys are Bytes (compared by content), values opaque bytes; the count's
+ * store is named "counts" (its changelog: APPLICATION_ID-counts-changelog,
+ * which Streams creates). Everything not
+ * given keeps Kafka Streams' default, commit.interval.ms included (100 ms
+ * under exactly-once) and the record cache (10 MiB: a key's count is sent at
+ * commit, once per commit). The state directory is a fresh temporary one,
+ * deleted on exit. SIGTERM or SIGINT closes Streams (committing what it
+ * processed) and exits 0; Streams failing exits 1.
+ *
+ * Run it through scripts/streams.sh run; arguments, as name=value:
+ * bootstrap, application-id, input, output, replication-factor (all
+ * required), threads (num.stream.threads, default 1), commit-interval-ms
+ * (default: Streams' own).
+ */
+public final class CountByKey {
+    public static void main(String[] argv) throws Exception {
+        Map<String, String> args = parse(argv);
+        String in = required(args, "input");
+        String out = required(args, "output");
+        Path stateDir = Files.createTempDirectory("eoskit-streams-");
+
+        Properties props = new Properties();
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, required(args, "bootstrap"));
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, required(args, "application-id"));
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, Integer.parseInt(required(args, "replication-factor")));
+        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, Integer.parseInt(args.getOrDefault("threads", "1")));
+        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
+        if (args.containsKey("commit-interval-ms")) {
+            props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.parseLong(args.get("commit-interval-ms")));
+        }
+
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.stream(in, Consumed.with(Serdes.Bytes(), Serdes.ByteArray()))
+                .groupByKey(Grouped.with(Serdes.Bytes(), Serdes.ByteArray()))
+                .count(Materialized.<Bytes, Long, KeyValueStore<Bytes, byte[]>>as("counts")
+                        .withKeySerde(Serdes.Bytes())
+                        .withValueSerde(Serdes.Long()))
+                .toStream()
+                .to(out, Produced.with(Serdes.Bytes(), Serdes.Long()));
+
+        CountDownLatch done = new CountDownLatch(1);
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        KafkaStreams streams = new KafkaStreams(builder.build(), props);
+        streams.setUncaughtExceptionHandler(e -> {
+            failure.compareAndSet(null, e);
+            done.countDown();
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        streams.setStateListener((to, from) -> {
+            System.err.println("CountByKey: " + from + " -> " + to);
+            if (to == KafkaStreams.State.ERROR) {
+                failure.compareAndSet(null, new IllegalStateException("Kafka Streams went into ERROR"));
+                done.countDown();
+            }
+        });
+        // Handling the signals (rather than a shutdown hook) lets main close
+        // Streams and return, so the JVM exits 0 and not 143.
+        Signal.handle(new Signal("TERM"), s -> done.countDown());
+        Signal.handle(new Signal("INT"), s -> done.countDown());
+
+        streams.start();
+        done.await();
+        boolean closed = streams.close(Duration.ofSeconds(60));
+        deleteTree(stateDir);
+        Throwable err = failure.get();
+        if (err != null) {
+            System.err.println("CountByKey: failed: " + err);
+            err.printStackTrace();
+            System.exit(1);
+        }
+        if (!closed) {
+            System.err.println("CountByKey: Kafka Streams did not close within 60 s");
+            System.exit(1);
+        }
+        System.exit(0);
+    }
+
+    private static Map<String, String> parse(String[] argv) {
+        Map<String, String> args = new HashMap<>();
+        for (String a : argv) {
+            int eq = a.indexOf('=');
+            if (eq <= 0) {
+                usage("argument " + a + " is not name=value");
+            }
+            args.put(a.substring(0, eq), a.substring(eq + 1));
+        }
+        return args;
+    }
+
+    private static String required(Map<String, String> args, String name) {
+        String v = args.get(name);
+        if (v == null || v.isEmpty()) {
+            usage("missing " + name + "=...");
+        }
+        return v;
+    }
+
+    private static void usage(String why) {
+        System.err.println("CountByKey: " + why + "\nusage: CountByKey bootstrap=HOST:PORT application-id=ID input=TOPIC output=TOPIC "
+                + "replication-factor=N [threads=1] [commit-interval-ms=MS]");
+        System.exit(2);
+    }
+
+    private static void deleteTree(Path root) throws IOException {
+        try (Stream<Path> paths = Files.walk(root)) {
+            paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+    }
+}
