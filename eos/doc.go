@@ -113,6 +113,40 @@
 // commits offsets after its outputs are acknowledged (a crash in between
 // duplicates), AtMostOnce before it handles the records (a crash loses them).
 //
+// # Keyed state
+//
+// [Changelog] gives a processor a key-value store per input partition
+// ([StateOf] inside the handler), as Kafka Streams' state stores under
+// exactly_once_v2: a transaction's changes (each changed key's final
+// value) are produced to the changelog partition of the input's number
+// in the transaction that commits the outputs and the offsets, and
+// applied to the store only once it committed. [Count], [Sum] and
+// [Reduce] are the aggregations, and [EmitUpdates] their output: one
+// record per changed key per transaction. [Processor.State] reads the
+// committed state while Run works (an HTTP handler may call it).
+//
+// What holds: a handler reads its own transaction's writes; a record that
+// fails leaves none (its call's writes are dropped, see [StateOf]); an
+// aborted transaction leaves the store as the last committed one left it;
+// before a newly assigned partition's first record is handled, its store
+// is restored from the changelog, read_committed, up to the high watermark
+// listed when the restore starts, once the transactions open below it
+// ended (the previous owner's last commit may reach the changelog after
+// its offsets). A changelog missing, not compacted or with another
+// partition count is refused at Run with a *[eoskit.ConfigError].
+//
+// What breaks it: anything but this processor writing to the changelog;
+// adding partitions to the input or the changelog (a key's state then
+// lives in another partition); under [Concurrency] with [KeyOrder],
+// handlers writing keys other than their record's (two lanes may then
+// write one key in either order); a handler keeping state of its own
+// outside [StateOf] (it survives aborts). A restore waits for a
+// transaction left open on the changelog until the broker aborts it at
+// its timeout, up to [RestoreTimeout]. The in-memory store (the default)
+// is restored whole on every assignment and session restart;
+// [state.PebbleFactory] keeps it on disk with the changelog offset it
+// holds, so that only the tail is read. See docs/state.md.
+//
 // # Errors
 //
 // Test errors with errors.Is and errors.As: [ErrFenced] (final),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/state"
 )
 
 // The examples run on franz-go's in-process fake cluster (kfake) so that
@@ -186,4 +187,52 @@ func ExampleProcessor_Health() {
 	// before Run: 503
 	// running: 200 map[orders:[0]]
 	// after Run: 503
+}
+
+// The dashboard's totals: reports counted per region in Kafka, the counts'
+// changelog and one update per changed region committing in the
+// processor's transaction; State serves the committed counts while Run
+// works.
+func ExampleCount() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "reports", "totals"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	txnID, _ := eos.StableTransactionalID("dashboard", "0")
+	p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("dashboard"),
+		eos.Topics("reports"), eos.TransactionalID(txnID), eos.CommitInterval(50*time.Millisecond),
+		eos.Changelog("dashboard-counts", eos.CreateChangelog(), eos.EmitUpdates("totals")),
+		eos.Logger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
+
+	seed, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+	defer seed.Close()
+	for _, region := range []string{"north", "south", "north", "east", "north", "south"} {
+		seed.Produce(context.Background(), &kgo.Record{Key: []byte(region)}, nil)
+	}
+	_ = seed.Flush(context.Background())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	totals := map[string]string{}
+	for sum := 0; sum < 6; {
+		time.Sleep(10 * time.Millisecond)
+		sum = 0
+		_ = p.State().Range(func(_ int32, region, count []byte) bool {
+			totals[string(region)] = string(count)
+			n, _ := state.Int64(count)
+			sum += int(n)
+			return true
+		})
+	}
+	cancel()
+	fmt.Println(totals, <-done)
+	// Output: map[east:1 north:3 south:2] <nil>
 }

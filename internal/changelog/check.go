@@ -70,26 +70,29 @@ func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, 
 		o.Logger = slog.Default()
 	}
 	var sh Shape
-	missing, err := topiccheck.Missing(ctx, conn, topic)
-	if err != nil {
-		return sh, fmt.Errorf("changelog: %w", err)
-	}
 	cl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return sh, fmt.Errorf("changelog: new client: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if missing >= 0 {
-		if !o.Create {
-			return sh, refuse(topic, fmt.Sprintf("topic %q does not exist: create it with %d partitions and cleanup.policy=compact, or let eoskit create it", topic, partitions))
-		}
+	if o.Create {
+		// Creates it if missing, at once; one that exists is checked
+		// below (a conflicting shape is refused there, by name).
 		created, err := topics.Ensure(ctx, adm, topics.Spec{Name: topic, Partitions: partitions,
 			Configs: map[string]string{"cleanup.policy": "compact"}})
 		if err != nil && !errors.Is(err, topics.ErrConflict) {
 			return sh, fmt.Errorf("changelog: create %q: %w", topic, err)
 		}
 		sh.Created = len(created) > 0
+	} else {
+		missing, err := topiccheck.Missing(ctx, conn, topic)
+		if err != nil {
+			return sh, fmt.Errorf("changelog: %w", err)
+		}
+		if missing >= 0 {
+			return sh, refuse(topic, fmt.Sprintf("topic %q does not exist: create it with %d partitions and cleanup.policy=compact, or pass eos.CreateChangelog()", topic, partitions))
+		}
 	}
 	tds, err := topiccheck.Describe(ctx, conn, topic)
 	if err != nil {

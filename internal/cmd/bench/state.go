@@ -50,13 +50,7 @@ func stateTable(script string, threads int) wtable {
 				{name: fmt.Sprintf("Kafka Streams 4.4.0 groupByKey().count(), exactly_once_v2, %d thread(s)", threads),
 					start: streamsCount(script, threads), role: roleStreams},
 				{name: "eos.Processor stateless copy, 100ms", start: processor(eos.ExactlyOnce, 100*time.Millisecond), role: roleCopy},
-				// TODO(issue 27): eoskit's count by key (eos.Processor with a
-				// changelog) goes here, once it exists, as
-				//	{name: "eos.Processor count by key, 100ms", start: <its start func>, role: roleGoal},
-				// a func(context.Context, *env) (running, error) that counts
-				// e.in by key and writes each key's count to e.out under
-				// group e.group (the framework counts its committed offsets
-				// on e.in). printState then checks the goals on that row.
+				{name: "eos.Processor count by key (eos.Count, memory store), 100ms", start: countByKey(100 * time.Millisecond), role: roleGoal},
 			}
 		},
 	}
@@ -141,8 +135,27 @@ func streamsCount(script string, threads int) func(context.Context, *env) (runni
 	}
 }
 
-// deleteInternalTopics deletes the topics Kafka Streams made for
-// application id app (their names start with app-).
+// countByKey is eos.Processor counting e.in by key with its keyed state
+// (eos.Count, a changelog it creates, the in-memory store), one update
+// per changed key per transaction to e.out, committing every interval;
+// wait then deletes the changelog.
+func countByKey(interval time.Duration) func(context.Context, *env) (running, error) {
+	return func(ctx context.Context, e *env) (running, error) {
+		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
+			eos.TransactionalID(e.group+"-0"), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet),
+			eos.Changelog(e.group+"-changelog", eos.CreateChangelog(), eos.EmitUpdates(e.out)))
+		if err != nil {
+			return running{}, err
+		}
+		return running{wait: background(func() error {
+			return errors.Join(p.Run(ctx), deleteInternalTopics(e.brokers, e.group))
+		})}, nil
+	}
+}
+
+// deleteInternalTopics deletes the topics a stateful variant made for
+// application id (group) app: Kafka Streams' internal topics, eos's
+// changelog (their names start with app-).
 func deleteInternalTopics(brokers []string, app string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
