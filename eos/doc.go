@@ -142,8 +142,9 @@
 // write one key in either order); a handler keeping state of its own
 // outside [StateOf] (it survives aborts). A restore waits for a
 // transaction left open on the changelog until the broker aborts it at
-// its timeout, up to [RestoreTimeout]. The in-memory store (the default)
-// is restored whole on every assignment and session restart;
+// its timeout, up to [RestoreTimeout]. A store is closed when its
+// partition is taken away and with every session; the in-memory store
+// (the default) is then restored whole at the next assignment, while
 // [state.PebbleFactory] keeps it on disk with the changelog offset it
 // holds, so that only the tail is read. See docs/state.md.
 //

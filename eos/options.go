@@ -376,7 +376,7 @@ func (c *config) kgoOpts(roles ...Role) []kgo.Opt {
 	if c.group != "" {
 		opts = append(opts, kgo.ConsumerGroup(c.group), kgo.ConsumeTopics(c.inputTopics...))
 	}
-	if c.state != nil && c.state.others != nil {
+	if c.state != nil && c.state.others != nil { // set by NewProcessor
 		opts = append(opts, kgo.RecordPartitioner(changelogPartitioner{c.state.changelog, c.state.others}))
 	}
 	return opts

@@ -100,6 +100,11 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 	txnTimeout := transactionTimeout(cl)
 	if c.state != nil {
 		c.state.others, _ = cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
+		if c.state.others == nil {
+			c.state.others = kgo.UniformBytesPartitioner(64<<10, true, true, nil) // franz-go's default
+		}
+		batchMax, _ := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32)
+		c.state.batchMax = int(batchMax)
 	}
 	cl.Close()
 	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {

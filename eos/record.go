@@ -144,6 +144,9 @@ func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.R
 		if o == nil || o.Topic == "" {
 			return nil, took, errors.New("eos: handler returned an output record with no topic")
 		}
+		if st := rn.p.cfg.state; st != nil && o.Topic == st.changelog {
+			return nil, took, errors.New("eos: handler returned an output record to the changelog, which only the keyed state writes (use StateOf)")
+		}
 	}
 	return outs, took, nil
 }

@@ -63,6 +63,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			return err
 		}
 		defer ks.close()
+		poll = ks.waking(poll)
 	}
 
 	txnTimeout := transactionTimeout(sess.Client())
@@ -84,6 +85,10 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			return pollError(err)
 		}
 		if fetches.NumRecords() == 0 {
+			// An idle instance restores what it was assigned too.
+			if err := p.prepareState(ctx, fetches); err != nil || ctx.Err() != nil {
+				return err
+			}
 			continue
 		}
 
@@ -98,13 +103,8 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 		// The stores of the polled partitions are restored before the
 		// transaction begins (a restore may take longer than a
 		// transaction may last).
-		if p.state != nil {
-			if err := p.state.prepare(ctx, fetches); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
+		if err := p.prepareState(ctx, fetches); err != nil || ctx.Err() != nil {
+			return err
 		}
 		if goOn, err := s.transact(ctx, fetches); !goOn {
 			return err
@@ -117,14 +117,15 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 // into its batch, ends (end), and its outcome (decideEnd) says what comes
 // next (act).
 //
-// Whatever else takes part in the session's transactions (the keyed state
-// of issue 27, with a changelog produced in the same transaction) has a
-// place at each step: partitions arrive and leave in the group's callbacks
-// (groupHooks); records it adds to a transaction are produced in end,
-// before the outputs settle, so that they count for the commit like the
-// outputs and their offsets are known once settled (batch.wrote); a commit
-// reaches it in committed, a known abort in aborted, and after a restart
-// or a final error nothing of the session is kept.
+// The keyed state (Changelog; keyedState) takes part at each step:
+// partitions arrive and leave in the group's callbacks (groupHooks), which
+// only mark them; the loop restores the polled partitions' stores before
+// the transaction begins (prepare); handlers write through a scope each
+// (runner.handle); end produces each partition's changes to the changelog
+// before the outputs settle, so that they count for the commit; transact
+// applies them to the stores if it committed and drops them otherwise
+// (ended); and the stores are closed with the session, so that a restart
+// restores them.
 type session struct {
 	p     *Processor
 	gts   *kgo.GroupTransactSession

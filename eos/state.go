@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,8 +31,10 @@ type stateConfig struct {
 	restoreTimeout time.Duration
 	updates        string
 	// others is the partitioner of every record but the changelog's (see
-	// changelogPartitioner), learnt by NewProcessor.
-	others kgo.Partitioner
+	// changelogPartitioner), and batchMax the producer's batch limit,
+	// learnt by NewProcessor.
+	others   kgo.Partitioner
+	batchMax int
 }
 
 // Changelog makes the processor stateful: each input partition gets a
@@ -113,6 +116,12 @@ func (s *stateConfig) validate(c *config) error {
 		return refuse("Changelog", "the changelog is the input topic")
 	case s.updates == s.changelog:
 		return refuse("EmitUpdates", "the updates topic is the changelog")
+	case s.updates == c.inputTopics[0]:
+		return refuse("EmitUpdates", "the updates topic is the input topic: every update would be counted again")
+	case slices.Contains(c.onError.p.DeadLetterTopics(), s.changelog):
+		return refuse("Changelog", "the changelog is a dead-letter topic")
+	case s.updates != "" && slices.Contains(c.onError.p.DeadLetterTopics(), s.updates):
+		return refuse("EmitUpdates", "the updates topic is a dead-letter topic")
 	case s.stores == nil:
 		return refuse("Stores", "no store factory")
 	case s.restoreTimeout <= 0:

@@ -55,8 +55,11 @@ type keyedState struct {
 	restore map[int32]bool // assigned since the last prepare
 	taken   map[int32]bool // revoked or lost since the last ended
 	// assignments counts the group's assignments, so that a transaction
-	// stops polling more records once one came (see moreAssigned).
+	// stops polling more records once one came (see moreAssigned); wake
+	// ends the poll under way when one comes (see waking), so that an
+	// idle instance restores what it was given.
 	assignments atomic.Int64
+	wake        chan struct{}
 
 	// errMu guards err: the first failure of the transaction under way
 	// that is not a record's (a changelog record not written, a restore
@@ -79,7 +82,7 @@ type partState struct {
 func newKeyedState(cfg *stateConfig, input string, logger *slog.Logger) *keyedState {
 	return &keyedState{cfg: cfg, input: input, logger: logger,
 		parts: map[int32]*partState{}, restoring: map[int32]bool{},
-		restore: map[int32]bool{}, taken: map[int32]bool{}}
+		restore: map[int32]bool{}, taken: map[int32]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // check refuses a changelog that does not fit the input (see Changelog),
@@ -90,7 +93,9 @@ func (ks *keyedState) check(ctx context.Context, conn []kgo.Opt, inputPartitions
 	if err != nil {
 		return err
 	}
-	ks.maxRecord = sh.MaxMessageBytes
+	// A record larger than the producer's batch limit fails in franz-go
+	// (MessageTooLarge) whatever the topic allows.
+	ks.maxRecord = min(sh.MaxMessageBytes, ks.cfg.batchMax)
 	return nil
 }
 
@@ -131,10 +136,32 @@ func (ks *keyedState) close() {
 func (ks *keyedState) assigned(ps []int32) {
 	ks.assignments.Add(1)
 	ks.marksMu.Lock()
-	defer ks.marksMu.Unlock()
 	for _, p := range ps {
 		ks.restore[p] = true
 		delete(ks.taken, p)
+	}
+	ks.marksMu.Unlock()
+	select {
+	case ks.wake <- struct{}{}:
+	default: // a wake is pending already
+	}
+}
+
+// waking returns poll ending early (with no records) when the group
+// assigns partitions, so that the loop restores them without waiting for
+// records.
+func (ks *keyedState) waking(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
+	return func(ctx context.Context, n int) kgo.Fetches {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-ks.wake:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		return poll(ctx, n)
 	}
 }
 
@@ -147,11 +174,13 @@ func (ks *keyedState) takenAway(ps []int32) {
 	}
 }
 
-// prepare makes the store of every partition of fetches ready before the
-// transaction that handles them begins: opened, and restored if it was
-// assigned since (or never restored in this session). A restore that
-// cannot finish within RestoreTimeout is a *state.RestoreError naming the
-// partition.
+// prepare makes the stores ready before a transaction begins (and after
+// every poll, so that an idle instance's view is ready too): the stores of
+// partitions taken away are closed; those of partitions assigned since,
+// and of every partition fetches holds records of, are opened if need be
+// and restored if assigned since (or never restored in this session). A
+// restore that cannot finish within RestoreTimeout is a
+// *state.RestoreError naming the partition.
 func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches) error {
 	var polled []int32
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -159,11 +188,33 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches) error {
 			polled = append(polled, p.Partition)
 		}
 	})
+	ks.marksMu.Lock()
+	for p := range ks.restore {
+		if !slices.Contains(polled, p) {
+			polled = append(polled, p)
+		}
+	}
+	var taken []int32
+	for p := range ks.taken {
+		if !slices.Contains(polled, p) {
+			taken = append(taken, p)
+			delete(ks.taken, p)
+		}
+	}
+	ks.marksMu.Unlock()
+	ks.mu.Lock()
+	for _, p := range taken {
+		if ps, ok := ks.parts[p]; ok {
+			ps.txn.Abort()
+			ks.closeLocked(p, ps)
+		}
+	}
+	ks.mu.Unlock()
+	slices.Sort(polled)
 	for _, p := range polled {
 		ks.marksMu.Lock()
 		again := ks.restore[p]
 		delete(ks.restore, p)
-		delete(ks.taken, p) // its records are here: it is ours
 		ks.marksMu.Unlock()
 		ks.mu.RLock()
 		ps := ks.parts[p]
@@ -174,7 +225,10 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches) error {
 		if ps == nil {
 			s, err := ks.cfg.stores(ks.cfg.changelog, p)
 			if err != nil {
-				return fmt.Errorf("eos: open the store of %s[%d]: %w", ks.cfg.changelog, p, err)
+				// A store another owner still holds (a pebble
+				// directory's lock) or a passing failure: a new session
+				// tries again.
+				return &restartError{fmt.Errorf("open the store of %s[%d]: %w", ks.cfg.changelog, p, err)}
 			}
 			ps = &partState{store: s, txn: state.NewTxn(s, ks.maxRecord)}
 			ps.last.Store(-1)
@@ -344,5 +398,30 @@ func (p *Processor) checkChangelog(ctx context.Context) error {
 	case td.Err != nil:
 		return fmt.Errorf("eos: describe the input topic %q: %w", input, td.Err)
 	}
-	return p.state.check(ctx, p.cfg.connOpts(), int32(len(td.Partitions)))
+	if err := p.state.check(ctx, p.cfg.connOpts(), int32(len(td.Partitions))); err != nil {
+		return err
+	}
+	if u := p.state.cfg.updates; u != "" {
+		missing, err := topiccheck.Missing(ctx, p.cfg.connOpts(), u)
+		if err != nil {
+			return fmt.Errorf("eos: look up the updates topic %q: %w", u, err)
+		}
+		if missing >= 0 {
+			return &eoskit.ConfigError{Package: "eos", Setting: "EmitUpdates", Semantics: checkedAgainst(p.cfg.semantics),
+				Reason: fmt.Sprintf("the updates topic %q does not exist: create it (eos creates no topics but the changelog, on request)", u)}
+		}
+	}
+	return nil
+}
+
+// prepareState runs the keyed state's prepare between transactions;
+// nothing without state, and nil once ctx ended (a shutdown).
+func (p *Processor) prepareState(ctx context.Context, fetches kgo.Fetches) error {
+	if p.state == nil {
+		return nil
+	}
+	if err := p.state.prepare(ctx, fetches); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
 }

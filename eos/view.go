@@ -51,9 +51,11 @@ func (v *StateView) Get(partition int32, key []byte) ([]byte, bool, error) {
 }
 
 // Range calls fn on every committed key and value of the partitions this
-// instance holds, partition by partition in order, each in key order,
-// until fn returns false. The slices are valid during the call only.
-// Writers wait while it runs: keep fn short.
+// instance holds, partition by partition in order (within one, in key
+// order for a pebble store, in no order for the memory store), until fn
+// returns false. The slices are valid during the call only. The
+// processor's transactions wait while it runs: keep fn short, and call
+// neither the view nor the processor from it (copy what you need).
 func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) error {
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
