@@ -1,7 +1,6 @@
 package eos_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -301,24 +299,6 @@ func TestStatefulOptionsAreChecked(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A pebble store keeps its checkpoint across a clean stop: the next run
 // restores nothing from the changelog (the memory store restores it all),
 // and counts on from where it stood.
@@ -332,7 +312,7 @@ func TestPebbleStoreRestoresOnlyTheChangelogsTail(t *testing.T) {
 	dir := t.TempDir()
 	run := func(store state.Factory, until map[string]string) string {
 		t.Helper()
-		logs := &syncBuffer{}
+		logs := &integration.LogBuffer{}
 		p := startProcessor(t, eos.Count(), append(statefulOpts(k, group, in, changelog, updates, "0", eos.Stores(store)),
 			eos.Logger(slog.New(slog.NewTextHandler(logs, nil))))...)
 		waitFor(t, 2*time.Minute, "the processor to hold its partitions", func() bool { return len(p.p.State().Partitions()) == 2 })
