@@ -10,8 +10,10 @@
 //
 //   - [github.com/eoskit/eoskit/patterns/kafkatokafka]: Kafka in, Kafka
 //     out, exactly once. eos.Processor commits a batch's outputs and its
-//     input offsets in one Kafka transaction. Choose it when the result is
-//     another topic (the dashboard's feed).
+//     input offsets in one Kafka transaction, and with Config.Totals the
+//     per-region totals too, kept in its keyed state (eos.Sum with a
+//     changelog) and published to a totals topic. Choose it when the
+//     result is another topic (the dashboard's feed, or its totals).
 //   - [github.com/eoskit/eoskit/patterns/kafkatopostgres]: Kafka in,
 //     PostgreSQL out, exactly once. offsetstore commits a batch's rows and
 //     its offsets in one database transaction. Choose it when the result
@@ -49,7 +51,8 @@
 // # What shows that they hold
 //
 // cmd/eoslab runs each pattern, and weaker designs beside them (at-most-once,
-// at-least-once, an at-least-once outbox relay), on one workload through the
+// at-least-once, totals in a Go map outside the transaction, an
+// at-least-once outbox relay), on one workload through the
 // same injected faults (unknown outcomes at the source, a crash mid-batch,
 // a rebalance mid-batch, an instance stalled past its session timeout) and
 // prints what the verifier found. The faults live in the lab

@@ -10,13 +10,13 @@ import (
 	"github.com/eoskit/eoskit/internal/eoslab"
 )
 
-// TestEmbeddedLabShowsAllEightRows runs what `go run ./cmd/eoslab` runs on
+// TestEmbeddedLabShowsAllNineRows runs what `go run ./cmd/eoslab` runs on
 // a machine with no services (no DATABASE_URL, no KAFKA_BROKERS: the
 // in-process kfake cluster and the embedded PostgreSQL) and asserts every
 // row's outcome, so that the README's first command keeps showing all
-// eight. When the PostgreSQL binaries cannot be had it skips, saying why,
+// nine. When the PostgreSQL binaries cannot be had it skips, saying why,
 // except under EOS_REQUIRE_SERVICES=1, where that is a failure.
-func TestEmbeddedLabShowsAllEightRows(t *testing.T) {
+func TestEmbeddedLabShowsAllNineRows(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("KAFKA_BROKERS", "")
 	var stdout, stderr bytes.Buffer
@@ -32,8 +32,8 @@ func TestEmbeddedLabShowsAllEightRows(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &outcomes); err != nil {
 		t.Fatalf("eoslab --json printed %q: %v", stdout.String(), err)
 	}
-	if want := len(eoslab.All()); len(outcomes) != want || want != 8 {
-		t.Errorf("%d rows of %d patterns; want all eight", len(outcomes), want)
+	if want := len(eoslab.All()); len(outcomes) != want || want != 9 {
+		t.Errorf("%d rows of %d patterns; want all nine", len(outcomes), want)
 	}
 	for _, o := range outcomes {
 		t.Logf("%-30s input=%d output=%d lost=%d duplicated=%d aborted-visible=%d out-of-order=%d totals-correct=%v",
@@ -45,12 +45,16 @@ func TestEmbeddedLabShowsAllEightRows(t *testing.T) {
 			if o.Lost == 0 || o.TotalsCorrect {
 				t.Errorf("%s should lose reports and get the totals wrong", o.Pattern)
 			}
+		case strings.Contains(o.Pattern, "totals in a map"):
+			if o.Lost != 0 || o.Duplicated != 0 || o.TotalsVerdict != "no" {
+				t.Errorf("%s should be exactly once in its outputs, and get the totals wrong (totals %v)", o.Pattern, o.Totals)
+			}
 		case strings.HasPrefix(o.Pattern, "at-least-once"):
 			if o.Lost != 0 || o.Duplicated == 0 || o.TotalsCorrect {
 				t.Errorf("%s should never lose, duplicate some, and get the totals wrong", o.Pattern)
 			}
 		default:
-			if o.Input == 0 || o.Lost != 0 || o.Duplicated != 0 || o.AbortedVisible != 0 || o.OutOfOrder != 0 || !o.TotalsCorrect {
+			if o.Input == 0 || o.Lost != 0 || o.Duplicated != 0 || o.AbortedVisible != 0 || o.OutOfOrder != 0 || o.TotalsVerdict != "yes" {
 				t.Errorf("%s should be exactly once with correct totals", o.Pattern)
 			}
 		}

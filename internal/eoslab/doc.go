@@ -18,8 +18,17 @@
 //   - at-least-once (a control): a producer that resends, and
 //     eos.Processor with eos.AtLeastOnce (offsets committed after the
 //     outputs are acknowledged). Duplicates.
+//   - kafka→kafka, totals in a map (a control): the pattern kafkatokafka,
+//     its outputs exactly once, with the totals kept in a Go map the
+//     handler updates, outside the transaction, each new total published
+//     with the outputs. Its totals come out wrong: a batch that aborts and
+//     is handled again adds twice, and an instance that restarts, or is
+//     given a partition, starts from nothing.
 //   - exactly-once kafka→kafka: the pattern kafkatokafka (outputs and
-//     offsets in one transaction), fed by the resume producer.
+//     offsets in one transaction), fed by the resume producer, with the
+//     totals in Kafka (Config.Totals: eos.Sum in keyed state whose
+//     changelog commits in the transaction, one update per changed region
+//     per transaction).
 //   - exactly-once kafka→postgres: the pattern kafkatopostgres (rows and
 //     offsets in one database transaction), fed by the resume producer.
 //   - effectively-once with dedup: a resending producer that stamps message
@@ -32,6 +41,13 @@
 //     before the slot was told. Duplicates.
 //   - exactly-once outbox relay: the pattern outboxrelay, crashed the same
 //     way with its Kafka transaction open.
+//
+// Totals correct compares the dashboard's totals with the workload's: for
+// the two Kafka rows that keep totals, each region's last value on their
+// totals topic, read_committed; for the other Kafka rows, the sum of the
+// reports a read_committed reader of the feed sees; for the database rows,
+// the totals table. A control whose totals came out right in a run is
+// reported "not shown" (the faults missed this time), never "yes".
 //
 // The faults, injected in every run where they apply: the source's outcome
 // unknown for some records (half written with the acknowledgement lost,

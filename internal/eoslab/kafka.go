@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -12,19 +13,23 @@ import (
 	"github.com/eoskit/eoskit/patterns/dashboard"
 	"github.com/eoskit/eoskit/patterns/kafkatokafka"
 	"github.com/eoskit/eoskit/patterns/producerresume"
+	"github.com/eoskit/eoskit/state"
 	"github.com/eoskit/eoskit/verify"
 )
 
-// The Kafka rows: two weaker designs (controls), at-most-once and
-// at-least-once, and the exactly-once pattern kafkatokafka, each consuming
-// the same source through the same faults; and the resume producer alone.
+// The Kafka rows: three weaker designs (controls), at-most-once,
+// at-least-once, and exactly-once outputs with the totals in a Go map, and
+// the exactly-once pattern kafkatokafka with its totals in Kafka, each
+// consuming the same source through the same faults; and the resume
+// producer alone.
 
 func atMostOnce() Pattern {
 	return Pattern{
 		Name:      "at-most-once",
 		Guarantee: "never retries; loses what was in flight",
+		Control:   true,
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
-			return l.kafkaPipeline(ctx, p, eos.AtMostOnce, giveUp)
+			return l.kafkaPipeline(ctx, p, eos.AtMostOnce, giveUp, totalsOfFeed)
 		},
 	}
 }
@@ -33,8 +38,24 @@ func atLeastOnce() Pattern {
 	return Pattern{
 		Name:      "at-least-once",
 		Guarantee: "no loss; duplicates what was in flight",
+		Control:   true,
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
-			return l.kafkaPipeline(ctx, p, eos.AtLeastOnce, resend)
+			return l.kafkaPipeline(ctx, p, eos.AtLeastOnce, resend, totalsOfFeed)
+		},
+	}
+}
+
+// mapTotalsKafka is the control for the totals: the pattern kafkatokafka,
+// its outputs exactly once, but with the totals kept the way a first
+// attempt keeps them, in a Go map the handler updates, outside the
+// transaction, each new total published as an output.
+func mapTotalsKafka() Pattern {
+	return Pattern{
+		Name:      "kafka→kafka, totals in a map",
+		Guarantee: "outputs in the transaction; totals in a Go map outside it",
+		Control:   true,
+		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
+			return l.kafkaPipeline(ctx, p, eos.ExactlyOnce, resume, totalsInMap)
 		},
 	}
 }
@@ -42,12 +63,31 @@ func atLeastOnce() Pattern {
 func exactlyOnceKafka() Pattern {
 	return Pattern{
 		Name:      "exactly-once kafka→kafka",
-		Guarantee: "eos.Processor: outputs and offsets in one transaction",
+		Guarantee: "eos.Processor: outputs, offsets and the totals' state in one transaction",
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
-			return l.kafkaPipeline(ctx, p, eos.ExactlyOnce, resume)
+			return l.kafkaPipeline(ctx, p, eos.ExactlyOnce, resume, totalsInState)
 		},
 	}
 }
+
+// totalsKept is where a Kafka row keeps the dashboard's totals.
+type totalsKept int8
+
+const (
+	// totalsOfFeed: the dashboard sums the reports of the feed (the
+	// controls with weaker semantics, whose feed shows their losses and
+	// duplicates).
+	totalsOfFeed totalsKept = iota
+	// totalsInState: the processor sums the cases per region in its keyed
+	// state, whose changelog commits in its transaction, and emits each
+	// changed total (kafkatokafka's Config.Totals); the dashboard reads
+	// each region's last total.
+	totalsInState
+	// totalsInMap: the handler sums them in a Go map, outside the
+	// transaction, and emits each new total; the dashboard reads each
+	// region's last total.
+	totalsInMap
+)
 
 // control is a weaker design the pattern is measured against: the program
 // kafkatokafka.Run runs, with semantics that commit the offsets apart from
@@ -68,20 +108,34 @@ func control(sem eos.Semantics) func(context.Context, kafkatokafka.Config) error
 
 // kafkaPipeline runs the source into an input topic, then the pattern
 // kafkatokafka (or, for the weaker semantics, its control) forwarding
-// reports to an output topic through the lab's faults, and reads the output
-// back as a read_committed reader would.
-func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, policy sourcePolicy) (result, error) {
+// reports to an output topic through the lab's faults, keeping the totals
+// as kept says, and reads the output (and the totals topic) back as a
+// read_committed reader would.
+func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, policy sourcePolicy, kept totalsKept) (result, error) {
 	adm, closeAdm, err := l.admin()
 	if err != nil {
 		return result{}, err
 	}
 	defer closeAdm()
 	name := runName(p)
-	in, out := name+"-in", name+"-out"
-	if err := l.newTopics(ctx, adm, in, out); err != nil {
+	in, out, totalsTopic, changelog := name+"-in", name+"-out", "", ""
+	topics := []string{in, out}
+	if kept != totalsOfFeed {
+		totalsTopic = name + "-totals"
+		topics = append(topics, totalsTopic)
+	}
+	if err := l.newTopics(ctx, adm, topics...); err != nil {
 		return result{}, err
 	}
-	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), in, out) }()
+	if kept == totalsInState {
+		changelog = name + "-changelog"
+		compact := "compact"
+		if err := l.newTopicsWith(ctx, adm, map[string]*string{"cleanup.policy": &compact}, changelog); err != nil {
+			return result{}, err
+		}
+		topics = append(topics, changelog)
+	}
+	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topics...) }()
 
 	srcSem := sem
 	if policy == resume {
@@ -96,9 +150,14 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	if sem != eos.ExactlyOnce {
 		run = control(sem)
 	}
-	forward := kafkatokafka.Forward(out)
 	start := func(ctx context.Context, instance string, clientOpts []kgo.Opt, wait func()) error {
-		err := run(ctx, kafkatokafka.Config{
+		// Each instance is a process of its own: a map of totals starts
+		// empty in it.
+		forward := kafkatokafka.Forward(out)
+		if kept == totalsInMap {
+			forward = mapTotals(forward, totalsTopic)
+		}
+		cfg := kafkatokafka.Config{
 			Brokers: l.Brokers, Group: name, Instance: instance, Input: in, Output: out,
 			Handler: func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 				wait()
@@ -111,7 +170,11 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 				// no drain, so that the stop acts as a crash does.
 				eos.DrainTimeout(0),
 			},
-		})
+		}
+		if kept == totalsInState {
+			cfg.Totals, cfg.Changelog = totalsTopic, changelog
+		}
+		err := run(ctx, cfg)
 		if errors.Is(err, eos.ErrFenced) {
 			return nil // the zombie, stopped as it must be
 		}
@@ -121,7 +184,55 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	if err != nil {
 		return result{}, err
 	}
-	return l.readKafkaOutput(ctx, out, faults)
+	res, err := l.readKafkaOutput(ctx, out, faults)
+	if err != nil || totalsTopic == "" {
+		return res, err
+	}
+	res.totals, err = l.readTotals(ctx, totalsTopic)
+	return res, err
+}
+
+// mapTotals is the totals' control: h, whose outputs are followed by the
+// report's region's new total, kept in a map of the process, outside the
+// transaction. A batch that aborts and is handled again adds its reports
+// twice; an instance that restarts, or is given a partition, starts that
+// region from nothing.
+func mapTotals(h eos.HandlerFunc, topic string) eos.HandlerFunc {
+	var mu sync.Mutex
+	sums := map[string]int64{}
+	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		out, err := h(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		rep, err := dashboard.Parse(r.Value)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		sums[rep.Region] += int64(rep.Cases)
+		total := sums[rep.Region]
+		mu.Unlock()
+		return append(out, &kgo.Record{Topic: topic, Key: []byte(rep.Region), Value: state.AppendInt64(nil, total)}), nil
+	}
+}
+
+// readTotals reads a totals topic as the dashboard does, read_committed,
+// and returns each region's last total.
+func (l *Lab) readTotals(ctx context.Context, topic string) (map[string]int, error) {
+	recs, err := verify.ReadTopic(ctx, l.Brokers, topic, kgo.ReadCommitted(), true, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	totals := map[string]int{}
+	for _, r := range recs {
+		n, err := state.Int64(r.Value)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]@%d: total of %s: %w", topic, r.Partition, r.Offset, r.Key, err)
+		}
+		totals[string(r.Key)] = int(n)
+	}
+	return totals, nil
 }
 
 // readKafkaOutput reads the output topic as a read_committed reader, and its

@@ -154,8 +154,15 @@ type Outcome struct {
 	OutOfOrder     int            `json:"out_of_order"`
 	Totals         map[string]int `json:"totals,omitempty"`
 	TotalsCorrect  bool           `json:"totals_correct"`
-	Report         verify.Report  `json:"-"`
-	Duration       time.Duration  `json:"duration_ns"`
+	// Control marks a weaker design, run to show what it breaks.
+	Control bool `json:"control,omitempty"`
+	// TotalsVerdict is what the table prints for the totals: "yes"
+	// (correct), "no", or, for a control whose totals came out right in
+	// this run, "not shown": the faults did not break it this time, which
+	// proves nothing about the design.
+	TotalsVerdict string        `json:"totals_verdict"`
+	Report        verify.Report `json:"-"`
+	Duration      time.Duration `json:"duration_ns"`
 }
 
 // Pattern is one row of the lab's table: a reference pattern, or a weaker
@@ -167,7 +174,11 @@ type Pattern struct {
 	Guarantee string
 	// NeedsDatabase marks the patterns whose results live in PostgreSQL.
 	NeedsDatabase bool
-	run           func(ctx context.Context, l *Lab, p Pattern) (result, error)
+	// Control marks a weaker design, run to show what it breaks: its
+	// totals are reported "not shown", never correct, when a run's
+	// faults happen not to break them.
+	Control bool
+	run     func(ctx context.Context, l *Lab, p Pattern) (result, error)
 }
 
 // result is what a pattern run leaves for the verifier.
@@ -181,7 +192,7 @@ type result struct {
 // All returns the patterns in the order the table lists them.
 func All() []Pattern {
 	return []Pattern{
-		atMostOnce(), atLeastOnce(), exactlyOnceKafka(), exactlyOncePostgres(), dedupPostgres(), producerResume(),
+		atMostOnce(), atLeastOnce(), mapTotalsKafka(), exactlyOnceKafka(), exactlyOncePostgres(), dedupPostgres(), producerResume(),
 		atLeastOnceOutbox(), exactlyOnceOutbox(),
 	}
 }
@@ -189,7 +200,7 @@ func All() []Pattern {
 // Run runs p and verifies what it produced against the workload.
 func (l *Lab) Run(ctx context.Context, p Pattern) (Outcome, error) {
 	l.defaults()
-	out := Outcome{Pattern: p.Name, Guarantee: p.Guarantee, Input: len(l.Reports)}
+	out := Outcome{Pattern: p.Name, Guarantee: p.Guarantee, Control: p.Control, Input: len(l.Reports)}
 	if p.NeedsDatabase && l.Pool == nil {
 		out.Skipped = "skipped: needs PostgreSQL (give --database-url, or run make demo)"
 		return out, nil
@@ -214,9 +225,22 @@ func (l *Lab) Run(ctx context.Context, p Pattern) (Outcome, error) {
 	out.AbortedVisible, out.OutOfOrder = rep.AbortedVisible.Count, rep.OutOfOrder.Count
 	out.Totals = res.totals
 	out.TotalsCorrect = maps.Equal(res.totals, totals(l.Reports))
+	out.TotalsVerdict = totalsVerdict(out.TotalsCorrect, p.Control)
 	out.Report = rep
 	out.Duration = time.Since(start)
 	return out, nil
+}
+
+// totalsVerdict is what the table says of a row's totals: a control's
+// correct totals are "not shown" (this run's faults missed), not "yes".
+func totalsVerdict(correct, control bool) string {
+	switch {
+	case !correct:
+		return "no"
+	case control:
+		return "not shown"
+	}
+	return "yes"
 }
 
 // outputOf turns a report read at pos into a verifier output: order is
@@ -228,8 +252,14 @@ func outputOf(r dashboard.Report, pos verify.Position) verify.Output {
 
 // newTopics creates a run's topics, each with one partition per region.
 func (l *Lab) newTopics(ctx context.Context, adm *kadm.Client, names ...string) error {
+	return l.newTopicsWith(ctx, adm, nil, names...)
+}
+
+// newTopicsWith creates a run's topics, each with one partition per region
+// and configs.
+func (l *Lab) newTopicsWith(ctx context.Context, adm *kadm.Client, configs map[string]*string, names ...string) error {
 	for _, n := range names {
-		resp, err := adm.CreateTopic(ctx, int32(len(regions)), 1, nil, n)
+		resp, err := adm.CreateTopic(ctx, int32(len(regions)), 1, configs, n)
 		if err == nil {
 			err = resp.Err
 		}

@@ -3,6 +3,7 @@ package eoslab
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +53,29 @@ func TestLabStepThatCannotProgressFailsWithinItsBound(t *testing.T) {
 			}
 			t.Logf("%v (after %s)", err, took.Round(time.Millisecond))
 		})
+	}
+}
+
+// A control's totals that a run's faults happened not to break are "not
+// shown", never "yes": the table must not credit a weaker design.
+func TestControlTotalsAreNeverCalledCorrect(t *testing.T) {
+	for _, tc := range []struct {
+		correct, control bool
+		want             string
+	}{
+		{true, false, "yes"},
+		{false, false, "no"},
+		{false, true, "no"},
+		{true, true, "not shown"},
+	} {
+		if got := totalsVerdict(tc.correct, tc.control); got != tc.want {
+			t.Errorf("totalsVerdict(correct=%v, control=%v) = %q; want %q", tc.correct, tc.control, got, tc.want)
+		}
+	}
+	for _, p := range All() {
+		weaker := strings.HasPrefix(p.Name, "at-") || strings.Contains(p.Name, "in a map")
+		if p.Control != weaker {
+			t.Errorf("%s: Control = %v; want %v", p.Name, p.Control, weaker)
+		}
 	}
 }

@@ -11,8 +11,9 @@ import (
 // TestLabShowsWhatEachPatternGuarantees runs eoslab's scenarios against the
 // real broker and PostgreSQL and asserts the outcomes the demo claims, so
 // that it cannot silently stop demonstrating them: at-most-once loses,
-// at-least-once duplicates (and never loses), and every exactly-once pattern
-// does neither.
+// at-least-once duplicates (and never loses), totals kept in a map outside
+// the transaction come out wrong, and every exactly-once pattern does
+// neither, its totals right.
 func TestLabShowsWhatEachPatternGuarantees(t *testing.T) {
 	k := integration.Kafka(t)
 	lab := &eoslab.Lab{Brokers: k.Brokers, Pool: integration.Postgres(t), Reports: eoslab.Workload(3000),
@@ -42,8 +43,8 @@ func TestEmbeddedLabShowsWhatEachPatternGuarantees(t *testing.T) {
 		checkPattern(t, lab, p)
 		ran++
 	}
-	if ran < 4 {
-		t.Fatalf("only %d Kafka patterns ran; want at-most-once, at-least-once, exactly-once and producer resume", ran)
+	if ran < 5 {
+		t.Fatalf("only %d Kafka patterns ran; want at-most-once, at-least-once, totals in a map, exactly-once and producer resume", ran)
 	}
 }
 
@@ -76,12 +77,17 @@ func checkPattern(t *testing.T, lab *eoslab.Lab, p eoslab.Pattern) {
 		if out.Lost != 0 || out.Duplicated == 0 || out.TotalsCorrect {
 			t.Errorf("the at-least-once relay should never lose, and duplicate the batches its crashes left unconfirmed: %v", out.Report)
 		}
+	case "kafka→kafka, totals in a map":
+		// Its outputs are the pattern's, exactly once; its totals are not.
+		if !out.Report.OK() || out.TotalsCorrect || out.TotalsVerdict != "no" {
+			t.Errorf("totals in a map should be exactly once in its outputs and wrong in its totals: %v (totals %v, verdict %q)", out.Report, out.Totals, out.TotalsVerdict)
+		}
 	case "at-least-once":
 		if out.Lost != 0 || out.Duplicated <= ackLost || out.TotalsCorrect {
 			t.Errorf("at-least-once should never lose, and duplicate more than the %d reports its source resent: %v", ackLost, out.Report)
 		}
 	default:
-		if !out.Report.OK() || !out.TotalsCorrect {
+		if !out.Report.OK() || !out.TotalsCorrect || out.TotalsVerdict != "yes" {
 			t.Errorf("%s should be exactly once with correct totals: %v (totals %v)", p.Name, out.Report, out.Totals)
 		}
 	}

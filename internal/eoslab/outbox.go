@@ -38,6 +38,7 @@ func atLeastOnceOutbox() Pattern {
 		Name:          "at-least-once outbox relay",
 		Guarantee:     "acknowledged by Kafka, then the position recorded",
 		NeedsDatabase: true,
+		Control:       true,
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
 			return l.outboxPipeline(ctx, p, eos.AtLeastOnce)
 		},

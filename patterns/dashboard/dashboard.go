@@ -7,7 +7,9 @@
 // A report travels as a Kafka record keyed by its region (so that one
 // region's reports keep their order) with the value "id|region|cases". In
 // PostgreSQL it is a row of <tables>_reports, and its cases are added to its
-// region's row of <tables>_totals in the same transaction.
+// region's row of <tables>_totals in the same transaction. In Kafka, the
+// totals are a stateful eos.Processor's sums ([Cases] per region), each a
+// record keyed by its region with the total as decimal text.
 package dashboard
 
 import (
@@ -51,6 +53,14 @@ func Parse(b []byte) (Report, error) {
 		return Report{}, fmt.Errorf("dashboard: %q: %w", b, err)
 	}
 	return Report{ID: parts[0], Region: parts[1], Cases: cases}, nil
+}
+
+// Cases returns the cases of the report in rec: the number an aggregation
+// adds to the total of rec's key, its region (eos.Sum(dashboard.Cases)
+// keeps the totals in Kafka; see package kafkatokafka).
+func Cases(rec *kgo.Record) (int64, error) {
+	rep, err := Parse(rec.Value)
+	return int64(rep.Cases), err
 }
 
 // DB is what the dashboard's statements run on: a pool, a connection or a

@@ -10,6 +10,25 @@
 // timeout is fenced by its replacement (same Instance, so the same
 // transactional id) before it can commit.
 //
+// With Config.Totals it also keeps the dashboard's per-region totals in
+// Kafka: each report's cases added to its region's sum in the processor's
+// keyed state, whose changelog commits in the same transaction, and each
+// total a transaction changed published once to the totals topic, keyed by
+// region, as decimal text. A read_committed reader's last value per region
+// is then the exact total, through the same faults: a transaction that
+// aborts leaves neither its outputs nor its additions, and a partition's
+// new owner restores the totals from the changelog before it counts. The
+// totals alone are three lines of eos (Count for a number of records):
+//
+//	p, err := eos.NewProcessor(eos.Sum(dashboard.Cases),
+//		eos.Brokers(b), eos.Group("dashboard"), eos.Topics("case-reports"), eos.TransactionalID(id),
+//		eos.Changelog("dashboard-totals-changelog", eos.EmitUpdates("dashboard-totals")))
+//
+// Totals kept anywhere else (a map in the handler, a counter in a cache)
+// are updated outside the transaction: an aborted batch, handled again,
+// adds twice, and a restarted instance starts from nothing. cmd/eoslab
+// runs that design beside this one through the same faults.
+//
 // What breaks it: a reader that reads uncommitted (it sees aborted
 // outputs); a handler with side effects outside Kafka (a database write or
 // an HTTP call is repeated when a transaction aborts and its batch is read
@@ -45,6 +64,16 @@ type Config struct {
 	Instance string
 	// Input is the topic of incoming reports; Output the dashboard's feed.
 	Input, Output string
+	// Totals, when set, is the topic of the per-region totals (see the
+	// package doc): Run adds [WithTotals] around the handler and gives
+	// the processor eos.Changelog(Changelog, eos.EmitUpdates(Totals)).
+	// Default "": no totals.
+	Totals string
+	// Changelog is where the totals' state is logged, in the
+	// transaction: a topic with cleanup.policy=compact and the input's
+	// partition count (Run refuses another, or a missing one, with a
+	// *eoskit.ConfigError). Required with Totals.
+	Changelog string
 	// Handler turns one input record into its outputs. Default:
 	// Forward(Output).
 	Handler eos.HandlerFunc
@@ -70,6 +99,24 @@ func Forward(topic string) eos.HandlerFunc {
 	}
 }
 
+// WithTotals returns h that also adds each report's cases to its region's
+// total in the processor's keyed state (eos.Sum(dashboard.Cases)); the
+// record's outputs are h's. A record that is not a report, or whose
+// region's total would overflow, is the record's error, as in h.
+func WithTotals(h eos.HandlerFunc) eos.HandlerFunc {
+	sum := eos.Sum(dashboard.Cases)
+	return func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := sum(ctx, in); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+}
+
 // Run runs the processor until ctx ends, then drains: it lets the batch in
 // hand finish and commits it (eos.DrainTimeout bounds that), and returns
 // nil. It returns eos.ErrFenced when a newer instance with the same Group
@@ -86,14 +133,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	opts := append([]eos.ProcessorOption{
+	opts := []eos.ProcessorOption{
 		eos.Brokers(cfg.Brokers...),
 		eos.Group(cfg.Group),
 		eos.Topics(cfg.Input),
 		eos.WithSemantics(eos.ExactlyOnce), // the default, said aloud
 		eos.TransactionalID(txnID),
 		eos.Logger(logger),
-	}, cfg.Options...)
+	}
+	if cfg.Totals != "" {
+		handler = WithTotals(handler)
+		opts = append(opts, eos.Changelog(cfg.Changelog, eos.EmitUpdates(cfg.Totals)))
+	}
+	opts = append(opts, cfg.Options...)
 	proc, err := eos.NewProcessor(handler, opts...)
 	if err != nil {
 		return err

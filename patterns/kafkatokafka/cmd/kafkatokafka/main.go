@@ -1,9 +1,11 @@
 // Command kafkatokafka runs one instance of the exactly-once Kafka→Kafka
 // pattern (package kafkatokafka): case reports in, the dashboard's feed
-// out. Run one per slot, each with its own stable -instance; SIGTERM or
-// Ctrl-C drains the batch in hand and exits 0.
+// out, and with -totals the per-region totals kept in Kafka. Run one per
+// slot, each with its own stable -instance; SIGTERM or Ctrl-C drains the
+// batch in hand and exits 0.
 //
 //	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME"
+//	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME" -totals dashboard-totals -changelog dashboard-totals-changelog
 package main
 
 import (
@@ -26,6 +28,8 @@ func main() {
 	flag.StringVar(&cfg.Instance, "instance", host, "this instance's stable name (a StatefulSet pod name)")
 	flag.StringVar(&cfg.Input, "input", "case-reports", "topic of incoming reports")
 	flag.StringVar(&cfg.Output, "output", "dashboard-feed", "the dashboard's feed topic")
+	flag.StringVar(&cfg.Totals, "totals", "", "topic of the per-region totals, kept in Kafka (default: none)")
+	flag.StringVar(&cfg.Changelog, "changelog", "dashboard-totals-changelog", "the totals' compacted changelog, with the input's partition count (with -totals)")
 	flag.Parse()
 	cfg.Brokers = strings.Split(*brokers, ",")
 
