@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/state"
+)
+
+// countInputs is the stateful path: eos.Count by key, its store (memory or
+// pebble under stateDir) restored from changelog, one update per changed
+// key per transaction to out. naive, the negative control, counts in a Go
+// map instead, outside the transaction, and emits every new count to out
+// with no changelog: a restart or a partition moved starts its keys from
+// zero again, and an aborted transaction's counts stay counted.
+func countInputs(ctx context.Context, opts []eos.ProcessorOption, store, stateDir, changelog, out, instance string, naive bool, delay time.Duration) error {
+	var handler eos.HandlerFunc
+	if naive {
+		var mu sync.Mutex
+		counts := map[string]int64{}
+		handler = func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			time.Sleep(delay)
+			mu.Lock()
+			counts[string(r.Key)]++
+			n := counts[string(r.Key)]
+			mu.Unlock()
+			return []*kgo.Record{{Topic: out, Key: r.Key, Value: strconv.AppendInt(nil, n, 10)}}, nil
+		}
+	} else {
+		var stores state.Factory
+		switch store {
+		case "memory":
+			stores = state.MemoryFactory()
+		case "pebble":
+			if stateDir == "" {
+				return fmt.Errorf("-store pebble needs -state-dir")
+			}
+			stores = state.PebbleFactory(stateDir, nil)
+		default:
+			return fmt.Errorf("unknown store %q (memory or pebble)", store)
+		}
+		count := eos.Count()
+		handler = func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			time.Sleep(delay)
+			return count(ctx, r)
+		}
+		opts = append(opts, eos.Changelog(changelog, eos.EmitUpdates(out), eos.Stores(stores)))
+	}
+	p, err := eos.NewProcessor(handler, opts...)
+	if err != nil {
+		return err
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go reportRestoring(watchCtx, p, instance)
+	return p.Run(ctx)
+}
+
+// reportRestoring prints "copier: restoring [partitions] (copier name)" to stderr each
+// time the partitions the processor restores change (an empty list once
+// none is): the chaos suite rebalances the group while one is restoring.
+func reportRestoring(ctx context.Context, p *eos.Processor, instance string) {
+	var last []int32
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var now []int32
+		for _, ps := range p.Health().Restoring {
+			now = append(now, ps...)
+		}
+		slices.Sort(now)
+		if !slices.Equal(now, last) {
+			fmt.Fprintf(os.Stderr, "copier: restoring %v (copier %s)\n", now, instance)
+			last = now
+		}
+	}
+}
+
+// stateDirOf is the copier's own store directory under root: each
+// instance name keeps its stores across its restarts, as a host's disk.
+func stateDirOf(root, instance string) string {
+	if root == "" {
+		return ""
+	}
+	return filepath.Join(root, instance)
+}
