@@ -139,32 +139,44 @@ var scenarios = []scenario{
 		defer owner.signal(syscall.SIGCONT)
 		return r.waitTaken(ctx, owner, parts)
 	}},
-	{name: "rebalance-while-restoring", counting: true, copierArgs: []string{"-record-delay", "1ms"}, inject: func(ctx context.Context, r *runCtx) error {
-		// A copier SIGKILLed inside its transaction (which holds
-		// changelog records) is not restarted under its name: once its
-		// session times out, its partitions move to the others, whose
-		// restores wait for that transaction to end (its transaction
-		// timeout, 40 s, aborts it). While one of them has been
-		// restoring for a second, a copier of a new name joins (pebble:
-		// with an empty disk, restoring from the changelog's start what
-		// it gets), and the group rebalances under the restore.
+	{name: "rebalance-while-restoring", counting: true, copierArgs: []string{"-record-delay", "1ms", "-restore-delay", "8s"}, inject: func(ctx context.Context, r *runCtx) error {
+		// A copier SIGKILLed inside its transaction is replaced (pebble:
+		// with its disk wiped), and its replacement's join moves
+		// partitions, whose restores from the changelog's start take 8 s
+		// more (-restore-delay: a changelog too large to read at once).
+		// Once one has been restoring for a second, another copier
+		// stops cleanly (SIGTERM: it leaves the group) and is replaced:
+		// the group rebalances under the restore, which must still be
+		// running when the stopped copier has gone.
+		//
 		// Keyed input leaves the partitions uneven: any copier with
 		// work left is the victim, not one whose partitions are done.
 		i, err := r.anyInTransaction(ctx, syscall.SIGKILL)
 		if err != nil {
 			return err
 		}
-		restoring, err := r.restoringCopier(ctx, time.Second)
+		if r.stateRoot != "" {
+			<-r.copiers[i].done
+			if err := os.RemoveAll(filepath.Join(r.stateRoot, r.copiers[i].name)); err != nil {
+				return err
+			}
+		}
+		if err := r.replace(i); err != nil {
+			return err
+		}
+		restoring, since, err := r.restoringCopier(ctx, time.Second)
 		if err != nil {
 			return err
 		}
-		joined := r.start(strconv.Itoa(len(r.all)))
-		r.copiers[i] = joined
-		if err := r.waitMember(ctx, joined); err != nil {
+		j := slices.IndexFunc(r.copiers, func(c *copier) bool { return c != restoring && c.alive() })
+		left := r.copiers[j]
+		left.signal(syscall.SIGTERM)
+		left.stopped.Store(true)
+		if err := r.replace(j); err != nil {
 			return err
 		}
-		if restoring.restoringSince.Load() == 0 {
-			return fmt.Errorf("copier %s's restore ended before copier %s joined the group: no rebalance struck it", restoring.name, joined.name)
+		if restoring.restoringSince.Load() != since {
+			return fmt.Errorf("copier %s's restore ended before copier %s had left the group: no rebalance struck it", restoring.name, left.name)
 		}
 		r.restoreRebalances.Add(1)
 		return nil
@@ -428,34 +440,21 @@ type runCtx struct {
 	// restores counts the restores the copiers started (counting
 	// paths), restoreRebalances the rebalances struck while one ran.
 	restores, restoreRebalances atomic.Int64
+	stateRoot                   string // the pebble copiers' stores, one directory per name
 }
 
 // restoringCopier returns a live copier that has been restoring a
-// partition for at least d.
-func (r *runCtx) restoringCopier(ctx context.Context, d time.Duration) (*copier, error) {
+// partition for at least d, and since when (its restoringSince).
+func (r *runCtx) restoringCopier(ctx context.Context, d time.Duration) (*copier, int64, error) {
 	for {
 		for _, c := range r.copiers {
 			if since := c.restoringSince.Load(); since != 0 && c.alive() && time.Since(time.Unix(0, since)) >= d {
-				return c, nil
+				return c, since, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no copier restored a partition for %s: %w", d, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// waitMember waits until c is a member of the copiers' group.
-func (r *runCtx) waitMember(ctx context.Context, c *copier) error {
-	for {
-		if _, _, members, err := r.assignment(ctx); err == nil && members[c.name] {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("copier %s did not join the group: %w", c.name, ctx.Err())
+			return nil, 0, fmt.Errorf("no copier restored a partition for %s: %w", d, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -863,8 +862,11 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 			changelog = integration.UniqueName(t, "changelog")
 			compact := "compact"
 			k.CreateTopic(changelog, 4, map[string]*string{"cleanup.policy": &compact})
-			stateRoot = t.TempDir()
-			args = append(args, "-changelog", changelog, "-state-dir", stateRoot)
+			args = append(args, "-changelog", changelog)
+			if path == "count-pebble" {
+				stateRoot = t.TempDir()
+				args = append(args, "-state-dir", stateRoot)
+			}
 		}
 		concurrent = follow(t, k, out)
 		// Progress is what the copiers committed, read from the group: the
@@ -896,7 +898,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	}
 
 	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, cluster: cluster, proxies: proxies, in: in,
-		adm: kadm.NewClient(k.Client()), group: group, pool: pool}
+		adm: kadm.NewClient(k.Client()), group: group, pool: pool, stateRoot: stateRoot}
 	// What is done, for the mid-work check: dedup's work ends with the
 	// Kafka offset commit that follows each database transaction (a crash
 	// between the two is what its dedup is for), so its records applied

@@ -22,7 +22,7 @@ import (
 // map instead, outside the transaction, and emits every new count to out
 // with no changelog: a restart or a partition moved starts its keys from
 // zero again, and an aborted transaction's counts stay counted.
-func countInputs(ctx context.Context, opts []eos.ProcessorOption, store, stateDir, changelog, out, instance string, naive bool, delay time.Duration) error {
+func countInputs(ctx context.Context, opts []eos.ProcessorOption, store, stateDir, changelog, out, instance string, naive bool, delay, restoreDelay time.Duration) error {
 	var handler eos.HandlerFunc
 	if naive {
 		var mu sync.Mutex
@@ -47,6 +47,9 @@ func countInputs(ctx context.Context, opts []eos.ProcessorOption, store, stateDi
 			stores = state.PebbleFactory(stateDir, nil)
 		default:
 			return fmt.Errorf("unknown store %q (memory or pebble)", store)
+		}
+		if restoreDelay > 0 {
+			stores = slowResets(stores, restoreDelay)
 		}
 		count := eos.Count()
 		handler = func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -88,6 +91,27 @@ func reportRestoring(ctx context.Context, p *eos.Processor, instance string) {
 			last = now
 		}
 	}
+}
+
+// slowResets makes the stores of f take d longer to Reset, which a restore
+// does before it reads a changelog from its start (every restore of a
+// memory store; a pebble store's from an empty disk): such a restore then
+// lasts long enough for the chaos suite to rebalance the group under it.
+func slowResets(f state.Factory, d time.Duration) state.Factory {
+	return func(topic string, partition int32) (state.Store, error) {
+		s, err := f(topic, partition)
+		return slowReset{s, d}, err
+	}
+}
+
+type slowReset struct {
+	state.Store
+	d time.Duration
+}
+
+func (s slowReset) Reset(cp state.Checkpoint) error {
+	time.Sleep(s.d)
+	return s.Store.Reset(cp)
 }
 
 // stateDirOf is the copier's own store directory under root: each
