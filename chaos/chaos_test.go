@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,15 +27,17 @@ import (
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/state"
 	"github.com/eoskit/eoskit/verify"
 )
 
 // scenario is one kind of fault, injected in rounds once the copy passed
 // 20% (then 45% and 70%).
 type scenario struct {
-	name   string
-	dbOnly bool // only for the database paths
-	full   bool // only in the full matrix (make chaos): it disturbs shared services
+	name     string
+	dbOnly   bool // only for the database paths
+	counting bool // only for the counting paths (keyed state)
+	full     bool // only in the full matrix (make chaos): it disturbs shared services
 	// copierArgs are added to every copier's arguments.
 	copierArgs []string
 	// cluster runs the scenario on a three-node cluster (RF=3,
@@ -135,6 +139,48 @@ var scenarios = []scenario{
 		defer owner.signal(syscall.SIGCONT)
 		return r.waitTaken(ctx, owner, parts)
 	}},
+	{name: "rebalance-while-restoring", counting: true, copierArgs: []string{"-record-delay", "1ms", "-restore-delay", "8s"}, inject: func(ctx context.Context, r *runCtx) error {
+		// A copier SIGKILLed inside its transaction is replaced (pebble:
+		// with its disk wiped), and its replacement's join moves
+		// partitions, whose restores from the changelog's start take 8 s
+		// more (-restore-delay: a changelog too large to read at once).
+		// Once one has been restoring for a second, another copier
+		// stops cleanly (SIGTERM: it leaves the group) and is replaced:
+		// the group rebalances under the restore, which must still be
+		// running when the stopped copier has gone.
+		//
+		// Keyed input leaves the partitions uneven: any copier with
+		// work left is the victim, not one whose partitions are done.
+		i, err := r.anyInTransaction(ctx, syscall.SIGKILL)
+		if err != nil {
+			return err
+		}
+		if r.stateRoot != "" {
+			<-r.copiers[i].done
+			if err := os.RemoveAll(filepath.Join(r.stateRoot, r.copiers[i].name)); err != nil {
+				return err
+			}
+		}
+		if err := r.replace(i); err != nil {
+			return err
+		}
+		restoring, since, err := r.restoringCopier(ctx, time.Second)
+		if err != nil {
+			return err
+		}
+		j := slices.IndexFunc(r.copiers, func(c *copier) bool { return c != restoring && c.alive() })
+		left := r.copiers[j]
+		left.signal(syscall.SIGTERM)
+		left.stopped.Store(true)
+		if err := r.replace(j); err != nil {
+			return err
+		}
+		if restoring.restoringSince.Load() != since {
+			return fmt.Errorf("copier %s's restore ended before copier %s had left the group: no rebalance struck it", restoring.name, left.name)
+		}
+		r.restoreRebalances.Add(1)
+		return nil
+	}},
 	{name: "cluster-kill-leader", cluster: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
 		// The node leading input partition 0 (and likely others).
 		node, err := r.leaderOf(ctx, r.in, 0)
@@ -209,7 +255,39 @@ var scenarios = []scenario{
 	}},
 }
 
-var paths = []string{"eos", "offsetstore", "dedup"}
+// The counting paths count the input by key (eos.Count, one update per
+// changed key per transaction): count-memory and count-pebble keep the
+// counts in the store they name, restored from a changelog written in the
+// transaction; count-naive, the negative control, keeps them in a Go map
+// outside it (make chaos runs it under sigkill-copier and requires the
+// check to fail).
+var paths = []string{"eos", "offsetstore", "dedup", "count-memory", "count-pebble", naive}
+
+const naive = "count-naive"
+
+// database reports whether path's results live in PostgreSQL; the others
+// write to Kafka.
+func database(path string) bool { return path == "offsetstore" || path == "dedup" }
+
+// counting reports whether path counts by key: checked by its totals
+// (checkCounts), not by the copy verifier.
+func counting(path string) bool { return strings.HasPrefix(path, "count-") }
+
+// copierPath is path as the copier's flags.
+func copierPath(path string) []string {
+	if store, ok := strings.CutPrefix(path, "count-"); ok && path != naive {
+		return []string{"-path", "count", "-store", store}
+	}
+	return []string{"-path", path}
+}
+
+// regions is the count paths' key set: input in-N is keyed region-(N%100).
+const regions = 100
+
+func regionOf(id string) string {
+	n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+	return "region-" + strconv.Itoa(n%regions)
+}
 
 const sessionTimeout = 6 * time.Second
 
@@ -222,7 +300,7 @@ const sessionTimeout = 6 * time.Second
 var subset = map[string]struct {
 	scenario    string
 	recordDelay string // the copiers' -record-delay, if not the scenario's
-}{"eos": {"sigkill-copier", ""}, "offsetstore": {"sigkill-copier", "5ms"}, "dedup": {"broker-kill", ""}}
+}{"eos": {"sigkill-copier", ""}, "offsetstore": {"sigkill-copier", "5ms"}, "dedup": {"broker-kill", ""}, "count-memory": {"sigkill-copier", ""}}
 
 // TestChaos runs copiers as separate processes and injects faults into them,
 // the broker and PostgreSQL, the way Apache Kafka's exactly-once system test
@@ -247,8 +325,16 @@ func TestChaos(t *testing.T) {
 	for _, path := range paths {
 		for _, sc := range scenarios {
 			switch {
-			case sc.dbOnly && path == "eos":
+			case sc.dbOnly && !database(path), sc.counting && (!counting(path) || path == naive):
 				continue
+			case sc.soak != nil && counting(path):
+				// The soak copies; the counting paths take the matrix.
+				continue
+			case path == naive:
+				// The negative control: once, in the full matrix.
+				if !full || sc.name != "sigkill-copier" {
+					continue
+				}
 			case soakOnly:
 				if sc.soak == nil {
 					continue
@@ -304,6 +390,10 @@ type copier struct {
 	// staleCommits counts its dedup offset commits refused because the
 	// group had moved on without it.
 	staleCommits atomic.Int64
+	// restoringSince is when it last started restoring a partition
+	// (counting paths, from its "copier: restoring" lines, in Unix
+	// nanoseconds), 0 while it restores none.
+	restoringSince atomic.Int64
 }
 
 func (c *copier) signal(s syscall.Signal) {
@@ -347,6 +437,27 @@ type runCtx struct {
 	in      string
 	round   int      // the fault being injected, from 0
 	kinds   []string // the soak's faults, in order
+	// restores counts the restores the copiers started (counting
+	// paths), restoreRebalances the rebalances struck while one ran.
+	restores, restoreRebalances atomic.Int64
+	stateRoot                   string // the pebble copiers' stores, one directory per name
+}
+
+// restoringCopier returns a live copier that has been restoring a
+// partition for at least d, and since when (its restoringSince).
+func (r *runCtx) restoringCopier(ctx context.Context, d time.Duration) (*copier, int64, error) {
+	for {
+		for _, c := range r.copiers {
+			if since := c.restoringSince.Load(); since != 0 && c.alive() && time.Since(time.Unix(0, since)) >= d {
+				return c, since, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("no copier restored a partition for %s: %w", d, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // coordinatorOf returns the node coordinating the copiers' group.
@@ -493,6 +604,28 @@ func (r *runCtx) signalInTransaction(ctx context.Context, c *copier, sig syscall
 	}
 }
 
+// anyInTransaction sends sig, as signalInTransaction does, to whichever
+// live copier it first catches inside a transaction (trying each in turn
+// for a second), and returns its index.
+func (r *runCtx) anyInTransaction(ctx context.Context, sig syscall.Signal) (int, error) {
+	for {
+		for i, c := range r.copiers {
+			if !c.alive() {
+				continue
+			}
+			try, cancel := context.WithTimeout(ctx, time.Second)
+			err := r.signalInTransaction(try, c, sig)
+			cancel()
+			if err == nil {
+				return i, nil
+			}
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("no copier was caught inside a transaction: %w", err)
+			}
+		}
+	}
+}
+
 // waitTaken waits until the group is stable without stalled and other
 // members that also own partitions of their own hold the ones it had.
 func (r *runCtx) waitTaken(ctx context.Context, stalled *copier, parts []int32) error {
@@ -588,6 +721,7 @@ func (r *runCtx) start(name string) *copier {
 	go func() {
 		defer close(logged)
 		// Passed through, and counted where it reports a repair.
+		var restoring []string // the partitions it restores now
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
@@ -596,6 +730,20 @@ func (r *runCtx) start(name string) *copier {
 				// A copier killed or fenced exits with its own status,
 				// not the race detector's 66: its report is the evidence.
 				r.races.Add(1)
+			}
+			if list, ok := strings.CutPrefix(line, "copier: restoring "); ok {
+				list, _, _ = strings.Cut(list, "]") // "[0 1] (copier 2)"
+				parts := strings.Fields(strings.TrimPrefix(list, "["))
+				for _, p := range parts {
+					if !slices.Contains(restoring, p) {
+						r.restores.Add(1)
+					}
+				}
+				if restoring = parts; len(parts) == 0 {
+					c.restoringSince.Store(0)
+				} else {
+					c.restoringSince.CompareAndSwap(0, time.Now().UnixNano())
+				}
 			}
 			if strings.Contains(line, "closed a hanging transaction") {
 				r.hanging.Add(1)
@@ -679,8 +827,13 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	in := k.NewTopic(4)
 	group := integration.UniqueName(t, "g")
 	// The input comes from a transactional producer that aborts every
-	// other transaction: no path may apply an aborted record.
-	inputs, abortedInputs, err := integration.SeedTransactional(context.Background(), k.Brokers, in, n, 500, nil)
+	// other transaction: no path may apply an aborted record. The
+	// counting paths' input is keyed by region, 100 of them.
+	var keyed func(*kgo.Record)
+	if counting(path) {
+		keyed = func(r *kgo.Record) { r.Key = []byte(regionOf(string(r.Value))) }
+	}
+	inputs, abortedInputs, err := integration.SeedTransactional(context.Background(), k.Brokers, in, n, 500, keyed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -694,16 +847,27 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	// Handlers run at once (eos: a lane per input partition; the
 	// database paths: a transaction per partition): every scenario is
 	// proven with concurrency on.
-	args := append([]string{"-path", path, "-brokers", strings.Join(brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String(),
-		"-concurrency", "4"}, sc.copierArgs...)
+	args := append(append(copierPath(path), "-brokers", strings.Join(brokers, ","), "-group", group, "-in", in, "-session-timeout", sessionTimeout.String(),
+		"-concurrency", "4"), sc.copierArgs...)
 
 	var pool *pgxpool.Pool
-	var out, table string
+	var out, table, changelog, stateRoot string
 	progress := func() int64 { return 0 }
 	var concurrent *reader
-	if path == "eos" {
+	if !database(path) {
+		// The copy's output, or the counts' updates.
 		out = k.NewTopic(4)
 		args = append(args, "-out", out)
+		if counting(path) && path != naive {
+			changelog = integration.UniqueName(t, "changelog")
+			compact := "compact"
+			k.CreateTopic(changelog, 4, map[string]*string{"cleanup.policy": &compact})
+			args = append(args, "-changelog", changelog)
+			if path == "count-pebble" {
+				stateRoot = t.TempDir()
+				args = append(args, "-state-dir", stateRoot)
+			}
+		}
 		concurrent = follow(t, k, out)
 		// Progress is what the copiers committed, read from the group: the
 		// concurrent reader is a franz-go client like any other, and one
@@ -734,7 +898,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	}
 
 	r := &runCtx{t: t, root: root, bin: bin, args: args, broker: broker, cluster: cluster, proxies: proxies, in: in,
-		adm: kadm.NewClient(k.Client()), group: group, pool: pool}
+		adm: kadm.NewClient(k.Client()), group: group, pool: pool, stateRoot: stateRoot}
 	// What is done, for the mid-work check: dedup's work ends with the
 	// Kafka offset commit that follows each database transaction (a crash
 	// between the two is what its dedup is for), so its records applied
@@ -765,7 +929,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	})
 
 	stalled := func() string { return "" }
-	if path == "eos" {
+	if !database(path) {
 		stalled = func() string { return kafkaProgress(k, group, in, out, concurrent) }
 	}
 	points := []float64{0.2, 0.45, 0.7}
@@ -782,7 +946,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		if err := sc.inject(ctx, r); err != nil {
 			cancel()
-			t.Fatalf("inject %s: %v", sc.name, err)
+			t.Fatalf("inject %s: %v; %s", sc.name, err, stalled())
 		}
 		cancel()
 		// The fault struck mid-work only if work was left after it.
@@ -804,15 +968,25 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 	if n := r.races.Load(); n > 0 {
 		t.Errorf("the copiers reported %d data race(s) (their stderr is above)", n)
 	}
-	var rep verify.Report
+	var verdict string
+	var checkErr error
 	aborted, seen := "-", "-"
-	if path == "eos" {
-		outs, err := verify.DecodeOutputs(k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute))
-		if err != nil {
-			t.Fatal(err)
+	if !database(path) {
+		if counting(path) {
+			var n int
+			verdict, n, checkErr = checkCounts(k, inputs, out, changelog, stateRoot)
+			aborted = fmt.Sprint(n)
+			verdict += fmt.Sprintf("; restores=%d, rebalanced mid-restore=%d", r.restores.Load(), r.restoreRebalances.Load())
+		} else {
+			outs, err := verify.DecodeOutputs(k.ReadAll(out, kgo.ReadCommitted(), 2*time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := verify.Check(verify.Run{Input: inputs, Output: outs,
+				Aborted: verify.AbortedPositions(k.ReadRaw(out, 2*time.Minute)), AbortedInput: abortedInputs})
+			verdict, checkErr = rep.String(), rep.Err()
+			aborted = fmt.Sprint(len(verify.AbortedPositions(k.ReadRaw(out, 2*time.Minute))))
 		}
-		rep = verify.Check(verify.Run{Input: inputs, Output: outs,
-			Aborted: verify.AbortedPositions(k.ReadRaw(out, 2*time.Minute)), AbortedInput: abortedInputs})
 		// The concurrent reader gets until the final read is done to catch
 		// up, then what it saw must be a prefix of it.
 		concurrent.stop()
@@ -824,17 +998,24 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 			t.Logf("the concurrent reader saw %d of %d records; %s", got, len(final), kafkaProgress(k, group, in, out, concurrent))
 		}
 		seen = fmt.Sprint(concurrent.count())
-		aborted = fmt.Sprint(len(verify.AbortedPositions(k.ReadRaw(out, 2*time.Minute))))
 	} else {
-		rep = verifyRows(t, pool, inputs, abortedInputs)
+		rep := verifyRows(t, pool, inputs, abortedInputs)
+		verdict, checkErr = rep.String(), rep.Err()
 	}
-	if err := rep.Err(); err != nil {
-		t.Error(err)
+	switch {
+	case path == naive && checkErr == nil:
+		t.Errorf("the negative control (counts kept outside the transaction) passed the check: the faults did not strike it (%s)", verdict)
+	case path == naive:
+		t.Logf("the negative control fails the check, as it must: %v", checkErr)
+		verdict = "negative control, fails as it must: " + verdict
+	case checkErr != nil:
+		t.Error(checkErr)
 	}
 	if sc.cluster {
 		// Nothing may be left hanging: no partition of the input, the
-		// output or the offsets topic holds a transaction open.
-		if open := testbed.OpenTransactions(t, k, in, out); len(open) > 0 {
+		// output (or the changelog) or the offsets topic holds a
+		// transaction open.
+		if open := testbed.OpenTransactions(t, k, in, out, changelog); len(open) > 0 {
 			t.Errorf("transactions left open at the end: %v", open)
 		}
 	}
@@ -842,10 +1023,10 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		t.Errorf("no stale commit was refused in %d stalls: the woken owner never committed, so the fault did not strike", faults)
 	}
 	stale := "-"
-	if path != "eos" {
+	if database(path) {
 		stale = fmt.Sprint(r.staleCommits())
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d (+%d aborted) | %d | %d | %d | %s | %s | %s | %s | %s |", path, sc.name, faults, n, len(abortedInputs), len(r.all), fenced, r.hanging.Load(), stale, aborted, seen, rep.String(), time.Since(start).Round(time.Second))
+	return fmt.Sprintf("| %s | %s | %d | %d (+%d aborted) | %d | %d | %d | %s | %s | %s | %s | %s |", path, sc.name, faults, n, len(abortedInputs), len(r.all), fenced, r.hanging.Load(), stale, aborted, seen, verdict, time.Since(start).Round(time.Second))
 }
 
 func migrateOffsetstore(pool *pgxpool.Pool) error {
@@ -1017,4 +1198,135 @@ func committedInputsErr(adm *kadm.Client, group, in string, positions map[int32]
 		}
 	})
 	return n, errors.Join(errs...)
+}
+
+// checkCounts is the counting paths' check, from the outside: the updates
+// topic and the changelog (if any) read back read_committed, each key's
+// counts growing strictly in the order read (verify.LastCounts: a repeat
+// or a fall is an update applied twice, one of an aborted transaction, or
+// a count started over), none of their records one of an aborted
+// transaction, and each key's last update and last changelog value the
+// true count of its committed inputs; with pebble stores, the final
+// stores on disk (per partition, the one of any copier that got
+// furthest) hold exactly what the changelog holds. It returns the row's
+// summary, the records of aborted transactions in both logs, and what
+// failed.
+func checkCounts(k *integration.KafkaCluster, inputs []string, updates, changelog, stateRoot string) (string, int, error) {
+	want := map[string]int64{}
+	for _, id := range inputs {
+		want[regionOf(id)]++
+	}
+	var summary []string
+	var errs []error
+	abortedInLogs := 0
+	var changelogLast map[string]int64
+	for _, topic := range []string{updates, changelog} {
+		if topic == "" {
+			continue
+		}
+		name := "updates"
+		if topic == changelog {
+			name = "changelog"
+		}
+		recs := k.ReadAll(topic, kgo.ReadCommitted(), 2*time.Minute)
+		aborted := verify.AbortedPositions(k.ReadRaw(topic, 2*time.Minute))
+		abortedInLogs += len(aborted)
+		visible := 0
+		for _, rec := range recs {
+			if aborted[verify.Position{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}] {
+				visible++
+			}
+		}
+		last, notGrowing, err := verify.LastCounts(recs)
+		if err != nil {
+			return "", abortedInLogs, err
+		}
+		if topic == changelog {
+			changelogLast = last
+		}
+		// Keys under or over their total (lost or doubled counts).
+		under, over := 0, 0
+		for key, w := range want {
+			switch g := last[key]; {
+			case g < w:
+				under++
+			case g > w:
+				over++
+			}
+		}
+		for key, g := range last {
+			if _, ok := want[key]; !ok && g > 0 {
+				over++
+			}
+		}
+		summary = append(summary, fmt.Sprintf("%s: keys=%d under=%d over=%d not-growing=%d aborted-visible=%d", name, len(last), under, over, len(notGrowing), visible))
+		if err := verify.CheckTotals(want, last); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", name, topic, err))
+		}
+		if len(notGrowing) > 0 {
+			errs = append(errs, fmt.Errorf("%s %s: %d counts did not grow (a repeat or a fall), at %v", name, topic, len(notGrowing), notGrowing[:min(5, len(notGrowing))]))
+		}
+		if visible > 0 {
+			errs = append(errs, fmt.Errorf("%s %s: %d records of aborted transactions read read_committed", name, topic, visible))
+		}
+	}
+	if stateRoot != "" {
+		stores, found, err := finalStores(stateRoot, changelog, 4)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case found > 0:
+			equal := verify.CheckTotals(changelogLast, stores)
+			summary = append(summary, fmt.Sprintf("stores on disk: %d partitions, equal to the changelog: %t", found, equal == nil))
+			if equal != nil {
+				errs = append(errs, fmt.Errorf("the final stores on disk differ from the changelog: %w", equal))
+			}
+		}
+	}
+	return strings.Join(summary, "; "), abortedInLogs, errors.Join(errs...)
+}
+
+// finalStores reads the pebble stores the copiers left under root (one
+// directory per copier name, state.PebbleFactory's layout below it) and
+// returns, merged, the content of each partition's most advanced one (the
+// highest checkpoint), with how many partitions had one.
+func finalStores(root, changelog string, partitions int32) (map[string]int64, int, error) {
+	names, err := os.ReadDir(root)
+	if err != nil {
+		return nil, 0, err
+	}
+	merged := map[string]int64{}
+	found := 0
+	for p := range partitions {
+		var best map[string]int64
+		bestAt := int64(-1)
+		for _, name := range names {
+			dir := state.PebbleDir(filepath.Join(root, name.Name()), changelog, p)
+			if _, err := os.Stat(dir); err != nil {
+				continue
+			}
+			s, err := state.OpenPebble(dir, nil)
+			if err != nil {
+				return nil, 0, fmt.Errorf("open the store in %s: %w", dir, err)
+			}
+			content := map[string]int64{}
+			var bad error
+			err = s.Range(func(key, value []byte) bool {
+				content[string(key)], bad = state.Int64(value)
+				return bad == nil
+			})
+			at := s.Checkpoint().Offset
+			if err := errors.Join(err, bad, s.Close()); err != nil {
+				return nil, 0, fmt.Errorf("read the store in %s: %w", dir, err)
+			}
+			if at > bestAt {
+				best, bestAt = content, at
+			}
+		}
+		if best != nil {
+			found++
+			maps.Copy(merged, best)
+		}
+	}
+	return merged, found, nil
 }

@@ -7,6 +7,16 @@
 // PostgreSQL; the verifier then checks the output, and a read_committed
 // reader that ran concurrently must have seen a prefix of the final output.
 //
+// The counting paths (count-memory, count-pebble) count the input by key
+// with keyed state (eos.Count, its store restored from a changelog written
+// in the transaction, one update per changed key per transaction); they
+// also face a rebalance while a partition restores. Their check reads the
+// updates and the changelog back read_committed: each key's counts only
+// grow, none of an aborted transaction is visible, and each key ends at the
+// true count of its committed inputs (pebble: the stores left on disk equal
+// the changelog). count-naive, counting outside the transaction, is the
+// negative control, which must fail that check.
+//
 // make test runs one scenario per path; make chaos runs the full matrix and
 // prints its table. The package holds tests only.
 package chaos

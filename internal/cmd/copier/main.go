@@ -7,7 +7,17 @@
 //	copier -path dedup       -brokers B -group G -in T -database-url U -table rows
 //	copier -path raw         -brokers B -group G -in T -out T2 -instance 0
 //	copier -path outbox      -brokers B -database-url U -in POSITIONS -instance 0
+//	copier -path count       -brokers B -group G -in T -out T2 -changelog C -store memory|pebble [-state-dir D] [-restore-delay 8s] -instance 0
+//	copier -path count-naive -brokers B -group G -in T -out T2 -instance 0
 //
+// count counts the input by key (eos.Count), its store restored from the
+// changelog C and changed in the processor's transaction, and emits one
+// update per changed key per transaction to -out (eos.EmitUpdates); a pebble
+// store lives in D/<instance>. It prints "copier: restoring [partitions]"
+// to stderr whenever the partitions it restores change; -restore-delay
+// slows each restore from the changelog's start. count-naive, the
+// negative control, keeps its counts in a Go map outside the transaction
+// and emits each new count to -out.
 // outbox relays the outbox of the database at U (outbox.Relay, its default
 // slot), keeping its position in the topic -in; the records name their own
 // topics.
@@ -46,18 +56,22 @@ import (
 )
 
 func main() {
-	path := flag.String("path", "eos", "eos, offsetstore, dedup, raw or outbox")
+	path := flag.String("path", "eos", "eos, offsetstore, dedup, raw, outbox, count or count-naive")
 	brokers := flag.String("brokers", "", "Kafka bootstrap addresses")
 	dbURL := flag.String("database-url", "", "PostgreSQL URL (database paths)")
 	group := flag.String("group", "", "consumer group")
 	in := flag.String("in", "", "input topic (outbox: the position topic)")
-	out := flag.String("out", "", "output topic (eos)")
+	out := flag.String("out", "", "output topic (eos; count: the updates)")
+	changelog := flag.String("changelog", "", "count: the changelog topic")
+	store := flag.String("store", "memory", "count: memory or pebble")
+	stateDir := flag.String("state-dir", "", "count with -store pebble: the stores' root; the instance's are in <root>/<instance>")
 	table := flag.String("table", "", "results table (database paths)")
 	instance := flag.String("instance", "0", "stable instance name (eos transactional id)")
 	session := flag.Duration("session-timeout", 6*time.Second, "group session timeout")
 	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
 	repair := flag.Bool("repair", true, "eos: write the markers of hanging transactions (single broker, KAFKA-20734); false keeps the default, detect and stop")
 	delay := flag.Duration("record-delay", 0, "time the handler spends on each record, so that a run lasts long enough for its faults")
+	restoreDelay := flag.Duration("restore-delay", 0, "count: time a store's Reset takes more, so that a restore from the changelog's start lasts long enough for a rebalance to strike it")
 	concurrency := flag.Int("concurrency", 1, "handler calls at once: eos, one lane per input partition (eos.Concurrency); offsetstore and dedup, a transaction per partition")
 	flag.Parse()
 
@@ -80,7 +94,8 @@ func main() {
 			With("copier", *instance, "pid", os.Getpid())
 		clientOpts = append(clientOpts, kgo.WithLogger(kslog.New(kgoLog)))
 	}
-	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, *concurrency, logger, clientOpts)
+	st := stateful{changelog: *changelog, store: *store, dir: stateDirOf(*stateDir, *instance), restoreDelay: *restoreDelay}
+	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, *concurrency, st, logger, clientOpts)
 	switch {
 	case errors.Is(err, eos.ErrFenced):
 		fmt.Fprintln(os.Stderr, "copier: fenced:", err)
@@ -91,11 +106,17 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency int, logger *slog.Logger, clientOpts []kgo.Opt) error {
+// stateful holds the count path's settings.
+type stateful struct {
+	changelog, store, dir string
+	restoreDelay          time.Duration
+}
+
+func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency int, st stateful, logger *slog.Logger, clientOpts []kgo.Opt) error {
 	if path == "raw" {
 		return rawCopy(ctx, brokers, group, in, out, group+"-"+instance, logger, clientOpts)
 	}
-	if path == "eos" {
+	if path == "eos" || path == "count" || path == "count-naive" {
 		txnID, err := eos.StableTransactionalID(group, instance)
 		if err != nil {
 			return err
@@ -108,6 +129,9 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			// answers by dropping transaction markers (KAFKA-20734):
 			// repair what that leaves hanging rather than stop.
 			opts = append(opts, eos.OnHangingTransaction(eos.RepairHangingTransactions()))
+		}
+		if path != "eos" {
+			return countInputs(ctx, opts, st.store, st.dir, st.changelog, out, instance, path == "count-naive", delay, st.restoreDelay)
 		}
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			time.Sleep(delay)
