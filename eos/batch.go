@@ -352,11 +352,12 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 			return false
 		}
 		loop.LogFetchErrors(fetches, rn.p.logger)
-		// A partition assigned between the check above and this poll:
-		// restored here, inside the transaction (rare; a restore that
-		// fails aborts it, and the session restarts).
+		// A partition assigned between the check above and this poll,
+		// with records in it: restored here, inside the transaction
+		// (rare; a restore that fails aborts it, and the session
+		// restarts).
 		if rn.p.state != nil {
-			if err := rn.p.state.prepare(ctx, fetches); err != nil {
+			if err := rn.p.state.prepare(ctx, fetches, false); err != nil {
 				rn.p.state.fail(err)
 				return false
 			}

@@ -125,6 +125,12 @@ func (ks *keyedState) close() {
 		}
 	}
 	clear(ks.parts)
+	// The next session's group assigns anew: no mark of this one's may
+	// open a store there.
+	ks.marksMu.Lock()
+	clear(ks.restore)
+	clear(ks.taken)
+	ks.marksMu.Unlock()
 	if ks.restorer != nil {
 		ks.restorer.Close()
 		ks.restorer = nil
@@ -157,6 +163,12 @@ func (ks *keyedState) waking(poll func(context.Context, int) kgo.Fetches) func(c
 		go func() {
 			select {
 			case <-ks.wake:
+				if ctx.Err() != nil { // the poll returned meanwhile: keep it for the next
+					select {
+					case ks.wake <- struct{}{}:
+					default:
+					}
+				}
 				cancel()
 			case <-ctx.Done():
 			}
@@ -174,48 +186,60 @@ func (ks *keyedState) takenAway(ps []int32) {
 	}
 }
 
-// prepare makes the stores ready before a transaction begins (and after
-// every poll, so that an idle instance's view is ready too): the stores of
+// prepare makes the stores ready. Between transactions (between), after
+// every poll (so that an idle instance's view is ready too): the stores of
 // partitions taken away are closed; those of partitions assigned since,
 // and of every partition fetches holds records of, are opened if need be
-// and restored if assigned since (or never restored in this session). A
-// restore that cannot finish within RestoreTimeout is a
-// *state.RestoreError naming the partition.
-func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches) error {
+// and restored if assigned since (or never restored in this session).
+// Inside a transaction (collect's later polls), only the partitions
+// fetches holds records of: a restore there counts against the
+// transaction, and the others wait for the next one. A restore that
+// cannot finish within RestoreTimeout is a *state.RestoreError naming the
+// partition.
+func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between bool) error {
 	var polled []int32
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) > 0 && p.Topic == ks.input {
 			polled = append(polled, p.Partition)
 		}
 	})
-	ks.marksMu.Lock()
-	for p := range ks.restore {
-		if !slices.Contains(polled, p) {
-			polled = append(polled, p)
+	ready := slices.Clone(polled)
+	if between {
+		ks.marksMu.Lock()
+		for p := range ks.restore {
+			if !slices.Contains(ready, p) && !ks.taken[p] {
+				ready = append(ready, p)
+			}
+		}
+		var taken []int32
+		for p := range ks.taken {
+			if !slices.Contains(polled, p) {
+				taken = append(taken, p)
+				delete(ks.taken, p)
+			}
+		}
+		ks.marksMu.Unlock()
+		if len(taken) > 0 {
+			ks.mu.Lock()
+			for _, p := range taken {
+				if ps, ok := ks.parts[p]; ok {
+					ps.txn.Abort()
+					ks.closeLocked(p, ps)
+				}
+			}
+			ks.mu.Unlock()
 		}
 	}
-	var taken []int32
-	for p := range ks.taken {
-		if !slices.Contains(polled, p) {
-			taken = append(taken, p)
-			delete(ks.taken, p)
-		}
-	}
-	ks.marksMu.Unlock()
-	ks.mu.Lock()
-	for _, p := range taken {
-		if ps, ok := ks.parts[p]; ok {
-			ps.txn.Abort()
-			ks.closeLocked(p, ps)
-		}
-	}
-	ks.mu.Unlock()
-	slices.Sort(polled)
-	for _, p := range polled {
+	slices.Sort(ready)
+	for _, p := range ready {
 		ks.marksMu.Lock()
 		again := ks.restore[p]
+		gone := ks.taken[p] && !slices.Contains(polled, p) // taken while an earlier one restored
 		delete(ks.restore, p)
 		ks.marksMu.Unlock()
+		if gone {
+			continue
+		}
 		ks.mu.RLock()
 		ps := ks.parts[p]
 		ks.mu.RUnlock()
@@ -420,7 +444,7 @@ func (p *Processor) prepareState(ctx context.Context, fetches kgo.Fetches) error
 	if p.state == nil {
 		return nil
 	}
-	if err := p.state.prepare(ctx, fetches); err != nil && ctx.Err() == nil {
+	if err := p.state.prepare(ctx, fetches, true); err != nil && ctx.Err() == nil {
 		return err
 	}
 	return nil
