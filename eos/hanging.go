@@ -100,12 +100,10 @@ type hangConfig struct {
 	interval     time.Duration // between sweeps; 0 turns the check off
 	policy       HangingPolicy
 	group, txnID string
-	// clientOpts and brokers make the clients that read a partition's log
-	// directly.
-	clientOpts []kgo.Opt
-	brokers    []string
-	logger     *slog.Logger
-	metrics    hangMetrics
+	// conn makes the clients that read a partition's log directly.
+	conn    []kgo.Opt
+	logger  *slog.Logger
+	metrics hangMetrics
 	// history is the processor's, kept across sessions; committed reports
 	// whether the processor has committed a transaction.
 	history   *txnHistory
@@ -134,7 +132,7 @@ func newHangingCheck(ctx context.Context, cfg hangConfig, cl *kgo.Client, discon
 	} else if err != nil {
 		cfg.logger.Debug("eos: reading the cluster's transaction.version failed; outcomes of hanging transactions will be unknown", "err", err)
 	}
-	readerOpts := append(append([]kgo.Opt{}, cfg.clientOpts...), kgo.SeedBrokers(cfg.brokers...))
+	readerOpts := cfg.conn
 	return &hangSweeper{adm: kadm.NewClient(cl), readerOpts: readerOpts, group: cfg.group, txnID: cfg.txnID,
 		outputs: &cfg.history.written, outcomes: &cfg.history.outcomes, committed: cfg.committed, logger: cfg.logger,
 		disconnected: disconnected, interval: cfg.interval, partition: -1, reported: map[txnscan.Key]bool{},

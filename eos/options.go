@@ -368,8 +368,7 @@ func (c *config) kgoOpts(roles ...Role) []kgo.Opt {
 			opts = append(opts, c.semantics.ConsumerOptions()...)
 		}
 	}
-	opts = append(opts, c.clientOpts...)
-	opts = append(opts, kgo.SeedBrokers(c.brokers...))
+	opts = append(opts, c.connOpts()...)
 	if c.txnID != "" {
 		opts = append(opts, kgo.TransactionalID(c.txnID))
 	}

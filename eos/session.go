@@ -390,6 +390,6 @@ func transactionTimeout(cl *kgo.Client) time.Duration {
 // built from.
 func (p *Processor) hangConfig() hangConfig {
 	return hangConfig{interval: p.cfg.hangCheck, policy: p.cfg.onHang, group: p.cfg.group, txnID: p.cfg.txnID,
-		clientOpts: p.cfg.clientOpts, brokers: p.cfg.brokers, logger: p.logger, metrics: hangMetrics{p.obs.Metrics},
+		conn: p.cfg.connOpts(), logger: p.logger, metrics: hangMetrics{p.obs.Metrics},
 		history: &p.hangs, committed: func() bool { return p.committed.Load() > 0 }}
 }

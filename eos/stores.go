@@ -119,12 +119,8 @@ func (ks *keyedState) close() {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	for p, ps := range ks.parts {
-		ps.txn.Abort()
-		if err := ps.store.Close(); err != nil {
-			ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
-		}
+		ks.closeLocked(p, ps)
 	}
-	clear(ks.parts)
 	// The next session's group assigns anew: no mark of this one's may
 	// open a store there.
 	ks.marksMu.Lock()
@@ -211,24 +207,10 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 				ready = append(ready, p)
 			}
 		}
-		var taken []int32
-		for p := range ks.taken {
-			if !slices.Contains(polled, p) {
-				taken = append(taken, p)
-				delete(ks.taken, p)
-			}
-		}
 		ks.marksMu.Unlock()
-		if len(taken) > 0 {
-			ks.mu.Lock()
-			for _, p := range taken {
-				if ps, ok := ks.parts[p]; ok {
-					ps.txn.Abort()
-					ks.closeLocked(p, ps)
-				}
-			}
-			ks.mu.Unlock()
-		}
+		ks.mu.Lock()
+		ks.closeTakenLocked(polled)
+		ks.mu.Unlock()
 	}
 	slices.Sort(ready)
 	for _, p := range ready {
@@ -364,7 +346,6 @@ func (ks *keyedState) ended(committed bool) {
 			// store must not take them without their changelog.
 			ks.logger.Error("eos: a transaction committed writes without their changelog records; the partition is restored from the changelog",
 				"partition", p)
-			ps.txn.Abort()
 			ks.closeLocked(p, ps)
 			continue
 		case last < 0:
@@ -373,23 +354,33 @@ func (ks *keyedState) ended(committed bool) {
 		if err := ps.txn.Commit(last + 1); err != nil {
 			ks.logger.Warn("eos: applying a committed transaction to a partition's store failed; it is restored from the changelog before its next record",
 				"partition", p, "err", err)
-			ps.txn.Abort()
 			ks.closeLocked(p, ps)
 		}
 	}
+	ks.closeTakenLocked(nil)
+}
+
+// closeTakenLocked closes the stores of the partitions taken away, but
+// those of keep (records of which were polled: a transaction may still
+// hold them, and ended closes them after it), and forgets their marks
+// (ks.mu held).
+func (ks *keyedState) closeTakenLocked(keep []int32) {
 	ks.marksMu.Lock()
-	taken := maps.Clone(ks.taken)
-	clear(ks.taken)
-	ks.marksMu.Unlock()
-	for p := range taken {
+	defer ks.marksMu.Unlock()
+	for p := range ks.taken {
+		if slices.Contains(keep, p) {
+			continue
+		}
+		delete(ks.taken, p)
 		if ps, ok := ks.parts[p]; ok {
-			ps.txn.Abort()
 			ks.closeLocked(p, ps)
 		}
 	}
 }
 
+// closeLocked drops p's transaction and closes its store (ks.mu held).
 func (ks *keyedState) closeLocked(p int32, ps *partState) {
+	ps.txn.Abort()
 	delete(ks.parts, p)
 	if err := ps.store.Close(); err != nil {
 		ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
