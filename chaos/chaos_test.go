@@ -87,16 +87,18 @@ var scenarios = []scenario{
 	{name: "sigkill-copier", copierArgs: []string{"-record-delay", "1ms"}, inject: func(ctx context.Context, r *runCtx) error {
 		// Killed while it holds an open transaction (eos) or a batch's
 		// database transaction: the work a weaker design loses or
-		// doubles.
-		i := r.victim()
-		if err := r.signalInTransaction(ctx, r.copiers[i], syscall.SIGKILL); err != nil {
+		// doubles. Whichever copier is caught inside one is the victim:
+		// a copier replaced in the round before may still wait for the
+		// group to hand it a partition while the others finish the work.
+		i, err := r.anyInTransaction(ctx, syscall.SIGKILL)
+		if err != nil {
 			return err
 		}
 		return r.replace(i)
 	}},
 	{name: "sigterm-copier", inject: func(ctx context.Context, r *runCtx) error {
-		i := r.victim()
-		if err := r.signalInTransaction(ctx, r.copiers[i], syscall.SIGTERM); err != nil {
+		i, err := r.anyInTransaction(ctx, syscall.SIGTERM)
+		if err != nil {
 			return err
 		}
 		return r.replace(i)
@@ -605,12 +607,13 @@ func (r *runCtx) signalInTransaction(ctx context.Context, c *copier, sig syscall
 }
 
 // anyInTransaction sends sig, as signalInTransaction does, to whichever
-// live copier it first catches inside a transaction (trying each in turn
-// for a second), and returns its index.
+// live copier not stopped by an earlier fault it first catches inside a
+// transaction (trying each in turn for a second), and returns its index.
 func (r *runCtx) anyInTransaction(ctx context.Context, sig syscall.Signal) (int, error) {
+	lastErr := errors.New("no copier is running")
 	for {
 		for i, c := range r.copiers {
-			if !c.alive() {
+			if !c.alive() || c.stopped.Load() {
 				continue
 			}
 			try, cancel := context.WithTimeout(ctx, time.Second)
@@ -619,9 +622,14 @@ func (r *runCtx) anyInTransaction(ctx context.Context, sig syscall.Signal) (int,
 			if err == nil {
 				return i, nil
 			}
-			if ctx.Err() != nil {
-				return 0, fmt.Errorf("no copier was caught inside a transaction: %w", err)
-			}
+			lastErr = err
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("no copier was caught inside a transaction: %w", lastErr)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
