@@ -16,10 +16,7 @@ type Health struct {
 	Running bool `json:"running"`
 	// Assigned holds the partitions the group gave this instance, and
 	// LastAssigned when it last gave some. It starts empty with every
-	// session. (franz-go's GroupTransactSession drops a revocation that
-	// comes while an earlier one waits for the next transaction to end, so
-	// an idle eos processor may list a partition it lost until its next
-	// transaction or session.)
+	// session.
 	// An outbox relay has no partitions: its LastAssigned is when it last
 	// took its replication slot.
 	Assigned     map[string][]int32 `json:"assigned"`

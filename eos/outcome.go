@@ -92,7 +92,9 @@ type endOutcome struct {
 func decideEnd(e txnEnd) endOutcome {
 	fenced := isFenced(e.endErr) || isFenced(e.produceErr) || isFenced(e.flushErr)
 	switch {
-	case authz.Refused(e.endErr):
+	case authz.Refused(e.endErr) || authz.Refused(e.flushErr):
+		// Flushed, a refusal is a state record's: the changelog or the
+		// updates topic the processor may not write.
 		return endOutcome{endRefused, "refused"}
 	case fenced && e.elapsed >= e.timeout && e.timedOut():
 		// A zombie woken past its timeout after its successor started is

@@ -44,6 +44,9 @@ type Processor struct {
 	obs *loop.Observer
 	// state is the keyed state (nil: stateless; see Changelog).
 	state *keyedState
+	// wake ends an idle poll when the group's callbacks leave the loop
+	// something to do.
+	wake *idleWake
 	// userHooks are the partition callbacks given in ClientOptions, run
 	// after the processor's own.
 	userHooks loop.UserHooks
@@ -116,7 +119,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		logger = logger.With("transactional_id", c.txnID)
 	}
 	p := &Processor{cfg: c, handler: handler, logger: logger, userHooks: userHooks, obs: loop.NewObserver("eos", c.group, c.metrics),
-		perTxn: c.maxRecords, failures: newFailures(),
+		perTxn: c.maxRecords, failures: newFailures(), wake: newIdleWake(),
 		deadLetterLog: loop.NewDeadLetterLog(logger, "eos: handler failed; sending input to dead-letter topic", loop.DeadLetterLogEvery)}
 	if c.state != nil {
 		p.state = newKeyedState(c.state, c.inputTopics[0], logger)

@@ -2,6 +2,10 @@ package eos_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,5 +163,81 @@ func TestProcessorWithInstanceIDIsAStaticMember(t *testing.T) {
 	}
 	if took := runUntilReady(); took > session/2 {
 		t.Fatalf("the restart under the same id took %s to be Ready, want well within the %s session timeout", took, session)
+	}
+}
+
+// Members join an idle group one at a time, and after each join every
+// member's Health lists exactly the partitions it holds, and its
+// StateView exactly those: disjoint, every partition once. franz-go's
+// GroupTransactSession passes a revoke to the processor only once
+// between two transaction ends, and an idle member ends none: without a
+// re-arm, the third join's revoke never reached the first member, which
+// went on listing (and serving the state of) a partition another member
+// held.
+func TestAnIdleProcessorSeesEveryRevoke(t *testing.T) {
+	k := integration.Kafka(t)
+	const partitions = 6
+	in := k.NewTopic(partitions)
+	changelog := newChangelog(t, k, partitions)
+	group := integration.UniqueName(t, "idle-revokes")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	var members []*eos.Processor
+	var wg sync.WaitGroup
+	runCtx, stop := context.WithCancel(ctx)
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	for i := range 3 {
+		txnID, err := eos.StableTransactionalID(group, strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in),
+			eos.TransactionalID(txnID), eos.Changelog(changelog))
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, p)
+		wg.Go(func() {
+			if err := p.Run(runCtx); err != nil {
+				t.Errorf("member %d: Run: %v", i, err)
+			}
+		})
+		// Each member lists what it holds, the state view too, and
+		// together they hold every partition once.
+		var last string
+		deadline := time.Now().Add(time.Minute)
+		for {
+			owner := map[int32]int{}
+			last = ""
+			ok := true
+			for j, m := range members {
+				h := m.Health()
+				held := slices.Sorted(slices.Values(h.Assigned[in]))
+				viewed := m.State().Partitions()
+				last += fmt.Sprintf(" member %d: assigned %v, state of %v, joined %v;", j, held, viewed, h.Joined)
+				if !h.Joined || len(held) == 0 || !slices.Equal(held, viewed) {
+					ok = false
+				}
+				for _, p := range held {
+					if prev, dup := owner[p]; dup {
+						last += fmt.Sprintf(" partition %d listed by members %d and %d;", p, prev, j)
+						ok = false
+					}
+					owner[p] = j
+				}
+			}
+			if ok && len(owner) == partitions {
+				t.Logf("after member %d joined:%s", i, last)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a minute after member %d joined, the members' views still disagree with the group:%s", i, last)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 }

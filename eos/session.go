@@ -63,8 +63,8 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			return err
 		}
 		defer ks.close()
-		poll = ks.waking(poll)
 	}
+	poll = p.wake.waking(poll)
 
 	txnTimeout := transactionTimeout(sess.Client())
 	rn := newRunner(p, sess.Client(), sess.Produce)
@@ -85,6 +85,11 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			return pollError(err)
 		}
 		if fetches.NumRecords() == 0 {
+			if revoked.Swap(false) {
+				if err := s.rearm(ctx); err != nil {
+					return err
+				}
+			}
 			// An idle instance restores what it was assigned too.
 			if err := p.prepareState(ctx, fetches); err != nil || ctx.Err() != nil {
 				return err
@@ -210,6 +215,23 @@ func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
 	return e
 }
 
+// rearm ends the GroupTransactSession's transaction while none is under
+// way, after the group took partitions from an idle session. franz-go
+// passes the group's revokes (and losses) on only once between two
+// transaction ends, and an idle session ends none: without it, the
+// revokes after the first would never reach the processor's callbacks,
+// and its health, its state view and the user's hooks would go on
+// listing partitions other members hold. Nothing was polled since the
+// last end, so the abort drops nothing.
+func (s *session) rearm(ctx context.Context) error {
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	if _, err := s.gts.End(endCtx, kgo.TryAbort); err != nil && ctx.Err() == nil {
+		return &restartError{fmt.Errorf("end the idle session's empty transaction after a revoke: %w", err)}
+	}
+	return nil
+}
+
 // act does what o, the outcome of b's transaction, whose end came to e,
 // asks: it reports whether the session goes on, and otherwise returns what
 // runTransactional returns.
@@ -227,6 +249,9 @@ func (s *session) act(ctx context.Context, b *batch, e txnEnd, o endOutcome) (go
 		// the broker aborts the transaction at its timeout, and until
 		// then read_committed readers of its partitions wait.
 		p.obs.Aborted(o.reason, e.elapsed)
+		if sw, ok := errors.AsType[*stateWriteError](e.flushErr); ok && authz.Refused(sw) {
+			return false, authz.Write(sw.topic, p.cfg.txnID, p.cfg.group, sw)
+		}
 		return false, authz.Write("", p.cfg.txnID, p.cfg.group, e.endErr)
 	case endTimedOut:
 		// The coordinator aborted the transaction and bumped the epoch,
@@ -353,6 +378,7 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 			if p.state != nil {
 				p.state.takenAway(parts[p.state.input])
 			}
+			p.wake.signal() // an idle session re-arms (session.rearm)
 			if what == "lost" {
 				p.obs.Lost(parts)
 			} else {
@@ -365,6 +391,7 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 			if p.state != nil {
 				p.state.assigned(parts[p.state.input])
+				p.wake.signal() // an idle session restores them
 			}
 			p.obs.Assigned(parts)
 			p.logger.Info("eos: partitions assigned", "partitions", parts)

@@ -73,11 +73,11 @@ func Stores(f state.Factory) StateOption { return stateOpt(func(c *stateConfig) 
 // is a configuration error).
 func CreateChangelog() StateOption { return stateOpt(func(c *stateConfig) { c.create = true }) }
 
-// RequireChangelogConfigs makes a changelog whose configuration cannot be
-// read (DescribeConfigs refused, as an application account usually is) a
-// *[eoskit.AuthorizationError] at Run. By default Run logs a warning,
-// skips the cleanup-policy check and assumes the broker's default
-// max.message.bytes.
+// RequireChangelogConfigs makes a changelog (or an [EmitUpdates] topic)
+// whose configuration cannot be read (DescribeConfigs refused, as an
+// application account usually is) a *[eoskit.AuthorizationError] at Run.
+// By default Run logs a warning, skips the cleanup-policy check and
+// assumes the broker's default max.message.bytes.
 func RequireChangelogConfigs() StateOption {
 	return stateOpt(func(c *stateConfig) { c.requireConfigs = true })
 }
@@ -95,7 +95,11 @@ func RestoreTimeout(d time.Duration) StateOption {
 // tombstone for a deleted key), however many inputs changed it: the
 // stream of updates of an aggregation ([Count], [Sum], [Reduce]), as
 // Kafka Streams' record cache gives between commits. A hot key does not
-// multiply the output.
+// multiply the output. Its records are the changelog's, so a write must
+// fit the smaller max.message.bytes of the two (read at Run; see
+// [RequireChangelogConfigs]): one that does not fails in its handler with
+// [state.ErrTooLarge]. A processor refused Write on either topic ends Run
+// with a *[eoskit.AuthorizationError] naming it.
 func EmitUpdates(topic string) StateOption {
 	return stateOpt(func(c *stateConfig) { c.updates = topic })
 }

@@ -2,6 +2,7 @@ package eos_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,18 +202,30 @@ func checkView(t *testing.T, want map[string]string, views ...*eos.StateView) {
 
 // A record whose handler wrote state and then failed leaves no write: it
 // goes to the dead-letter topic, and the transaction commits the others'
-// writes without its own.
+// writes without its own. Two failures: the handler's error after its
+// count (ids ending in 7), and a write too large for the updates topic,
+// whose max.message.bytes is below the changelog's (ids ending in 3): the
+// handler's Put fails with state.ErrTooLarge, the record's fault, where
+// the updates record would otherwise fail the whole transaction and the
+// session would restart until Run gave up.
 func TestAFailedRecordLeavesNoStateWrite(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
-	in, updates, dlt := k.NewTopic(2), k.NewTopic(2), k.NewTopic(1)
+	in, dlt := k.NewTopic(2), k.NewTopic(1)
+	updates := integration.UniqueName(t, "updates")
+	small := "4096"
+	k.CreateTopic(updates, 2, map[string]*string{"max.message.bytes": &small})
 	changelog := newChangelog(t, k, 2)
 	group := integration.UniqueName(t, "g")
-	want := seedReports(t, k, in, 2_000)
-	// Every input whose id ends in 7 is counted, then fails.
+	const n = 2_000
+	want := seedReports(t, k, in, n)
 	bad := map[string]int{}
-	for i := 7; i < 2_000; i += 10 {
-		bad[regionOf("in-"+strconv.Itoa(i))]++
+	failing := 0
+	for i := range n {
+		if i%10 == 7 || i%10 == 3 {
+			bad[regionOf("in-"+strconv.Itoa(i))]++
+			failing++
+		}
 	}
 	for r, n := range bad {
 		c, _ := strconv.Atoi(want[r])
@@ -220,12 +234,24 @@ func TestAFailedRecordLeavesNoStateWrite(t *testing.T) {
 		}
 	}
 	count := eos.Count()
+	big := make([]byte, 6000)
+	rand.Read(big) // incompressible: compressed, zeros would fit
+	var tooLarge atomic.Int64
 	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		outs, err := count(ctx, r)
-		if strings.HasSuffix(string(r.Value), "7") {
+		switch {
+		case err != nil:
+			return nil, err
+		case strings.HasSuffix(string(r.Value), "7"):
 			return nil, errors.New("counted, then failed")
+		case strings.HasSuffix(string(r.Value), "3"):
+			err := eos.StateOf(ctx).Put(append([]byte("big-"), r.Key...), big)
+			if errors.Is(err, state.ErrTooLarge) {
+				tooLarge.Add(1)
+			}
+			return nil, err
 		}
-		return outs, err
+		return outs, nil
 	}
 	p := startProcessor(t, handler, append(statefulOpts(k, group, in, changelog, updates, "0"),
 		eos.OnHandlerError(eos.DeadLetter(dlt)))...)
@@ -235,6 +261,9 @@ func TestAFailedRecordLeavesNoStateWrite(t *testing.T) {
 	}
 	if got := lastValues(t, k, changelog, true); !maps.Equal(got, want) {
 		t.Fatalf("the changelog ends at %v, want %v", got, want)
+	}
+	if got := len(k.ReadAll(dlt, kgo.ReadCommitted(), verifyTimeout)); got != failing || tooLarge.Load() == 0 {
+		t.Fatalf("%d records dead-lettered (%d Puts failed with state.ErrTooLarge), want %d", got, tooLarge.Load(), failing)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/changelog"
 	"github.com/eoskit/eoskit/internal/topiccheck"
 	"github.com/eoskit/eoskit/state"
@@ -55,11 +56,10 @@ type keyedState struct {
 	restore map[int32]bool // assigned since the last prepare
 	taken   map[int32]bool // revoked or lost since the last ended
 	// assignments counts the group's assignments, so that a transaction
-	// stops polling more records once one came (see moreAssigned); wake
-	// ends the poll under way when one comes (see waking), so that an
-	// idle instance restores what it was given.
+	// stops polling more records once one came (see moreAssigned); the
+	// group's callback also wakes the poll under way (idleWake), so that
+	// an idle instance restores what it was given.
 	assignments atomic.Int64
-	wake        chan struct{}
 
 	// errMu guards err: the first failure of the transaction under way
 	// that is not a record's (a changelog record not written, a restore
@@ -82,7 +82,7 @@ type partState struct {
 func newKeyedState(cfg *stateConfig, input string, logger *slog.Logger) *keyedState {
 	return &keyedState{cfg: cfg, input: input, logger: logger,
 		parts: map[int32]*partState{}, restoring: map[int32]bool{},
-		restore: map[int32]bool{}, taken: map[int32]bool{}, wake: make(chan struct{}, 1)}
+		restore: map[int32]bool{}, taken: map[int32]bool{}}
 }
 
 // check refuses a changelog that does not fit the input (see Changelog),
@@ -143,34 +143,6 @@ func (ks *keyedState) assigned(ps []int32) {
 		delete(ks.taken, p)
 	}
 	ks.marksMu.Unlock()
-	select {
-	case ks.wake <- struct{}{}:
-	default: // a wake is pending already
-	}
-}
-
-// waking returns poll ending early (with no records) when the group
-// assigns partitions, so that the loop restores them without waiting for
-// records.
-func (ks *keyedState) waking(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
-	return func(ctx context.Context, n int) kgo.Fetches {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-ks.wake:
-				if ctx.Err() != nil { // the poll returned meanwhile: keep it for the next
-					select {
-					case ks.wake <- struct{}{}:
-					default:
-					}
-				}
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		return poll(ctx, n)
-	}
 }
 
 func (ks *keyedState) takenAway(ps []int32) {
@@ -295,7 +267,7 @@ func (ks *keyedState) flush(ctx context.Context, produce func(ctx context.Contex
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
 	failed := func(r *kgo.Record, err error) {
-		ks.fail(fmt.Errorf("eos: state record to %s[%d] not written: %w", r.Topic, r.Partition, err))
+		ks.fail(&stateWriteError{topic: r.Topic, partition: r.Partition, err: err})
 	}
 	for _, p := range slices.Sorted(maps.Keys(ks.parts)) {
 		ps := ks.parts[p]
@@ -326,6 +298,21 @@ func (ks *keyedState) flush(ctx context.Context, produce func(ctx context.Contex
 		}
 	}
 }
+
+// stateWriteError is a changelog or updates record that was not written:
+// the transaction's failure, not a record's (a write too large for either
+// topic failed in its handler, see check).
+type stateWriteError struct {
+	topic     string
+	partition int32
+	err       error
+}
+
+func (e *stateWriteError) Error() string {
+	return fmt.Sprintf("eos: state record to %s[%d] not written: %v", e.topic, e.partition, e.err)
+}
+
+func (e *stateWriteError) Unwrap() error { return e.err }
 
 // ended applies each partition's writes to its store if the transaction
 // committed, and drops them otherwise; then closes the stores of the
@@ -424,6 +411,21 @@ func (p *Processor) checkChangelog(ctx context.Context) error {
 		if missing >= 0 {
 			return &eoskit.ConfigError{Package: "eos", Setting: "EmitUpdates", Semantics: checkedAgainst(p.cfg.semantics),
 				Reason: fmt.Sprintf("the updates topic %q does not exist: create it (eos creates no topics but the changelog, on request)", u)}
+		}
+		// Its records are the changelog's: a write must fit both, and
+		// one too large fails in its handler, the record's fault.
+		limit, err := changelog.RecordLimit(ctx, p.cfg.connOpts(), u)
+		switch {
+		case err == nil:
+			p.state.maxRecord = min(p.state.maxRecord, limit)
+		case !authz.Refused(err):
+			return fmt.Errorf("eos: describe the configs of the updates topic %q: %w", u, err)
+		case p.state.cfg.requireConfigs:
+			return &eoskit.AuthorizationError{Permission: "DescribeConfigs on topic " + u, Err: err}
+		default:
+			p.logger.Warn("eos: may not describe the updates topic's configs: Kafka's default record limit is assumed for it; grant DescribeConfigs on the topic to verify it",
+				"topic", u, "assumed_max_message_bytes", changelog.DefaultMaxMessageBytes)
+			p.state.maxRecord = min(p.state.maxRecord, changelog.DefaultMaxMessageBytes)
 		}
 	}
 	return nil

@@ -191,6 +191,7 @@ func TestEachPathRunsWithOnlyItsListedACLs(t *testing.T) {
 			}
 		})
 	}
+	t.Run("eos with keyed state", func(t *testing.T) { statefulProcessorUnderACLs(t, b) })
 }
 
 // copyAll runs s's path as the principal of opts until it has handled n

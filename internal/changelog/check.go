@@ -123,6 +123,26 @@ func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, 
 	return sh, nil
 }
 
+// RecordLimit returns topic's max.message.bytes, the largest record it
+// takes (a topic other than the changelog that a transaction writes the
+// same records to: a processor's updates topic). It reaches the cluster
+// through a client of its own built from conn, and needs DescribeConfigs
+// on the topic: a refusal is returned as the broker's error (see
+// authz.Refused), for the caller to assume DefaultMaxMessageBytes or to
+// refuse to run.
+func RecordLimit(ctx context.Context, conn []kgo.Opt, topic string) (int, error) {
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return 0, fmt.Errorf("changelog: new client: %w", err)
+	}
+	defer cl.Close()
+	var sh Shape
+	if err := readConfigs(ctx, kadm.NewClient(cl), topic, &sh); err != nil {
+		return 0, err
+	}
+	return sh.MaxMessageBytes, nil
+}
+
 func refuse(topic, reason string) error {
 	return &eoskit.ConfigError{Package: "state", Setting: "changelog " + topic, Reason: reason}
 }

@@ -1,0 +1,44 @@
+package eos
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// idleWake ends an idle poll early when the group's callbacks leave the
+// loop something to do between transactions: partitions to restore (a
+// stateful processor's assignment), or a revoke after which franz-go's
+// GroupTransactSession must be re-armed (see session.rearm). A wake that
+// comes while no poll waits is kept for the next one; a spare wake costs
+// one empty poll.
+type idleWake struct{ ch chan struct{} }
+
+func newIdleWake() *idleWake { return &idleWake{ch: make(chan struct{}, 1)} }
+
+// signal wakes the poll under way, or the next one.
+func (w *idleWake) signal() {
+	select {
+	case w.ch <- struct{}{}:
+	default: // a wake is pending already
+	}
+}
+
+// waking returns poll ending early (with no records) on a signal.
+func (w *idleWake) waking(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
+	return func(ctx context.Context, n int) kgo.Fetches {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-w.ch:
+				if ctx.Err() != nil { // the poll returned meanwhile: keep it for the next
+					w.signal()
+				}
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		return poll(ctx, n)
+	}
+}
