@@ -443,6 +443,10 @@ type runCtx struct {
 	// paths), restoreRebalances the rebalances struck while one ran.
 	restores, restoreRebalances atomic.Int64
 	stateRoot                   string // the pebble copiers' stores, one directory per name
+	// struck is, per copier name, the transaction a fault last struck
+	// (openTransaction's name for it): a successor is not caught inside
+	// its predecessor's, open until the successor claims the name.
+	struck map[string]string
 }
 
 // restoringCopier returns a live copier that has been restoring a
@@ -580,12 +584,16 @@ func (r *runCtx) openTransaction(ctx context.Context, c *copier) (string, error)
 // soon as one is seen open. It fails at ctx's end, naming the copier.
 func (r *runCtx) signalInTransaction(ctx context.Context, c *copier, sig syscall.Signal) error {
 	var lastErr error
+	if r.struck == nil {
+		r.struck = map[string]string{}
+	}
 	for tries := 1; ; tries++ {
-		if open, err := r.openTransaction(ctx, c); err != nil || open == "" {
+		if open, err := r.openTransaction(ctx, c); err != nil || open == "" || open == r.struck[c.name] {
 			lastErr = err
 		} else if sig == syscall.SIGTERM {
 			c.signal(sig)
 			c.stopped.Store(true)
+			r.struck[c.name] = open
 			return nil
 		} else {
 			c.signal(syscall.SIGSTOP)
@@ -594,6 +602,7 @@ func (r *runCtx) signalInTransaction(ctx context.Context, c *copier, sig syscall
 					c.signal(syscall.SIGKILL)
 				}
 				c.stopped.Store(true)
+				r.struck[c.name] = open
 				return nil
 			}
 			c.signal(syscall.SIGCONT)
@@ -612,7 +621,11 @@ func (r *runCtx) signalInTransaction(ctx context.Context, c *copier, sig syscall
 func (r *runCtx) anyInTransaction(ctx context.Context, sig syscall.Signal) (int, error) {
 	lastErr := errors.New("no copier is running")
 	for {
-		for i, c := range r.copiers {
+		// From a copier that depends on the round, so that the rounds
+		// do not all strike the first copier caught.
+		for k := range r.copiers {
+			i := (r.round + k) % len(r.copiers)
+			c := r.copiers[i]
 			if !c.alive() || c.stopped.Load() {
 				continue
 			}

@@ -92,9 +92,7 @@ type endOutcome struct {
 func decideEnd(e txnEnd) endOutcome {
 	fenced := isFenced(e.endErr) || isFenced(e.produceErr) || isFenced(e.flushErr)
 	switch {
-	case authz.Refused(e.endErr) || authz.Refused(e.flushErr):
-		// Flushed, a refusal is a state record's: the changelog or the
-		// updates topic the processor may not write.
+	case authz.Refused(e.endErr):
 		return endOutcome{endRefused, "refused"}
 	case fenced && e.elapsed >= e.timeout && e.timedOut():
 		// A zombie woken past its timeout after its successor started is
@@ -102,6 +100,10 @@ func decideEnd(e txnEnd) endOutcome {
 		return endOutcome{endTimedOut, "timeout"}
 	case fenced:
 		return endOutcome{endFenced, "fenced"}
+	case refusedStateWrite(e.flushErr) != nil:
+		// The changelog or the updates topic the processor may not
+		// write.
+		return endOutcome{endRefused, "refused"}
 	case e.endErr != nil || e.flushErr != nil:
 		return endOutcome{endUnknown, "outcome-unknown"}
 	case e.committed:

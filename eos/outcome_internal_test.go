@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -47,6 +48,12 @@ func TestDecideEndUnit(t *testing.T) {
 		{name: "a state record refused for want of an ACL",
 			end:  txnEnd{flushErr: &stateWriteError{topic: "counts", err: kerr.TopicAuthorizationFailed}},
 			want: endOutcome{endRefused, "refused"}},
+		{name: "a restore refused inside the transaction: not a state record, outcome unknown (a new session restores, and says so)",
+			end:  txnEnd{flushErr: fmt.Errorf("restore: %w", kerr.TopicAuthorizationFailed)},
+			want: endOutcome{endUnknown, "outcome-unknown"}},
+		{name: "a state record refused by a fenced zombie: fenced", timedOut: ptr(false),
+			end:  txnEnd{endErr: fenced, flushErr: &stateWriteError{topic: "counts", err: kerr.TopicAuthorizationFailed}, elapsed: 2 * timeout},
+			want: endOutcome{endFenced, "fenced"}},
 		{name: "a state record not written otherwise: outcome unknown",
 			end:  txnEnd{flushErr: &stateWriteError{topic: "counts", err: kerr.RequestTimedOut}},
 			want: endOutcome{endUnknown, "outcome-unknown"}},

@@ -45,8 +45,10 @@ type Processor struct {
 	// state is the keyed state (nil: stateless; see Changelog).
 	state *keyedState
 	// wake ends an idle poll when the group's callbacks leave the loop
-	// something to do.
-	wake *idleWake
+	// something to do; rearm is set by a revoke (or loss) since the
+	// session's last End, which an idle session makes (session.rearm).
+	wake  *idleWake
+	rearm atomic.Bool
 	// userHooks are the partition callbacks given in ClientOptions, run
 	// after the processor's own.
 	userHooks loop.UserHooks

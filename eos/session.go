@@ -28,6 +28,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	// Close leaves the group; by then no transaction is open, because every
 	// path below ends the one it began.
 	defer sess.Close()
+	p.rearm.Store(false) // a new GroupTransactSession passes its first revoke on
 	p.obs.WatchAssignment(p.logger, loop.SessionTimeout(sess.Client()))
 
 	check, err := newHangingCheck(ctx, p.hangConfig(), sess.Client(), &disconnected)
@@ -85,7 +86,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			return pollError(err)
 		}
 		if fetches.NumRecords() == 0 {
-			if revoked.Swap(false) {
+			if p.rearm.Load() {
 				if err := s.rearm(ctx); err != nil {
 					return err
 				}
@@ -211,6 +212,7 @@ func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
 	}
 	_, e.produceErr = b.produceErr()
 	e.wantCommit = handled && e.flushErr == nil && e.produceErr == nil && ctx.Err() == nil
+	s.p.rearm.Store(false) // End re-arms franz-go's revoke callback (see rearm)
 	e.committed, e.endErr = s.gts.End(endCtx, kgo.TransactionEndTry(e.wantCommit))
 	return e
 }
@@ -222,10 +224,13 @@ func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
 // revokes after the first would never reach the processor's callbacks,
 // and its health, its state view and the user's hooks would go on
 // listing partitions other members hold. Nothing was polled since the
-// last end, so the abort drops nothing.
+// last end, so the abort drops nothing. (A revoke that comes while an
+// earlier one waits for the End that follows it, during a restore or a
+// transaction, is still dropped by franz-go.)
 func (s *session) rearm(ctx context.Context) error {
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
+	s.p.rearm.Store(false) // a revoke from here on is passed on, and marks it again
 	if _, err := s.gts.End(endCtx, kgo.TryAbort); err != nil && ctx.Err() == nil {
 		return &restartError{fmt.Errorf("end the idle session's empty transaction after a revoke: %w", err)}
 	}
@@ -249,10 +254,15 @@ func (s *session) act(ctx context.Context, b *batch, e txnEnd, o endOutcome) (go
 		// the broker aborts the transaction at its timeout, and until
 		// then read_committed readers of its partitions wait.
 		p.obs.Aborted(o.reason, e.elapsed)
-		if sw, ok := errors.AsType[*stateWriteError](e.flushErr); ok && authz.Refused(sw) {
+		if sw := refusedStateWrite(e.flushErr); sw != nil {
 			return false, authz.Write(sw.topic, p.cfg.txnID, p.cfg.group, sw)
 		}
-		return false, authz.Write("", p.cfg.txnID, p.cfg.group, e.endErr)
+		if err := authz.Write("", p.cfg.txnID, p.cfg.group, e.endErr); err != nil {
+			return false, err
+		}
+		// decideEnd calls nothing else refused: never, but not a nil
+		// that would end Run as if shut down.
+		return false, &restartError{fmt.Errorf("end transaction refused: %w", errors.Join(e.endErr, e.flushErr))}
 	case endTimedOut:
 		// The coordinator aborted the transaction and bumped the epoch,
 		// which is what the epoch error says, and nobody registered the
@@ -375,6 +385,7 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 				return
 			}
 			revoked.Store(true)
+			p.rearm.Store(true)
 			if p.state != nil {
 				p.state.takenAway(parts[p.state.input])
 			}

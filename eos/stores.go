@@ -234,11 +234,14 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 // next one's prepare restores them before their records are handled.
 func (ks *keyedState) moreAssigned(since int64) bool { return ks.assignments.Load() != since }
 
-// fail notes err as the transaction's failure (the first one counts).
+// fail notes err as the transaction's failure: the first one counts,
+// but a refused state record replaces any other (a refused partition's
+// siblings fail too, OPERATION_NOT_ATTEMPTED, maybe first), so that Run
+// names the ACL rather than restarting.
 func (ks *keyedState) fail(err error) {
 	ks.errMu.Lock()
 	defer ks.errMu.Unlock()
-	if ks.err == nil {
+	if ks.err == nil || (refusedStateWrite(err) != nil && refusedStateWrite(ks.err) == nil) {
 		ks.err = err
 	}
 }
@@ -313,6 +316,15 @@ func (e *stateWriteError) Error() string {
 }
 
 func (e *stateWriteError) Unwrap() error { return e.err }
+
+// refusedStateWrite returns the state record in err that the broker
+// refused for want of an ACL, or nil.
+func refusedStateWrite(err error) *stateWriteError {
+	if sw, ok := errors.AsType[*stateWriteError](err); ok && authz.Refused(sw.err) {
+		return sw
+	}
+	return nil
+}
 
 // ended applies each partition's writes to its store if the transaction
 // committed, and drops them otherwise; then closes the stores of the

@@ -1,0 +1,28 @@
+package eos
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// A refused state record is the transaction's failure even when a sibling
+// record failed first for another reason (a refused partition's siblings
+// fail OPERATION_NOT_ATTEMPTED): Run must name the ACL, not restart.
+func TestARefusedStateRecordIsTheFailureThatCounts(t *testing.T) {
+	ks := newKeyedState(&stateConfig{changelog: "counts"}, "in", slog.New(slog.DiscardHandler))
+	ks.fail(&stateWriteError{topic: "counts", partition: 1, err: kerr.OperationNotAttempted})
+	ks.fail(&stateWriteError{topic: "counts", partition: 0, err: kerr.TopicAuthorizationFailed})
+	ks.fail(&stateWriteError{topic: "counts", partition: 2, err: kerr.RequestTimedOut})
+	err := ks.takeErr()
+	if sw := refusedStateWrite(err); sw == nil || sw.partition != 0 {
+		t.Fatalf("the transaction's failure is %v, want the refused record of partition 0", err)
+	}
+	ks.fail(errors.New("restore failed"))
+	ks.fail(&stateWriteError{topic: "counts", partition: 2, err: kerr.RequestTimedOut})
+	if err := ks.takeErr(); err == nil || err.Error() != "restore failed" {
+		t.Fatalf("the transaction's failure is %v, want the first (no refusal among them)", err)
+	}
+}
