@@ -46,30 +46,24 @@ func (r statefulRun) grants(principal string) []grant {
 }
 
 // A stateful processor runs as an application principal with only its
-// listed ACLs and counts every committed input once. Without Write on its
-// changelog or on its updates topic (the state records a transaction
-// writes), or Read on its changelog (the restore), Run returns within 30
-// s an error wrapping the broker's refusal that names the permission,
-// rather than restarting its session until it gives up; granted, the
-// count completes with every input counted once.
+// listed ACLs and counts every committed input once. Without Read or
+// Write on its changelog (an empty one: the restore reads nothing), Run's
+// check refuses it; without Write on its updates topic, the first
+// transaction's update records are refused. Either way Run returns
+// within 30 s an error wrapping the broker's refusal that names the
+// permission, rather than restarting its session until it gives up (or,
+// without Read, running until the first restore with state); granted,
+// the count completes with every input counted once.
 func statefulProcessorUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 	k := b.KafkaCluster
 	user := testbed.NewUser(t, k, "app-state")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	admin := k.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	newRun := func(name string) statefulRun {
 		r := statefulRun{in: k.NewTopic(2), updates: k.NewTopic(2), changelog: integration.UniqueName(t, "changelog"),
 			group: integration.UniqueName(t, "g-state-"+name)}
 		compact := "compact"
 		k.CreateTopic(r.changelog, 2, map[string]*string{"cleanup.policy": &compact})
-		// State from before: every restore reads the changelog.
-		for p := range int32(2) {
-			rec := &kgo.Record{Topic: r.changelog, Partition: p, Key: []byte("before"), Value: []byte("1")}
-			if err := admin.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
 		var err error
 		if r.txnID, err = eos.StableTransactionalID(r.group, "0"); err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
@@ -60,10 +61,14 @@ type CheckOptions struct {
 // (unless o.Create), another partition count (changelog partition n holds
 // input partition n's state), or a cleanup.policy without compact (the
 // changelog would lose keys to retention, and a restore would silently
-// miss them). It reaches the cluster through a client of its own built
-// from conn, and needs Describe on the topic, DescribeConfigs to verify
-// its configs (see [CheckOptions.RequireConfigs]) and Create to create
-// it. A missing topic is reported once it has stayed missing for
+// miss them); and with an *eoskit.AuthorizationError one the principal
+// may not Read (the restore) or Write (each transaction), as the broker's
+// list of the topic's authorized operations says, so that an empty
+// changelog does not hide a missing ACL until the first restore with
+// state. It reaches the cluster through a client of its own built from
+// conn, and needs Describe on the topic, DescribeConfigs to verify its
+// configs (see [CheckOptions.RequireConfigs]) and Create to create it. A
+// missing topic is reported once it has stayed missing for
 // topiccheck.MissingFor (5 s).
 func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, o CheckOptions) (Shape, error) {
 	if o.Logger == nil {
@@ -105,6 +110,9 @@ func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, 
 	if sh.Partitions != partitions {
 		return sh, refuse(topic, fmt.Sprintf("topic %q has %d partitions, the input %d: changelog partition n holds the state of input partition n, so the counts must be equal (never add partitions to either)", topic, sh.Partitions, partitions))
 	}
+	if err := mayReadAndWrite(ctx, adm, topic); err != nil {
+		return sh, err
+	}
 	if err := readConfigs(ctx, adm, topic, &sh); err != nil {
 		if !authz.Refused(err) {
 			return sh, fmt.Errorf("changelog: describe the configs of %q: %w", topic, err)
@@ -121,6 +129,27 @@ func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, 
 		return sh, refuse(topic, fmt.Sprintf("topic %q has cleanup.policy=%s: a changelog must be compacted (compact, or compact,delete), or it loses keys to retention", topic, sh.CleanupPolicy))
 	}
 	return sh, nil
+}
+
+// mayReadAndWrite refuses a topic the principal may not Read or Write,
+// from the operations the broker lists as authorized on it (Metadata v8+;
+// a broker that lists none is not second-guessed).
+func mayReadAndWrite(ctx context.Context, adm *kadm.Client, topic string) error {
+	md, err := adm.Metadata(kadm.WithAuthorizedOps(ctx), topic)
+	if err != nil {
+		return fmt.Errorf("changelog: look up the operations allowed on %q: %w", topic, err)
+	}
+	ops := md.Topics[topic].AuthorizedOperations
+	if len(ops) == 0 || slices.Contains(ops, kadm.OpAll) {
+		return nil
+	}
+	for _, need := range []kadm.ACLOperation{kadm.OpRead, kadm.OpWrite} {
+		if !slices.Contains(ops, need) {
+			name := map[kadm.ACLOperation]string{kadm.OpRead: "Read", kadm.OpWrite: "Write"}[need]
+			return &eoskit.AuthorizationError{Permission: name + " on topic " + topic, Err: kerr.TopicAuthorizationFailed}
+		}
+	}
+	return nil
 }
 
 // RecordLimit returns topic's max.message.bytes, the largest record it

@@ -19,11 +19,12 @@ import (
 	"github.com/eoskit/eoskit/state"
 )
 
-// An application's account has Read (which implies Describe) on its
-// changelog, not DescribeConfigs: Check passes with a warning that it
+// An application's account has Read and Write (which imply Describe) on
+// its changelog, not DescribeConfigs: Check passes with a warning that it
 // could not verify the cleanup policy, unless the configs are required;
-// Restore needs nothing more. With no ACL at all, a restore fails at
-// once, naming what to grant, rather than at its deadline.
+// Restore needs Read only. With no ACL at all, a restore fails at once,
+// naming what to grant, rather than at its deadline; with Read only,
+// Check names Write (each transaction writes the changelog).
 func TestLeastPrivilegeChangelogNeedsOnlyRead(t *testing.T) {
 	b := testbed.StartLocalBrokerWithACLs(t)
 	k := b.KafkaCluster
@@ -43,25 +44,41 @@ func TestLeastPrivilegeChangelogNeedsOnlyRead(t *testing.T) {
 		t.Fatalf("restore without ACLs: %v after %s, want an *eoskit.AuthorizationError naming Read on %s within seconds", err, time.Since(start), topic)
 	}
 
-	results, err := k.Admin.CreateACLs(ctx, kadm.NewACLs().Topics(topic).Allow(user.Principal).Operations(kadm.OpRead))
-	if err == nil {
-		for _, res := range results {
-			err = errors.Join(err, res.Err)
+	grant := func(op kadm.ACLOperation) {
+		t.Helper()
+		results, err := k.Admin.CreateACLs(ctx, kadm.NewACLs().Topics(topic).Allow(user.Principal).Operations(op))
+		if err == nil {
+			for _, res := range results {
+				err = errors.Join(err, res.Err)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	// until is Check's answer once it satisfies done: an ACL reaches
+	// the broker through its metadata log.
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	var sh changelog.Shape
-	for { // the ACL reaches the broker through its metadata log
-		sh, err = changelog.Check(ctx, user.Opts, topic, partitions, changelog.CheckOptions{Logger: logger})
-		if err == nil || ctx.Err() != nil {
-			break
+	until := func(done func(error) bool) (changelog.Shape, error) {
+		for {
+			sh, err := changelog.Check(ctx, user.Opts, topic, partitions, changelog.CheckOptions{Logger: logger})
+			if done(err) || ctx.Err() != nil {
+				return sh, err
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
+	grant(kadm.OpRead)
+	_, err = until(func(err error) bool {
+		ae, ok := errors.AsType[*eoskit.AuthorizationError](err)
+		return ok && ae.Permission == "Write on topic "+topic
+	})
+	if ae, ok := errors.AsType[*eoskit.AuthorizationError](err); !ok || ae.Permission != "Write on topic "+topic || !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("Check with Read only: %v, want an *eoskit.AuthorizationError naming Write on %s", err, topic)
+	}
+	grant(kadm.OpWrite)
+	sh, err := until(func(err error) bool { return err == nil })
 	if err != nil || sh.ConfigsRead || sh.MaxMessageBytes != changelog.DefaultMaxMessageBytes {
 		t.Fatalf("Check with Read only: %+v, %v", sh, err)
 	}
