@@ -261,28 +261,11 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 		}
 		run = c.Run
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	finished := make(chan error, 1)
-	go func() { finished <- run(runCtx) }()
-	deadline := time.After(90 * time.Second)
-	for {
-		select {
-		case err := <-finished:
-			return err
-		case <-deadline:
-			cancel()
-			<-finished
-			t.Fatalf("%s stalled: in 90 s Run neither returned nor handled all %d inputs; logs:\n%s", s.path, n, logs)
-		case <-time.After(500 * time.Millisecond):
-			// A warning awaited comes from the hanging-transaction
-			// check, which looks at the outputs once written to.
-			if done() && strings.Contains(logs.String(), waitLog) {
-				cancel()
-				return <-finished
-			}
-		}
-	}
+	// A warning awaited comes from the hanging-transaction check, which
+	// looks at the outputs once written to.
+	return runUntil(ctx, t, run, func() bool { return done() && strings.Contains(logs.String(), waitLog) }, func() string {
+		return fmt.Sprintf("%s neither returned nor handled all %d inputs; logs:\n%s", s.path, n, logs)
+	})
 }
 
 // newResultsTable creates a results table laid out as verify.ReadRows

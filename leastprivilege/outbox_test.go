@@ -3,6 +3,7 @@ package leastprivilege_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -74,24 +75,10 @@ func TestOutboxRelayRunsWithOnlyItsListedACLs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rctx, stop := context.WithCancel(ctx)
-		defer stop()
-		finished := make(chan error, 1)
-		go func() { finished <- r.Run(rctx) }()
-		deadline := time.After(90 * time.Second)
-		for {
-			select {
-			case err := <-finished:
-				return err
-			case <-deadline:
-				t.Fatalf("in 90 s the relay neither returned nor published %d records", len(in.Committed))
-			case <-time.After(500 * time.Millisecond):
-				if len(k.ReadNow(bed.out, kgo.ReadCommitted(), 30*time.Second)) >= len(in.Committed) {
-					stop()
-					return <-finished
-				}
-			}
-		}
+		done := func() bool { return len(k.ReadNow(bed.out, kgo.ReadCommitted(), 30*time.Second)) >= len(in.Committed) }
+		return runUntil(ctx, t, r.Run, done, func() string {
+			return fmt.Sprintf("the relay neither returned nor published %d records", len(in.Committed))
+		})
 	}
 	newBed := func(name string) outboxBed {
 		pool := integration.Postgres(t)

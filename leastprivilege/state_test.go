@@ -134,8 +134,7 @@ func statefulProcessorUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 
 // countAll runs r's stateful processor as the principal of opts until the
 // updates topic counts every committed input (nil), or Run returns (its
-// error). A run that does neither within 90 s is a stall, and fails t
-// naming it.
+// error); see runUntil.
 func countAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, r statefulRun, opts []kgo.Opt, logs *integration.LogBuffer) error {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -152,24 +151,7 @@ func countAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, r 
 		}
 		return len(keys) >= len(r.inputs.Committed)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	finished := make(chan error, 1)
-	go func() { finished <- p.Run(runCtx) }()
-	deadline := time.After(90 * time.Second)
-	for {
-		select {
-		case err := <-finished:
-			return err
-		case <-deadline:
-			cancel()
-			<-finished
-			t.Fatalf("a stateful processor stalled: in 90 s Run neither returned nor counted all %d inputs; logs:\n%s", len(r.inputs.Committed), logs)
-		case <-time.After(500 * time.Millisecond):
-			if done() {
-				cancel()
-				return <-finished
-			}
-		}
-	}
+	return runUntil(ctx, t, p.Run, done, func() string {
+		return fmt.Sprintf("a stateful processor neither returned nor counted all %d inputs; logs:\n%s", len(r.inputs.Committed), logs)
+	})
 }
