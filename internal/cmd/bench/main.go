@@ -5,7 +5,7 @@
 //
 //	KAFKA_BROKERS=... DATABASE_URL=... go run ./internal/cmd/bench [-only eos] [-window 10s] [-runs 3] ...
 //
-// -only runs one part: eos, single, memory, state, offsetstore, dedup,
+// -only runs one part: eos, single, memory, state, restore, offsetstore, dedup,
 // outbox or io. By default all run, in that order (offsetstore, dedup and
 // outbox share one table), and then the cost of dedup's claim (which -only
 // dedup includes).
@@ -140,7 +140,8 @@ func main() {
 	cpuProfiles := flag.String("cpuprofile", "", "directory to write a CPU profile of each eos and single window to")
 	dbRecords := flag.Int("db-records", 100_000, "records per throughput run on the offsetstore and dedup paths")
 	outboxRecords := flag.Int("outbox-records", 500_000, "records per throughput run on the outbox path")
-	only := flag.String("only", "", "run only this part: eos, single, memory, state, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
+	only := flag.String("only", "", "run only this part: eos, single, memory, state, restore, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
+	restoreKeys := flag.Int("restore-keys", 1_000_000, "restore part: the keys (records) of the changelog each variant reads")
 	streamsThreads := flag.Int("streams-threads", 1, "state part: the Kafka Streams peer's num.stream.threads (1: one poll loop, as eos.Processor's)")
 	stateWarmup := flag.Duration("state-warmup", 10*time.Second, "state part: the warm-up after a run's first commit (Kafka Streams' JVM takes about 6 s to reach its pace)")
 	check := flag.Bool("check", true, "state part: after its runs, check once that the Kafka Streams peer's counts equal the input's")
@@ -148,7 +149,7 @@ func main() {
 	idSizes := flag.String("id-table-sizes", "0,1000000,10000000", "processed-ids table sizes at which to time dedup's claim (empty: skip)")
 	flag.Parse()
 
-	parts := []string{"eos", "single", "memory", "state", "offsetstore", "dedup", "outbox", "io"}
+	parts := []string{"eos", "single", "memory", "state", "restore", "offsetstore", "dedup", "outbox", "io"}
 	if *only != "" && !slices.Contains(parts, *only) {
 		fail(fmt.Errorf("-only %q: want one of %s", *only, strings.Join(parts, ", ")))
 	}
@@ -236,6 +237,12 @@ func main() {
 		sb.warmup = *stateWarmup
 		if err := sb.state(ctx, os.Stdout, *streamsThreads, *check); err != nil {
 			fail(fmt.Errorf("state: %w", err))
+		}
+	}
+
+	if want("restore") {
+		if err := b.restore(ctx, os.Stdout, *restoreKeys); err != nil {
+			fail(fmt.Errorf("restore: %w", err))
 		}
 	}
 
