@@ -235,13 +235,13 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 func (ks *keyedState) moreAssigned(since int64) bool { return ks.assignments.Load() != since }
 
 // fail notes err as the transaction's failure: the first one counts,
-// but a refused state record replaces any other (a refused partition's
-// siblings fail too, OPERATION_NOT_ATTEMPTED, maybe first), so that Run
-// names the ACL rather than restarting.
+// but a refused state record replaces any other but a fencing (a refused
+// partition's siblings fail too, OPERATION_NOT_ATTEMPTED, maybe first),
+// so that Run names the ACL rather than restarting.
 func (ks *keyedState) fail(err error) {
 	ks.errMu.Lock()
 	defer ks.errMu.Unlock()
-	if ks.err == nil || (refusedStateWrite(err) != nil && refusedStateWrite(ks.err) == nil) {
+	if ks.err == nil || (refusedStateWrite(err) != nil && refusedStateWrite(ks.err) == nil && !isFenced(ks.err)) {
 		ks.err = err
 	}
 }

@@ -20,6 +20,11 @@ func TestARefusedStateRecordIsTheFailureThatCounts(t *testing.T) {
 	if sw := refusedStateWrite(err); sw == nil || sw.partition != 0 {
 		t.Fatalf("the transaction's failure is %v, want the refused record of partition 0", err)
 	}
+	ks.fail(&stateWriteError{topic: "counts", partition: 1, err: kerr.InvalidProducerEpoch})
+	ks.fail(&stateWriteError{topic: "counts", partition: 0, err: kerr.TopicAuthorizationFailed})
+	if err := ks.takeErr(); !isFenced(err) {
+		t.Fatalf("the transaction's failure is %v, want the fencing (a zombie is told it is one)", err)
+	}
 	ks.fail(errors.New("restore failed"))
 	ks.fail(&stateWriteError{topic: "counts", partition: 2, err: kerr.RequestTimedOut})
 	if err := ks.takeErr(); err == nil || err.Error() != "restore failed" {

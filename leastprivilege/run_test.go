@@ -32,7 +32,12 @@ func runUntil(ctx context.Context, t *testing.T, run func(context.Context) error
 		case <-time.After(500 * time.Millisecond):
 			if done() {
 				cancel()
-				return <-finished
+				select {
+				case err := <-finished:
+					return err
+				case <-time.After(30 * time.Second):
+					t.Fatalf("done, but Run did not return within 30 s of its context's end")
+				}
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -133,20 +134,40 @@ func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, 
 
 // mayReadAndWrite refuses a topic the principal may not Read or Write,
 // from the operations the broker lists as authorized on it (Metadata v8+;
-// a broker that lists none is not second-guessed).
+// a broker that lists none is not second-guessed). A refusal must last
+// authz.DefaultGrace: an ACL reaches each broker through its metadata
+// log, and one granted just before the start may not have reached the
+// broker asked.
 func mayReadAndWrite(ctx context.Context, adm *kadm.Client, topic string) error {
-	md, err := adm.Metadata(kadm.WithAuthorizedOps(ctx), topic)
-	if err != nil {
-		return fmt.Errorf("changelog: look up the operations allowed on %q: %w", topic, err)
+	var refused error
+	for deadline := time.Now().Add(authz.DefaultGrace); ; {
+		md, err := adm.Metadata(kadm.WithAuthorizedOps(ctx), topic)
+		if err != nil {
+			return fmt.Errorf("changelog: look up the operations allowed on %q: %w", topic, err)
+		}
+		if refused = missingOp(md.Topics[topic].AuthorizedOperations, topic); refused == nil || time.Now().After(deadline) {
+			return refused
+		}
+		select {
+		case <-ctx.Done():
+			return refused
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	ops := md.Topics[topic].AuthorizedOperations
-	if len(ops) == 0 || slices.Contains(ops, kadm.OpAll) {
+}
+
+// missingOp names Read or Write if ops (a topic's authorized operations,
+// none when the broker lists none) lacks it.
+func missingOp(ops []kadm.ACLOperation, topic string) error {
+	if len(ops) == 0 {
 		return nil
 	}
-	for _, need := range []kadm.ACLOperation{kadm.OpRead, kadm.OpWrite} {
-		if !slices.Contains(ops, need) {
-			name := map[kadm.ACLOperation]string{kadm.OpRead: "Read", kadm.OpWrite: "Write"}[need]
-			return &eoskit.AuthorizationError{Permission: name + " on topic " + topic, Err: kerr.TopicAuthorizationFailed}
+	for _, need := range []struct {
+		op   kadm.ACLOperation
+		name string
+	}{{kadm.OpRead, "Read"}, {kadm.OpWrite, "Write"}} {
+		if !slices.Contains(ops, need.op) {
+			return &eoskit.AuthorizationError{Permission: need.name + " on topic " + topic, Err: kerr.TopicAuthorizationFailed}
 		}
 	}
 	return nil

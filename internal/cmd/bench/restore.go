@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -8,10 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/changelog"
@@ -22,9 +25,10 @@ import (
 // partition's state back from its changelog, against a plain read_committed
 // consumer reading the same changelog (the floor: a restore reads what it
 // reads and applies it). A changelog of 6 partitions holds one record per
-// key, 100 B random values; each run reads all of it once per variant, in
-// turn, and a pebble store restarted on its directory restores the tail
-// past its checkpoint (none). Goals: a memory store's restore ≥ 0.5x the
+// key, 100 B random values, written in transactions as a processor writes
+// it (markers included); each run reads all of it per variant, in turn,
+// and a pebble store restarted on its directory restores the tail past its
+// checkpoint (none). Goals: a memory store's restore ≥ 0.5x the
 // plain consumer; a pebble restart under 2 s.
 const (
 	restorePartitions = 6
@@ -44,7 +48,8 @@ func (b *bench) restore(ctx context.Context, w io.Writer, keys int) error {
 		return fmt.Errorf("create %s: %w", topic, err)
 	}
 	defer func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
-	if err := b.fillChangelog(ctx, topic, keys); err != nil {
+	counts, err := b.fillChangelog(ctx, topic, keys)
+	if err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "eoskit-bench-restore-")
@@ -56,12 +61,12 @@ func (b *bench) restore(ctx context.Context, w io.Writer, keys int) error {
 	conn := []kgo.Opt{kgo.SeedBrokers(b.brokers...)}
 	quiet := slog.New(slog.DiscardHandler)
 	restoreAll := func(open func(p int32) (state.Store, error)) (time.Duration, int, error) {
+		start, n := time.Now(), 0 // the restorer's client counts, as the consumer's does
 		r, err := changelog.NewRestorer(conn)
 		if err != nil {
 			return 0, 0, err
 		}
 		defer r.Close()
-		start, n := time.Now(), 0
 		for p := range int32(restorePartitions) {
 			s, err := open(p)
 			if err != nil {
@@ -101,7 +106,7 @@ func (b *bench) restore(ctx context.Context, w io.Writer, keys int) error {
 	}
 	variants := []variant{
 		{"plain consumer, read_committed, from the start (the floor)", func(int) (time.Duration, int, error) {
-			return repeated(func() (time.Duration, int, error) { return b.readChangelog(ctx, topic) })
+			return repeated(func() (time.Duration, int, error) { return b.readChangelog(ctx, topic, counts) })
 		}},
 		{"restore into the memory store (every assignment)", func(int) (time.Duration, int, error) {
 			return repeated(func() (time.Duration, int, error) {
@@ -116,22 +121,22 @@ func (b *bench) restore(ctx context.Context, w io.Writer, keys int) error {
 		}},
 	}
 	took := make([][]time.Duration, len(variants))
-	records := make([]int, len(variants))
+	records := make([][]int, len(variants))
 	for round := range b.runs {
 		for i, v := range variants {
 			d, n, err := v.run(round)
 			if err != nil {
 				return fmt.Errorf("%s: %w", v.name, err)
 			}
-			took[i], records[i] = append(took[i], d), n
+			took[i], records[i] = append(took[i], d), append(records[i], n)
 			fmt.Fprintf(os.Stderr, "bench: restore: %s: %d records in %s\n", v.name, n, d.Round(time.Millisecond))
 		}
 	}
 
 	rates := func(i int) []float64 {
 		var rs []float64
-		for _, d := range took[i] {
-			rs = append(rs, float64(max(records[i], 1))/d.Seconds())
+		for k, d := range took[i] {
+			rs = append(rs, float64(max(records[i][k], 1))/d.Seconds())
 		}
 		return rs
 	}
@@ -143,6 +148,7 @@ func (b *bench) restore(ctx context.Context, w io.Writer, keys int) error {
 	for i, v := range variants {
 		rs := rates(i)
 		d := medianDuration(took[i])
+		read := slices.Max(records[i])
 		goal := ""
 		switch i {
 		case 1:
@@ -151,60 +157,106 @@ func (b *bench) restore(ctx context.Context, w io.Writer, keys int) error {
 			goal = fmt.Sprintf("< %s: %s", goalPebbleRestart, metOrMissed(d < goalPebbleRestart))
 		}
 		if i == 3 { // what it reads is what it missed: no rate
-			fmt.Fprintf(w, "| %s | %d | %s | - | - | - | - | %s |\n", v.name, records[i], d.Round(time.Millisecond), goal)
+			fmt.Fprintf(w, "| %s | %d | %s | - | - | - | - | %s |\n", v.name, read, d.Round(time.Millisecond), goal)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %.2fx | %s |\n", v.name, records[i], d.Round(time.Millisecond), rateCells(rs), median(rs)/floor, goal)
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %.2fx | %s |\n", v.name, read, d.Round(time.Millisecond), rateCells(rs), median(rs)/floor, goal)
 	}
+	perKey, err := memoryHeapPerKey(func() ([]state.Store, error) {
+		var stores []state.Store
+		_, _, err := restoreAll(func(int32) (state.Store, error) {
+			s := state.NewMemory()
+			stores = append(stores, s)
+			return keepOpen{s}, nil
+		})
+		return stores, err
+	})
+	if err != nil {
+		return fmt.Errorf("memory store heap: %w", err)
+	}
+	fmt.Fprintf(w, "\nThe memory store's heap, restored: %.0f B per key (keys of %d B, values of %d B: %.0f B more than they), the live heap's growth after a GC over %d keys.\n",
+		perKey, len("key-00000000"), restoreValue, perKey-float64(len("key-00000000")+restoreValue), keys)
 	return nil
 }
 
-// fillChangelog writes keys records to topic, one per key, random values.
-func (b *bench) fillChangelog(ctx context.Context, topic string, keys int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100_000))
+// keepOpen is a store whose Close does nothing, so that the stores
+// restored for memoryHeapPerKey stay live.
+type keepOpen struct{ state.Store }
+
+func (keepOpen) Close() error { return nil }
+
+// memoryHeapPerKey returns the live heap's growth per key over what fill
+// restored, measured after a GC before and after.
+func memoryHeapPerKey(fill func() ([]state.Store, error)) (float64, error) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	stores, err := fill()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	defer cl.Close()
-	errc := make(chan error, 1)
-	for i := range keys {
-		v := make([]byte, restoreValue)
-		rand.Read(v)
-		cl.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("key-%08d", i)), Value: v}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				select {
-				case errc <- err:
-				default:
-				}
-			}
-		})
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	keys := 0
+	for _, s := range stores {
+		keys += s.(*state.Memory).Len()
+		_ = s.Close()
 	}
-	if err := cl.Flush(ctx); err != nil {
-		return err
+	if keys == 0 {
+		return 0, fmt.Errorf("no key restored")
 	}
-	select {
-	case err := <-errc:
-		return fmt.Errorf("fill %s: %w", topic, err)
-	default:
-		return nil
-	}
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(keys), nil
 }
 
-// readChangelog reads every record of topic read_committed, from the
-// start to the end offsets listed first, with a plain consumer.
-func (b *bench) readChangelog(ctx context.Context, topic string) (time.Duration, int, error) {
-	ends, err := b.adm.ListEndOffsets(ctx, topic)
+// fillChangelog writes keys records to topic, one per key, random values,
+// as a processor does: in transactions (of 10,000 records), so that the
+// changelog holds their markers. It returns the records per partition.
+func (b *bench) fillChangelog(ctx context.Context, topic string, keys int) (map[int32]int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.TransactionalID(topic), kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100_000))
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	want := map[int32]int64{}
-	left := 0
-	ends.Each(func(o kadm.ListedOffset) {
-		if want[o.Partition] = o.Offset; o.Offset > 0 {
-			left++
+	defer cl.Close()
+	var mu sync.Mutex
+	counts := map[int32]int{}
+	var failed error
+	for i := 0; i < keys; i += 10_000 {
+		if err := cl.BeginTransaction(); err != nil {
+			return nil, err
 		}
-	})
+		for j := i; j < min(i+10_000, keys); j++ {
+			v := make([]byte, restoreValue)
+			rand.Read(v)
+			cl.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("key-%08d", j)), Value: v}, func(r *kgo.Record, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failed = cmp.Or(failed, err)
+					return
+				}
+				counts[r.Partition]++
+			})
+		}
+		if err := cl.Flush(ctx); err != nil {
+			return nil, err
+		}
+		if failed != nil {
+			return nil, fmt.Errorf("fill %s: %w", topic, failed)
+		}
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			return nil, fmt.Errorf("fill %s: commit: %w", topic, err)
+		}
+	}
+	return counts, nil
+}
+
+// readChangelog reads topic read_committed from the start with a plain
+// consumer until it has read counts records of each partition, within a
+// minute.
+func (b *bench) readChangelog(ctx context.Context, topic string, counts map[int32]int) (time.Duration, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	start := time.Now()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -212,22 +264,38 @@ func (b *bench) readChangelog(ctx context.Context, topic string) (time.Duration,
 		return 0, 0, err
 	}
 	defer cl.Close()
-	n := 0
+	read := map[int32]int{}
+	n, left := 0, len(counts)
 	for left > 0 {
 		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return 0, 0, fmt.Errorf("read %d of %d records within a minute", n, total(counts))
+		}
 		if err := fs.Err0(); err != nil {
 			return 0, 0, err
 		}
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			for _, r := range p.Records {
-				n++
-				if r.Offset+1 == want[r.Partition] {
-					left--
-				}
+			if len(p.Records) == 0 {
+				return
+			}
+			n += len(p.Records)
+			before := read[p.Partition]
+			read[p.Partition] += len(p.Records)
+			if before < counts[p.Partition] && read[p.Partition] >= counts[p.Partition] {
+				left--
 			}
 		})
 	}
 	return time.Since(start), n, nil
+}
+
+// total sums counts.
+func total(counts map[int32]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 func medianDuration(ds []time.Duration) time.Duration {
