@@ -59,20 +59,20 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	stopSweeps := check.start(ctx)
 	// Runs before the deferred Close: the check uses the session's client.
 	defer stopSweeps()
-	if ks := p.state; ks != nil {
-		if err := ks.open(p.cfg.connOpts()); err != nil {
-			return err
-		}
-		defer ks.close()
-	}
-	poll = p.wake.waking(poll)
-
 	txnTimeout := transactionTimeout(sess.Client())
 	rn := newRunner(p, sess.Client(), sess.Produce)
 	rn.stop = stop
 	rn.budget = transactionBudget(txnTimeout)
 	s := &session{p: p, gts: sess, cl: sess.Client(), rn: rn, check: check, adm: kadm.NewClient(sess.Client()),
 		timeout: txnTimeout, revoked: &revoked}
+	if ks := p.state; ks != nil {
+		if err := ks.open(p.cfg.connOpts(), s.rearm); err != nil {
+			return err
+		}
+		defer ks.close()
+	}
+	poll = p.wake.waking(poll)
+
 	for {
 		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
 			return err
@@ -86,10 +86,8 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 			return pollError(err)
 		}
 		if fetches.NumRecords() == 0 {
-			if p.rearm.Load() {
-				if err := s.rearm(ctx); err != nil {
-					return err
-				}
+			if err := s.rearm(ctx); err != nil {
+				return err
 			}
 			// An idle instance restores what it was assigned too.
 			if err := p.prepareState(ctx, fetches); err != nil || ctx.Err() != nil {
@@ -224,10 +222,16 @@ func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
 // revokes after the first would never reach the processor's callbacks,
 // and its health, its state view and the user's hooks would go on
 // listing partitions other members hold. Nothing was polled since the
-// last end, so the abort drops nothing. (A revoke that comes while an
-// earlier one waits for the End that follows it, during a restore or a
-// transaction, is still dropped by franz-go.)
+// last end, so the abort drops nothing; its End also rewinds the client
+// to the committed offsets, so it must never run with records polled and
+// not yet ended. It runs after an idle poll and between the restores that
+// poll brought; a revoke that comes while an earlier one waits for the
+// next of these (a transaction, the restores before it, the hanging
+// check holding the loop) is still dropped by franz-go.
 func (s *session) rearm(ctx context.Context) error {
+	if !s.p.rearm.Load() {
+		return nil // no revoke since the last End
+	}
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	s.p.rearm.Store(false) // a revoke from here on is passed on, and marks it again

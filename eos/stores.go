@@ -47,6 +47,10 @@ type keyedState struct {
 	// Set by open, for a session.
 	restorer  *changelog.Restorer
 	maxRecord int
+	// betweenRestores runs after each restore an idle poll brought (the
+	// session's re-arm after a revoke, see session.rearm): a long
+	// restore must not hold franz-go's revoke callback disarmed.
+	betweenRestores func(context.Context) error
 
 	mu        sync.RWMutex
 	parts     map[int32]*partState
@@ -103,12 +107,12 @@ func (ks *keyedState) check(ctx context.Context, conn []kgo.Opt, inputPartitions
 // fetches) on conn. The previous session closed every store, so each
 // partition is restored before it is handled in this one: that session
 // may have ended on a commit whose outcome it did not learn.
-func (ks *keyedState) open(conn []kgo.Opt) error {
+func (ks *keyedState) open(conn []kgo.Opt, betweenRestores func(context.Context) error) error {
 	r, err := changelog.NewRestorer(conn)
 	if err != nil {
 		return fmt.Errorf("eos: changelog restorer: %w", err)
 	}
-	ks.restorer = r
+	ks.restorer, ks.betweenRestores = r, betweenRestores
 	ks.takeErr()
 	return nil
 }
@@ -129,7 +133,7 @@ func (ks *keyedState) close() {
 	ks.marksMu.Unlock()
 	if ks.restorer != nil {
 		ks.restorer.Close()
-		ks.restorer = nil
+		ks.restorer, ks.betweenRestores = nil, nil
 	}
 }
 
@@ -224,6 +228,14 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 				return ctx.Err()
 			}
 			return err
+		}
+		// Only with nothing polled: the re-arm's End rewinds the
+		// client to the committed offsets, and polled records would
+		// then be handled with their offsets left uncommitted.
+		if between && fetches.NumRecords() == 0 && ks.betweenRestores != nil {
+			if err := ks.betweenRestores(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
