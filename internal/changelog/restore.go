@@ -151,6 +151,12 @@ type restore struct {
 	res            Result
 	last           error     // the last retriable error, for the deadline's error
 	refusedSince   time.Time // when a refusal for want of an ACL was first met
+	// next is the offset the next fetch reads from: past the store's
+	// checkpoint while a fetch's records are being applied (applying,
+	// one at a time), so that the next fetch overlaps that apply.
+	next     int64
+	applying chan error
+	applied  int // the records of the apply under way
 }
 
 // errGiveUp marks an error retrying cannot cure.
@@ -168,11 +174,28 @@ func (rs *restore) run(ctx context.Context) error {
 	}
 	rs.res.From = rs.s.Checkpoint().Offset
 	rs.res.To = rs.target
-	for rs.s.Checkpoint().Offset < rs.target {
+	rs.next = rs.res.From
+	for rs.next < rs.target {
 		if err := rs.retry(ctx, rs.fetch); err != nil {
-			return err
+			return errors.Join(err, rs.settle())
 		}
 	}
+	return rs.settle()
+}
+
+// settle waits for the apply under way, if any. A failed apply leaves the
+// store at its checkpoint, where the next fetch reads from again.
+func (rs *restore) settle() error {
+	if rs.applying == nil {
+		return nil
+	}
+	err := <-rs.applying
+	rs.applying = nil
+	if err != nil {
+		rs.next = rs.s.Checkpoint().Offset
+		return err
+	}
+	rs.res.Records += rs.applied
 	return nil
 }
 
@@ -297,9 +320,11 @@ func (rs *restore) reset(at int64) error {
 	return nil
 }
 
-// fetch reads once from the store's checkpoint and applies what it got.
+// fetch reads once from next, and applies what it got once the previous
+// fetch's apply ended: in the background, so that the next fetch (the
+// broker's read, the transfer, the decoding) overlaps it.
 func (rs *restore) fetch(ctx context.Context) error {
-	from := rs.s.Checkpoint().Offset
+	from := rs.next
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(fetchMaxWait / time.Millisecond)
@@ -340,11 +365,19 @@ func (rs *restore) fetch(ctx context.Context) error {
 	case errors.Is(perr, kerr.OffsetOutOfRange):
 		// The log start moved past the checkpoint (DeleteRecords, or a
 		// compact,delete policy's retention) or the log was truncated:
-		// align again against the offsets as they are now.
+		// align again against the offsets as they are now, once the
+		// store holds what was fetched.
+		if err := rs.settle(); err != nil {
+			return err
+		}
 		if err := rs.locate(ctx); err != nil {
 			return err
 		}
-		return rs.align()
+		if err := rs.align(); err != nil {
+			return err
+		}
+		rs.next = rs.s.Checkpoint().Offset
+		return nil
 	case perr != nil:
 		return rs.relocate(ctx, fmt.Errorf("fetch: %w", rs.refused(perr)))
 	}
@@ -364,10 +397,18 @@ func (rs *restore) fetch(ctx context.Context) error {
 	if next <= from {
 		return nil // nothing yet (the leader had nothing past from within its wait)
 	}
-	if err := rs.s.Apply(writes, state.Checkpoint{TopicID: rs.id, Offset: next}); err != nil {
-		return fmt.Errorf("apply %d records up to offset %d: %w", len(writes), next, err)
+	if err := rs.settle(); err != nil {
+		return err
 	}
-	rs.res.Records += len(writes)
+	cp, done := state.Checkpoint{TopicID: rs.id, Offset: next}, make(chan error, 1)
+	go func() {
+		if err := rs.s.Apply(writes, cp); err != nil {
+			done <- fmt.Errorf("apply %d records up to offset %d: %w", len(writes), next, err)
+			return
+		}
+		done <- nil
+	}()
+	rs.applying, rs.applied, rs.next = done, len(writes), next
 	return nil
 }
 
