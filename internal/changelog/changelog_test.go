@@ -377,6 +377,59 @@ func TestRestoreThatRunsOutOfTimeKeepsItsProgress(t *testing.T) {
 	}
 }
 
+// flakyStore fails every other Apply, the first one and so the last one
+// of a restore of one fetch too, without applying it.
+type flakyStore struct {
+	state.Store
+	calls *int
+}
+
+func (s flakyStore) Apply(ws []state.Write, cp state.Checkpoint) error {
+	*s.calls++
+	if *s.calls%2 == 1 {
+		return errors.New("a passing store failure")
+	}
+	return s.Store.Apply(ws, cp)
+}
+
+// A store's failed apply is retried from its checkpoint, wherever it
+// falls (an apply runs while the next fetch is read, and the last one has
+// no next): the restore ends with every committed record, none twice. A
+// closed store fails the restore at once, not at its deadline.
+func TestRestoreRetriesAFailedApplyAndGivesUpOnAClosedStore(t *testing.T) {
+	k := integration.Kafka(t)
+	topic := newChangelog(t, k)
+	w := newWriter(t, k, topic)
+	for range 6 {
+		w.txn(10, 1000, true)
+	}
+	r := restorer(t, seeds(k))
+	clean, err := r.Restore(context.Background(), topic, 1, state.NewMemory(), changelog.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fetchMax := range []int32{300, changelog.DefaultFetchMaxBytes} { // many fetches; one
+		calls := 0
+		s := state.NewMemory()
+		res, err := r.Restore(context.Background(), topic, 1, flakyStore{s, &calls}, changelog.Options{Timeout: 30 * time.Second, FetchMaxBytes: fetchMax, Logger: quiet()})
+		if err != nil {
+			t.Fatalf("fetches of %d B: %v after %d applies", fetchMax, err, calls)
+		}
+		if got := contents(t, s); !maps.Equal(got, w.want[1]) || res.Records != clean.Records {
+			t.Fatalf("fetches of %d B: restored %d keys (%d records), want %d (%d records, as a restore without failures)", fetchMax, len(got), res.Records, len(w.want[1]), clean.Records)
+		}
+	}
+	s := state.NewMemory()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = r.Restore(context.Background(), topic, 1, s, changelog.Options{Timeout: 30 * time.Second, Logger: quiet()})
+	if !errors.Is(err, state.ErrClosed) || time.Since(start) > 10*time.Second {
+		t.Fatalf("a closed store: %v after %s, want state.ErrClosed at once", err, time.Since(start))
+	}
+}
+
 func configErrorNaming(t *testing.T, err error, topic string) {
 	t.Helper()
 	ce, ok := errors.AsType[*eoskit.ConfigError](err)

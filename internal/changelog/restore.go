@@ -175,12 +175,20 @@ func (rs *restore) run(ctx context.Context) error {
 	rs.res.From = rs.s.Checkpoint().Offset
 	rs.res.To = rs.target
 	rs.next = rs.res.From
-	for rs.next < rs.target {
-		if err := rs.retry(ctx, rs.fetch); err != nil {
+	// Until the store holds the target: the last apply's failure too is
+	// retried (settle moves next back to the store's checkpoint).
+	step := func(ctx context.Context) error {
+		if rs.next >= rs.target {
+			return rs.settle()
+		}
+		return rs.fetch(ctx)
+	}
+	for rs.next < rs.target || rs.applying != nil {
+		if err := rs.retry(ctx, step); err != nil {
 			return errors.Join(err, rs.settle())
 		}
 	}
-	return rs.settle()
+	return nil
 }
 
 // settle waits for the apply under way, if any. A failed apply leaves the
@@ -193,6 +201,10 @@ func (rs *restore) settle() error {
 	rs.applying = nil
 	if err != nil {
 		rs.next = rs.s.Checkpoint().Offset
+		rs.last = err
+		if errors.Is(err, state.ErrClosed) {
+			return errGiveUp{err} // no retry opens it again
+		}
 		return err
 	}
 	rs.res.Records += rs.applied
@@ -395,7 +407,9 @@ func (rs *restore) fetch(ctx context.Context) error {
 		writes = append(writes, state.Write{Key: rec.Key, Value: rec.Value})
 	}
 	if next <= from {
-		return nil // nothing yet (the leader had nothing past from within its wait)
+		// Nothing yet (the leader had nothing past from within its
+		// wait): the apply under way may have ended meanwhile.
+		return rs.settle()
 	}
 	if err := rs.settle(); err != nil {
 		return err
