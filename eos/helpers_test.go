@@ -146,10 +146,17 @@ func followCommitted(t testing.TB, k *integration.KafkaCluster, topic string) *c
 // waitFor polls cond every 100 ms until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	waitForWhat(t, timeout, func() string { return what }, cond)
+}
+
+// waitForWhat is waitFor for a wait whose message tells what cond saw
+// last: what is called once the wait timed out.
+func waitForWhat(t testing.TB, timeout time.Duration, what func() string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			t.Fatalf("timed out after %s waiting for %s", timeout, what())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -108,16 +108,25 @@ func TestProcessorExactlyOnceThroughRebalances(t *testing.T) {
 			t.Fatalf("round %d: %s left after every input was committed (%d): no churn mid-stream", i, c.leave, done)
 		}
 		leaves++
-		// The leaver's partitions go to the others first: a join before
-		// that would take them, free, and revoke nothing.
-		waitFor(t, time.Minute, "the remaining instances to own every partition", func() bool {
+		// The leaver's partitions go to the others first, in a rebalance
+		// the group ends before the join: a join during it would take
+		// them, free, and revoke nothing.
+		var desc string
+		waitForWhat(t, time.Minute, func() string {
+			return "the group to settle on the remaining instances, owning every partition: " + desc
+		}, func() bool {
+			settled, d, err := testbed.GroupSettled(context.Background(), k.Admin, group, in, len(procs), partitions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			desc = d
 			owned := map[int32]bool{}
 			for _, p := range procs {
 				for _, part := range p.run.p.Health().Assigned[in] {
 					owned[part] = true
 				}
 			}
-			return len(owned) == partitions
+			return settled && len(owned) == partitions
 		})
 
 		// Hold every remaining instance inside a transaction, then join.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -60,6 +61,7 @@ func testClientOpts() []kgo.Opt {
 
 type bed struct {
 	k      *integration.KafkaCluster
+	parts  int           // the topic's partitions
 	pool   *pgxpool.Pool // the test's own connections
 	runner *pgxpool.Pool // the runners' connections; pool unless a test sets it
 	dbURL  string
@@ -75,7 +77,7 @@ func newBed(t *testing.T, partitions int32, n int) *bed {
 
 func newBedOn(t *testing.T, k *integration.KafkaCluster, partitions int32, n int) *bed {
 	t.Helper()
-	b := &bed{k: k}
+	b := &bed{k: k, parts: int(partitions)}
 	b.pool, b.dbURL = integration.PostgresWithURL(t)
 	b.topic = b.k.NewTopic(partitions)
 	b.group = integration.UniqueName(t, "g")
@@ -149,13 +151,58 @@ func (b *bed) rows(t *testing.T) int {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !waitUntil(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// waitUntil polls cond every 100 ms and reports whether it held before
+// the timeout.
+func waitUntil(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return true
+}
+
+// explain describes, for a stalled wait's message, what each runner holds,
+// what the group's coordinator says its members hold, and what every
+// database session of the test's database is doing.
+func (b *bed) explain(runs map[string]*running) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(runs)) {
+		h := runs[name].r.Health()
+		fmt.Fprintf(&out, "runner %s: running %v, joined %v, assigned %v; ", name, h.Running, h.Joined, h.Assigned[b.topic])
+	}
+	if _, group, err := testbed.GroupSettled(ctx, b.k.Admin, b.group, b.topic, len(runs), b.parts); err != nil {
+		fmt.Fprintf(&out, "group: %v; ", err)
+	} else {
+		out.WriteString(group + "; ")
+	}
+	rows, err := b.pool.Query(ctx, `SELECT pid, coalesce(state, ''), coalesce(wait_event_type, ''), coalesce(wait_event, ''),
+		coalesce(extract(epoch FROM now() - xact_start)::int, -1), left(query, 80)
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return out.String() + "sessions: " + err.Error()
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid, age int
+		var state, waitType, wait, query string
+		if err := rows.Scan(&pid, &state, &waitType, &wait, &age, &query); err != nil {
+			return out.String() + "sessions: " + err.Error()
+		}
+		fmt.Fprintf(&out, "session %d %s wait %s/%s in transaction %d s: %q; ", pid, state, waitType, wait, age, query)
+	}
+	st := b.pool.Stat()
+	fmt.Fprintf(&out, "pool: %d of %d connections acquired", st.AcquiredConns(), st.MaxConns())
+	return out.String()
 }
 
 // verify checks the results table with the verifier: every input exactly
@@ -245,17 +292,26 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 			t.Fatalf("round %d: %s left after every row was loaded (%d): no churn mid-stream", i, c.leave, rows)
 		}
 		leaves++
-		// The leaver's partitions go to the others first: a join before
-		// that would take them, free.
-		waitFor(t, time.Minute, "the remaining runners to own every partition", func() bool {
+		// The leaver's partitions go to the others first, in a rebalance
+		// the group ends before the join: a join during it would take
+		// them, free, from no one.
+		var group string
+		if !waitUntil(time.Minute, func() bool {
+			settled, desc, err := testbed.GroupSettled(context.Background(), b.k.Admin, b.group, b.topic, len(runs), b.parts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			group = desc
 			owned := map[int32]bool{}
 			for _, r := range runs {
 				for _, p := range r.r.Health().Assigned[b.topic] {
 					owned[p] = true
 				}
 			}
-			return len(owned) == 6
-		})
+			return settled && len(owned) == b.parts
+		}) {
+			t.Fatalf("round %d: timed out after 1m0s waiting for the group to settle on the remaining runners, owning every partition: %s; %s", i, group, b.explain(runs))
+		}
 
 		hold.arm()
 		var heldBy string
@@ -269,7 +325,10 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 		// Past the rebalance timeout the group gives the held batch's
 		// partitions to others; the first to commit one queues on its
 		// claimed row.
-		waitFor(t, 2*time.Minute, "the held batch's partitions' new owner to queue on their offsets rows", func() bool { return lockWaits() > 0 })
+		if !waitUntil(2*time.Minute, func() bool { return lockWaits() > 0 }) {
+			t.Fatalf("round %d: timed out after 2m0s waiting for the held batch's partitions' new owner to queue on their offsets rows: %s held %v; %s",
+				i, heldBy, heldParts, b.explain(runs))
+		}
 		rows := b.rows(t)
 		if rows >= n {
 			t.Fatalf("round %d: %s joined after every row was loaded (%d)", i, c.join, rows)

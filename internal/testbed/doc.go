@@ -17,7 +17,8 @@
 //     [LeaveHangingTransaction], [OpenTransactions], [RequireUnstable]),
 //     the cluster's transaction.version, and names whose Java hash is
 //     negative ([UniqueNegativeHashName]).
-//   - The outbox tests' hostile writer ([OutboxLoad]).
+//   - The outbox tests' hostile writer ([OutboxLoad]), and whether a
+//     group's rebalance has ended in its coordinator's view ([GroupSettled]).
 //
 // Like the kit, everything here skips a test when its service can not be
 // had, and fails it instead with EOS_REQUIRE_SERVICES=1; a private service

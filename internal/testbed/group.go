@@ -1,0 +1,51 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// GroupSettled reports whether group's coordinator holds it Stable with
+// exactly members members whose assignments cover every one of topic's
+// partitions, and otherwise says what it holds. A runner's own view of its
+// partitions is not enough to tell that a rebalance has ended: after a
+// member leaves, the others still hold their partitions of the generation
+// before while the coordinator waits for them to rejoin, and a member that
+// joins meanwhile joins that rebalance, taking the leaver's partitions,
+// free, and revoking nothing. In a cooperative group's first round the
+// partitions being moved are assigned to no one, so full coverage also
+// tells that the second round is over.
+func GroupSettled(ctx context.Context, adm *kadm.Client, group, topic string, members, partitions int) (bool, string, error) {
+	groups, err := adm.DescribeGroups(ctx, group)
+	if err != nil {
+		return false, "", err
+	}
+	g, ok := groups[group]
+	if !ok {
+		return false, "", fmt.Errorf("describe group %s: not in the response", group)
+	}
+	if g.Err != nil {
+		return false, "", fmt.Errorf("describe group %s: %w", group, g.Err)
+	}
+	covered := map[int32]bool{}
+	desc := fmt.Sprintf("group %s %s, generation of %d members:", group, g.State, len(g.Members))
+	for _, m := range g.Members {
+		var parts []int32
+		if c, ok := m.Assigned.AsConsumer(); ok {
+			for _, tp := range c.Topics {
+				if tp.Topic == topic {
+					parts = append(parts, tp.Partitions...)
+				}
+			}
+		}
+		slices.Sort(parts)
+		for _, p := range parts {
+			covered[p] = true
+		}
+		desc += fmt.Sprintf(" %s %v", m.MemberID, parts)
+	}
+	return g.State == "Stable" && len(g.Members) == members && len(covered) == partitions, desc, nil
+}
