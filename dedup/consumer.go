@@ -49,31 +49,28 @@ type Consumer struct {
 type Option func(*config)
 
 type config struct {
-	brokers     []string
-	group       string
-	topics      []string
-	scope       string
-	id          IDFunc
-	missing     MissingIDPolicy
-	maxPoll     int
-	concurrency int
-	drain       time.Duration
-	policy      ErrorPolicy
-	logger      *slog.Logger
-	metrics     eoskit.Metrics
-	clientOpts  []kgo.Opt
+	// core holds the settings of the consume core: brokers, group,
+	// topics, poll size, concurrency, drain, logger, metrics and client
+	// options.
+	core    consume.Config
+	scope   string
+	id      IDFunc
+	missing MissingIDPolicy
+	policy  ErrorPolicy
 }
 
 // Brokers sets the seed brokers. Required.
 func Brokers(addrs ...string) Option {
-	return func(c *config) { c.brokers = append(c.brokers, addrs...) }
+	return func(c *config) { c.core.Brokers = append(c.core.Brokers, addrs...) }
 }
 
 // Group sets the consumer group. Required.
-func Group(g string) Option { return func(c *config) { c.group = g } }
+func Group(g string) Option { return func(c *config) { c.core.Group = g } }
 
 // Topics sets the topics to consume. Required.
-func Topics(t ...string) Option { return func(c *config) { c.topics = append(c.topics, t...) } }
+func Topics(t ...string) Option {
+	return func(c *config) { c.core.Topics = append(c.core.Topics, t...) }
+}
 
 // Scope names the dedup namespace ids are claimed in. Default: the group.
 // Consumers that must not apply one message twice between them (two groups
@@ -89,7 +86,7 @@ func ID(f IDFunc) Option { return func(c *config) { c.id = f } }
 func OnMissingID(p MissingIDPolicy) Option { return func(c *config) { c.missing = p } }
 
 // MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
-func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
+func MaxPollRecords(n int) Option { return func(c *config) { c.core.MaxPoll = n } }
 
 // Concurrency lets a [Consumer] apply up to n partitions' batches at once.
 // Each partition is then a pipeline: a poll's records of a partition are a
@@ -108,14 +105,14 @@ func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 // concurrent use, and the pool must hold n connections. Either way the
 // offsets of committed batches go to Kafka every 100 ms at most, and at
 // once on a revoke and when Run returns.
-func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+func Concurrency(n int) Option { return func(c *config) { c.core.Concurrency = n } }
 
 // DrainTimeout bounds how long a [Consumer] drains when Run's ctx ends
 // (SIGTERM, say): it stops polling, lets the batches under way finish,
 // commits them and their offsets, and returns nil. Past the timeout their
 // ctx is cancelled and they roll back (their records are redelivered).
 // Default: 10s; 0 rolls back at once.
-func DrainTimeout(d time.Duration) Option { return func(c *config) { c.drain = d } }
+func DrainTimeout(d time.Duration) Option { return func(c *config) { c.core.Drain = d } }
 
 // OnHandlerError sets what happens to a record whose handler fails or
 // panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
@@ -129,7 +126,7 @@ func OnHandlerError(p ErrorPolicy) Option { return func(c *config) { c.policy = 
 func Logger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
-			c.logger = l
+			c.core.Logger = l
 		}
 	}
 }
@@ -140,7 +137,7 @@ func Logger(l *slog.Logger) Option {
 // reports its records in (applied, skipped and parked) and none out;
 // rolled-back batches give reason "handler-error" or "database-error".
 // Default: nowhere.
-func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics = m } }
+func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.core.Metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
 // hooks). Options the consumer sets itself are refused by NewConsumer
@@ -150,18 +147,18 @@ func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics =
 // that turns auto-commit on, or reads uncommitted data (records of
 // transactions that aborted upstream), is refused.
 func ClientOptions(opts ...kgo.Opt) Option {
-	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+	return func(c *config) { c.core.ClientOpts = append(c.core.ClientOpts, opts...) }
 }
 
 // NewConsumer returns a consumer that claims ids in store and applies
 // handler. Run store.Migrate first.
 func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts ...Option) (*Consumer, error) {
-	c := config{id: HeaderID(IDHeader), maxPoll: 500, concurrency: 1, drain: 10 * time.Second, policy: Stop(), logger: slog.Default()}
+	c := config{id: HeaderID(IDHeader), core: consume.Defaults(), policy: Stop()}
 	for _, o := range opts {
 		o(&c)
 	}
 	if c.scope == "" {
-		c.scope = c.group
+		c.scope = c.core.Group
 	}
 	fail := func(setting, reason string) error {
 		return &eoskit.ConfigError{Package: "dedup", Setting: setting, Reason: reason}
@@ -181,14 +178,11 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, fail("OnMissingID", "unknown policy")
 	}
 	dc := &Consumer{pool: pool, store: store, handler: handler, cfg: c,
-		deadLetterLog: loop.NewDeadLetterLog(c.logger.With("group", c.group), "dedup: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}
+		deadLetterLog: loop.NewDeadLetterLog(c.core.Logger.With("group", c.core.Group), "dedup: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}
 	// The offsets go to Kafka after the database commit, never
 	// automatically: a crash between the two only redelivers records
 	// whose ids are claimed, and they are skipped.
-	core, err := consume.New("dedup", consume.Config{
-		Brokers: c.brokers, Group: c.group, Topics: c.topics, MaxPoll: c.maxPoll, Concurrency: c.concurrency, Drain: c.drain,
-		Logger: c.logger, Metrics: c.metrics, ClientOpts: c.clientOpts,
-	}, consume.Runner{
+	core, err := consume.New("dedup", c.core, consume.Runner{
 		Check:         dc.check,
 		Commit:        func(ctx context.Context, _ *kgo.Client, recs []*kgo.Record) error { return dc.applyBatch(ctx, recs) },
 		CommitToKafka: true,
@@ -298,7 +292,7 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 			// Deadlocks, serialization failures and a restarting server
 			// all pass; a missing table does not, and ends here after
 			// maxDBAttempts.
-			c.cfg.logger.Warn("dedup: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
+			c.cfg.core.Logger.Warn("dedup: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
 			if !loop.PauseBeforeRetry(ctx, attempt) {
 				return ctx.Err()
 			}
@@ -317,7 +311,7 @@ func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempt
 	if pol.Kind == loop.PolicyRetry {
 		if !pol.Final(attempts) {
 			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
-			c.cfg.logger.Warn("dedup: handler failed; retrying the batch", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+			c.cfg.core.Logger.Warn("dedup: handler failed; retrying the batch", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 				"err", loop.ErrorText(herr.err), "attempt", attempts, "backoff", backoff)
 			loop.Sleep(ctx, backoff)
 			return true
@@ -437,7 +431,7 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState
 				if hasID[i] {
 					held = &deadletter.Claim{Table: c.store.name, Scope: c.cfg.scope, ID: []byte(ids[i])}
 				}
-				if err := deadletter.Park(ctx, tx, "dedup", c.cfg.group, r, cause, held); err != nil {
+				if err := deadletter.Park(ctx, tx, "dedup", c.cfg.core.Group, r, cause, held); err != nil {
 					return err
 				}
 				n.parked++

@@ -6,5 +6,5 @@ import "github.com/twmb/franz-go/pkg/kgo"
 // under id, as eos.InstanceID does for a processor, whose doc says what
 // it changes on a restart. Default: none, a dynamic member.
 func InstanceID(id string) Option {
-	return func(c *config) { c.clientOpts = append(c.clientOpts, kgo.InstanceID(id)) }
+	return func(c *config) { c.core.ClientOpts = append(c.core.ClientOpts, kgo.InstanceID(id)) }
 }

@@ -73,32 +73,29 @@ const noRow = -1
 type Option func(*config)
 
 type config struct {
-	brokers     []string
-	group       string
-	topics      []string
-	reset       kgo.Offset
-	maxPoll     int
-	concurrency int
-	drain       time.Duration
-	policy      ErrorPolicy
-	mirror      bool
-	owner       string
-	logger      *slog.Logger
-	metrics     eoskit.Metrics
-	clientOpts  []kgo.Opt
+	// core holds the settings of the consume core: brokers, group,
+	// topics, poll size, concurrency, drain, logger, metrics and client
+	// options.
+	core   consume.Config
+	reset  kgo.Offset
+	policy ErrorPolicy
+	mirror bool
+	owner  string
 }
 
 // Brokers sets the seed brokers. Required.
 func Brokers(addrs ...string) Option {
-	return func(c *config) { c.brokers = append(c.brokers, addrs...) }
+	return func(c *config) { c.core.Brokers = append(c.core.Brokers, addrs...) }
 }
 
 // Group sets the consumer group, which also keys the stored offsets.
 // Required.
-func Group(g string) Option { return func(c *config) { c.group = g } }
+func Group(g string) Option { return func(c *config) { c.core.Group = g } }
 
 // Topics sets the topics to consume. Required.
-func Topics(t ...string) Option { return func(c *config) { c.topics = append(c.topics, t...) } }
+func Topics(t ...string) Option {
+	return func(c *config) { c.core.Topics = append(c.core.Topics, t...) }
+}
 
 // ResetOffset sets where a partition with no stored offset starts. Default:
 // the earliest offset. Kafka's committed offsets are never used, even when
@@ -106,7 +103,7 @@ func Topics(t ...string) Option { return func(c *config) { c.topics = append(c.t
 func ResetOffset(o kgo.Offset) Option { return func(c *config) { c.reset = o } }
 
 // MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
-func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
+func MaxPollRecords(n int) Option { return func(c *config) { c.core.MaxPoll = n } }
 
 // Concurrency lets a [Runner] commit up to n partitions' batches at once.
 // Each partition is then a pipeline: a poll's records of a partition are a
@@ -125,14 +122,14 @@ func MaxPollRecords(n int) Option { return func(c *config) { c.maxPoll = n } }
 // The handler must be safe for concurrent use, and the pool must hold n
 // connections. A record that stops the runner does not stop the other
 // partitions' batches under way: they commit or fail first.
-func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+func Concurrency(n int) Option { return func(c *config) { c.core.Concurrency = n } }
 
 // DrainTimeout bounds how long a [Runner] drains when Run's ctx ends
 // (SIGTERM, say): it stops polling, lets the batches under way finish and
 // commit, and returns nil. Past the timeout their ctx is cancelled and
 // they roll back (their records are read again by whoever takes the
 // partitions). Default: 10s; 0 rolls back at once.
-func DrainTimeout(d time.Duration) Option { return func(c *config) { c.drain = d } }
+func DrainTimeout(d time.Duration) Option { return func(c *config) { c.core.Drain = d } }
 
 // OnHandlerError sets what happens to a record whose handler fails or
 // panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
@@ -155,7 +152,7 @@ func Owner(name string) Option { return func(c *config) { c.owner = name } }
 func Logger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
-			c.logger = l
+			c.core.Logger = l
 		}
 	}
 }
@@ -167,7 +164,7 @@ func Logger(l *slog.Logger) Option {
 // "handler-error", "database-error" (a handler's error that was the
 // database's doing too: a lost connection, a deadlock, a lock timeout) or
 // "stale". Default: nowhere.
-func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics = m } }
+func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.core.Metrics = m } }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
 // hooks). Options the runner sets itself are refused by NewRunner
@@ -179,18 +176,17 @@ func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.metrics =
 // uncommitted data is refused: a record of a transaction that aborted
 // upstream was never sent, and must not reach the database).
 func ClientOptions(opts ...kgo.Opt) Option {
-	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+	return func(c *config) { c.core.ClientOpts = append(c.core.ClientOpts, opts...) }
 }
 
 // NewRunner returns a runner. Run [Migrate] first.
 func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, error) {
 	host, _ := os.Hostname()
 	c := config{
-		reset:   kgo.NewOffset().AtStart(),
-		maxPoll: 500, concurrency: 1, drain: 10 * time.Second,
+		reset:  kgo.NewOffset().AtStart(),
+		core:   consume.Defaults(),
 		policy: Stop(),
 		owner:  host + "-" + strconv.Itoa(os.Getpid()),
-		logger: slog.Default(),
 	}
 	for _, o := range opts {
 		o(&c)
@@ -208,11 +204,8 @@ func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, er
 	}
 	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
 		oldRows:       map[topicPartition]pgtype.UUID{},
-		deadLetterLog: loop.NewDeadLetterLog(c.logger.With("group", c.group), "offsetstore: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}
-	core, err := consume.New("offsetstore", consume.Config{
-		Brokers: c.brokers, Group: c.group, Topics: c.topics, MaxPoll: c.maxPoll, Concurrency: c.concurrency, Drain: c.drain,
-		Logger: c.logger, Metrics: c.metrics, ClientOpts: c.clientOpts,
-	}, consume.Runner{
+		deadLetterLog: loop.NewDeadLetterLog(c.core.Logger.With("group", c.core.Group), "offsetstore: handler failed; parking the record in eoskit_dead_letters", loop.DeadLetterLogEvery)}
+	core, err := consume.New("offsetstore", c.core, consume.Runner{
 		Owned: map[string]string{"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"},
 		// Every assignment seeks to the offsets stored in PostgreSQL.
 		Options:       []kgo.Opt{kgo.AdjustFetchOffsetsFn(r.seekToStored)},
@@ -251,7 +244,7 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 		if err == nil || ctx.Err() != nil {
 			break
 		}
-		r.cfg.logger.Warn("offsetstore: reading stored offsets failed; retrying", "err", err, "attempt", attempt)
+		r.cfg.core.Logger.Warn("offsetstore: reading stored offsets failed; retrying", "err", err, "attempt", attempt)
 		if !loop.Sleep(ctx, time.Duration(attempt)*200*time.Millisecond) {
 			break
 		}
@@ -287,7 +280,7 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 			}
 		}
 	}
-	r.cfg.logger.Info("offsetstore: assigned; positioned at stored offsets", "offsets", loop.FormatOffsets(offsets))
+	r.cfg.core.Logger.Info("offsetstore: assigned; positioned at stored offsets", "offsets", loop.FormatOffsets(offsets))
 	return offsets, nil
 }
 
@@ -303,7 +296,7 @@ func (r *Runner) load(ctx context.Context, topics []string, ids map[string]pgtyp
 // loadRows is load that also returns the rows it left out, with their
 // topic IDs.
 func (r *Runner) loadRows(ctx context.Context, topics []string, ids map[string]pgtype.UUID) (map[topicPartition]int64, map[topicPartition]pgtype.UUID, error) {
-	rows, err := r.pool.Query(ctx, `SELECT topic, partition, next_offset, topic_id FROM eoskit_offsets WHERE consumer_group = $1 AND topic = ANY($2)`, r.cfg.group, topics)
+	rows, err := r.pool.Query(ctx, `SELECT topic, partition, next_offset, topic_id FROM eoskit_offsets WHERE consumer_group = $1 AND topic = ANY($2)`, r.cfg.core.Group, topics)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -315,7 +308,7 @@ func (r *Runner) loadRows(ctx context.Context, topics []string, ids map[string]p
 	var id pgtype.UUID
 	_, err = pgx.ForEachRow(rows, []any{&t, &p, &next, &id}, func() error {
 		if current := ids[t]; id.Valid && current.Valid && id != current {
-			r.cfg.logger.Warn("offsetstore: the stored offset belongs to an earlier topic of this name (deleted and created again); reading the new one from the reset point",
+			r.cfg.core.Logger.Warn("offsetstore: the stored offset belongs to an earlier topic of this name (deleted and created again); reading the new one from the reset point",
 				"topic", t, "partition", p, "stored_offset", next)
 			old[topicPartition{t, p}] = id
 			return nil
@@ -430,7 +423,7 @@ func (r *Runner) checkSchemaRetrying(ctx context.Context) error {
 		if errors.Is(err, eoskit.ErrInvalidConfig) || attempt >= maxDBAttempts || !pgretry.Transient(err) {
 			return err
 		}
-		r.cfg.logger.Warn("offsetstore: reading the schema version failed; retrying", "err", err, "attempt", attempt)
+		r.cfg.core.Logger.Warn("offsetstore: reading the schema version failed; retrying", "err", err, "attempt", attempt)
 		if !loop.PauseBeforeRetry(ctx, attempt) {
 			return nil
 		}
@@ -500,7 +493,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			if attempt >= maxDBAttempts {
 				return fmt.Errorf("offsetstore: batch failed %d times: %w", attempt, err)
 			}
-			r.cfg.logger.Warn("offsetstore: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
+			r.cfg.core.Logger.Warn("offsetstore: database transaction failed; retrying the batch", "err", err, "attempt", attempt)
 			if !loop.PauseBeforeRetry(ctx, attempt) {
 				return ctx.Err()
 			}
@@ -737,7 +730,7 @@ func (r *Runner) queueClaim(b *pgx.Batch, tp topicPartition, id, oldRow pgtype.U
 			ON CONFLICT (consumer_group, topic, partition) DO UPDATE
 				SET next_offset = EXCLUDED.next_offset, owner = EXCLUDED.owner, topic_id = EXCLUDED.topic_id, updated_at = now()
 				WHERE $7::uuid IS NOT NULL AND eoskit_offsets.topic_id = $7::uuid`,
-			r.cfg.group, tp.topic, tp.partition, first, r.cfg.owner, id, oldRow,
+			r.cfg.core.Group, tp.topic, tp.partition, first, r.cfg.owner, id, oldRow,
 		).Exec(func(tag pgconn.CommandTag) error {
 			done(first, tag.RowsAffected() == 1)
 			return nil
@@ -745,7 +738,7 @@ func (r *Runner) queueClaim(b *pgx.Batch, tp topicPartition, id, oldRow pgtype.U
 		return
 	}
 	b.Queue(`SELECT next_offset, topic_id FROM eoskit_offsets
-		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, r.cfg.group, tp.topic, tp.partition,
+		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, r.cfg.core.Group, tp.topic, tp.partition,
 	).QueryRow(func(row pgx.Row) error {
 		var at int64
 		var stored pgtype.UUID
@@ -767,7 +760,7 @@ func (r *Runner) queueClaim(b *pgx.Batch, tp topicPartition, id, oldRow pgtype.U
 func (r *Runner) advance(ctx context.Context, tx pgx.Tx, tp topicPartition, id pgtype.UUID, from, next int64) error {
 	tag, err := tx.Exec(ctx, `UPDATE eoskit_offsets SET next_offset = $4, owner = $5, updated_at = now(), topic_id = coalesce($7, topic_id)
 		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $6`,
-		r.cfg.group, tp.topic, tp.partition, next, r.cfg.owner, from, id)
+		r.cfg.core.Group, tp.topic, tp.partition, next, r.cfg.owner, from, id)
 	if err == nil && tag.RowsAffected() != 1 {
 		err = fmt.Errorf("offsetstore: the claimed offsets row of %s[%d] moved under its lock", tp.topic, tp.partition)
 	}
@@ -785,7 +778,7 @@ func (r *Runner) advance(ctx context.Context, tx pgx.Tx, tp topicPartition, id p
 // database stays away, Run returns the error rather than go on from an
 // unknown position.
 func (r *Runner) rewind(ctx context.Context, cl *kgo.Client, stale *staleError, recs []*kgo.Record) error {
-	r.cfg.logger.Warn("offsetstore: commit refused; another owner moved these partitions' offsets first (this instance was a zombie); rolled back and rewinding every partition of the batch", "partitions", stale.parts)
+	r.cfg.core.Logger.Warn("offsetstore: commit refused; another owner moved these partitions' offsets first (this instance was a zombie); rolled back and rewinding every partition of the batch", "partitions", stale.parts)
 	first := map[topicPartition]int64{}
 	topics := map[string]bool{}
 	for _, rec := range recs {

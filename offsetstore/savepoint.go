@@ -329,7 +329,7 @@ func (b *batchRun) fail(ctx context.Context, rec *kgo.Record, cause error) error
 // park writes rec in the dead-letter table, in the transaction that
 // stores its offset.
 func (b *batchRun) park(_ context.Context, rec *kgo.Record, cause error, attempts int) error {
-	if err := deadletter.QueuePark(b.queue(), "offsetstore", b.r.cfg.group, rec, cause, nil); err != nil {
+	if err := deadletter.QueuePark(b.queue(), "offsetstore", b.r.cfg.core.Group, rec, cause, nil); err != nil {
 		return err
 	}
 	b.dirty = true
@@ -370,7 +370,7 @@ func (e *stopError) Error() string { return e.err.Error() }
 
 // retryPause logs a Retry's failure and pauses; false when ctx ended.
 func (r *Runner) retryPause(ctx context.Context, h *halt) bool {
-	r.cfg.logger.Warn("offsetstore: handler failed; rolled the batch back, retrying it", "topic", h.rec.Topic, "partition", h.rec.Partition,
+	r.cfg.core.Logger.Warn("offsetstore: handler failed; rolled the batch back, retrying it", "topic", h.rec.Topic, "partition", h.rec.Partition,
 		"offset", h.rec.Offset, "err", loop.ErrorText(h.cause), "attempt", h.attempts, "backoff", h.backoff)
 	return loop.Sleep(ctx, h.backoff)
 }
