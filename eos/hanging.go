@@ -86,7 +86,7 @@ type hangingCheck interface {
 	hold(ctx context.Context) error
 	// poll wraps a session's poll so that it returns early when a sweep
 	// finds a hanging transaction.
-	poll(func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches
+	poll(pollFunc) pollFunc
 	// start sweeps every check interval, in the background, until stop;
 	// stop returns once the sweeps have ended.
 	start(ctx context.Context) (stop func())
@@ -147,7 +147,7 @@ type hangingCheckOff struct{}
 func (hangingCheckOff) beforeClaim(context.Context)     {}
 func (hangingCheckOff) afterDisconnect(context.Context) {}
 func (hangingCheckOff) hold(context.Context) error      { return nil }
-func (hangingCheckOff) poll(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
+func (hangingCheckOff) poll(poll pollFunc) pollFunc {
 	return poll
 }
 func (hangingCheckOff) start(context.Context) func()  { return func() {} }
@@ -683,20 +683,7 @@ func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found
 // poll wraps a poll so that it returns early when a sweep finds a hanging
 // transaction: a hang in the group's offsets partition can keep every poll
 // empty, and the processor must get to apply its policy.
-func (s *hangSweeper) poll(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
-	return func(ctx context.Context, n int) kgo.Fetches {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-s.foundNew:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		return poll(ctx, n)
-	}
-}
+func (s *hangSweeper) poll(poll pollFunc) pollFunc { return interruptible(poll, s.foundNew) }
 
 // decide says how this processor's transaction at epoch ended, from the
 // best evidence there is: first the log of the output partitions it wrote

@@ -25,15 +25,27 @@ func (w *idleWake) signal() {
 }
 
 // waking returns poll ending early (with no records) on a signal.
-func (w *idleWake) waking(poll func(context.Context, int) kgo.Fetches) func(context.Context, int) kgo.Fetches {
+func (w *idleWake) waking(poll pollFunc) pollFunc { return interruptible(poll, w.ch) }
+
+// pollFunc is a session's poll.
+type pollFunc = func(ctx context.Context, maxRecords int) kgo.Fetches
+
+// interruptible returns poll ending early (with no records) when wake, a
+// channel of one slot that its senders fill without blocking, receives. A
+// wake taken as the poll returns is put back for the next poll, so that
+// none is lost; a spare one costs an empty poll.
+func interruptible(poll pollFunc, wake chan struct{}) pollFunc {
 	return func(ctx context.Context, n int) kgo.Fetches {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() {
 			select {
-			case <-w.ch:
-				if ctx.Err() != nil { // the poll returned meanwhile: keep it for the next
-					w.signal()
+			case <-wake:
+				if ctx.Err() != nil { // the poll returned meanwhile
+					select {
+					case wake <- struct{}{}:
+					default: // another came meanwhile
+					}
 				}
 				cancel()
 			case <-ctx.Done():
