@@ -108,8 +108,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		if c.state.others == nil {
 			c.state.others = kgo.UniformBytesPartitioner(64<<10, true, true, nil) // franz-go's default
 		}
-		batchMax, _ := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32)
-		c.state.batchMax = int(batchMax)
+		c.state.batchMax, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
 	}
 	cl.Close()
 	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -31,10 +32,22 @@ type stateConfig struct {
 	restoreTimeout time.Duration
 	updates        string
 	// others is the partitioner of every record but the changelog's (see
-	// changelogPartitioner), and batchMax the producer's batch limit,
-	// learnt by NewProcessor.
+	// changelogPartitioner), and batchMax the producer's batch limit per
+	// topic (kgo.ProducerBatchMaxBytesFn), learnt by NewProcessor.
 	others   kgo.Partitioner
-	batchMax int
+	batchMax func(topic string) int32
+}
+
+// recordLimit is the largest state record the producer sends to topic:
+// its batch limit there. Unknown (no function, or none for the topic),
+// the topic's own limit is the only one.
+func (c *stateConfig) recordLimit(topic string) int {
+	if c.batchMax != nil {
+		if n := c.batchMax(topic); n > 0 {
+			return int(n)
+		}
+	}
+	return math.MaxInt32
 }
 
 // Changelog makes the processor stateful: each input partition gets a
@@ -97,7 +110,8 @@ func RestoreTimeout(d time.Duration) StateOption {
 // Kafka Streams' record cache gives between commits. A hot key does not
 // multiply the output. Its records are the changelog's, so a write must
 // fit the smaller max.message.bytes of the two (read at Run; see
-// [RequireChangelogConfigs]): one that does not fails in its handler with
+// [RequireChangelogConfigs]) and the producer's batch limit for each
+// (kgo.ProducerBatchMaxBytesFn): one that does not fails in its handler with
 // [state.ErrTooLarge]. A processor refused Write on either topic ends Run
 // with a *[eoskit.AuthorizationError] naming it.
 func EmitUpdates(topic string) StateOption {

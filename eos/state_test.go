@@ -203,18 +203,37 @@ func checkView(t *testing.T, want map[string]string, views ...*eos.StateView) {
 // A record whose handler wrote state and then failed leaves no write: it
 // goes to the dead-letter topic, and the transaction commits the others'
 // writes without its own. Two failures: the handler's error after its
-// count (ids ending in 7), and a write too large for the updates topic,
-// whose max.message.bytes is below the changelog's (ids ending in 3): the
-// handler's Put fails with state.ErrTooLarge, the record's fault, where
-// the updates record would otherwise fail the whole transaction and the
-// session would restart until Run gave up.
+// count (ids ending in 7), and a write too large for the updates topic
+// (ids ending in 3), whose limit is below the changelog's: its
+// max.message.bytes, or the producer's batch limit for that topic alone
+// (kgo.ProducerBatchMaxBytesFn). The handler's Put fails with
+// state.ErrTooLarge, the record's fault, where the updates record would
+// otherwise fail the whole transaction and the session would restart
+// until Run gave up.
 func TestAFailedRecordLeavesNoStateWrite(t *testing.T) {
+	t.Parallel()
+	t.Run("topic limit", func(t *testing.T) { failedRecordLeavesNoStateWrite(t, true) })
+	t.Run("producer limit for the topic", func(t *testing.T) { failedRecordLeavesNoStateWrite(t, false) })
+}
+
+func failedRecordLeavesNoStateWrite(t *testing.T, topicLimit bool) {
 	t.Parallel()
 	k := integration.Kafka(t)
 	in, dlt := k.NewTopic(2), k.NewTopic(1)
 	updates := integration.UniqueName(t, "updates")
-	small := "4096"
-	k.CreateTopic(updates, 2, map[string]*string{"max.message.bytes": &small})
+	var configs map[string]*string
+	var clientOpts []kgo.Opt
+	if small := "4096"; topicLimit {
+		configs = map[string]*string{"max.message.bytes": &small}
+	} else {
+		clientOpts = append(clientOpts, kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if topic == updates {
+				return 4096
+			}
+			return 1_000_012 // kgo's default
+		}))
+	}
+	k.CreateTopic(updates, 2, configs)
 	changelog := newChangelog(t, k, 2)
 	group := integration.UniqueName(t, "g")
 	const n = 2_000
@@ -254,7 +273,7 @@ func TestAFailedRecordLeavesNoStateWrite(t *testing.T) {
 		return outs, nil
 	}
 	p := startProcessor(t, handler, append(statefulOpts(k, group, in, changelog, updates, "0"),
-		eos.OnHandlerError(eos.DeadLetter(dlt)))...)
+		eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(clientOpts...))...)
 	waitForTotals(t, k, updates, want, 2*time.Minute)
 	if err := p.stop(t); err != nil {
 		t.Fatalf("stopped with %v", err)

@@ -97,9 +97,9 @@ func (ks *keyedState) check(ctx context.Context, conn []kgo.Opt, inputPartitions
 	if err != nil {
 		return err
 	}
-	// A record larger than the producer's batch limit fails in franz-go
-	// (MessageTooLarge) whatever the topic allows.
-	ks.maxRecord = min(sh.MaxMessageBytes, ks.cfg.batchMax)
+	// A record larger than the producer's batch limit for the topic
+	// fails in franz-go (MessageTooLarge) whatever the topic allows.
+	ks.maxRecord = min(sh.MaxMessageBytes, ks.cfg.recordLimit(ks.cfg.changelog))
 	return nil
 }
 
@@ -441,7 +441,7 @@ func (p *Processor) checkChangelog(ctx context.Context) error {
 		limit, err := changelog.RecordLimit(ctx, p.cfg.connOpts(), u)
 		switch {
 		case err == nil:
-			p.state.maxRecord = min(p.state.maxRecord, limit)
+			p.state.maxRecord = min(p.state.maxRecord, limit, p.state.cfg.recordLimit(u))
 		case !authz.Refused(err):
 			return fmt.Errorf("eos: describe the configs of the updates topic %q: %w", u, err)
 		case p.state.cfg.requireConfigs:
@@ -449,7 +449,7 @@ func (p *Processor) checkChangelog(ctx context.Context) error {
 		default:
 			p.logger.Warn("eos: may not describe the updates topic's configs: Kafka's default record limit is assumed for it; grant DescribeConfigs on the topic to verify it",
 				"topic", u, "assumed_max_message_bytes", changelog.DefaultMaxMessageBytes)
-			p.state.maxRecord = min(p.state.maxRecord, changelog.DefaultMaxMessageBytes)
+			p.state.maxRecord = min(p.state.maxRecord, changelog.DefaultMaxMessageBytes, p.state.cfg.recordLimit(u))
 		}
 	}
 	return nil

@@ -59,7 +59,7 @@ var _ KV = (*Txn)(nil)
 
 // NewTxn returns a Txn over s, refusing writes whose changelog record
 // would exceed maxRecordBytes (the changelog's max.message.bytes, and at
-// most the producer's kgo.ProducerBatchMaxBytes; 0: no limit).
+// most the producer's batch limit for it; 0: no limit).
 func NewTxn(s Store, maxRecordBytes int) *Txn {
 	return &Txn{store: s, max: maxRecordBytes, dirty: map[string][]byte{}}
 }
