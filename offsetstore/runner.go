@@ -138,9 +138,10 @@ func OnHandlerError(p ErrorPolicy) Option { return func(c *config) { c.policy = 
 
 // MirrorToKafka makes the runner copy each committed batch's offsets to the
 // Kafka group after the database commit, so that lag dashboards that read
-// Kafka's committed offsets keep working. It is best effort (a failure is
-// logged), and the copies are never read back: the database alone decides
-// where consumption resumes. Default: off.
+// Kafka's committed offsets keep working; under [Stop], the records
+// committed before the one Run stops on are copied before Run returns. It
+// is best effort (a failure is logged), and the copies are never read
+// back: the database alone decides where consumption resumes. Default: off.
 func MirrorToKafka() Option { return func(c *config) { c.mirror = true } }
 
 // Owner names this instance in the offsets table's owner column, for
@@ -459,14 +460,16 @@ func (r *Runner) failed(ctx context.Context, cl *kgo.Client, recs []*kgo.Record,
 func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
 	st := newBatchState()
 	for attempt := 1; ; attempt++ {
-		_, stop, err := r.commit(ctx, recs, st)
+		applied, stop, err := r.commit(ctx, recs, st)
 		var stale *staleError
 		var retry *retryError
 		var stopped *stopError
 		var herr *handlerError
 		switch {
 		case err == nil && stop != nil:
-			return stop // the records before it committed
+			// The records before it committed: with MirrorToKafka, their
+			// offsets go to Kafka before Run returns stop.
+			return &consume.PartlyCommitted{Committed: applied, Err: stop}
 		case err == nil:
 			return nil
 		case errors.As(err, &stale):

@@ -633,7 +633,9 @@ func TestDeadLetterAndStopPolicies(t *testing.T) {
 		return load(nil)(ctx, tx, recs)
 	}
 
-	stopper := b.start(t, h)
+	// Mirrored: the 37 records committed before the stop have their
+	// offsets in Kafka too, once Run returned.
+	stopper := b.start(t, h, offsetstore.MirrorToKafka())
 	err := stopper.wait(t, time.Minute)
 	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Topic != b.topic || rerr.Offset != 37 {
@@ -641,6 +643,13 @@ func TestDeadLetterAndStopPolicies(t *testing.T) {
 	}
 	if got := b.rows(t); got != 37 {
 		t.Fatalf("%d rows after stopping at offset 37, want the 37 before it", got)
+	}
+	fetched, err := b.k.Admin.FetchOffsets(context.Background(), b.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := fetched.Lookup(b.topic, 0); !ok || o.At != 37 {
+		t.Fatalf("Kafka holds offset %d (found: %v) for the group after the stop, want 37: the mirror missed the records committed before it", o.At, ok)
 	}
 
 	parker := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()))

@@ -30,7 +30,8 @@ type Runner struct {
 	Start func(ctx context.Context, cl *kgo.Client) error
 	// Commit commits one batch: the records of one poll (Concurrency 1),
 	// or of one partition, in offset order. It returns nil once they
-	// are committed, ctx's error once ctx ended, or an error for Failed.
+	// are committed, ctx's error once ctx ended, or an error for Failed
+	// (a *PartlyCommitted when it committed the records before it).
 	Commit func(ctx context.Context, cl *kgo.Client, batch []*kgo.Record) error
 	// Failed runs for a batch whose Commit returned an error not ctx's:
 	// in the poll loop, while the poll holds the rebalance, or in the
@@ -298,20 +299,39 @@ func (s *session) settle() error {
 // the batch's) it returns. A batch that ended with Run's work (it rolled
 // back: its records are read again) or was dropped counts as neither.
 func (s *session) outcome(cl *kgo.Client, b *batch) error {
+	err := b.err // b.err is read by the lane's next batch: not rewritten
+	if part, ok := err.(*PartlyCommitted); ok {
+		if s.commits != nil {
+			s.commits.Add(part.Committed...)
+		}
+		err = part.Err
+	}
 	switch {
-	case b.err == nil:
+	case err == nil:
 		if s.commits != nil {
 			s.commits.Add(b.recs...)
 		}
 		return nil
-	case errors.Is(b.err, errDropped) || s.work.Err() != nil:
+	case errors.Is(err, errDropped) || s.work.Err() != nil:
 		return nil
 	case s.core.run.Failed == nil:
-		return b.err
+		return err
 	default:
-		return s.core.run.Failed(s.work, cl, b.recs, b.err)
+		return s.core.run.Failed(s.work, cl, b.recs, err)
 	}
 }
+
+// PartlyCommitted is the error of a Commit that committed the first
+// records of its batch and stopped on Err (offsetstore's Stop policy):
+// their offsets go to Kafka as a committed batch's do, and the batch's
+// error is Err, as if Commit had returned it.
+type PartlyCommitted struct {
+	Committed []*kgo.Record
+	Err       error
+}
+
+func (e *PartlyCommitted) Error() string { return e.Err.Error() }
+func (e *PartlyCommitted) Unwrap() error { return e.Err }
 
 // release takes b out of its lane, and reports whether its partition was
 // paused and now has room. s.mu is held.
