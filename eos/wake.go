@@ -32,8 +32,10 @@ type pollFunc = func(ctx context.Context, maxRecords int) kgo.Fetches
 
 // interruptible returns poll ending early (with no records) when wake, a
 // channel of one slot that its senders fill without blocking, receives. A
-// wake taken as the poll returns is put back for the next poll, so that
-// none is lost; a spare one costs an empty poll.
+// wake taken as the poll returns is put back for the next poll (a spare
+// one costs an empty poll); one taken in the instant between the poll's
+// return and its context's end is dropped, which the loop, going round
+// anyway, does not miss: a wake carries no state.
 func interruptible(poll pollFunc, wake chan struct{}) pollFunc {
 	return func(ctx context.Context, n int) kgo.Fetches {
 		ctx, cancel := context.WithCancel(ctx)

@@ -185,7 +185,13 @@ func (b *bed) explain(runs map[string]*running) string {
 	} else {
 		out.WriteString(group + "; ")
 	}
-	rows, err := b.pool.Query(ctx, `SELECT pid, coalesce(state, ''), coalesce(wait_event_type, ''), coalesce(wait_event, ''),
+	// A connection of its own: the stall may hold the runners' pool.
+	conn, err := pgx.Connect(ctx, b.dbURL)
+	if err != nil {
+		return out.String() + "sessions: " + err.Error()
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT pid, coalesce(state, ''), coalesce(wait_event_type, ''), coalesce(wait_event, ''),
 		coalesce(extract(epoch FROM now() - xact_start)::int, -1), left(query, 80)
 		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
 	if err != nil {
@@ -199,6 +205,9 @@ func (b *bed) explain(runs map[string]*running) string {
 			return out.String() + "sessions: " + err.Error()
 		}
 		fmt.Fprintf(&out, "session %d %s wait %s/%s in transaction %d s: %q; ", pid, state, waitType, wait, age, query)
+	}
+	if err := rows.Err(); err != nil {
+		return out.String() + "sessions: " + err.Error()
 	}
 	st := b.pool.Stat()
 	fmt.Fprintf(&out, "pool: %d of %d connections acquired", st.AcquiredConns(), st.MaxConns())

@@ -17,7 +17,8 @@ import (
 // joins meanwhile joins that rebalance, taking the leaver's partitions,
 // free, and revoking nothing. In a cooperative group's first round the
 // partitions being moved are assigned to no one, so full coverage also
-// tells that the second round is over.
+// tells that the second round is over. It reads a classic group (the
+// protocol franz-go uses unless kgo.ServerSideBalancer opts into KIP-848).
 func GroupSettled(ctx context.Context, adm *kadm.Client, group, topic string, members, partitions int) (bool, string, error) {
 	groups, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
