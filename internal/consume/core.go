@@ -294,25 +294,36 @@ func (s *session) settle() error {
 	return s.failed
 }
 
-// outcome applies how b ended: a committed batch's offsets are queued for
-// Kafka; a failed one goes to Runner.Failed, whose error (or, with none,
-// the batch's) it returns. A batch that ended with Run's work (it rolled
-// back: its records are read again) or was dropped counts as neither.
+// outcome applies how b ended: what it committed has its offsets queued
+// for Kafka (committed), and a failure goes to Runner.Failed (failure).
 func (s *session) outcome(cl *kgo.Client, b *batch) error {
+	return s.failure(cl, b, s.committed(b))
+}
+
+// committed queues for Kafka the offsets of what b committed (all of it,
+// or the records before the one it stopped on: *PartlyCommitted), and
+// returns b's failure, nil if it committed whole.
+func (s *session) committed(b *batch) error {
 	err := b.err // b.err is read by the lane's next batch: not rewritten
+	var done []*kgo.Record
 	if part, ok := err.(*PartlyCommitted); ok {
-		if s.commits != nil {
-			s.commits.Add(part.Committed...)
-		}
-		err = part.Err
+		done, err = part.Committed, part.Err
+	} else if err == nil {
+		done = b.recs
 	}
+	if s.commits != nil {
+		s.commits.Add(done...)
+	}
+	return err
+}
+
+// failure applies b's failure err (from committed): it goes to
+// Runner.Failed, whose error (or, with none, err) it returns. A batch
+// that ended with Run's work (it rolled back: its records are read again)
+// or was dropped ends nothing.
+func (s *session) failure(cl *kgo.Client, b *batch, err error) error {
 	switch {
-	case err == nil:
-		if s.commits != nil {
-			s.commits.Add(b.recs...)
-		}
-		return nil
-	case errors.Is(err, errDropped) || s.work.Err() != nil:
+	case err == nil || errors.Is(err, errDropped) || s.work.Err() != nil:
 		return nil
 	case s.core.run.Failed == nil:
 		return err

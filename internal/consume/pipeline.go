@@ -147,12 +147,12 @@ func (s *session) takeBack(cl *kgo.Client, parts map[string][]int32, commit bool
 		}
 	}
 	s.mu.Unlock()
-	// The committed batches first: their offsets go to Kafka before the
-	// group hands the partitions over.
-	for _, b := range ended {
-		if b.err == nil {
-			_ = s.outcome(cl, b)
-		}
+	// What the batches committed first (a batch stopped on a record may
+	// have committed the records before it): their offsets go to Kafka
+	// before the group hands the partitions over.
+	failures := make([]error, len(ended))
+	for i, b := range ended {
+		failures[i] = s.committed(b)
 	}
 	if commit && s.commits != nil {
 		_ = s.commits.Commit(s.work, cl, s.core.run.CommitWhat)
@@ -166,11 +166,8 @@ func (s *session) takeBack(cl *kgo.Client, parts map[string][]int32, commit bool
 	// The failed ones once the runner forgot the partitions, so that
 	// Failed moves nothing of theirs back (a refused batch is the next
 	// owner's to read); one that failed for good still ends Run.
-	for _, b := range ended {
-		if b.err == nil {
-			continue
-		}
-		if err := s.outcome(cl, b); err != nil {
+	for i, b := range ended {
+		if err := s.failure(cl, b, failures[i]); err != nil {
 			s.mu.Lock()
 			if s.failed == nil {
 				s.failed = err
