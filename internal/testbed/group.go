@@ -6,11 +6,14 @@ import (
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/eoskit/eoskit"
 )
 
 // GroupSettled reports whether group's coordinator holds it Stable with
-// exactly members members whose assignments cover every one of topic's
-// partitions, and otherwise says what it holds. A runner's own view of its
+// one member per view given (a runner's Health), the members' assignments
+// covering every one of topic's partitions and so do the views (each
+// runner took its assignment in); otherwise it says what it saw. A runner's own view of its
 // partitions is not enough to tell that a rebalance has ended: after a
 // member leaves, the others still hold their partitions of the generation
 // before while the coordinator waits for them to rejoin, and a member that
@@ -19,7 +22,7 @@ import (
 // partitions being moved are assigned to no one, so full coverage also
 // tells that the second round is over. It reads a classic group (the
 // protocol franz-go uses unless kgo.ServerSideBalancer opts into KIP-848).
-func GroupSettled(ctx context.Context, adm *kadm.Client, group, topic string, members, partitions int) (bool, string, error) {
+func GroupSettled(ctx context.Context, adm *kadm.Client, group, topic string, partitions int, views ...eoskit.Health) (bool, string, error) {
 	groups, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
 		return false, "", err
@@ -48,5 +51,12 @@ func GroupSettled(ctx context.Context, adm *kadm.Client, group, topic string, me
 		}
 		desc += fmt.Sprintf(" %s %v", m.MemberID, parts)
 	}
-	return g.State == "Stable" && len(g.Members) == members && len(covered) == partitions, desc, nil
+	seen := map[int32]bool{}
+	for _, v := range views {
+		for _, p := range v.Assigned[topic] {
+			seen[p] = true
+		}
+	}
+	desc += fmt.Sprintf("; the %d runners' own views cover %d of %d partitions", len(views), len(seen), partitions)
+	return g.State == "Stable" && len(g.Members) == len(views) && len(covered) == partitions && len(seen) == partitions, desc, nil
 }
