@@ -325,8 +325,29 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !full && !soakOnly {
+		// make test's subset: each scenario on a broker of its own, beside
+		// the outbox's (TestChaosOutbox) and each other's.
+		t.Parallel()
+	}
 	bin := buildCopier(t)
-	var rows []string
+	var mu sync.Mutex
+	rows := map[string]string{} // by subtest name: the table keeps the matrix's order
+	var order []string
+	t.Cleanup(func() {
+		var lines []string
+		for _, name := range order {
+			if row, ok := rows[name]; ok {
+				lines = append(lines, row)
+			}
+		}
+		table := "| path | scenario | faults injected | records (committed, aborted in the input) | copier processes | fenced zombies | hanging transactions closed | stale commits refused | aborted records in the log | concurrent read_committed read (a prefix) | verifier | time |\n" +
+			"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n" + strings.Join(lines, "\n")
+		t.Log("\n" + table)
+		if out := os.Getenv("EOS_CHAOS_TABLE"); out != "" {
+			_ = os.WriteFile(out, []byte(table+"\n"), 0o644)
+		}
+	})
 	for _, path := range paths {
 		for _, sc := range scenarios {
 			switch {
@@ -354,18 +375,22 @@ func TestChaos(t *testing.T) {
 			if sc.soak != nil {
 				n = sc.soak.records
 			}
-			t.Run(path+"/"+sc.name, func(t *testing.T) {
+			name := path + "/" + sc.name
+			order = append(order, name)
+			t.Run(name, func(t *testing.T) {
+				if !full && !soakOnly {
+					// A scenario of the subset strikes its own broker
+					// and copiers (and, for the database paths, a
+					// database of its own): they run side by side.
+					t.Parallel()
+				}
 				row := runScenario(t, root, bin, path, sc, n)
-				rows = append(rows, row)
+				mu.Lock()
+				rows[name] = row
+				mu.Unlock()
 				t.Log("row: " + row) // as soon as it is known (with -v): a run cut short keeps it
 			})
 		}
-	}
-	table := "| path | scenario | faults injected | records (committed, aborted in the input) | copier processes | fenced zombies | hanging transactions closed | stale commits refused | aborted records in the log | concurrent read_committed read (a prefix) | verifier | time |\n" +
-		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n" + strings.Join(rows, "\n")
-	t.Log("\n" + table)
-	if out := os.Getenv("EOS_CHAOS_TABLE"); out != "" {
-		_ = os.WriteFile(out, []byte(table+"\n"), 0o644)
 	}
 }
 

@@ -17,6 +17,7 @@
 // the changelog). count-naive, counting outside the transaction, is the
 // negative control, which must fail that check.
 //
-// make test runs one scenario per path; make chaos runs the full matrix and
-// prints its table. The package holds tests only.
+// make test runs one scenario per path, side by side (each on a broker of
+// its own); make chaos runs the full matrix, one scenario after another,
+// and prints its table. The package holds tests only.
 package chaos

@@ -111,6 +111,10 @@ func TestChaosOutbox(t *testing.T) {
 	records := 20_000
 	if full {
 		records = 100_000
+	} else {
+		// make test's subset: a broker and a PostgreSQL of its own, beside
+		// TestChaos's scenarios (one after another here: the table's order).
+		t.Parallel()
 	}
 	bin := buildCopier(t)
 	var rows []string
