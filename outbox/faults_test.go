@@ -34,7 +34,10 @@ func TestStalledRelayIsFencedByItsReplacement(t *testing.T) {
 	b := newBed(t, integration.Kafka(t))
 	stalled, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	zombie := b.start(t, outbox.ClientOptions(kgo.TransactionTimeout(5*time.Second)), outbox.StatusInterval(time.Second),
+	// Its replication session, no longer kept alive past its transaction
+	// timeout, ends 5 s later (wal_sender_timeout), not a minute.
+	zombie := b.startOn(t, poolWithWalSenderTimeout(t, b.url, 5*time.Second, nil),
+		outbox.ClientOptions(kgo.TransactionTimeout(5*time.Second)), outbox.StatusInterval(time.Second),
 		outbox.BeforeCommit(func() { once.Do(func() { close(stalled); <-release }) }))
 	wrote := make(chan error, 1)
 	go func() { wrote <- b.load.Write(context.Background(), 3000, 4, 20) }()

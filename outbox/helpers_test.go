@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,43 @@ func newBedOn(t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool, url
 	return b
 }
 
+// poolWithWalSenderTimeout opens a pool on url (as cfg, when given, sets
+// it up) whose connections, the relay's replication ones included (they
+// take the pool's settings), ask for a wal_sender_timeout of d: PostgreSQL
+// ends a replication session that answers nothing for d (60 s by default),
+// so a stalled relay's slot is free after d rather than a minute.
+func poolWithWalSenderTimeout(t *testing.T, url string, d time.Duration, cfg func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	c, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg != nil {
+		cfg(c)
+	}
+	c.ConnConfig.RuntimeParams["wal_sender_timeout"] = fmt.Sprintf("%dms", d.Milliseconds())
+	pool, err := pgxpool.NewWithConfig(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var got string
+	if err := pool.QueryRow(context.Background(), `SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'`).Scan(&got); err != nil || got != strconv.FormatInt(d.Milliseconds(), 10) {
+		t.Fatalf("wal_sender_timeout on the pool's connections is %q ms (%v); want %d", got, err, d.Milliseconds())
+	}
+	return pool
+}
+
+// startOn runs a relay on pool (not the bed's) with the bed's options.
+func (b *bed) startOn(t *testing.T, pool *pgxpool.Pool, extra ...outbox.Option) *running {
+	t.Helper()
+	r, err := outbox.NewRelay(pool, b.opts(t, extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startRelay(t, r)
+}
+
 func (b *bed) opts(t testing.TB, extra ...outbox.Option) []outbox.Option {
 	return append([]outbox.Option{
 		outbox.Brokers(b.k.Brokers...), outbox.PositionTopic(b.positions),
@@ -107,11 +145,7 @@ type running struct {
 
 func (b *bed) start(t *testing.T, extra ...outbox.Option) *running {
 	t.Helper()
-	r, err := outbox.NewRelay(b.pool, b.opts(t, extra...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startRelay(t, r)
+	return b.startOn(t, b.pool, extra...)
 }
 
 // startRelay runs r until the test ends (or stop).

@@ -2,12 +2,10 @@ package outbox_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
@@ -28,24 +26,10 @@ func TestKafkaOutageLongerThanWalSenderTimeoutDoesNotStopALoneRelay(t *testing.T
 	pool, url := integration.PostgresWithURL(t)
 	b := newBedOn(t, cluster.KafkaCluster, pool, url)
 
-	// The relay's connections, its replication ones included (they take
-	// the pool's settings), ask for a 3 s wal_sender_timeout: a session
-	// that answers nothing for 3 s is ended by PostgreSQL.
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A session of the relay that answers nothing for 3 s is ended by
+	// PostgreSQL.
 	const walSenderTimeout = 3 * time.Second
-	cfg.ConnConfig.RuntimeParams["wal_sender_timeout"] = fmt.Sprintf("%dms", walSenderTimeout.Milliseconds())
-	relayPool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(relayPool.Close)
-	var got string
-	if err := relayPool.QueryRow(context.Background(), `SHOW wal_sender_timeout`).Scan(&got); err != nil || got != "3s" {
-		t.Fatalf("wal_sender_timeout on the relay's connections is %q (%v); want 3s", got, err)
-	}
+	relayPool := poolWithWalSenderTimeout(t, url, walSenderTimeout, nil)
 
 	const txnTimeout = 20 * time.Second
 	r, err := outbox.NewRelay(relayPool, outbox.Brokers(px.Brokers...), outbox.PositionTopic(b.positions),
@@ -139,16 +123,7 @@ func TestRelayFencedWithNoOtherRelayOnTheSlotRestarts(t *testing.T) {
 	k := integration.Kafka(t)
 	pool, url := integration.PostgresWithURL(t)
 	b := newBedOn(t, k, pool, url)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["wal_sender_timeout"] = "2000ms"
-	relayPool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(relayPool.Close)
+	relayPool := poolWithWalSenderTimeout(t, url, 2*time.Second, nil)
 
 	txnID := integration.UniqueName(t, "relay")
 	stalled, release := make(chan struct{}), make(chan struct{})

@@ -417,16 +417,12 @@ func TestRelayRunsAsAReplicationRoleWithoutSuperuser(t *testing.T) {
 	if _, err := admin.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+ident+`; GRANT CREATE ON SCHEMA public TO `+ident); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "relay"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	// Stalled past its transaction timeout, the relay stops keeping its
+	// replication session alive, and PostgreSQL ends it 5 s later
+	// (wal_sender_timeout), not a minute.
+	pool := poolWithWalSenderTimeout(t, url, 5*time.Second, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "relay"
+	})
 	var super bool
 	if err := pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil || super {
 		t.Fatalf("the test role is a superuser (%v)", err)
@@ -435,7 +431,7 @@ func TestRelayRunsAsAReplicationRoleWithoutSuperuser(t *testing.T) {
 	stalled, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	var armed atomic.Bool
-	zombie := b.start(t, outbox.StatusInterval(time.Second), outbox.BeforeCommit(func() {
+	zombie := b.start(t, outbox.StatusInterval(time.Second), outbox.ClientOptions(kgo.TransactionTimeout(10*time.Second)), outbox.BeforeCommit(func() {
 		if armed.Load() {
 			once.Do(func() { close(stalled); <-release })
 		}
@@ -465,10 +461,10 @@ func TestRelayRunsAsAReplicationRoleWithoutSuperuser(t *testing.T) {
 	}
 	<-stalled
 	committed := b.committed(t)
-	// The stalled relay sends PostgreSQL no status while it waits, so
-	// wal_sender_timeout (60 s) bounds how long its session outlives the
-	// stall: the wait must outlast that, with room for the replacement to
-	// take the slot and publish (a minute alone failed make test once).
+	// Past its transaction timeout (10 s) the stalled relay sends
+	// PostgreSQL no status, so wal_sender_timeout (5 s) bounds how long its
+	// session outlives the stall: the wait outlasts both, with room for
+	// the replacement to take the slot and publish.
 	waitFor(t, 2*time.Minute, "every committed record", func() bool { return b.published(t) >= len(committed) })
 	close(release)
 	if err := zombie.wait(time.Minute); !errors.Is(err, eos.ErrFenced) {
