@@ -109,6 +109,7 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 			c.state.others = kgo.UniformBytesPartitioner(64<<10, true, true, nil) // franz-go's default
 		}
 		c.state.batchMax, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
+		c.state.requestMax = produceRequestMax(cl)
 	}
 	cl.Close()
 	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {

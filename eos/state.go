@@ -32,22 +32,48 @@ type stateConfig struct {
 	restoreTimeout time.Duration
 	updates        string
 	// others is the partitioner of every record but the changelog's (see
-	// changelogPartitioner), and batchMax the producer's batch limit per
-	// topic (kgo.ProducerBatchMaxBytesFn), learnt by NewProcessor.
-	others   kgo.Partitioner
-	batchMax func(topic string) int32
+	// changelogPartitioner), batchMax the producer's batch limit per
+	// topic (kgo.ProducerBatchMaxBytesFn), and requestMax what of a
+	// produce request is left for a batch once the request's own fields
+	// are written (kgo.BrokerMaxWriteBytes less the fields' bytes but the
+	// topic's name): all learnt by NewProcessor.
+	others     kgo.Partitioner
+	batchMax   func(topic string) int32
+	requestMax int
 }
 
 // recordLimit is the largest state record the producer sends to topic:
-// its batch limit there. Unknown (no function, or none for the topic),
-// the topic's own limit is the only one.
+// its batch limit there, or what a produce request leaves for the batch
+// if that is less (as franz-go bounds a batch). Unknown (no function, or
+// none for the topic), the topic's own limit is the only one.
 func (c *stateConfig) recordLimit(topic string) int {
+	limit := math.MaxInt32
 	if c.batchMax != nil {
 		if n := c.batchMax(topic); n > 0 {
-			return int(n)
+			limit = int(n)
 		}
 	}
-	return math.MaxInt32
+	if c.requestMax > 0 {
+		limit = min(limit, c.requestMax-len(topic))
+	}
+	return limit
+}
+
+// produceRequestMax is what a produce request of cl leaves for one
+// batch, but for the topic's name: kgo.BrokerMaxWriteBytes less the
+// request's header and fields, counted as franz-go counts them (its
+// sink's maxRecordBatchBytesForTopic). 0 when unknown.
+func produceRequestMax(cl *kgo.Client) int {
+	limit, _ := cl.OptValue(kgo.BrokerMaxWriteBytes).(int32)
+	if limit <= 0 {
+		return 0
+	}
+	clientID, _ := cl.OptValue(kgo.ClientID).(string)
+	txnID, _ := cl.OptValue(kgo.TransactionalID).(string)
+	const fields = 4 + 2 + 2 + 4 + 2 + // the request header: length, key, version, correlation id, client id's length
+		2 + 2 + 4 + 4 + 1 + // transactional id's length, acks, timeout, topics' count, tagged fields
+		2 + 4 + 4 + 4 // the topic name's length, partitions' count, the partition, the records' length
+	return int(limit) - fields - len(clientID) - len(txnID)
 }
 
 // Changelog makes the processor stateful: each input partition gets a

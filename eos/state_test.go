@@ -212,25 +212,41 @@ func checkView(t *testing.T, want map[string]string, views ...*eos.StateView) {
 // until Run gave up.
 func TestAFailedRecordLeavesNoStateWrite(t *testing.T) {
 	t.Parallel()
-	t.Run("topic limit", func(t *testing.T) { failedRecordLeavesNoStateWrite(t, true) })
-	t.Run("producer limit for the topic", func(t *testing.T) { failedRecordLeavesNoStateWrite(t, false) })
+	t.Run("topic limit", func(t *testing.T) { failedRecordLeavesNoStateWrite(t, "topic") })
+	t.Run("producer limit for the topic", func(t *testing.T) { failedRecordLeavesNoStateWrite(t, "batch") })
+	t.Run("produce request limit", func(t *testing.T) { failedRecordLeavesNoStateWrite(t, "request") })
 }
 
-func failedRecordLeavesNoStateWrite(t *testing.T, topicLimit bool) {
+// failedRecordLeavesNoStateWrite counts with writes of 6,000 bytes that
+// the limit of the updates topic refuses: its max.message.bytes (limit
+// "topic"), the producer's batch limit for it ("batch"), or the
+// producer's request limit, kgo.BrokerMaxWriteBytes, under batch limits
+// that would take them ("request").
+func failedRecordLeavesNoStateWrite(t *testing.T, limit string) {
 	t.Parallel()
 	k := integration.Kafka(t)
 	in, dlt := k.NewTopic(2), k.NewTopic(1)
 	updates := integration.UniqueName(t, "updates")
 	var configs map[string]*string
 	var clientOpts []kgo.Opt
-	if small := "4096"; topicLimit {
+	switch small := "4096"; limit {
+	case "topic":
 		configs = map[string]*string{"max.message.bytes": &small}
-	} else {
+	case "batch":
 		clientOpts = append(clientOpts, kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
 			if topic == updates {
 				return 4096
 			}
 			return 1_000_012 // kgo's default
+		}))
+	case "request":
+		// kgo refuses a batch limit above the request limit only for
+		// the function's answer for no topic.
+		clientOpts = append(clientOpts, kgo.BrokerMaxWriteBytes(5000), kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if topic == "" {
+				return 4096
+			}
+			return 1_000_012
 		}))
 	}
 	k.CreateTopic(updates, 2, configs)
