@@ -53,7 +53,7 @@ demo:
 chaos:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/chaos.md
-	@scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 330m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
+	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 330m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
 	@scripts/results.sh "make chaos" docs/chaos.md .eoskit/chaos.md
 
 # Runs only the soak of make chaos, and puts its table into docs/chaos.md
@@ -61,7 +61,7 @@ chaos:
 soak:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/soak.md
-	@scripts/with-services.sh bash -c 'EOS_CHAOS=soak EOS_CHAOS_TABLE=$$PWD/.eoskit/soak.md go test -count=1 -timeout 120m -run TestChaos ./chaos; rc=$$?; cat .eoskit/soak.md 2>/dev/null; exit $$rc'
+	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=soak EOS_CHAOS_TABLE=$$PWD/.eoskit/soak.md go test -count=1 -timeout 120m -run TestChaos ./chaos; rc=$$?; cat .eoskit/soak.md 2>/dev/null; exit $$rc'
 	@scripts/results.sh "make soak" docs/chaos.md .eoskit/soak.md
 
 # Runs every eos test on Apache Kafka 3.9.1 (transaction protocol v1) as

@@ -61,7 +61,7 @@ configure_cluster() {
 		echo "$i 127.0.0.1:${ports[4 * i - 1]} 127.0.0.1:${ports[4 * i - 2]}" >>"$CLUSTER_DIR/proxies.tmp"
 	done
 	local cluster_id
-	cluster_id=$("$JAVA" -cp "$LIB_DIR/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+	cluster_id=$(new_cluster_id)
 	# With EOSKIT_KAFKA_SASL=1, as scripts/kafka.sh, on both the broker
 	# and the proxied listener.
 	local proto=PLAINTEXT
@@ -105,8 +105,8 @@ group.min.session.timeout.ms=1000$SECURITY
 EOF
 		echo "127.0.0.1:${ports[4 * i - 4]}" >"$STATE_DIR/bootstrap"
 		write_log4j
-		# shellcheck disable=SC2046 # the flag is two words
-		"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
+		# shellcheck disable=SC2046,SC2086 # the flag is two words; options, split on spaces
+		"$JAVA" ${EOSKIT_KAFKA_JVM_OPTS:-} -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 			kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
 			$(format_features) ${SCRAM[@]+"${SCRAM[@]}"} >"$STATE_DIR/logs/format.log" 2>&1 ||
 			{ cat "$STATE_DIR/logs/format.log" >&2; rm -rf "$CLUSTER_DIR"; die "storage format of node $i failed"; }

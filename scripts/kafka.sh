@@ -28,6 +28,9 @@
 #                     plaintext broker make test uses
 #   EOSKIT_OWNER_PID  when set (tests set it to their own pid), a watchdog stops
 #                     the broker once that process is gone, however it ended
+#   EOSKIT_KAFKA_JVM_OPTS  more options for the broker's JVM and its storage
+#                     format (the tests' private brokers get
+#                     -XX:TieredStopAtLevel=1 from internal/testbed)
 set -euo pipefail
 
 DEFAULT_KAFKA_VERSION=4.4.0
@@ -97,12 +100,25 @@ logger.zk.level = WARN
 EOF
 }
 
+# new_cluster_id prints a cluster id as StorageTool random-uuid does (16
+# random bytes, base64url without padding, not starting with "-"), without
+# starting a JVM for it.
+new_cluster_id() {
+	local id
+	while :; do
+		id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+		[[ $id == -* ]] || break
+	done
+	echo "$id"
+}
+
 # launch_broker HEAP starts the broker of $STATE_DIR in the background and
 # records its pid. setsid: the broker must not get the terminal's signals
 # (a Ctrl-C on make is handled by make's trap, which stops it cleanly).
 # With EOSKIT_OWNER_PID set, a watchdog stops it once that process is gone.
 launch_broker() {
-	setsid "$JAVA" -Xms"$1" -Xmx"$1" -XX:+UseG1GC -Djava.awt.headless=true \
+	# shellcheck disable=SC2086 # options, split on spaces
+	setsid "$JAVA" -Xms"$1" -Xmx"$1" -XX:+UseG1GC ${EOSKIT_KAFKA_JVM_OPTS:-} -Djava.awt.headless=true \
 		-Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 		-Dkafka.logs.dir="$STATE_DIR/logs" \
 		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
@@ -191,9 +207,9 @@ EOF
 	write_log4j
 	echo "127.0.0.1:$broker_port" >"$STATE_DIR/bootstrap"
 	local cluster_id
-	cluster_id=$("$JAVA" -cp "$LIB_DIR/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
-	# shellcheck disable=SC2046 # the flag is two words
-	"$JAVA" -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
+	cluster_id=$(new_cluster_id)
+	# shellcheck disable=SC2046,SC2086 # the flag is two words; options, split on spaces
+	"$JAVA" ${EOSKIT_KAFKA_JVM_OPTS:-} -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 		kafka.tools.StorageTool format -t "$cluster_id" -c "$STATE_DIR/server.properties" \
 		--standalone $(format_features) ${SCRAM[@]+"${SCRAM[@]}"} >"$STATE_DIR/logs/format.log" 2>&1 ||
 		{ cat "$STATE_DIR/logs/format.log" >&2; rm -f "$STATE_DIR/server.properties"; die "storage format failed"; }
