@@ -220,7 +220,7 @@ func TestMissingDeadLetterTopicIsAConfigErrorWithinSeconds(t *testing.T) {
 // epoch, and the processor's next request fails with an epoch error. That
 // is not another instance taking the transactional id: the processor must
 // start a new session and go on, every input copied once, with the abort
-// counted as the coordinator's timeout. Before, Run returned ErrFenced,
+// counted as a timeout, not a fencing. Before, Run returned ErrFenced,
 // documented as final, and the copy stopped. The handler holds until the
 // coordinator shows the transaction aborted (its check for timed-out
 // transactions runs every 10 s by default), so the fault is certain.
@@ -262,8 +262,14 @@ func TestProcessorOutlivingItsTransactionTimeoutIsNotFenced(t *testing.T) {
 	default:
 		t.Fatal("the handler never held a transaction past its timeout")
 	}
-	if reasons := metrics.abortReasons(); !strings.Contains(reasons, "timeout") || metrics.fenced.Load() != 0 {
-		t.Fatalf("aborts %q, fencings %d: want the coordinator's timeout counted, and no fencing", reasons, metrics.fenced.Load())
+	// The handler returns past the budget, so the processor ends the
+	// transaction itself: mostly its abort fails with the epoch error of
+	// the coordinator's abort, counted "timeout"; sometimes the
+	// coordinator accepts it and the processor counts its own "budget"
+	// (once in a loaded make test, 2026-12-03, every input copied once).
+	// Either is right; a fencing is not.
+	if reasons := metrics.abortReasons(); !strings.Contains(reasons, "timeout") && !strings.Contains(reasons, "budget") || metrics.fenced.Load() != 0 {
+		t.Fatalf("aborts %q, fencings %d: want the transaction's timeout counted (the coordinator's, or the processor's budget), and no fencing", reasons, metrics.fenced.Load())
 	}
 	t.Logf("aborts: %s; verifier: %v", metrics.abortReasons(), k.VerifyInputs(inputs, out, verifyTimeout))
 }

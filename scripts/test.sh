@@ -30,10 +30,7 @@ mkdir -p .eoskit
 scripts/containers.sh prepare >.eoskit/containers-prepare.log 2>&1 &
 prepare=$!
 containers_ran=
-compat=
 finish() {
-	# scripts/compat.sh stops the broker it started as it ends.
-	[ -z "$compat" ] || wait "$compat" 2>/dev/null || true
 	if kill -0 "$prepare" 2>/dev/null; then
 		echo "test.sh: waiting for the containers suite's preparation (its log: .eoskit/containers-prepare.log)" >&2
 	fi
@@ -59,22 +56,18 @@ for p in $slow; do
 done
 mapfile -t rest < <(grep -vxF -f <(echo "$slow") <<<"$all")
 go test -race -count=1 -parallel 4 -timeout 25m $slow "${rest[@]}" || rc=$?
-# The protocol-dependent eos fault tests again on Kafka 3.9 (transaction
-# protocol v1; make compat runs all of eos there), beside the containers
-# suite: each on brokers of its own, and lighter together than the
-# packages above two at a time (one after the other they took 2 and 4
-# minutes). Its output follows the suite's.
-scripts/compat.sh >.eoskit/compat.log 2>&1 &
-compat=$!
 # The containers suite: the test kit's container tests and a subset of the tests with every service
 # in a Docker container (testcontainers-go), on images built here.
 wait "$prepare" || echo "test.sh: preparing the containers suite failed; scripts/containers.sh tries again" >&2
 sed 's/^/test.sh: (prepared meanwhile) /' .eoskit/containers-prepare.log >&2
 containers_ran=1
 scripts/containers.sh || rc=$?
-wait "$compat" || rc=$?
-compat=
-cat .eoskit/compat.log
+# The protocol-dependent eos fault tests again on Kafka 3.9 (transaction
+# protocol v1; make compat runs all of eos there), after the containers
+# suite: beside it (tried 2026-12-03) their brokers starved the
+# containers' three-node cluster, which did not log its start within
+# its two minutes.
+scripts/compat.sh || rc=$?
 # No broker, copier or loader that a test started may outlive the tests.
 scripts/leftovers.sh || rc=1
 exit "$rc"

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,13 +105,17 @@ const minReports = 40
 
 // churnRun is one pattern's run through the faults (see [Lab.churn]).
 type churnRun struct {
-	l         *Lab
-	p         Pattern
-	ctx       context.Context
-	start     launcher
-	feed      feeder
-	progress  func(context.Context) (done, total int64, err error)
-	group     func(context.Context) (groupView, error)
+	l        *Lab
+	p        Pattern
+	ctx      context.Context
+	start    launcher
+	feed     feeder
+	progress func(context.Context) (done, total int64, err error)
+	group    func(context.Context) (groupView, error)
+	// offsets describes the group's committed offsets against the
+	// input's ends, partition by partition, for a stall's error (nil:
+	// not described).
+	offsets   func(context.Context) (string, error)
 	gate      *gate
 	instances []*instance
 	launched  int
@@ -123,6 +129,16 @@ type churnRun struct {
 type groupView struct {
 	state     string
 	clientIDs map[string]bool
+	// assigned is each member's partitions of the input, as
+	// "client-id [0 2]", sorted.
+	assigned []string
+}
+
+func (v groupView) String() string {
+	if len(v.assigned) == 0 {
+		return v.state + ", no members"
+	}
+	return v.state + ", members " + strings.Join(v.assigned, ", ")
 }
 
 // churn runs a consumer-side pattern through the lab's faults, in order: an
@@ -135,12 +151,15 @@ type groupView struct {
 // the group to show the fault took hold. It writes the workload with feed,
 // part by part, and returns the faults with their evidence once progress
 // reports everything consumed and all instances stopped. Every wait is
-// bounded by l.StepTimeout and fails with a *StepError naming its step.
+// bounded by l.StepTimeout and fails with a *StepError naming its step,
+// the group's members and their partitions, and (offsets, if not nil) the
+// committed offsets of each partition.
 // Errors the faults are expected to cause (a fenced zombie) are not errors
 // of the run: the launcher filters them; any other error an instance
 // returns ends the run.
 func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder,
 	progress func(context.Context) (done, total int64, err error), group func(context.Context) (groupView, error),
+	offsets func(context.Context) (string, error),
 ) ([]string, error) {
 	if len(l.Reports) < minReports {
 		return nil, fmt.Errorf("eoslab: a run needs at least %d reports, not %d", minReports, len(l.Reports))
@@ -148,7 +167,7 @@ func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder,
 	ctx, cancelAll := context.WithCancel(ctx)
 	defer cancelAll()
 	r := &churnRun{l: l, p: p, ctx: ctx, start: start, feed: feed, progress: progress, group: group,
-		gate: newGate(l.RecordDelay), failed: make(chan error, 16)}
+		offsets: offsets, gate: newGate(l.RecordDelay), failed: make(chan error, 16)}
 	defer r.stopAll()
 	if err := r.faults(); err != nil {
 		return nil, err
@@ -296,7 +315,32 @@ func (r *churnRun) stopAll() {
 }
 
 func (r *churnRun) stalled(step string, began time.Time, err error) error {
-	return &StepError{Pattern: r.p.Name, Step: step, Waited: time.Since(began), Done: r.last, Total: r.total, Err: err}
+	e := &StepError{Pattern: r.p.Name, Step: step, Waited: time.Since(began), Done: r.last, Total: r.total, Err: err}
+	if errors.Is(err, ErrStalled) {
+		e.State = r.describeStall()
+	}
+	return e
+}
+
+// describeStall says where the group stood at a stall, within a few
+// seconds (an answer missing says why).
+func (r *churnRun) describeStall() string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 5*time.Second)
+	defer cancel()
+	var parts []string
+	if v, err := r.group(ctx); err != nil {
+		parts = append(parts, fmt.Sprintf("group not described: %v", err))
+	} else {
+		parts = append(parts, "group "+v.String())
+	}
+	if r.offsets != nil {
+		if o, err := r.offsets(ctx); err != nil {
+			parts = append(parts, fmt.Sprintf("offsets not read: %v", err))
+		} else {
+			parts = append(parts, "committed/end "+o)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // wait waits until d passes (ok), or fails the step when ctx ends, an
@@ -412,7 +456,7 @@ func (r *churnRun) pause(step string, d time.Duration) error {
 }
 
 // describeGroup returns a function reading the group's state and members.
-func describeGroup(adm *kadm.Client, group string) func(context.Context) (groupView, error) {
+func describeGroup(adm *kadm.Client, group, topic string) func(context.Context) (groupView, error) {
 	return func(ctx context.Context) (groupView, error) {
 		described, err := adm.DescribeGroups(ctx, group)
 		if err != nil {
@@ -425,7 +469,18 @@ func describeGroup(adm *kadm.Client, group string) func(context.Context) (groupV
 		v := groupView{state: d.State, clientIDs: map[string]bool{}}
 		for _, m := range d.Members {
 			v.clientIDs[m.ClientID] = true
+			var parts []int32
+			if a, ok := m.Assigned.AsConsumer(); ok {
+				for _, t := range a.Topics {
+					if t.Topic == topic {
+						parts = append(parts, t.Partitions...)
+					}
+				}
+			}
+			slices.Sort(parts)
+			v.assigned = append(v.assigned, fmt.Sprintf("%s %v", m.ClientID, parts))
 		}
+		slices.Sort(v.assigned)
 		return v, nil
 	}
 }
@@ -453,5 +508,38 @@ func groupProgress(adm *kadm.Client, group, topic string) func(context.Context) 
 			}
 		})
 		return done, total, nil
+	}
+}
+
+// groupOffsets describes a group's committed offsets on topic against its
+// end offsets, partition by partition ("0: 610/1000, 1: 1000/1000").
+func groupOffsets(adm *kadm.Client, group, topic string) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return "", err
+		}
+		committed, err := adm.FetchOffsets(ctx, group)
+		if err == nil {
+			err = committed.Error()
+		}
+		if err != nil {
+			return "", err
+		}
+		var listed []kadm.ListedOffset
+		ends.Each(func(end kadm.ListedOffset) { listed = append(listed, end) })
+		slices.SortFunc(listed, func(a, b kadm.ListedOffset) int { return int(a.Partition - b.Partition) })
+		parts := make([]string, len(listed))
+		for i, end := range listed {
+			at := int64(-1) // nothing committed
+			if o, ok := committed.Lookup(topic, end.Partition); ok {
+				at = o.At
+			}
+			parts[i] = fmt.Sprintf("%d: %d/%d", end.Partition, at, end.Offset)
+		}
+		return strings.Join(parts, ", "), nil
 	}
 }

@@ -180,7 +180,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 		}
 		return err
 	}
-	faults, err := l.churn(ctx, p, start, feed, groupProgress(adm, name, in), describeGroup(adm, name))
+	faults, err := l.churn(ctx, p, start, feed, groupProgress(adm, name, in), describeGroup(adm, name, in), groupOffsets(adm, name, in))
 	if err != nil {
 		return result{}, err
 	}

@@ -37,11 +37,19 @@ type StepError struct {
 	// Err is ErrStalled, or what ended the wait early (an instance that
 	// failed, the context).
 	Err error
+	// State says where the group stood at a stall (ErrStalled): its
+	// members and their partitions, and each partition's committed
+	// offset against its end.
+	State string
 }
 
 func (e *StepError) Error() string {
-	return fmt.Sprintf("pattern %s: step %q ended after %s at %d of %d records committed: %v",
+	msg := fmt.Sprintf("pattern %s: step %q ended after %s at %d of %d records committed: %v",
 		e.Pattern, e.Step, e.Waited.Round(time.Millisecond), e.Done, e.Total, e.Err)
+	if e.State != "" {
+		msg += " (" + e.State + ")"
+	}
+	return msg
 }
 
 func (e *StepError) Unwrap() error { return e.Err }

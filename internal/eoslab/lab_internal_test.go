@@ -13,7 +13,8 @@ import (
 // TestLabStepThatCannotProgressFailsWithinItsBound checks the lab's
 // deadlines: a run whose consumers never commit, or whose handlers never
 // reach a fault, fails with a *StepError naming the pattern and the step,
-// wrapping ErrStalled, within its StepTimeout, instead of hanging.
+// wrapping ErrStalled and saying where the group stood, within its
+// StepTimeout, instead of hanging.
 func TestLabStepThatCannotProgressFailsWithinItsBound(t *testing.T) {
 	const bound = 2 * time.Second
 	for _, tc := range []struct {
@@ -33,7 +34,7 @@ func TestLabStepThatCannotProgressFailsWithinItsBound(t *testing.T) {
 				feed := func(context.Context, int, int) error { return nil }
 				progress := func(context.Context) (int64, int64, error) { return tc.committed, 100, nil }
 				group := func(context.Context) (groupView, error) { return groupView{state: "Stable"}, nil }
-				_, err := l.churn(ctx, p, idle, feed, progress, group)
+				_, err := l.churn(ctx, p, idle, feed, progress, group, nil)
 				return result{}, err
 			}}
 			lab := &Lab{StepTimeout: bound}
@@ -47,6 +48,9 @@ func TestLabStepThatCannotProgressFailsWithinItsBound(t *testing.T) {
 			if stepErr.Pattern != "stuck" || stepErr.Step != tc.step || stepErr.Done != tc.committed || stepErr.Total != 100 {
 				t.Errorf("error names pattern %q, step %q, progress %d of %d; want stuck, %q, %d of 100",
 					stepErr.Pattern, stepErr.Step, stepErr.Done, stepErr.Total, tc.step, tc.committed)
+			}
+			if !strings.HasPrefix(stepErr.State, "group Stable") {
+				t.Errorf("the stall describes the group as %q; want the group's state and members", stepErr.State)
 			}
 			if took < bound || took > bound+3*time.Second {
 				t.Errorf("failed after %s; want just past its bound of %s", took, bound)

@@ -142,7 +142,7 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 	}
 	faults, err := l.churn(ctx, p, func(ctx context.Context, _ string, clientOpts []kgo.Opt, wait func()) error {
 		return start(ctx, name, in, tables, clientOpts, wait)
-	}, feed, prog, describeGroup(adm, name))
+	}, feed, prog, describeGroup(adm, name, in), nil)
 	if err != nil {
 		return result{}, err
 	}
