@@ -52,7 +52,7 @@ func TestConcurrentHandlersKeepPartitionOrderExactlyOnce(t *testing.T) {
 			switch {
 			case strings.HasSuffix(id, "777"):
 				return nil, errors.New("poison record " + id)
-			case strings.HasSuffix(id, "55"):
+			case strings.HasSuffix(id, "555"):
 				if _, again := panicked.LoadOrStore(id, true); !again {
 					panic("handler panics once on " + id)
 				}
