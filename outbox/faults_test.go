@@ -164,7 +164,8 @@ func (b *bed) waitPublished(t *testing.T, wrote chan error) []string {
 	}
 }
 
-// The proof: eight writers commit 50,000 records (500 keys, ids
+// The proof: eight writers commit 50,000 records (two more write until
+// the PostgreSQL restart is over; 500 keys, ids
 // committing out of order, one transaction in ten rolled back) while
 //   - a relay process rides out a crash restart of PostgreSQL (immediate
 //     shutdown; it cuts writers' transactions too);
@@ -185,9 +186,17 @@ func TestRelayExactlyOnceThroughCrashesAndRestarts(t *testing.T) {
 	defer cancel()
 	wrote := make(chan error, 1)
 	// 50,000: every fault below strikes within the first 20,000 (make
-	// chaos's outbox rows copy 100,000 through the same faults).
+	// chaos's outbox rows copy 100,000 through the same faults). Two more
+	// writers write until PostgreSQL has restarted, so that the restart
+	// cuts writers' transactions however fast the 50,000 are written.
 	const n = 50_000
-	go func() { wrote <- b.load.Write(ctx, n, 8, 500) }()
+	restarted := make(chan struct{})
+	go func() {
+		until := make(chan error, 1)
+		go func() { until <- b.load.WriteUntil(ctx, restarted, 2, 500) }()
+		err := b.load.Write(ctx, n, 8, 500)
+		wrote <- errors.Join(err, <-until)
+	}()
 
 	relay := b.relayProcess(t, "exactly-once")
 	before := b.logEnd(t)
@@ -197,6 +206,7 @@ func TestRelayExactlyOnceThroughCrashesAndRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("PostgreSQL crash-restarted in %s", time.Since(start).Round(time.Millisecond))
+	close(restarted)
 	b.killMidTransaction(t, relay)
 	for range 2 {
 		b.killMidTransaction(t, b.relayProcess(t, "exactly-once"))
@@ -230,7 +240,7 @@ func TestRelayExactlyOnceThroughCrashesAndRestarts(t *testing.T) {
 		t.Fatalf("%d rows left in the outbox table", n)
 	}
 	if b.load.Failed() == 0 {
-		t.Fatal("the PostgreSQL restart cut no writer's transaction: it struck after the writers were done")
+		t.Fatal("the PostgreSQL restart cut no writer's transaction, though writers wrote until it was back")
 	}
 	t.Logf("verifier: %v; writer transactions cut by the restart: %d; writers done after %s", rep, b.load.Failed(), b.load.Took().Round(time.Second))
 }

@@ -52,6 +52,21 @@ func NewOutboxLoad(ctx context.Context, pool *pgxpool.Pool, topic string) (*Outb
 // ([verify.DecodeOutputs]' format, the key as the stream). A transaction that
 // fails otherwise (the database restarting) is retried after 100 ms.
 func (l *OutboxLoad) Write(ctx context.Context, n, writers, keys int) error {
+	return l.write(ctx, n, nil, writers, keys)
+}
+
+// WriteUntil runs writers connections as Write does until stop is
+// closed, however many records that takes. A fault test runs it beside
+// Write so that writers are certainly mid-transaction when its database
+// fault strikes, however fast the bounded writers finish (50,000 records
+// were all written before a relay slow to start under make test's load
+// had published the 3,000 the fault waited for: CI, 2026-12-03).
+func (l *OutboxLoad) WriteUntil(ctx context.Context, stop <-chan struct{}, writers, keys int) error {
+	return l.write(ctx, -1, stop, writers, keys)
+}
+
+// write writes n records, or (n < 0) until stop is closed.
+func (l *OutboxLoad) write(ctx context.Context, n int, stop <-chan struct{}, writers, keys int) error {
 	l.mu.Lock()
 	l.calls++
 	call := l.calls // ids stay unique over several calls
@@ -59,6 +74,14 @@ func (l *OutboxLoad) Write(ctx context.Context, n, writers, keys int) error {
 	var total sync.Mutex
 	remaining := n
 	take := func(k int) int {
+		if n < 0 {
+			select {
+			case <-stop:
+				return 0
+			default:
+				return k
+			}
+		}
 		total.Lock()
 		defer total.Unlock()
 		k = min(k, remaining)
@@ -188,7 +211,7 @@ func (l *OutboxLoad) Failed() int {
 	return l.failed
 }
 
-// Took is how long the writers ran, over every Write.
+// Took is how long the writers ran, summed over every Write and WriteUntil.
 func (l *OutboxLoad) Took() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
