@@ -12,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/groupdesc"
 )
 
 // gate is where the lab's faults catch a handler mid-batch. Each handler
@@ -469,16 +471,7 @@ func describeGroup(adm *kadm.Client, group, topic string) func(context.Context) 
 		v := groupView{state: d.State, clientIDs: map[string]bool{}}
 		for _, m := range d.Members {
 			v.clientIDs[m.ClientID] = true
-			var parts []int32
-			if a, ok := m.Assigned.AsConsumer(); ok {
-				for _, t := range a.Topics {
-					if t.Topic == topic {
-						parts = append(parts, t.Partitions...)
-					}
-				}
-			}
-			slices.Sort(parts)
-			v.assigned = append(v.assigned, fmt.Sprintf("%s %v", m.ClientID, parts))
+			v.assigned = append(v.assigned, fmt.Sprintf("%s %v", m.ClientID, groupdesc.Assigned(m, topic)))
 		}
 		slices.Sort(v.assigned)
 		return v, nil

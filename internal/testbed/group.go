@@ -3,11 +3,11 @@ package testbed
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/groupdesc"
 )
 
 // GroupSettled reports whether group's coordinator holds it Stable with
@@ -37,15 +37,7 @@ func GroupSettled(ctx context.Context, adm *kadm.Client, group, topic string, pa
 	covered := map[int32]bool{}
 	desc := fmt.Sprintf("group %s %s, generation of %d members:", group, g.State, len(g.Members))
 	for _, m := range g.Members {
-		var parts []int32
-		if c, ok := m.Assigned.AsConsumer(); ok {
-			for _, tp := range c.Topics {
-				if tp.Topic == topic {
-					parts = append(parts, tp.Partitions...)
-				}
-			}
-		}
-		slices.Sort(parts)
+		parts := groupdesc.Assigned(m, topic)
 		for _, p := range parts {
 			covered[p] = true
 		}
