@@ -97,8 +97,13 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		return nil, c.clientOptionsError(err)
 	}
 	// Build (and close) a client once, so that a pass-through option that
-	// contradicts the semantics fails here rather than in Run.
-	cl, err := newClient(c, RoleProducer, RoleConsumer)
+	// contradicts the semantics fails here rather than in Run. It
+	// consumes no topic, so that it never starts to join the group: a
+	// join, however brief, would rebalance the group's running members
+	// and call the caller's partition callbacks.
+	check := *c
+	check.inputTopics = nil
+	cl, err := newClient(&check, RoleProducer, RoleConsumer)
 	if err != nil {
 		return nil, err
 	}

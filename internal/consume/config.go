@@ -145,7 +145,11 @@ func New(pkg string, cfg Config, run Runner) (*Core, error) {
 		return nil, &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	c := &Core{pkg: pkg, cfg: cfg, run: run, userHooks: userHooks, Obs: loop.NewObserver(pkg, cfg.Group, cfg.Metrics)}
-	cl, err := c.newClient()
+	// The client that checks the options consumes no topic, so that it
+	// never starts to join the group: a join, however brief, would
+	// rebalance the group's running members and call the caller's
+	// partition callbacks.
+	cl, err := c.newClient(kgo.ConsumeTopics())
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // These tests run the core on kfake: they check the pipelines' mechanics
@@ -310,5 +311,42 @@ func TestARevokeEndsThePartitionsBatchesAndCommitsThem(t *testing.T) {
 	l.check(t, parts*per)
 	if byB.Load() == 0 {
 		t.Fatalf("the second core committed nothing (the first %d): no partition moved", byA.Load())
+	}
+}
+
+// New checks the client options by building a client, which it closes at
+// once. That client must not join the group: a join, even a brief one,
+// rebalances the group's running members and calls the caller's
+// partition callbacks (given in ClientOpts) as if the runner had been
+// assigned partitions. It was built with the group and its topics, so it
+// started joining, and won the race with Close now and then.
+func TestNewDoesNotJoinTheGroup(t *testing.T) {
+	brokers := fakeTopic(t, 3, 0)
+	var joins, assigned atomic.Int64
+	hook := joinCounter{&joins}
+	for range 100 {
+		cfg := Defaults()
+		cfg.Brokers, cfg.Group, cfg.Topics = brokers, "g", []string{"in"}
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.ClientOpts = []kgo.Opt{kgo.WithHooks(hook),
+			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+				assigned.Add(int64(len(parts["in"])))
+			})}
+		if _, err := New("test", cfg, Runner{Commit: func(context.Context, *kgo.Client, []*kgo.Record) error { return nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	if joins.Load() > 0 || assigned.Load() > 0 {
+		t.Fatalf("100 calls of New sent %d JoinGroup requests and called the caller's OnPartitionsAssigned for %d partitions; want none: only Run joins the group", joins.Load(), assigned.Load())
+	}
+}
+
+// joinCounter counts the JoinGroup requests a client writes.
+type joinCounter struct{ n *atomic.Int64 }
+
+func (j joinCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	if kmsg.Key(key) == kmsg.JoinGroup || kmsg.Key(key) == kmsg.ConsumerGroupHeartbeat {
+		j.n.Add(1)
 	}
 }
