@@ -120,7 +120,12 @@ func (b *batch) apply(at coords, o recordOutcome, f *failures) {
 	case shutDown:
 		b.shutdown = true
 	case outOfBudget:
-		b.overBudget, b.next = true, o.next
+		// Lanes may run out of the budget together: the fewest
+		// records asked for win.
+		if !b.overBudget || o.next < b.next {
+			b.next = o.next
+		}
+		b.overBudget = true
 		if o.err != nil {
 			f.poison(at, o.err)
 		}
@@ -153,10 +158,15 @@ type runner struct {
 	// stop ends with Run's ctx: no more polls, the batch under way
 	// commits what it handled (see DrainTimeout).
 	stop context.Context
+	// pauser pauses and resumes the partitions of lanes fed across polls
+	// (see feed); perRecord is the time a lane takes for one record, in
+	// nanoseconds (an average over recent records; 0 until one is known).
+	pauser    pauser
+	perRecord atomic.Int64
 }
 
 func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))) *runner {
-	return &runner{p: p, produce: produce, flush: cl.Flush, stop: context.Background()}
+	return &runner{p: p, produce: produce, flush: cl.Flush, stop: context.Background(), pauser: cl}
 }
 
 // handle runs the handler on r, under hctx (ctx bounded by the
@@ -164,10 +174,13 @@ func newRunner(p *Processor, cl *kgo.Client, produce func(ctx context.Context, r
 // under DeadLetter, the dead letter). It returns false when the batch must
 // end without committing.
 //
-// Lanes may call it at once (see handleAll): it notes what happened to r
+// Lanes may call it at once (see feed): it notes what happened to r
 // (an attempt), lets decide make that r's outcome, and applies the outcome
-// to the batch under b.mu, never held while the handler runs.
-func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) bool {
+// to the batch under b.mu, never held while the handler runs. before is
+// how many records r's lane handled before it in the batch, the ones that
+// may have held it up (the lanes beside it did not), or -1 when records
+// are handled one at a time (then every record the batch handled).
+func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record, before int) bool {
 	at := coordsOf(r)
 	a := attempt{in: r}
 	b.mu.Lock()
@@ -199,6 +212,9 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record) boo
 	}
 	b.mu.Lock()
 	a.others = b.in - 1
+	if before >= 0 {
+		a.others = before
+	}
 	o := rn.conclude(b, at, a)
 	b.mu.Unlock()
 	if kv != nil {
@@ -298,7 +314,7 @@ func (rn *runner) produceAll(ctx context.Context, b *batch, at coords, outs []*k
 // pollPerLane bounds one poll to this many records per lane (per
 // [Concurrency]), so that a batch looks at its commit interval (and for a
 // revocation) at least that often however many MaxRecordsPerCommit lets
-// it hold, while a poll for several lanes can still span partitions.
+// it hold.
 const pollPerLane = 1000
 
 // maxPoll is the most records one poll takes.
@@ -306,7 +322,10 @@ func (c *config) maxPoll() int { return pollPerLane * c.concurrency }
 
 // collect handles records from first and from further polls until the batch
 // is full, its interval is over, a rebalance took partitions, or a record
-// failed. It reports whether every record was handled.
+// failed. It reports whether every record was handled. Under Concurrency
+// above 1 (and not isolating a failure), lanes fed across polls handle
+// them (collectFed); otherwise they are handled one at a time, a poll at
+// a time.
 //
 // A transaction's offsets cover every record polled into it, so a batch
 // cannot commit before its last polled record is handled. When the budget
@@ -322,13 +341,23 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		defer cancel()
 	}
 	limit := rn.p.perTxn
-	fetches := first
 	var assignments int64 // a stateful processor's, when the batch began
 	if rn.p.state != nil {
 		assignments = rn.p.state.assignments.Load()
 	}
+	// A partition assigned meanwhile must be restored before its records
+	// are handled, which the next transaction does first.
+	assigned := func() bool { return rn.p.state != nil && rn.p.state.moreAssigned(assignments) }
+	if cfg.concurrency > 1 && !rn.isolate {
+		return rn.collectFed(ctx, hctx, b, first, poll, revoked, limit, assigned)
+	}
+	fetches := first
 	for {
-		if !rn.handleAll(ctx, hctx, b, fetches) {
+		handled := true
+		fetches.EachRecord(func(r *kgo.Record) {
+			handled = handled && rn.handle(ctx, hctx, b, r, -1)
+		})
+		if !handled {
 			return false
 		}
 		b.noteEnds(fetches)
@@ -336,16 +365,13 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 			return false // past the drain: the loop ends the batch as shut down
 		}
 		remaining := time.Until(b.start.Add(cfg.commitInterval))
-		// A partition assigned meanwhile must be restored before its
-		// records are handled, which the next transaction does first.
-		assigned := rn.p.state != nil && rn.p.state.moreAssigned(assignments)
-		if b.in >= limit || remaining <= 0 || revoked.Load() || rn.stop.Err() != nil || assigned {
+		if b.in >= limit || remaining <= 0 || revoked.Load() || rn.stop.Err() != nil || assigned() {
 			// Stopping (Run's ctx ended): commit what was handled,
 			// every polled record included, while the drain lasts.
 			return true
 		}
 		pollCtx, cancel := context.WithTimeout(rn.stop, remaining)
-		fetches = poll(pollCtx, min(limit-b.in, rn.p.cfg.maxPoll()))
+		fetches = poll(pollCtx, rn.pollSize(limit-b.in))
 		rn.p.obs.Fetched(fetches)
 		cancel()
 		if ctx.Err() != nil {

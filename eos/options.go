@@ -2,12 +2,14 @@ package eos
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // IdempotentOption is an option of [NewIdempotentProducer].
@@ -184,8 +186,9 @@ func CommitInterval(d time.Duration) ProcessorOption {
 // MaxRecordsPerCommit bounds how many input records one transaction (or
 // batch) of a [Processor] covers. Default: 10,000. Whichever of this and
 // [CommitInterval] is reached first ends the transaction; the processor
-// polls at most 1,000 records at a time per lane ([Concurrency]), so it
-// looks at the interval at least that often. A transaction has a fixed cost (on Kafka 4.x, its
+// polls at most 1,000 records at a time per lane ([Concurrency]: fewer,
+// what a lane can handle in the interval), so it looks at the interval at
+// least that often. A transaction has a fixed cost (on Kafka 4.x, its
 // first produce to a partition can wait up to 20 ms for the previous
 // transaction's markers), so the bound decides what one busy partition
 // can carry: a copy through one partition made 3.9 times as many
@@ -242,18 +245,31 @@ const (
 // and their outputs written, in either order. Default: 1, one record at a
 // time in poll order.
 //
-// Nothing else changes: one transaction still covers every record handled
-// in a commit interval, and commits only once every lane has handled its
-// records and every output is acknowledged; a record that fails stops the
-// other lanes at their next record and follows [OnHandlerError]. The
-// handler must then be safe for concurrent use. It pays off for handlers
-// that wait (a call to another service): a handler that takes 5 ms
-// handles at most 200 records a second one at a time. Lanes meet at each
-// poll, so a slow record holds up the records polled after it in every
-// lane, up to the commit. A poll takes up to 1,000 records per lane
-// (and at most [MaxRecordsPerCommit]); franz-go fills it partition by
-// partition, so with a backlog a poll spans partitions only when it may
-// take more records than one partition has buffered.
+// Lanes are fed across polls: the processor hands each poll's records to
+// their lanes, which run on, and polls again while the commit interval
+// lasts. Since franz-go fills a poll partition by partition (with a
+// backlog, one poll holds one partition's buffered records), polls are
+// sized to what a lane can handle before the interval ends, from the time
+// recent records took (one record per lane until that is known), and a
+// partition whose lanes hold that much is paused
+// (kgo.Client.PauseFetchPartitions) until they run dry, so that the next
+// poll takes the other partitions'. With a backlog every lane is busy, and
+// a slow record holds up only its own lane. Paused partitions are resumed
+// when the transaction ends; a paused partition's buffered records are
+// fetched again. A resumed partition joins the next fetch to its broker
+// once the fetch in flight returns, so under Concurrency above 1 the
+// client's kgo.FetchMaxWait is 100 ms unless [ClientOptions] sets one.
+//
+// Nothing else changes: one transaction still covers exactly the records
+// polled into it, and commits only once every lane has handled its
+// records and every output is acknowledged: about a commit interval after
+// it began, or, while the busiest lane still holds records then, when it
+// is done (lanes that run dry meanwhile take more records), at most two
+// intervals after it began. A record that fails
+// stops the other lanes at their next record and follows [OnHandlerError].
+// The handler must then be safe for concurrent use. It pays off for
+// handlers that wait (a call to another service): a handler that takes 5
+// ms handles at most 200 records a second one at a time.
 func Concurrency(n int, order Order) ProcessorOption {
 	return processorOpt(func(c *config) { c.concurrency, c.order = n, order })
 }
@@ -367,6 +383,11 @@ func (c *config) kgoOpts(roles ...Role) []kgo.Opt {
 		case RoleConsumer:
 			opts = append(opts, c.semantics.ConsumerOptions()...)
 		}
+	}
+	if c.concurrency > 1 && slices.Contains(roles, RoleConsumer) {
+		// Lanes fed across polls pause and resume partitions (see
+		// feed); the user's options come after, and may set another.
+		opts = append(opts, kgo.FetchMaxWait(loop.PipelineFetchMaxWait))
 	}
 	opts = append(opts, c.connOpts()...)
 	if c.txnID != "" {

@@ -50,7 +50,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		return f
 	}
 	for {
-		fetches, stopped, err := loop.Poll(stop, poll, min(p.cfg.maxRecords, p.cfg.maxPoll()), p.logger, p.refused)
+		fetches, stopped, err := loop.Poll(stop, poll, rn.pollSize(p.cfg.maxRecords), p.logger, p.refused)
 		p.obs.Fetched(fetches)
 		if stopped {
 			return nil

@@ -77,7 +77,9 @@ type attempt struct {
 	// the handler could start (the batch already holding records), or
 	// while it ran, the handler giving up with the budget's error.
 	outOfBudget bool
-	// others is how many other records the batch holds.
+	// others is how many other records the batch holds that may have
+	// held this one up: every one, handled one at a time; under lanes,
+	// those its lane handled before it.
 	others int
 	// slowAlone is, for a handler that ran out of the budget with no
 	// other record in the batch, how many transactions this input has

@@ -77,7 +77,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
 			return err
 		}
-		fetches, stopped, err := loop.Poll(stop, poll, min(p.perTxn, p.cfg.maxPoll()), p.logger, p.refused)
+		fetches, stopped, err := loop.Poll(stop, poll, rn.pollSize(p.perTxn), p.logger, p.refused)
 		p.obs.Fetched(fetches)
 		if stopped {
 			return nil

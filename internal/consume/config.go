@@ -45,11 +45,6 @@ type Config struct {
 	ClientOpts  []kgo.Opt // the user's, checked against the preset
 }
 
-// PipelineFetchMaxWait is the kgo.FetchMaxWait of a runner with
-// Concurrency above 1, unless its ClientOptions set one: how long a
-// resumed partition may wait for the fetch in flight to its broker.
-const PipelineFetchMaxWait = 100 * time.Millisecond
-
 // Defaults returns the defaults every database runner documents.
 func Defaults() Config {
 	return Config{MaxPoll: 500, Concurrency: 1, Drain: 10 * time.Second, Logger: slog.Default()}
@@ -107,7 +102,7 @@ func (c *Core) newClient(hooks ...kgo.Opt) (*kgo.Client, error) {
 		// broker only once the fetch in flight returns: with the other
 		// partitions caught up, after FetchMaxWait (kgo's default 5 s).
 		// The user's options come after, and may set another.
-		opts = append(opts, kgo.FetchMaxWait(PipelineFetchMaxWait))
+		opts = append(opts, kgo.FetchMaxWait(loop.PipelineFetchMaxWait))
 	}
 	opts = append(opts, c.cfg.ClientOpts...)
 	opts = append(opts, kgo.SeedBrokers(c.cfg.Brokers...), kgo.ConsumerGroup(c.cfg.Group), kgo.ConsumeTopics(c.cfg.Topics...),

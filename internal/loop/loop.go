@@ -38,6 +38,12 @@ func Poll(ctx context.Context, poll func(context.Context, int) kgo.Fetches, max 
 	return f, false, nil
 }
 
+// PipelineFetchMaxWait is the kgo.FetchMaxWait of a runner that pauses
+// and resumes partitions (Concurrency above 1), unless its ClientOptions
+// set one: how long a resumed partition may wait for the fetch in flight
+// to its broker (kgo's default is 5 s).
+const PipelineFetchMaxWait = 100 * time.Millisecond
+
 // LogFetchErrors logs what a poll reported besides records, leaving out
 // the context errors of a poll that timed out on purpose.
 func LogFetchErrors(f kgo.Fetches, logger *slog.Logger) {

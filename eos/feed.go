@@ -1,0 +1,368 @@
+package eos
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/loop"
+)
+
+// Lanes fed across polls (under [Concurrency] above 1).
+//
+// franz-go fills a poll partition by partition, so with a backlog one poll
+// holds one partition's buffered records (thousands). Handing a whole poll
+// to the lanes and waiting for all of them before the next poll ran one
+// lane at a time. Instead, a batch's poller (collectFed) hands each poll's
+// records to their lanes, which run on, and polls again: a partition whose
+// lanes hold what they can handle before the commit interval ends is
+// paused (kgo.Client.PauseFetchPartitions, which also drops what franz-go
+// buffered of it), so that the next poll takes the other partitions'
+// records; a lane that runs dry resumes its partition while time is left.
+// Polls are sized so that no lane takes more than it can handle by the end
+// of the interval (quota): the transaction still covers exactly what was
+// polled into it, and it ends about when the interval does. At the end
+// the poller stops, waits for the lanes, and resumes what it paused.
+
+// pauser is what a feed needs of the client: *kgo.Client.
+type pauser interface {
+	PauseFetchPartitions(map[string][]int32) map[string][]int32
+	ResumeFetchPartitions(map[string][]int32)
+}
+
+// laneKey names a lane: an input partition, and under KeyOrder a key's
+// hash modulo the bound (records without a key share lane 0).
+type laneKey struct {
+	tp  topicPartition
+	key uint32
+}
+
+// lane is a queue of records one goroutine handles in order; running says
+// whether that goroutine is under way, and handled how many records it
+// handled in the batch (only that goroutine uses it).
+type lane struct {
+	queue   []*kgo.Record
+	running bool
+	handled int
+}
+
+// fedPartition is what a feed knows of an input partition: its records
+// given to lanes and not yet done, and whether the feed paused it.
+type fedPartition struct {
+	pending int
+	paused  bool
+}
+
+// feed is one batch's lanes. The poller (collectFed) dispatches records
+// to it; lanes run them under the Concurrency bound (slots).
+type feed struct {
+	rn        *runner
+	ctx, hctx context.Context
+	b         *batch
+	order     Order
+	n         int
+	// deadline is the end of the batch's commit interval, or later while
+	// the busiest lane's records last longer (extend), at most until
+	// last. Only the poller sets it, under mu.
+	deadline, last time.Time
+	slots          chan struct{}
+	// failed is set once a record ends the batch; stop then ends the
+	// poll under way.
+	failed atomic.Bool
+	stop   context.CancelFunc
+	// progress wakes the poller when a lane finished a record.
+	progress chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex // guards the fields below
+	lanes   map[laneKey]*lane
+	parts   map[topicPartition]*fedPartition
+	pending int // records dispatched and not done, over all lanes
+	polled  int // records dispatched
+}
+
+// lanesPer is how many lanes a partition's records may spread over.
+func (f *feed) lanesPer() int {
+	if f.order == KeyOrder {
+		return f.n
+	}
+	return 1
+}
+
+// dispatch hands a poll's records to their lanes, starting the lanes not
+// running, and pauses each partition whose lanes now hold what they can
+// handle before the deadline. Only the poller calls it.
+func (f *feed) dispatch(fetches kgo.Fetches) {
+	f.b.noteEnds(fetches)
+	full := f.rn.quota(time.Until(f.deadline)) * f.lanesPer()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		tp := topicPartition{p.Topic, p.Partition}
+		fp := f.parts[tp]
+		if fp == nil {
+			fp = &fedPartition{}
+			f.parts[tp] = fp
+		}
+		fp.pending += len(p.Records)
+		f.pending += len(p.Records)
+		f.polled += len(p.Records)
+		for _, r := range p.Records {
+			k := laneKey{tp: tp}
+			if f.order == KeyOrder && r.Key != nil {
+				k.key = fnv32a(r.Key) % uint32(f.n)
+			}
+			l := f.lanes[k]
+			if l == nil {
+				l = &lane{}
+				f.lanes[k] = l
+			}
+			l.queue = append(l.queue, r)
+			if !l.running {
+				l.running = true
+				f.wg.Add(1)
+				go f.run(tp, l)
+			}
+		}
+		if !fp.paused && fp.pending >= full {
+			fp.paused = true
+			f.rn.pauser.PauseFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
+		}
+	})
+}
+
+// run handles l's records in order until its queue is empty. After a
+// failure it drops them: the batch will not commit.
+func (f *feed) run(tp topicPartition, l *lane) {
+	defer f.wg.Done()
+	for {
+		f.mu.Lock()
+		if len(l.queue) == 0 {
+			l.running = false
+			f.mu.Unlock()
+			return
+		}
+		r := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		f.mu.Unlock()
+		if !f.failed.Load() {
+			f.slots <- struct{}{}
+			began := time.Now()
+			ok := !f.failed.Load() && f.rn.handle(f.ctx, f.hctx, f.b, r, l.handled)
+			l.handled++
+			f.rn.took(time.Since(began))
+			<-f.slots
+			if !ok && !f.failed.Swap(true) {
+				f.stop()
+			}
+		}
+		f.done(tp)
+	}
+}
+
+// done notes that a record of tp is done: a paused partition whose lanes
+// ran dry is resumed while there is time for another record.
+func (f *feed) done(tp topicPartition) {
+	f.mu.Lock()
+	fp := f.parts[tp]
+	fp.pending--
+	f.pending--
+	if fp.paused && fp.pending == 0 && !f.failed.Load() && f.rn.perRecord.Load() < int64(time.Until(f.deadline)) {
+		fp.paused = false
+		f.rn.pauser.ResumeFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
+	}
+	f.mu.Unlock()
+	select {
+	case f.progress <- struct{}{}:
+	default:
+	}
+}
+
+// room is how many records the next poll may take (at most limit more),
+// or 0 when the poller should wait for the lanes first: until one
+// record's time is known, one record per lane, and then no more than the
+// lanes can handle before the deadline, all partitions together and per
+// partition.
+func (f *feed) room(limit int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rn.perRecord.Load() == 0 && f.pending > 0 {
+		return 0 // learn a record's time first
+	}
+	q := f.rn.quota(time.Until(f.deadline))
+	perPartition := q * f.lanesPer()
+	k := min(perPartition, q*f.n-f.pending, limit-f.polled)
+	if k < max(1, perPartition/2) && f.pending > 0 {
+		return 0
+	}
+	return max(k, 0)
+}
+
+// extend moves the deadline, once passed, to when the lanes are expected
+// to be done with what they hold (the busiest lane's records, or all of
+// them over the bound's lanes, whichever takes longer), if that is at
+// least two records later: the transaction lasts that long anyway, and
+// the lanes that run dry meanwhile may take more records. It reports
+// whether it did; never past last, one more commit interval, so that a
+// transaction under a backlog still ends within twice its interval.
+func (f *feed) extend() bool {
+	per := time.Duration(f.rn.perRecord.Load())
+	if per <= 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	busiest := 0
+	for _, l := range f.lanes {
+		busiest = max(busiest, len(l.queue))
+	}
+	end := time.Now().Add(per * time.Duration(max(busiest, f.pending/f.n)))
+	if end.After(f.last) {
+		end = f.last
+	}
+	if end.Sub(f.deadline) < 2*per {
+		return false
+	}
+	f.deadline = end
+	return true
+}
+
+// wait waits for a lane's progress, the deadline or ctx's end.
+func (f *feed) wait(ctx context.Context) {
+	t := time.NewTimer(time.Until(f.deadline))
+	defer t.Stop()
+	select {
+	case <-f.progress:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// finish waits for the lanes and resumes the partitions the feed paused,
+// and returns how many those were.
+func (f *feed) finish() int {
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	paused := map[string][]int32{}
+	for tp, fp := range f.parts {
+		if fp.paused {
+			fp.paused = false
+			paused[tp.topic] = append(paused[tp.topic], tp.partition)
+		}
+	}
+	n := 0
+	for _, ps := range paused {
+		n += len(ps)
+	}
+	if n > 0 {
+		f.rn.pauser.ResumeFetchPartitions(paused)
+	}
+	return n
+}
+
+// collectFed is collect under Concurrency above 1: lanes fed across polls
+// (see feed). It polls until the batch is full, its interval is over, a
+// rebalance took partitions, a partition was assigned (a stateful
+// processor's), Run's ctx ended or a record failed; then it waits for the
+// lanes, and reports whether every polled record was handled.
+func (rn *runner) collectFed(ctx, hctx context.Context, b *batch, first kgo.Fetches, poll func(context.Context, int) kgo.Fetches, revoked *atomic.Bool, limit int, assigned func() bool) bool {
+	cfg := rn.p.cfg
+	feedCtx, stop := context.WithCancel(rn.stop)
+	defer stop()
+	f := &feed{rn: rn, ctx: ctx, hctx: hctx, b: b, order: cfg.order, n: cfg.concurrency,
+		deadline: b.start.Add(cfg.commitInterval), last: b.start.Add(2 * cfg.commitInterval), slots: make(chan struct{}, cfg.concurrency), stop: stop,
+		progress: make(chan struct{}, 1), lanes: map[laneKey]*lane{}, parts: map[topicPartition]*fedPartition{}}
+	handledAll := true
+	fetches := first
+	for {
+		f.dispatch(fetches)
+		if f.failed.Load() || ctx.Err() != nil {
+			break
+		}
+		if f.polled >= limit || !time.Now().Before(f.deadline) && !f.extend() || revoked.Load() || rn.stop.Err() != nil || assigned() {
+			break // stopping: commit what was handled, every polled record included
+		}
+		k := f.room(limit)
+		if k == 0 {
+			f.wait(feedCtx)
+			fetches = nil
+			continue
+		}
+		pollCtx, cancel := context.WithDeadline(feedCtx, f.deadline)
+		fetches = poll(pollCtx, k)
+		cancel()
+		rn.p.obs.Fetched(fetches)
+		if ctx.Err() != nil {
+			handledAll = fetches.NumRecords() == 0
+			break
+		}
+		loop.LogFetchErrors(fetches, rn.p.logger)
+		if rn.p.state != nil {
+			if err := rn.p.state.prepare(ctx, fetches, false); err != nil {
+				rn.p.state.fail(err)
+				handledAll = fetches.NumRecords() == 0
+				f.failed.Store(true)
+				break
+			}
+		}
+	}
+	if paused := f.finish(); paused > 0 && revoked.Load() {
+		rn.p.logger.Debug("eos: a rebalance took partitions while lanes held paused ones; resumed them", "paused", paused)
+	}
+	return handledAll && !f.failed.Load() && ctx.Err() == nil
+}
+
+// took notes the time a lane took for one record: an average over recent
+// records (an exponentially weighted one, 1/8 for the newest), from which
+// quota works out how many records a lane can handle in a given time.
+func (rn *runner) took(d time.Duration) {
+	d = max(d, time.Nanosecond)
+	old := rn.perRecord.Load()
+	if old == 0 {
+		rn.perRecord.Store(int64(d))
+		return
+	}
+	rn.perRecord.Store(old + (int64(d)-old)/8)
+}
+
+// quota is how many records a lane can handle in d (at least 1, at most
+// pollPerLane); 1 until a record's time is known.
+func (rn *runner) quota(d time.Duration) int {
+	per := rn.perRecord.Load()
+	if per <= 0 {
+		return 1
+	}
+	return int(min(max(int64(d)/per, 1), pollPerLane))
+}
+
+// pollSize is how many records a batch's first poll may take, of at most
+// limit: under Concurrency above 1, what the lanes can handle in a commit
+// interval (see feed).
+func (rn *runner) pollSize(limit int) int {
+	cfg := rn.p.cfg
+	if cfg.concurrency <= 1 || rn.isolate {
+		return min(limit, cfg.maxPoll())
+	}
+	lanes := 1
+	if cfg.order == KeyOrder {
+		lanes = cfg.concurrency
+	}
+	return min(limit, rn.quota(cfg.commitInterval)*lanes)
+}
+
+// fnv32a is FNV-1a over b, without hash/fnv's allocation per record.
+func fnv32a(b []byte) uint32 {
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return h
+}
