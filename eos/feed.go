@@ -210,7 +210,7 @@ func (f *feed) room(limit int) int {
 // them over the bound's lanes, whichever takes longer), if that is at
 // least two records later: the transaction lasts that long anyway, and
 // the lanes that run dry meanwhile may take more records. It reports
-// whether it did; never past last, one more commit interval, so that a
+// whether it did; never past last (see extendedInterval), so that a
 // transaction under a backlog still ends within twice its interval.
 func (f *feed) extend() bool {
 	per := time.Duration(f.rn.perRecord.Load())
@@ -278,7 +278,7 @@ func (rn *runner) collectFed(ctx, hctx context.Context, b *batch, first kgo.Fetc
 	feedCtx, stop := context.WithCancel(rn.stop)
 	defer stop()
 	f := &feed{rn: rn, ctx: ctx, hctx: hctx, b: b, order: cfg.order, n: cfg.concurrency,
-		deadline: b.start.Add(cfg.commitInterval), last: b.start.Add(2 * cfg.commitInterval), slots: make(chan struct{}, cfg.concurrency), stop: stop,
+		deadline: b.start.Add(cfg.commitInterval), last: b.start.Add(rn.extendedInterval()), slots: make(chan struct{}, cfg.concurrency), stop: stop,
 		progress: make(chan struct{}, 1), lanes: map[laneKey]*lane{}, parts: map[topicPartition]*fedPartition{}}
 	handledAll := true
 	fetches := first
@@ -318,6 +318,19 @@ func (rn *runner) collectFed(ctx, hctx context.Context, b *batch, first kgo.Fetc
 		rn.p.logger.Debug("eos: a rebalance took partitions while lanes held paused ones; resumed them", "paused", paused)
 	}
 	return handledAll && !f.failed.Load() && ctx.Err() == nil
+}
+
+// extendedInterval is how long after its start a batch's deadline may be
+// moved (extend): two commit intervals, and within two thirds of the
+// transaction's budget, so that lanes fed until then still end well
+// within it (a commit interval may be up to half the transaction timeout,
+// which is two thirds of the budget).
+func (rn *runner) extendedInterval() time.Duration {
+	d := 2 * rn.p.cfg.commitInterval
+	if rn.budget > 0 {
+		d = min(d, rn.budget*2/3)
+	}
+	return d
 }
 
 // took notes the time a lane took for one record: an average over recent
