@@ -30,8 +30,9 @@ type batch struct {
 	start    time.Time
 	promises promises // outputs whose promise has not returned
 	// ends is, per input partition, the offset after the last input
-	// handled: where the group's offset stands if the batch committed.
-	// collect notes it between polls, while no lane runs.
+	// polled: where the group's offset stands if the batch committed.
+	// Only collect's goroutine notes it (lanes never read it); it is read
+	// once the batch ended.
 	ends map[topicPartition]int64
 
 	// mu guards the fields below.

@@ -124,13 +124,10 @@ func TestConcurrentHandlersKeepPartitionOrderExactlyOnce(t *testing.T) {
 	if callsB == 0 {
 		t.Errorf("b handled no record: a took everything before b joined, and no handover was exercised")
 	}
-	// The joins and the leave took partitions while a lane's partition
-	// was paused, at least once: the paused partitions were resumed, and
-	// the verifier above shows nothing lost.
+	// Whether b's join took partitions while a's lanes held paused ones
+	// depends on timing (TestARevokeOfPausedPartitionsLosesNothing makes
+	// sure of it on kfake): logged, not asserted.
 	revokedPaused := strings.Count(logs.String(), "while lanes held paused ones")
-	if revokedPaused == 0 {
-		t.Errorf("no rebalance took partitions while a partition was paused: the test did not exercise a revoke of a paused partition")
-	}
 	t.Logf("verifier: %v; handlers at once: a %d, b %d; partitions at once: a %d, b %d; b's calls %d; revokes while paused %d", rep, fa.max.Load(), fb.max.Load(), mostA, mostB, callsB, revokedPaused)
 }
 

@@ -306,6 +306,11 @@ func (rn *runner) collectFed(ctx, hctx context.Context, b *batch, first kgo.Fetc
 		}
 		loop.LogFetchErrors(fetches, rn.p.logger)
 		if rn.p.state != nil {
+			if rn.p.state.mustRestore(fetches) {
+				// A store is restored while no lane handles
+				// records, as between transactions.
+				f.wg.Wait()
+			}
 			if err := rn.p.state.prepare(ctx, fetches, false); err != nil {
 				rn.p.state.fail(err)
 				handledAll = fetches.NumRecords() == 0

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
 )
 
 // partitionsInFlight counts, per input partition, the handler calls under
@@ -121,4 +123,106 @@ func TestPartitionOrderRunsEveryPartitionAtOnceFromABacklog(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return within 30 s of its ctx's end")
 	}
+}
+
+// A rebalance that takes partitions while lanes hold paused ones (every
+// partition's lane is full from the backlog) loses nothing and leaves
+// nothing paused: a second instance joins and leaves until a's log says
+// a revoke found paused partitions, then a copies everything. Each
+// output is checked: every input once (none lost, none twice), in offset
+// order per input partition.
+func TestARevokeOfPausedPartitionsLosesNothing(t *testing.T) {
+	const partitions, perPartition = 4, 1500
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(seed.Close)
+	var rs []*kgo.Record
+	for p := range int32(partitions) {
+		for i := range perPartition {
+			rs = append(rs, &kgo.Record{Partition: p, Value: fmt.Appendf(nil, "%d/%d", p, i)})
+		}
+	}
+	if err := seed.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// The output names its input: partition/index, and the input's
+	// partition as key, so that one output partition keeps its order.
+	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		time.Sleep(time.Millisecond)
+		return []*kgo.Record{{Topic: "out", Partition: r.Partition, Value: r.Value}}, nil
+	}
+	var logs integration.LogBuffer
+	start := func(instance string, logger *slog.Logger) (stop func()) {
+		txnID, _ := eos.StableTransactionalID("kfake-revoke", instance)
+		p, err := eos.NewProcessor(handler, eos.Brokers(brokers...), eos.Group("kfake-revoke"), eos.Topics("in"),
+			eos.TransactionalID(txnID), eos.Concurrency(partitions, eos.PartitionOrder), eos.HangingTransactionCheck(0), eos.Logger(logger),
+			eos.ClientOptions(kgo.RecordPartitioner(kgo.ManualPartitioner())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		return func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("processor %s: Run returned %v", instance, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("processor %s: Run did not return within 30 s of its ctx's end", instance)
+			}
+		}
+	}
+	stopA := start("a", slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	const said = "while lanes held paused ones"
+	for try := 1; !strings.Contains(logs.String(), said); try++ {
+		if try > 10 {
+			t.Fatalf("ten joins and leaves of a second instance, and no revoke found a's lanes holding paused partitions")
+		}
+		time.Sleep(300 * time.Millisecond) // a's lanes fill up, and its partitions pause
+		stopB := start("b", slog.New(slog.DiscardHandler))
+		time.Sleep(500 * time.Millisecond)
+		stopB()
+	}
+
+	reader, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reader.Close)
+	next := map[int32]int{}
+	seen := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for seen < partitions*perPartition {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60 s, %d of %d outputs; per input partition, next expected %v", seen, partitions*perPartition, next)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := reader.PollFetches(ctx)
+		cancel()
+		for _, r := range fs.Records() {
+			var p int32
+			var i int
+			if _, err := fmt.Sscanf(string(r.Value), "%d/%d", &p, &i); err != nil {
+				t.Fatalf("output %q: %v", r.Value, err)
+			}
+			if i != next[p] {
+				t.Fatalf("input partition %d: output %d where %d was next (lost, twice or out of order)", p, i, next[p])
+			}
+			next[p]++
+			seen++
+		}
+	}
+	stopA()
+	t.Logf("every input once, in order; revokes that found paused partitions: %d", strings.Count(logs.String(), said))
 }

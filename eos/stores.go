@@ -158,6 +158,26 @@ func (ks *keyedState) takenAway(ps []int32) {
 	}
 }
 
+// mustRestore reports whether prepare would restore the store of one of
+// fetches' partitions (one without a store yet, or marked to be restored
+// again), which lanes fed across polls must not be handling records of.
+func (ks *keyedState) mustRestore(fetches kgo.Fetches) bool {
+	need := false
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if need || len(p.Records) == 0 || p.Topic != ks.input {
+			return
+		}
+		ks.marksMu.Lock()
+		again := ks.restore[p.Partition]
+		ks.marksMu.Unlock()
+		ks.mu.RLock()
+		ps := ks.parts[p.Partition]
+		ks.mu.RUnlock()
+		need = again || ps == nil
+	})
+	return need
+}
+
 // prepare makes the stores ready. Between transactions (between), after
 // every poll (so that an idle instance's view is ready too): the stores of
 // partitions taken away are closed; those of partitions assigned since,
