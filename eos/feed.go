@@ -155,7 +155,13 @@ func (f *feed) run(tp topicPartition, l *lane) {
 		if !f.failed.Load() {
 			f.slots <- struct{}{}
 			began := time.Now()
-			ok := !f.failed.Load() && f.rn.handle(f.ctx, f.hctx, f.b, r, l.handled)
+			before := l.handled
+			if before == 0 && f.rn.budget > 0 && began.Sub(f.b.start) > f.rn.budget/2 {
+				// Fed late, with less than half the budget left: a
+				// record that runs out of it was not slow alone.
+				before = 1
+			}
+			ok := !f.failed.Load() && f.rn.handle(f.ctx, f.hctx, f.b, r, before)
 			l.handled++
 			f.rn.took(time.Since(began))
 			<-f.slots
