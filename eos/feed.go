@@ -34,11 +34,18 @@ type pauser interface {
 }
 
 // laneKey names a lane: an input partition, and under KeyOrder a key's
-// hash modulo the bound (records without a key share lane 0).
+// hash modulo keyLanesPerSlot times the bound (records without a key
+// share lane 0).
 type laneKey struct {
 	tp  topicPartition
 	key uint32
 }
+
+// keyLanesPerSlot spreads a partition's keys (KeyOrder) over this many
+// lanes per handler the bound lets run at once: a transaction ends when
+// its busiest lane is done, and hashing leaves lanes uneven, so shorter
+// lanes end closer together (the bound still caps the handlers at once).
+const keyLanesPerSlot = 4
 
 // lane is a queue of records one goroutine handles in order; running says
 // whether that goroutine is under way, and handled how many records it
@@ -116,7 +123,7 @@ func (f *feed) dispatch(fetches kgo.Fetches) {
 		for _, r := range p.Records {
 			k := laneKey{tp: tp}
 			if f.order == KeyOrder && r.Key != nil {
-				k.key = fnv32a(r.Key) % uint32(f.n)
+				k.key = fnv32a(r.Key) % uint32(keyLanesPerSlot*f.n)
 			}
 			l := f.lanes[k]
 			if l == nil {

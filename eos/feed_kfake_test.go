@@ -132,7 +132,9 @@ func TestPartitionOrderRunsEveryPartitionAtOnceFromABacklog(t *testing.T) {
 // output is checked: every input once (none lost, none twice), in offset
 // order per input partition.
 func TestARevokeOfPausedPartitionsLosesNothing(t *testing.T) {
-	const partitions, perPartition = 4, 1500
+	// A backlog of 6 s a lane (3 ms a record), for the joins and
+	// leaves to strike while it lasts.
+	const partitions, perPartition = 4, 2000
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "out"))
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +158,7 @@ func TestARevokeOfPausedPartitionsLosesNothing(t *testing.T) {
 	// The output names its input: partition/index, and the input's
 	// partition as key, so that one output partition keeps its order.
 	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		time.Sleep(time.Millisecond)
+		time.Sleep(3 * time.Millisecond)
 		return []*kgo.Record{{Topic: "out", Partition: r.Partition, Value: r.Value}}, nil
 	}
 	var logs integration.LogBuffer

@@ -237,7 +237,8 @@ const (
 
 // Concurrency lets a [Processor] run up to n handler calls at once, in
 // lanes: one per input partition under [PartitionOrder], or, under
-// [KeyOrder], up to n per partition by a hash of the key. Each lane
+// [KeyOrder], several per partition by a hash of the key (4n: lanes are
+// short, so that they end close together; n handlers run at once). Each lane
 // handles its records in offset order and produces a record's outputs
 // before it handles the next. Under PartitionOrder, outputs keep their
 // inputs' order per input partition. Under KeyOrder they keep it only per
