@@ -62,28 +62,11 @@ func (f *partitionsInFlight) read() (most, calls int) {
 // partition's: at most two partitions ever ran at once, one poll in three.)
 func TestPartitionOrderRunsEveryPartitionAtOnceFromABacklog(t *testing.T) {
 	const partitions, perPartition = 4, 6000
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(seed.Close)
-	var rs []*kgo.Record
-	for p := range int32(partitions) {
-		for i := range perPartition {
-			v := make([]byte, 100)
-			rand.Read(v)
-			rs = append(rs, &kgo.Record{Partition: p, Key: fmt.Appendf(nil, "%d-%d", p, i), Value: v})
-		}
-	}
-	if err := seed.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	brokers := backlog(t, partitions, perPartition, func(p int32, i int) *kgo.Record {
+		v := make([]byte, 100)
+		rand.Read(v)
+		return &kgo.Record{Key: fmt.Appendf(nil, "%d-%d", p, i), Value: v}
+	})
 
 	var f partitionsInFlight
 	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -135,26 +118,9 @@ func TestARevokeOfPausedPartitionsLosesNothing(t *testing.T) {
 	// A backlog of 6 s a lane (3 ms a record), for the joins and
 	// leaves to strike while it lasts.
 	const partitions, perPartition = 4, 2000
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(seed.Close)
-	var rs []*kgo.Record
-	for p := range int32(partitions) {
-		for i := range perPartition {
-			rs = append(rs, &kgo.Record{Partition: p, Value: fmt.Appendf(nil, "%d/%d", p, i)})
-		}
-	}
-	if err := seed.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	brokers := backlog(t, partitions, perPartition, func(p int32, i int) *kgo.Record {
+		return &kgo.Record{Value: fmt.Appendf(nil, "%d/%d", p, i)}
+	})
 	// The output names its input: partition/index, and the input's
 	// partition as key, so that one output partition keeps its order.
 	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -227,4 +193,34 @@ func TestARevokeOfPausedPartitionsLosesNothing(t *testing.T) {
 	}
 	stopA()
 	t.Logf("every input once, in order; revokes that found paused partitions: %d", strings.Count(logs.String(), said))
+}
+
+// backlog starts a kfake cluster with topics "in" and "out" of partitions
+// partitions, "in" holding perPartition records in each (record(p, i) is
+// the i-th of partition p), and returns its brokers.
+func backlog(t *testing.T, partitions int32, perPartition int, record func(p int32, i int) *kgo.Record) []string {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	var rs []*kgo.Record
+	for p := range partitions {
+		for i := range perPartition {
+			r := record(p, i)
+			r.Partition = p
+			rs = append(rs, r)
+		}
+	}
+	if err := seed.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return brokers
 }
