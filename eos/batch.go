@@ -384,7 +384,7 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		// (rare; a restore that fails aborts it, and the session
 		// restarts).
 		if rn.p.state != nil {
-			if err := rn.p.state.prepare(ctx, fetches, false); err != nil {
+			if err := rn.p.state.prepare(ctx, fetches, false, nil); err != nil {
 				rn.p.state.fail(err)
 				return false
 			}

@@ -69,8 +69,7 @@ type feed struct {
 	rn        *runner
 	ctx, hctx context.Context
 	b         *batch
-	order     Order
-	n         int
+	cfg       *config
 	// deadline is the end of the batch's commit interval, or later while
 	// the busiest lane's records last longer (extend), at most until
 	// last. Only the poller sets it, under mu.
@@ -91,10 +90,11 @@ type feed struct {
 	polled  int // records dispatched
 }
 
-// lanesPer is how many lanes a partition's records may spread over.
-func (f *feed) lanesPer() int {
-	if f.order == KeyOrder {
-		return f.n
+// lanesPerPartition is how many handlers may run one partition's records
+// at once: 1 under PartitionOrder, the bound under KeyOrder.
+func (c *config) lanesPerPartition() int {
+	if c.order == KeyOrder {
+		return c.concurrency
 	}
 	return 1
 }
@@ -104,7 +104,7 @@ func (f *feed) lanesPer() int {
 // handle before the deadline. Only the poller calls it.
 func (f *feed) dispatch(fetches kgo.Fetches) {
 	f.b.noteEnds(fetches)
-	full := f.rn.quota(time.Until(f.deadline)) * f.lanesPer()
+	full := f.rn.quota(time.Until(f.deadline)) * f.cfg.lanesPerPartition()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -122,8 +122,8 @@ func (f *feed) dispatch(fetches kgo.Fetches) {
 		f.polled += len(p.Records)
 		for _, r := range p.Records {
 			k := laneKey{tp: tp}
-			if f.order == KeyOrder && r.Key != nil {
-				k.key = fnv32a(r.Key) % uint32(keyLanesPerSlot*f.n)
+			if f.cfg.order == KeyOrder && r.Key != nil {
+				k.key = fnv32a(r.Key) % uint32(keyLanesPerSlot*f.cfg.concurrency)
 			}
 			l := f.lanes[k]
 			if l == nil {
@@ -210,8 +210,8 @@ func (f *feed) room(limit int) int {
 		return 0 // learn a record's time first
 	}
 	q := f.rn.quota(time.Until(f.deadline))
-	perPartition := q * f.lanesPer()
-	k := min(perPartition, q*f.n-f.pending, limit-f.polled)
+	perPartition := q * f.cfg.lanesPerPartition()
+	k := min(perPartition, q*f.cfg.concurrency-f.pending, limit-f.polled)
 	if k < max(1, perPartition/2) && f.pending > 0 {
 		return 0
 	}
@@ -236,7 +236,7 @@ func (f *feed) extend() bool {
 	for _, l := range f.lanes {
 		busiest = max(busiest, len(l.queue))
 	}
-	end := time.Now().Add(per * time.Duration(max(busiest, f.pending/f.n)))
+	end := time.Now().Add(per * time.Duration(max(busiest, f.pending/f.cfg.concurrency)))
 	if end.After(f.last) {
 		end = f.last
 	}
@@ -264,16 +264,13 @@ func (f *feed) finish() int {
 	f.wg.Wait()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	paused := map[string][]int32{}
+	paused, n := map[string][]int32{}, 0
 	for tp, fp := range f.parts {
 		if fp.paused {
 			fp.paused = false
 			paused[tp.topic] = append(paused[tp.topic], tp.partition)
+			n++
 		}
-	}
-	n := 0
-	for _, ps := range paused {
-		n += len(ps)
 	}
 	if n > 0 {
 		f.rn.pauser.ResumeFetchPartitions(paused)
@@ -290,10 +287,9 @@ func (rn *runner) collectFed(ctx, hctx context.Context, b *batch, first kgo.Fetc
 	cfg := rn.p.cfg
 	feedCtx, stop := context.WithCancel(rn.stop)
 	defer stop()
-	f := &feed{rn: rn, ctx: ctx, hctx: hctx, b: b, order: cfg.order, n: cfg.concurrency,
+	f := &feed{rn: rn, ctx: ctx, hctx: hctx, b: b, cfg: cfg,
 		deadline: b.start.Add(cfg.commitInterval), last: b.start.Add(rn.extendedInterval()), slots: make(chan struct{}, cfg.concurrency), stop: stop,
 		progress: make(chan struct{}, 1), lanes: map[laneKey]*lane{}, parts: map[topicPartition]*fedPartition{}}
-	handledAll := true
 	fetches := first
 	for {
 		f.dispatch(fetches)
@@ -314,19 +310,14 @@ func (rn *runner) collectFed(ctx, hctx context.Context, b *batch, first kgo.Fetc
 		cancel()
 		rn.p.obs.Fetched(fetches)
 		if ctx.Err() != nil {
-			handledAll = fetches.NumRecords() == 0
 			break
 		}
 		loop.LogFetchErrors(fetches, rn.p.logger)
 		if rn.p.state != nil {
-			if rn.p.state.mustRestore(fetches) {
-				// A store is restored while no lane handles
-				// records, as between transactions.
-				f.wg.Wait()
-			}
-			if err := rn.p.state.prepare(ctx, fetches, false); err != nil {
+			// A store is restored while no lane handles records, as
+			// between transactions.
+			if err := rn.p.state.prepare(ctx, fetches, false, f.wg.Wait); err != nil {
 				rn.p.state.fail(err)
-				handledAll = fetches.NumRecords() == 0
 				f.failed.Store(true)
 				break
 			}
@@ -335,7 +326,7 @@ func (rn *runner) collectFed(ctx, hctx context.Context, b *batch, first kgo.Fetc
 	if paused := f.finish(); paused > 0 && revoked.Load() {
 		rn.p.logger.Debug("eos: a rebalance took partitions while lanes held paused ones; resumed them", "paused", paused)
 	}
-	return handledAll && !f.failed.Load() && ctx.Err() == nil
+	return !f.failed.Load() && ctx.Err() == nil
 }
 
 // extendedInterval is how long after its start a batch's deadline may be
@@ -382,11 +373,7 @@ func (rn *runner) pollSize(limit int) int {
 	if cfg.concurrency <= 1 || rn.isolate {
 		return min(limit, cfg.maxPoll())
 	}
-	lanes := 1
-	if cfg.order == KeyOrder {
-		lanes = cfg.concurrency
-	}
-	return min(limit, rn.quota(cfg.commitInterval)*lanes)
+	return min(limit, rn.quota(cfg.commitInterval)*cfg.lanesPerPartition())
 }
 
 // fnv32a is FNV-1a over b, without hash/fnv's allocation per record.

@@ -13,15 +13,12 @@ import (
 	"github.com/eoskit/eoskit/eos"
 )
 
-// groupRequests counts the group-membership requests a client writes.
-type groupRequests struct{ joins, syncs atomic.Int64 }
+// groupRequests counts the JoinGroup requests a client writes.
+type groupRequests struct{ joins atomic.Int64 }
 
 func (g *groupRequests) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
-	switch kmsg.Key(key) {
-	case kmsg.JoinGroup, kmsg.ConsumerGroupHeartbeat:
+	if k := kmsg.Key(key); k == kmsg.JoinGroup || k == kmsg.ConsumerGroupHeartbeat {
 		g.joins.Add(1)
-	case kmsg.SyncGroup:
-		g.syncs.Add(1)
 	}
 }
 

@@ -158,26 +158,6 @@ func (ks *keyedState) takenAway(ps []int32) {
 	}
 }
 
-// mustRestore reports whether prepare would restore the store of one of
-// fetches' partitions (one without a store yet, or marked to be restored
-// again), which lanes fed across polls must not be handling records of.
-func (ks *keyedState) mustRestore(fetches kgo.Fetches) bool {
-	need := false
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if need || len(p.Records) == 0 || p.Topic != ks.input {
-			return
-		}
-		ks.marksMu.Lock()
-		again := ks.restore[p.Partition]
-		ks.marksMu.Unlock()
-		ks.mu.RLock()
-		ps := ks.parts[p.Partition]
-		ks.mu.RUnlock()
-		need = again || ps == nil
-	})
-	return need
-}
-
 // prepare makes the stores ready. Between transactions (between), after
 // every poll (so that an idle instance's view is ready too): the stores of
 // partitions taken away are closed; those of partitions assigned since,
@@ -187,8 +167,10 @@ func (ks *keyedState) mustRestore(fetches kgo.Fetches) bool {
 // fetches holds records of: a restore there counts against the
 // transaction, and the others wait for the next one. A restore that
 // cannot finish within RestoreTimeout is a *state.RestoreError naming the
-// partition.
-func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between bool) error {
+// partition. quiesce, if not nil, runs before each restore: lanes fed
+// across polls wait there for their handlers, so that a store is never
+// restored beside handlers using it.
+func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between bool, quiesce func()) error {
 	var polled []int32
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) > 0 && p.Topic == ks.input {
@@ -234,6 +216,9 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			}
 			ps = &partState{store: s, txn: state.NewTxn(s, ks.maxRecord)}
 			ps.last.Store(-1)
+		}
+		if quiesce != nil {
+			quiesce()
 		}
 		ks.mu.Lock()
 		ks.parts[p] = ps
@@ -481,7 +466,7 @@ func (p *Processor) prepareState(ctx context.Context, fetches kgo.Fetches) error
 	if p.state == nil {
 		return nil
 	}
-	if err := p.state.prepare(ctx, fetches, true); err != nil && ctx.Err() == nil {
+	if err := p.state.prepare(ctx, fetches, true, nil); err != nil && ctx.Err() == nil {
 		return err
 	}
 	return nil
