@@ -92,7 +92,7 @@ repro-kafka-20734:
 # grows to 10 million. A run that passes puts its tables into
 # docs/performance.md, between the "make bench" markers
 # (scripts/results.sh); the progress lines go to stderr only. Takes about
-# 22 minutes.
+# 50 minutes (52 on 2026-12-04).
 bench:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/bench.md
