@@ -265,9 +265,10 @@ const (
 // polled into it, and commits only once every lane has handled its
 // records and every output is acknowledged: about a commit interval after
 // it began, or, while the busiest lane still holds records then, when it
-// is done (lanes that run dry meanwhile take more records), at most two
-// intervals after it began. A record that fails
-// stops the other lanes at their next record and follows [OnHandlerError].
+// is done (lanes that run dry meanwhile take more records until at most
+// two intervals after it began; the lanes then finish what they hold).
+// A record that fails stops the other lanes at their next record and
+// follows [OnHandlerError].
 // The handler must then be safe for concurrent use. It pays off for
 // handlers that wait (a call to another service): a handler that takes 5
 // ms handles at most 200 records a second one at a time.
