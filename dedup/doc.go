@@ -50,6 +50,14 @@
 // other consumers see them. Order is Kafka's per partition; a skipped copy
 // does not reorder anything.
 //
+// A consumer that stalls past its session timeout (a long GC, SIGSTOP)
+// while a batch is under way may commit that batch after the group gave
+// its partition to another consumer: its claims came first, so the new
+// owner skips those ids. Kafka takes none of that batch's offsets, and the
+// consumer logs a warning: under [Concurrency] above 1 one that names the
+// batch ("committed a batch of a partition the group had given to another
+// member"), at 1 the refused offset commit.
+//
 // # Errors, concurrency, shutdown, observability
 //
 // These work as in package eos, through one core: [OnHandlerError] takes

@@ -275,10 +275,13 @@ func (s *session) settle() error {
 	s.mu.Unlock()
 	for _, b := range ended {
 		// A batch that outlasted a revoke's wait is settled as
-		// nothing: its partition is another member's.
+		// nothing (logged if it committed): its partition is another
+		// member's.
 		var err error
 		if !b.revoked.Load() {
 			err = s.outcome(s.cl, b)
+		} else {
+			s.committedStale(b)
 		}
 		s.mu.Lock()
 		if err != nil && s.failed == nil {
@@ -304,17 +307,37 @@ func (s *session) outcome(cl *kgo.Client, b *batch) error {
 // or the records before the one it stopped on: *PartlyCommitted), and
 // returns b's failure, nil if it committed whole.
 func (s *session) committed(b *batch) error {
-	err := b.err // b.err is read by the lane's next batch: not rewritten
-	var done []*kgo.Record
-	if part, ok := err.(*PartlyCommitted); ok {
-		done, err = part.Committed, part.Err
-	} else if err == nil {
-		done = b.recs
-	}
+	done, err := b.result()
 	if s.commits != nil {
 		s.commits.Add(done...)
 	}
 	return err
+}
+
+// result splits how b ended into the records it committed to the
+// database (all of them, or those before the one it stopped on:
+// *PartlyCommitted) and its failure, nil if it committed whole.
+func (b *batch) result() ([]*kgo.Record, error) {
+	err := b.err // b.err is read by the lane's next batch: not rewritten
+	if part, ok := err.(*PartlyCommitted); ok {
+		return part.Committed, part.Err
+	}
+	if err == nil {
+		return b.recs, nil
+	}
+	return nil, err
+}
+
+// committedStale logs that b committed records of a partition the group
+// had already handed to another member (the session that held it was
+// gone, or the batch outlasted the revoke's wait): a member stalled past
+// its session timeout. None of its offsets go to Kafka; the new owner's
+// commit step keeps the records from being applied twice.
+func (s *session) committedStale(b *batch) {
+	if done, _ := b.result(); len(done) > 0 {
+		s.core.cfg.Logger.Warn(s.core.pkg+": committed a batch of a partition the group had given to another member (this member stalled past its session timeout); its offsets are left to the new owner, whose commit step keeps the records from being applied twice",
+			"topic", b.tp.topic, "partition", b.tp.partition, "first_offset", done[0].Offset, "records", len(done))
+	}
 }
 
 // failure applies b's failure err (from committed): it goes to

@@ -1,16 +1,19 @@
 package consume
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -23,6 +26,12 @@ import (
 // fakeTopic starts a kfake cluster with topic "in" of partitions
 // partitions holding perPartition records each ("p/offset" values).
 func fakeTopic(t *testing.T, partitions int32, perPartition int) []string {
+	t.Helper()
+	return fakeCluster(t, partitions, perPartition).ListenAddrs()
+}
+
+// fakeCluster is fakeTopic's cluster, for a test that controls requests.
+func fakeCluster(t *testing.T, partitions int32, perPartition int) *kfake.Cluster {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in"))
 	if err != nil {
@@ -43,7 +52,7 @@ func fakeTopic(t *testing.T, partitions int32, perPartition int) []string {
 	if err := seed.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	return c.ListenAddrs()
+	return c
 }
 
 // ledger records what a test's Commit committed, per partition, in order.
@@ -89,11 +98,21 @@ func (l *ledger) check(t *testing.T, want int) {
 
 func startCore(t *testing.T, brokers []string, concurrency, maxPoll int, run Runner) (stop func() error) {
 	t.Helper()
+	return startCoreWith(t, testConfig(brokers, concurrency, maxPoll), run)
+}
+
+// testConfig is startCore's configuration.
+func testConfig(brokers []string, concurrency, maxPoll int) Config {
 	cfg := Defaults()
 	cfg.Brokers, cfg.Group, cfg.Topics = brokers, "g", []string{"in"}
 	cfg.Concurrency, cfg.MaxPoll = concurrency, maxPoll
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.ClientOpts = []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(1 << 10)}
+	return cfg
+}
+
+func startCoreWith(t *testing.T, cfg Config, run Runner) (stop func() error) {
+	t.Helper()
 	c, err := New("test", cfg, run)
 	if err != nil {
 		t.Fatal(err)
@@ -349,4 +368,92 @@ func (j joinCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ 
 	if kmsg.Key(key) == kmsg.JoinGroup || kmsg.Key(key) == kmsg.ConsumerGroupHeartbeat {
 		j.n.Add(1)
 	}
+}
+
+// A batch under way when the member's group session is lost (it stalled
+// past its session timeout; here a heartbeat is answered
+// UNKNOWN_MEMBER_ID) ends before the lost callback returns, and what it
+// committed in the database has none of its offsets sent to Kafka: the
+// partition is another member's by then, and an old commit must not move
+// it back. The member says so in a warning naming the batch, the only
+// trace a stalled member's late commit leaves (offsetstore's new owner
+// refuses it, dedup's new owner skips its ids).
+func TestALostPartitionsBatchCommitsButNoneOfItsOffsets(t *testing.T) {
+	c := fakeCluster(t, 1, 100)
+	var sent atomic.Int64 // offsets committed to Kafka, for any partition
+	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		for _, tp := range req.(*kmsg.OffsetCommitRequest).Topics {
+			sent.Add(int64(len(tp.Partitions)))
+		}
+		return nil, nil, false // observed only
+	})
+	var logs lockedBuffer
+	lost := make(chan struct{}, 1)
+	cfg := testConfig(c.ListenAddrs(), 2, 10)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.ClientOpts = append(cfg.ClientOpts, kgo.HeartbeatInterval(100*time.Millisecond),
+		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) {
+			select {
+			case lost <- struct{}{}:
+			default:
+			}
+		}))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	startCoreWith(t, cfg, Runner{CommitToKafka: true, CommitWhat: "test commit", Commit: func(ctx context.Context, _ *kgo.Client, recs []*kgo.Record) error {
+		if calls.Add(1) == 1 {
+			close(entered)
+			select {
+			case <-release:
+				return nil // committed, after the session was lost
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		<-ctx.Done() // the member that rejoined commits nothing
+		return ctx.Err()
+	}})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out after 30 s waiting for the first batch")
+	}
+	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
+	time.Sleep(time.Second) // the lost callback waits for the batch meanwhile
+	close(release)
+	select {
+	case <-lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out after 30 s waiting for the session to be lost")
+	}
+	time.Sleep(3 * KafkaCommitInterval) // a commit of the batch would be due by now
+	if n := sent.Load(); n > 0 {
+		t.Errorf("%d offsets committed to Kafka; want none: the only batch that committed was of a partition the member had lost", n)
+	}
+	want := `msg="test: committed a batch of a partition the group had given to another member`
+	if out := logs.String(); !strings.Contains(out, want) || !strings.Contains(out, "partition=0 first_offset=0 records=10") {
+		t.Errorf("no warning naming the batch committed after the session was lost (partition 0, offsets 0-9); logged:\n%s", out)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -153,6 +153,9 @@ func (s *session) takeBack(cl *kgo.Client, parts map[string][]int32, commit bool
 	failures := make([]error, len(ended))
 	for i, b := range ended {
 		failures[i] = s.committed(b)
+		if !commit {
+			s.committedStale(b)
+		}
 	}
 	if commit && s.commits != nil {
 		_ = s.commits.Commit(s.work, cl, s.core.run.CommitWhat)
