@@ -536,8 +536,14 @@ type stall struct {
 // committed in the database after that.
 func (r *runCtx) staleCommits() int64 {
 	n := r.refused.Load()
+	before := map[*copier]int64{} // a copier stalled twice counts from its first stall
 	for _, s := range r.stalls {
-		n += s.c.staleCommits.Load() - s.before
+		if b, ok := before[s.c]; !ok || s.before < b {
+			before[s.c] = s.before
+		}
+	}
+	for c, b := range before {
+		n += c.staleCommits.Load() - b
 	}
 	return n
 }
@@ -813,8 +819,8 @@ func (r *runCtx) start(name string) *copier {
 			if strings.Contains(line, "dedup: offset commit failed") && (strings.Contains(line, "UNKNOWN_MEMBER_ID") || strings.Contains(line, "ILLEGAL_GENERATION") || strings.Contains(line, "REBALANCE_IN_PROGRESS")) {
 				c.staleCommits.Add(1)
 			}
-			if strings.Contains(line, "dedup: committed a batch of a partition the group had given to another member") {
-				// Its ids were claimed first: the new owner's claims
+			if strings.Contains(line, "dedup: a batch of a partition taken from this member committed") {
+				// The ids it claimed are taken: the new owner's claims
 				// of them are refused.
 				c.staleCommits.Add(1)
 			}

@@ -54,9 +54,10 @@
 // while a batch is under way may commit that batch after the group gave
 // its partition to another consumer: its claims came first, so the new
 // owner skips those ids. Kafka takes none of that batch's offsets, and the
-// consumer logs a warning: under [Concurrency] above 1 one that names the
-// batch ("committed a batch of a partition the group had given to another
-// member"), at 1 the refused offset commit.
+// consumer logs a warning: of the offset commit Kafka refused, or, under
+// [Concurrency] above 1 when the lost session is noticed first, one that
+// names the batch ("a batch of a partition taken from this member
+// committed").
 //
 // # Errors, concurrency, shutdown, observability
 //

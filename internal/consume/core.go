@@ -281,7 +281,7 @@ func (s *session) settle() error {
 		if !b.revoked.Load() {
 			err = s.outcome(s.cl, b)
 		} else {
-			s.committedStale(b)
+			s.committedStale(b, "after the revoke stopped waiting for it")
 		}
 		s.mu.Lock()
 		if err != nil && s.failed == nil {
@@ -328,14 +328,15 @@ func (b *batch) result() ([]*kgo.Record, error) {
 	return nil, err
 }
 
-// committedStale logs that b committed records of a partition the group
-// had already handed to another member (the session that held it was
-// gone, or the batch outlasted the revoke's wait): a member stalled past
-// its session timeout. None of its offsets go to Kafka; the new owner's
-// commit step keeps the records from being applied twice.
-func (s *session) committedStale(b *batch) {
+// committedStale logs that b, a batch of a partition the group took from
+// this member, committed records (lost: when the group session ended, by
+// a stall past the session timeout or a coordinator error; or after a
+// revoke stopped waiting for it). None of its offsets go to Kafka; the
+// partition's next owner's commit step keeps the records from being
+// applied twice (offsetstore's compare-and-set, dedup's claimed ids).
+func (s *session) committedStale(b *batch, why string) {
 	if done, _ := b.result(); len(done) > 0 {
-		s.core.cfg.Logger.Warn(s.core.pkg+": committed a batch of a partition the group had given to another member (this member stalled past its session timeout); its offsets are left to the new owner, whose commit step keeps the records from being applied twice",
+		s.core.cfg.Logger.Warn(s.core.pkg+": a batch of a partition taken from this member committed "+why+"; none of its offsets go to Kafka, and the partition's next owner's commit step keeps its records from being applied twice",
 			"topic", b.tp.topic, "partition", b.tp.partition, "first_offset", done[0].Offset, "records", len(done))
 	}
 }

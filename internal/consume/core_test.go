@@ -375,9 +375,9 @@ func (j joinCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ 
 // UNKNOWN_MEMBER_ID) ends before the lost callback returns, and what it
 // committed in the database has none of its offsets sent to Kafka: the
 // partition is another member's by then, and an old commit must not move
-// it back. The member says so in a warning naming the batch, the only
-// trace a stalled member's late commit leaves (offsetstore's new owner
-// refuses it, dedup's new owner skips its ids).
+// it back. The member says so in a warning naming the batch (dedup's new
+// owner then skips its ids; offsetstore's is refused by the
+// compare-and-set the late batch won).
 func TestALostPartitionsBatchCommitsButNoneOfItsOffsets(t *testing.T) {
 	c := fakeCluster(t, 1, 100)
 	var sent atomic.Int64 // offsets committed to Kafka, for any partition
@@ -390,6 +390,7 @@ func TestALostPartitionsBatchCommitsButNoneOfItsOffsets(t *testing.T) {
 	var logs lockedBuffer
 	lost := make(chan struct{}, 1)
 	cfg := testConfig(c.ListenAddrs(), 2, 10)
+	cfg.Drain = 0 // the rejoined member's batch waits for the end
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	cfg.ClientOpts = append(cfg.ClientOpts, kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) {
@@ -418,12 +419,22 @@ func TestALostPartitionsBatchCommitsButNoneOfItsOffsets(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("timed out after 30 s waiting for the first batch")
 	}
+	refused := make(chan struct{})
 	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
 		resp.ErrorCode = kerr.UnknownMemberID.Code
+		close(refused)
 		return resp, nil, true
 	})
-	time.Sleep(time.Second) // the lost callback waits for the batch meanwhile
+	select {
+	case <-refused:
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out after 30 s waiting for a heartbeat")
+	}
+	// The lost callback gets to wait for the batch meanwhile. (Released
+	// before it, the batch is settled as the member's and its offsets
+	// are sent: the test fails, it cannot pass falsely.)
+	time.Sleep(2 * time.Second)
 	close(release)
 	select {
 	case <-lost:
@@ -434,7 +445,7 @@ func TestALostPartitionsBatchCommitsButNoneOfItsOffsets(t *testing.T) {
 	if n := sent.Load(); n > 0 {
 		t.Errorf("%d offsets committed to Kafka; want none: the only batch that committed was of a partition the member had lost", n)
 	}
-	want := `msg="test: committed a batch of a partition the group had given to another member`
+	want := `msg="test: a batch of a partition taken from this member committed in the database, but the partition was lost`
 	if out := logs.String(); !strings.Contains(out, want) || !strings.Contains(out, "partition=0 first_offset=0 records=10") {
 		t.Errorf("no warning naming the batch committed after the session was lost (partition 0, offsets 0-9); logged:\n%s", out)
 	}

@@ -116,7 +116,9 @@ func (s *session) lost(_ context.Context, cl *kgo.Client, parts map[string][]int
 // and clears their pause, which kgo would otherwise keep for a later
 // assignment. A batch that outlasts the wait (await) is left to end on
 // its own: it is settled as nothing (none of it goes to Kafka, its error
-// ends nothing).
+// ends nothing), and logged if it committed. When the partitions were
+// lost (commit false), nothing goes to Kafka either: the session that
+// could commit them is gone.
 func (s *session) takeBack(cl *kgo.Client, parts map[string][]int32, commit bool) {
 	taken := func(at tp) bool { return slices.Contains(parts[at.topic], at.partition) }
 	s.mu.Lock()
@@ -148,13 +150,13 @@ func (s *session) takeBack(cl *kgo.Client, parts map[string][]int32, commit bool
 	}
 	s.mu.Unlock()
 	// What the batches committed first (a batch stopped on a record may
-	// have committed the records before it): their offsets go to Kafka
-	// before the group hands the partitions over.
+	// have committed the records before it): on a revoke their offsets
+	// go to Kafka before the group hands the partitions over.
 	failures := make([]error, len(ended))
 	for i, b := range ended {
 		failures[i] = s.committed(b)
 		if !commit {
-			s.committedStale(b)
+			s.committedStale(b, "in the database, but the partition was lost (the group session ended: a stall past the session timeout, or a coordinator error)")
 		}
 	}
 	if commit && s.commits != nil {
