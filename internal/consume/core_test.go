@@ -1,7 +1,6 @@
 package consume
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eoskit/eoskit/integration"
 )
 
 // These tests run the core on kfake: they check the pipelines' mechanics
@@ -387,7 +388,7 @@ func TestALostPartitionsBatchCommitsButNoneOfItsOffsets(t *testing.T) {
 		}
 		return nil, nil, false // observed only
 	})
-	var logs lockedBuffer
+	var logs integration.LogBuffer
 	lost := make(chan struct{}, 1)
 	cfg := testConfig(c.ListenAddrs(), 2, 10)
 	cfg.Drain = 0 // the rejoined member's batch waits for the end
@@ -449,22 +450,4 @@ func TestALostPartitionsBatchCommitsButNoneOfItsOffsets(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, want) || !strings.Contains(out, "partition=0 first_offset=0 records=10") {
 		t.Errorf("no warning naming the batch committed after the session was lost (partition 0, offsets 0-9); logged:\n%s", out)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
