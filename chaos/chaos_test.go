@@ -73,8 +73,16 @@ func init() {
 			panic("soak: no scenario " + k)
 		}
 	}
+	// Its copiers are slowed to 4 ms a record: at most 1,333 records/s
+	// on 4 partitions (a partition's records run one at a time), at
+	// least 12.5 min for the million, where the 30 faults take about
+	// 10 (unslowed, eos's lanes copied the million before the tenth
+	// fault on 2026-12-04, which then struck no work in flight; at the
+	// cluster scenarios' 6 ms eos copied about 280 records/s through the
+	// faults, an hour for the soak).
 	scenarios = append(scenarios, scenario{name: "cluster-soak", cluster: true, proxied: true, full: true,
-		soak: &soak{records: 1_000_000, faults: 30},
+		copierArgs: []string{"-record-delay", "4ms"},
+		soak:       &soak{records: 1_000_000, faults: 30},
 		inject: func(ctx context.Context, r *runCtx) error {
 			kind := kinds[r.round%len(kinds)]
 			r.t.Logf("soak fault %d: %s", r.round+1, kind)
@@ -218,7 +226,13 @@ var scenarios = []scenario{
 		time.Sleep(2*sessionTimeout + 5*time.Second)
 		return r.cluster.Resume(ctx, node)
 	}},
-	{name: "cluster-rolling-restart", cluster: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
+	{name: "cluster-rolling-restart", cluster: true, full: true, copierArgs: []string{"-record-delay", "16ms"}, inject: func(ctx context.Context, r *runCtx) error {
+		// (Slowed to 16 ms a record, at most 250 records/s: a restart
+		// of the three nodes lasts about 55 s, in which the copiers at
+		// 6 ms copied 35% of the records, and offsetstore's and dedup's
+		// finished the copy during the third, on 2026-12-04; at 12 ms,
+		// beside other runs, offsetstore's third restart lasted 85 s
+		// and ended with 98% copied.)
 		return r.cluster.RollingRestart(ctx, false)
 	}},
 	{name: "cluster-network-cut", cluster: true, proxied: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
@@ -374,7 +388,7 @@ func TestChaos(t *testing.T) {
 				continue
 			}
 			n := records
-			if d := subset[path].recordDelay; !full && sc.soak == nil && d != "" { // the soak runs unslowed
+			if d := subset[path].recordDelay; !full && sc.soak == nil && d != "" { // not under EOS_CHAOS=soak: the soak has its pace
 				sc.copierArgs = append(slices.Clone(sc.copierArgs), "-record-delay", d) // the last one counts
 			}
 			if sc.soak != nil {
@@ -881,13 +895,14 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		cluster = testbed.StartLocalCluster(t)
 		k = cluster.KafkaCluster
 		sc.copierArgs = append(sc.copierArgs, "-repair=false")
-		if sc.soak == nil {
-			// A node fault takes 20 to 60 s from its start to the
-			// cluster's recovery, and three of them must each end with
-			// work left: unslowed, the copy of 100,000 records finished
-			// before the later rounds did (5 of 15 in the eos rows of
-			// 2026-12-01). 6 ms a record on 4 partitions is about
-			// 650 records/s, 150 s for the copy.
+		// A node fault takes 20 to 60 s from its start to the cluster's
+		// recovery, and each fault must end with work left: unslowed,
+		// the copy of 100,000 records finished before the later rounds
+		// did (5 of 15 in the eos rows of 2026-12-01). 6 ms a record on
+		// 4 partitions is at most about 650 records/s, 150 s for the
+		// copy. A scenario may set its own pace (the soak, the rolling
+		// restart).
+		if !slices.Contains(sc.copierArgs, "-record-delay") {
 			sc.copierArgs = append(sc.copierArgs, "-record-delay", "6ms")
 		}
 	} else {
