@@ -50,7 +50,7 @@ demo:
 # A run that passes puts its tables into docs/chaos.md, between the
 # "make chaos" markers (scripts/results.sh); a failed one leaves the doc as
 # it was. Takes about 5 hours (the counting paths add about 1.5 h, the
-# soaks, slowed to 4 ms a record, about 1.7 h).
+# soaks, slowed to 4 ms a record, about 1.8 h).
 chaos:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/chaos.md
@@ -58,7 +58,7 @@ chaos:
 	@scripts/results.sh "make chaos" docs/chaos.md .eoskit/chaos.md
 
 # Runs only the soak of make chaos, and puts its table into docs/chaos.md
-# (the "make soak" markers) when it passes. About 20 to 45 minutes a path
+# (the "make soak" markers) when it passes. About 20 to 50 minutes a path
 # (a million records at 4 ms a record on 4 partitions; eos the slowest).
 soak:
 	@mkdir -p .eoskit

@@ -76,10 +76,10 @@ func init() {
 	// Its copiers are slowed to 4 ms a record: at most 1,333 records/s
 	// on 4 partitions (a partition's records run one at a time), at
 	// least 12.5 min for the million, where the 30 faults take about
-	// 10 (unslowed, eos's lanes copied the million before the tenth
-	// fault on 2026-12-04, which then struck no work in flight; at the
-	// cluster scenarios' 6 ms eos copied about 280 records/s through the
-	// faults, an hour for the soak).
+	// 10 (unslowed, eos's lanes had copied the million by the end of
+	// the tenth fault on 2026-12-04, which then struck no work in
+	// flight; at the cluster scenarios' 6 ms eos copied about 220
+	// records/s through the faults, 75 min for the soak).
 	scenarios = append(scenarios, scenario{name: "cluster-soak", cluster: true, proxied: true, full: true,
 		copierArgs: []string{"-record-delay", "4ms"},
 		soak:       &soak{records: 1_000_000, faults: 30},
@@ -228,11 +228,11 @@ var scenarios = []scenario{
 	}},
 	{name: "cluster-rolling-restart", cluster: true, full: true, copierArgs: []string{"-record-delay", "16ms"}, inject: func(ctx context.Context, r *runCtx) error {
 		// (Slowed to 16 ms a record, at most 250 records/s: a restart
-		// of the three nodes lasts about 55 s, in which the copiers at
-		// 6 ms copied 35% of the records, and offsetstore's and dedup's
-		// finished the copy during the third, on 2026-12-04; at 12 ms,
-		// beside other runs, offsetstore's third restart lasted 85 s
-		// and ended with 98% copied.)
+		// of the three nodes lasts at least 55 s, in which the copiers
+		// at 6 ms copied 35% of the records, and offsetstore's and
+		// dedup's finished the copy during the third, on 2026-12-04; at
+		// 12 ms, beside other runs, offsetstore's third restart lasted
+		// at least 85 s and ended with 98% copied.)
 		return r.cluster.RollingRestart(ctx, false)
 	}},
 	{name: "cluster-network-cut", cluster: true, proxied: true, full: true, inject: func(ctx context.Context, r *runCtx) error {
@@ -270,7 +270,7 @@ var scenarios = []scenario{
 	{name: "broker-restart", inject: func(ctx context.Context, r *runCtx) error { return r.broker.Restart(ctx, false) }},
 	{name: "postgres-restart", dbOnly: true, full: true, copierArgs: []string{"-record-delay", "1ms"}, inject: func(ctx context.Context, r *runCtx) error {
 		// (Slowed as sigkill-copier is: unslowed, the pipelines per
-		// partition copied every record before the third restart.)
+		// partition finished the copy during the third restart.)
 		out, err := exec.CommandContext(ctx, "bash", filepath.Join(r.root, "scripts/postgres.sh"), "restart").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("postgres restart: %v: %s", err, out)
@@ -899,7 +899,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		// recovery, and each fault must end with work left: unslowed,
 		// the copy of 100,000 records finished before the later rounds
 		// did (5 of 15 in the eos rows of 2026-12-01). 6 ms a record on
-		// 4 partitions is at most about 650 records/s, 150 s for the
+		// 4 partitions is at most about 667 records/s, 150 s for the
 		// copy. A scenario may set its own pace (the soak, the rolling
 		// restart).
 		if !slices.Contains(sc.copierArgs, "-record-delay") {
