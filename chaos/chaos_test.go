@@ -148,7 +148,10 @@ var scenarios = []scenario{
 		if len(parts) < 2 {
 			return fmt.Errorf("copier %s owns %v; want at least 2 partitions to spread", owner.name, parts)
 		}
-		r.stalls = append(r.stalls, stall{owner, owner.staleCommits.Load()})
+		if !slices.ContainsFunc(r.stalls, func(s stall) bool { return s.c == owner }) {
+			// A copier stalled again counts from its first stall, once.
+			r.stalls = append(r.stalls, stall{owner, owner.staleCommits.Load()})
+		}
 		if err := r.signalInTransaction(ctx, owner, syscall.SIGSTOP); err != nil {
 			return err
 		}
@@ -550,14 +553,8 @@ type stall struct {
 // committed in the database after that.
 func (r *runCtx) staleCommits() int64 {
 	n := r.refused.Load()
-	before := map[*copier]int64{} // a copier stalled twice counts from its first stall
 	for _, s := range r.stalls {
-		if b, ok := before[s.c]; !ok || s.before < b {
-			before[s.c] = s.before
-		}
-	}
-	for c, b := range before {
-		n += c.staleCommits.Load() - b
+		n += s.c.staleCommits.Load() - s.before
 	}
 	return n
 }

@@ -52,8 +52,8 @@
 //
 // A consumer that stalls past its session timeout (a long GC, SIGSTOP)
 // while a batch is under way may commit that batch after the group gave
-// its partition to another consumer: its claims came first, so the new
-// owner skips those ids. Kafka takes none of that batch's offsets, and the
+// its partition to another consumer: the ids it claimed are taken, so
+// the new owner skips them. Kafka takes none of that batch's offsets, and the
 // consumer logs a warning: of the offset commit Kafka refused, or, under
 // [Concurrency] above 1 when the lost session is noticed first, one that
 // names the batch ("a batch of a partition taken from this member
