@@ -1022,9 +1022,12 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	}
 	faults := 0
+	delay := recordDelay(t, sc.copierArgs)
+	prev := 0.0
 	for i, at := range points {
 		r.round = i
-		waitFor(t, 3*time.Minute, fmt.Sprintf("%.0f%% progress", at*100), stalled, func() bool { return float64(progress()) >= at*float64(n) })
+		waitFor(t, stepTimeout(3*time.Minute, int((at-prev)*float64(n)), delay), fmt.Sprintf("%.0f%% progress", at*100), stalled, func() bool { return float64(progress()) >= at*float64(n) })
+		prev = at
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		if err := sc.inject(ctx, r); err != nil {
 			cancel()
@@ -1039,7 +1042,7 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		t.Logf("fault %d (%s) ended with %d of %d records done (copied %d)", i+1, sc.name, got, n, progress())
 		faults++
 	}
-	waitFor(t, 5*time.Minute+time.Duration(n/1000)*time.Second, "every record copied", stalled, func() bool { return progress() >= int64(n) })
+	waitFor(t, stepTimeout(5*time.Minute+time.Duration(n/1000)*time.Second, int((1-prev)*float64(n)), delay), "every record copied", stalled, func() bool { return progress() >= int64(n) })
 	time.Sleep(time.Second)
 	r.terminate()
 
@@ -1204,6 +1207,35 @@ func (r *reader) prefixOf(final []*kgo.Record) error {
 		}
 	}
 	return nil
+}
+
+// stepTimeout is how long the copy may take for step more records before
+// a wait calls it stalled: base, or the step's records one at a time at
+// the copiers' pace (a quarter of their 4 lanes' speed), whichever is
+// longer. The counting paths' rolling restart at 16 ms a record made
+// under 100 records/s beside another run on 2026-12-04, and ran out of
+// 3 min before its first fault point, 20,000 records in.
+func stepTimeout(base time.Duration, step int, delay time.Duration) time.Duration {
+	return max(base, time.Duration(step)*delay)
+}
+
+// recordDelay is the copiers' -record-delay in args (the last one
+// counts), or 0.
+func recordDelay(t *testing.T, args []string) time.Duration {
+	t.Helper()
+	var d time.Duration
+	for i, a := range args {
+		if strings.HasPrefix(strings.TrimLeft(a, "-"), "record-delay=") {
+			t.Fatalf("copier argument %q: give -record-delay and its value apart, as the suite reads them", a)
+		}
+		if strings.TrimLeft(a, "-") == "record-delay" && i+1 < len(args) {
+			var err error
+			if d, err = time.ParseDuration(args[i+1]); err != nil {
+				t.Fatalf("copier argument -record-delay %q: %v", args[i+1], err)
+			}
+		}
+	}
+	return d
 }
 
 // waitFor fails the test if cond stays false for timeout; stalled says
