@@ -120,7 +120,7 @@ func poolFor(e *env, n int) *pgxpool.Pool {
 // goal. backlog: the topic holds more than the variant can copy in the
 // run. live: a producer writes at the goal's rate while it runs (polls
 // then hold a few records of many partitions).
-func (b *bench) ioBound(ctx context.Context, w io.Writer, only string) error {
+func (b *bench) ioBound(ctx context.Context, w io.Writer, pick func(ioVariant) bool) error {
 	variants := ioVariants()
 	type key struct {
 		regime string
@@ -131,7 +131,7 @@ func (b *bench) ioBound(ctx context.Context, w io.Writer, only string) error {
 	for r := range b.runs {
 		for _, regime := range regimes {
 			for i, v := range variants {
-				if only != "" && v.path != only {
+				if !pick(v) {
 					continue
 				}
 				p := path{name: "io-" + v.path, partitions: ioPartitions, output: v.path == "eos"}
@@ -184,10 +184,14 @@ func (b *bench) ioBound(ctx context.Context, w io.Writer, only string) error {
 				base[v.path] = med
 			}
 			goal := 0.8 * float64(v.bound) / ioDelay.Seconds()
-			fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %.2fx | %.1fx |\n", v.path, v.name, regime, med, slices.Min(rs), slices.Max(rs), goal, med/goal, med/base[v.path])
+			vsOne := "-" // Concurrency 1 not run (-io-variant)
+			if base[v.path] > 0 {
+				vsOne = fmt.Sprintf("%.1fx", med/base[v.path])
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %.2fx | %s |\n", v.path, v.name, regime, med, slices.Min(rs), slices.Max(rs), goal, med/goal, vsOne)
 		}
 	}
-	return b.ioLatency(ctx, w, variants, only)
+	return b.ioLatency(ctx, w, variants, pick)
 }
 
 // ioLatencyGoal is the p99 goal at half load: the commit interval (eos's
@@ -199,7 +203,7 @@ const ioLatencyGoal = 100*time.Millisecond + ioDelay + 20*time.Millisecond
 // throughput goal for 10 s, each stamped with its produce time, and prints
 // the p50 and p99 delays until each result was visible (read_committed
 // output, or a committed row) against ioLatencyGoal.
-func (b *bench) ioLatency(ctx context.Context, w io.Writer, variants []ioVariant, only string) error {
+func (b *bench) ioLatency(ctx context.Context, w io.Writer, variants []ioVariant, pick func(ioVariant) bool) error {
 	type result struct {
 		v        ioVariant
 		rate     int
@@ -207,7 +211,7 @@ func (b *bench) ioLatency(ctx context.Context, w io.Writer, variants []ioVariant
 	}
 	var results []result
 	for i, v := range variants {
-		if only != "" && v.path != only {
+		if !pick(v) {
 			continue
 		}
 		rate := int(0.8 * float64(v.bound) / ioDelay.Seconds() / 2)

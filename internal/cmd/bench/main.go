@@ -115,6 +115,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -146,6 +147,7 @@ func main() {
 	stateWarmup := flag.Duration("state-warmup", 10*time.Second, "state part: the warm-up after a run's first commit (Kafka Streams' JVM takes about 6 s to reach its pace)")
 	check := flag.Bool("check", true, "state part: after its runs, check once that the Kafka Streams peer's counts equal the input's")
 	ioPath := flag.String("io-path", "", "io part: run only this path's variants (eos, offsetstore or dedup)")
+	ioName := flag.String("io-variant", "", "io part: run only the variants whose name matches this regular expression (\"PartitionOrder\", \"^Concurrency 1$\")")
 	idSizes := flag.String("id-table-sizes", "0,1000000,10000000", "processed-ids table sizes at which to time dedup's claim (empty: skip)")
 	flag.Parse()
 
@@ -272,7 +274,14 @@ func main() {
 		printTable(os.Stdout, rows, *runs)
 	}
 	if want("io") {
-		if err := b.ioBound(ctx, os.Stdout, *ioPath); err != nil {
+		name, err := regexp.Compile(*ioName)
+		if err != nil {
+			fail(fmt.Errorf("-io-variant: %w", err))
+		}
+		pick := func(v ioVariant) bool {
+			return (*ioPath == "" || v.path == *ioPath) && name.MatchString(v.name)
+		}
+		if err := b.ioBound(ctx, os.Stdout, pick); err != nil {
 			fail(fmt.Errorf("io: %w", err))
 		}
 	}
