@@ -1213,7 +1213,7 @@ func (r *reader) prefixOf(final []*kgo.Record) error {
 // a wait calls it stalled: base, or the step's records one at a time at
 // the copiers' pace (a quarter of their 4 lanes' speed), whichever is
 // longer. The counting paths' rolling restart at 16 ms a record made
-// under 100 records/s beside another run on 2026-12-04, and ran out of
+// about 90 records/s beside another run on 2026-12-04, and ran out of
 // 3 min before its first fault point, 20,000 records in.
 func stepTimeout(base time.Duration, step int, delay time.Duration) time.Duration {
 	return max(base, time.Duration(step)*delay)

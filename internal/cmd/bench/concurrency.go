@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"time"
 
@@ -101,6 +102,20 @@ func ioVariants() []ioVariant {
 		{"dedup", "Concurrency 4", 4, dedupAt(4)},
 		{"dedup", "Concurrency 12", 12, dedupAt(12)},
 	}
+}
+
+// ioPicker selects the I/O-bound variants of path (every path if empty)
+// whose name matches the regular expression name; it fails if none does.
+func ioPicker(path, name string) (func(ioVariant) bool, error) {
+	re, err := regexp.Compile(name)
+	if err != nil {
+		return nil, fmt.Errorf("-io-variant: %w", err)
+	}
+	pick := func(v ioVariant) bool { return (path == "" || v.path == path) && re.MatchString(v.name) }
+	if !slices.ContainsFunc(ioVariants(), pick) {
+		return nil, fmt.Errorf("-io-path %q -io-variant %q: no I/O-bound variant matches", path, name)
+	}
+	return pick, nil
 }
 
 // poolFor gives a database runner as many connections as its bound needs.

@@ -115,7 +115,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -150,6 +149,10 @@ func main() {
 	ioName := flag.String("io-variant", "", "io part: run only the variants whose name matches this regular expression (\"PartitionOrder\", \"^Concurrency 1$\")")
 	idSizes := flag.String("id-table-sizes", "0,1000000,10000000", "processed-ids table sizes at which to time dedup's claim (empty: skip)")
 	flag.Parse()
+	pickIO, err := ioPicker(*ioPath, *ioName) // before any part runs: a bad pattern fails at once
+	if err != nil {
+		fail(err)
+	}
 
 	parts := []string{"eos", "single", "memory", "state", "restore", "offsetstore", "dedup", "outbox", "io"}
 	if *only != "" && !slices.Contains(parts, *only) {
@@ -274,14 +277,7 @@ func main() {
 		printTable(os.Stdout, rows, *runs)
 	}
 	if want("io") {
-		name, err := regexp.Compile(*ioName)
-		if err != nil {
-			fail(fmt.Errorf("-io-variant: %w", err))
-		}
-		pick := func(v ioVariant) bool {
-			return (*ioPath == "" || v.path == *ioPath) && name.MatchString(v.name)
-		}
-		if err := b.ioBound(ctx, os.Stdout, pick); err != nil {
+		if err := b.ioBound(ctx, os.Stdout, pickIO); err != nil {
 			fail(fmt.Errorf("io: %w", err))
 		}
 	}
