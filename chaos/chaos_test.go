@@ -1220,19 +1220,20 @@ func stepTimeout(base time.Duration, step int, delay time.Duration) time.Duratio
 }
 
 // recordDelay is the copiers' -record-delay in args (the last one
-// counts), or 0.
+// counts), or 0. The suite spells it "-record-delay" and its value apart
+// (runScenario looks for that spelling too); any other is refused.
 func recordDelay(t *testing.T, args []string) time.Duration {
 	t.Helper()
 	var d time.Duration
 	for i, a := range args {
-		if strings.HasPrefix(strings.TrimLeft(a, "-"), "record-delay=") {
-			t.Fatalf("copier argument %q: give -record-delay and its value apart, as the suite reads them", a)
-		}
-		if strings.TrimLeft(a, "-") == "record-delay" && i+1 < len(args) {
+		switch {
+		case a == "-record-delay" && i+1 < len(args):
 			var err error
 			if d, err = time.ParseDuration(args[i+1]); err != nil {
 				t.Fatalf("copier argument -record-delay %q: %v", args[i+1], err)
 			}
+		case strings.HasPrefix(strings.TrimLeft(a, "-"), "record-delay"):
+			t.Fatalf("copier argument %q: spell it -record-delay, its value apart, as the suite reads it", a)
 		}
 	}
 	return d
