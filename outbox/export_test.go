@@ -1,5 +1,7 @@
 package outbox
 
+import "time"
+
 // BeforeCommit runs fn inside each Kafka transaction (or, at-least-once,
 // each batch), after its records and position were produced and its rows
 // deleted, just before it commits: where tests stall or crash a relay.
@@ -20,4 +22,10 @@ func AfterCommit(fn func() bool) Option {
 // for rows it must delete later.
 func HideFromDeletion(hide func(id int64) bool) Option {
 	return relayOption(func(c *config) { c.hooks.hideFromDeletion = hide })
+}
+
+// MarkerWait sets how long the position read waits for the markers of a
+// transaction still open under the slot's key (a minute by default).
+func MarkerWait(d time.Duration) Option {
+	return relayOption(func(c *config) { c.markerWait = d })
 }

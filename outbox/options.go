@@ -59,6 +59,7 @@ type config struct {
 	retryFor       time.Duration
 	statusInterval time.Duration
 	txnTimeout     time.Duration // the producer's, settled by NewRelay
+	markerWait     time.Duration // see defaultMarkerWait
 	logger         *slog.Logger
 	metrics        eoskit.Metrics
 	clientOpts     []kgo.Opt
@@ -74,6 +75,7 @@ func newConfig(opts []Option) *config {
 		deleteBatch:    1000,
 		retryFor:       2 * time.Minute,
 		statusInterval: 10 * time.Second,
+		markerWait:     defaultMarkerWait,
 		logger:         slog.Default(),
 	}
 	for _, o := range opts {

@@ -34,7 +34,7 @@ type position struct {
 // transaction holds it up: the whole log of one compacted partition.
 const readTimeout = time.Minute
 
-// markerWait bounds the wait, once the read reached the high watermark,
+// defaultMarkerWait bounds the wait, once the read reached the high watermark,
 // for the markers of transactions still open there that hold records of
 // this slot's key (written by a relay of this slot under another
 // transactional id). A transaction its relay committed or aborted gets its
@@ -42,7 +42,7 @@ const readTimeout = time.Minute
 // (40 s by default, and the coordinator looks every 10 s), or a retry of
 // the session (for RetryFor) waits again. One that never ends is a
 // hanging transaction, which the read reports.
-const markerWait = time.Minute
+const defaultMarkerWait = time.Minute
 
 func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []carriedTxn) *kgo.Record {
 	v, _ := json.Marshal(position{LSN: end.String(), Key: key, Token: token, Undeleted: undeleted})
@@ -67,7 +67,7 @@ func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []car
 //
 // A transaction still open there that holds records of key is waited
 // for, past the high watermark, until its producer's marker decides it
-// (for markerWait; then the read fails with ErrPosition naming the
+// (for markerWait, a minute; then the read fails with ErrPosition naming the
 // producer). Registering our transactional id first decided every
 // transaction of our own, but not one of a relay of this slot that ran
 // under another transactional id (the id, or what it is derived from,
@@ -78,7 +78,7 @@ func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []car
 // one: Kafka 4.1 to 4.4 drop markers for a leaderless partition,
 // KAFKA-20734) would be decided, unseen, by the next marker of its
 // producer id.
-func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string) (position, error) {
+func readPosition(ctx context.Context, conn []kgo.Opt, topic, key string, markerWait time.Duration) (position, error) {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	admCl, err := kgo.NewClient(conn...)

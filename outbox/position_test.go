@@ -24,8 +24,9 @@ import (
 // and publish the record again: it waits for the marker and, the
 // transaction committed, starts from the newer position. A transaction
 // left open past the read's bound (a hanging one: KAFKA-20734 drops
-// markers) fails the read with ErrPosition naming the partition and the
-// producer; once it is aborted, the relay publishes the record, once.
+// markers; the bound is a minute, 5 s here) fails the read with
+// ErrPosition naming the partition and the producer; once it is aborted,
+// the relay publishes the record, once.
 func TestPositionReadWaitsForTheSlotsOpenTransactions(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
@@ -112,14 +113,15 @@ func TestPositionReadWaitsForTheSlotsOpenTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := outbox.NewRelay(b.pool, b.opts(t, outbox.RetryFor(time.Second))...)
+	// The read waits a minute by default; 5 s here.
+	r, err := outbox.NewRelay(b.pool, b.opts(t, outbox.RetryFor(time.Second), outbox.MarkerWait(5*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err, took := runFor(t, r, 3*time.Minute)
-	want := []string{b.positions + "[0]", fmt.Sprintf("producer id %d", id)}
-	if !errors.Is(err, outbox.ErrPosition) || !strings.Contains(err.Error(), want[0]) || !strings.Contains(err.Error(), want[1]) {
-		t.Fatalf("Run returned %v after %s; want ErrPosition naming %q and %q", err, took.Round(time.Millisecond), want[0], want[1])
+	want := []string{b.positions + "[0]", fmt.Sprintf("producer id %d", id), "undecided 5s after"}
+	if !errors.Is(err, outbox.ErrPosition) || !strings.Contains(err.Error(), want[0]) || !strings.Contains(err.Error(), want[1]) || !strings.Contains(err.Error(), want[2]) {
+		t.Fatalf("Run returned %v after %s; want ErrPosition naming %q and %q, %q", err, took.Round(time.Millisecond), want[0], want[1], want[2])
 	}
 	t.Logf("Run returned after %s: %v", took.Round(time.Millisecond), err)
 	if n := copies("4"); n != 1 {

@@ -116,7 +116,7 @@ func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, map[int64]uint
 	if _, _, err := t.p.ProducerID(ctx); err != nil {
 		return 0, nil, err
 	}
-	pos, err := readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key)
+	pos, err := readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key, t.cfg.markerWait)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -310,7 +310,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	// transaction with it to end; the stream is kept alive meanwhile.
 	// The start reads the position, which may take its read and the
 	// wait for a transaction still open under the slot's key.
-	startDone := s.waiting(r.cfg.txnTimeout + readTimeout + markerWait)
+	startDone := s.waiting(r.cfg.txnTimeout + readTimeout + r.cfg.markerWait)
 	from, carried, err := p.start(ctx)
 	startDone()
 	if err != nil {
