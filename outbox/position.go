@@ -34,8 +34,8 @@ type position struct {
 // transaction holds it up: the whole log of one compacted partition.
 const readTimeout = time.Minute
 
-// defaultMarkerWait bounds the wait, once the read reached the high watermark,
-// for the markers of transactions still open there that hold records of
+// defaultMarkerWait is the default bound of the wait, once the read
+// reached the high watermark, for the markers of transactions still open there that hold records of
 // this slot's key (written by a relay of this slot under another
 // transactional id). A transaction its relay committed or aborted gets its
 // markers within moments; one still running ends within its timeout
@@ -67,8 +67,8 @@ func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []car
 //
 // A transaction still open there that holds records of key is waited
 // for, past the high watermark, until its producer's marker decides it
-// (for markerWait, a minute; then the read fails with ErrPosition naming the
-// producer). Registering our transactional id first decided every
+// (for markerWait, a minute by default; then the read fails with
+// ErrPosition naming the producer). Registering our transactional id first decided every
 // transaction of our own, but not one of a relay of this slot that ran
 // under another transactional id (the id, or what it is derived from,
 // changed across a deploy): its EndTxn may have returned, the commit
