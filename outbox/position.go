@@ -35,13 +35,14 @@ type position struct {
 const readTimeout = time.Minute
 
 // defaultMarkerWait is the default bound of the wait, once the read
-// reached the high watermark, for the markers of transactions still open there that hold records of
-// this slot's key (written by a relay of this slot under another
-// transactional id). A transaction its relay committed or aborted gets its
-// markers within moments; one still running ends within its timeout
-// (40 s by default, and the coordinator looks every 10 s), or a retry of
-// the session (for RetryFor) waits again. One that never ends is a
-// hanging transaction, which the read reports.
+// reached the high watermark, for the markers of transactions still open
+// there that hold records of this slot's key (written by a relay of this
+// slot under another transactional id). A transaction its relay committed
+// or aborted gets its markers within moments; one still running ends
+// within its timeout (40 s by default, and the coordinator looks every
+// 10 s), or a retry of the session (for RetryFor) waits again. One that
+// never ends is a hanging transaction, which the read reports. (Tests
+// shorten the wait.)
 const defaultMarkerWait = time.Minute
 
 func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []carriedTxn) *kgo.Record {
@@ -65,12 +66,12 @@ func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []car
 // transaction still open at the high watermark is passed: it holds no
 // record of key.
 //
-// A transaction still open there that holds records of key is waited
-// for, past the high watermark, until its producer's marker decides it
-// (for markerWait, a minute by default; then the read fails with
-// ErrPosition naming the producer). Registering our transactional id first decided every
-// transaction of our own, but not one of a relay of this slot that ran
-// under another transactional id (the id, or what it is derived from,
+// A transaction still open there that holds records of key is waited for,
+// past the high watermark, until its producer's marker decides it (for
+// markerWait, a minute by default; then the read fails with ErrPosition
+// naming the producer). Registering our transactional id first decided
+// every transaction of our own, but not one of a relay of this slot that
+// ran under another transactional id (the id, or what it is derived from,
 // changed across a deploy): its EndTxn may have returned, the commit
 // decided, and the relay died before the markers were written. Passing
 // such a transaction would take the position before it and publish its

@@ -98,6 +98,11 @@ func TestPositionReadWaitsForTheSlotsOpenTransactions(t *testing.T) {
 	if got := committed(); got != "1,2,3" {
 		t.Fatalf("output %s; want 1,2,3", got)
 	}
+	// The read waited for the marker: it did not give up on the open
+	// transaction and succeed on a retry after the commit.
+	if h := run.relay.Health(); strings.Contains(h.LastError, "undecided") {
+		t.Fatalf("the relay's read gave up on the old id's open transaction (%s) instead of waiting for its marker", h.LastError)
+	}
 	if h := run.relay.Health(); h.LastAssigned.After(commitAt) {
 		t.Logf("the relay's read ended %s after the commit (it waited for the marker)", h.LastAssigned.Sub(commitAt).Round(time.Millisecond))
 	} else {
@@ -121,7 +126,7 @@ func TestPositionReadWaitsForTheSlotsOpenTransactions(t *testing.T) {
 	err, took := runFor(t, r, 3*time.Minute)
 	want := []string{b.positions + "[0]", fmt.Sprintf("producer id %d", id), "undecided 5s after"}
 	if !errors.Is(err, outbox.ErrPosition) || !strings.Contains(err.Error(), want[0]) || !strings.Contains(err.Error(), want[1]) || !strings.Contains(err.Error(), want[2]) {
-		t.Fatalf("Run returned %v after %s; want ErrPosition naming %q and %q, %q", err, took.Round(time.Millisecond), want[0], want[1], want[2])
+		t.Fatalf("Run returned %v after %s; want ErrPosition naming %q, %q and %q", err, took.Round(time.Millisecond), want[0], want[1], want[2])
 	}
 	t.Logf("Run returned after %s: %v", took.Round(time.Millisecond), err)
 	if n := copies("4"); n != 1 {
