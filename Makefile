@@ -56,7 +56,7 @@ demo:
 chaos:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/chaos.md
-	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 540m -run TestChaos ./chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
+	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 540m -run TestChaos ./tests/chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
 	@scripts/results.sh "make chaos" docs/chaos.md .eoskit/chaos.md
 
 # Runs only the soak of make chaos, and puts its table into docs/chaos.md
@@ -65,7 +65,7 @@ chaos:
 soak:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/soak.md
-	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=soak EOS_CHAOS_TABLE=$$PWD/.eoskit/soak.md go test -count=1 -timeout 200m -run TestChaos ./chaos; rc=$$?; cat .eoskit/soak.md 2>/dev/null; exit $$rc'
+	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=soak EOS_CHAOS_TABLE=$$PWD/.eoskit/soak.md go test -count=1 -timeout 200m -run TestChaos ./tests/chaos; rc=$$?; cat .eoskit/soak.md 2>/dev/null; exit $$rc'
 	@scripts/results.sh "make soak" docs/chaos.md .eoskit/soak.md
 
 # Runs every eos test on Apache Kafka 3.9.1 (transaction protocol v1) as
@@ -81,7 +81,7 @@ compat:
 # read_committed reader lost or saw twice. Up to 3 runs of about 3 minutes.
 # EOSKIT_KAFKA_VERSION=4.0.2 runs the same on a release without the bug.
 repro-kafka-20734:
-	@EOS_REQUIRE_SERVICES=1 EOS_REPRO_KAFKA_20734=1 go test -count=1 -v -timeout 60m -run 'TestReproduceKafka20734' ./chaos
+	@EOS_REQUIRE_SERVICES=1 EOS_REPRO_KAFKA_20734=1 go test -count=1 -v -timeout 60m -run 'TestReproduceKafka20734' ./tests/chaos
 
 # Measures each guarantee against its baseline on the local broker and
 # PostgreSQL and prints markdown tables (throughput, p50/p99 latency,
@@ -100,6 +100,6 @@ repro-kafka-20734:
 bench:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/bench.md
-	@scripts/with-services.sh bash -c 'set -o pipefail; go run ./internal/cmd/bench | tee .eoskit/bench.md'
+	@scripts/with-services.sh bash -c 'set -o pipefail; go run ./tools/bench | tee .eoskit/bench.md'
 	@scripts/results.sh "make bench" docs/performance.md .eoskit/bench.md
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
 // knownAbort may call an unconfirmed commit aborted only from offsets that

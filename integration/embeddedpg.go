@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eoskit/eoskit/internal/embeddedpg"
+	"github.com/eoskit/eoskit/testsupport/embeddedpg"
 )
 
 // startEmbeddedPostgres is the last place [PostgresServer] looks, after

@@ -24,7 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/internal/freeport"
+	"github.com/eoskit/eoskit/testsupport/freeport"
 )
 
 type kafkaConfig struct {

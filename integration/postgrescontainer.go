@@ -17,7 +17,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/eoskit/eoskit/internal/freeport"
+	"github.com/eoskit/eoskit/testsupport/freeport"
 )
 
 // The role and database of a PostgreSQL container.

@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/outbox"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
 // One database transaction of 30,000 records, one of them larger than

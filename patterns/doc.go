@@ -56,7 +56,7 @@
 // same injected faults (unknown outcomes at the source, a crash mid-batch,
 // a rebalance mid-batch, an instance stalled past its session timeout) and
 // prints what the verifier found. The faults live in the lab
-// (internal/eoslab), which wraps the patterns' handlers and options; no
+// (cmd/eoslab/internal/eoslab), which wraps the patterns' handlers and options; no
 // pattern knows of them. The SIGKILL versions of the faults are in the
 // eos, offsetstore, dedup and outbox tests.
 package patterns

@@ -158,7 +158,7 @@ start_all() {
 	command -v "$JAVA" >/dev/null || die "java not found: install a JDK 17+ or set JAVA_HOME"
 	fetch_jars
 	configure_cluster
-	(cd "$ROOT" && go build -o "$CLUSTER_DIR/eosdev" ./internal/cmd/eosdev)
+	(cd "$ROOT" && go build -o "$CLUSTER_DIR/eosdev" ./tools/eosdev)
 	local i
 	for i in $(seq 1 $NODES); do start_node "$i"; done
 	wait_whole

@@ -30,7 +30,7 @@
 #                     the broker once that process is gone, however it ended
 #   EOSKIT_KAFKA_JVM_OPTS  more options for the broker's JVM and its storage
 #                     format (the tests' private brokers get
-#                     -XX:TieredStopAtLevel=1 from internal/testbed)
+#                     -XX:TieredStopAtLevel=1 from testsupport/testbed)
 set -euo pipefail
 
 DEFAULT_KAFKA_VERSION=4.4.0
@@ -49,7 +49,7 @@ JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 log() { echo "kafka.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-eosdev() { (cd "$ROOT" && go run ./internal/cmd/eosdev "$@"); }
+eosdev() { (cd "$ROOT" && go run ./tools/eosdev "$@"); }
 
 # shellcheck source=maven-jars.sh
 . "$ROOT/scripts/maven-jars.sh"
@@ -242,7 +242,7 @@ start() {
 	configure
 	# Build the readiness helper before the broker starts so that its compile
 	# time is not counted against the broker's start-up wait.
-	(cd "$ROOT" && go build -o "$STATE_DIR/eosdev" ./internal/cmd/eosdev)
+	(cd "$ROOT" && go build -o "$STATE_DIR/eosdev" ./tools/eosdev)
 	log "starting broker on $(bootstrap) (log: $STATE_DIR/logs/server.log)"
 	launch_broker 512m
 	local sasl=()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs the Kafka Streams bench peer (scripts/streams/CountByKey.java:
-# groupByKey().count() under exactly_once_v2), which internal/cmd/bench's
+# groupByKey().count() under exactly_once_v2), which tools/bench's
 # state part measures eoskit against. Kafka Streams is a bench peer only,
 # never a dependency of eoskit; nothing built here is checked in.
 #

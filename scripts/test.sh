@@ -48,7 +48,7 @@ export EOSKIT_TEST_RUN
 # take 2 to 5.5 minutes each; the rest a minute or less. Three packages at
 # a time was tried (2026-12-01): the outbox's took 675 s instead of 325
 # and its isolation test ran out of its 150 s.
-slowest=(./outbox ./chaos ./eos ./leastprivilege ./internal/eoslab)
+slowest=(./outbox ./tests/chaos ./eos ./tests/leastprivilege ./cmd/eoslab/internal/eoslab)
 all=$(go list ./...)
 slow=$(go list "${slowest[@]}")
 for p in $slow; do

@@ -15,8 +15,8 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/internal/txnscan"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
 // An operator finds the hanging transactions Kafka 4.4 leaves behind after

@@ -18,7 +18,7 @@ func TestLinksNoTestHarness(t *testing.T) {
 		switch {
 		case dep == "testing",
 			strings.HasPrefix(dep, "github.com/eoskit/eoskit/integration"),
-			strings.HasPrefix(dep, "github.com/eoskit/eoskit/internal/testbed"),
+			strings.HasPrefix(dep, "github.com/eoskit/eoskit/testsupport/testbed"),
 			strings.Contains(dep, "testcontainers"),
 			strings.Contains(dep, "github.com/moby/"),
 			strings.Contains(dep, "github.com/docker/"):

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eoskit/eoskit/internal/eoslab"
+	"github.com/eoskit/eoskit/cmd/eoslab/internal/eoslab"
 )
 
 // TestEmbeddedLabShowsAllNineRows runs what `go run ./cmd/eoslab` runs on

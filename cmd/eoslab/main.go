@@ -36,7 +36,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/eoskit/eoskit/internal/eoslab"
+	"github.com/eoskit/eoskit/cmd/eoslab/internal/eoslab"
 )
 
 func main() {

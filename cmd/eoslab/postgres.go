@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/eoskit/eoskit/internal/embeddedpg"
-	"github.com/eoskit/eoskit/internal/eoslab"
+	"github.com/eoskit/eoskit/cmd/eoslab/internal/eoslab"
+	"github.com/eoskit/eoskit/testsupport/embeddedpg"
 )
 
 // needsDatabase reports whether a pattern --only selects needs PostgreSQL.

@@ -17,9 +17,9 @@ import (
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/internal/changelog"
-	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/internal/txnscan"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
 const partitions = 3

@@ -15,8 +15,8 @@ import (
 
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/changelog"
-	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
 // An application's account has Read and Write (which imply Describe) on

@@ -25,7 +25,7 @@ import org.apache.kafka.streams.state.KeyValueStore;
 import sun.misc.Signal;
 
 /**
- * The Kafka Streams bench peer of internal/cmd/bench's state part: counts
+ * The Kafka Streams bench peer of tools/bench's state part: counts
  * the input's records by key under exactly_once_v2 and writes each key's
  * count (a big-endian 8-byte long, Serdes.Long) to the output topic.
  *

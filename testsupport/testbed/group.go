@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/eoskit/eoskit"
-	"github.com/eoskit/eoskit/internal/groupdesc"
+	"github.com/eoskit/eoskit/testsupport/groupdesc"
 )
 
 // GroupSettled reports whether group's coordinator holds it Stable with

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/freeport"
-	"github.com/eoskit/eoskit/internal/srctree"
+	"github.com/eoskit/eoskit/testsupport/freeport"
+	"github.com/eoskit/eoskit/testsupport/srctree"
 )
 
 const privatePostgresHowTo = "A private PostgreSQL needs the machine's PostgreSQL binaries (initdb, pg_ctl), " +

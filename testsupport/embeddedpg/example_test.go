@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/eoskit/eoskit/internal/embeddedpg"
+	"github.com/eoskit/eoskit/testsupport/embeddedpg"
 )
 
 // A throw-away PostgreSQL for a program or a test: started, used through

@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/outbox"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 	"github.com/eoskit/eoskit/verify"
 )
 

@@ -25,9 +25,9 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -416,13 +416,13 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// buildCopier builds internal/cmd/copier into the test's temporary folder.
+// buildCopier builds tools/copier into the test's temporary folder.
 func buildCopier(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "copier")
 	// With the race detector, as every other test: a race in a runner
 	// under faults shows here, and a copier that reports one exits 66.
-	build := exec.Command("go", "build", "-race", "-o", bin, "./internal/cmd/copier")
+	build := exec.Command("go", "build", "-race", "-o", bin, "./tools/copier")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build copier: %v\n%s", err, out)
@@ -757,7 +757,7 @@ func (r *runCtx) assignment(ctx context.Context) (owned map[string][]int32, stat
 	return owned, d.State, members, nil
 }
 
-// copierClientID prefixes the copiers' client ids (internal/cmd/copier).
+// copierClientID prefixes the copiers' client ids (tools/copier).
 const copierClientID = "eoskit-copier-"
 
 // exits counts how the copiers ended: fenced (status 3, an eos zombie told

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/eoskit/eoskit/cmd/eoslab/internal/eoslab"
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/eoslab"
 )
 
 // TestLabShowsWhatEachPatternGuarantees runs eoslab's scenarios against the

@@ -25,8 +25,8 @@ import (
 	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 	"github.com/eoskit/eoskit/verify"
 )
 

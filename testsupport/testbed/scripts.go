@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/srctree"
+	"github.com/eoskit/eoskit/testsupport/srctree"
 )
 
 // privateKafkaScript returns the path of the script that runs a private

@@ -3,7 +3,7 @@
 // tables: records per second, latency and peak heap for every variant, as
 // ratios to its path's baselines and to the goals of issue 13.
 //
-//	KAFKA_BROKERS=... DATABASE_URL=... go run ./internal/cmd/bench [-only eos] [-window 10s] [-runs 3] ...
+//	KAFKA_BROKERS=... DATABASE_URL=... go run ./tools/bench [-only eos] [-window 10s] [-runs 3] ...
 //
 // -only runs one part: eos, single, memory, state, restore, offsetstore, dedup,
 // outbox or io. By default all run, in that order (offsetstore, dedup and

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
 func TestLocalBrokerSurvivesHardRestart(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
 // statefulRun is one run of a stateful processor (eos.Count with its

@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/internal/testbed"
 	"github.com/eoskit/eoskit/internal/txnscan"
+	"github.com/eoskit/eoskit/testsupport/testbed"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -27,7 +27,7 @@ const markerDropLine = "Couldn't find leader endpoint for partitions"
 // TestReproduceKafka20734 reproduces a broker bug, not an eoskit one, for
 // make repro-kafka-20734 (docs/KAFKA-20734.md): on a single Apache Kafka
 // node (4.4.0 unless EOSKIT_KAFKA_VERSION says otherwise), three plain
-// franz-go transactional copiers (internal/cmd/copier -path raw: no eoskit
+// franz-go transactional copiers (tools/copier -path raw: no eoskit
 // code) copy 100,000 records while the broker is restarted four times
 // (clean, SIGKILL, clean, SIGKILL, at 20/40/60/80% progress). Each restart
 // leaves every partition leaderless for a moment; a transaction ending

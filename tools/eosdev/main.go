@@ -27,7 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"github.com/eoskit/eoskit/internal/freeport"
+	"github.com/eoskit/eoskit/testsupport/freeport"
 )
 
 func main() {

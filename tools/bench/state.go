@@ -20,7 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/internal/srctree"
+	"github.com/eoskit/eoskit/testsupport/srctree"
 )
 
 // The state part (issue 27, keyed state): count by key over 100 B records,

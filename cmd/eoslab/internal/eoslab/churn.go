@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/internal/groupdesc"
+	"github.com/eoskit/eoskit/testsupport/groupdesc"
 )
 
 // gate is where the lab's faults catch a handler mid-batch. Each handler

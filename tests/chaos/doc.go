@@ -1,5 +1,5 @@
 // Package chaos is eoskit's chaos suite: copiers for each exactly-once path
-// (internal/cmd/copier) run as separate OS processes while the suite kills
+// (tools/copier) run as separate OS processes while the suite kills
 // (SIGKILL), stops (SIGTERM), pauses (SIGSTOP past the session timeout, then
 // SIGCONT) and replaces them, stalls the busiest owner until the others
 // have taken its partitions and then wakes it, and kills or restarts the

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/eoskit/eoskit/internal/embeddedpg"
+	"github.com/eoskit/eoskit/testsupport/embeddedpg"
 )
 
 // start starts a server for t, failing (not skipping) under
