@@ -145,7 +145,7 @@
 // its timeout, up to [RestoreTimeout]. A store is closed when its
 // partition is taken away and with every session; the in-memory store
 // (the default) is then restored whole at the next assignment, while
-// [state.PebbleFactory] keeps it on disk with the changelog offset it
+// [github.com/eoskit/eoskit/state/pebblestore.Factory] keeps it on disk with the changelog offset it
 // holds, so that only the tail is read. See docs/state.md.
 //
 // # Errors

@@ -102,8 +102,9 @@ func Changelog(topic string, opts ...StateOption) ProcessorOption {
 
 // Stores sets where the partitions' committed state lives (default:
 // [state.MemoryFactory], in memory, restored whole on every assignment;
-// [state.PebbleFactory] keeps it on disk with a checkpoint, so that an
-// assignment restores only the changelog's tail).
+// [github.com/eoskit/eoskit/state/pebblestore.Factory] keeps it on disk
+// with a checkpoint, so that an assignment restores only the changelog's
+// tail).
 func Stores(f state.Factory) StateOption { return stateOpt(func(c *stateConfig) { c.stores = f }) }
 
 // CreateChangelog lets Run create a missing changelog: compacted, with the

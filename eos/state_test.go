@@ -20,6 +20,7 @@ import (
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/state/pebblestore"
 )
 
 // regions is how many keys the counting tests count by.
@@ -388,7 +389,7 @@ func TestPebbleStoreRestoresOnlyTheChangelogsTail(t *testing.T) {
 		}
 		return logs.String()
 	}
-	run(state.PebbleFactory(dir, nil), want)
+	run(pebblestore.Factory(dir, nil), want)
 	// More reports, counted by a run on the same directory.
 	more := seedReports(t, k, in, 4_000) // ids in-0.., the same regions again
 	for r, n := range more {
@@ -396,7 +397,7 @@ func TestPebbleStoreRestoresOnlyTheChangelogsTail(t *testing.T) {
 		b, _ := strconv.Atoi(n)
 		want[r] = strconv.Itoa(a + b)
 	}
-	logs := run(state.PebbleFactory(dir, nil), want)
+	logs := run(pebblestore.Factory(dir, nil), want)
 	if n := strings.Count(logs, "changelog restored"); n != 2 || strings.Count(logs, " records=0 ") != 2 {
 		t.Fatalf("the second pebble run restored other than nothing, twice:\n%s", logs)
 	}

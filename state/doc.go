@@ -7,10 +7,11 @@
 //
 // A [Store] holds one partition's committed state and its [Checkpoint]:
 // the next changelog offset to read, and the changelog topic's ID.
-// [NewMemory] is the default store; [OpenPebble] keeps one on disk (one
-// pebble database per partition, [PebbleFactory] lays them out as
-// root/<topic>/<partition>), so that a restart restores only the
-// changelog past its checkpoint.
+// [NewMemory] is the default store. Package
+// [github.com/eoskit/eoskit/state/pebblestore] keeps one on disk (one
+// pebble database per partition, laid out as root/<topic>/<partition>),
+// so that a restart restores only the changelog past its checkpoint; only
+// a program that imports it links pebble.
 //
 // A [Txn] lays one transaction's writes over a store. A handler sees it as
 // a [KV] (Get, Put, Delete) and reads its own writes; the runner ends the
@@ -90,5 +91,5 @@
 // and 8-byte values (measured on Go 1.26 with 1,000,000 keys: a Go map of
 // strings, its slots, and the two small allocations), so roughly 90 bytes
 // plus the key's and value's lengths. Past a few million keys per
-// instance, use the pebble store.
+// instance, use the pebble store (package pebblestore).
 package state

@@ -1,9 +1,6 @@
 package state
 
-import (
-	"fmt"
-	"sync"
-)
+import "sync"
 
 // Memory is the in-memory [Store], the default: a map behind a
 // read-write lock. It starts empty at checkpoint zero, so each assignment
@@ -74,7 +71,7 @@ func (m *Memory) Apply(writes []Write, cp Checkpoint) error {
 	if m.closed {
 		return ErrClosed
 	}
-	if err := checkForward(m.cp, cp); err != nil {
+	if err := m.cp.CheckApply(cp); err != nil {
 		return err
 	}
 	for _, w := range writes {
@@ -106,17 +103,5 @@ func (m *Memory) Close() error {
 	defer m.mu.Unlock()
 	m.closed = true
 	m.kv = nil
-	return nil
-}
-
-// checkForward refuses an Apply that would move a store's checkpoint
-// back, or onto another topic (only Reset changes the topic).
-func checkForward(have, want Checkpoint) error {
-	switch {
-	case want.Offset < have.Offset:
-		return fmt.Errorf("%w: apply up to offset %d, store at %d", ErrCheckpointBehind, want.Offset, have.Offset)
-	case have.TopicID != (TopicID{}) && want.TopicID != have.TopicID:
-		return fmt.Errorf("state: apply for topic ID %x to a store of topic ID %x: reset it first", want.TopicID, have.TopicID)
-	}
 	return nil
 }

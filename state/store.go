@@ -32,6 +32,19 @@ type Checkpoint struct {
 	Offset int64
 }
 
+// CheckApply refuses an Apply that would move a store at c to next when
+// it must not: backwards ([ErrCheckpointBehind]), or to another topic ID
+// without a Reset first. Every [Store] implementation calls it in Apply.
+func (c Checkpoint) CheckApply(next Checkpoint) error {
+	switch {
+	case next.Offset < c.Offset:
+		return fmt.Errorf("%w: apply up to offset %d, store at %d", ErrCheckpointBehind, next.Offset, c.Offset)
+	case c.TopicID != (TopicID{}) && next.TopicID != c.TopicID:
+		return fmt.Errorf("state: apply for topic ID %x to a store of topic ID %x: reset it first", next.TopicID, c.TopicID)
+	}
+	return nil
+}
+
 // Reader is the read side of a [Store]: the committed state of one
 // partition. Every method is safe to call from any goroutine (an HTTP
 // handler, say) while the store is written: a reader sees each Apply

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/state/pebblestore"
 )
 
 // stores runs f on each Store eoskit provides.
@@ -20,7 +21,7 @@ func stores(t *testing.T, f func(t *testing.T, open func() state.Store)) {
 		n := 0
 		f(t, func() state.Store {
 			n++
-			s, err := state.OpenPebble(filepath.Join(dir, fmt.Sprint(n)), nil)
+			s, err := pebblestore.Open(filepath.Join(dir, fmt.Sprint(n)), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

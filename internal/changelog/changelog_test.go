@@ -19,6 +19,7 @@ import (
 	"github.com/eoskit/eoskit/internal/changelog"
 	"github.com/eoskit/eoskit/internal/txnscan"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/state/pebblestore"
 	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
@@ -218,7 +219,7 @@ func TestRestoreFromACheckpointReadsOnlyTheTail(t *testing.T) {
 	r := restorer(t, seeds(k))
 	ctx := context.Background()
 	root := t.TempDir()
-	factory := state.PebbleFactory(root, nil)
+	factory := pebblestore.Factory(root, nil)
 	opts := changelog.Options{Timeout: 30 * time.Second, Logger: quiet()}
 	var checkpoints [partitions]int64
 	for p := range int32(partitions) {
@@ -283,7 +284,7 @@ func TestRestoreWipesAStoreThatIsNotOfThisChangelog(t *testing.T) {
 		"ahead":         {TopicID: id, Offset: 1_000_000},
 		"another topic": {TopicID: state.TopicID{0xab}, Offset: 1},
 	} {
-		s, err := state.OpenPebble(filepath.Join(t.TempDir(), "p0"), nil)
+		s, err := pebblestore.Open(filepath.Join(t.TempDir(), "p0"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package state
+package pebblestore
 
 import "github.com/cockroachdb/pebble/v2"
 

@@ -1,4 +1,4 @@
-package state
+package pebblestore
 
 import (
 	"encoding/binary"
@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/eoskit/eoskit/state"
 )
 
 // The pebble store keeps one database per changelog partition, its keys
@@ -27,7 +29,7 @@ var (
 // written by a later format is refused rather than misread.
 const checkpointVersion = 1
 
-// Pebble is the disk-backed [Store] on github.com/cockroachdb/pebble: one
+// Store is the disk-backed [state.Store] on github.com/cockroachdb/pebble: one
 // database per changelog partition, in a directory of its own. Each Apply
 // is one pebble batch holding the writes and the new checkpoint, so a
 // crash leaves the database as some Apply left it with the checkpoint
@@ -40,7 +42,7 @@ const checkpointVersion = 1
 // checkpoint included, and the restore reads again what was lost. A
 // store is never ahead of what committed in Kafka, since a runner applies
 // a transaction only once it committed.
-type Pebble struct {
+type Store struct {
 	dir string
 	wo  *pebble.WriteOptions
 
@@ -50,74 +52,74 @@ type Pebble struct {
 	mu     sync.RWMutex
 	wmu    sync.Mutex
 	db     *pebble.DB
-	cp     atomic.Pointer[Checkpoint]
+	cp     atomic.Pointer[state.Checkpoint]
 	closed bool
 }
 
-var _ Store = (*Pebble)(nil)
+var _ state.Store = (*Store)(nil)
 
-// OpenPebble opens (creating it if need be) the pebble store in dir, which
+// Open opens (creating it if need be) the pebble store in dir, which
 // holds one changelog partition's state and nothing else; its checkpoint
 // is the one the last Apply or Reset wrote (zero for a new store). o is
 // passed to pebble.Open (nil: pebble's defaults, with its informational
 // logging off); o.Logger receives pebble's own messages. One process at a
 // time may open a directory (pebble locks it).
-func OpenPebble(dir string, o *pebble.Options) (*Pebble, error) {
+func Open(dir string, o *pebble.Options) (*Store, error) {
 	if o == nil {
 		o = &pebble.Options{Logger: quietLogger{}}
 	} else {
 		o = o.Clone()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("state: pebble store %s: %w", dir, err)
+		return nil, fmt.Errorf("pebblestore: pebble store %s: %w", dir, err)
 	}
 	db, err := pebble.Open(dir, o)
 	if err != nil {
-		return nil, fmt.Errorf("state: open pebble store %s: %w", dir, err)
+		return nil, fmt.Errorf("pebblestore: open pebble store %s: %w", dir, err)
 	}
 	cp, err := readCheckpoint(db)
 	if err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("state: pebble store %s: %w", dir, err)
+		return nil, fmt.Errorf("pebblestore: pebble store %s: %w", dir, err)
 	}
-	p := &Pebble{dir: dir, db: db, wo: pebble.NoSync}
+	p := &Store{dir: dir, db: db, wo: pebble.NoSync}
 	p.cp.Store(&cp)
 	return p, nil
 }
 
-// PebbleFactory is a [Factory] of [OpenPebble] stores under root, one
+// Factory is a [Factory] of [Open] stores under root, one
 // directory per partition: root/<topic>/<partition>. A partition revoked
 // and assigned again, or a process restarted, finds its store there and
 // restores only the changelog's tail.
-func PebbleFactory(root string, o *pebble.Options) Factory {
-	return func(topic string, partition int32) (Store, error) {
-		return OpenPebble(PebbleDir(root, topic, partition), o)
+func Factory(root string, o *pebble.Options) state.Factory {
+	return func(topic string, partition int32) (state.Store, error) {
+		return Open(Dir(root, topic, partition), o)
 	}
 }
 
-// PebbleDir is the directory [PebbleFactory] keeps a partition's store in.
+// Dir is the directory [Factory] keeps a partition's store in.
 // Kafka topic names are safe as directory names ("." and ".." are not
 // topic names).
-func PebbleDir(root, topic string, partition int32) string {
+func Dir(root, topic string, partition int32) string {
 	return filepath.Join(root, topic, strconv.Itoa(int(partition)))
 }
 
 // Dir returns the store's directory.
-func (p *Pebble) Dir() string { return p.dir }
+func (p *Store) Dir() string { return p.dir }
 
-func readCheckpoint(db *pebble.DB) (Checkpoint, error) {
+func readCheckpoint(db *pebble.DB) (state.Checkpoint, error) {
 	v, closer, err := db.Get(metaCheckpoint)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return Checkpoint{}, nil
+		return state.Checkpoint{}, nil
 	}
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("read checkpoint: %w", err)
+		return state.Checkpoint{}, fmt.Errorf("read checkpoint: %w", err)
 	}
 	defer closer.Close()
 	if len(v) != 1+16+8 || v[0] != checkpointVersion {
-		return Checkpoint{}, fmt.Errorf("checkpoint of %d bytes, version %d: not written by this version of eoskit", len(v), firstByte(v))
+		return state.Checkpoint{}, fmt.Errorf("checkpoint of %d bytes, version %d: not written by this version of eoskit", len(v), firstByte(v))
 	}
-	var cp Checkpoint
+	var cp state.Checkpoint
 	copy(cp.TopicID[:], v[1:17])
 	cp.Offset = int64(binary.BigEndian.Uint64(v[17:]))
 	return cp, nil
@@ -130,7 +132,7 @@ func firstByte(v []byte) int {
 	return int(v[0])
 }
 
-func encodeCheckpoint(cp Checkpoint) []byte {
+func encodeCheckpoint(cp state.Checkpoint) []byte {
 	v := make([]byte, 1+16+8)
 	v[0] = checkpointVersion
 	copy(v[1:], cp.TopicID[:])
@@ -146,18 +148,18 @@ func dataKey(key []byte) []byte {
 }
 
 // Get implements [Reader].
-func (p *Pebble) Get(key []byte) ([]byte, bool, error) {
+func (p *Store) Get(key []byte) ([]byte, bool, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return nil, false, ErrClosed
+		return nil, false, state.ErrClosed
 	}
 	v, closer, err := p.db.Get(dataKey(key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("state: pebble get: %w", err)
+		return nil, false, fmt.Errorf("pebblestore: pebble get: %w", err)
 	}
 	defer closer.Close()
 	return append([]byte{}, v...), true, nil
@@ -165,21 +167,21 @@ func (p *Pebble) Get(key []byte) ([]byte, bool, error) {
 
 // Range implements [Reader], in key order, over a snapshot: Apply does
 // not wait for it.
-func (p *Pebble) Range(fn func(key, value []byte) bool) error {
+func (p *Store) Range(fn func(key, value []byte) bool) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return ErrClosed
+		return state.ErrClosed
 	}
 	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: dataLower, UpperBound: dataUpper})
 	if err != nil {
-		return fmt.Errorf("state: pebble iterate: %w", err)
+		return fmt.Errorf("pebblestore: pebble iterate: %w", err)
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			_ = it.Close()
-			return fmt.Errorf("state: pebble iterate: %w", err)
+			return fmt.Errorf("pebblestore: pebble iterate: %w", err)
 		}
 		if !fn(it.Key()[1:], v) {
 			break
@@ -187,20 +189,20 @@ func (p *Pebble) Range(fn func(key, value []byte) bool) error {
 	}
 	if err := it.Error(); err != nil {
 		_ = it.Close()
-		return fmt.Errorf("state: pebble iterate: %w", err)
+		return fmt.Errorf("pebblestore: pebble iterate: %w", err)
 	}
 	return it.Close()
 }
 
 // Checkpoint implements [Reader].
-func (p *Pebble) Checkpoint() Checkpoint {
+func (p *Store) Checkpoint() state.Checkpoint {
 	return *p.cp.Load()
 }
 
 // Apply implements [Store]: one pebble batch, the checkpoint included.
-func (p *Pebble) Apply(writes []Write, cp Checkpoint) error {
+func (p *Store) Apply(writes []state.Write, cp state.Checkpoint) error {
 	return p.write(cp, func(b *pebble.Batch) error {
-		if err := checkForward(p.Checkpoint(), cp); err != nil {
+		if err := p.Checkpoint().CheckApply(cp); err != nil {
 			return err
 		}
 		for _, w := range writes {
@@ -211,7 +213,7 @@ func (p *Pebble) Apply(writes []Write, cp Checkpoint) error {
 				err = b.Set(dataKey(w.Key), w.Value, nil)
 			}
 			if err != nil {
-				return fmt.Errorf("state: pebble batch: %w", err)
+				return fmt.Errorf("pebblestore: pebble batch: %w", err)
 			}
 		}
 		return nil
@@ -220,23 +222,23 @@ func (p *Pebble) Apply(writes []Write, cp Checkpoint) error {
 
 // Reset implements [Store]: a range deletion of every key and the new
 // checkpoint, in one batch.
-func (p *Pebble) Reset(cp Checkpoint) error {
+func (p *Store) Reset(cp state.Checkpoint) error {
 	return p.write(cp, func(b *pebble.Batch) error {
 		if err := b.DeleteRange(dataLower, dataUpper, nil); err != nil {
-			return fmt.Errorf("state: pebble batch: %w", err)
+			return fmt.Errorf("pebblestore: pebble batch: %w", err)
 		}
 		return nil
 	})
 }
 
 // write commits one batch, filled by fill, with the checkpoint cp.
-func (p *Pebble) write(cp Checkpoint, fill func(*pebble.Batch) error) error {
+func (p *Store) write(cp state.Checkpoint, fill func(*pebble.Batch) error) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	if p.closed {
-		return ErrClosed
+		return state.ErrClosed
 	}
 	b := p.db.NewBatch()
 	defer b.Close()
@@ -246,12 +248,12 @@ func (p *Pebble) write(cp Checkpoint, fill func(*pebble.Batch) error) error {
 	return p.commit(b, cp)
 }
 
-func (p *Pebble) commit(b *pebble.Batch, cp Checkpoint) error {
+func (p *Store) commit(b *pebble.Batch, cp state.Checkpoint) error {
 	if err := b.Set(metaCheckpoint, encodeCheckpoint(cp), nil); err != nil {
-		return fmt.Errorf("state: pebble batch: %w", err)
+		return fmt.Errorf("pebblestore: pebble batch: %w", err)
 	}
 	if err := b.Commit(p.wo); err != nil {
-		return fmt.Errorf("state: pebble commit: %w", err)
+		return fmt.Errorf("pebblestore: pebble commit: %w", err)
 	}
 	p.cp.Store(&cp)
 	return nil
@@ -259,7 +261,7 @@ func (p *Pebble) commit(b *pebble.Batch, cp Checkpoint) error {
 
 // Close implements [Store]: it flushes nothing it need not (the
 // write-ahead log holds every batch) and releases the directory.
-func (p *Pebble) Close() error {
+func (p *Store) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -267,7 +269,7 @@ func (p *Pebble) Close() error {
 	}
 	p.closed = true
 	if err := p.db.Close(); err != nil {
-		return fmt.Errorf("state: close pebble store %s: %w", p.dir, err)
+		return fmt.Errorf("pebblestore: close pebble store %s: %w", p.dir, err)
 	}
 	return nil
 }

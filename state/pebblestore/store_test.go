@@ -1,4 +1,4 @@
-package state_test
+package pebblestore_test
 
 import (
 	"fmt"
@@ -7,19 +7,20 @@ import (
 	"testing"
 
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/state/pebblestore"
 )
 
 // A store reopened finds its keys and the checkpoint of its last Apply:
 // a restart restores only the changelog past it.
 func TestPebbleKeepsItsCheckpointAcrossReopen(t *testing.T) {
 	root := t.TempDir()
-	open := state.PebbleFactory(root, nil)
+	open := pebblestore.Factory(root, nil)
 	s, err := open("orders-changelog", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(root, "orders-changelog", "3"); s.(*state.Pebble).Dir() != want {
-		t.Fatalf("dir %s, want %s", s.(*state.Pebble).Dir(), want)
+	if want := filepath.Join(root, "orders-changelog", "3"); s.(*pebblestore.Store).Dir() != want {
+		t.Fatalf("dir %s, want %s", s.(*pebblestore.Store).Dir(), want)
 	}
 	for i := range 100 {
 		ws := []state.Write{{Key: fmt.Appendf(nil, "k%03d", i), Value: fmt.Appendf(nil, "v%d", i)}}
@@ -61,7 +62,7 @@ func TestPebbleKeepsItsCheckpointAcrossReopen(t *testing.T) {
 
 // Range goes in key order, and never shows the checkpoint.
 func TestPebbleRangesInKeyOrder(t *testing.T) {
-	s, err := state.OpenPebble(t.TempDir(), nil)
+	s, err := pebblestore.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestPebbleRangesInKeyOrder(t *testing.T) {
 // A reset survives a reopen: the old topic's keys never come back.
 func TestPebbleResetSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
-	s, err := state.OpenPebble(dir, nil)
+	s, err := pebblestore.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestPebbleResetSurvivesReopen(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = state.OpenPebble(dir, nil)
+	s, err = pebblestore.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,12 +109,12 @@ func TestPebbleResetSurvivesReopen(t *testing.T) {
 // Two processes never share a store: pebble locks its directory.
 func TestPebbleRefusesASecondOpen(t *testing.T) {
 	dir := t.TempDir()
-	s, err := state.OpenPebble(dir, nil)
+	s, err := pebblestore.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if o, err := state.OpenPebble(dir, nil); err == nil {
+	if o, err := pebblestore.Open(dir, nil); err == nil {
 		o.Close()
 		t.Fatal("a second open of one directory succeeded")
 	}
@@ -122,7 +123,7 @@ func TestPebbleRefusesASecondOpen(t *testing.T) {
 // A checkpoint this version cannot read is refused, not taken for zero.
 func TestPebbleRefusesACheckpointItCannotRead(t *testing.T) {
 	dir := t.TempDir()
-	s, err := state.OpenPebble(dir, nil)
+	s, err := pebblestore.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,14 +131,25 @@ func TestPebbleRefusesACheckpointItCannotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if err := state.CorruptCheckpointForTest(dir); err != nil {
+	if err := pebblestore.CorruptCheckpointForTest(dir); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := state.OpenPebble(dir, nil); err == nil {
+	if o, err := pebblestore.Open(dir, nil); err == nil {
 		o.Close()
 		t.Fatal("opened a store whose checkpoint is of an unknown version")
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
 	}
+}
+
+var topicA = state.TopicID{1}
+
+func contents(t *testing.T, r state.Reader) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	if err := r.Range(func(k, v []byte) bool { m[string(k)] = string(v); return true }); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

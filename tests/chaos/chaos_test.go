@@ -27,6 +27,7 @@ import (
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/state/pebblestore"
 	"github.com/eoskit/eoskit/testsupport/testbed"
 	"github.com/eoskit/eoskit/verify"
 )
@@ -1402,7 +1403,7 @@ func checkCounts(k *integration.KafkaCluster, inputs []string, updates, changelo
 }
 
 // finalStores reads the pebble stores the copiers left under root (one
-// directory per copier name, state.PebbleFactory's layout below it) and
+// directory per copier name, pebblestore.Factory's layout below it) and
 // returns, merged, the content of each partition's most advanced one (the
 // highest checkpoint), with how many partitions had one.
 func finalStores(root, changelog string, partitions int32) (map[string]int64, int, error) {
@@ -1416,11 +1417,11 @@ func finalStores(root, changelog string, partitions int32) (map[string]int64, in
 		var best map[string]int64
 		bestAt := int64(-1)
 		for _, name := range names {
-			dir := state.PebbleDir(filepath.Join(root, name.Name()), changelog, p)
+			dir := pebblestore.Dir(filepath.Join(root, name.Name()), changelog, p)
 			if _, err := os.Stat(dir); err != nil {
 				continue
 			}
-			s, err := state.OpenPebble(dir, nil)
+			s, err := pebblestore.Open(dir, nil)
 			if err != nil {
 				return nil, 0, fmt.Errorf("open the store in %s: %w", dir, err)
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/eoskit/eoskit/internal/changelog"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/state/pebblestore"
 )
 
 // The restore part (issue 27, keyed state): how fast a processor gets a
@@ -114,10 +115,10 @@ func (b *bench) restore(ctx context.Context, w io.Writer, keys int) error {
 			})
 		}},
 		{"restore into an empty pebble store (a new disk)", func(round int) (time.Duration, int, error) {
-			return restoreAll(func(p int32) (state.Store, error) { return state.OpenPebble(pebbleDir(round, p), nil) })
+			return restoreAll(func(p int32) (state.Store, error) { return pebblestore.Open(pebbleDir(round, p), nil) })
 		}},
 		{"pebble store restarted on its directory (the tail past its checkpoint)", func(round int) (time.Duration, int, error) {
-			return restoreAll(func(p int32) (state.Store, error) { return state.OpenPebble(pebbleDir(round, p), nil) })
+			return restoreAll(func(p int32) (state.Store, error) { return pebblestore.Open(pebbleDir(round, p), nil) })
 		}},
 	}
 	took := make([][]time.Duration, len(variants))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/state/pebblestore"
 )
 
 // countInputs is the stateful path: eos.Count by key, its store (memory or
@@ -44,7 +45,7 @@ func countInputs(ctx context.Context, opts []eos.ProcessorOption, store, stateDi
 			if stateDir == "" {
 				return fmt.Errorf("-store pebble needs -state-dir")
 			}
-			stores = state.PebbleFactory(stateDir, nil)
+			stores = pebblestore.Factory(stateDir, nil)
 		default:
 			return fmt.Errorf("unknown store %q (memory or pebble)", store)
 		}

@@ -1,0 +1,73 @@
+package eoskit_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// goList runs go list with args in the module and returns its lines.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+// A dependency is linked only into what uses it: a program that imports
+// a runner, and not package state/pebblestore, links no pebble (as only
+// pgxpool imports puddle); and no package of the library links the test
+// beds, the tools, the test-only suites or the users' test kit.
+func TestLibraryLinksOnlyWhatItUses(t *testing.T) {
+	const mod = "github.com/eoskit/eoskit"
+	library := []string{".", "./eos", "./eos/eosprom", "./state", "./offsetstore", "./dedup", "./outbox", "./topics", "./verify"}
+	for _, pkg := range library {
+		for _, dep := range goList(t, "-deps", pkg) {
+			switch {
+			case strings.HasPrefix(dep, "github.com/cockroachdb/pebble"),
+				strings.HasPrefix(dep, mod+"/state/pebblestore"),
+				strings.HasPrefix(dep, mod+"/testsupport"),
+				strings.HasPrefix(dep, mod+"/tools"),
+				strings.HasPrefix(dep, mod+"/tests"),
+				strings.HasPrefix(dep, mod+"/integration"),
+				strings.HasPrefix(dep, mod+"/cmd"),
+				dep == "testing":
+				t.Errorf("%s links %s", pkg, dep)
+			}
+		}
+	}
+	// And the store on disk does link it: the check above can fail.
+	var linked bool
+	for _, dep := range goList(t, "-deps", "./state/pebblestore") {
+		linked = linked || strings.HasPrefix(dep, "github.com/cockroachdb/pebble/")
+	}
+	if !linked {
+		t.Error("state/pebblestore links no pebble package: the check above proves nothing")
+	}
+}
+
+// internal/ holds only what the library imports: each of its packages is
+// imported by a library package, and none imports a tool, bed or test.
+func TestInternalHoldsOnlyLibraryInternals(t *testing.T) {
+	const mod = "github.com/eoskit/eoskit"
+	used := map[string]bool{}
+	for _, pkg := range []string{".", "./eos/...", "./state/...", "./offsetstore", "./dedup", "./outbox", "./topics", "./verify", "./integration"} {
+		for _, dep := range goList(t, "-deps", pkg) {
+			used[dep] = true
+		}
+	}
+	for _, pkg := range goList(t, "./internal/...") {
+		if !used[pkg] {
+			t.Errorf("%s is in internal/ but no library package imports it", pkg)
+		}
+		for _, imp := range goList(t, "-f", `{{join .Imports " "}}`, pkg) {
+			for _, not := range []string{"/testsupport", "/tools", "/tests", "/cmd", "/integration"} {
+				if strings.HasPrefix(imp, mod+not) {
+					t.Errorf("%s imports %s", pkg, imp)
+				}
+			}
+		}
+	}
+}
