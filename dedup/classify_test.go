@@ -73,9 +73,9 @@ func TestClassifiedPolicy(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO results (id, part, off) VALUES ($1, $2, $3)`, id, r.Partition, r.Offset)
 		return err
 	}
-	policy := dedup.Classify(dedup.Stop(),
-		dedup.When(errParse, dedup.DeadLetter()),
-		dedup.WhenAs[*timeoutError](dedup.Retry(time.Millisecond, 5)),
+	policy := eoskit.Classify(eoskit.Stop(),
+		eoskit.When(errParse, dedup.DeadLetter()),
+		eoskit.WhenAs[*timeoutError](eoskit.Retry(time.Millisecond, 5)),
 	)
 	group := integration.UniqueName(t, "g")
 	run := func() *run {

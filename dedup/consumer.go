@@ -56,7 +56,7 @@ type config struct {
 	scope   string
 	id      IDFunc
 	missing MissingIDPolicy
-	policy  ErrorPolicy
+	policy  eoskit.ErrorPolicy
 }
 
 // Brokers sets the seed brokers. Required.
@@ -115,11 +115,22 @@ func Concurrency(n int) Option { return func(c *config) { c.core.Concurrency = n
 func DrainTimeout(d time.Duration) Option { return func(c *config) { c.core.Drain = d } }
 
 // OnHandlerError sets what happens to a record whose handler fails or
-// panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
-// Default: [Stop]. A record without a usable id ([ErrMissingID],
+// panics: [eoskit.Stop] (the default), [eoskit.Retry] (then, with
+// [eoskit.ErrorPolicy.Then], Stop or [DeadLetter]) or [DeadLetter], or
+// [eoskit.Classify] to choose among them by the error. A record without a usable id ([ErrMissingID],
 // [ErrIDTooLong]) is not the handler's failure: it stops the consumer
 // under every policy.
-func OnHandlerError(p ErrorPolicy) Option { return func(c *config) { c.policy = p } }
+//
+//   - Stop: Run returns a *[eoskit.RecordError] naming the record.
+//   - Retry rolls the batch back, pauses, and runs it again, until the
+//     record has failed attempts times in all; then the fallback applies.
+//
+// The record's writes are rolled back first (the batch's database
+// transaction, with its claims, or, once the batch met a failure, its
+// writes since a savepoint), so nothing of the failed attempt is applied
+// or claimed. NewConsumer refuses a dead letter to a topic (eos.DeadLetter)
+// with a *[eoskit.ConfigError]: a consumer parks in its table.
+func OnHandlerError(p eoskit.ErrorPolicy) Option { return func(c *config) { c.policy = p } }
 
 // Logger sets the logger. Default: slog.Default(), so that an Error-level
 // event is never silent unless the caller chose so.
@@ -153,7 +164,7 @@ func ClientOptions(opts ...kgo.Opt) Option {
 // NewConsumer returns a consumer that claims ids in store and applies
 // handler. Run store.Migrate first.
 func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts ...Option) (*Consumer, error) {
-	c := config{id: HeaderID(IDHeader), core: consume.Defaults(), policy: Stop()}
+	c := config{id: HeaderID(IDHeader), core: consume.Defaults(), policy: eoskit.Stop()}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -172,8 +183,8 @@ func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts
 		return nil, fail("handler", "must not be nil")
 	case c.id == nil:
 		return nil, fail("ID", "must not be nil")
-	case c.policy.p.Validate() != nil:
-		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
+	case loop.CheckPolicy(c.policy, false) != nil:
+		return nil, fail("OnHandlerError", loop.CheckPolicy(c.policy, false).Error())
 	case c.missing != RejectMissingID && c.missing != TreatAsUnique:
 		return nil, fail("OnMissingID", "unknown policy")
 	}
@@ -226,7 +237,7 @@ func (c *Consumer) check(ctx context.Context) error {
 	if err := c.store.check(ctx, c.pool); err != nil {
 		return err
 	}
-	if c.cfg.policy.p.DeadLetters() {
+	if c.cfg.policy.DeadLetters() {
 		switch ok, err := deadletter.Exists(ctx, c.pool); {
 		case err != nil:
 			return fmt.Errorf("dedup: %w", err)
@@ -306,29 +317,21 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 // again parking it, and reports true; or it reports false, and Run stops
 // with a *[eoskit.RecordError].
 func (c *Consumer) afterFailure(ctx context.Context, herr *handlerError, attempts int, poisoned map[*kgo.Record]error) bool {
-	pol := c.cfg.policy.p.For(herr.err)
 	r := herr.rec
-	if pol.Kind == loop.PolicyRetry {
-		if !pol.Final(attempts) {
-			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
-			c.cfg.core.Logger.Warn("dedup: handler failed; retrying the batch", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-				"err", loop.ErrorText(herr.err), "attempt", attempts, "backoff", backoff)
-			loop.Sleep(ctx, backoff)
-			return true
-		}
-		pol = pol.Fallback()
-	}
-	if pol.Kind != loop.PolicyDeadLetter {
+	d := loop.Decide(c.cfg.policy, herr.err, attempts)
+	switch d.Fate {
+	case loop.FateRetry:
+		c.cfg.core.Logger.Warn("dedup: handler failed; retrying the batch", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+			"err", loop.ErrorText(herr.err), "attempt", attempts, "backoff", d.Backoff)
+		loop.Sleep(ctx, d.Backoff)
+		return true
+	case loop.FateStop:
 		return false
 	}
 	c.deadLetterLog.Log(r.Topic, r.Partition, r.Offset, herr.err, "attempts", attempts)
 	poisoned[r] = herr.err
 	return true
 }
-
-// retryLimit caps the pauses of the Retry policy (unless its backoff is
-// larger).
-const retryLimit = 30 * time.Second
 
 // handlerError is a record whose handler failed, inside apply.
 type handlerError struct {

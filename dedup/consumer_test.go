@@ -295,7 +295,7 @@ func TestHandlerErrorRollsBackTheClaim(t *testing.T) {
 		}
 		return h(ctx, tx, r)
 	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")),
-		dedup.OnHandlerError(dedup.Retry(10*time.Millisecond, 0)), dedup.MaxPollRecords(1000),
+		dedup.OnHandlerError(eoskit.Retry(10*time.Millisecond, 0)), dedup.MaxPollRecords(1000),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 	if err != nil {
 		t.Fatal(err)
@@ -348,9 +348,9 @@ func TestRetryThenFallback(t *testing.T) {
 				}
 				return effect(ctx, tx, r)
 			}
-			policy := dedup.Retry(time.Millisecond, 3).Then(dedup.DeadLetter())
+			policy := eoskit.Retry(time.Millisecond, 3).Then(dedup.DeadLetter())
 			if fallback == "stop" {
-				policy = dedup.Retry(time.Millisecond, 3)
+				policy = eoskit.Retry(time.Millisecond, 3)
 			}
 			c, err := dedup.NewConsumer(b.pool, b.store, h, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic),
 				dedup.Group(integration.UniqueName(t, "g")), dedup.ID(dedup.KeyID()), dedup.OnHandlerError(policy),
@@ -676,15 +676,16 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 		"zero poll":                    append(base, dedup.MaxPollRecords(0)),
 		"nil id func":                  append(base, dedup.ID(nil)),
 		"unknown policy":               append(base, dedup.OnMissingID(9)),
-		"negative backoff":             append(base, dedup.OnHandlerError(dedup.Retry(-1, 3))),
-		"negative attempts":            append(base, dedup.OnHandlerError(dedup.Retry(time.Millisecond, -1))),
-		"endless retry with fallback":  append(base, dedup.OnHandlerError(dedup.Retry(time.Millisecond, 0).Then(dedup.DeadLetter()))),
-		"fallback that retries":        append(base, dedup.OnHandlerError(dedup.Retry(time.Millisecond, 2).Then(dedup.Retry(time.Millisecond, 2)))),
+		"negative backoff":             append(base, dedup.OnHandlerError(eoskit.Retry(-1, 3))),
+		"negative attempts":            append(base, dedup.OnHandlerError(eoskit.Retry(time.Millisecond, -1))),
+		"endless retry with fallback":  append(base, dedup.OnHandlerError(eoskit.Retry(time.Millisecond, 0).Then(dedup.DeadLetter()))),
+		"fallback that retries":        append(base, dedup.OnHandlerError(eoskit.Retry(time.Millisecond, 2).Then(eoskit.Retry(time.Millisecond, 2)))),
 		"direct partitions in a group": append(base, dedup.ClientOptions(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset()}}))),
 		"read uncommitted":             append(base, dedup.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
 		"group through ClientOptions":  append(base, dedup.ClientOptions(kgo.ConsumerGroup("other"))),
 		"topics through ClientOptions": append(base, dedup.ClientOptions(kgo.ConsumeTopics("other"))),
 		"zero concurrency":             append(base, dedup.Concurrency(0)),
+		"a dead letter to a topic":     append(base, dedup.OnHandlerError(eoskit.Retry(time.Millisecond, 2).Then(eoskit.DeadLetterTo("orders-dlq")))),
 	}
 	for name, opts := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -62,12 +62,12 @@
 // # Errors, concurrency, shutdown, observability
 //
 // These work as in package eos, through one core: [OnHandlerError] takes
-// [Stop], [Retry] (then a fallback) or [DeadLetter], which parks a record
+// [eoskit.Stop], [eoskit.Retry] (then a fallback) or [DeadLetter], which parks a record
 // in eoskit_dead_letters in the transaction that claims its id (so a later
-// copy is skipped). [Classify] chooses among them by the handler's error:
-// its rules ([When] for errors.Is, [WhenAs] for errors.As, [WhenFunc]) are
+// copy is skipped). [eoskit.Classify] chooses among them by the handler's error:
+// its rules ([eoskit.When] for errors.Is, [eoskit.WhenAs] for errors.As, [eoskit.WhenFunc]) are
 // tried in order, the first that matches gives the policy, and the policy
-// Classify is given applies to any other error; [ErrorPolicy.For] tells
+// Classify is given applies to any other error; [eoskit.ErrorPolicy.For] tells
 // which applies to an error without a broker. A panicking handler fails
 // like one that returned an error; the record that stops Run is a
 // *[eoskit.RecordError] (Err is the handler's error, [ErrMissingID] or
@@ -92,12 +92,12 @@
 // taken before its first record and taken again (RELEASE and SAVEPOINT in
 // one round trip) every 16 handler calls, or more in a batch over 768
 // records so that it takes at most 48. A record that fails and is to be
-// parked ([DeadLetter], or a [Retry]'s DeadLetter fallback once its
+// parked ([DeadLetter], or a [eoskit.Retry]'s DeadLetter fallback once its
 // attempts are spent) rolls back to the savepoint; the records since run
 // again, it is parked in their place, claim included, and the batch goes
 // on and commits once. k bad records in a batch thus cost two runs of it
 // (the plain one up to the first failure, then one with savepoints) and at
-// most a chunk's rerun each, instead of k+1 runs. [Stop], and a Retry
+// most a chunk's rerun each, instead of k+1 runs. [eoskit.Stop], and a Retry
 // with attempts left, roll the whole transaction back as before (the
 // Retry pauses with no lock held, then runs the batch again); a record
 // parked in a run that rolled back is parked again in the next without
@@ -129,7 +129,7 @@
 // own connection (closed, or not answering a ping), never by waiting for
 // another connection of the pool, which may all be in use. That holds
 // whoever raised it, the handler or the runner, and comes before the error
-// policy: no rule of a [Classify] sees it, and a Stop fallback does not
+// policy: no rule of a [eoskit.Classify] sees it, and a Stop fallback does not
 // stop on it. The database's error is found with errors.As (a
 // *pgconn.PgError and its SQLSTATE: 40001, 40P01, 55P03, class 08, 53 or
 // 57P), so a handler must wrap it with %w; wrapped with %v, only a closed

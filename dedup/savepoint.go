@@ -54,12 +54,5 @@ func chunkSize(n int) int { return max(minChunk, (n+maxChunks-1)/maxChunks) }
 // attempts ran out. Otherwise the batch rolls back and afterFailure
 // decides: a pause before running it again, or a stop.
 func (c *Consumer) parksNow(err error, attempts int) bool {
-	pol := c.cfg.policy.p.For(err)
-	if pol.Kind == loop.PolicyRetry {
-		if !pol.Final(attempts) {
-			return false
-		}
-		pol = pol.Fallback()
-	}
-	return pol.Kind == loop.PolicyDeadLetter
+	return loop.Decide(c.cfg.policy, err, attempts).Fate == loop.FateDeadLetter
 }

@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"context"
 	"fmt"
+	"github.com/eoskit/eoskit"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -146,7 +147,7 @@ func TestRetryThenDeadLetterWithSavepoints(t *testing.T) {
 	b.produce(t, stamped(n)...)
 	var runs handlerRuns
 	r := b.runConsumer(t, b.pool, b.badHandler(&runs, nil), dedup.Scope("effects"),
-		dedup.OnHandlerError(dedup.Retry(time.Millisecond, 3).Then(dedup.DeadLetter())))
+		dedup.OnHandlerError(eoskit.Retry(time.Millisecond, 3).Then(dedup.DeadLetter())))
 	b.checkSettled(t, r, n)
 	for _, v := range badValues {
 		if got := runs.of(v); got != 3 {

@@ -254,7 +254,7 @@ func (rn *runner) conclude(b *batch, at coords, a attempt) recordOutcome {
 	if a.outOfBudget && a.others == 0 {
 		a.slowAlone = rn.p.failures.ranOutAlone(at)
 	}
-	o := decide(a, rn.p.cfg.onError.p, rn.budget)
+	o := decide(a, rn.p.cfg.onError, rn.budget)
 	b.apply(at, o, rn.p.failures)
 	return o
 }

@@ -59,9 +59,9 @@ func TestProcessorClassifiedPolicy(t *testing.T) {
 		}
 		return copyHandler(out)(ctx, r)
 	}
-	policy := eos.Classify(eos.Stop(),
-		eos.When(errParse, eos.DeadLetter(dlt)),
-		eos.WhenAs[*timeoutError](eos.Retry(time.Millisecond, 5)),
+	policy := eoskit.Classify(eoskit.Stop(),
+		eoskit.When(errParse, eos.DeadLetter(dlt)),
+		eoskit.WhenAs[*timeoutError](eoskit.Retry(time.Millisecond, 5)),
 	)
 	p, err := eos.NewProcessor(h, append(processorOpts(k, group, in, "0"), eos.Logger(testLogger(t)),
 		eos.ClientOptions(testClientOpts()...), eos.OnHandlerError(policy), eos.MaxRecordsPerCommit(50))...)

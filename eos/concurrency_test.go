@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eoskit/eoskit"
 	"log/slog"
 	"strings"
 	"sync"
@@ -74,7 +75,7 @@ func TestConcurrentHandlersKeepPartitionOrderExactlyOnce(t *testing.T) {
 	var logs integration.LogBuffer
 	opts := func(instance string) []eos.ProcessorOption {
 		return append(processorOpts(k, group, in, instance), eos.Concurrency(4, eos.PartitionOrder), eos.MaxRecordsPerCommit(5000),
-			eos.OnHandlerError(eos.Retry(time.Millisecond, 2).Then(eos.DeadLetter(dlt))),
+			eos.OnHandlerError(eoskit.Retry(time.Millisecond, 2).Then(eos.DeadLetter(dlt))),
 			eos.Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
 	progress := followCommitted(t, k, out)

@@ -49,8 +49,8 @@
 //	)
 //	err = p.Run(ctx)
 //
-// A handler that fails (or panics) follows [OnHandlerError]: [Stop] (the
-// default), [Retry] a number of times and then a fallback, or
+// A handler that fails (or panics) follows [OnHandlerError]: [eoskit.Stop] (the
+// default), [eoskit.Retry] a number of times and then a fallback, or
 // [DeadLetter]. [Concurrency] runs handler calls at once, in lanes per
 // partition or per key, each keeping its inputs' order, inside the same
 // transaction. When Run's ctx ends, the processor stops polling, handles
@@ -162,19 +162,19 @@
 // # Error policies, classified by error
 //
 // [OnHandlerError] says what happens to an input whose handler fails:
-// [Stop] (the default), [Retry] (then [Stop] or [DeadLetter]) or
-// [DeadLetter]. [Classify] chooses among them by the error, as Spring
-// Kafka's error classifier does: rules made by [When] (errors.Is),
-// [WhenAs] (errors.As) and [WhenFunc] are tried in order, and the first
+// [eoskit.Stop] (the default), [eoskit.Retry] (then [eoskit.Stop] or [DeadLetter]) or
+// [DeadLetter]. [eoskit.Classify] chooses among them by the error, as Spring
+// Kafka's error classifier does: rules made by [eoskit.When] (errors.Is),
+// [eoskit.WhenAs] (errors.As) and [eoskit.WhenFunc] are tried in order, and the first
 // that matches gives the policy; the policy Classify is given applies to
 // any other error:
 //
-//	eos.OnHandlerError(eos.Classify(eos.Stop(),
-//		eos.When(ErrParse, eos.DeadLetter("orders-dlq")),
-//		eos.When(context.DeadlineExceeded, eos.Retry(100*time.Millisecond, 5)),
+//	eos.OnHandlerError(eoskit.Classify(eoskit.Stop(),
+//		eoskit.When(ErrParse, eos.DeadLetter("orders-dlq")),
+//		eoskit.When(context.DeadlineExceeded, eoskit.Retry(100*time.Millisecond, 5)),
 //	))
 //
-// [ErrorPolicy.For] tells which policy applies to an error, without a
+// [eoskit.ErrorPolicy.For] tells which policy applies to an error, without a
 // broker. An input dead-lettered in a transaction that then aborts (for
 // another input's failure) is dead-lettered again without its handler
 // running: a record whose error is dead-lettered is handled once. Rules

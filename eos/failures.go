@@ -149,10 +149,6 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 	return p.applyPolicy(ctx, at, err)
 }
 
-// retryLimit caps the pauses of the Retry policy (unless its backoff is
-// larger).
-const retryLimit = 30 * time.Second
-
 // applyPolicy applies the error policy to the input at, whose handler (or
 // output) failed with err, in a batch that was aborted: Retry pauses and
 // lets the batch be read again, until its attempts run out and its
@@ -160,24 +156,21 @@ const retryLimit = 30 * time.Second
 // transaction dead-letters it without running its handler; Stop returns a
 // *[eoskit.RecordError].
 func (p *Processor) applyPolicy(ctx context.Context, at coords, err error) error {
-	pol := p.cfg.onError.p.For(err)
 	p.failures.attempts[at]++ // across the rules, should the input's error change
 	attempts := p.failures.attempts[at]
-	if pol.Kind == loop.PolicyRetry {
-		if !pol.Final(attempts) {
-			backoff := loop.Backoff(attempts, pol.Backoff, retryLimit)
-			p.logger.Warn("eos: handler failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
-				"err", loop.ErrorText(err), "attempt", attempts, "backoff", backoff)
-			loop.Sleep(ctx, backoff)
-			return nil
-		}
-		pol = pol.Fallback()
-	}
-	delete(p.failures.attempts, at)
-	if pol.Kind == loop.PolicyDeadLetter {
+	d := loop.Decide(p.cfg.onError, err, attempts)
+	switch d.Fate {
+	case loop.FateRetry:
+		p.logger.Warn("eos: handler failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
+			"err", loop.ErrorText(err), "attempt", attempts, "backoff", d.Backoff)
+		loop.Sleep(ctx, d.Backoff)
+		return nil
+	case loop.FateDeadLetter:
+		delete(p.failures.attempts, at)
 		p.failures.poison(at, err)
 		return nil
 	}
+	delete(p.failures.attempts, at)
 	return &eoskit.RecordError{Topic: at.topic, Partition: at.partition, Offset: at.offset, Attempts: attempts, Err: err}
 }
 
@@ -204,11 +197,11 @@ func (p *Processor) deadLetterFailed(ctx context.Context, rn *runner, at coords,
 	if attempts >= maxDeadLetterAttempts {
 		delete(p.failures.deadLetterFailures, at)
 		return &DeadLetterError{Topic: at.topic, Partition: at.partition, Offset: at.offset,
-			DeadLetterTopic: p.cfg.onError.p.For(cause).DeadLetterTopic(), Attempts: attempts, Cause: cause, Err: err}
+			DeadLetterTopic: p.cfg.onError.For(cause).DeadLetterTopic(), Attempts: attempts, Cause: cause, Err: err}
 	}
 	backoff := time.Second << (attempts - 1)
 	p.logger.Warn("eos: writing a dead letter failed; retrying", "topic", at.topic, "partition", at.partition, "offset", at.offset,
-		"dead_letter_topic", p.cfg.onError.p.For(cause).DeadLetterTopic(), "err", err, "attempt", attempts, "backoff", backoff)
+		"dead_letter_topic", p.cfg.onError.For(cause).DeadLetterTopic(), "err", err, "attempt", attempts, "backoff", backoff)
 	p.failures.poison(at, cause)
 	loop.Sleep(ctx, backoff)
 	return nil

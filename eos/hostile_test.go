@@ -182,7 +182,7 @@ func TestMissingDeadLetterTopicIsAConfigErrorWithinSeconds(t *testing.T) {
 	inputs := k.SeedHostile(in, 100, 25)
 	const poison = "in-50"
 	fails := func(r *kgo.Record) bool { return string(r.Key) == poison }
-	opts := append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.Retry(10*time.Millisecond, 2).Then(eos.DeadLetter(dlt))))
+	opts := append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eoskit.Retry(10*time.Millisecond, 2).Then(eos.DeadLetter(dlt))))
 	start := time.Now()
 	p := startProcessor(t, failingOn(out, fails), opts...)
 	err := p.wait(t, 2*time.Minute)

@@ -89,7 +89,7 @@ type config struct {
 	inputTopics    []string
 	commitInterval time.Duration
 	maxRecords     int
-	onError        ErrorPolicy
+	onError        eoskit.ErrorPolicy
 	concurrency    int
 	order          Order
 	drain          time.Duration
@@ -111,7 +111,7 @@ func newConfig[O interface{ apply(*config) }](opts []O) *config {
 		semantics:      ExactlyOnce,
 		commitInterval: 100 * time.Millisecond,
 		maxRecords:     10_000,
-		onError:        Stop(),
+		onError:        eoskit.Stop(),
 		concurrency:    1,
 		drain:          10 * time.Second,
 		hangCheck:      10 * time.Second,
@@ -201,9 +201,18 @@ func MaxRecordsPerCommit(n int) ProcessorOption {
 	return processorOpt(func(c *config) { c.maxRecords = n })
 }
 
-// OnHandlerError sets what a [Processor] does when its handler returns an
-// error (or panics). Default: [Stop].
-func OnHandlerError(p ErrorPolicy) ProcessorOption {
+// OnHandlerError sets what a [Processor] does with an input record whose
+// handler returned an error or panicked, or whose output failed for its
+// own sake (too large, invalid): [eoskit.Stop] (the default),
+// [eoskit.Retry] (then, with [eoskit.ErrorPolicy.Then], Stop or
+// [DeadLetter]) or [DeadLetter], or [eoskit.Classify] to choose among them
+// by the error. Under every policy the transaction in which the record
+// failed is aborted first, so none of the outputs the batch had emitted so
+// far is visible; the batch is then read again: under Retry after the
+// pause, under Stop not before Run is called again (the record's offset is
+// not committed). NewProcessor refuses a dead letter without a topic
+// (offsetstore's and dedup's park in a table) with a *[eoskit.ConfigError].
+func OnHandlerError(p eoskit.ErrorPolicy) ProcessorOption {
 	return processorOpt(func(c *config) { c.onError = p })
 }
 

@@ -1,50 +1,6 @@
 package eos
 
-import (
-	"time"
-
-	"github.com/eoskit/eoskit/internal/loop"
-)
-
-// ErrorPolicy is what a [Processor] does with an input record whose handler
-// returned an error or panicked, or whose output failed for its own sake
-// (too large, invalid). Build one with [Stop] (the default), [Retry] (then,
-// with [ErrorPolicy.Then], Stop or DeadLetter) or [DeadLetter], or choose
-// among them by the error with [Classify]. offsetstore
-// and dedup take policies of the same names and meanings; each package's
-// policy is its own type, so one that a runner cannot carry out does not
-// compile there. Under every policy the transaction in which the record
-// failed is aborted first, so none of the outputs the batch had emitted so
-// far is visible; the batch is then read again.
-type ErrorPolicy struct{ p loop.Policy }
-
-// Stop makes the processor abort and return a *[eoskit.RecordError] naming the
-// record's topic, partition and offset. The record's offset is not
-// committed, so the record is read again when the processor next starts.
-// This is the default.
-func Stop() ErrorPolicy { return ErrorPolicy{loop.Stop()} }
-
-// Retry makes the processor abort, pause, and process the record again, up
-// to attempts times in all; then [ErrorPolicy.Then]'s fallback applies
-// (Stop unless another is given). The pauses start at backoff and double
-// each attempt up to 30 s (or backoff, if larger), each drawn at random
-// from its upper half so that instances failing together do not retry in
-// step; a cancelled ctx ends the pause. attempts 0 retries for as long as
-// the handler fails: only for errors that go away (a dependency that is
-// down), since a record that can never succeed then holds its partition
-// up for good.
-func Retry(backoff time.Duration, attempts int) ErrorPolicy {
-	return ErrorPolicy{loop.Retry(backoff, attempts)}
-}
-
-// Then returns the Retry p with fallback applied once its attempts have all
-// failed: [Stop] or [DeadLetter]. For example
-// Retry(100*time.Millisecond, 5).Then(DeadLetter("orders-dlq")). The
-// constructor refuses a fallback on anything but a Retry with a number of
-// attempts.
-func (p ErrorPolicy) Then(fallback ErrorPolicy) ErrorPolicy {
-	return ErrorPolicy{p.p.WithFallback(fallback.p)}
-}
+import "github.com/eoskit/eoskit"
 
 // DeadLetter makes the processor write the failing input record to topic
 // (same key, value and headers, plus eoskit-error, eoskit-source-topic,
@@ -60,11 +16,7 @@ func (p ErrorPolicy) Then(fallback ErrorPolicy) ErrorPolicy {
 // session restarts with backoff, and Run eventually returns the error. A
 // dead letter that cannot be written is tried 4 times with a growing
 // backoff (1 s, 2 s, 4 s), then Run returns a *DeadLetterError.
-func DeadLetter(topic string) ErrorPolicy {
-	return ErrorPolicy{loop.Policy{Kind: loop.PolicyDeadLetter, Topic: topic}}
-}
-
-func (p ErrorPolicy) String() string { return p.p.String() }
+func DeadLetter(topic string) eoskit.ErrorPolicy { return eoskit.DeadLetterTo(topic) }
 
 // HangingPolicy is what an exactly-once [Processor] does when it finds one
 // of its own transactions hanging (see [HangingTransactionCheck]). Build

@@ -169,13 +169,11 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("OnHangingTransaction", "only exactly-once commits offsets in transactions; this semantics has none to hang")
 	case c.hangCheck == 0 && c.onHangSet:
 		return fail("OnHangingTransaction", "the hanging-transaction check is off (HangingTransactionCheck(0)): nothing would apply the policy")
-	case c.onError.p.Validate() != nil:
-		return fail("OnHandlerError", c.onError.p.Validate().Error())
-	case slices.Contains(c.onError.p.DeadLetterTopics(), ""):
-		return fail("OnHandlerError", "DeadLetter needs a topic")
+	case loop.CheckPolicy(c.onError, true) != nil:
+		return fail("OnHandlerError", loop.CheckPolicy(c.onError, true).Error())
 	}
 	for _, t := range c.inputTopics {
-		if slices.Contains(c.onError.p.DeadLetterTopics(), t) {
+		if slices.Contains(c.onError.DeadLetterTopics(), t) {
 			return fail("OnHandlerError", "the dead-letter topic "+t+" is also an input topic")
 		}
 	}
@@ -197,8 +195,8 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 // takes the partitions.
 //
 // It returns an error wrapping [ErrFenced] when a newer instance with the
-// same transactional id took over, a *[eoskit.RecordError] under the [Stop] policy
-// (or once a [Retry]'s attempts ran out), a *DeadLetterError when a dead
+// same transactional id took over, a *[eoskit.RecordError] under the [eoskit.Stop] policy
+// (or once a [eoskit.Retry]'s attempts ran out), a *DeadLetterError when a dead
 // letter cannot be written, a *HangingTransactionError under
 // [StopWhenHanging], a *[eoskit.ConfigError] when the cluster refuses
 // [RepairHangingTransactions] or lacks the dead-letter topic (checked

@@ -507,7 +507,7 @@ func TestProcessorRetryPolicyAbortsAndRedelivers(t *testing.T) {
 	metrics := &countingMetrics{}
 	progress := followCommitted(t, k, out)
 	p := startProcessor(t, h, append(processorOpts(k, group, in, "0"),
-		eos.OnHandlerError(eos.Retry(50*time.Millisecond, 5)), eos.WithMetrics(metrics))...)
+		eos.OnHandlerError(eoskit.Retry(50*time.Millisecond, 5)), eos.WithMetrics(metrics))...)
 	waitFor(t, 2*time.Minute, "every input to be copied", func() bool { return progress.n.Load() >= n })
 	if err := p.stop(t); err != nil {
 		t.Fatalf("processor stopped with %v", err)
@@ -559,7 +559,7 @@ func TestProcessorRetryThenFallback(t *testing.T) {
 		}
 		progress := followCommitted(t, k, out)
 		p := startProcessor(t, h, append(processorOpts(k, group, in, "0"),
-			eos.OnHandlerError(eos.Retry(time.Millisecond, 3).Then(eos.DeadLetter(dlt))))...)
+			eos.OnHandlerError(eoskit.Retry(time.Millisecond, 3).Then(eos.DeadLetter(dlt))))...)
 		waitFor(t, 2*time.Minute, "every good input to be copied", func() bool {
 			select {
 			case <-p.finished:
@@ -599,7 +599,7 @@ func TestProcessorRetryThenFallback(t *testing.T) {
 		var tries atomic.Int64
 		p := startProcessor(t, failingOn(out, func(r *kgo.Record) bool {
 			return string(r.Key) == "in-123" && tries.Add(1) > 0
-		}), append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eos.Retry(time.Millisecond, 4)))...)
+		}), append(processorOpts(k, group, in, "0"), eos.OnHandlerError(eoskit.Retry(time.Millisecond, 4)))...)
 		err := p.wait(t, 2*time.Minute)
 		var rerr *eoskit.RecordError
 		if !errors.As(err, &rerr) || rerr.Topic != in || rerr.Attempts != 4 || !strings.Contains(err.Error(), "poison record in-123") {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit"
 )
 
 // What becomes of one input record in a batch is decided in one place:
@@ -89,7 +89,7 @@ type attempt struct {
 
 // decide makes the outcome of a, given the error policy and the
 // transaction's budget.
-func decide(a attempt, policy loop.Policy, budget time.Duration) recordOutcome {
+func decide(a attempt, policy eoskit.ErrorPolicy, budget time.Duration) recordOutcome {
 	switch {
 	case a.shutdown:
 		// Whatever failed, failed for that, not for its own sake.
@@ -113,7 +113,7 @@ func decide(a attempt, policy loop.Policy, budget time.Duration) recordOutcome {
 		// The handler's error is only the budget's end: kept as text,
 		// so that the record's error does not read as a deadline.
 		err := fmt.Errorf("%w: no result within %s, the transaction's budget, twice alone in its transaction (%v)", ErrHandlerTooSlow, budget, a.err)
-		if policy.For(err).Kind == loop.PolicyDeadLetter {
+		if policy.For(err).Kind() == eoskit.PolicyDeadLetter {
 			// This transaction has no time left: the dead letter goes
 			// first in the next one.
 			return recordOutcome{kind: outOfBudget, next: 1, err: err}
@@ -123,7 +123,7 @@ func decide(a attempt, policy loop.Policy, budget time.Duration) recordOutcome {
 		return recordOutcome{kind: produceOutputs, outs: a.outs}
 	}
 	pol := policy.For(a.err)
-	if !a.poisoned && pol.Kind != loop.PolicyDeadLetter {
+	if !a.poisoned && pol.Kind() != eoskit.PolicyDeadLetter {
 		return recordOutcome{kind: recordFailed, err: a.err}
 	}
 	// A poisoned input is dead-lettered whatever the policy: it was

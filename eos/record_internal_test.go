@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eoskit/eoskit"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/eoskit/eoskit/internal/loop"
 )
 
 func TestDecideRecordOutcomeUnit(t *testing.T) {
@@ -17,14 +16,14 @@ func TestDecideRecordOutcomeUnit(t *testing.T) {
 	in := &kgo.Record{Topic: "in", Partition: 2, Offset: 7, Key: []byte("k")}
 	outs := []*kgo.Record{{Topic: "out"}, {Topic: "out"}}
 	boom := errors.New("boom")
-	stop := loop.Stop()
-	deadLetter := loop.Policy{Kind: loop.PolicyDeadLetter, Topic: "dlq"}
-	retryThenDeadLetter := loop.Retry(time.Millisecond, 3).WithFallback(loop.Policy{Kind: loop.PolicyDeadLetter, Topic: "retry-dlq"})
+	stop := eoskit.Stop()
+	deadLetter := eoskit.DeadLetterTo("dlq")
+	retryThenDeadLetter := eoskit.Retry(time.Millisecond, 3).Then(eoskit.DeadLetterTo("retry-dlq"))
 	gaveUp := fmt.Errorf("call: %w", context.DeadlineExceeded)
 	for _, c := range []struct {
 		name   string
 		a      attempt
-		policy loop.Policy
+		policy eoskit.ErrorPolicy
 		want   recordOutcome
 		// deadLetterTo is the dead letter's topic, for sendDeadLetter;
 		// tooSlow, that the error is ErrHandlerTooSlow's.

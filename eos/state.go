@@ -163,9 +163,9 @@ func (s *stateConfig) validate(c *config) error {
 		return refuse("EmitUpdates", "the updates topic is the changelog")
 	case s.updates == c.inputTopics[0]:
 		return refuse("EmitUpdates", "the updates topic is the input topic: every update would be counted again")
-	case slices.Contains(c.onError.p.DeadLetterTopics(), s.changelog):
+	case slices.Contains(c.onError.DeadLetterTopics(), s.changelog):
 		return refuse("Changelog", "the changelog is a dead-letter topic")
-	case s.updates != "" && slices.Contains(c.onError.p.DeadLetterTopics(), s.updates):
+	case s.updates != "" && slices.Contains(c.onError.DeadLetterTopics(), s.updates):
 		return refuse("EmitUpdates", "the updates topic is a dead-letter topic")
 	case s.stores == nil:
 		return refuse("Stores", "no store factory")

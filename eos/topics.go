@@ -19,7 +19,7 @@ import (
 // asked, or refuses the look-up, it returns nil and the sessions meet the
 // outage, or the missing ACL, as usual.
 func (p *Processor) checkDeadLetterTopic(ctx context.Context) error {
-	topics := p.cfg.onError.p.DeadLetterTopics()
+	topics := p.cfg.onError.DeadLetterTopics()
 	if len(topics) == 0 {
 		return nil
 	}

@@ -64,9 +64,9 @@ func TestClassifiedPolicy(t *testing.T) {
 		}
 		return load(nil)(ctx, tx, recs)
 	}
-	policy := offsetstore.Classify(offsetstore.Stop(),
-		offsetstore.When(errParse, offsetstore.DeadLetter()),
-		offsetstore.WhenAs[*timeoutError](offsetstore.Retry(time.Millisecond, 5)),
+	policy := eoskit.Classify(eoskit.Stop(),
+		eoskit.When(errParse, offsetstore.DeadLetter()),
+		eoskit.WhenAs[*timeoutError](eoskit.Retry(time.Millisecond, 5)),
 	)
 	start := time.Now()
 	err := b.start(t, h, offsetstore.OnHandlerError(policy)).wait(t, time.Minute)

@@ -73,13 +73,13 @@
 // # Errors, concurrency, shutdown, observability
 //
 // These work as in package eos, through one core: [OnHandlerError] takes
-// [Stop], [Retry] (then a fallback) or [DeadLetter], which parks a record
+// [eoskit.Stop], [eoskit.Retry] (then a fallback) or [DeadLetter], which parks a record
 // in eoskit_dead_letters in the transaction that stores its offset (see
 // below how the record is found inside the batch's transaction).
-// [Classify] chooses among them by the handler's error: its rules ([When]
-// for errors.Is, [WhenAs] for errors.As, [WhenFunc]) are tried in order,
+// [eoskit.Classify] chooses among them by the handler's error: its rules ([eoskit.When]
+// for errors.Is, [eoskit.WhenAs] for errors.As, [eoskit.WhenFunc]) are tried in order,
 // the first that matches gives the policy, and the policy Classify is
-// given applies to any other error; [ErrorPolicy.For] tells which applies
+// given applies to any other error; [eoskit.ErrorPolicy.For] tells which applies
 // to an error without a broker. A panicking handler fails like one that
 // returned an error; the record that stops Run is a *[eoskit.RecordError]
 // (its offset not stored, so it is read again on the next start).
@@ -120,8 +120,8 @@
 // [DeadLetter] parks the record in the transaction and the batch goes on;
 // the batch then commits once, with its offsets, its good records'
 // results and its dead letters ([Stats].Batches counts one transaction).
-// [Stop] commits the records before the one stopped on, with their
-// offsets, and Run returns the *[eoskit.RecordError]. A [Retry] with attempts
+// [eoskit.Stop] commits the records before the one stopped on, with their
+// offsets, and Run returns the *[eoskit.RecordError]. A [eoskit.Retry] with attempts
 // left rolls the whole transaction back (its row locks are not held
 // through the pause), pauses, and runs the batch again, counting each
 // record's failures across the runs; its fallback, once the attempts are
@@ -162,7 +162,7 @@
 // own connection (closed, or failing the rollback), never by waiting for
 // another connection of the pool, which may all be in use. That holds
 // whoever raised it, the handler or the runner, and comes before the error
-// policy: no rule of a [Classify] sees it, and a Stop fallback does not
+// policy: no rule of a [eoskit.Classify] sees it, and a Stop fallback does not
 // stop on it. The database's error is found with errors.As (a
 // *pgconn.PgError and its SQLSTATE: 40001, 40P01, 55P03, class 08, 53 or
 // 57P), so a handler must wrap it with %w; wrapped with %v, only a closed

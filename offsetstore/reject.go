@@ -11,7 +11,7 @@ import (
 // search the batch for it: inside the batch's database transaction it rolls
 // back to a savepoint taken before the handler's call, runs the handler
 // again on the records before the one named, applies the error policy to
-// that record alone ([DeadLetter] parks it in the same transaction, [Stop]
+// that record alone ([DeadLetter] parks it in the same transaction, [eoskit.Stop]
 // ends Run with a *[eoskit.RecordError] naming it), and goes on with the records
 // after it; the batch then commits once, with its offsets.
 //

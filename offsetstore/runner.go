@@ -78,7 +78,7 @@ type config struct {
 	// options.
 	core   consume.Config
 	reset  kgo.Offset
-	policy ErrorPolicy
+	policy eoskit.ErrorPolicy
 	mirror bool
 	owner  string
 }
@@ -132,13 +132,30 @@ func Concurrency(n int) Option { return func(c *config) { c.core.Concurrency = n
 func DrainTimeout(d time.Duration) Option { return func(c *config) { c.core.Drain = d } }
 
 // OnHandlerError sets what happens to a record whose handler fails or
-// panics: [Stop], [Retry] (then [Stop] or [DeadLetter]) or [DeadLetter].
-// Default: [Stop].
-func OnHandlerError(p ErrorPolicy) Option { return func(c *config) { c.policy = p } }
+// panics: [eoskit.Stop] (the default), [eoskit.Retry] (then, with
+// [eoskit.ErrorPolicy.Then], Stop or [DeadLetter]) or [DeadLetter], or
+// [eoskit.Classify] to choose among them by the error. The record is the
+// one the handler names with [Reject], or, when it names none, the one
+// found by splitting the batch in halves; either way inside the batch's
+// database transaction, each handler call under a savepoint that its
+// failure rolls back to (see the package documentation).
+//
+//   - Stop: Run returns a *[eoskit.RecordError] naming the record, once
+//     the records before it in its batch committed with their offsets.
+//   - Retry rolls the batch's transaction back whole (no lock is held
+//     through the pause), pauses, and runs the batch again, until the
+//     record has failed attempts times in all; then the fallback applies
+//     inside the transaction: a DeadLetter fallback parks the record there
+//     and the batch goes on. A record of the batch already parked is
+//     parked again without its handler when the batch runs again.
+//
+// NewRunner refuses a dead letter to a topic (eos.DeadLetter) with a
+// *[eoskit.ConfigError]: a runner parks in its table.
+func OnHandlerError(p eoskit.ErrorPolicy) Option { return func(c *config) { c.policy = p } }
 
 // MirrorToKafka makes the runner copy each committed batch's offsets to the
 // Kafka group after the database commit, so that lag dashboards that read
-// Kafka's committed offsets keep working; under [Stop], the records
+// Kafka's committed offsets keep working; under [eoskit.Stop], the records
 // committed before the one Run stops on are copied before Run returns. It
 // is best effort (a failure is logged), and the copies are never read
 // back: the database alone decides where consumption resumes. Default: off.
@@ -186,7 +203,7 @@ func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, er
 	c := config{
 		reset:  kgo.NewOffset().AtStart(),
 		core:   consume.Defaults(),
-		policy: Stop(),
+		policy: eoskit.Stop(),
 		owner:  host + "-" + strconv.Itoa(os.Getpid()),
 	}
 	for _, o := range opts {
@@ -200,8 +217,8 @@ func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, er
 		return nil, fail("pool", "must not be nil")
 	case handler == nil:
 		return nil, fail("handler", "must not be nil")
-	case c.policy.p.Validate() != nil:
-		return nil, fail("OnHandlerError", c.policy.p.Validate().Error())
+	case loop.CheckPolicy(c.policy, false) != nil:
+		return nil, fail("OnHandlerError", loop.CheckPolicy(c.policy, false).Error())
 	}
 	r := &Runner{pool: pool, handler: handler, cfg: c, positions: map[topicPartition]int64{}, topicIDs: map[string]pgtype.UUID{},
 		oldRows:       map[topicPartition]pgtype.UUID{},
@@ -335,7 +352,7 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 	if version < SchemaVersion {
 		return &eoskit.ConfigError{Package: "offsetstore", Setting: "database schema", Reason: fmt.Sprintf("at version %d, this code needs %d: run offsetstore.Migrate", version, SchemaVersion)}
 	}
-	if !r.cfg.policy.p.DeadLetters() {
+	if !r.cfg.policy.DeadLetters() {
 		return nil
 	}
 	// The dead-letter table gains columns without a schema version (dedup's
@@ -404,7 +421,7 @@ func (r *Runner) Stats() Stats {
 // before Run gives up and returns the error.
 const maxDBAttempts = 10
 
-// Run consumes until ctx is done or a record stops it under the [Stop]
+// Run consumes until ctx is done or a record stops it under the [eoskit.Stop]
 // policy (a *[eoskit.RecordError]). On ctx's end it drains ([DrainTimeout], default
 // 10s): it stops polling, lets the batches under way finish and commit,
 // and returns nil; only past the timeout are they rolled back, each whole
@@ -506,24 +523,16 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 	}
 }
 
-// retryLimit caps the pauses of the Retry policy (unless its backoff is
-// larger).
-const retryLimit = 30 * time.Second
-
 // applyPolicy decides for a single record whose handler failed attempts
 // times in this batch, with cause: nil when it is to be parked (DeadLetter,
 // or a Retry's DeadLetter fallback once its attempts ran out), else what
 // halts the batch's attempt: a Retry with attempts left, or the record to
 // stop on.
 func (r *Runner) applyPolicy(rec *kgo.Record, cause error, attempts int) *halt {
-	pol := r.cfg.policy.p.For(cause)
-	if pol.Kind == loop.PolicyRetry {
-		if !pol.Final(attempts) {
-			return &halt{rec: rec, cause: cause, attempts: attempts, retry: true, backoff: loop.Backoff(attempts, pol.Backoff, retryLimit)}
-		}
-		pol = pol.Fallback()
-	}
-	if pol.Kind == loop.PolicyDeadLetter {
+	switch d := loop.Decide(r.cfg.policy, cause, attempts); d.Fate {
+	case loop.FateRetry:
+		return &halt{rec: rec, cause: cause, attempts: attempts, retry: true, backoff: d.Backoff}
+	case loop.FateDeadLetter:
 		return nil
 	}
 	return &halt{rec: rec, cause: cause, attempts: attempts}

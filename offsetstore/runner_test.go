@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -733,7 +734,7 @@ func TestRetryThenFallback(t *testing.T) {
 				good = append(good, id)
 			}
 		}
-		r := b.start(t, handler(), offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 3).Then(offsetstore.DeadLetter())))
+		r := b.start(t, handler(), offsetstore.OnHandlerError(eoskit.Retry(time.Millisecond, 3).Then(offsetstore.DeadLetter())))
 		waitFor(t, 2*time.Minute, "the good rows and the dead letters", func() bool {
 			select {
 			case <-r.finished:
@@ -776,7 +777,7 @@ func TestRetryThenFallback(t *testing.T) {
 
 	t.Run("stop", func(t *testing.T) {
 		b, _ := seed(t)
-		r := b.start(t, handler(), offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 3)))
+		r := b.start(t, handler(), offsetstore.OnHandlerError(eoskit.Retry(time.Millisecond, 3)))
 		err := r.wait(t, 2*time.Minute)
 		var rerr *eoskit.RecordError
 		if !errors.As(err, &rerr) || rerr.Attempts != 3 || !strings.HasSuffix(rerr.Err.Error(), "77") {
@@ -1280,10 +1281,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no group":                      {offsetstore.Brokers("b:1"), offsetstore.Topics("t")},
 		"no topics":                     {offsetstore.Brokers("b:1"), offsetstore.Group("g")},
 		"zero poll":                     append(base, offsetstore.MaxPollRecords(0)),
-		"negative backoff":              append(base, offsetstore.OnHandlerError(offsetstore.Retry(-1, 3))),
-		"negative attempts":             append(base, offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, -1))),
-		"endless retry with a fallback": append(base, offsetstore.OnHandlerError(offsetstore.Retry(time.Millisecond, 0).Then(offsetstore.DeadLetter()))),
-		"fallback on a dead letter":     append(base, offsetstore.OnHandlerError(offsetstore.DeadLetter().Then(offsetstore.Stop()))),
+		"negative backoff":              append(base, offsetstore.OnHandlerError(eoskit.Retry(-1, 3))),
+		"negative attempts":             append(base, offsetstore.OnHandlerError(eoskit.Retry(time.Millisecond, -1))),
+		"endless retry with a fallback": append(base, offsetstore.OnHandlerError(eoskit.Retry(time.Millisecond, 0).Then(offsetstore.DeadLetter()))),
+		"fallback on a dead letter":     append(base, offsetstore.OnHandlerError(offsetstore.DeadLetter().Then(eoskit.Stop()))),
 		"read uncommitted":              append(base, offsetstore.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadUncommitted()))),
 		"group through ClientOptions":   append(base, offsetstore.ClientOptions(kgo.ConsumerGroup("other"))),
 		"topics through ClientOptions":  append(base, offsetstore.ClientOptions(kgo.ConsumeTopics("other"))),
@@ -1292,6 +1293,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 				return m, nil
 			}))),
 		"zero concurrency": append(base, offsetstore.Concurrency(0)),
+		"a dead letter to a topic": append(base, offsetstore.OnHandlerError(eoskit.Classify(eoskit.Stop(),
+			eoskit.When(io.EOF, eoskit.DeadLetterTo("orders-dlq"))))),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := offsetstore.NewRunner(pool, h, opts...)

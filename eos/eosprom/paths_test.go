@@ -79,7 +79,7 @@ func TestOneMetricsServesEveryPath(t *testing.T) {
 		}
 		return []*kgo.Record{{Topic: out, Value: r.Value}}, nil
 	}, eos.Brokers(k.Brokers...), eos.Group(integration.UniqueName(t, "eos")), eos.Topics(in), eos.TransactionalID(txnID),
-		eos.OnHandlerError(eos.Retry(time.Millisecond, 2)), eos.WithMetrics(m), eos.ClientOptions(userAssigned("eos")))
+		eos.OnHandlerError(eoskit.Retry(time.Millisecond, 2)), eos.WithMetrics(m), eos.ClientOptions(userAssigned("eos")))
 	if err != nil {
 		t.Fatal(err)
 	}
