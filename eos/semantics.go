@@ -2,11 +2,11 @@ package eos
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/preset"
 )
 
 // Semantics is a delivery guarantee, as a named preset of producer and
@@ -38,61 +38,21 @@ const (
 	ExactlyOnce
 )
 
-func (s Semantics) String() string {
-	switch s {
-	case AtMostOnce:
-		return "at-most-once"
-	case AtLeastOnce:
-		return "at-least-once"
-	case ExactlyOnce:
-		return "exactly-once"
-	}
-	return fmt.Sprintf("Semantics(%d)", int8(s))
-}
+func (s Semantics) String() string { return preset.Semantics(s).String() }
 
-func (s Semantics) valid() bool { return s >= AtMostOnce && s <= ExactlyOnce }
+func (s Semantics) valid() bool { return preset.Semantics(s).Valid() }
 
 // ProducerOptions returns the franz-go producer options that define s.
 // ExactlyOnce also needs a transactional id (kgo.TransactionalID), which is
 // per instance and therefore not part of the preset.
-func (s Semantics) ProducerOptions() []kgo.Opt {
-	switch s {
-	case AtMostOnce:
-		return []kgo.Opt{
-			kgo.DisableIdempotentWrite(),
-			kgo.RequiredAcks(kgo.LeaderAck()),
-			kgo.RecordRetries(0),
-		}
-	case AtLeastOnce:
-		return []kgo.Opt{
-			kgo.DisableIdempotentWrite(),
-			kgo.RequiredAcks(kgo.AllISRAcks()),
-		}
-	case ExactlyOnce:
-		return []kgo.Opt{
-			kgo.RequiredAcks(kgo.AllISRAcks()),
-		}
-	}
-	return nil
-}
+func (s Semantics) ProducerOptions() []kgo.Opt { return preset.Semantics(s).ProducerOptions() }
 
 // ConsumerOptions returns the franz-go group-consumer options that define s;
 // add kgo.ConsumerGroup and kgo.ConsumeTopics. Every preset disables
 // auto-commit: when offsets are committed relative to
 // processing is what tells the semantics apart, so the [Processor] commits
 // them itself.
-func (s Semantics) ConsumerOptions() []kgo.Opt {
-	switch s {
-	case AtMostOnce, AtLeastOnce:
-		return []kgo.Opt{kgo.DisableAutoCommit()}
-	case ExactlyOnce:
-		return []kgo.Opt{
-			kgo.DisableAutoCommit(),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		}
-	}
-	return nil
-}
+func (s Semantics) ConsumerOptions() []kgo.Opt { return preset.Semantics(s).ConsumerOptions() }
 
 // Role says what a client is checked as by [Semantics.Check].
 type Role int8
@@ -111,76 +71,16 @@ func (s Semantics) Check(cl *kgo.Client, roles ...Role) error {
 		return &eoskit.ConfigError{Package: "eos", Setting: "Semantics", Reason: fmt.Sprintf("unknown value %d", int8(s))}
 	}
 	for _, r := range roles {
-		var err error
+		var refused *preset.Refusal
 		switch r {
 		case RoleProducer:
-			err = s.checkProducer(cl)
+			refused = preset.Semantics(s).CheckProducer(cl)
 		case RoleConsumer:
-			err = s.checkConsumer(cl)
+			refused = preset.Semantics(s).CheckConsumer(cl)
 		}
-		if err != nil {
-			return err
+		if refused != nil {
+			return &eoskit.ConfigError{Package: "eos", Setting: refused.Setting, Semantics: checkedAgainst(s), Reason: refused.Reason}
 		}
-	}
-	return nil
-}
-
-func (s Semantics) checkProducer(cl *kgo.Client) error {
-	acks, _ := cl.OptValue(kgo.RequiredAcks).(kgo.Acks)
-	noIdempotence, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool)
-	txnValues := cl.OptValues(kgo.TransactionalID)
-	hasTxnID := len(txnValues) == 2 && txnValues[1] == true
-	retries, _ := cl.OptValue(kgo.RecordRetries).(int64)
-
-	fail := func(setting, reason string) error {
-		return &eoskit.ConfigError{Package: "eos", Setting: setting, Semantics: checkedAgainst(s), Reason: reason}
-	}
-	switch s {
-	case AtMostOnce:
-		if hasTxnID {
-			return fail("TransactionalID", "a transactional producer retries and commits atomically; at-most-once promises neither")
-		}
-		if retries != 0 {
-			return fail("RecordRetries", "at-most-once must not retry a record (a retry after a lost acknowledgement writes it twice)")
-		}
-	case AtLeastOnce:
-		if acks != kgo.AllISRAcks() {
-			return fail("RequiredAcks", "at-least-once needs acks=all: a record acknowledged by the leader alone is lost if the leader fails")
-		}
-		if retries == 0 {
-			return fail("RecordRetries", "at-least-once must retry failed records")
-		}
-	case ExactlyOnce:
-		if noIdempotence {
-			return fail("DisableIdempotentWrite", "exactly-once needs idempotent writes: without them a retry duplicates a record")
-		}
-		if acks != kgo.AllISRAcks() {
-			return fail("RequiredAcks", "exactly-once needs acks=all (idempotence requires it)")
-		}
-	}
-	return nil
-}
-
-func (s Semantics) checkConsumer(cl *kgo.Client) error {
-	autoCommitOff, _ := cl.OptValue(kgo.DisableAutoCommit).(bool)
-	isolation, _ := cl.OptValue(kgo.FetchIsolationLevel).(int8)
-	interval, _ := cl.OptValue(kgo.AutoCommitInterval).(time.Duration)
-
-	fail := func(setting, reason string) error {
-		return &eoskit.ConfigError{Package: "eos", Setting: setting, Semantics: checkedAgainst(s), Reason: reason}
-	}
-	if !autoCommitOff {
-		switch s {
-		case AtMostOnce:
-			return fail("DisableAutoCommit", fmt.Sprintf("auto-commit (every %s) may commit after processing; at-most-once commits before", interval))
-		case AtLeastOnce:
-			return fail("DisableAutoCommit", fmt.Sprintf("auto-commit (every %s) may commit offsets of records not yet processed, losing them on a crash", interval))
-		case ExactlyOnce:
-			return fail("DisableAutoCommit", "exactly-once commits offsets inside the transaction; auto-commit would commit them outside it")
-		}
-	}
-	if s == ExactlyOnce && isolation != 1 {
-		return fail("FetchIsolationLevel", "exactly-once must read with read_committed, or it consumes records of aborted transactions")
 	}
 	return nil
 }

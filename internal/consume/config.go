@@ -1,7 +1,7 @@
 // Package consume is the consume core of eoskit's database runners
 // (offsetstore.Runner and dedup.Consumer): the group client, checked
-// against eos.ExactlyOnce's consumer preset; the Run guard, health and
-// drain; the poll loop; per-partition pipelines; and the copy to Kafka of
+// against the exactly-once consumer preset (internal/preset, the one
+// eos.ExactlyOnce names); the Run guard, health and drain; the poll loop; per-partition pipelines; and the copy to Kafka of
 // the offsets a database commit covered. A runner supplies only its
 // commit step ([Runner]): offsetstore stores the batch's offsets in the
 // database transaction, dedup claims the records' ids there.
@@ -20,15 +20,14 @@
 package consume
 
 import (
-	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
-	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/preset"
 )
 
 // Config holds the settings every database runner takes; each package's
@@ -91,12 +90,12 @@ func owned(pkg string, extra map[string]string) map[string]string {
 	return m
 }
 
-// newClient builds the group consumer: eos.ExactlyOnce's consumer preset,
+// newClient builds the group consumer: the exactly-once consumer preset,
 // the user's options, then the core's own, and checks the result against
 // the preset (auto-commit off, read_committed), so that a record of a
 // transaction that aborted upstream never reaches the database.
 func (c *Core) newClient(hooks ...kgo.Opt) (*kgo.Client, error) {
-	opts := eos.ExactlyOnce.ConsumerOptions()
+	opts := preset.ExactlyOnce.ConsumerOptions()
 	if c.cfg.Concurrency > 1 {
 		// A paused partition, resumed, joins the next fetch to its
 		// broker only once the fetch in flight returns: with the other
@@ -116,15 +115,11 @@ func (c *Core) newClient(hooks ...kgo.Opt) (*kgo.Client, error) {
 	if err != nil {
 		return nil, &eoskit.ConfigError{Package: c.pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
-	if err := eos.ExactlyOnce.Check(cl, eos.RoleConsumer); err != nil {
+	if refused := preset.ExactlyOnce.CheckConsumer(cl); refused != nil {
 		cl.Close()
 		// The preset's refusal, as this package's: the kgo setting at
 		// fault and why, under ClientOptions.
-		reason := err.Error()
-		if cerr, ok := errors.AsType[*eoskit.ConfigError](err); ok {
-			reason = cerr.Setting + ": " + cerr.Reason
-		}
-		return nil, &eoskit.ConfigError{Package: c.pkg, Setting: "ClientOptions", Semantics: eos.ExactlyOnce.String(), Reason: reason, Err: err}
+		return nil, &eoskit.ConfigError{Package: c.pkg, Setting: "ClientOptions", Semantics: preset.ExactlyOnce.String(), Reason: refused.Setting + ": " + refused.Reason}
 	}
 	return cl, nil
 }
@@ -135,7 +130,7 @@ func New(pkg string, cfg Config, run Runner) (*Core, error) {
 	if err := cfg.check(pkg); err != nil {
 		return nil, err
 	}
-	userHooks, err := loop.ReadUserOptions(eos.ExactlyOnce.ConsumerOptions(), cfg.ClientOpts, owned(pkg, run.Owned))
+	userHooks, err := loop.ReadUserOptions(preset.ExactlyOnce.ConsumerOptions(), cfg.ClientOpts, owned(pkg, run.Owned))
 	if err != nil {
 		return nil, &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
