@@ -47,7 +47,7 @@ demo:
 # path), then the outbox path's scenarios (relay processes, a PostgreSQL of
 # its own), and prints the tables; make test runs one scenario per path
 # (two for the outbox).
-# A run that passes puts its tables into docs/chaos.md, between the
+# A run that passes puts its tables into docs/results/chaos.md, between the
 # "make chaos" markers (scripts/results.sh); a failed one leaves the doc as
 # it was. Takes about 7 hours: the soaks, slowed to 4 ms a record,
 # about 2 h (61, 30 and 31 min for eos, offsetstore and dedup on
@@ -57,16 +57,16 @@ chaos:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/chaos.md
 	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 540m -run TestChaos ./tests/chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
-	@scripts/results.sh "make chaos" docs/chaos.md .eoskit/chaos.md
+	@scripts/results.sh "make chaos" docs/results/chaos.md .eoskit/chaos.md
 
-# Runs only the soak of make chaos, and puts its table into docs/chaos.md
+# Runs only the soak of make chaos, and puts its table into docs/results/chaos.md
 # (the "make soak" markers) when it passes. About 30 to 60 minutes a path
 # (a million records at 4 ms a record on 4 partitions; eos the slowest).
 soak:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/soak.md
 	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=soak EOS_CHAOS_TABLE=$$PWD/.eoskit/soak.md go test -count=1 -timeout 200m -run TestChaos ./tests/chaos; rc=$$?; cat .eoskit/soak.md 2>/dev/null; exit $$rc'
-	@scripts/results.sh "make soak" docs/chaos.md .eoskit/soak.md
+	@scripts/results.sh "make soak" docs/results/chaos.md .eoskit/soak.md
 
 # Runs every eos test on Apache Kafka 3.9.1 (transaction protocol v1) as
 # well; make test runs the protocol-dependent fault tests there. About 6
@@ -94,12 +94,12 @@ repro-kafka-20734:
 # consumer without the claim, outbox.Relay against an at-least-once relay
 # and an idempotent producer; then dedup's claim cost as the ids table
 # grows to 10 million. A run that passes puts its tables into
-# docs/performance.md, between the "make bench" markers
+# docs/results/performance.md, between the "make bench" markers
 # (scripts/results.sh); the progress lines go to stderr only. Takes about
 # 50 minutes (52 on 2026-12-04).
 bench:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/bench.md
 	@scripts/with-services.sh bash -c 'set -o pipefail; go run ./tools/bench | tee .eoskit/bench.md'
-	@scripts/results.sh "make bench" docs/performance.md .eoskit/bench.md
+	@scripts/results.sh "make bench" docs/results/performance.md .eoskit/bench.md
 

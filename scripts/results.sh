@@ -11,7 +11,7 @@
 # the last measured record (git history keeps the earlier ones).
 #
 #   scripts/results.sh NAME DOC TABLE
-#   scripts/results.sh "make chaos" docs/chaos.md .eoskit/chaos.md
+#   scripts/results.sh "make chaos" docs/results/chaos.md .eoskit/chaos.md
 #
 # DOC must hold each marker exactly once, begin before end; TABLE must not
 # be empty. DOC is rewritten through a temporary file beside it, so an
