@@ -332,7 +332,7 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState
 			// Told from the error and this transaction's own
 			// connection: with a pool of Concurrency's size, another
 			// connection may never come free.
-			if pgretry.Transient(err) || tx.Conn().IsClosed() {
+			if pgretry.FromHandler(err) || tx.Conn().IsClosed() {
 				return err // the database went away or pushed back: retry the batch
 			}
 			attempts := st.failures[r] + 1

@@ -157,16 +157,21 @@
 //
 // A handler's error that is the database's doing rather than the record's
 // (a lost connection, a server shutting down, a deadlock, a serialization
-// failure, a lock wait that timed out: SQLSTATE 55P03) is never blamed on
-// a record, and is told from the error itself and from the transaction's
-// own connection (closed, or failing the rollback), never by waiting for
+// failure, a lock wait that timed out, a statement cancelled by
+// statement_timeout or pg_cancel_backend) is never blamed on a record, and
+// is told from the database's own signals and from the transaction's own
+// connection (closed, or failing the rollback), never by waiting for
 // another connection of the pool, which may all be in use. That holds
 // whoever raised it, the handler or the runner, and comes before the error
 // policy: no rule of a [eoskit.Classify] sees it, and a Stop fallback does not
 // stop on it. The database's error is found with errors.As (a
-// *pgconn.PgError and its SQLSTATE: 40001, 40P01, 55P03, class 08, 53 or
-// 57P), so a handler must wrap it with %w; wrapped with %v, only a closed
-// or silent connection still tells. The batch rolls back and runs again
+// *pgconn.PgError and its SQLSTATE: 40001, 40P01, 55P03, 57014, class 08,
+// 53 or 57P; or an error pgconn made: a timeout, a failed connect), so a
+// handler must wrap it with %w; wrapped with %v, only a closed or silent
+// connection still tells. The shape of an error is never read: a
+// *net.OpError from an enrichment call, io.EOF from a decoder or a
+// context.DeadlineExceeded of the handler's own is the record's, and its
+// error policy decides (before, each was taken for the database's). The batch rolls back and runs again
 // like one whose commit failed, with a growing pause, up to 10 times
 // before Run returns the error. The claim of the offsets rows waits at
 // most 10 s for another owner's lock; that bound ends with the claim, and

@@ -200,16 +200,12 @@ func (b *batchRun) call(ctx context.Context, seg []*kgo.Record) error {
 		b.dirty = true
 		return nil
 	}
-	// Told from the error and this transaction's own connection, before
-	// it goes back to the pool: with a pool of Concurrency's size,
-	// another connection may be long in coming. A record the handler
-	// named is its fault unless the database said otherwise (an io.EOF
-	// from decoding a truncated record is the record's).
-	transient := pgretry.Transient(err)
-	if _, named := errors.AsType[*RejectError](err); named {
-		transient = pgretry.TransientCode(err)
-	}
-	if transient || b.tx.Conn().IsClosed() {
+	// Told from the database's own signals (its SQLSTATE, an error pgconn
+	// made) and this transaction's own connection, before it goes back
+	// to the pool: with a pool of Concurrency's size, another connection
+	// may be long in coming. Never from the error's shape: an io.EOF from
+	// a decoder, a *net.OpError from an enrichment call are the record's.
+	if pgretry.FromHandler(err) || b.tx.Conn().IsClosed() {
 		return &handlerError{err: err, transient: true}
 	}
 	if b.tx.Conn().PgConn().IsBusy() {

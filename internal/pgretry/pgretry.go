@@ -37,9 +37,33 @@ func Transient(err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
+// FromHandler is [Transient] for an error a handler returned: it reads
+// only the database's own signals, a PostgreSQL error code
+// ([TransientCode]) or an error pgconn made (a timeout it wrapped, a
+// connection it could not open, an error it calls safe to retry). It never
+// reads the error's shape: a *net.OpError, io.EOF or
+// context.DeadlineExceeded is what a handler's own calls return too (an
+// enrichment service that cannot be reached, a JSON decoder on an empty
+// value, a deadline of its own), and such a failure is the record's, for
+// the error policy to decide. A connection that broke under the handler
+// is told by the caller from the connection itself: closed, or failing
+// its next round trip (the rollback to the savepoint, [TransientOn]'s
+// ping).
+func FromHandler(err error) bool {
+	if err == nil || connBusy(err) {
+		return false
+	}
+	if errors.As(err, new(*pgconn.PgError)) {
+		return TransientCode(err)
+	}
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, new(*pgconn.ConnectError))
+}
+
 // TransientCode is [Transient] for the database's own word alone: a
 // PostgreSQL error whose code says the connection, the server or a
-// conflict with another transaction failed the statement, not its input.
+// conflict with another transaction failed the statement, not its input;
+// or that it was cancelled (57014: statement_timeout, pg_cancel_backend),
+// which is a wait, like a lock wait that timed out.
 func TransientCode(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -47,13 +71,13 @@ func TransientCode(err error) bool {
 	}
 	code := pgErr.Code
 	return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || strings.HasPrefix(code, "53") ||
-		code == "40001" || code == "40P01" || code == "55P03"
+		code == "40001" || code == "40P01" || code == "55P03" || code == "57014"
 }
 
 // pingTimeout bounds the ping of [TransientOn].
 const pingTimeout = 2 * time.Second
 
-// TransientOn is [Transient] for err returned by work done on conn, a
+// TransientOn is [FromHandler] for err returned by work done on conn, a
 // handler's error inside the transaction conn holds, whose text may hide
 // the database's error (wrapped with %v, or replaced): it also reports
 // true when conn is closed, or does not answer a ping within 2 s. The
@@ -61,7 +85,7 @@ const pingTimeout = 2 * time.Second
 // over another connection of the pool, which may never come free while
 // the transaction holds this one.
 func TransientOn(ctx context.Context, conn *pgx.Conn, err error) bool {
-	if Transient(err) {
+	if FromHandler(err) {
 		return true
 	}
 	if conn == nil || conn.IsClosed() {

@@ -1,6 +1,7 @@
 package pgretry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -46,3 +47,46 @@ type busyErr struct{}
 
 func (busyErr) Error() string     { return "conn busy" }
 func (busyErr) SafeToRetry() bool { return true }
+
+// A handler's error is the database's only by the database's own signals:
+// its SQLSTATE, or an error pgconn made. A *net.OpError from an enrichment
+// call, io.EOF from a decoder, context.DeadlineExceeded from a deadline of
+// the handler's own are the record's, for the error policy (they were
+// taken for the database's, and the batch retried 10 times, then Run
+// failed: issue 43 item 10). statement_timeout's 57014 is a wait, not the
+// record's fault (item 11).
+func TestFromHandlerReadsOnlyTheDatabasesSignals(t *testing.T) {
+	pg := func(code string) error { return &pgconn.PgError{Code: code} }
+	for name, c := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"statement_timeout (57014)":     {fmt.Errorf("update: %w", pg("57014")), true},
+		"serialization failure":         {pg("40001"), true},
+		"deadlock":                      {pg("40P01"), true},
+		"lock timeout":                  {pg("55P03"), true},
+		"admin shutdown":                {pg("57P01"), true},
+		"connection failure class 08":   {pg("08006"), true},
+		"unique violation":              {pg("23505"), false},
+		"check violation":               {pg("23514"), false},
+		"enrichment call: *net.OpError": {fmt.Errorf("enrich k1: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), false},
+		"decoder: io.EOF":               {fmt.Errorf("decode: %w", io.EOF), false},
+		"decoder: io.ErrUnexpectedEOF":  {fmt.Errorf("decode: %w", io.ErrUnexpectedEOF), false},
+		"the handler's deadline":        {fmt.Errorf("pricing: %w", context.DeadlineExceeded), false},
+		"a handler's own error":         {errors.New("rejected"), false},
+		"conn busy":                     {fmt.Errorf("insert: %w", busyErr{}), false},
+		"nil":                           {nil, false},
+	} {
+		if got := FromHandler(c.err); got != c.want {
+			t.Errorf("%s: FromHandler(%v) = %v, want %v", name, c.err, got, c.want)
+		}
+	}
+	// A connection pgconn could not open (nothing listens on port 1).
+	_, cerr := pgconn.Connect(context.Background(), "postgres://u@127.0.0.1:1/db?connect_timeout=2")
+	if _, ok := errors.AsType[*pgconn.ConnectError](cerr); !ok || !FromHandler(fmt.Errorf("lookup: %w", cerr)) {
+		t.Errorf("FromHandler(a failed connect: %v) = false, want true", cerr)
+	}
+	if !Transient(pg("57014")) {
+		t.Error("Transient(57014) = false: a cancelled statement is a wait")
+	}
+}
