@@ -88,8 +88,10 @@ func produceRequestMax(cl *kgo.Client) int {
 //
 // Run refuses, with a *[eoskit.ConfigError] naming topic, a changelog that
 // does not exist (unless [CreateChangelog]), whose partition count differs
-// from the input's, or whose cleanup.policy lacks compact. A stateful
-// processor reads one input topic, under ExactlyOnce.
+// from the input's, or whose cleanup.policy is not compact alone
+// (compact,delete would let retention delete a key not written within
+// retention.ms). A stateful processor reads one input topic, under
+// ExactlyOnce.
 func Changelog(topic string, opts ...StateOption) ProcessorOption {
 	return processorOpt(func(c *config) {
 		s := &stateConfig{changelog: topic, stores: state.MemoryFactory(), restoreTimeout: changelog.DefaultTimeout}

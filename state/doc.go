@@ -68,8 +68,9 @@
 // # What breaks it
 //
 //   - Another writer on the changelog, or a changelog with another
-//     partition count than the input, or without cleanup.policy=compact
-//     (retention deletes keys; a restore silently misses them). A runner
+//     partition count than the input, or whose cleanup.policy is not
+//     compact alone, compact,delete included (retention deletes keys; a
+//     restore silently misses them). A runner
 //     refuses the last two when it may read the topic's configs
 //     (DescribeConfigs); an application account without it gets a
 //     warning, and the cleanup policy is then the operator's to keep.

@@ -439,8 +439,19 @@ func configErrorNaming(t *testing.T, err error, topic string) {
 	}
 }
 
-// A missing changelog, one of another partition count and one that is
-// not compacted are refused within seconds, each naming the topic.
+// compactDelete creates a topic shaped as a changelog but for its cleanup
+// policy, compact,delete.
+func compactDelete(t *testing.T, k *integration.KafkaCluster) string {
+	t.Helper()
+	topic := testbed.UniqueNegativeHashName(t, "compact-delete")
+	policy := "compact,delete"
+	k.CreateTopic(topic, partitions, map[string]*string{"cleanup.policy": &policy})
+	return topic
+}
+
+// A missing changelog, one of another partition count, one that is not
+// compacted and one compacted with deletion beside it are refused within
+// seconds, each naming the topic.
 func TestCheckRefusesAChangelogThatDoesNotFit(t *testing.T) {
 	k := integration.Kafka(t)
 	conn := []kgo.Opt{seeds(k)}
@@ -460,6 +471,9 @@ func TestCheckRefusesAChangelogThatDoesNotFit(t *testing.T) {
 		"missing":         {topic: testbed.UniqueNegativeHashName(t, "missing"), partitions: partitions},
 		"partition count": {topic: good, partitions: partitions + 1},
 		"not compacted":   {topic: k.NewTopic(partitions), partitions: partitions},
+		// Retention deletes a key not written within retention.ms: a
+		// restore would miss it (issue 43 item 7; accepted on 3bfa998).
+		"compact,delete": {topic: compactDelete(t, k), partitions: partitions},
 	} {
 		start := time.Now()
 		_, err := changelog.Check(ctx, conn, c.topic, c.partitions, o)

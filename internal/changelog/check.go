@@ -57,12 +57,30 @@ type CheckOptions struct {
 	Logger *slog.Logger
 }
 
+// cleanupRefusal says why a key-value changelog may not have the cleanup
+// policy policy, or "" when it may: compact alone. Without compact, or
+// with delete beside it, Kafka deletes segments older than retention.ms
+// (7 days by default), so a key not written for that long is gone: a
+// restore misses it (a count restarts at 0) and a pebble checkpoint
+// behind the new log start is wiped. Kafka Streams makes key-value
+// changelogs compact alone (compact,delete is for windowed stores).
+func cleanupRefusal(policy string) string {
+	ps := policies(policy)
+	switch {
+	case !slices.Contains(ps, "compact"):
+		return "a changelog must be compacted (cleanup.policy=compact), or it loses keys to retention"
+	case slices.Contains(ps, "delete"):
+		return "a key-value changelog must be compacted alone (cleanup.policy=compact): with delete, a key not written within retention.ms is deleted from the changelog and a restore misses it"
+	}
+	return ""
+}
+
 // Check refuses a changelog topic that cannot hold the state of an input
 // of partitions partitions with a *eoskit.ConfigError naming it: missing
 // (unless o.Create), another partition count (changelog partition n holds
-// input partition n's state), or a cleanup.policy without compact (the
-// changelog would lose keys to retention, and a restore would silently
-// miss them); and with an *eoskit.AuthorizationError one the principal
+// input partition n's state), or a cleanup.policy other than compact
+// alone (the changelog would lose keys to retention, and a restore would
+// silently miss them); and with an *eoskit.AuthorizationError one the principal
 // may not Read (the restore) or Write (each transaction), as the broker's
 // list of the topic's authorized operations says, so that an empty
 // changelog does not hide a missing ACL until the first restore with
@@ -126,8 +144,8 @@ func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, 
 		sh.MaxMessageBytes = DefaultMaxMessageBytes
 		return sh, nil
 	}
-	if !slices.Contains(policies(sh.CleanupPolicy), "compact") {
-		return sh, refuse(topic, fmt.Sprintf("topic %q has cleanup.policy=%s: a changelog must be compacted (compact, or compact,delete), or it loses keys to retention", topic, sh.CleanupPolicy))
+	if reason := cleanupRefusal(sh.CleanupPolicy); reason != "" {
+		return sh, refuse(topic, fmt.Sprintf("topic %q has cleanup.policy=%s: %s", topic, sh.CleanupPolicy, reason))
 	}
 	return sh, nil
 }
