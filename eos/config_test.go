@@ -135,6 +135,9 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		{"commit interval over half the transaction timeout", h, with(eos.CommitInterval(25 * time.Second)), "CommitInterval"},
 		{"commit interval over half a shorter transaction timeout", h, with(eos.CommitInterval(3*time.Second), eos.ClientOptions(kgo.TransactionTimeout(5*time.Second))), "CommitInterval"},
 		{"zero max records", h, with(eos.MaxRecordsPerCommit(0)), "MaxRecordsPerCommit"},
+		// The exactly-once loop never calls AllowRebalance (issue 43
+		// item 4; accepted on 3bfa998).
+		{"BlockRebalanceOnPoll through ClientOptions", h, with(eos.ClientOptions(kgo.BlockRebalanceOnPoll())), "ClientOptions"},
 		{"dead letter without topic", h, with(eos.OnHandlerError(eos.DeadLetter(""))), "OnHandlerError"},
 		{"dead letter into an input topic", h, with(eos.OnHandlerError(eos.DeadLetter("in"))), "OnHandlerError"},
 		{"negative retry backoff", h, with(eos.OnHandlerError(eoskit.Retry(-1, 3))), "OnHandlerError"},

@@ -92,7 +92,11 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 	userHooks, err := loop.ReadUserOptions(preset, c.clientOpts, map[string]string{
 		"ConsumerGroup": "use eos.Group", "ConsumeTopics": "use eos.Topics", "ConsumeRegex": "name the topics with eos.Topics",
 		"ConsumePartitions": "a processor consumes in its group (eos.Group)", "TransactionalID": "use eos.TransactionalID",
-		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets"})
+		"AdjustFetchOffsetsFn": "a processor starts from its group's committed offsets",
+		// The exactly-once loop never calls AllowRebalance: every
+		// rebalance would wait for the rebalance timeout, then lose the
+		// member's partitions.
+		"BlockRebalanceOnPoll": "a processor decides itself when a rebalance may proceed"})
 	if err != nil {
 		return nil, c.clientOptionsError(err)
 	}

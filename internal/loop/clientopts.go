@@ -39,8 +39,9 @@ const probe = "eoskit-probe-not-given"
 // It returns the user's partition callbacks, to chain, and an error naming
 // the first option the runner owns (owned lists them by name:
 // "ConsumerGroup", "ConsumeTopics", "ConsumeRegex", "ConsumePartitions",
-// "TransactionalID", "AdjustFetchOffsetsFn") with the runner's option to
-// use instead (instead maps the former to the latter).
+// "TransactionalID", "AdjustFetchOffsetsFn", "BlockRebalanceOnPoll") with
+// the runner's option to use instead (instead maps the former to the
+// latter).
 //
 // The client has a group (franz-go takes partition callbacks only with
 // one) and no topics, so it sends nothing: nothing to fetch metadata for,
@@ -65,8 +66,9 @@ func ReadUserOptions(base, opts []kgo.Opt, instead map[string]string) (UserHooks
 		"ConsumePartitions":    !isEmpty(cl.OptValue(kgo.ConsumePartitions)),
 		"TransactionalID":      cl.OptValue(kgo.TransactionalID) != "",
 		"AdjustFetchOffsetsFn": !isNil(cl.OptValue(kgo.AdjustFetchOffsetsFn)),
+		"BlockRebalanceOnPoll": cl.OptValue(kgo.BlockRebalanceOnPoll) == true,
 	}
-	for _, name := range []string{"ConsumerGroup", "ConsumeTopics", "ConsumeRegex", "ConsumePartitions", "TransactionalID", "AdjustFetchOffsetsFn"} {
+	for _, name := range []string{"ConsumerGroup", "ConsumeTopics", "ConsumeRegex", "ConsumePartitions", "TransactionalID", "AdjustFetchOffsetsFn", "BlockRebalanceOnPoll"} {
 		if use, owned := instead[name]; owned && set[name] {
 			return UserHooks{}, fmt.Errorf("kgo.%s is the runner's to set: %s", name, use)
 		}
