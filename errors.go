@@ -16,6 +16,13 @@ var (
 	// offsetstore Runner's, a dedup Consumer's or an outbox Relay's) while
 	// another Run of the same runner is under way.
 	ErrRunning = errors.New("eoskit: Run called while already running")
+
+	// ErrRunnerOwnsTx is what Commit and Rollback return on the
+	// transaction an offsetstore or dedup handler is given: the runner
+	// commits it, with the batch's offsets or claims, or rolls it back. A
+	// handler that ignores the error changes nothing; one that returns it
+	// fails its record like any error.
+	ErrRunnerOwnsTx = errors.New("eoskit: the transaction is the runner's: it commits or rolls back the batch with its offsets or claims; a handler must not Commit or Rollback it")
 )
 
 // ConfigError is returned by the constructors of eos, offsetstore, dedup

@@ -16,11 +16,19 @@ import (
 	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/pgretry"
+	"github.com/eoskit/eoskit/internal/pgtx"
 )
 
 // Handler applies one message's side effect with tx, the transaction in
 // which the consumer claimed the message's id. Every write must go through
 // tx: a write through another connection is not rolled back with the claim.
+// The transaction is the consumer's: tx.Commit and tx.Rollback return
+// [eoskit.ErrRunnerOwnsTx] (tx.Begin opens a savepoint, as pgx's does).
+// Constraints are checked at each statement (SET CONSTRAINTS ALL
+// IMMEDIATE), so a deferred constraint a record breaks fails the
+// handler's statement, the record's fault, rather than the commit. The
+// claim waits at most 10 s for another transaction's claim of the same id
+// (a consumer frozen mid-batch), then the batch is retried with a warning.
 type Handler func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error
 
 // Consumer is an at-least-once Kafka consumer that applies each message's
@@ -238,7 +246,7 @@ type counts struct{ applied, skipped, parked int }
 // retried or parked like one whose handler failed, instead of the process
 // ending.
 func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-	return c.obs.Handle("dedup", func() error { return c.handler(ctx, tx, r) })
+	return c.obs.Handle("dedup", func() error { return c.handler(ctx, pgtx.ForHandler(tx), r) })
 }
 
 // maxDBAttempts bounds how often a batch is retried after database errors
@@ -272,8 +280,18 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState
 	}
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		n = counts{}
-		claimed, err := c.store.ClaimBatch(ctx, tx, c.cfg.scope, claim)
+		// The claim, in one round trip with what opens the transaction
+		// (pgtx): a claim waits at most pgtx.ClaimLockTimeout for a
+		// zombie's uncommitted claim of the same id, and a deferred
+		// constraint a handler breaks fails in its own statement.
+		b := &pgx.Batch{}
+		pgtx.QueueClaimStart(b)
+		claimed, err := c.store.queueClaimBatch(b, c.cfg.scope, claim)
 		if err != nil {
+			return err
+		}
+		pgtx.QueueClaimEnd(b)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		// Which records run: those whose ids this transaction claimed,

@@ -144,6 +144,21 @@ func (s *PostgresStore) Claim(ctx context.Context, tx pgx.Tx, scope, id string) 
 // so two batches with overlapping ids lock them in the same order and do not
 // deadlock.
 func (s *PostgresStore) ClaimBatch(ctx context.Context, tx pgx.Tx, scope string, ids []string) (map[string]bool, error) {
+	b := &pgx.Batch{}
+	set, err := s.queueClaimBatch(b, scope, ids)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// queueClaimBatch queues ClaimBatch's statement on b, for a consumer to
+// send in one round trip with what opens its transaction; the set it
+// returns holds the ids claimed once b was sent without error.
+func (s *PostgresStore) queueClaimBatch(b *pgx.Batch, scope string, ids []string) (map[string]bool, error) {
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
@@ -154,24 +169,23 @@ func (s *PostgresStore) ClaimBatch(ctx context.Context, tx pgx.Tx, scope string,
 		}
 		raw[i] = []byte(id)
 	}
+	set := make(map[string]bool, len(sorted))
 	// Sorted as bytes, as Go sorts strings: the order the rows are
 	// locked in is the same for every batch.
-	rows, err := tx.Query(ctx, `
+	b.Queue(`
 INSERT INTO `+s.table+` (scope, id)
 SELECT $1, x FROM unnest($2::bytea[]) AS x ORDER BY x
 ON CONFLICT DO NOTHING
-RETURNING id`, scope, raw)
-	if err != nil {
-		return nil, fmt.Errorf("dedup: claim %d ids in %s: %w", len(sorted), scope, err)
-	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, fmt.Errorf("dedup: claim %d ids in %s: %w", len(sorted), scope, err)
-	}
-	set := make(map[string]bool, len(claimed))
-	for _, id := range claimed {
-		set[string(id)] = true
-	}
+RETURNING id`, scope, raw).Query(func(rows pgx.Rows) error {
+		claimed, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+		if err != nil {
+			return fmt.Errorf("dedup: claim %d ids in %s: %w", len(sorted), scope, err)
+		}
+		for _, id := range claimed {
+			set[string(id)] = true
+		}
+		return nil
+	})
 	return set, nil
 }
 

@@ -3,12 +3,13 @@ package dedup_test
 import (
 	"context"
 	"fmt"
-	"github.com/eoskit/eoskit"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/eoskit/eoskit"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"

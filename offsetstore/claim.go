@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,22 +17,6 @@ import (
 // The claim: the compare-and-set on a partition's offsets row that makes
 // a batch's commit refuse a stale owner, the advance of the row, and the
 // rewind of a partition whose row moved under this owner.
-
-// claimLockTimeout bounds how long a batch waits for another owner's lock
-// on its offsets rows; past it the batch is retried like one that met a
-// database error, and after maxDBAttempts Run returns the error. It bounds
-// the claim only: saveLockTimeoutSQL keeps the lock timeout in force
-// before it (the pool's, the role's or the server's) in a setting of the
-// transaction, and restoreLockTimeoutSQL puts it back after the claim's
-// statements, before the handler runs.
-const claimLockTimeout = 10 * time.Second
-
-var claimLockTimeoutSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTimeout.Milliseconds())
-
-const (
-	saveLockTimeoutSQL    = `SELECT set_config('eoskit.lock_timeout_outside_claim', current_setting('lock_timeout'), true)`
-	restoreLockTimeoutSQL = `SELECT set_config('lock_timeout', current_setting('eoskit.lock_timeout_outside_claim'), true)`
-)
 
 // queueClaim queues the claim of a partition's offsets row for this
 // transaction: it locks the row and calls done with the row's offset and

@@ -22,13 +22,19 @@ import (
 	"github.com/eoskit/eoskit/internal/consume"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/pgretry"
+	"github.com/eoskit/eoskit/internal/pgtx"
 )
 
 // Handler writes the results of one batch with tx. Every write must go
 // through tx: it commits with the batch's offsets, or not at all. The batch
 // holds records of one or more partitions, in offset order per partition.
 // A handler may see the same records again after a failure or a rebalance;
-// only the attempt that committed has any effect.
+// only the attempt that committed has any effect. The transaction is the
+// runner's: tx.Commit and tx.Rollback return [eoskit.ErrRunnerOwnsTx]
+// (tx.Begin opens a savepoint, as pgx's does). Constraints are checked at
+// each statement (SET CONSTRAINTS ALL IMMEDIATE), so a deferred
+// constraint a record breaks fails the handler's statement, the record's
+// fault, rather than the commit.
 type Handler func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error
 
 // Runner consumes topics in a group and commits each batch's results and
@@ -326,8 +332,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 		// bound is the claim's alone: the lock timeout in force before it
 		// is put back once the rows are claimed, so that the handler's
 		// own lock waits are not cut short and blamed on its records.
-		claims.Queue(saveLockTimeoutSQL)
-		claims.Queue(claimLockTimeoutSQL)
+		pgtx.QueueClaimStart(claims)
 		for _, tp := range parts {
 			r.queueClaim(claims, tp, ids[tp.topic], oldRows[tp], expected[tp], first[tp], func(at int64, ok bool) {
 				claimed[tp] = at
@@ -336,7 +341,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 				}
 			})
 		}
-		claims.Queue(restoreLockTimeoutSQL)
+		pgtx.QueueClaimEnd(claims)
 		// The handler's first savepoint, in the same round trip.
 		claims.Queue(savepointSQL)
 		// One round trip for them all; the server runs them in order.
@@ -426,7 +431,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 // follows the error policy (the call rolls back to its savepoint; split,
 // the record that panics is the one found) instead of ending the process.
 func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	return r.obs.Handle("offsetstore", func() error { return r.handler(ctx, tx, recs) })
+	return r.obs.Handle("offsetstore", func() error { return r.handler(ctx, pgtx.ForHandler(tx), recs) })
 }
 
 // handlerError marks an error of the handler's that was the database's
