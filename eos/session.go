@@ -381,10 +381,20 @@ func (p *Processor) sessionOpts(revoked *atomic.Bool, extra ...kgo.Opt) []kgo.Op
 // ends with a revoke of nothing: that takes nothing, and the batch goes on
 // (franz-go's GroupTransactSession lets its commit through too), with the
 // guard against an unknown commit outcome in force.
+//
+// A revoke of nothing under an eager balancer (range, round-robin,
+// sticky: a member that held nothing at a rebalance), and any loss, empty
+// or not, latch the GroupTransactSession until its next End, which drops
+// every revoke and loss meanwhile: so any revoke or loss, empty ones
+// included, asks an idle session to re-arm (session.rearm). Under a
+// cooperative group the empty revoke does not latch, and the re-arm is one
+// empty abort, which no one sees.
 func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 	onTaken := func(what string) func(context.Context, *kgo.Client, map[string][]int32) {
 		return func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 			if len(parts) == 0 {
+				p.rearm.Store(true)
+				p.wake.signal() // an idle session re-arms (session.rearm)
 				p.logger.Debug("eos: group session ended; no partition " + what)
 				return
 			}
