@@ -38,8 +38,13 @@ type TransactionalProducer struct {
 	txnID  string
 	logger *slog.Logger
 
-	mu    sync.Mutex // one transaction at a time; guards final
+	mu    sync.Mutex // one transaction at a time; guards final and unaborted
 	final error      // ErrFenced, ErrClosed or a refused transactional id, once the producer is done for good
+	// unaborted is set while the last transaction's abort has not gone
+	// through (its coordinator unreachable past the abort's deadline):
+	// franz-go is still in that transaction, and the next Transact ends
+	// it before it begins another.
+	unaborted bool
 }
 
 // NewTransactionalProducer returns a transactional producer. It accepts
@@ -143,6 +148,11 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 	defer p.mu.Unlock()
 	if p.final != nil {
 		return p.final
+	}
+	if p.unaborted {
+		if err := p.abort(ctx); err != nil {
+			return fmt.Errorf("%w: nothing began: the previous transaction's abort has not gone through yet: %w", ErrAborted, err)
+		}
 	}
 	cl := p.client()
 	// The id and epoch name this transaction to its coordinator, which
@@ -253,11 +263,14 @@ func (p *TransactionalProducer) refused(err error) error {
 }
 
 // abort discards buffered records and ends the open transaction with an
-// abort. It is a no-op when the transaction has already ended.
-func (p *TransactionalProducer) abort(ctx context.Context) error {
+// abort. It is a no-op when the transaction has already ended. An abort
+// that fails leaves p.unaborted set, for the next Transact to try again.
+func (p *TransactionalProducer) abort(ctx context.Context) (err error) {
 	if p.final != nil {
 		return nil
 	}
+	p.unaborted = true
+	defer func() { p.unaborted = err != nil }()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	cl := p.client()
