@@ -121,6 +121,10 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		c.state.requestMax = produceRequestMax(cl)
 	}
 	cl.Close()
+	if c.state != nil && c.state.restoreTimeout <= txnTimeout {
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "RestoreTimeout", Semantics: checkedAgainst(c.semantics), Reason: fmt.Sprintf(
+			"%s is not above the transaction timeout (%s): a transaction a dead owner left open on the changelog holds a restore without progress for up to that long", c.state.restoreTimeout, txnTimeout)}
+	}
 	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {
 		return nil, &eoskit.ConfigError{Package: "eos", Setting: "CommitInterval", Semantics: checkedAgainst(c.semantics), Reason: fmt.Sprintf(
 			"%s is not well below the transaction timeout (%s): keep it at most half of it, or the broker aborts transactions under the processor", c.commitInterval, txnTimeout)}

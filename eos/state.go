@@ -124,10 +124,15 @@ func RequireChangelogConfigs() StateOption {
 	return stateOpt(func(c *stateConfig) { c.requireConfigs = true })
 }
 
-// RestoreTimeout bounds a partition's restore (default 5 minutes): a
-// restore that cannot finish in time (the changelog unreadable, or a
-// transaction left open on it) ends Run with a *[state.RestoreError]
-// naming the partition and how far it got.
+// RestoreTimeout bounds how long a partition's restore may go without
+// progress (default 5 minutes): a restore whose store's checkpoint has not
+// moved for that long (the changelog unreadable, a store that fails, a
+// transaction left open on it past its timeout) ends Run with a
+// *[state.RestoreError] naming the partition and how far it got. A
+// restore that keeps applying is never cut, however long it takes (as in
+// Kafka Streams). It must exceed the transaction timeout
+// (kgo.TransactionTimeout, default 40 s): a transaction a dead owner left
+// open on the changelog holds a restore for up to that long.
 func RestoreTimeout(d time.Duration) StateOption {
 	return stateOpt(func(c *stateConfig) { c.restoreTimeout = d })
 }

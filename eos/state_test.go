@@ -349,6 +349,9 @@ func TestStatefulOptionsAreChecked(t *testing.T) {
 		{"changelog is the input", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("a")}},
 		{"updates to the changelog", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.EmitUpdates("c"))}},
 		{"no restore time", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.RestoreTimeout(0))}},
+		// A dead owner's open transaction holds a restore for up to the
+		// transaction timeout (40 s by default).
+		{"restore time within the transaction timeout", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.RestoreTimeout(30*time.Second))}},
 		{"at-least-once", atLeastOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c")}},
 		{"updates to the input", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.EmitUpdates("a"))}},
 		{"changelog is the dead-letter topic", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c"), eos.OnHandlerError(eos.DeadLetter("c"))}},

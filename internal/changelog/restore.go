@@ -44,9 +44,13 @@ const (
 
 // Options tune a restore.
 type Options struct {
-	// Timeout bounds the whole restore of one partition (default
-	// DefaultTimeout): past it, the restore stops with a
-	// *state.RestoreError saying how far it got.
+	// Timeout bounds how long a restore of one partition may go without
+	// progress (default DefaultTimeout): no apply moving the store's
+	// checkpoint for that long (a leader out of reach, a store that
+	// fails, a transaction left open on the changelog) stops it with a
+	// *state.RestoreError saying how far it got. A restore that keeps
+	// applying is never cut, however long it takes, as Kafka Streams has
+	// no cap on a restore either.
 	Timeout time.Duration
 	// FetchMaxBytes is the most one fetch returns (default
 	// DefaultFetchMaxBytes); each fetch's records are one Apply.
@@ -98,22 +102,27 @@ func (r *Restorer) Close() { r.cl.Close() }
 // of aborted transactions are never applied.
 //
 // It returns a *state.RestoreError naming the partition and how far it
-// got when it cannot finish within o.Timeout or ctx (a leader out of
-// reach, a store that fails), or at once on a refused ACL (an
+// got when it makes no progress for o.Timeout or ctx ends (a leader out
+// of reach, a store that fails), or at once on a refused ACL (an
 // *eoskit.AuthorizationError inside) or a topic that does not exist.
 // What it applied stays applied: a later restore goes on from there.
 func (r *Restorer) Restore(ctx context.Context, topic string, partition int32, s state.Store, o Options) (Result, error) {
 	o = o.withDefaults()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopWatch := watchProgress(s, o.Timeout, cancel)
+	defer stopWatch()
 	rs := &restore{r: r, topic: topic, partition: partition, s: s, o: o, target: -1}
 	rs.res.From = s.Checkpoint().Offset
 	err := rs.run(ctx)
 	rs.res.Took = time.Since(start)
 	if err != nil {
-		if ctx.Err() != nil && rs.last != nil {
-			err = fmt.Errorf("%w (last error: %w)", ctx.Err(), rs.last)
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+			if rs.last != nil {
+				err = fmt.Errorf("%w (last error: %w)", err, rs.last)
+			}
 		}
 		return rs.res, &state.RestoreError{Topic: topic, Partition: partition, From: rs.res.From,
 			Reached: s.Checkpoint().Offset, Target: rs.target, Err: err}
@@ -121,6 +130,40 @@ func (r *Restorer) Restore(ctx context.Context, topic string, partition int32, s
 	o.Logger.Info("changelog restored", "topic", topic, "partition", partition, "from", rs.res.From,
 		"to", rs.res.To, "records", rs.res.Records, "wiped", rs.res.Wiped, "took", rs.res.Took.Round(time.Millisecond))
 	return rs.res, nil
+}
+
+// errNoProgress is the cause a stalled restore ends with; it wraps
+// context.DeadlineExceeded, as the deadline it is.
+type errNoProgress struct{ d time.Duration }
+
+func (e errNoProgress) Error() string {
+	return fmt.Sprintf("no progress for %s (RestoreTimeout)", e.d)
+}
+func (e errNoProgress) Unwrap() error { return context.DeadlineExceeded }
+
+// watchProgress cancels the restore with errNoProgress once s's
+// checkpoint has not moved for d; the returned func stops the watch.
+func watchProgress(s state.Store, d time.Duration, cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(min(d/4, time.Second))
+		defer tick.Stop()
+		last, since := s.Checkpoint(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				if cp := s.Checkpoint(); cp != last {
+					last, since = cp, now
+				} else if now.Sub(since) >= d {
+					cancel(errNoProgress{d})
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 func (o Options) withDefaults() Options {
