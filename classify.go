@@ -34,10 +34,11 @@ type ErrorRule struct {
 // attempts at a record are counted across rules, should its error change
 // between attempts. Errors a runner retries before any policy sees them
 // (a database's or a broker's, no record's fault) are said in the
-// runner's package documentation. A classified policy as another's
-// fallback puts its rules after the outer ones.
+// runner's package documentation. A classified otherwise keeps its own
+// rules, tried after these. The rules are copied: changing the caller's
+// slice afterwards changes nothing.
 func Classify(otherwise ErrorPolicy, rules ...ErrorRule) ErrorPolicy {
-	otherwise.rules = append(slices.Clip(rules), otherwise.rules...)
+	otherwise.rules = slices.Concat(rules, otherwise.rules)
 	return otherwise
 }
 
@@ -45,7 +46,7 @@ func Classify(otherwise ErrorPolicy, rules ...ErrorRule) ErrorPolicy {
 // target) holds. A nil target matches nothing, and the runner's
 // constructor refuses it.
 func When(target error, p ErrorPolicy) ErrorRule {
-	if target == nil {
+	if v := reflect.ValueOf(target); target == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return ErrorRule{name: "When(nil)", policy: p}
 	}
 	return ErrorRule{match: func(err error) bool { return errors.Is(err, target) }, name: "errors.Is " + target.Error(), policy: p}
@@ -59,8 +60,9 @@ func WhenAs[E error](p ErrorPolicy) ErrorRule {
 }
 
 // WhenFunc is the rule that applies p to an error for which match reports
-// true. match must be quick and must not block: it runs in the runner's
-// loop, once per failure.
+// true. match must be quick, must not block, and must be safe for
+// concurrent use: it runs once per failure, and offsetstore and dedup
+// under Concurrency(n) decide for up to n partitions at once.
 func WhenFunc(match func(error) bool, p ErrorPolicy) ErrorRule {
 	return ErrorRule{match: match, name: "func", policy: p}
 }

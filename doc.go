@@ -3,7 +3,10 @@
 // all report to one [Metrics], show one [Health], stop on a record with
 // one *[RecordError], end on a missing ACL with one *[AuthorizationError],
 // refuse a configuration with one *[ConfigError] (wrapping
-// [ErrInvalidConfig]) and refuse a second Run with [ErrRunning].
+// [ErrInvalidConfig]) and refuse a second Run with [ErrRunning]. The
+// three consuming runners take one [ErrorPolicy] for a record whose
+// handler failed ([Stop], [Retry], [Classify] and its rules; each
+// runner's own DeadLetter), decided by one rule for all three.
 //
 // Each is declared here once, so that `go doc` shows its fields and
 // methods wherever it is used, and errors.Is and errors.As match it

@@ -80,8 +80,9 @@ type RecordError struct {
 	Topic     string
 	Partition int32
 	Offset    int64
-	// Attempts is how many times its handler ran before the runner gave up
-	// (1 under Stop; 0 when the handler never ran).
+	// Attempts is how many times its handler failed before the runner
+	// gave up, counted across the rules of a Classify (1 under Stop alone;
+	// 0 when the handler never ran).
 	Attempts int
 	Err      error
 }

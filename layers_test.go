@@ -38,6 +38,13 @@ func TestLibraryLinksOnlyWhatItUses(t *testing.T) {
 			}
 		}
 	}
+	// The root package is the leaf every runner builds on: the standard
+	// library alone (its doc says so).
+	for _, dep := range goList(t, "-deps", ".") {
+		if first, _, _ := strings.Cut(dep, "/"); strings.Contains(first, ".") && dep != mod {
+			t.Errorf("the root package links %s", dep)
+		}
+	}
 	// And the store on disk does link it: the check above can fail.
 	var linked bool
 	for _, dep := range goList(t, "-deps", "./state/pebblestore") {

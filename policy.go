@@ -82,15 +82,27 @@ func (p ErrorPolicy) Then(fallback ErrorPolicy) ErrorPolicy {
 // [ErrorPolicy.For] returned).
 func (p ErrorPolicy) Kind() PolicyKind { return p.kind }
 
-// Backoff is a Retry's first pause (0 for other policies).
+func (k PolicyKind) String() string {
+	switch k {
+	case PolicyRetry:
+		return "retry"
+	case PolicyDeadLetter:
+		return "dead-letter"
+	}
+	return "stop"
+}
+
+// Backoff is a Retry's first pause (0 for other policies). Like Kind,
+// Attempts, Fallback and Final, it reads p's own policy, its rules left
+// out: call it on what [ErrorPolicy.For] returned.
 func (p ErrorPolicy) Backoff() time.Duration { return p.backoff }
 
 // Attempts is how many times a Retry runs the handler in all (0: without
-// end; 0 for other policies).
+// end; 0 for other policies). See Backoff on classified policies.
 func (p ErrorPolicy) Attempts() int { return p.attempts }
 
 // Fallback is what applies after a Retry's last attempt: its Then, or
-// Stop.
+// Stop. See Backoff on classified policies.
 func (p ErrorPolicy) Fallback() ErrorPolicy {
 	if p.then == nil {
 		return Stop()
@@ -100,7 +112,7 @@ func (p ErrorPolicy) Fallback() ErrorPolicy {
 
 // Final reports whether attempt (from 1), having failed, was the last
 // that p allows: for a Retry, its fallback applies now; for any other
-// policy, every attempt is final.
+// policy, every attempt is final. See Backoff on classified policies.
 func (p ErrorPolicy) Final(attempt int) bool {
 	return p.kind != PolicyRetry || (p.attempts > 0 && attempt >= p.attempts)
 }
@@ -112,6 +124,8 @@ func (p ErrorPolicy) Final(attempt int) bool {
 // refusals); a nil result does not mean a runner takes p.
 func (p ErrorPolicy) Validate() error {
 	switch {
+	case p.then != nil && len(p.rules) > 0:
+		return errors.New("Then on a Classify is ambiguous: give each Retry inside it its own Then")
 	case p.then != nil && len(p.then.rules) > 0:
 		return errors.New("a Retry's fallback must be Stop or DeadLetter, not a Classify: classify around the Retry instead")
 	case p.kind == PolicyRetry && p.backoff < 0:
@@ -124,6 +138,8 @@ func (p ErrorPolicy) Validate() error {
 		return errors.New("only a Retry has a fallback")
 	case p.then != nil && p.then.kind == PolicyRetry:
 		return errors.New("a Retry's fallback must be Stop or DeadLetter, not another Retry")
+	case p.then != nil && p.then.then != nil:
+		return errors.New("a Retry's fallback has no fallback of its own: " + p.then.String() + " cannot take Then")
 	}
 	return p.validateRules()
 }

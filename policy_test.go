@@ -103,3 +103,31 @@ func TestDeadLetterTopicsOfRules(t *testing.T) {
 		t.Errorf("String() = %q", got)
 	}
 }
+
+// Classify copies its rules: a caller changing its slice afterwards does
+// not change a policy already validated and running (the per-package
+// wrappers copied; the first shared Classify aliased it).
+func TestClassifyCopiesItsRules(t *testing.T) {
+	rs := []ErrorRule{When(errParse, DeadLetterTo("dlq"))}
+	p := Classify(Stop(), rs...)
+	rs[0] = When(errParse, Retry(time.Second, 0))
+	if got := p.For(errParse).String(); got != "dead-letter to dlq" {
+		t.Fatalf("after the caller changed its slice, For(errParse) = %q", got)
+	}
+}
+
+// Then on a Classify, and a fallback with a fallback of its own, are
+// refused: each would silently apply to less than it seems to. A typed
+// nil target matches nothing and is refused, without a panic.
+func TestValidateRefusesAmbiguousFallbacks(t *testing.T) {
+	var typedNil *timeoutError
+	for name, p := range map[string]ErrorPolicy{
+		"Then on a Classify":      Classify(Retry(time.Second, 3), When(errParse, Retry(time.Second, 5))).Then(DeadLetterTo("dlq")),
+		"a fallback's fallback":   Retry(time.Second, 3).Then(Stop().Then(DeadLetterTo(""))),
+		"a typed nil When target": Classify(Stop(), When(typedNil, Stop())),
+	} {
+		if err := p.Validate(); err == nil {
+			t.Errorf("%s: Validate() = nil; want a refusal", name)
+		}
+	}
+}

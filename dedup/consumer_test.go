@@ -695,10 +695,17 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
 				t.Fatalf("NewConsumer = %v, want a *ConfigError naming the setting", err)
 			}
+			if strings.Contains(name, "dead letter") && cerr.Setting != "OnHandlerError" {
+				t.Fatalf("NewConsumer = %v, want OnHandlerError named", err)
+			}
 		})
 	}
 	if _, err := dedup.NewPostgresStore("bad;name"); !errors.Is(err, eoskit.ErrInvalidConfig) {
 		t.Fatalf("NewPostgresStore(bad) = %v, want ErrInvalidConfig", err)
+	}
+	// The control: base alone, and a dead letter to the table, are taken.
+	if _, err := dedup.NewConsumer(pool, store, h, append(base, dedup.OnHandlerError(eoskit.Retry(time.Millisecond, 2).Then(dedup.DeadLetter())))...); err != nil {
+		t.Fatalf("NewConsumer with a table dead letter = %v, want nil", err)
 	}
 }
 

@@ -206,11 +206,12 @@ func MaxRecordsPerCommit(n int) ProcessorOption {
 // own sake (too large, invalid): [eoskit.Stop] (the default),
 // [eoskit.Retry] (then, with [eoskit.ErrorPolicy.Then], Stop or
 // [DeadLetter]) or [DeadLetter], or [eoskit.Classify] to choose among them
-// by the error. Under every policy the transaction in which the record
+// by the error. Under Stop and Retry the transaction in which the record
 // failed is aborted first, so none of the outputs the batch had emitted so
 // far is visible; the batch is then read again: under Retry after the
 // pause, under Stop not before Run is called again (the record's offset is
-// not committed). NewProcessor refuses a dead letter without a topic
+// not committed). DeadLetter writes the record to its topic in the same
+// transaction, which commits its offset and goes on (see [DeadLetter]). NewProcessor refuses a dead letter without a topic
 // (offsetstore's and dedup's park in a table) with a *[eoskit.ConfigError].
 func OnHandlerError(p eoskit.ErrorPolicy) ProcessorOption {
 	return processorOpt(func(c *config) { c.onError = p })

@@ -1303,7 +1303,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			if !errors.Is(err, eoskit.ErrInvalidConfig) || !errors.As(err, &cerr) || cerr.Setting == "" {
 				t.Fatalf("NewRunner = %v, want a *ConfigError naming the setting", err)
 			}
+			if strings.Contains(name, "dead letter") && cerr.Setting != "OnHandlerError" {
+				t.Fatalf("NewRunner = %v, want OnHandlerError named", err)
+			}
 		})
+	}
+	// The control: base alone, and a dead letter to the table, are taken.
+	if _, err := offsetstore.NewRunner(pool, h, append(base, offsetstore.OnHandlerError(eoskit.Retry(time.Millisecond, 2).Then(offsetstore.DeadLetter())))...); err != nil {
+		t.Fatalf("NewRunner with a table dead letter = %v, want nil", err)
 	}
 	if _, err := offsetstore.NewRunner(nil, h, base...); !errors.Is(err, eoskit.ErrInvalidConfig) {
 		t.Fatalf("NewRunner(nil pool) = %v, want ErrInvalidConfig", err)

@@ -36,8 +36,16 @@ func TestDecide(t *testing.T) {
 		if d.Fate != c.want || d.Topic != c.topic {
 			t.Errorf("Decide(%v, attempt %d) = %s %q; want %s %q", c.err, c.attempts, d.Fate, d.Topic, c.want, c.topic)
 		}
-		if d.Fate == FateRetry && (d.Backoff < time.Second/2 || d.Backoff > time.Second<<c.attempts) {
-			t.Errorf("attempt %d: backoff %s out of its range", c.attempts, d.Backoff)
+		// Attempt a pauses in the upper half of the backoff doubled a-1 times.
+		if full := time.Second << (c.attempts - 1); d.Fate == FateRetry && (d.Backoff < full/2 || d.Backoff > full) {
+			t.Errorf("attempt %d: backoff %s out of [%s, %s]", c.attempts, d.Backoff, full/2, full)
+		}
+	}
+	// The pauses stop doubling at 30 s, or at the backoff when larger.
+	for attempt, base := range map[int]time.Duration{20: time.Second, 3: time.Minute} {
+		d := Decide(eoskit.Retry(base, 0), errParse, attempt)
+		if limit := max(30*time.Second, base); d.Backoff < limit/2 || d.Backoff > limit {
+			t.Errorf("attempt %d from %s: backoff %s, want within [%s, %s]", attempt, base, d.Backoff, limit/2, limit)
 		}
 	}
 	if d := Decide(eoskit.Retry(0, 0), errParse, 1000); d.Fate != FateRetry || d.Backoff != 0 {
