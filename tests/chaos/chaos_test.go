@@ -344,7 +344,7 @@ func TestChaos(t *testing.T) {
 	if full {
 		records = 100_000
 	}
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..") // the module root
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +424,7 @@ func buildCopier(t *testing.T) string {
 	// With the race detector, as every other test: a race in a runner
 	// under faults shows here, and a copier that reports one exits 66.
 	build := exec.Command("go", "build", "-race", "-o", bin, "./tools/copier")
-	build.Dir = ".."
+	build.Dir = "../.." // the module root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build copier: %v\n%s", err, out)
 	}
