@@ -10,7 +10,8 @@ import "github.com/eoskit/eoskit/internal/deadletter"
 //	id                          bigserial    the row's id
 //	consumer_group              text         the group whose runner parked it
 //	topic, partition, "offset"  text, integer, bigint
-//	                                         where it was read (unique per group)
+//	                                         where it was read (unique per group
+//	                                         and topic_id)
 //	key, value                  bytea        as they came
 //	headers                     jsonb        [{"key": "...", "value": "<base64>"}], NULL for none
 //	error                       text         why it failed (NUL and bytes that are
@@ -20,6 +21,10 @@ import "github.com/eoskit/eoskit/internal/deadletter"
 //	                                         eoskit parked it (no headers, no claim kept)
 //	claim_schema, claim_table,  text, text,  dedup only: the id its consumer claimed
 //	claim_scope, claim_id       text, bytea  for it, which a replay releases
+//	topic_id                    uuid         the topic's ID as its fetch named it
+//	                                         (NULL: an earlier eoskit, or a broker
+//	                                         before Kafka 3.1): a topic deleted and
+//	                                         created again parks beside the old one
 //
 // `eoskit dead-letters list -database-url URL` lists them (never their
 // values); `eoskit dead-letters replay` sends them back to their topics

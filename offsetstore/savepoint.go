@@ -200,6 +200,9 @@ func (b *batchRun) call(ctx context.Context, seg []*kgo.Record) error {
 		b.dirty = true
 		return nil
 	}
+	if errors.Is(err, eoskit.ErrRunnerOwnsTx) {
+		return err // the handler's bug: Run ends, nothing of the batch committed
+	}
 	// Told from the database's own signals (its SQLSTATE, an error pgconn
 	// made) and this transaction's own connection, before it goes back
 	// to the pool: with a pool of Concurrency's size, another connection
@@ -325,7 +328,7 @@ func (b *batchRun) fail(ctx context.Context, rec *kgo.Record, cause error) error
 // park writes rec in the dead-letter table, in the transaction that
 // stores its offset.
 func (b *batchRun) park(_ context.Context, rec *kgo.Record, cause error, attempts int) error {
-	if err := deadletter.QueuePark(b.queue(), "offsetstore", b.r.cfg.core.Group, rec, cause, nil); err != nil {
+	if err := deadletter.QueuePark(b.queue(), "offsetstore", b.r.cfg.core.Group, rec, b.r.core.TopicID(rec.Topic), cause, nil); err != nil {
 		return err
 	}
 	b.dirty = true

@@ -64,6 +64,20 @@ type Core struct {
 	// Obs takes what the runner reports: its metrics and its health.
 	Obs     *loop.Observer
 	running atomic.Bool
+	// topicIDs are the topics' IDs as the latest fetches named them
+	// (Kafka 3.1+; none from an older broker).
+	topicIDs sync.Map // topic name -> [16]byte
+}
+
+// TopicID is the ID of topic as the latest fetch of its records named it,
+// zero when no fetch did (a broker older than Kafka 3.1). A record's
+// dead letter is keyed by it, so that a topic deleted and created again
+// under the same name parks its records beside the old topic's, not in
+// their place.
+func (c *Core) TopicID(topic string) [16]byte {
+	id, _ := c.topicIDs.Load(topic)
+	v, _ := id.([16]byte)
+	return v
 }
 
 // Run consumes until ctx ends (then, after the drain, it returns nil) or
@@ -203,6 +217,11 @@ func (s *session) loop(ctx context.Context) error {
 		if err != nil {
 			return s.finish(fmt.Errorf("%s: %w", c.pkg, err))
 		}
+		fetches.EachTopic(func(ft kgo.FetchTopic) {
+			if ft.TopicID != ([16]byte{}) {
+				c.topicIDs.Store(ft.Topic, ft.TopicID)
+			}
+		})
 		if recs := fetches.Records(); len(recs) > 0 && !s.stopping() {
 			if s.slots == nil {
 				s.commitPoll(recs)

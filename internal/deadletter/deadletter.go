@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -52,7 +53,7 @@ func Exists(ctx context.Context, q querier) (bool, error) {
 }
 
 // laterColumns are the columns added after the table's first version.
-var laterColumns = []string{"headers", "parked_by", "claim_schema", "claim_table", "claim_scope", "claim_id"}
+var laterColumns = []string{"headers", "parked_by", "claim_schema", "claim_table", "claim_scope", "claim_id", "topic_id"}
 
 // The table's columns, as the package docs of offsetstore and dedup
 // list them for operators.
@@ -75,7 +76,11 @@ ALTER TABLE eoskit_dead_letters
 	ADD COLUMN IF NOT EXISTS claim_schema text,
 	ADD COLUMN IF NOT EXISTS claim_table  text,
 	ADD COLUMN IF NOT EXISTS claim_scope  text,
-	ADD COLUMN IF NOT EXISTS claim_id     bytea`
+	ADD COLUMN IF NOT EXISTS claim_id     bytea,
+	ADD COLUMN IF NOT EXISTS topic_id     uuid;
+ALTER TABLE eoskit_dead_letters DROP CONSTRAINT IF EXISTS eoskit_dead_letters_consumer_group_topic_partition_offset_key;
+CREATE UNIQUE INDEX IF NOT EXISTS eoskit_dead_letters_record
+	ON eoskit_dead_letters (consumer_group, topic, (coalesce(topic_id, '00000000-0000-0000-0000-000000000000')), partition, "offset")`
 
 // Claim is the id a dedup consumer claimed for a record it parked, in the
 // same transaction: a later copy of the record is then skipped, and a
@@ -88,7 +93,10 @@ type Claim struct {
 
 // Park writes rec, with why it failed, in tx. A record parked before (read
 // again after its group's offsets were reset, say) is left as it was, so
-// that parking it again does not fail its batch for good. The key, value
+// that parking it again does not fail its batch for good; a record of a
+// topic deleted and created again under the same name is another record,
+// told by topicID (the topic's ID as its fetch named it; zero when the
+// broker names none), and parked beside the old topic's. The key, value
 // and headers are stored as they came (headers as JSON, each value in
 // base64); the error's text as [Text] makes it, since PostgreSQL refuses a
 // text holding a NUL or bytes that are not UTF-8, and the record could
@@ -96,8 +104,8 @@ type Claim struct {
 // ("offsetstore", "dedup"): a row without it was parked by an earlier
 // eoskit, which kept no claim (see [Replay]). claim, if not nil, is the id
 // claimed for rec.
-func Park(ctx context.Context, tx pgx.Tx, by, group string, rec *kgo.Record, cause error, claim *Claim) error {
-	args, err := parkArgs(by, group, rec, cause, claim)
+func Park(ctx context.Context, tx pgx.Tx, by, group string, rec *kgo.Record, topicID [16]byte, cause error, claim *Claim) error {
+	args, err := parkArgs(by, group, rec, topicID, cause, claim)
 	if err != nil {
 		return err
 	}
@@ -107,8 +115,8 @@ func Park(ctx context.Context, tx pgx.Tx, by, group string, rec *kgo.Record, cau
 
 // QueuePark is [Park] queued in b, for a runner that sends it with other
 // statements in one round trip; b's results report its error.
-func QueuePark(b *pgx.Batch, by, group string, rec *kgo.Record, cause error, claim *Claim) error {
-	args, err := parkArgs(by, group, rec, cause, claim)
+func QueuePark(b *pgx.Batch, by, group string, rec *kgo.Record, topicID [16]byte, cause error, claim *Claim) error {
+	args, err := parkArgs(by, group, rec, topicID, cause, claim)
 	if err != nil {
 		return err
 	}
@@ -120,13 +128,13 @@ func QueuePark(b *pgx.Batch, by, group string, rec *kgo.Record, cause error, cla
 // transaction resolves it in, so that a replay with another search_path
 // releases the same claim.
 const parkSQL = `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, headers, error,
-			parked_by, claim_schema, claim_table, claim_scope, claim_id)
+			parked_by, claim_schema, claim_table, claim_scope, claim_id, topic_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
 			(SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($10)),
-			$11, $12, $13)
-		ON CONFLICT (consumer_group, topic, partition, "offset") DO NOTHING`
+			$11, $12, $13, $14)
+		ON CONFLICT (consumer_group, topic, (coalesce(topic_id, '00000000-0000-0000-0000-000000000000')), partition, "offset") DO NOTHING`
 
-func parkArgs(by, group string, rec *kgo.Record, cause error, claim *Claim) ([]any, error) {
+func parkArgs(by, group string, rec *kgo.Record, topicID [16]byte, cause error, claim *Claim) ([]any, error) {
 	headers, err := encodeHeaders(rec.Headers)
 	if err != nil {
 		return nil, err
@@ -137,7 +145,8 @@ func parkArgs(by, group string, rec *kgo.Record, cause error, claim *Claim) ([]a
 		q := pgx.Identifier{claim.Table}.Sanitize()
 		ct, cs, cid, quoted = &claim.Table, &claim.Scope, claim.ID, &q
 	}
-	return []any{group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, headers, Text(cause.Error()), by, quoted, ct, cs, cid}, nil
+	id := pgtype.UUID{Bytes: topicID, Valid: topicID != [16]byte{}}
+	return []any{group, rec.Topic, rec.Partition, rec.Offset, rec.Key, rec.Value, headers, Text(cause.Error()), by, quoted, ct, cs, cid, id}, nil
 }
 
 // header is one record header as the headers column holds it.

@@ -3,6 +3,8 @@ package deadletter_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -47,7 +49,7 @@ func TestReplayGivesBackTheParkedRecordWhole(t *testing.T) {
 	in := &kgo.Record{Topic: "reports", Partition: 2, Offset: 41, Key: []byte{0, 0xff, 'k'},
 		Headers: []kgo.RecordHeader{{Key: "nil"}, {Key: "empty", Value: []byte{}}, {Key: "bin", Value: []byte{0, 0xfe}}}}
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return deadletter.Park(ctx, tx, "offsetstore", "g", in, errors.New("bad\x00 \xff"), nil)
+		return deadletter.Park(ctx, tx, "offsetstore", "g", in, [16]byte{}, errors.New("bad\x00 \xff"), nil)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func TestReplayReleasesOnlyTheParksOwnClaim(t *testing.T) {
 			if _, err := tx.Exec(ctx, `SET LOCAL search_path = svc, public; INSERT INTO ids (scope, id) VALUES ('s', '`+id+`')`); err != nil {
 				return err
 			}
-			return deadletter.Park(ctx, tx, "dedup", "g", &kgo.Record{Topic: "t", Offset: int64(i), Value: []byte(id)}, errors.New("bad"),
+			return deadletter.Park(ctx, tx, "dedup", "g", &kgo.Record{Topic: "t", Offset: int64(i), Value: []byte(id)}, [16]byte{}, errors.New("bad"),
 				&deadletter.Claim{Table: "ids", Scope: "s", ID: []byte(id)})
 		}); err != nil {
 			t.Fatal(err)
@@ -116,7 +118,7 @@ func TestReplayReleasesOnlyTheParksOwnClaim(t *testing.T) {
 	write := func(_ context.Context, tx pgx.Tx, recs ...*kgo.Record) error {
 		// Each replayed record fails again at once and is parked anew.
 		for _, r := range recs {
-			if err := deadletter.Park(ctx, tx, "dedup", "g", &kgo.Record{Topic: "t", Offset: 100 + int64(len(r.Value)), Value: r.Value}, errors.New("again"), nil); err != nil {
+			if err := deadletter.Park(ctx, tx, "dedup", "g", &kgo.Record{Topic: "t", Offset: 100 + int64(len(r.Value)), Value: r.Value}, [16]byte{}, errors.New("again"), nil); err != nil {
 				return err
 			}
 		}
@@ -146,5 +148,57 @@ func TestReplayReleasesOnlyTheParksOwnClaim(t *testing.T) {
 	}
 	if n, err := deadletter.Replay(ctx, pool, deadletter.Filter{Group: "old", Earlier: true}, "", write); err != nil || n != 1 {
 		t.Fatalf("Replay of the earlier row when asked = %d, %v; want 1", n, err)
+	}
+}
+
+// A record of a topic deleted and created again under the same name is
+// another record than the old topic's at the same offset: it is parked
+// beside it, its key and value kept, on a table Create upgraded as on a
+// new one; parking the same record twice still keeps one row. Before,
+// ON CONFLICT (group, topic, partition, offset) DO NOTHING kept the old
+// topic's row, and the new record was counted as parked and kept nowhere
+// (issue 43 item 14, failing on 3bfa998).
+func TestARecreatedTopicsRecordIsParkedBesideTheOld(t *testing.T) {
+	for _, upgraded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("upgraded=%v", upgraded), func(t *testing.T) {
+			pool := integration.Postgres(t)
+			ctx := context.Background()
+			if upgraded {
+				if _, err := pool.Exec(ctx, `CREATE TABLE eoskit_dead_letters (
+					id bigserial PRIMARY KEY, consumer_group text NOT NULL, topic text NOT NULL, partition integer NOT NULL,
+					"offset" bigint NOT NULL, key bytea, value bytea, error text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
+					UNIQUE (consumer_group, topic, partition, "offset"))`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return deadletter.Create(ctx, tx) }); err != nil {
+				t.Fatal(err)
+			}
+			park := func(id [16]byte, value string) {
+				t.Helper()
+				rec := &kgo.Record{Topic: "orders", Partition: 0, Offset: 5, Value: []byte(value)}
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					return deadletter.Park(ctx, tx, "offsetstore", "g", rec, id, errors.New("bad"), nil)
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			park([16]byte{1}, "old topic's")
+			park([16]byte{1}, "old topic's")        // read again after an offset reset
+			park([16]byte{2}, "new topic's")        // the topic created again
+			park([16]byte{}, "an old broker's")     // no topic ID named
+			park([16]byte{}, "an old broker's too") // the same record again, as far as can be told
+			rows, err := pool.Query(ctx, `SELECT convert_from(value, 'UTF8') FROM eoskit_dead_letters ORDER BY id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			values, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{"old topic's", "new topic's", "an old broker's"}; !slices.Equal(values, want) {
+				t.Fatalf("parked %q, want %q", values, want)
+			}
+		})
 	}
 }
