@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -23,12 +24,19 @@ import (
 // which the consumer claimed the message's id. Every write must go through
 // tx: a write through another connection is not rolled back with the claim.
 // The transaction is the consumer's: tx.Commit and tx.Rollback return
-// [eoskit.ErrRunnerOwnsTx] (tx.Begin opens a savepoint, as pgx's does).
-// Constraints are checked at each statement (SET CONSTRAINTS ALL
-// IMMEDIATE), so a deferred constraint a record breaks fails the
-// handler's statement, the record's fault, rather than the commit. The
-// claim waits at most 10 s for another transaction's claim of the same id
-// (a consumer frozen mid-batch), then the batch is retried with a warning.
+// [eoskit.ErrRunnerOwnsTx], and Run ends with it once the handler
+// returns, nothing of the batch committed (tx.Begin opens a savepoint, as
+// pgx's does). The transaction runs SET CONSTRAINTS ALL IMMEDIATE, so a
+// DEFERRABLE INITIALLY DEFERRED constraint a record breaks fails the
+// handler's statement, the record's fault, rather than the commit, where
+// no record can be blamed. A handler that needs deferral within its call
+// (circular foreign keys written in either order) sets it itself (SET
+// CONSTRAINTS name DEFERRED) and must satisfy the constraint before it
+// returns: a violation left for the commit is retried as the database's
+// failure until Run ends. The claim waits at most 10 s at a time for
+// another transaction's claim of the same id (a consumer of another
+// partition, or one frozen mid-batch), then the batch waits again, with a
+// warning each time.
 type Handler func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error
 
 // Consumer is an at-least-once Kafka consumer that applies each message's
@@ -188,6 +196,18 @@ func (c *Consumer) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 			attempt = 0
 		case errors.As(err, new(*eoskit.RecordError)):
 			return err // no usable id: no policy applies
+		case errors.Is(err, eoskit.ErrRunnerOwnsTx):
+			return err // the handler's bug: no record is to blame
+		case errors.As(err, new(*claimWait)):
+			// Another transaction holds a claim of one of the batch's
+			// ids: a consumer of another partition with the same id
+			// (legitimately slow), or a frozen one. Not counted against
+			// maxDBAttempts; said at every wait.
+			c.cfg.core.Logger.Warn("dedup: another transaction holds a claim of one of the batch's ids; waiting for it", "err", err)
+			attempt = 0
+			if !loop.PauseBeforeRetry(ctx, 1) {
+				return ctx.Err()
+			}
 		case attempt >= maxDBAttempts:
 			return fmt.Errorf("dedup: batch failed %d times: %w", attempt, err)
 		default:
@@ -246,7 +266,12 @@ type counts struct{ applied, skipped, parked int }
 // retried or parked like one whose handler failed, instead of the process
 // ending.
 func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-	return c.obs.Handle("dedup", func() error { return c.handler(ctx, pgtx.ForHandler(tx), r) })
+	htx := pgtx.ForHandler(tx)
+	err := c.obs.Handle("dedup", func() error { return c.handler(ctx, htx, r) })
+	if misused := htx.Misused("dedup"); misused != nil {
+		return misused
+	}
+	return err
 }
 
 // maxDBAttempts bounds how often a batch is retried after database errors
@@ -292,7 +317,10 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState
 		}
 		pgtx.QueueClaimEnd(b)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
+			if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55P03" {
+				return &claimWait{err}
+			}
+			return fmt.Errorf("dedup: claim %d ids in %s: %w", len(claim), c.cfg.scope, err)
 		}
 		// Which records run: those whose ids this transaction claimed,
 		// the first copy of each in the batch (a later one is a
@@ -335,7 +363,7 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState
 				if hasID[i] {
 					held = &deadletter.Claim{Table: c.store.name, Scope: c.cfg.scope, ID: []byte(ids[i])}
 				}
-				if err := deadletter.Park(ctx, tx, "dedup", c.cfg.core.Group, r, cause, held); err != nil {
+				if err := deadletter.Park(ctx, tx, "dedup", c.cfg.core.Group, r, c.core.TopicID(r.Topic), cause, held); err != nil {
 					return err
 				}
 				n.parked++
@@ -346,6 +374,9 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState
 			if err == nil {
 				n.applied++
 				continue
+			}
+			if errors.Is(err, eoskit.ErrRunnerOwnsTx) {
+				return err // the handler's bug: Run ends, the batch rolled back
 			}
 			// Told from the error and this transaction's own
 			// connection: with a pool of Concurrency's size, another
@@ -386,3 +417,12 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record, st *batchState
 	})
 	return n, err
 }
+
+// claimWait is a claim that waited pgtx.ClaimLockTimeout for another
+// transaction's claim of one of the batch's ids.
+type claimWait struct{ err error }
+
+func (e *claimWait) Error() string {
+	return fmt.Sprintf("dedup: the claim waited %s for another transaction's claim: %v", pgtx.ClaimLockTimeout, e.err)
+}
+func (e *claimWait) Unwrap() error { return e.err }

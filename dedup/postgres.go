@@ -150,7 +150,7 @@ func (s *PostgresStore) ClaimBatch(ctx context.Context, tx pgx.Tx, scope string,
 		return nil, err
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dedup: claim %d ids in %s: %w", len(ids), scope, err)
 	}
 	return set, nil
 }

@@ -171,7 +171,13 @@
 // connection still tells. The shape of an error is never read: a
 // *net.OpError from an enrichment call, io.EOF from a decoder or a
 // context.DeadlineExceeded of the handler's own is the record's, and its
-// error policy decides (before, each was taken for the database's). The batch rolls back and runs again
+// error policy decides (before, each was taken for the database's). A
+// record whose statement is always slower than the role's
+// statement_timeout is retried as a wait until Run ends: raise the
+// timeout, or have the handler tell that record apart. A second pool of
+// the handler's own that reports a SQLSTATE of these classes is taken for
+// this database's: wrap its errors so that they do not unwrap to a
+// *pgconn.PgError. The batch rolls back and runs again
 // like one whose commit failed, with a growing pause, up to 10 times
 // before Run returns the error. The claim of the offsets rows waits at
 // most 10 s for another owner's lock; that bound ends with the claim, and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -108,5 +109,58 @@ func TestACancelledStatementIsNoRecordsFault(t *testing.T) {
 	defer mu.Unlock()
 	if len(cancelled) == 0 {
 		t.Fatal("no statement was cancelled: the test proves nothing")
+	}
+}
+
+// A CopyFrom a row of which cannot be written (its source fails at that
+// row) is cancelled by pgx, and PostgreSQL reports 57014 "COPY from stdin
+// failed": the row's fault, not a wait. DeadLetter parks exactly the bad
+// records, the others applied once.
+func TestACopyARowFailsIsThatRecordsFault(t *testing.T) {
+	t.Parallel()
+	const n = 400
+	b := newBed(t, 1, n)
+	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		i := -1
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"results"}, []string{"id", "part", "off"}, pgx.CopyFromFunc(func() ([]any, error) {
+			if i++; i == len(recs) {
+				return nil, nil
+			}
+			r := recs[i]
+			if isBad(r) {
+				return nil, fmt.Errorf("cannot encode %d", r.Offset)
+			}
+			return []any{string(r.Key), r.Partition, r.Offset}, nil
+		}))
+		return err
+	}
+	run := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()))
+	waitFor(t, time.Minute, "every record applied or parked", func() bool {
+		select {
+		case <-run.finished:
+			t.Fatalf("Run returned %v: a failed COPY row was taken for a wait", run.err)
+		default:
+		}
+		return run.r.Stats().Records >= n
+	})
+	run.stop(t)
+	var good []string
+	for i, id := range b.inputs {
+		if !slices.Contains(badOffsets, int64(i)) {
+			good = append(good, id)
+		}
+	}
+	b.inputs = good
+	b.verify(t)
+	rows, err := b.pool.Query(context.Background(), `SELECT "offset" FROM eoskit_dead_letters WHERE consumer_group = $1 ORDER BY "offset"`, b.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(parked, badOffsets) {
+		t.Fatalf("parked %v, want exactly the bad records %v", parked, badOffsets)
 	}
 }

@@ -29,12 +29,18 @@ import (
 // through tx: it commits with the batch's offsets, or not at all. The batch
 // holds records of one or more partitions, in offset order per partition.
 // A handler may see the same records again after a failure or a rebalance;
-// only the attempt that committed has any effect. The transaction is the
-// runner's: tx.Commit and tx.Rollback return [eoskit.ErrRunnerOwnsTx]
-// (tx.Begin opens a savepoint, as pgx's does). Constraints are checked at
-// each statement (SET CONSTRAINTS ALL IMMEDIATE), so a deferred
-// constraint a record breaks fails the handler's statement, the record's
-// fault, rather than the commit.
+// only the attempt that committed has any effect.
+// The transaction is the runner's: tx.Commit and tx.Rollback return
+// [eoskit.ErrRunnerOwnsTx], and Run ends with it once the handler
+// returns, nothing of the batch committed (tx.Begin opens a savepoint, as
+// pgx's does). The transaction runs SET CONSTRAINTS ALL IMMEDIATE, so a
+// DEFERRABLE INITIALLY DEFERRED constraint a record breaks fails the
+// handler's statement, the record's fault, rather than the commit, where
+// no record can be blamed. A handler that needs deferral within its call
+// (circular foreign keys written in either order) sets it itself (SET
+// CONSTRAINTS name DEFERRED) and must satisfy the constraint before it
+// returns: a violation left for the commit is retried as the database's
+// failure until Run ends.
 type Handler func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error
 
 // Runner consumes topics in a group and commits each batch's results and
@@ -210,7 +216,7 @@ func (r *Runner) handleBatch(ctx context.Context, cl *kgo.Client, recs []*kgo.Re
 			return err // Run rewinds the whole polled batch
 		case errors.As(err, &stopped):
 			return stopped.err // nothing before it to commit
-		case errors.Is(err, ErrRejectedOutsideBatch):
+		case errors.Is(err, ErrRejectedOutsideBatch), errors.Is(err, eoskit.ErrRunnerOwnsTx):
 			return err // the handler's bug: no record is to blame
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -395,7 +401,8 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 		case errors.As(err, &stale):
 			r.stale.Add(1)
 			r.obs.Aborted("stale", time.Since(start))
-		case errors.As(err, new(*retryError)), errors.As(err, new(*stopError)), errors.Is(err, ErrRejectedOutsideBatch), errors.As(err, &herr) && !herr.transient:
+		case errors.As(err, new(*retryError)), errors.As(err, new(*stopError)), errors.Is(err, ErrRejectedOutsideBatch),
+			errors.Is(err, eoskit.ErrRunnerOwnsTx), errors.As(err, &herr) && !herr.transient:
 			r.obs.Aborted("handler-error", time.Since(start))
 		default: // a handler's error that was the database's doing too, as dedup counts it
 			r.obs.Aborted("database-error", time.Since(start))
@@ -431,11 +438,17 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 // follows the error policy (the call rolls back to its savepoint; split,
 // the record that panics is the one found) instead of ending the process.
 func (r *Runner) callHandler(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	return r.obs.Handle("offsetstore", func() error { return r.handler(ctx, pgtx.ForHandler(tx), recs) })
+	htx := pgtx.ForHandler(tx)
+	err := r.obs.Handle("offsetstore", func() error { return r.handler(ctx, htx, recs) })
+	if misused := htx.Misused("offsetstore"); misused != nil {
+		return misused
+	}
+	return err
 }
 
 // handlerError marks an error of the handler's that was the database's
-// doing (pgretry.TransientOn), not the records', through pgx.BeginFunc:
+// doing (pgretry.FromHandler, or its connection closed or failing the
+// rollback to the savepoint), not the records', through pgx.BeginFunc:
 // the batch is retried whole (its own failures are settled in the
 // transaction, by batchRun).
 type handlerError struct {

@@ -38,25 +38,18 @@ func Transient(err error) bool {
 }
 
 // FromHandler is [Transient] for an error a handler returned: it reads
-// only the database's own signals, a PostgreSQL error code
-// ([TransientCode]) or an error pgconn made (a timeout it wrapped, a
-// connection it could not open, an error it calls safe to retry). It never
-// reads the error's shape: a *net.OpError, io.EOF or
-// context.DeadlineExceeded is what a handler's own calls return too (an
-// enrichment service that cannot be reached, a JSON decoder on an empty
-// value, a deadline of its own), and such a failure is the record's, for
-// the error policy to decide. A connection that broke under the handler
-// is told by the caller from the connection itself: closed, or failing
-// its next round trip (the rollback to the savepoint, [TransientOn]'s
-// ping).
+// only the database's own word, a PostgreSQL error code
+// ([TransientCode]). It never reads the error's shape: a *net.OpError,
+// io.EOF, context.DeadlineExceeded, or an error pgconn made (a deadline of
+// the handler's own used up before a statement was sent, a pool of the
+// handler's own that cannot connect) is what a handler's own calls return
+// too, and such a failure is the record's, for the error policy to
+// decide. A connection of the runner's that broke under the handler is
+// told by the caller from the connection itself: pgconn closes it on any
+// failed read or write, so it is closed, or fails its next round trip (the
+// rollback to the savepoint, [TransientOn]'s ping).
 func FromHandler(err error) bool {
-	if err == nil || connBusy(err) {
-		return false
-	}
-	if errors.As(err, new(*pgconn.PgError)) {
-		return TransientCode(err)
-	}
-	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, new(*pgconn.ConnectError))
+	return err != nil && !connBusy(err) && TransientCode(err)
 }
 
 // TransientCode is [Transient] for the database's own word alone: a
@@ -70,6 +63,12 @@ func TransientCode(err error) bool {
 		return false
 	}
 	code := pgErr.Code
+	if code == "57014" && strings.HasPrefix(pgErr.Message, "COPY from stdin failed") {
+		// pgx cancels a CopyFrom whose rows fail to encode (or whose
+		// CopyFromSource fails) and PostgreSQL reports 57014: a row's
+		// fault, not a wait.
+		return false
+	}
 	return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || strings.HasPrefix(code, "53") ||
 		code == "40001" || code == "40P01" || code == "55P03" || code == "57014"
 }

@@ -81,10 +81,17 @@ func TestFromHandlerReadsOnlyTheDatabasesSignals(t *testing.T) {
 			t.Errorf("%s: FromHandler(%v) = %v, want %v", name, c.err, got, c.want)
 		}
 	}
-	// A connection pgconn could not open (nothing listens on port 1).
+	// A pool of the handler's own that cannot connect (nothing listens on
+	// port 1): the handler's dependency, not the runner's database, whose
+	// connection the transaction already holds.
 	_, cerr := pgconn.Connect(context.Background(), "postgres://u@127.0.0.1:1/db?connect_timeout=2")
-	if _, ok := errors.AsType[*pgconn.ConnectError](cerr); !ok || !FromHandler(fmt.Errorf("lookup: %w", cerr)) {
-		t.Errorf("FromHandler(a failed connect: %v) = false, want true", cerr)
+	if _, ok := errors.AsType[*pgconn.ConnectError](cerr); !ok || FromHandler(fmt.Errorf("lookup: %w", cerr)) {
+		t.Errorf("FromHandler(a failed connect of another pool: %v) = true, want false", cerr)
+	}
+	// A CopyFrom pgx cancelled because a row failed to encode: 57014 with
+	// COPY's message, the row's fault.
+	if FromHandler(&pgconn.PgError{Code: "57014", Message: "COPY from stdin failed: encode row 7"}) {
+		t.Error("FromHandler(a COPY a row failed) = true, want false")
 	}
 	if !Transient(pg("57014")) {
 		t.Error("Transient(57014) = false: a cancelled statement is a wait")

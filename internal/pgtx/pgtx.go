@@ -6,6 +6,7 @@ package pgtx
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,15 +44,42 @@ func QueueClaimEnd(b *pgx.Batch) {
 	b.Queue(`SELECT set_config('lock_timeout', current_setting('eoskit.lock_timeout_outside_claim'), true)`)
 }
 
-// ForHandler is tx as a handler sees it: every statement goes to tx, and
-// Begin opens a savepoint as on tx, but Commit and Rollback of the
-// transaction itself refuse with eoskit.ErrRunnerOwnsTx. Without it, a
-// handler's Commit ended the runner's transaction early: offsetstore's
-// offsets row never moved and the batch's effects were applied again at
-// every retry; dedup's claims were released with it.
-func ForHandler(tx pgx.Tx) pgx.Tx { return handlerTx{tx} }
+// HandlerTx is a transaction as a handler sees it: every statement goes
+// to the runner's transaction, and Begin opens a savepoint as on it, but
+// Commit and Rollback of the transaction itself return
+// eoskit.ErrRunnerOwnsTx and are remembered: the runner then ends Run
+// with [Misused], whatever the handler returned, since its writes cannot
+// be what it meant (a Rollback "to skip the record" would commit its
+// partial writes; a Commit would commit them outside the batch). Without
+// it, a handler's Commit ended the runner's transaction early:
+// offsetstore's offsets row never moved and the batch's effects were
+// applied again at every retry; dedup's claims were released with it.
+type HandlerTx struct {
+	pgx.Tx
+	ended atomic.Pointer[string] // "Commit" or "Rollback", once called
+}
 
-type handlerTx struct{ pgx.Tx }
+// ForHandler wraps tx for a handler call.
+func ForHandler(tx pgx.Tx) *HandlerTx { return &HandlerTx{Tx: tx} }
 
-func (handlerTx) Commit(context.Context) error   { return eoskit.ErrRunnerOwnsTx }
-func (handlerTx) Rollback(context.Context) error { return eoskit.ErrRunnerOwnsTx }
+// Commit refuses: the transaction is the runner's.
+func (t *HandlerTx) Commit(context.Context) error { return t.refuse("Commit") }
+
+// Rollback refuses: the transaction is the runner's.
+func (t *HandlerTx) Rollback(context.Context) error { return t.refuse("Rollback") }
+
+func (t *HandlerTx) refuse(op string) error {
+	t.ended.CompareAndSwap(nil, &op)
+	return eoskit.ErrRunnerOwnsTx
+}
+
+// Misused returns, once the handler returned, the error Run ends with when
+// the handler called Commit or Rollback (wrapping eoskit.ErrRunnerOwnsTx),
+// or nil.
+func (t *HandlerTx) Misused(pkg string) error {
+	op := t.ended.Load()
+	if op == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: the handler called tx.%s: %w", pkg, *op, eoskit.ErrRunnerOwnsTx)
+}
