@@ -121,9 +121,15 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		c.state.requestMax = produceRequestMax(cl)
 	}
 	cl.Close()
-	if c.state != nil && c.state.restoreTimeout <= txnTimeout {
-		return nil, &eoskit.ConfigError{Package: "eos", Setting: "RestoreTimeout", Semantics: checkedAgainst(c.semantics), Reason: fmt.Sprintf(
-			"%s is not above the transaction timeout (%s): a transaction a dead owner left open on the changelog holds a restore without progress for up to that long", c.state.restoreTimeout, txnTimeout)}
+	if c.state != nil {
+		floor := txnTimeout + restoreMargin
+		switch {
+		case !c.state.restoreSet:
+			c.state.restoreTimeout = max(c.state.restoreTimeout, floor)
+		case c.state.restoreTimeout < floor:
+			return nil, &eoskit.ConfigError{Package: "eos", Setting: "RestoreTimeout", Semantics: checkedAgainst(c.semantics), Reason: fmt.Sprintf(
+				"%s is below the transaction timeout (%s) plus %s: a transaction a dead owner left open on the changelog holds a restore without progress until the broker aborts it", c.state.restoreTimeout, txnTimeout, restoreMargin)}
+		}
 	}
 	if c.semantics == ExactlyOnce && c.commitInterval > txnTimeout/2 {
 		return nil, &eoskit.ConfigError{Package: "eos", Setting: "CommitInterval", Semantics: checkedAgainst(c.semantics), Reason: fmt.Sprintf(

@@ -30,6 +30,7 @@ type stateConfig struct {
 	create         bool
 	requireConfigs bool
 	restoreTimeout time.Duration
+	restoreSet     bool // RestoreTimeout given: refused below the floor, not raised to it
 	updates        string
 	// others is the partitioner of every record but the changelog's (see
 	// changelogPartitioner), batchMax the producer's batch limit per
@@ -130,11 +131,14 @@ func RequireChangelogConfigs() StateOption {
 // transaction left open on it past its timeout) ends Run with a
 // *[state.RestoreError] naming the partition and how far it got. A
 // restore that keeps applying is never cut, however long it takes (as in
-// Kafka Streams). It must exceed the transaction timeout
-// (kgo.TransactionTimeout, default 40 s): a transaction a dead owner left
-// open on the changelog holds a restore for up to that long.
+// Kafka Streams). It must be at least the transaction timeout
+// (kgo.TransactionTimeout, default 40 s) plus 30 s: a transaction a dead
+// owner left open on the changelog holds a restore for up to that long,
+// and the broker aborts it on a periodic scan (every 10 s by default).
+// Unset, it is 5 minutes, or that floor when the transaction timeout makes
+// it higher.
 func RestoreTimeout(d time.Duration) StateOption {
-	return stateOpt(func(c *stateConfig) { c.restoreTimeout = d })
+	return stateOpt(func(c *stateConfig) { c.restoreTimeout, c.restoreSet = d, true })
 }
 
 // EmitUpdates produces, in every transaction that commits, one record per
@@ -181,6 +185,12 @@ func (s *stateConfig) validate(c *config) error {
 	}
 	return nil
 }
+
+// restoreMargin is what RestoreTimeout must exceed the transaction timeout
+// by: the broker aborts a dead owner's transaction on a periodic scan
+// (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by
+// default), and writes its markers after.
+const restoreMargin = 30 * time.Second
 
 // kvKey carries the handler's state in its context.
 type kvKey struct{}

@@ -352,6 +352,7 @@ func TestStatefulOptionsAreChecked(t *testing.T) {
 		// A dead owner's open transaction holds a restore for up to the
 		// transaction timeout (40 s by default).
 		{"restore time within the transaction timeout", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.RestoreTimeout(30*time.Second))}},
+		{"restore time without the margin past it", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.RestoreTimeout(45*time.Second))}},
 		{"at-least-once", atLeastOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c")}},
 		{"updates to the input", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c", eos.EmitUpdates("a"))}},
 		{"changelog is the dead-letter topic", exactlyOnce, []eos.ProcessorOption{eos.Topics("a"), eos.Changelog("c"), eos.OnHandlerError(eos.DeadLetter("c"))}},
@@ -364,6 +365,12 @@ func TestStatefulOptionsAreChecked(t *testing.T) {
 	}
 	if _, err := eos.NewProcessor(eos.Count(), append(slices.Clone(exactlyOnce), eos.Topics("a"), eos.Changelog("c"))...); err != nil {
 		t.Fatalf("a stateful processor: %v", err)
+	}
+	// An unset RestoreTimeout follows a long transaction timeout instead
+	// of refusing it.
+	if _, err := eos.NewProcessor(eos.Count(), append(slices.Clone(exactlyOnce), eos.Topics("a"), eos.Changelog("c"),
+		eos.ClientOptions(kgo.TransactionTimeout(10*time.Minute)))...); err != nil {
+		t.Fatalf("a stateful processor with a 10-minute transaction timeout: %v", err)
 	}
 }
 

@@ -166,8 +166,8 @@ func (ks *keyedState) takenAway(ps []int32) {
 // Inside a transaction (collect's later polls), only the partitions
 // fetches holds records of: a restore there counts against the
 // transaction, and the others wait for the next one. A restore that
-// cannot finish within RestoreTimeout is a *state.RestoreError naming the
-// partition. quiesce, if not nil, runs before each restore: lanes fed
+// makes no progress for RestoreTimeout is a *state.RestoreError naming
+// the partition. quiesce, if not nil, runs before each restore: lanes fed
 // across polls wait there for their handlers, so that a store is never
 // restored beside handlers using it.
 func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between bool, quiesce func()) error {

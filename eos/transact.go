@@ -42,9 +42,19 @@ type TransactionalProducer struct {
 	final error      // ErrFenced, ErrClosed or a refused transactional id, once the producer is done for good
 	// unaborted is set while the last transaction's abort has not gone
 	// through (its coordinator unreachable past the abort's deadline):
-	// franz-go is still in that transaction, and the next Transact ends
-	// it before it begins another.
+	// franz-go is still in that transaction, and the next Transact (or
+	// Close) ends it before it begins another. open names that
+	// transaction (its producer id and epoch, and when it began), so that
+	// an abort refused for its epoch is told apart from fencing (ended).
 	unaborted bool
+	open      openTxn
+}
+
+// openTxn is the transaction under way, as ended needs it.
+type openTxn struct {
+	pid   int64
+	epoch int16
+	start time.Time
 }
 
 // NewTransactionalProducer returns a transactional producer. It accepts
@@ -153,6 +163,9 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		if err := p.abort(ctx); err != nil {
 			return fmt.Errorf("%w: nothing began: the previous transaction's abort has not gone through yet: %w", ErrAborted, err)
 		}
+		if p.final != nil {
+			return p.final // fenced while retrying the abort
+		}
 	}
 	cl := p.client()
 	// The id and epoch name this transaction to its coordinator, which
@@ -173,6 +186,7 @@ func (p *TransactionalProducer) Transact(ctx context.Context, fn func(tx *Tx) er
 		return p.classify("begin transaction", err)
 	}
 	start := time.Now()
+	p.open = openTxn{pid: pid, epoch: epoch, start: start}
 	ended := func(op string, err error) error { return p.ended(ctx, op, err, start, pid, epoch) }
 	tx := &Tx{ctx: ctx, cl: cl}
 
@@ -279,9 +293,11 @@ func (p *TransactionalProducer) abort(ctx context.Context) (err error) {
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		if isFenced(err) {
-			// Fenced while aborting: the newer producer already
-			// aborted this transaction for us.
-			_ = p.classify("abort", err)
+			// An epoch error while aborting: the broker aborted the
+			// transaction at its timeout (ended replaces the client,
+			// the producer stays usable), or a newer producer fenced
+			// this one and aborted it for us. Aborted either way.
+			_ = p.ended(ctx, "abort", err, p.open.start, p.open.pid, p.open.epoch)
 			return nil
 		}
 		return fmt.Errorf("eos: abort: %w", err)
@@ -356,11 +372,18 @@ func (p *TransactionalProducer) Client() *kgo.Client { return p.client() }
 
 func (p *TransactionalProducer) client() *kgo.Client { return p.cl.Load() }
 
-// Close closes the producer. A transaction can not be open: Transact always
-// ends the one it began.
+// Close closes the producer. Transact always ends the transaction it
+// began; one whose abort could not reach its coordinator is aborted here
+// once more (within 30 s), and otherwise left for the broker to abort at
+// its transaction timeout.
 func (p *TransactionalProducer) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.unaborted && p.final == nil {
+		if err := p.abort(context.Background()); err != nil {
+			p.logger.Warn("eos: closing with a transaction whose abort has not gone through; the broker aborts it at its timeout", "err", err)
+		}
+	}
 	if p.final == nil {
 		p.final = fmt.Errorf("eos: %w", ErrClosed)
 	}

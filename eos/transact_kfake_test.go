@@ -50,8 +50,8 @@ func TestTransactAfterAnAbortThatFailed(t *testing.T) {
 		tx.Produce(&kgo.Record{Topic: "out", Value: []byte("aborted")})
 		return errFn
 	})
-	if !errors.Is(err, errFn) {
-		t.Fatalf("Transact = %v, want the handler's error", err)
+	if !errors.Is(err, errFn) || !errors.Is(err, kerr.CoordinatorNotAvailable) {
+		t.Fatalf("Transact = %v, want the handler's error and the abort's failure: the test proves nothing otherwise", err)
 	}
 	t.Logf("the first Transact, its abort unreachable: %v", err)
 	for down.Load() {

@@ -61,7 +61,7 @@
 //   - A key and value too large for the changelog's max.message.bytes
 //     fail the Put with [ErrTooLarge]: the fault of the record being
 //     handled, which its error policy then decides.
-//   - A restore that cannot finish within its deadline is a
+//   - A restore that makes no progress for its timeout is a
 //     *[RestoreError] naming the changelog partition and how far it got;
 //     what it applied stays applied.
 //

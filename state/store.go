@@ -67,8 +67,8 @@ type Reader interface {
 // partition's keys) and the checkpoint that says how far into the
 // changelog it goes. Each Apply and Reset is atomic, its writes and its
 // checkpoint together: after a crash a store is as some Apply left it,
-// and its checkpoint says which. [NewMemory] and [OpenPebble] make the
-// stores eoskit provides; another implementation must keep the same
+// and its checkpoint says which. [NewMemory] and pebblestore.Open make
+// the stores eoskit provides; another implementation must keep the same
 // promises.
 //
 // A store holds only what committed in Kafka: a runner applies a

@@ -139,7 +139,7 @@ func Check(ctx context.Context, conn []kgo.Opt, topic string, partitions int32, 
 		if o.RequireConfigs {
 			return sh, &eoskit.AuthorizationError{Permission: "DescribeConfigs on topic " + topic, Err: err}
 		}
-		o.Logger.Warn("changelog: may not describe the changelog's configs: its cleanup policy is not verified (it must include compact) and Kafka's default record limit is assumed; grant DescribeConfigs on the topic to verify them",
+		o.Logger.Warn("changelog: may not describe the changelog's configs: its cleanup policy is not verified (it must be compact alone) and Kafka's default record limit is assumed; grant DescribeConfigs on the topic to verify them",
 			"topic", topic, "assumed_max_message_bytes", DefaultMaxMessageBytes)
 		sh.MaxMessageBytes = DefaultMaxMessageBytes
 		return sh, nil

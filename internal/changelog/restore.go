@@ -142,11 +142,13 @@ func (e errNoProgress) Error() string {
 func (e errNoProgress) Unwrap() error { return context.DeadlineExceeded }
 
 // watchProgress cancels the restore with errNoProgress once s's
-// checkpoint has not moved for d; the returned func stops the watch.
+// checkpoint has not moved for d; the returned func stops the watch and
+// waits for it, so that s is not read after the restore returned.
 func watchProgress(s state.Store, d time.Duration, cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
-		tick := time.NewTicker(min(d/4, time.Second))
+		defer close(exited)
+		tick := time.NewTicker(max(min(d/4, time.Second), time.Millisecond))
 		defer tick.Stop()
 		last, since := s.Checkpoint(), time.Now()
 		for {
@@ -163,7 +165,10 @@ func watchProgress(s state.Store, d time.Duration, cancel context.CancelCauseFun
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 func (o Options) withDefaults() Options {
@@ -418,8 +423,9 @@ func (rs *restore) fetch(ctx context.Context) error {
 	}
 	switch perr := kerr.ErrorForCode(got.ErrorCode); {
 	case errors.Is(perr, kerr.OffsetOutOfRange):
-		// The log start moved past the checkpoint (DeleteRecords, or a
-		// compact,delete policy's retention) or the log was truncated:
+		// The log start moved past the checkpoint (DeleteRecords, a
+		// delete policy's retention on a changelog Check could not
+		// verify) or the log was truncated:
 		// align again against the offsets as they are now, once the
 		// store holds what was fetched.
 		if err := rs.settle(); err != nil {

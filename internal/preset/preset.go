@@ -65,7 +65,7 @@ func (s Semantics) ProducerOptions() []kgo.Opt {
 // ConsumerOptions returns the franz-go group-consumer options that define s;
 // add kgo.ConsumerGroup and kgo.ConsumeTopics. Every preset disables
 // auto-commit: when offsets are committed relative to
-// processing is what tells the semantics apart, so the [Processor] commits
+// processing is what tells the semantics apart, so a runner commits
 // them itself.
 func (s Semantics) ConsumerOptions() []kgo.Opt {
 	switch s {

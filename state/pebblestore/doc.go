@@ -13,6 +13,7 @@
 //
 // What it guarantees and what breaks it is the state package's doc: a
 // store is never ahead of what committed in Kafka; a checkpoint older
-// than the changelog's log start, or a directory shared by two processes,
-// is refused.
+// than the changelog's log start (or of another topic ID) makes the
+// restore wipe the store and read the whole changelog; a directory is
+// locked by the process that opened it.
 package pebblestore

@@ -87,7 +87,7 @@ func Open(dir string, o *pebble.Options) (*Store, error) {
 	return p, nil
 }
 
-// Factory is a [Factory] of [Open] stores under root, one
+// Factory is a [state.Factory] of [Open] stores under root, one
 // directory per partition: root/<topic>/<partition>. A partition revoked
 // and assigned again, or a process restarted, finds its store there and
 // restores only the changelog's tail.
@@ -147,7 +147,7 @@ func dataKey(key []byte) []byte {
 	return k
 }
 
-// Get implements [Reader].
+// Get implements [state.Reader].
 func (p *Store) Get(key []byte) ([]byte, bool, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -165,7 +165,7 @@ func (p *Store) Get(key []byte) ([]byte, bool, error) {
 	return append([]byte{}, v...), true, nil
 }
 
-// Range implements [Reader], in key order, over a snapshot: Apply does
+// Range implements [state.Reader], in key order, over a snapshot: Apply does
 // not wait for it.
 func (p *Store) Range(fn func(key, value []byte) bool) error {
 	p.mu.RLock()
@@ -194,12 +194,12 @@ func (p *Store) Range(fn func(key, value []byte) bool) error {
 	return it.Close()
 }
 
-// Checkpoint implements [Reader].
+// Checkpoint implements [state.Reader].
 func (p *Store) Checkpoint() state.Checkpoint {
 	return *p.cp.Load()
 }
 
-// Apply implements [Store]: one pebble batch, the checkpoint included.
+// Apply implements [state.Store]: one pebble batch, the checkpoint included.
 func (p *Store) Apply(writes []state.Write, cp state.Checkpoint) error {
 	return p.write(cp, func(b *pebble.Batch) error {
 		if err := p.Checkpoint().CheckApply(cp); err != nil {
@@ -220,7 +220,7 @@ func (p *Store) Apply(writes []state.Write, cp state.Checkpoint) error {
 	})
 }
 
-// Reset implements [Store]: a range deletion of every key and the new
+// Reset implements [state.Store]: a range deletion of every key and the new
 // checkpoint, in one batch.
 func (p *Store) Reset(cp state.Checkpoint) error {
 	return p.write(cp, func(b *pebble.Batch) error {
@@ -259,7 +259,7 @@ func (p *Store) commit(b *pebble.Batch, cp state.Checkpoint) error {
 	return nil
 }
 
-// Close implements [Store]: it flushes nothing it need not (the
+// Close implements [state.Store]: it flushes nothing it need not (the
 // write-ahead log holds every batch) and releases the directory.
 func (p *Store) Close() error {
 	p.mu.Lock()
