@@ -363,10 +363,14 @@ func (s *session) committedStale(b *batch, why string) {
 // failure applies b's failure err (from committed): it goes to
 // Runner.Failed, whose error (or, with none, err) it returns. A batch
 // that ended with Run's work (it rolled back: its records are read again)
-// or was dropped ends nothing.
+// or was dropped ends nothing; one that stopped on a record (a
+// *eoskit.RecordError) ends Run with it even then, so that the stop is
+// seen.
 func (s *session) failure(cl *kgo.Client, b *batch, err error) error {
 	switch {
-	case err == nil || errors.Is(err, errDropped) || s.work.Err() != nil:
+	case err == nil || errors.Is(err, errDropped):
+		return nil
+	case s.work.Err() != nil && !errors.As(err, new(*eoskit.RecordError)):
 		return nil
 	case s.core.run.Failed == nil:
 		return err
@@ -436,7 +440,8 @@ func (s *session) commitToKafka(now bool) {
 // more; those under way end (under the drain once ctx ended) and are
 // settled, and the offsets of those that committed go to Kafka. The error
 // of a batch that failed for good wins over err; once Run's work ended,
-// Run returns nil (what did not commit rolled back, and is read again).
+// Run returns nil (what did not commit rolled back, and is read again),
+// unless a batch stopped on a record: its *eoskit.RecordError.
 func (s *session) finish(err error) error {
 	s.mu.Lock()
 	last := make([]*batch, 0, len(s.lanes))
@@ -453,7 +458,7 @@ func (s *session) finish(err error) error {
 		err = failed
 	}
 	s.commitToKafka(true)
-	if s.work.Err() != nil {
+	if s.work.Err() != nil && !errors.As(err, new(*eoskit.RecordError)) {
 		return nil
 	}
 	return err

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/integration"
 )
 
@@ -449,5 +450,38 @@ func TestALostPartitionsBatchCommitsButNoneOfItsOffsets(t *testing.T) {
 	want := `msg="test: a batch of a partition taken from this member committed in the database, but the partition was lost`
 	if out := logs.String(); !strings.Contains(out, want) || !strings.Contains(out, "partition=0 first_offset=0 records=10") {
 		t.Errorf("no warning naming the batch committed after the session was lost (partition 0, offsets 0-9); logged:\n%s", out)
+	}
+}
+
+// A batch that stops on a record (its Commit returns a *eoskit.RecordError)
+// as Run's drain runs out still ends Run with that error: the operator
+// must learn which record stopped the runner, not see a clean stop. Before,
+// a failure that came once the drain had expired was dropped with the
+// batches that rolled back, and Run returned nil (issue 43 item 16,
+// failing on 3bfa998).
+func TestAStopAsTheDrainRunsOutIsReturned(t *testing.T) {
+	brokers := fakeTopic(t, 1, 20)
+	cfg := testConfig(brokers, 1, 10)
+	cfg.Drain = 200 * time.Millisecond
+	started := make(chan struct{})
+	var once sync.Once
+	stop := startCoreWith(t, cfg, Runner{Commit: func(ctx context.Context, _ *kgo.Client, recs []*kgo.Record) error {
+		for _, r := range recs {
+			if r.Offset == 5 {
+				once.Do(func() { close(started) })
+				<-ctx.Done() // the drain ran out while the record was being stopped on
+				return &eoskit.RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Attempts: 1, Err: errors.New("bad record")}
+			}
+		}
+		return nil
+	}})
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the record was not reached within 30 s")
+	}
+	err := stop()
+	if rerr, ok := errors.AsType[*eoskit.RecordError](err); !ok || rerr.Offset != 5 {
+		t.Fatalf("Run = %v, want the *eoskit.RecordError of offset 5", err)
 	}
 }
