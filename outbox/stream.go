@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -64,13 +65,20 @@ type stream struct {
 }
 
 // replicationConfig turns a pool's connection settings into a
-// logical-replication connection's.
+// logical-replication connection's. The pool's context watcher is not
+// kept: with pgconn's CancelRequestContextWatcherHandler, every read
+// deadline the stream sets would cancel the walsender's work; the
+// replication connection gets pgconn's default, which ends a read by its
+// deadline on the socket.
 func replicationConfig(cfg *pgconn.Config) *pgconn.Config {
 	c := cfg.Copy()
 	if c.RuntimeParams == nil {
 		c.RuntimeParams = map[string]string{}
 	}
 	c.RuntimeParams["replication"] = "database"
+	c.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
 	return c
 }
 
