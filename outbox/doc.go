@@ -154,9 +154,12 @@
 // 30 s by default), then ends its session on the slot and takes over,
 // fencing it in Kafka; woken, the stalled relay either finds itself
 // fenced (Run returns an error wrapping eos.ErrFenced) or stands by. A
-// record Kafka refuses as its own fault (too large, invalid), or one
+// record Kafka refuses as its own fault (too large, invalid), one
 // pinned with [WriteToPartition] to a partition its topic lacks (as a
-// fresh metadata look-up confirms), stops the relay with a
+// fresh metadata look-up confirms), or one addressed as a relay's
+// position (to the relay's position topic, or keyed "<system id>/..." as
+// position records of this database are: [ErrPositionRecord], so that no
+// service's writer can forge another's position), stops the relay with a
 // *[RecordError] at once, or goes to the [DeadLetter] topic. To find which
 // record it was when Kafka refused a whole produce batch, the relay
 // takes the batch's database transactions one at a time, and first

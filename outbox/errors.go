@@ -35,6 +35,14 @@ var (
 	// partition its topic does not have, as a fresh metadata look-up
 	// confirms: the record's fault.
 	ErrInvalidPartition = errors.New("outbox: the topic has no such partition")
+
+	// ErrPositionRecord is wrapped by the *RecordError (and the dead
+	// letter's error) of an outbox record addressed to the relay's
+	// position topic, or keyed as a position record of this database
+	// ("<system id>/<slot>"): published, it could move a relay's
+	// position (its own, or another service's) on that relay's next
+	// start, skipping or repeating records. The relay never publishes it.
+	ErrPositionRecord = errors.New("outbox: the record is addressed as a relay's position")
 )
 
 // RecordError is an outbox record Kafka refused, stopping the relay. Its
@@ -69,5 +77,5 @@ func (e *RecordError) Unwrap() error { return e.Err }
 func recordsFault(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
 		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
-		errors.Is(err, ErrInvalidPartition)
+		errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrPositionRecord)
 }

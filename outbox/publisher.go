@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,6 +79,9 @@ func (c *config) gather(b *pending, next nextFunc, produce func(*kgo.Record) err
 	n := 0
 	for _, t := range b.txns {
 		for _, rw := range t.rows {
+			if err := c.refusePosition(rw, b.dead); err != nil {
+				return err
+			}
 			if err := produce(c.record(rw, b.dead)); err != nil {
 				return err
 			}
@@ -94,12 +99,40 @@ func (c *config) gather(b *pending, next nextFunc, produce func(*kgo.Record) err
 		}
 		b.txns = append(b.txns, t)
 		for _, rw := range t.rows {
+			if err := c.refusePosition(rw, b.dead); err != nil {
+				return err
+			}
 			if err := produce(c.record(rw, b.dead)); err != nil {
 				return err
 			}
 			n++
 		}
 	}
+	return nil
+}
+
+// refusePosition refuses rw when it is addressed as a relay's position:
+// to this relay's position topic, or keyed "<system id>/<anything>" as a
+// position record of this database is. Such a record is dead-lettered
+// (dead) when the relay has a dead-letter topic, and otherwise stops it
+// with a *RecordError wrapping ErrPositionRecord.
+func (c *config) refusePosition(rw row, dead map[int64]error) error {
+	if _, already := dead[rw.id]; already {
+		return nil
+	}
+	system, _, _ := strings.Cut(c.key, "/")
+	switch {
+	case c.positionTopic != "" && rw.rec.Topic == c.positionTopic:
+	case system != "" && strings.HasPrefix(string(rw.rec.Key), system+"/"):
+	default:
+		return nil
+	}
+	cause := fmt.Errorf("%w: topic %q, key of %d bytes", ErrPositionRecord, rw.rec.Topic, len(rw.rec.Key))
+	if c.deadLetter == "" {
+		return finalError{&RecordError{ID: rw.id, Topic: rw.rec.Topic, Partition: rw.partition, Err: cause}}
+	}
+	c.logger.Warn("outbox: record addressed as a relay's position; dead-lettering it", "id", rw.id, "topic", rw.rec.Topic, "dead_letter_topic", c.deadLetter)
+	dead[rw.id] = cause
 	return nil
 }
 
