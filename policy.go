@@ -151,6 +151,12 @@ func (p ErrorPolicy) DeadLetters() bool {
 	return !p.each(func(q ErrorPolicy) bool { return !q.deadLetters() })
 }
 
+// Retries reports whether p retries a record for some error (its own
+// policy or one its rules name).
+func (p ErrorPolicy) Retries() bool {
+	return !p.each(func(q ErrorPolicy) bool { return q.kind != PolicyRetry })
+}
+
 func (p ErrorPolicy) deadLetters() bool {
 	return p.kind == PolicyDeadLetter || p.kind == PolicyRetry && p.then != nil && p.then.kind == PolicyDeadLetter
 }

@@ -96,6 +96,9 @@ func TestDeadLetterTopicsOfRules(t *testing.T) {
 	if got := fmt.Sprint(p.DeadLetterTopics()); got != "[parse-dlq slow-dlq]" {
 		t.Errorf("DeadLetterTopics() = %s; want [parse-dlq slow-dlq]", got)
 	}
+	if !Classify(Stop(), When(errParse, Retry(time.Second, 0))).Retries() || p.Retries() != true || Classify(Stop(), When(errParse, DeadLetterTo("d"))).Retries() {
+		t.Error("Retries() does not see a rule's Retry, or sees one where there is none")
+	}
 	if Classify(Stop(), When(errParse, Retry(time.Second, 0))).DeadLetters() {
 		t.Error("a classification without dead letters reports DeadLetters")
 	}

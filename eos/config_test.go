@@ -3,6 +3,7 @@ package eos_test
 import (
 	"context"
 	"errors"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
@@ -138,6 +139,10 @@ func TestNewProcessorRejectsBadConfig(t *testing.T) {
 		// The exactly-once loop never calls AllowRebalance (issue 43
 		// item 4; accepted on 3bfa998).
 		{"BlockRebalanceOnPoll through ClientOptions", h, with(eos.ClientOptions(kgo.BlockRebalanceOnPoll())), "ClientOptions"},
+		// At-most-once commits at poll: a retry would handle the batch's
+		// earlier records twice (issue 43 item 5; accepted on 3bfa998).
+		{"a Retry under at-most-once", h, []eos.ProcessorOption{eos.Brokers("b:1"), eos.Group("g"), eos.Topics("in"), eos.WithSemantics(eos.AtMostOnce),
+			eos.OnHandlerError(eoskit.Classify(eoskit.Stop(), eoskit.When(io.EOF, eoskit.Retry(time.Millisecond, 3))))}, "OnHandlerError"},
 		{"dead letter without topic", h, with(eos.OnHandlerError(eos.DeadLetter(""))), "OnHandlerError"},
 		{"dead letter into an input topic", h, with(eos.OnHandlerError(eos.DeadLetter("in"))), "OnHandlerError"},
 		{"negative retry backoff", h, with(eos.OnHandlerError(eoskit.Retry(-1, 3))), "OnHandlerError"},

@@ -185,6 +185,10 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		return fail("OnHangingTransaction", "the hanging-transaction check is off (HangingTransactionCheck(0)): nothing would apply the policy")
 	case loop.CheckPolicy(c.onError, true) != nil:
 		return fail("OnHandlerError", loop.CheckPolicy(c.onError, true).Error())
+	case c.semantics == AtMostOnce && c.onError.Retries():
+		// The batch's offsets are committed at poll: a retry would
+		// handle the records before the failing one again.
+		return fail("OnHandlerError", "at-most-once never handles a record twice, and a Retry would handle the batch's records before the failing one again: use Stop or DeadLetter")
 	}
 	for _, t := range c.inputTopics {
 		if slices.Contains(c.onError.DeadLetterTopics(), t) {
