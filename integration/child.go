@@ -27,11 +27,7 @@ func ChildProcess(tb testing.TB, cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	// Linux sends it when the thread that started the child exits, not
-	// the process: Go does not end its threads, unless a goroutine that
-	// called runtime.LockOSThread returns without unlocking, so children
-	// must not be started from such a goroutine.
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	killWithParent(cmd.SysProcAttr)
 	tb.Cleanup(func() {
 		// Kill is safe beside a Wait in another goroutine, and a no-op
 		// on a process that exited.
