@@ -73,10 +73,15 @@ type DB interface {
 // Migrate creates the dashboard's tables, named after the prefix tables, if
 // they do not exist. <tables>_reports has no unique key on purpose: the
 // pattern, not a constraint, keeps each report once, and a duplicate would
-// show as a second row and a wrong total.
+// show as a second row and a wrong total. Replicas may run it at once.
 func Migrate(ctx context.Context, db DB, tables string) error {
 	reports, totals := names(tables)
-	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+reports+` (seq bigserial PRIMARY KEY, id text NOT NULL, region text NOT NULL, cases integer NOT NULL);
+	// One simple-protocol query, so one implicit transaction: the
+	// advisory lock serializes the replicas that start together, whose
+	// CREATE TABLE IF NOT EXISTS of the same table could otherwise both
+	// go ahead and one of them fail.
+	_, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.dashboard.migrate'));
+		CREATE TABLE IF NOT EXISTS `+reports+` (seq bigserial PRIMARY KEY, id text NOT NULL, region text NOT NULL, cases integer NOT NULL);
 		CREATE TABLE IF NOT EXISTS `+totals+` (region text PRIMARY KEY, cases bigint NOT NULL)`)
 	if err != nil {
 		return fmt.Errorf("dashboard: create tables %s: %w", tables, err)
