@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/outbox"
 )
 
 // containersSuite skips t outside the containers suite (scripts/containers.sh,
@@ -264,5 +266,35 @@ func TestContainerRyukIsTurnedOffWhereItsImageCannotBeHad(t *testing.T) {
 	if !strings.Contains(string(out), "reaper off (TESTCONTAINERS_RYUK_DISABLED=true)") &&
 		exec.CommandContext(ctx, "docker", "image", "inspect", testcontainers.ReaperDefaultImage).Run() != nil {
 		t.Errorf("the reaper's image is not on the engine, and the child did not say it turned the reaper off:\n%s", out)
+	}
+}
+
+// The kit's PostgreSQL runs the outbox: wal_level=logical, so Migrate
+// creates its table, publication and slot. Before, Migrate failed with
+// outbox.ErrWALLevel exactly when Docker was present (issue 47 item 3,
+// failing on 3bfa998).
+func TestContainerPostgresRunsTheOutbox(t *testing.T) {
+	containersSuite(t)
+	url := integration.StartPostgres(t).URL()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var level string
+	if err := pool.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil || level != "logical" {
+		t.Fatalf("wal_level = %q (%v), want logical", level, err)
+	}
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		t.Fatalf("outbox.Migrate on the kit's PostgreSQL: %v", err)
+	}
+	slot, err := outbox.DefaultSlot(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.DropSlot(ctx, pool, slot); err != nil {
+		t.Fatal(err)
 	}
 }

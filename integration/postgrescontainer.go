@@ -79,6 +79,9 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 		tcpostgres.WithUsername(postgresUser),
 		tcpostgres.WithPassword(postgresPassword),
 		tcpostgres.WithDatabase(postgresDB),
+		// The outbox reads the log by logical decoding (the embedded
+		// server sets it too).
+		testcontainers.WithCmdArgs("-c", "wal_level=logical"),
 	)
 	var port int
 	if cfg.host {
