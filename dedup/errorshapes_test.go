@@ -2,19 +2,15 @@ package dedup_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/dedup"
+	"github.com/eoskit/eoskit/testsupport/contract"
 )
 
 // The error shapes a handler meets that are not the database's (an
@@ -26,28 +22,18 @@ import (
 // DeadLetter ended Run with 38 of 99 applied).
 func TestHandlerErrorShapesGoToThePolicy(t *testing.T) {
 	t.Parallel()
-	shapes := map[string]error{
-		"net.OpError":              &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
-		"io.EOF":                   io.EOF,
-		"context.DeadlineExceeded": context.DeadlineExceeded,
-	}
-	policy := eoskit.Classify(eoskit.Stop(),
-		eoskit.WhenAs[*net.OpError](eoskit.Retry(time.Millisecond, 3).Then(dedup.DeadLetter())),
-		eoskit.When(io.EOF, dedup.DeadLetter()),
-		eoskit.When(context.DeadlineExceeded, dedup.DeadLetter()),
-	)
-	for name, shape := range shapes {
-		t.Run(name, func(t *testing.T) {
+	for _, shape := range contract.Shapes() {
+		t.Run(shape.Name, func(t *testing.T) {
 			t.Parallel()
 			b := newBed(t, 2)
 			b.produce(t, stamped(100)...)
 			effect := b.handler("a")
 			r := b.runConsumer(t, b.pool, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 				if string(rec.Value) == "m42" {
-					return fmt.Errorf("handle m42: %w", shape)
+					return shape.Err(rec.Offset)
 				}
 				return effect(ctx, tx, rec)
-			}, dedup.OnHandlerError(policy))
+			}, dedup.OnHandlerError(contract.Policy(dedup.DeadLetter())))
 			waitFor(t, "99 applied and m42 parked", func() bool {
 				r.running(t)
 				s := r.c.Stats()

@@ -2,10 +2,7 @@ package offsetstore_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -14,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/testsupport/contract"
 )
 
 // The error shapes a handler meets that are not the database's: an
@@ -27,33 +24,21 @@ import (
 // the other records applied; issue 43 item 10, failing on 3bfa998).
 func TestHandlerErrorShapesGoToThePolicy(t *testing.T) {
 	t.Parallel()
-	shapes := map[string]func(off int64) error{
-		"net.OpError": func(off int64) error {
-			return fmt.Errorf("enrich %d: %w", off, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
-		},
-		"io.EOF":                   func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) },
-		"context.DeadlineExceeded": func(off int64) error { return fmt.Errorf("pricing %d: %w", off, context.DeadlineExceeded) },
-	}
-	policy := eoskit.Classify(eoskit.Stop(),
-		eoskit.WhenAs[*net.OpError](eoskit.Retry(time.Millisecond, 3).Then(offsetstore.DeadLetter())),
-		eoskit.When(io.EOF, offsetstore.DeadLetter()),
-		eoskit.When(context.DeadlineExceeded, offsetstore.DeadLetter()),
-	)
-	for name, shape := range shapes {
-		t.Run(name, func(t *testing.T) {
+	for _, shape := range contract.Shapes() {
+		t.Run(shape.Name, func(t *testing.T) {
 			t.Parallel()
 			const n = 400
 			b := newBed(t, 1, n)
 			h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 				for _, r := range recs {
 					if isBad(r) {
-						return shape(r.Offset)
+						return shape.Err(r.Offset)
 					}
 				}
 				return load(nil)(ctx, tx, recs)
 			}
-			run := b.start(t, h, offsetstore.OnHandlerError(policy))
-			b.checkSettled(t, run, n, func(off int64) string { return shape(off).Error() })
+			run := b.start(t, h, offsetstore.OnHandlerError(contract.Policy(offsetstore.DeadLetter())))
+			b.checkSettled(t, run, n, func(off int64) string { return shape.Err(off).Error() })
 		})
 	}
 }
