@@ -51,7 +51,7 @@ type Processor struct {
 	rearm atomic.Bool
 	// userHooks are the partition callbacks given in ClientOptions, run
 	// after the processor's own.
-	userHooks loop.UserHooks
+	userHooks loop.Hooks
 	running   atomic.Bool
 	// committed counts commits, so that Run can tell a session that made
 	// progress from one that failed at once.

@@ -412,18 +412,15 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 			p.logger.Info("eos: partitions "+what, "partitions", parts)
 		}
 	}
-	return []kgo.Opt{
-		kgo.OnPartitionsAssigned(loop.Chain(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-			if p.state != nil {
-				p.state.assigned(parts[p.state.input])
-				p.wake.signal() // an idle session restores them
-			}
-			p.obs.Assigned(parts)
-			p.logger.Info("eos: partitions assigned", "partitions", parts)
-		}, p.userHooks.Assigned)),
-		kgo.OnPartitionsRevoked(loop.Chain(onTaken("revoked"), p.userHooks.Revoked)),
-		kgo.OnPartitionsLost(loop.Chain(onTaken("lost"), p.userHooks.Lost)),
+	assigned := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+		if p.state != nil {
+			p.state.assigned(parts[p.state.input])
+			p.wake.signal() // an idle session restores them
+		}
+		p.obs.Assigned(parts)
+		p.logger.Info("eos: partitions assigned", "partitions", parts)
 	}
+	return loop.GroupHooks(loop.Hooks{Assigned: assigned, Revoked: onTaken("revoked"), Lost: onTaken("lost")}, p.userHooks)
 }
 
 // transactionBudget is how long a transaction may spend handling records:

@@ -60,7 +60,7 @@ type Core struct {
 	pkg       string
 	cfg       Config
 	run       Runner
-	userHooks loop.UserHooks
+	userHooks loop.Hooks
 	// Obs takes what the runner reports: its metrics and its health.
 	Obs     *loop.Observer
 	running atomic.Bool
@@ -110,11 +110,7 @@ func (c *Core) Run(ctx context.Context) (err error) {
 	if c.cfg.Concurrency > 1 {
 		s.slots = make(chan struct{}, c.cfg.Concurrency)
 	}
-	cl, err := c.newClient(
-		kgo.OnPartitionsAssigned(loop.Chain(s.assigned, c.userHooks.Assigned)),
-		kgo.OnPartitionsRevoked(loop.Chain(s.revoked, c.userHooks.Revoked)),
-		kgo.OnPartitionsLost(loop.Chain(s.lost, c.userHooks.Lost)),
-	)
+	cl, err := c.newClient(loop.GroupHooks(loop.Hooks{Assigned: s.assigned, Revoked: s.revoked, Lost: s.lost}, c.userHooks)...)
 	if err != nil {
 		return err
 	}

@@ -11,12 +11,24 @@ import (
 // PartitionsFunc is the shape of franz-go's partition callbacks.
 type PartitionsFunc = func(context.Context, *kgo.Client, map[string][]int32)
 
-// UserHooks are the partition callbacks a user passed through a runner's
-// ClientOptions. The runner sets callbacks of its own, which would replace
-// them (franz-go keeps one of each); it calls the user's after its own
-// instead.
-type UserHooks struct {
+// Hooks are a group's partition callbacks: a runner's own, or those a
+// user passed through its ClientOptions. The runner's would replace the
+// user's (franz-go keeps one of each), so [GroupHooks] calls the user's
+// after the runner's instead.
+type Hooks struct {
 	Assigned, Revoked, Lost PartitionsFunc
+}
+
+// GroupHooks returns the group callbacks a runner installs: its own
+// (ours), each followed by the user's (see ReadUserOptions). Every runner
+// installs its callbacks through it, so that the user's are called alike
+// everywhere and after the runner's.
+func GroupHooks(ours, user Hooks) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.OnPartitionsAssigned(Chain(ours.Assigned, user.Assigned)),
+		kgo.OnPartitionsRevoked(Chain(ours.Revoked, user.Revoked)),
+		kgo.OnPartitionsLost(Chain(ours.Lost, user.Lost)),
+	}
 }
 
 // Chain returns the callback that runs ours, then the user's (if any).
@@ -52,11 +64,11 @@ const probe = "eoskit-probe-not-given"
 // the client each constructor builds to check the options, and each
 // session's, this one is created and closed: hooks of kgo.WithHooks see it
 // (HookNewClient, HookClientClosed).
-func ReadUserOptions(base, opts []kgo.Opt, instead map[string]string) (UserHooks, error) {
+func ReadUserOptions(base, opts []kgo.Opt, instead map[string]string) (Hooks, error) {
 	all := append(append(append([]kgo.Opt{}, base...), kgo.ConsumerGroup(probe), kgo.DisableAutoCommit()), opts...)
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
-		return UserHooks{}, err
+		return Hooks{}, err
 	}
 	defer cl.Close()
 	set := map[string]bool{
@@ -70,10 +82,10 @@ func ReadUserOptions(base, opts []kgo.Opt, instead map[string]string) (UserHooks
 	}
 	for _, name := range []string{"ConsumerGroup", "ConsumeTopics", "ConsumeRegex", "ConsumePartitions", "TransactionalID", "AdjustFetchOffsetsFn", "BlockRebalanceOnPoll"} {
 		if use, owned := instead[name]; owned && set[name] {
-			return UserHooks{}, fmt.Errorf("kgo.%s is the runner's to set: %s", name, use)
+			return Hooks{}, fmt.Errorf("kgo.%s is the runner's to set: %s", name, use)
 		}
 	}
-	hooks := UserHooks{}
+	hooks := Hooks{}
 	hooks.Assigned, _ = cl.OptValue(kgo.OnPartitionsAssigned).(PartitionsFunc)
 	hooks.Revoked, _ = cl.OptValue(kgo.OnPartitionsRevoked).(PartitionsFunc)
 	hooks.Lost, _ = cl.OptValue(kgo.OnPartitionsLost).(PartitionsFunc)
