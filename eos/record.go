@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // What becomes of one input record in a batch is decided in one place:
@@ -154,12 +155,12 @@ func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.R
 }
 
 func deadLetter(topic string, in *kgo.Record, cause error) *kgo.Record {
-	headers := append([]kgo.RecordHeader(nil), in.Headers...)
-	headers = append(headers,
-		kgo.RecordHeader{Key: "eoskit-error", Value: []byte(cause.Error())},
-		kgo.RecordHeader{Key: "eoskit-source-topic", Value: []byte(in.Topic)},
-		kgo.RecordHeader{Key: "eoskit-source-partition", Value: strconv.AppendInt(nil, int64(in.Partition), 10)},
-		kgo.RecordHeader{Key: "eoskit-source-offset", Value: strconv.AppendInt(nil, in.Offset, 10)},
+	// The input's own dead-letter headers go: its producer chose them.
+	headers := append(loop.WithoutDeadLetterHeaders(in.Headers),
+		kgo.RecordHeader{Key: loop.HeaderError, Value: []byte(cause.Error())},
+		kgo.RecordHeader{Key: loop.HeaderSourceTopic, Value: []byte(in.Topic)},
+		kgo.RecordHeader{Key: loop.HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(in.Partition), 10)},
+		kgo.RecordHeader{Key: loop.HeaderSourceOffset, Value: strconv.AppendInt(nil, in.Offset, 10)},
 	)
 	return &kgo.Record{Topic: topic, Key: in.Key, Value: in.Value, Headers: headers}
 }

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eoskit/eoskit"
 	"testing"
 	"time"
+
+	"github.com/eoskit/eoskit"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -128,5 +129,24 @@ func TestFailuresBlameAnInputTooSlowTwiceAloneUnit(t *testing.T) {
 	f.committed(&batch{first: at})
 	if got := f.ranOutAlone(at); got != 1 {
 		t.Fatalf("after its commit: ranOutAlone = %d, want 1", got)
+	}
+}
+
+// A dead letter carries eoskit's own dead-letter headers only: those the
+// input's producer put on it go, so that no replay reads the producer's
+// eoskit-source-topic (issue 47 item 8; kept on 3bfa998).
+func TestADeadLetterDropsTheInputsOwnDeadLetterHeaders(t *testing.T) {
+	in := &kgo.Record{Topic: "reports", Partition: 2, Offset: 41, Headers: []kgo.RecordHeader{
+		{Key: "region", Value: []byte("north")},
+		{Key: "eoskit-source-topic", Value: []byte("payments")},
+		{Key: "eoskit-outbox-value", Value: []byte("blocked")},
+	}}
+	out := deadLetter("dlq", in, errors.New("bad"))
+	got := map[string][]string{}
+	for _, h := range out.Headers {
+		got[h.Key] = append(got[h.Key], string(h.Value))
+	}
+	if fmt.Sprint(got["eoskit-source-topic"]) != "[reports]" || got["eoskit-outbox-value"] != nil || fmt.Sprint(got["region"]) != "[north]" {
+		t.Fatalf("dead letter headers %v: want eoskit-source-topic [reports] alone, no eoskit-outbox-value, the input's region kept", got)
 	}
 }

@@ -813,15 +813,16 @@ func (c *config) record(rw row, dead map[int64]error) *kgo.Record {
 		rec.Context = context.WithValue(context.Background(), rowKey{}, info)
 		return &rec
 	}
+	// The record's own dead-letter headers go: its writer chose them.
 	hs := append([]kgo.RecordHeader{
-		{Key: "eoskit-outbox-id", Value: []byte(strconv.FormatInt(rw.id, 10))},
-		{Key: "eoskit-outbox-topic", Value: []byte(rw.rec.Topic)},
-		{Key: "eoskit-outbox-error", Value: []byte(cause.Error())},
-	}, rw.rec.Headers...)
+		{Key: loop.HeaderOutboxID, Value: []byte(strconv.FormatInt(rw.id, 10))},
+		{Key: loop.HeaderOutboxTopic, Value: []byte(rw.rec.Topic)},
+		{Key: loop.HeaderOutboxError, Value: []byte(cause.Error())},
+	}, loop.WithoutDeadLetterHeaders(rw.rec.Headers)...)
 	value := rw.rec.Value
 	if errors.Is(cause, kerr.MessageTooLarge) || errors.Is(cause, kerr.RecordListTooLarge) {
 		value = nil // kept, value included, in the dead-letter table
-		hs = append(hs, kgo.RecordHeader{Key: "eoskit-outbox-value", Value: []byte("omitted (too large); the record is kept in " + c.deadLetters())})
+		hs = append(hs, kgo.RecordHeader{Key: loop.HeaderOutboxValue, Value: []byte("omitted (too large); the record is kept in " + c.deadLetters())})
 	}
 	return &kgo.Record{Topic: c.deadLetter, Key: rw.rec.Key, Value: value, Headers: hs, Timestamp: rw.rec.Timestamp,
 		Context: context.WithValue(context.Background(), rowKey{}, rowInfo{id: rw.id, topic: c.deadLetter, partition: -1})}

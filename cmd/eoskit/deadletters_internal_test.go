@@ -27,6 +27,15 @@ func TestReplayRecordSendsTheRecordWhereItBelongs(t *testing.T) {
 	tooLarge := &kgo.Record{Topic: "dlt", Offset: 4,
 		Headers: hdrs("eoskit-outbox-id", "13", "eoskit-outbox-topic", "orders", "eoskit-outbox-error", "too large", "eoskit-outbox-value", "omitted (too large); the record is kept in eoskit_outbox_dead_letters")}
 	bare := &kgo.Record{Topic: "dlt", Offset: 5, Value: []byte("v")}
+	// Dead letters of inputs whose producers put dead-letter headers of
+	// their own, as an earlier eoskit kept them: eos's after the input's,
+	// the outbox's before the record's (issue 47 item 8: on 3bfa998 the
+	// first was replayed into payments, the second was refused for a
+	// value it had).
+	forgedEOS := &kgo.Record{Topic: "dlt", Offset: 8, Value: []byte("v"),
+		Headers: hdrs("eoskit-source-topic", "payments", "eoskit-error", "bad", "eoskit-source-topic", "reports", "eoskit-source-partition", "2", "eoskit-source-offset", "41")}
+	forgedOutbox := &kgo.Record{Topic: "dlt", Offset: 9, Value: []byte("v"),
+		Headers: hdrs("eoskit-outbox-id", "14", "eoskit-outbox-topic", "orders", "eoskit-outbox-error", "no such partition", "eoskit-outbox-topic", "payments", "eoskit-outbox-value", "blocked")}
 
 	for _, tc := range []struct {
 		in            *kgo.Record
@@ -39,6 +48,8 @@ func TestReplayRecordSendsTheRecordWhereItBelongs(t *testing.T) {
 		{tooLarge, "orders", "holds no value", ""},
 		{bare, "", "names no topic", ""},
 		{bare, "retry", "retry", "eoskit-replayed-from"},
+		{forgedEOS, "", "reports", "eoskit-replayed-from"},
+		{forgedOutbox, "", "orders", "eoskit-replayed-from"},
 	} {
 		out, err := replayRecord(tc.in, tc.toTopic)
 		if tc.wantHeaders == "" {

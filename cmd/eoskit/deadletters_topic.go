@@ -14,6 +14,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/deadletter"
+	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -42,13 +43,23 @@ type topicLetter struct {
 	Replayed   bool   `json:"replayed"` // the replaying group's offsets are past it
 }
 
+// header returns the dead-letter header key of r as eoskit wrote it. A
+// dead letter written before eoskit dropped its input's own dead-letter
+// headers may hold two: eos appended its own after the input's (the last
+// is eoskit's), the outbox relay put its own before the record's (the
+// first is).
 func header(r *kgo.Record, key string) (string, bool) {
+	last := !strings.HasPrefix(key, "eoskit-outbox-")
+	v, found := "", false
 	for _, h := range r.Headers {
 		if h.Key == key {
-			return string(h.Value), true
+			v, found = string(h.Value), true
+			if !last {
+				break
+			}
 		}
 	}
-	return "", false
+	return v, found
 }
 
 // letterOf describes r for a listing.
@@ -76,7 +87,10 @@ func letterOf(r *kgo.Record) topicLetter {
 // something else than the record.
 func replayRecord(r *kgo.Record, toTopic string) (*kgo.Record, error) {
 	at := fmt.Sprintf("%s[%d]@%d", r.Topic, r.Partition, r.Offset)
-	if table, ok := header(r, "eoskit-outbox-value"); ok {
+	// The relay leaves the value out only with this header; a value
+	// present says the header is the record's own (an earlier eoskit
+	// kept it).
+	if table, ok := header(r, loop.HeaderOutboxValue); ok && r.Value == nil {
 		return nil, fmt.Errorf("dead letter %s holds no value (%s): replay it from that table, not from the topic", at, table)
 	}
 	source, ok := header(r, "eoskit-source-topic")
@@ -87,16 +101,7 @@ func replayRecord(r *kgo.Record, toTopic string) (*kgo.Record, error) {
 	if to == "" {
 		return nil, fmt.Errorf("dead letter %s names no topic (no eoskit-source-topic or eoskit-outbox-topic header): name -to-topic", at)
 	}
-	headers := []kgo.RecordHeader{}
-	for _, h := range r.Headers {
-		switch h.Key {
-		case "eoskit-error", "eoskit-source-topic", "eoskit-source-partition", "eoskit-source-offset",
-			"eoskit-outbox-id", "eoskit-outbox-topic", "eoskit-outbox-error":
-		default:
-			headers = append(headers, h)
-		}
-	}
-	headers = append(headers, kgo.RecordHeader{Key: deadletter.ReplayedFromHeader, Value: []byte(at)})
+	headers := append(loop.WithoutDeadLetterHeaders(r.Headers), kgo.RecordHeader{Key: deadletter.ReplayedFromHeader, Value: []byte(at)})
 	return &kgo.Record{Topic: to, Key: r.Key, Value: r.Value, Headers: headers}, nil
 }
 
