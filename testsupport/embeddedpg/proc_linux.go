@@ -48,6 +48,14 @@ func (a account) attr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: a.cred}
 }
 
+// ownFile gives the open file f to the account.
+func (a account) ownFile(f *os.File) error {
+	if a.cred == nil {
+		return nil
+	}
+	return f.Chown(int(a.cred.Uid), int(a.cred.Gid))
+}
+
 // own gives path to the account.
 func (a account) own(path string) error {
 	if a.cred == nil {
@@ -80,3 +88,6 @@ func killLeftover(dir string) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
+
+// oNoFollow makes an open fail on a link.
+const oNoFollow = syscall.O_NOFOLLOW

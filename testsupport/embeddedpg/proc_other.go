@@ -2,7 +2,10 @@
 
 package embeddedpg
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // supported is false: the server's cleanup rests on Linux's parent-death
 // signal, and only Linux binaries are pinned.
@@ -13,5 +16,9 @@ type account struct{ name string }
 func serverAccount() (account, error)      { return account{}, nil }
 func (account) attr() *syscall.SysProcAttr { return nil }
 func (account) own(string) error           { return nil }
+func (account) ownFile(*os.File) error     { return nil }
 func alive(int) bool                       { return true }
 func killLeftover(string)                  {}
+
+// oNoFollow is none where the server does not run (Start refuses first).
+const oNoFollow = 0

@@ -141,8 +141,19 @@ func (s *Server) start(ctx context.Context, bin string, acct account, progress f
 	if err := os.WriteFile(filepath.Join(s.dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return fmt.Errorf("embeddedpg: %w", err)
 	}
-	if err := acct.own(s.dir); err != nil {
-		return fmt.Errorf("embeddedpg: give %s to %s: %w", s.dir, acct.name, err)
+	// The cluster's directory stays the caller's (root's, where the
+	// server runs as nobody): nobody owns only data/, so that it cannot
+	// plant a link where the caller writes (pwfile, server.log) and have
+	// root write, or hand over, a file of its choosing.
+	data := filepath.Join(s.dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		return fmt.Errorf("embeddedpg: %w", err)
+	}
+	if err := acct.own(data); err != nil {
+		return fmt.Errorf("embeddedpg: give %s to %s: %w", data, acct.name, err)
+	}
+	if err := os.Chmod(s.dir, 0o755); err != nil { // the server's user enters it, and writes nothing there
+		return fmt.Errorf("embeddedpg: %w", err)
 	}
 	// The binaries must run, as the server's user, on this machine.
 	if out, err := s.command(ctx, acct, bin, "postgres", "--version").CombinedOutput(); err != nil {
@@ -152,13 +163,9 @@ func (s *Server) start(ctx context.Context, bin string, acct account, progress f
 	password := make([]byte, 16)
 	_, _ = rand.Read(password)
 	pwfile := filepath.Join(s.dir, "pwfile")
-	if err := os.WriteFile(pwfile, []byte(hex.EncodeToString(password)), 0o600); err != nil {
+	if err := writeOwned(pwfile, []byte(hex.EncodeToString(password)), acct); err != nil {
 		return fmt.Errorf("embeddedpg: %w", err)
 	}
-	if err := acct.own(pwfile); err != nil {
-		return fmt.Errorf("embeddedpg: %w", err)
-	}
-	data := filepath.Join(s.dir, "data")
 	progress("creating a cluster in " + data + " (initdb, as " + acct.name + ")")
 	initdb := s.command(ctx, acct, bin, "initdb", "-D", data, "-U", "postgres", "-A", "scram-sha-256",
 		"--pwfile="+pwfile, "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")
@@ -211,7 +218,7 @@ var errPortTaken = errors.New("port taken")
 // errPortTaken if it could not bind.
 func (s *Server) serve(ctx context.Context, acct account, bin, data string, port int) error {
 	logPath := filepath.Join(s.dir, "server.log")
-	log, err := os.Create(logPath)
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|oNoFollow, 0o644)
 	if err != nil {
 		return fmt.Errorf("embeddedpg: %w", err)
 	}
@@ -345,4 +352,19 @@ func lastLines(out []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// writeOwned creates path (which must not exist, nor be a link) with
+// content, readable by acct alone: given to acct through the open file,
+// never by its name.
+func writeOwned(path string, content []byte, acct account) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|oNoFollow, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(content)
+	if err == nil {
+		err = acct.ownFile(f)
+	}
+	return errors.Join(err, f.Close())
 }
