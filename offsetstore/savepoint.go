@@ -223,23 +223,9 @@ func (b *batchRun) call(ctx context.Context, seg []*kgo.Record) error {
 		return &handlerError{err: fmt.Errorf("%w (then the rollback to its savepoint failed: %w)", err, rerr), transient: true}
 	}
 	if rej, ok := errors.AsType[*RejectError](err); ok {
-		i := -1
-		if rej.Record != nil {
-			k := keyOf(rej.Record)
-			for j, rec := range seg {
-				if keyOf(rec) == k {
-					i = j
-					break
-				}
-			}
-		}
-		if i < 0 {
-			named := "nil"
-			if rej.Record != nil {
-				named = fmt.Sprintf("%s[%d]@%d", rej.Record.Topic, rej.Record.Partition, rej.Record.Offset)
-			}
-			return fmt.Errorf("%w: it named %s, and was given %d records from %s[%d]@%d: %w", ErrRejectedOutsideBatch,
-				named, len(seg), seg[0].Topic, seg[0].Partition, seg[0].Offset, err)
+		i, outside := rejectedIn(seg, rej, err)
+		if outside != nil {
+			return outside
 		}
 		if err := b.segment(ctx, seg[:i]); err != nil {
 			return err
@@ -272,12 +258,12 @@ func (b *batchRun) call(ctx context.Context, seg []*kgo.Record) error {
 // time, to find it.
 func (b *batchRun) failBusy(seg []*kgo.Record, err error) error {
 	var rec *kgo.Record
-	if rej, ok := errors.AsType[*RejectError](err); ok && rej != nil && rej.Record != nil {
-		for _, r := range seg {
-			if keyOf(r) == keyOf(rej.Record) {
-				rec = r
-			}
+	if rej, ok := errors.AsType[*RejectError](err); ok && rej != nil {
+		i, outside := rejectedIn(seg, rej, err)
+		if outside != nil {
+			return outside // the handler's bug, as without open rows
 		}
+		rec = seg[i]
 	}
 	if rec == nil && len(seg) == 1 {
 		rec = seg[0]
@@ -298,6 +284,26 @@ func (b *batchRun) failBusy(seg []*kgo.Record, err error) error {
 	default:
 		return &stopError{err: &eoskit.RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Attempts: h.attempts, Err: err}}
 	}
+}
+
+// rejectedIn returns the index in seg of the record rej names, or, when it
+// names none of them (nil, another batch's), the error wrapping
+// ErrRejectedOutsideBatch that stops Run: the handler's bug, no record's.
+func rejectedIn(seg []*kgo.Record, rej *RejectError, err error) (int, error) {
+	if rej.Record != nil {
+		k := keyOf(rej.Record)
+		for j, rec := range seg {
+			if keyOf(rec) == k {
+				return j, nil
+			}
+		}
+	}
+	named := "nil"
+	if rej.Record != nil {
+		named = fmt.Sprintf("%s[%d]@%d", rej.Record.Topic, rej.Record.Partition, rej.Record.Offset)
+	}
+	return -1, fmt.Errorf("%w: it named %s, and was given %d records from %s[%d]@%d: %w", ErrRejectedOutsideBatch,
+		named, len(seg), seg[0].Topic, seg[0].Partition, seg[0].Offset, err)
 }
 
 // busyError ends an attempt whose transaction a handler's open rows

@@ -211,19 +211,43 @@ func TestRejectedRecordStopsRunAfterTheRecordsBeforeIt(t *testing.T) {
 // parked, under DeadLetter too.
 func TestRejectingARecordOutsideTheBatchStopsRun(t *testing.T) {
 	t.Parallel()
-	for name, named := range map[string]*kgo.Record{"another": {Offset: 10_000}, "nil": nil} {
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		named    *kgo.Record
+		openRows bool // the handler also leaves rows open on its connection
+	}{
+		{"another", &kgo.Record{Offset: 10_000}, false},
+		{"nil", nil, false},
+		// Before, with rows left open, a batch of one record was blamed
+		// for the rejection of another (issue 43 item 16, failing on
+		// 3bfa998: the batch's record was parked).
+		{"another, rows left open", &kgo.Record{Offset: 10_000}, true},
+		{"nil, rows left open", nil, true},
+	} {
+		named := c.named
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := newBed(t, 1, 50)
 			if named != nil {
 				named.Topic = b.topic
 			}
+			var opts []offsetstore.Option
+			if c.openRows {
+				opts = append(opts, offsetstore.MaxPollRecords(1))
+			}
 			run := b.start(t, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 				if err := load(nil)(ctx, tx, recs); err != nil {
 					return err
 				}
+				if c.openRows {
+					rows, err := tx.Query(ctx, `SELECT generate_series(1, 1000)`)
+					if err != nil {
+						return err
+					}
+					rows.Next() // and left open
+				}
 				return offsetstore.Reject(named, errors.New("wrong record"))
-			}, offsetstore.OnHandlerError(offsetstore.DeadLetter()))
+			}, append(opts, offsetstore.OnHandlerError(offsetstore.DeadLetter()))...)
 			err := run.wait(t, time.Minute)
 			if !errors.Is(err, offsetstore.ErrRejectedOutsideBatch) {
 				t.Fatalf("Run = %v, want an error wrapping ErrRejectedOutsideBatch", err)
