@@ -357,7 +357,7 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 		if len(staleParts) > 0 {
 			return &staleError{parts: staleParts}
 		}
-		run = &batchRun{r: r, tx: tx, st: st}
+		run = &batchRun{r: r, tx: tx, st: st, ids: ids}
 		applied, stop = fresh, nil
 		switch err := run.run(ctx, fresh); {
 		case errors.Is(err, errHalted) && run.halt.retry:

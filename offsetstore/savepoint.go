@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
@@ -68,6 +69,9 @@ type batchRun struct {
 	r  *Runner
 	tx pgx.Tx
 	st *batchState
+	// ids are the topics' IDs this batch claimed its offsets rows under:
+	// its dead letters are keyed by them too.
+	ids map[string]pgtype.UUID
 	// dirty: the savepoint holds the work of a call that succeeded (or a
 	// park), which the next call must not roll back: it takes a new one.
 	dirty bool
@@ -334,7 +338,7 @@ func (b *batchRun) fail(ctx context.Context, rec *kgo.Record, cause error) error
 // park writes rec in the dead-letter table, in the transaction that
 // stores its offset.
 func (b *batchRun) park(_ context.Context, rec *kgo.Record, cause error, attempts int) error {
-	if err := deadletter.QueuePark(b.queue(), "offsetstore", b.r.cfg.core.Group, rec, b.r.core.TopicID(rec.Topic), cause, nil); err != nil {
+	if err := deadletter.QueuePark(b.queue(), "offsetstore", b.r.cfg.core.Group, rec, b.ids[rec.Topic].Bytes, cause, nil); err != nil {
 		return err
 	}
 	b.dirty = true

@@ -56,6 +56,15 @@ func TestARecordAddressedAsAPositionIsNeverPublished(t *testing.T) {
 	if err := run.stop(); err != nil {
 		t.Fatal(err)
 	}
+	// Their dead letters name no topic to replay them to: a replay must
+	// choose one, and cannot send them back as positions unasked.
+	for _, rec := range k.ReadAll(dlq, kgo.ReadCommitted(), time.Minute) {
+		for _, h := range rec.Headers {
+			if h.Key == "eoskit-outbox-topic" {
+				t.Fatalf("the dead letter of a record addressed as a position names topic %q", h.Value)
+			}
+		}
+	}
 	for _, rec := range k.ReadAll(other, kgo.ReadCommitted(), time.Minute) {
 		if v := string(rec.Value); v != "before" && v != "after" {
 			t.Fatalf("%q was published to %s", v, other)

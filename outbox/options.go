@@ -106,6 +106,8 @@ func (c *config) check() error {
 		return bad("RetryFor", "must be positive")
 	case c.statusInterval <= 0:
 		return bad("StatusInterval", "must be positive")
+	case c.deadLetter != "" && c.deadLetter == c.positionTopic:
+		return bad("DeadLetter", "the dead-letter topic is the position topic: a dead letter there would be read as a relay's position")
 	}
 	return nil
 }

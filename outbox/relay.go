@@ -814,11 +814,14 @@ func (c *config) record(rw row, dead map[int64]error) *kgo.Record {
 		return &rec
 	}
 	// The record's own dead-letter headers go: its writer chose them.
-	hs := append([]kgo.RecordHeader{
-		{Key: loop.HeaderOutboxID, Value: []byte(strconv.FormatInt(rw.id, 10))},
-		{Key: loop.HeaderOutboxTopic, Value: []byte(rw.rec.Topic)},
-		{Key: loop.HeaderOutboxError, Value: []byte(cause.Error())},
-	}, loop.WithoutDeadLetterHeaders(rw.rec.Headers)...)
+	hs := []kgo.RecordHeader{{Key: loop.HeaderOutboxID, Value: []byte(strconv.FormatInt(rw.id, 10))}}
+	if !errors.Is(cause, ErrPositionRecord) {
+		// A record addressed as a position names no topic to replay it
+		// to: whoever replays it must choose one (-to-topic).
+		hs = append(hs, kgo.RecordHeader{Key: loop.HeaderOutboxTopic, Value: []byte(rw.rec.Topic)})
+	}
+	hs = append(hs, kgo.RecordHeader{Key: loop.HeaderOutboxError, Value: []byte(cause.Error())})
+	hs = append(hs, loop.WithoutDeadLetterHeaders(rw.rec.Headers)...)
 	value := rw.rec.Value
 	if errors.Is(cause, kerr.MessageTooLarge) || errors.Is(cause, kerr.RecordListTooLarge) {
 		value = nil // kept, value included, in the dead-letter table

@@ -129,6 +129,8 @@ func TestRelayRefusesWhatItCanNotRelay(t *testing.T) {
 		t.Fatalf("Run on a missing slot returned %v; want ErrNoSlot", err)
 	}
 	for _, o := range []outbox.Option{outbox.Slot("Bad-Name"), outbox.WithSemantics(eos.AtMostOnce), outbox.CommitInterval(0),
+		// A dead letter there would be read as a relay's position.
+		outbox.DeadLetter(outbox.DefaultPositionTopic),
 		// Refused by the constructor, not once Run holds the slot.
 		outbox.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))} {
 		_, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...), o)

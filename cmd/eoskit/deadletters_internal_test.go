@@ -34,6 +34,10 @@ func TestReplayRecordSendsTheRecordWhereItBelongs(t *testing.T) {
 	// value it had).
 	forgedEOS := &kgo.Record{Topic: "dlt", Offset: 8, Value: []byte("v"),
 		Headers: hdrs("eoskit-source-topic", "payments", "eoskit-error", "bad", "eoskit-source-topic", "reports", "eoskit-source-partition", "2", "eoskit-source-offset", "41")}
+	// The earlier relay's own headers first, then the record's, which
+	// may carry eos's: an outbox letter reads none of them.
+	forgedOldOutbox := &kgo.Record{Topic: "dlt", Offset: 10, Value: []byte("v"),
+		Headers: hdrs("eoskit-outbox-id", "15", "eoskit-outbox-topic", "orders", "eoskit-outbox-error", "refused", "eoskit-source-topic", "payments")}
 	forgedOutbox := &kgo.Record{Topic: "dlt", Offset: 9, Value: []byte("v"),
 		Headers: hdrs("eoskit-outbox-id", "14", "eoskit-outbox-topic", "orders", "eoskit-outbox-error", "no such partition", "eoskit-outbox-topic", "payments", "eoskit-outbox-value", "blocked")}
 
@@ -50,6 +54,7 @@ func TestReplayRecordSendsTheRecordWhereItBelongs(t *testing.T) {
 		{bare, "retry", "retry", "eoskit-replayed-from"},
 		{forgedEOS, "", "reports", "eoskit-replayed-from"},
 		{forgedOutbox, "", "orders", "eoskit-replayed-from"},
+		{forgedOldOutbox, "", "orders", "eoskit-replayed-from"},
 	} {
 		out, err := replayRecord(tc.in, tc.toTopic)
 		if tc.wantHeaders == "" {

@@ -43,13 +43,25 @@ type topicLetter struct {
 	Replayed   bool   `json:"replayed"` // the replaying group's offsets are past it
 }
 
-// header returns the dead-letter header key of r as eoskit wrote it. A
-// dead letter written before eoskit dropped its input's own dead-letter
-// headers may hold two: eos appended its own after the input's (the last
-// is eoskit's), the outbox relay put its own before the record's (the
-// first is).
+// fromOutbox reports whether r is an outbox relay's dead letter: the
+// relay writes eoskit-outbox-id first, before any header of the record.
+func fromOutbox(r *kgo.Record) bool {
+	return len(r.Headers) > 0 && r.Headers[0].Key == loop.HeaderOutboxID
+}
+
+// header returns the dead-letter header key of r as eoskit wrote it, and
+// none of the other kind's (an outbox letter's eoskit-source-* headers
+// are its record's own). A dead letter written before eoskit dropped its
+// input's own dead-letter headers may hold two: eos appended its own
+// after the input's (the last is eoskit's); the relay put its id, topic
+// and error before the record's (the first are) and its value header
+// after them (the last is).
 func header(r *kgo.Record, key string) (string, bool) {
-	last := !strings.HasPrefix(key, "eoskit-outbox-")
+	outbox := fromOutbox(r)
+	if outbox != strings.HasPrefix(key, "eoskit-outbox-") {
+		return "", false
+	}
+	last := !outbox || key == loop.HeaderOutboxValue
 	v, found := "", false
 	for _, h := range r.Headers {
 		if h.Key == key {
@@ -65,7 +77,8 @@ func header(r *kgo.Record, key string) (string, bool) {
 // letterOf describes r for a listing.
 func letterOf(r *kgo.Record) topicLetter {
 	l := topicLetter{Partition: r.Partition, Offset: r.Offset, KeyBytes: len(r.Key), ValueBytes: len(r.Value)}
-	if topic, ok := header(r, "eoskit-outbox-topic"); ok {
+	if fromOutbox(r) {
+		topic, _ := header(r, "eoskit-outbox-topic")
 		id, _ := header(r, "eoskit-outbox-id")
 		l.Source = fmt.Sprintf("%s (outbox row %s)", topic, id)
 		l.Error, _ = header(r, "eoskit-outbox-error")

@@ -78,7 +78,20 @@ ALTER TABLE eoskit_dead_letters
 	ADD COLUMN IF NOT EXISTS claim_scope  text,
 	ADD COLUMN IF NOT EXISTS claim_id     bytea,
 	ADD COLUMN IF NOT EXISTS topic_id     uuid;
-ALTER TABLE eoskit_dead_letters DROP CONSTRAINT IF EXISTS eoskit_dead_letters_consumer_group_topic_partition_offset_key;
+DO $$
+DECLARE c name;
+BEGIN
+	-- The first version's UNIQUE (consumer_group, topic, partition,
+	-- "offset"), whatever its name: a re-created topic's record must be
+	-- parked beside the old topic's.
+	FOR c IN SELECT con.conname FROM pg_constraint con
+		WHERE con.conrelid = 'eoskit_dead_letters'::regclass AND con.contype = 'u'
+		AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
+			WHERE a.attrelid = con.conrelid AND a.attnum = ANY (con.conkey)) = ARRAY['consumer_group', 'offset', 'partition', 'topic']
+	LOOP
+		EXECUTE format('ALTER TABLE eoskit_dead_letters DROP CONSTRAINT %I', c);
+	END LOOP;
+END $$;
 CREATE UNIQUE INDEX IF NOT EXISTS eoskit_dead_letters_record
 	ON eoskit_dead_letters (consumer_group, topic, (coalesce(topic_id, '00000000-0000-0000-0000-000000000000')), partition, "offset")`
 
@@ -126,13 +139,18 @@ func QueuePark(b *pgx.Batch, by, group string, rec *kgo.Record, topicID [16]byte
 
 // parkSQL parks a record; the claim table's schema is the one this
 // transaction resolves it in, so that a replay with another search_path
-// releases the same claim.
+// releases the same claim. A row parked without a topic ID (by an earlier
+// eoskit, or through a broker that named none) is the same record at the
+// same coordinates: not parked again beside it. ON CONFLICT names no
+// target, so that a table an earlier eoskit keyed otherwise takes it too.
 const parkSQL = `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", key, value, headers, error,
 			parked_by, claim_schema, claim_table, claim_scope, claim_id, topic_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9,
 			(SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($10)),
-			$11, $12, $13, $14)
-		ON CONFLICT (consumer_group, topic, (coalesce(topic_id, '00000000-0000-0000-0000-000000000000')), partition, "offset") DO NOTHING`
+			$11, $12, $13, $14
+		WHERE NOT EXISTS (SELECT FROM eoskit_dead_letters d WHERE d.consumer_group = $1 AND d.topic = $2
+			AND d.partition = $3 AND d."offset" = $4 AND d.topic_id IS NULL)
+		ON CONFLICT DO NOTHING`
 
 func parkArgs(by, group string, rec *kgo.Record, topicID [16]byte, cause error, claim *Claim) ([]any, error) {
 	headers, err := encodeHeaders(rec.Headers)

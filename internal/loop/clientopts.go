@@ -24,6 +24,12 @@ type Hooks struct {
 // installs its callbacks through it, so that the user's are called alike
 // everywhere and after the runner's.
 func GroupHooks(ours, user Hooks) []kgo.Opt {
+	if user.Lost == nil {
+		// As franz-go does for a client without OnPartitionsLost: the
+		// user's revoke callback hears of lost partitions too, though
+		// the runner always sets a loss callback of its own.
+		user.Lost = user.Revoked
+	}
 	return []kgo.Opt{
 		kgo.OnPartitionsAssigned(Chain(ours.Assigned, user.Assigned)),
 		kgo.OnPartitionsRevoked(Chain(ours.Revoked, user.Revoked)),
