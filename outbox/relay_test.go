@@ -128,6 +128,21 @@ func TestRelayRefusesWhatItCanNotRelay(t *testing.T) {
 	if err := r.Run(ctx); !errors.Is(err, outbox.ErrNoSlot) {
 		t.Fatalf("Run on a missing slot returned %v; want ErrNoSlot", err)
 	}
+	// A slot created with two_phase would stream prepared transactions
+	// before they commit: refused at the start (issue 43 item 23; on
+	// 3bfa998 it was taken, and failed at the first PREPARE).
+	twoPhase := fmt.Sprintf("two_phase_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, true)`, twoPhase); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, twoPhase) })
+	r, err = outbox.NewRelay(pool, b.opts(t, outbox.Slot(twoPhase))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx); !errors.Is(err, outbox.ErrNoSlot) || !strings.Contains(err.Error(), "two_phase") {
+		t.Fatalf("Run on a two_phase slot returned %v; want ErrNoSlot naming two_phase", err)
+	}
 	for _, o := range []outbox.Option{outbox.Slot("Bad-Name"), outbox.WithSemantics(eos.AtMostOnce), outbox.CommitInterval(0),
 		// A dead letter there would be read as a relay's position.
 		outbox.DeadLetter(outbox.DefaultPositionTopic),

@@ -272,7 +272,11 @@ func checkReady(ctx context.Context, pool *pgxpool.Pool, n names) error {
 		return fmt.Errorf("%w: outbox %s has version %d, this code needs %d", ErrSchema, n.table(), version, SchemaVersion)
 	}
 	var plugin string
-	err = pool.QueryRow(ctx, `SELECT plugin FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, slot).Scan(&plugin)
+	var twoPhase bool
+	// two_phase exists from PostgreSQL 14 on: read through jsonb, so that
+	// an older server answers false.
+	err = pool.QueryRow(ctx, `SELECT s.plugin, coalesce((to_jsonb(s)->>'two_phase')::boolean, false)
+		FROM pg_replication_slots s WHERE s.slot_name = $1 AND s.database = current_database()`, slot).Scan(&plugin, &twoPhase)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %s (create it with outbox.Migrate or outbox.CreateSlot before writing records)", ErrNoSlot, slot)
 	}
@@ -281,6 +285,12 @@ func checkReady(ctx context.Context, pool *pgxpool.Pool, n names) error {
 	}
 	if plugin != "pgoutput" {
 		return fmt.Errorf("%w: %s uses plugin %s, not pgoutput", ErrNoSlot, slot, plugin)
+	}
+	if twoPhase {
+		// The stream would carry a prepared transaction's records at
+		// PREPARE, before it commits or rolls back, which the relay's
+		// decoding refuses (BeginPrepare).
+		return fmt.Errorf("%w: %s was created with two_phase, and the relay reads committed transactions only: drop it and let outbox.Migrate (or CreateSlot) create it", ErrNoSlot, slot)
 	}
 	return nil
 }
