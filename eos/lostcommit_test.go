@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
@@ -25,6 +26,11 @@ type endTxnTamperer struct {
 	commitsBefore atomic.Int32 // EndTxn commits let through before the tampered one
 	seen          atomic.Int32 // EndTxn commits seen so far
 	tampered      atomic.Bool
+	// hold, when set, holds the tampered response before the client
+	// reads it: held is closed when it arrives, and the response passes
+	// once release is closed.
+	hold          bool
+	held, release chan struct{}
 }
 
 func (d *endTxnTamperer) dial(ctx context.Context, network, host string) (net.Conn, error) {
@@ -40,6 +46,8 @@ type tamperedConn struct {
 	d       *endTxnTamperer
 	mu      sync.Mutex
 	pending map[int32]int // correlation id -> offset of the error code in the response
+	// the response being read is the tampered one
+	tamper bool
 	// the response being read: bytes of it seen, its size, and the
 	// error-code offset to rewrite (-1: none)
 	pos, size int
@@ -111,12 +119,16 @@ func (c *tamperedConn) Read(p []byte) (int, error) {
 				off, ok := c.pending[corr]
 				delete(c.pending, corr)
 				c.mu.Unlock()
-				c.target = -1
+				c.target, c.tamper = -1, ok
 				if ok {
 					c.target = off
 				}
+				if ok && c.d.hold {
+					close(c.d.held)
+					<-c.d.release
+				}
 			}
-		} else if c.target >= 0 && (c.pos == c.target || c.pos == c.target+1) {
+		} else if c.tamper && (c.pos == c.target || c.pos == c.target+1) {
 			p[i] = 0xff
 		}
 		c.pos++
@@ -232,4 +244,84 @@ func TestProcessorGuardsAnUnknownOutcomeThroughARebalanceThatTakesNothing(t *tes
 	close(release)
 	checkTamperedCopy(t, k, p, tamper, metrics, progress, inputs, out)
 	t.Logf("empty revokes: %d", emptyRevokes.Load())
+}
+
+// The same unknown outcome with a revoke that waits while the commit ends:
+// franz-go holds a revoke until End returns, then passes it on. A
+// processor that reads the revoke after End takes the unconfirmed commit
+// for the rebalance's abort and skips the broker's offsets; under a
+// cooperative or KIP-848 group the partitions it keeps are never
+// re-fetched, so it would copy the committed batch again. Here a second
+// member joins an eager group while a batch is handled; the batch's End
+// meets the rebalance at its heartbeat, commits all the same (KIP-447),
+// and its EndTxn's answer, UNKNOWN_SERVER_ERROR, is held until the group
+// loop's revoke waits on the ending transaction. The abort must be
+// "outcome-unknown" (the broker's offsets were read), not "rebalance",
+// and every input is copied once (issue 43 item 1).
+func TestProcessorGuardsAnUnknownOutcomeThroughARevokeWhileItEnds(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(4), k.NewTopic(4)
+	group := integration.UniqueName(t, "g")
+	const n, holdAt = 4000, 1000
+	inputs := k.Seed(in, n)
+	tamper := &endTxnTamperer{hold: true, held: make(chan struct{}), release: make(chan struct{})}
+	tamper.commitsBefore.Store(1 << 30) // armed below
+	var handled atomic.Int64
+	holding, releaseHandler := make(chan struct{}), make(chan struct{})
+	copyOut := copyHandler(out)
+	handler := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if handled.Add(1) == holdAt {
+			close(holding)
+			select {
+			case <-releaseHandler:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return copyOut(ctx, r)
+	}
+	metrics := &countingMetrics{}
+	progress := followCommitted(t, k, out)
+	eager := kgo.Balancers(kgo.RangeBalancer())
+	p := startProcessor(t, handler, append(processorOpts(k, group, in, "0"), eos.MaxRecordsPerCommit(500), eos.WithMetrics(metrics),
+		eos.ClientOptions(kgo.Dialer(tamper.dial), eager))...)
+	select {
+	case <-holding:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler never reached the record it holds")
+	}
+	tamper.commitsBefore.Store(tamper.seen.Load()) // the held batch's commit is the tampered one
+	// A second member joins, holds what it is given without reading or
+	// committing, and leaves once assigned.
+	var assigned atomic.Bool
+	member := k.Client(kgo.ConsumerGroup(group), kgo.ConsumeTopics(in), eager, kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, parts map[string][]int32) { assigned.Store(len(parts[in]) > 0) }))
+	go func() {
+		for ctx := t.Context(); ctx.Err() == nil && !assigned.Load(); {
+			pollCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			member.PollFetches(pollCtx)
+			cancel()
+		}
+		member.Close()
+	}()
+	adm := kadm.NewClient(k.Client())
+	waitFor(t, time.Minute, "the second member's join to start a rebalance", func() bool {
+		described, err := adm.DescribeGroups(t.Context(), group)
+		return err == nil && described[group].State == "PreparingRebalance"
+	})
+	close(releaseHandler) // the batch ends now, and its heartbeat meets the rebalance
+	select {
+	case <-tamper.held:
+	case <-time.After(time.Minute):
+		close(tamper.release)
+		t.Fatal("the held batch's EndTxn commit never came (a revoke before End aborts it untried: run again)")
+	}
+	// The group loop revokes next, and waits on the ending transaction.
+	time.Sleep(time.Second)
+	close(tamper.release)
+	checkTamperedCopy(t, k, p, tamper, metrics, progress, inputs, out)
+	if !assigned.Load() {
+		t.Error("the second member was never assigned a partition: the rebalance the test needs did not happen")
+	}
 }

@@ -30,7 +30,8 @@ type txnEnd struct {
 	// timeout.
 	elapsed, timeout time.Duration
 	// shutdown: Run's ctx ended (past the drain). revoked: the group took
-	// partitions during the transaction. failed: a handler failed (or was
+	// partitions during the transaction, before its End began (see
+	// revokes), so franz-go aborted it untried. failed: a handler failed (or was
 	// too slow) under Stop or Retry. overBudget: the budget ran out
 	// before the polled records were handled.
 	shutdown, revoked, failed, overBudget bool

@@ -3,7 +3,6 @@ package eos
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -18,7 +17,7 @@ import (
 // semantics are one option away, measurable and testable against the same
 // workload; it makes no exactly-once promise.
 func (p *Processor) runPlain(ctx, stop context.Context) error {
-	var revoked atomic.Bool
+	var revoked revokes
 	// Holding the rebalance until the batch's offsets are committed keeps
 	// a batch from being committed by a member that no longer owns it.
 	cl, err := kgo.NewClient(p.sessionOpts(&revoked, kgo.BlockRebalanceOnPoll())...)
@@ -71,7 +70,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			return f
 		}
 		records = append(records, fetches.Records()...)
-		handled := rn.collect(ctx, b, fetches, collectPoll, &revoked)
+		handled := rn.collect(ctx, b, fetches, collectPoll, &revoked.pending)
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 		flushErr := b.promises.settle(endCtx, rn.flush)
 		_, produceErr := b.produceErr()
@@ -80,7 +79,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			commitErr = cl.CommitRecords(endCtx, records...)
 		}
 		cancel()
-		revoked.Store(false)
+		revoked.pending.Store(false)
 		elapsed := time.Since(b.start)
 		// Whatever failed once ctx ended failed because of it.
 		shutdown := b.shutdown || ctx.Err() != nil

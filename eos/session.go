@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -17,7 +16,7 @@ import (
 // runTransactional is one GroupTransactSession's life: it returns when ctx
 // ends, on a final error, or with a *restartError.
 func (p *Processor) runTransactional(ctx, stop context.Context) error {
-	var revoked atomic.Bool
+	var revoked revokes
 	// disconnected tells the hanging-transaction check that a broker
 	// connection closed.
 	var disconnected disconnectFlag
@@ -139,9 +138,8 @@ type session struct {
 	adm   *kadm.Client
 	// timeout is the transaction timeout.
 	timeout time.Duration
-	// revoked is set by the group's callbacks when the group takes
-	// partitions; each transaction's end clears it.
-	revoked *atomic.Bool
+	// revoked records the group's revocations and losses (groupHooks).
+	revoked *revokes
 }
 
 // transact runs one transaction: it begins it, handles fetches and what
@@ -164,7 +162,7 @@ func (s *session) transact(ctx context.Context, fetches kgo.Fetches) (goOn bool,
 	// check, which must know how it ended.
 	producerID, txnEpoch, idErr := s.cl.ProducerID(ctx)
 	b := &batch{start: time.Now()}
-	handled := s.rn.collect(ctx, b, fetches, s.gts.PollRecords, s.revoked)
+	handled := s.rn.collect(ctx, b, fetches, s.gts.PollRecords, &s.revoked.pending)
 	e := s.end(ctx, b, handled)
 	if p.state != nil {
 		// The stores take the transaction's writes only if it committed
@@ -178,7 +176,6 @@ func (s *session) transact(ctx context.Context, fetches kgo.Fetches) (goOn bool,
 		rec.committed, rec.known = e.knownOutcome()
 		s.check.ended(producerID, txnEpoch, rec)
 	}
-	e.revoked = s.revoked.Swap(false)
 	e.elapsed = time.Since(b.start)
 	// Whatever failed once ctx ended (a handler, a record produced
 	// under ctx) failed because of it: a shutdown, not an error.
@@ -211,7 +208,9 @@ func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
 	_, e.produceErr = b.produceErr()
 	e.wantCommit = handled && e.flushErr == nil && e.produceErr == nil && ctx.Err() == nil
 	s.p.rearm.Store(false) // End re-arms franz-go's revoke callback (see rearm)
-	e.committed, e.endErr = s.gts.End(endCtx, kgo.TransactionEndTry(e.wantCommit))
+	e.revoked, e.committed, e.endErr = s.revoked.end(func() (bool, error) {
+		return s.gts.End(endCtx, kgo.TransactionEndTry(e.wantCommit))
+	})
 	return e
 }
 
@@ -235,7 +234,8 @@ func (s *session) rearm(ctx context.Context) error {
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	s.p.rearm.Store(false) // a revoke from here on is passed on, and marks it again
-	if _, err := s.gts.End(endCtx, kgo.TryAbort); err != nil && ctx.Err() == nil {
+	_, _, err := s.revoked.end(func() (bool, error) { return s.gts.End(endCtx, kgo.TryAbort) })
+	if err != nil && ctx.Err() == nil {
 		return &restartError{fmt.Errorf("end the idle session's empty transaction after a revoke: %w", err)}
 	}
 	return nil
@@ -369,7 +369,7 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 // sessionOpts notes a new session and returns the options of its client:
 // the configured ones, the group's callbacks (groupHooks), which set
 // revoked, and extra.
-func (p *Processor) sessionOpts(revoked *atomic.Bool, extra ...kgo.Opt) []kgo.Opt {
+func (p *Processor) sessionOpts(revoked *revokes, extra ...kgo.Opt) []kgo.Opt {
 	p.obs.NewSession() // before the group can assign anything to it
 	opts := append(p.cfg.kgoOpts(RoleProducer, RoleConsumer), p.groupHooks(revoked)...)
 	return append(opts, extra...)
@@ -389,7 +389,7 @@ func (p *Processor) sessionOpts(revoked *atomic.Bool, extra ...kgo.Opt) []kgo.Op
 // included, asks an idle session to re-arm (session.rearm). Under a
 // cooperative group the empty revoke does not latch, and the re-arm is one
 // empty abort, which no one sees.
-func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
+func (p *Processor) groupHooks(revoked *revokes) []kgo.Opt {
 	onTaken := func(what string) func(context.Context, *kgo.Client, map[string][]int32) {
 		return func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 			if len(parts) == 0 {
@@ -398,7 +398,7 @@ func (p *Processor) groupHooks(revoked *atomic.Bool) []kgo.Opt {
 				p.logger.Debug("eos: group session ended; no partition " + what)
 				return
 			}
-			revoked.Store(true)
+			revoked.taken()
 			p.rearm.Store(true)
 			if p.state != nil {
 				p.state.takenAway(parts[p.state.input])
