@@ -189,8 +189,9 @@
 // at most one line a second: the dead letters held back meanwhile are
 // counted in one line, with the coordinates of the last, once the second
 // has passed or when Run returns. A processor whose group assigns it no
-// partition for its session timeout plus a quarter of it (at least 5 s
-// more: 56 s under franz-go's default 45 s) logs it once at Warn, with
+// partition for the longer of its session and rebalance timeouts plus a
+// quarter of it (at least 5 s more: 75 s under franz-go's defaults of 45
+// and 60 s) logs it once at Warn, with
 // the likely reasons (another member holds the partitions until its
 // session timeout expires, or the group has more members than
 // partitions). [WithMetrics]

@@ -39,8 +39,9 @@ type Inputs struct {
 }
 
 // SeedHostile is [SeedTransactional] for tests: n committed records in
-// transactions of batch, each followed by an aborted one of the same size,
-// spread over the topic's partitions. Check outputs with
+// transactions of batch, each followed by an aborted one of batch records
+// (the last too, when n is not a multiple of batch), spread over the
+// topic's partitions. Check outputs with
 // [KafkaCluster.VerifyInputs], which counts an aborted id in the output as
 // aborted-visible.
 func (k *KafkaCluster) SeedHostile(topic string, n, batch int) Inputs {

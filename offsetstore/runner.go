@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -311,6 +312,18 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 	if len(fresh) == 0 {
 		return nil, nil, nil
 	}
+	if u := st.unconfirmed; u != nil {
+		committed, err := r.confirmed(ctx, u.xid)
+		if err != nil {
+			return nil, nil, err // the batch is retried, and asks again
+		}
+		st.unconfirmed = nil
+		if committed {
+			r.cfg.core.Logger.Info("offsetstore: a batch's COMMIT went unanswered; the database says it committed, going on", "records", len(u.applied))
+			r.settled(u, start)
+			return u.applied, u.stop, nil
+		}
+	}
 
 	// Partitions in a fixed order, so that owners claiming the same rows
 	// queue on them instead of deadlocking.
@@ -324,6 +337,8 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 
 	claimed := map[topicPartition]int64{}
 	var run *batchRun
+	var xid int64
+	var ended *attemptEnd // set once the transaction's work is done: only COMMIT may fail then
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		// Claim and check every partition's row before any side effect:
 		// a stale owner is refused here, not by a failure of its
@@ -348,6 +363,9 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 			})
 		}
 		pgtx.QueueClaimEnd(claims)
+		// The transaction's ID, for the next attempt to ask whether it
+		// committed should its COMMIT go unanswered (unconfirmed).
+		claims.Queue(`SELECT txid_current()`).QueryRow(func(row pgx.Row) error { return row.Scan(&xid) })
 		// The handler's first savepoint, in the same round trip.
 		claims.Queue(savepointSQL)
 		// One round trip for them all; the server runs them in order.
@@ -392,8 +410,12 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 				claimed[tp] = n
 			}
 		}
+		ended = &attemptEnd{xid: xid, applied: applied, stop: stop, claimed: maps.Clone(claimed), parked: run.parked}
 		return nil
 	})
+	if err != nil && ended != nil {
+		st.unconfirmed = ended // the next attempt asks first (confirmed)
+	}
 	if err != nil {
 		var stale *staleError
 		var herr *handlerError
@@ -410,28 +432,62 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 		}
 		return nil, nil, err
 	}
+	r.settled(&attemptEnd{applied: applied, stop: stop, claimed: claimed, parked: run.parked}, start)
+	return applied, stop, nil
+}
+
+// attemptEnd is what an attempt at a batch committed: the records applied
+// or parked (parked), the record it stopped on, and where each claimed
+// offsets row then stands (claimed); xid is its transaction's ID.
+type attemptEnd struct {
+	xid     int64
+	applied []*kgo.Record
+	stop    *eoskit.RecordError
+	claimed map[topicPartition]int64
+	parked  []parkedRecord
+}
+
+// settled notes that the attempt a, begun at start, committed.
+func (r *Runner) settled(a *attemptEnd, start time.Time) {
 	r.mu.Lock()
-	for _, tp := range parts {
+	for tp, at := range a.claimed {
 		// Where the row now stands: advanced, or, for a partition the
 		// records committed do not reach (stopped on), as claimed (a row
 		// created at the batch's first offset).
 		if _, owned := r.positions[tp]; owned {
-			r.positions[tp] = claimed[tp]
+			r.positions[tp] = at
 		}
 		delete(r.oldRows, tp)
 	}
 	r.mu.Unlock()
 	r.batches.Add(1)
-	r.records.Add(int64(len(applied)))
-	r.obs.Committed(len(applied), 0, time.Since(start))
-	if n := len(run.parked); n > 0 {
+	r.records.Add(int64(len(a.applied)))
+	r.obs.Committed(len(a.applied), 0, time.Since(start))
+	if n := len(a.parked); n > 0 {
 		r.deadLetters.Add(int64(n))
 		r.obs.DeadLettered(n)
-		for _, p := range run.parked {
+		for _, p := range a.parked {
 			r.deadLetterLog.Log(p.rec.Topic, p.rec.Partition, p.rec.Offset, p.cause, "attempts", p.attempts)
 		}
 	}
-	return applied, stop, nil
+}
+
+// confirmed asks the database whether the transaction xid, whose COMMIT
+// went unanswered, committed. An ID too old to be known (NULL) is taken
+// as not committed: the claim then finds the rows where they stand, and
+// a moved row is a stale owner's refusal, as before.
+func (r *Runner) confirmed(ctx context.Context, xid int64) (bool, error) {
+	var status pgtype.Text
+	if err := r.pool.QueryRow(ctx, `SELECT txid_status($1)`, xid).Scan(&status); err != nil {
+		return false, fmt.Errorf("offsetstore: ask whether a batch whose COMMIT went unanswered committed: %w", err)
+	}
+	switch status.String {
+	case "committed":
+		return true, nil
+	case "in progress":
+		return false, fmt.Errorf("offsetstore: the transaction of a batch whose COMMIT went unanswered is still in progress")
+	}
+	return false, nil
 }
 
 // callHandler runs the handler, turning a panic into an error, so that it

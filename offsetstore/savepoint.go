@@ -55,6 +55,11 @@ type batchState struct {
 	// oneByOne: a failure left the connection busy with none named
 	// (failBusy); the handler is called one record at a time.
 	oneByOne bool
+	// unconfirmed is the last attempt when its COMMIT went unanswered
+	// (the connection broke): the next attempt asks the database whether
+	// it committed (Runner.confirmed) before claiming the rows its own
+	// commit may have moved.
+	unconfirmed *attemptEnd
 }
 
 func newBatchState() *batchState {

@@ -92,13 +92,20 @@ func NewRelay(pool *pgxpool.Pool, opts ...Option) (*Relay, error) {
 
 // transactionTimeout returns the producer's transaction timeout, as the
 // pass-through options set it (kgo.TransactionTimeout; franz-go's
-// default, 40 s, otherwise).
+// default, 40 s, otherwise), and refuses a kgo.RecordDeliveryTimeout.
 func transactionTimeout(c *config) (time.Duration, error) {
 	cl, err := kgo.NewClient(c.connOpts()...) // connects to nothing until used
 	if err != nil {
 		return 0, &eoskit.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics.String(), Reason: err.Error(), Err: err}
 	}
 	defer cl.Close()
+	if t, _ := cl.OptValue(kgo.RecordDeliveryTimeout).(time.Duration); t > 0 {
+		// franz-go measures it from each record's timestamp, which the
+		// relay sets to the row's commit time: after an outage the whole
+		// backlog would be "timed out" and dead-lettered.
+		reason := "kgo.RecordDeliveryTimeout is measured from each record's timestamp, which the relay sets to its row's commit time: after an outage every backlog record would time out and be dead-lettered; bound a relay's retries with outbox.RetryFor"
+		return 0, &eoskit.ConfigError{Package: "outbox", Setting: "ClientOptions", Semantics: c.semantics.String(), Reason: reason}
+	}
 	d, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
 	if d <= 0 {
 		d = 40 * time.Second

@@ -147,7 +147,10 @@ func TestRelayRefusesWhatItCanNotRelay(t *testing.T) {
 		// A dead letter there would be read as a relay's position.
 		outbox.DeadLetter(outbox.DefaultPositionTopic),
 		// Refused by the constructor, not once Run holds the slot.
-		outbox.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck()))} {
+		outbox.ClientOptions(kgo.RequiredAcks(kgo.LeaderAck())),
+		// Measured from the commit time the relay stamps: a backlog would
+		// all time out (issue 47 item 14; taken on 411f3b1).
+		outbox.ClientOptions(kgo.RecordDeliveryTimeout(time.Minute))} {
 		_, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...), o)
 		if cerr, ok := errors.AsType[*eoskit.ConfigError](err); !ok || cerr.Package != "outbox" || !errors.Is(err, eoskit.ErrInvalidConfig) {
 			t.Errorf("NewRelay accepted a bad option, or refused it without an outbox *ConfigError: %v", err)

@@ -166,7 +166,7 @@ func Check(run Run) Report {
 // AbortedPositions returns the positions of the data records that aborted
 // transactions wrote, reconstructed independently of the broker's
 // read_committed filtering: recs must be a read_uncommitted read with
-// control records kept ([KafkaCluster.ReadRaw]), in offset order per
+// control records kept (the test kit's integration.KafkaCluster.ReadRaw), in offset order per
 // partition. A transactional record belongs to the next control marker of
 // its producer in the same partition; an abort marker makes it aborted.
 func AbortedPositions(recs []*kgo.Record) map[Position]bool {

@@ -103,7 +103,7 @@ func (c *Core) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	s := &session{core: c, ctx: ctx, work: work, lanes: map[tp]*lane{}}
+	s := &session{core: c, ctx: ctx, work: work, lanes: map[tp]*lane{}, finishing: make(chan struct{})}
 	if c.run.CommitToKafka {
 		s.commits = loop.NewKafkaCommits(c.cfg.Logger)
 	}
@@ -155,6 +155,15 @@ type session struct {
 	// failed is the error of the first batch that failed for good: no
 	// batch starts after it, and Run returns it.
 	failed error
+	// unsettled counts the batches that ended with an error the poll
+	// loop has not settled yet (whether it is for good only Runner.Failed
+	// says); no batch starts meanwhile (mayStart). settledAll is closed
+	// when it is zero.
+	unsettled  int
+	settledAll chan struct{}
+	// finishing is closed when the poll loop ended (finish): no batch
+	// starts after it.
+	finishing chan struct{}
 }
 
 // lane is a partition's pipeline: its batches not settled yet, the last
@@ -186,6 +195,9 @@ type batch struct {
 	// partition: a batch not started by then is dropped.
 	revoked atomic.Bool
 	taken   chan struct{}
+	// unsettled: b ended with an error the poll loop has not settled
+	// (session.failing). session.mu guards it.
+	unsettled bool
 }
 
 // revoke marks b's partition taken. session.mu is held.
@@ -288,6 +300,7 @@ func (s *session) settle() error {
 	ended := s.ended
 	s.ended = nil
 	s.mu.Unlock()
+	defer s.settledFailures(ended)
 	for _, b := range ended {
 		// A batch that outlasted a revoke's wait is settled as
 		// nothing (logged if it committed): its partition is another
@@ -439,6 +452,7 @@ func (s *session) commitToKafka(now bool) {
 // Run returns nil (what did not commit rolled back, and is read again),
 // unless a batch stopped on a record: its *eoskit.RecordError.
 func (s *session) finish(err error) error {
+	close(s.finishing)
 	s.mu.Lock()
 	last := make([]*batch, 0, len(s.lanes))
 	for _, l := range s.lanes {

@@ -485,3 +485,41 @@ func TestAStopAsTheDrainRunsOutIsReturned(t *testing.T) {
 		t.Fatalf("Run = %v, want the *eoskit.RecordError of offset 5", err)
 	}
 }
+
+// No batch starts once a batch failed for good: batches of other
+// partitions waiting for a Concurrency slot when it fails are dropped
+// (their records are read again by the next Run), not committed while Run
+// is on its way out. Before, a waiting batch took the failed batch's slot
+// at once, before the poll loop settled the failure (issue 43 item 16,
+// failing on 411f3b1).
+func TestNoBatchStartsAfterAFailureForGood(t *testing.T) {
+	const parts, per = 6, 100
+	brokers := fakeTopic(t, parts, per)
+	bad := errors.New("bad record")
+	var failed atomic.Bool
+	var startedAfter atomic.Int32
+	cfg := testConfig(brokers, 2, 10)
+	c, err := New("test", cfg, Runner{Commit: func(ctx context.Context, _ *kgo.Client, recs []*kgo.Record) error {
+		if failed.Load() {
+			startedAfter.Add(1)
+		}
+		if recs[0].Partition == 0 && recs[0].Offset >= 20 {
+			time.Sleep(50 * time.Millisecond) // the other partitions' batches queue for the slots
+			failed.Store(true)
+			return bad
+		}
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Run(ctx); !errors.Is(err, bad) {
+		t.Fatalf("Run returned %v, want the batch's error", err)
+	}
+	if n := startedAfter.Load(); n > 0 {
+		t.Fatalf("%d batches started after a batch failed for good", n)
+	}
+}

@@ -66,10 +66,13 @@ func (s *session) commitBatch(b *batch) {
 	default:
 		select {
 		case s.slots <- struct{}{}:
-			if b.revoked.Load() || s.ctx.Err() != nil {
-				b.err = errDropped // taken, or Run is draining: not started
+			if !s.mayStart(b) {
+				b.err = errDropped // taken, Run is draining, or a batch failed for good: not started
 			} else {
 				b.err = s.core.run.Commit(s.work, s.cl, b.recs)
+			}
+			if b.err != nil && !errors.Is(b.err, errDropped) {
+				s.failing(b) // before its slot is free
 			}
 			<-s.slots
 		case <-b.taken:
@@ -85,6 +88,60 @@ func (s *session) commitBatch(b *batch) {
 	close(b.done)
 	if s.wake != nil {
 		s.wake() // the loop settles it now, not at the next records
+	}
+}
+
+// failing notes that b ended with an error the poll loop has yet to
+// settle: no batch starts until it is (mayStart).
+func (s *session) failing(b *batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.unsettled = true
+	if s.unsettled == 0 {
+		s.settledAll = make(chan struct{})
+	}
+	s.unsettled++
+}
+
+// settledFailures notes that the poll loop settled ended: a failure among
+// them no longer holds the batches waiting to start.
+func (s *session) settledFailures(ended []*batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range ended {
+		if b.unsettled {
+			b.unsettled = false
+			if s.unsettled--; s.unsettled == 0 {
+				close(s.settledAll)
+			}
+		}
+	}
+}
+
+// mayStart reports whether b, holding a Concurrency slot, may start: its
+// partition was not taken, Run is not draining, and no batch failed for
+// good. A failure not settled yet may be for good: b waits for the poll
+// loop to settle it, or to end.
+func (s *session) mayStart(b *batch) bool {
+	for {
+		s.mu.Lock()
+		n, settled, failed := s.unsettled, s.settledAll, s.failed
+		s.mu.Unlock()
+		if b.revoked.Load() || s.ctx.Err() != nil || failed != nil {
+			return false
+		}
+		if n == 0 {
+			return true
+		}
+		select {
+		case <-settled:
+		case <-b.taken:
+			return false
+		case <-s.ctx.Done():
+			return false
+		case <-s.finishing: // its settle comes after the batches ended
+			return false
+		}
 	}
 }
 
@@ -153,6 +210,7 @@ func (s *session) takeBack(cl *kgo.Client, parts map[string][]int32, commit bool
 	// have committed the records before it): on a revoke their offsets
 	// go to Kafka before the group hands the partitions over.
 	failures := make([]error, len(ended))
+	defer s.settledFailures(ended)
 	for i, b := range ended {
 		failures[i] = s.committed(b)
 		if !commit {

@@ -58,19 +58,20 @@ type Store struct {
 
 var _ state.Store = (*Store)(nil)
 
-// Open opens (creating it if need be) the pebble store in dir, which
-// holds one changelog partition's state and nothing else; its checkpoint
-// is the one the last Apply or Reset wrote (zero for a new store). o is
-// passed to pebble.Open (nil: pebble's defaults, with its informational
-// logging off); o.Logger receives pebble's own messages. One process at a
-// time may open a directory (pebble locks it).
+// Open opens the pebble store in dir, which holds one changelog
+// partition's state and nothing else, creating dir and its missing
+// parents 0700 (the state is the application's records: its owner's
+// alone). Its checkpoint is the one the last Apply or Reset wrote (zero
+// for a new store). o is passed to pebble.Open (nil: pebble's defaults,
+// with its informational logging off); o.Logger receives pebble's own
+// messages. One process at a time may open a directory (pebble locks it).
 func Open(dir string, o *pebble.Options) (*Store, error) {
 	if o == nil {
 		o = &pebble.Options{Logger: quietLogger{}}
 	} else {
 		o = o.Clone()
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pebblestore: pebble store %s: %w", dir, err)
 	}
 	db, err := pebble.Open(dir, o)

@@ -153,3 +153,24 @@ func contents(t *testing.T, r state.Reader) map[string]string {
 	}
 	return m
 }
+
+// A store's directories, each one Factory creates on the way included,
+// are its owner's alone (0700): the state is the application's records.
+// Before, they were created 0755 (issue 47 item 17, failing on 411f3b1).
+func TestPebbleDirectoriesAreTheOwnersAlone(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "state")
+	s, err := pebblestore.Factory(root, nil)("orders", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, dir := range []string{root, filepath.Join(root, "orders"), pebblestore.Dir(root, "orders", 3)} {
+		info, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := info.Mode().Perm(); perm != 0o700 {
+			t.Errorf("%s is %o, want 0700", dir, perm)
+		}
+	}
+}
