@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -252,6 +253,23 @@ func (r *Relay) token(ctx context.Context) (string, error) {
 	return token, nil
 }
 
+// tableSchema is the schema of the outbox table, as the relay's pool
+// resolves its name (its search_path, as Write's does): the stream
+// decodes that table's inserts alone, whatever else the publication
+// holds.
+func (r *Relay) tableSchema(ctx context.Context) (string, error) {
+	var schema pgtype.Text
+	err := r.pool.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = to_regclass($1)`, r.cfg.names.table()).Scan(&schema)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", fmt.Errorf("%w: no table %s on the search path", ErrSchema, r.cfg.names.table())
+	case err != nil:
+		return "", fmt.Errorf("outbox: find the outbox table's schema: %w", err)
+	}
+	return schema.String, nil
+}
+
 // session is one connection's life: find where to start, open the slot,
 // publish batches until an error. It reports whether it published
 // anything.
@@ -275,7 +293,11 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return waited, err
 	}
-	s, err := startStream(ctx, repl, r.cfg.names, 0, r.cfg.statusInterval)
+	schema, err := r.tableSchema(ctx)
+	if err != nil {
+		return waited, err
+	}
+	s, err := startStream(ctx, repl, r.cfg.names, schema, 0, r.cfg.statusInterval)
 	if slotActive(err) {
 		// Another relay took it first: stand by again.
 		r.obs.StandingBy(true)

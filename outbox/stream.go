@@ -41,7 +41,9 @@ type stream struct {
 	conn      *pgconn.PgConn
 	system    string // the server's system identifier
 	slot      string
-	table     string        // the outbox table, whose inserts it decodes
+	// schema and table name the outbox table, whose inserts it decodes
+	// (its publication may hold others, of the same name too)
+	schema, table string
 	confirmed pglogrepl.LSN // what the slot may forget: published, or idle past
 	interval  time.Duration // between status updates
 	nextSend  time.Time
@@ -91,8 +93,9 @@ func slotActive(err error) bool {
 
 // startStream opens the outbox's slot at from (PostgreSQL starts at the
 // slot's confirmed position if that is later; 0 is the slot's own), to
-// decode the inserts of the outbox's publication.
-func startStream(ctx context.Context, cfg *pgconn.Config, n names, from pglogrepl.LSN, statusInterval time.Duration) (*stream, error) {
+// decode the inserts of the outbox's publication into its table, in
+// schema.
+func startStream(ctx context.Context, cfg *pgconn.Config, n names, schema string, from pglogrepl.LSN, statusInterval time.Duration) (*stream, error) {
 	slot := n.slot
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -115,7 +118,7 @@ func startStream(ctx context.Context, cfg *pgconn.Config, n names, from pglogrep
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("outbox: start replication from slot %s at %s: %w", slot, from, err)
 	}
-	return &stream{conn: conn, system: sys.SystemID, slot: slot, table: n.table(), confirmed: from, interval: statusInterval, nextSend: time.Now()}, nil
+	return &stream{conn: conn, system: sys.SystemID, slot: slot, schema: schema, table: n.table(), confirmed: from, interval: statusInterval, nextSend: time.Now()}, nil
 }
 
 // keepAlive sends the status update that is due (every status
@@ -251,8 +254,8 @@ func (s *stream) decode(wal []byte, skipThrough pglogrepl.LSN) (*dbTxn, error) {
 	}
 	switch m := m.(type) {
 	case *pglogrepl.RelationMessage:
-		if m.RelationName != s.table {
-			return nil, nil
+		if m.Namespace != s.schema || m.RelationName != s.table {
+			return nil, nil // another table the publication holds
 		}
 		cols := map[string]int{}
 		for i, c := range m.Columns {

@@ -39,13 +39,14 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	limit := fs.Int("limit", 100, "list: at most this many")
 	toTopic := fs.String("to-topic", "", "replay: send every record to this topic rather than the one it was read from")
 	outboxName := fs.String("outbox", "", "table, replay: the outbox to write to, as outbox.Name gives it (default: the database's default outbox)")
+	slot := fs.String("slot", "", "table, replay: the replication slot the outbox's relay reads, when it was given one (outbox.Slot); only to warn when no relay reads it (default: the outbox's default slot)")
 	replayGroup := fs.String("replay-group", "", "topic: the group that replays, and whose offsets say what was replayed (default eoskit-replay-TOPIC); never an application's group")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
 	switch {
-	case *dlq != "" && (len(ids) > 0 || *group != "" || *topic != "" || *earlier || *outboxName != ""):
-		fmt.Fprintln(stderr, "-id, -group, -topic, -earlier and -outbox pick and replay rows of the table; a dead-letter topic is replayed whole, in a group of its own (-replay-group)")
+	case *dlq != "" && (len(ids) > 0 || *group != "" || *topic != "" || *earlier || *outboxName != "" || *slot != ""):
+		fmt.Fprintln(stderr, "-id, -group, -topic, -earlier, -outbox and -slot pick and replay rows of the table; a dead-letter topic is replayed whole, in a group of its own (-replay-group)")
 		return exitUsage
 	case *dlq == "" && *replayGroup != "":
 		fmt.Fprintln(stderr, "-replay-group is for a dead-letter topic (-dead-letter-topic)")
@@ -119,9 +120,13 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintln(stderr, "eoskit:", err)
 		return exitUsage
 	}
-	if slot, err := outbox.DefaultSlot(ctx, pool, slotOpts...); err == nil {
-		if active, err := slotActive(ctx, pool, slot); err == nil && !active {
-			logger.Warn("eoskit: no outbox relay reads this outbox's slot: the replayed records wait in the outbox until one runs", "slot", slot)
+	relaySlot := *slot
+	if relaySlot == "" {
+		relaySlot, _ = outbox.DefaultSlot(ctx, pool, slotOpts...)
+	}
+	if relaySlot != "" {
+		if active, err := slotActive(ctx, pool, relaySlot); err == nil && !active {
+			logger.Warn("eoskit: no outbox relay reads this slot: the replayed records wait in the outbox until one runs (a relay given outbox.Slot reads another: name it with -slot)", "slot", relaySlot)
 		}
 	}
 	n, err := deadletter.Replay(ctx, pool, f, *toTopic, w.Write)

@@ -250,8 +250,13 @@ func TestDeadLettersInTheTableAreListedAndReplayedOnce(t *testing.T) {
 				count(`SELECT count(*) FROM applied WHERE region = 'north'`); n != reports || distinct != reports || north != reports {
 				t.Fatalf("applied %d reports, %d distinct, %d with their header; want each of the %d once, headers kept", n, distinct, north, reports)
 			}
-			if code, out := eoskitCmd(t, replay...); code != exitOK || !strings.Contains(out, "replayed 0 ") {
-				t.Fatalf("second replay: exit %d: %s", code, out)
+			if code, out, stderr := eoskitCmdErr(t, replay...); code != exitOK || !strings.Contains(out, "replayed 0 ") || strings.Contains(stderr, "no outbox relay reads") {
+				t.Fatalf("second replay: exit %d (a relay reads the outbox's slot: no warning): %s%s", code, out, stderr)
+			}
+			// A relay given outbox.Slot reads another slot: -slot names it
+			// for the check (issue 43 item 23).
+			if code, _, stderr := eoskitCmdErr(t, append(replay, "-slot", "eoskit_no_relay_here")...); code != exitOK || !strings.Contains(stderr, "slot=eoskit_no_relay_here") {
+				t.Fatalf("replay -slot: exit %d, want a warning that no relay reads eoskit_no_relay_here: %s", code, stderr)
 			}
 		})
 	}
@@ -321,5 +326,33 @@ func TestDeadLettersInATopicAreListedAndReplayedOnce(t *testing.T) {
 	}
 	if code, listed := eoskitCmd(t, "dead-letters", "list", "-brokers", strings.Join(k.Brokers, ","), "-dead-letter-topic", dlq, "-json"); code != exitOK || strings.Count(listed, `"replayed": true`) != poisoned {
 		t.Fatalf("list after the replay: exit %d, want all %d replayed: %s", code, poisoned, listed)
+	}
+}
+
+// An outbox dead letter without its value (too large for Kafka; its
+// record lives in the outbox's dead-letter table) is passed by, with a
+// warning naming it, and the dead letters after it in its partition are
+// replayed. Before, the replaying processor stopped on it for good, and
+// every replay after stopped there too (issue 47 item 9, failing on
+// 411f3b1).
+func TestReplayPassesByAnOutboxDeadLetterKeptInItsTable(t *testing.T) {
+	k := integration.Kafka(t)
+	dlq, target := k.NewTopic(1), k.NewTopic(1)
+	seed := k.Client(kgo.DefaultProduceTopic(dlq))
+	if err := seed.ProduceSync(context.Background(),
+		&kgo.Record{Headers: []kgo.RecordHeader{{Key: "eoskit-outbox-id", Value: []byte("7")}, {Key: "eoskit-outbox-topic", Value: []byte(target)},
+			{Key: "eoskit-outbox-error", Value: []byte("MESSAGE_TOO_LARGE")}, {Key: "eoskit-outbox-value", Value: []byte("omitted (too large); the record is kept in eoskit_outbox_dead_letters")}}},
+		&kgo.Record{Value: []byte("after"), Headers: []kgo.RecordHeader{{Key: "eoskit-outbox-id", Value: []byte("8")}, {Key: "eoskit-outbox-topic", Value: []byte(target)},
+			{Key: "eoskit-outbox-error", Value: []byte("refused")}}},
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	code, text, stderr := eoskitCmdErr(t, "dead-letters", "replay", "-brokers", strings.Join(k.Brokers, ","), "-dead-letter-topic", dlq)
+	if code != exitOK || !strings.Contains(text, "replayed 1 ") || !strings.Contains(stderr, "holds no value") {
+		t.Fatalf("replay: exit %d, %s%s; want the second dead letter replayed and the first passed by with a warning", code, text, stderr)
+	}
+	got := k.ReadNow(target, kgo.ReadCommitted(), 30*time.Second)
+	if len(got) != 1 || string(got[0].Value) != "after" {
+		t.Fatalf("the target holds %d records, want the one dead letter after the kept one", len(got))
 	}
 }

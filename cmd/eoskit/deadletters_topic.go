@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -104,7 +105,7 @@ func replayRecord(r *kgo.Record, toTopic string) (*kgo.Record, error) {
 	// present says the header is the record's own (an earlier eoskit
 	// kept it).
 	if table, ok := header(r, loop.HeaderOutboxValue); ok && r.Value == nil {
-		return nil, fmt.Errorf("dead letter %s holds no value (%s): replay it from that table, not from the topic", at, table)
+		return nil, fmt.Errorf("%w: dead letter %s holds no value (%s): replay cannot read that table; once the topic takes the record (max.message.bytes), move its row back into the outbox in one statement (docs/operating.md, \"An outbox record too large for Kafka\")", errKeptInTable, at, table)
 	}
 	source, ok := header(r, "eoskit-source-topic")
 	if !ok {
@@ -202,6 +203,10 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 	if done(before, t.topic, targets) {
 		return 0, nil
 	}
+	// passed: the dead letters passed by (errKeptInTable), by position:
+	// a transaction that aborts hands them over again.
+	var mu sync.Mutex
+	passed := map[string]bool{}
 	copied := func() int {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -215,7 +220,9 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 				n++
 			}
 		}
-		return n
+		mu.Lock()
+		defer mu.Unlock()
+		return n - len(passed)
 	}
 	txnID, err := eos.StableTransactionalID(t.group, "replay")
 	if err != nil {
@@ -223,6 +230,15 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 	}
 	p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		out, err := replayRecord(r, toTopic)
+		if errors.Is(err, errKeptInTable) {
+			mu.Lock()
+			defer mu.Unlock()
+			if at := fmt.Sprintf("%d@%d", r.Partition, r.Offset); !passed[at] {
+				passed[at] = true
+				t.logger.Warn("eoskit: passing by a dead letter replay cannot copy", "err", err)
+			}
+			return nil, nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -259,6 +275,12 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 		}
 	}
 }
+
+// errKeptInTable is a dead letter an outbox relay kept no value of (too
+// large for Kafka): its record lives in the outbox's dead-letter table.
+// The replay passes it by, saying so, rather than stop for good on a
+// record no replay can copy.
+var errKeptInTable = errors.New("kept in the outbox's dead-letter table")
 
 // refuseLiveGroup refuses a replaying group with members: it would be an
 // application's group (the one that dead-lettered, say), whose

@@ -68,8 +68,9 @@
 //     one transaction, so a record is replayed once however often replay
 //     runs, and a second run replays only what was parked since. It stops
 //     once it has copied at least what the topic held when it started. A
-//     record the outbox kept no value of (too large for Kafka) is refused:
-//     replay it from the outbox's dead-letter table. It needs Read on the
+//     record the outbox kept no value of (too large for Kafka) is passed
+//     by with a warning: its row in the outbox's dead-letter table is
+//     moved back by hand (docs/operating.md says how). It needs Read on the
 //     topic and the group, Write on the target topics and on the
 //     transactional id.
 //

@@ -259,7 +259,7 @@ func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, 
 	}
 	if err != nil {
 		if txnscan.IsAuthError(err) {
-			return nil, fmt.Errorf("write the marker: %w (WriteTxnMarkers needs ClusterAction on the cluster)", err)
+			return nil, fmt.Errorf("write the marker: %w (WriteTxnMarkers needs ClusterAction on the cluster, beside Read on the topic and Describe on the transactional ids that finding the transaction takes)", err)
 		}
 		return nil, fmt.Errorf("write the marker: %w", err)
 	}
