@@ -37,16 +37,16 @@ type dbTxn struct {
 type stream struct {
 	// mu serializes the use of conn: next, published and the keeper
 	// that keepAlive starts.
-	mu        sync.Mutex
-	conn      *pgconn.PgConn
-	system    string // the server's system identifier
-	slot      string
+	mu     sync.Mutex
+	conn   *pgconn.PgConn
+	system string // the server's system identifier
+	slot   string
 	// schema and table name the outbox table, whose inserts it decodes
 	// (its publication may hold others, of the same name too)
 	schema, table string
-	confirmed pglogrepl.LSN // what the slot may forget: published, or idle past
-	interval  time.Duration // between status updates
-	nextSend  time.Time
+	confirmed     pglogrepl.LSN // what the slot may forget: published, or idle past
+	interval      time.Duration // between status updates
+	nextSend      time.Time
 	// waitingSince is when the relay began its current wait for Kafka
 	// (unix nanoseconds; 0: not waiting), which the keeper keeps the
 	// session alive through for at most keepFor (waitingFor, when the
