@@ -16,10 +16,9 @@ import (
 const maxNameLen = 63 - len("eoskit_outbox_") - len("_dead_letters")
 
 // suffixes are what an outbox's table name is extended by for the tables
-// beside it (its schema version and dead letters), and the shared tables
-// of the slots (eoskit_outbox_relays, eoskit_outbox_slots). A name that
-// is one of them, or ends with one, would give one outbox's table the
-// name of another's table beside it.
+// beside it (its schema version, dead letters, relays' heartbeats and
+// slots' tokens). A name that is one of them, or ends with one, would give
+// one outbox's table the name of another's table beside it.
 var suffixes = []string{"dead_letters", "schema", "relays", "slots"}
 
 // names are one outbox's identifiers in PostgreSQL, all derived from its
@@ -76,6 +75,14 @@ func (n names) deadLetters() string { return n.table() + "_dead_letters" }
 
 // schema holds the outbox's schema version.
 func (n names) schema() string { return n.table() + "_schema" }
+
+// relays holds the heartbeats of the relays holding the outbox's slots,
+// which standbys watch.
+func (n names) relays() string { return n.table() + "_relays" }
+
+// slots holds each of the outbox's slots' incarnation token, which its
+// positions in Kafka carry.
+func (n names) slots() string { return n.table() + "_slots" }
 
 // slotIn is the slot in database db: Slot's, or eoskit_outbox_<db> for
 // the default outbox and eoskit_outbox_<name>_<db> for a named one (slot

@@ -139,7 +139,8 @@ func TransactionalID(id string) Option {
 //
 // From the name come the outbox's table, eoskit_outbox_<name> (its
 // publication is named alike), the tables beside it,
-// eoskit_outbox_<name>_dead_letters and eoskit_outbox_<name>_schema, and
+// eoskit_outbox_<name>_dead_letters, _schema, _relays (its relays'
+// heartbeats) and _slots (its slots' tokens), and
 // its replication slot, eoskit_outbox_<name>_<database> (slot names are
 // the server's; see [DefaultSlot]), unless [Slot] names another. The
 // slot's name keys the relay's position in the position topic and makes

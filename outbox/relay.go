@@ -243,10 +243,11 @@ func (r *Relay) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
 // not count: its log positions say nothing about the new slot's.
 func (r *Relay) token(ctx context.Context) (string, error) {
 	var token string
+	slots := ident(r.cfg.slots())
 	err := r.pool.QueryRow(ctx, `WITH ins AS (
-			INSERT INTO eoskit_outbox_slots (slot, token) VALUES ($1, gen_random_uuid()::text)
+			INSERT INTO `+slots+` (slot, token) VALUES ($1, gen_random_uuid()::text)
 			ON CONFLICT (slot) DO NOTHING RETURNING token)
-		SELECT token FROM ins UNION ALL SELECT token FROM eoskit_outbox_slots WHERE slot = $1`, r.cfg.slot).Scan(&token)
+		SELECT token FROM ins UNION ALL SELECT token FROM `+slots+` WHERE slot = $1`, r.cfg.slot).Scan(&token)
 	if err != nil {
 		return "", fmt.Errorf("outbox: read slot %s's token: %w", r.cfg.slot, err)
 	}
@@ -569,7 +570,7 @@ func (r *Relay) beat(ctx context.Context, s *stream) error {
 	// Only the session that holds the slot beats: a stalled relay that
 	// wakes after its session was ended must not stamp its pid over its
 	// successor's, which would make that one look silent to a standby.
-	_, err := r.pool.Exec(ctx, `INSERT INTO eoskit_outbox_relays (slot, pid, beat_at)
+	_, err := r.pool.Exec(ctx, `INSERT INTO `+ident(r.cfg.relays())+` (slot, pid, beat_at)
 		SELECT $1::text, $2::int, now() WHERE EXISTS (SELECT FROM pg_replication_slots WHERE slot_name::text = $1::text AND active_pid = $2::int)
 		ON CONFLICT (slot) DO UPDATE SET pid = EXCLUDED.pid, beat_at = now()`, r.cfg.slot, int32(s.conn.PID()))
 	if err != nil {
@@ -678,7 +679,7 @@ func (r *Relay) awaitSlot(ctx context.Context) (waited bool, err error) {
 		var silent *time.Duration
 		err := r.pool.QueryRow(ctx, `SELECT s.active_pid, now() - coalesce(h.beat_at, a.backend_start)
 			FROM pg_replication_slots s
-			LEFT JOIN eoskit_outbox_relays h ON h.slot = s.slot_name AND h.pid = s.active_pid
+			LEFT JOIN `+ident(r.cfg.relays())+` h ON h.slot = s.slot_name AND h.pid = s.active_pid
 			LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
 			WHERE s.slot_name = $1`, r.cfg.slot).Scan(&pid, &silent)
 		switch {

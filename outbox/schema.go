@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -71,10 +72,26 @@ CREATE TABLE IF NOT EXISTS eoskit_outbox_slots (
 	token text NOT NULL
 );`
 	},
+	// 2: each outbox's own heartbeat and token tables, so that services
+	// with roles of their own share a database without rights on each
+	// other's tables (the default outbox's are the tables version 1
+	// created; a named outbox's token is copied over by Migrate).
+	func(n names) string {
+		return `
+CREATE TABLE IF NOT EXISTS ` + ident(n.relays()) + ` (
+	slot    text        PRIMARY KEY,
+	pid     integer     NOT NULL,
+	beat_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ` + ident(n.slots()) + ` (
+	slot  text PRIMARY KEY,
+	token text NOT NULL
+);`
+	},
 }
 
 // SchemaVersion is the schema version this package needs.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Migrate creates or upgrades an outbox's tables and publication to
 // [SchemaVersion], then creates its replication slot if it does not exist:
@@ -98,14 +115,19 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 	if err := checkWALLevel(ctx, pool); err != nil {
 		return err
 	}
+	slot, err := n.slotOf(ctx, pool)
+	if err != nil {
+		return err
+	}
 	schema := ident(n.schema())
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// One lock for every outbox: they share the slots' tables.
+		// One lock for every outbox: version 1 shares tables between them.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('eoskit.outbox.migrate'))`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+schema+` (version integer NOT NULL)`); err != nil {
-			return err
+		create := `CREATE TABLE IF NOT EXISTS ` + schema + ` (version integer NOT NULL)`
+		if _, err := tx.Exec(ctx, create); err != nil {
+			return statementError(create, err)
 		}
 		var version int
 		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+schema).Scan(&version); err != nil {
@@ -115,8 +137,23 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 			return fmt.Errorf("the database schema is at version %d, newer than this code's %d: upgrade eoskit", version, len(migrations))
 		}
 		for v := version; v < len(migrations); v++ {
-			if _, err := tx.Exec(ctx, migrations[v](n)); err != nil {
-				return fmt.Errorf("to version %d: %w", v+1, err)
+			// One statement at a time, so that a refusal names the
+			// statement refused.
+			for _, stmt := range statements(migrations[v](n)) {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return fmt.Errorf("to version %d: %w", v+1, statementError(stmt, err))
+				}
+			}
+			if v+1 == 2 && n.name != "" {
+				// The slot's token, from the table version 1 shared
+				// (if this role may read it: one that may not never
+				// wrote there): its positions in Kafka carry it.
+				if _, err := tx.Exec(ctx, `DO $$ BEGIN
+					IF to_regclass('eoskit_outbox_slots') IS NOT NULL AND has_table_privilege('eoskit_outbox_slots', 'SELECT') THEN
+						INSERT INTO `+ident(n.slots())+` SELECT slot, token FROM eoskit_outbox_slots WHERE slot = '`+slot+`' ON CONFLICT DO NOTHING;
+					END IF; END $$`); err != nil {
+					return fmt.Errorf("to version 2: copy slot %s's token: %w", slot, err)
+				}
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO `+schema+` (version) VALUES ($1)`, v+1); err != nil {
 				return fmt.Errorf("to version %d: %w", v+1, err)
@@ -127,11 +164,38 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 	if err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", n.table(), err)
 	}
-	slot, err := n.slotOf(ctx, pool)
-	if err != nil {
-		return err
-	}
 	return CreateSlot(ctx, pool, slot)
+}
+
+// statements splits a migration into its statements (none holds a ";"
+// of its own).
+func statements(sql string) []string {
+	var out []string
+	for _, stmt := range strings.Split(sql, ";") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			out = append(out, stmt)
+		}
+	}
+	return out
+}
+
+// statementError names the statement err refused, and, for a missing
+// right (42501), the right and the grant that gives it.
+func statementError(stmt string, err error) error {
+	what, _, _ := strings.Cut(stmt, "(")
+	what = strings.Join(strings.Fields(what), " ")
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	need := "the right the message names"
+	switch {
+	case strings.HasPrefix(what, "CREATE TABLE"):
+		need = "CREATE on the schema (GRANT CREATE ON SCHEMA public TO the role; PostgreSQL 15 and later no longer grant it to every role)"
+	case strings.HasPrefix(what, "CREATE PUBLICATION"):
+		need = "CREATE on the database (GRANT CREATE ON DATABASE the_database TO the role)"
+	}
+	return fmt.Errorf("%s: %w: the role needs %s; docs/outbox.md lists the grants", what, err, need)
 }
 
 // migrateNames returns the names opts give, checked.
@@ -194,10 +258,14 @@ func CreateSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
 		// A new incarnation: positions in Kafka of an earlier slot of
 		// this name (a server restored from a backup, which does not
 		// keep slots) must not count for it.
-		if _, err := pool.Exec(ctx, `DO $$ BEGIN
-			IF to_regclass('eoskit_outbox_slots') IS NOT NULL THEN
-				DELETE FROM eoskit_outbox_slots WHERE slot = '`+name+`';
-			END IF; END $$`); err != nil {
+		// The outbox is not known here: every outbox's token table
+		// this role may write forgets the slot's name.
+		if _, err := pool.Exec(ctx, `DO $$ DECLARE t regclass; BEGIN
+			FOR t IN SELECT c.oid::regclass FROM pg_class c
+				WHERE c.relkind = 'r' AND c.relname LIKE 'eoskit\_outbox%\_slots' AND pg_table_is_visible(c.oid) AND has_table_privilege(c.oid, 'DELETE')
+			LOOP
+				EXECUTE format('DELETE FROM %s WHERE slot = %L', t, '`+name+`');
+			END LOOP; END $$`); err != nil {
 			return fmt.Errorf("outbox: forget slot %s's earlier token: %w", name, err)
 		}
 	}
