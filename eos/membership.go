@@ -1,6 +1,10 @@
 package eos
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/loop"
+)
 
 // InstanceID makes a [Processor] a static member of its group (KIP-345,
 // kgo.InstanceID) under id: stable per instance, unique among the
@@ -18,4 +22,33 @@ import "github.com/twmb/franz-go/pkg/kgo"
 // starts).
 func InstanceID(id string) ProcessorOption {
 	return processorOpt(func(c *config) { c.clientOpts = append(c.clientOpts, kgo.InstanceID(id)) })
+}
+
+// ConsumerProtocol joins the group with Kafka's consumer group protocol
+// (KIP-848, group.protocol=consumer; franz-go's kgo.ServerSideBalancer):
+// the group coordinator assigns the partitions, a member's heartbeat
+// carries its changes, and no rebalance stops the group. Default: the
+// classic protocol.
+//
+// What changes: revokes are incremental, as under the cooperative-sticky
+// balancer (a partition the member keeps is never fetched again; one taken
+// away ends the transaction under way, which aborts and goes to its next
+// owner); there is no JoinGroup, so the broker's group.consumer.* settings
+// (session timeout 45 s, heartbeat 5 s by default) apply, not
+// kgo.SessionTimeout; the group is described with ConsumerGroupDescribe
+// (kadm.DescribeConsumerGroups), not DescribeGroups.
+//
+// Run checks, before it joins, that every broker serves it well: Kafka 4.3
+// or later (KIP-1251: before, an offset commit racing a heartbeat's epoch
+// bump fails, and a transaction aborts whenever the group changes), with
+// group.version finalized, under a range or sticky balancer (franz-go's
+// default, cooperative-sticky, is one). Otherwise Run returns an
+// *eoskit.ConfigError naming ConsumerProtocol and saying which broker
+// falls short, rather than franz-go's silent fallback to the classic
+// protocol.
+func ConsumerProtocol() ProcessorOption {
+	return processorOpt(func(c *config) {
+		c.consumerProtocol = true
+		c.clientOpts = append(c.clientOpts, loop.ConsumerProtocolOpts()...)
+	})
 }

@@ -100,6 +100,10 @@ type config struct {
 	clientOpts     []kgo.Opt
 	state          *stateConfig // nil: stateless (see Changelog)
 
+	// consumerProtocol: ConsumerProtocol was given; Run checks the
+	// cluster serves it.
+	consumerProtocol bool
+
 	// hangCheckSet and onHangSet record that the hanging-transaction
 	// options were given, so that a semantics without transactions
 	// refuses them rather than ignore them.

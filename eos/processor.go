@@ -240,6 +240,11 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	if err := p.checkChangelog(ctx); err != nil {
 		return err
 	}
+	if p.cfg.consumerProtocol {
+		if err := loop.ConsumerProtocolError(ctx, "eos", p.cfg.connOpts()); err != nil {
+			return err
+		}
+	}
 
 	failures := 0
 	for {

@@ -8,3 +8,13 @@ import "github.com/twmb/franz-go/pkg/kgo"
 func InstanceID(id string) Option {
 	return func(c *config) { c.core.ClientOpts = append(c.core.ClientOpts, kgo.InstanceID(id)) }
 }
+
+// ConsumerProtocol joins the group with Kafka's consumer group protocol
+// (KIP-848, group.protocol=consumer), as eos.ConsumerProtocol does for a
+// processor, whose doc says what changes and what Run checks first (Kafka
+// 4.3 or later on every broker, group.version finalized, a range or sticky
+// balancer): a cluster that falls short is an *eoskit.ConfigError naming
+// ConsumerProtocol from Run. Default: the classic protocol.
+func ConsumerProtocol() Option {
+	return func(c *config) { c.core.ConsumerProtocol = true }
+}

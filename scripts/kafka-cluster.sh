@@ -101,7 +101,13 @@ transaction.state.log.num.partitions=50
 share.coordinator.state.topic.replication.factor=3
 share.coordinator.state.topic.min.isr=2
 group.initial.rebalance.delay.ms=0
-group.min.session.timeout.ms=1000$SECURITY
+group.min.session.timeout.ms=1000
+# Consumer-protocol (KIP-848) groups: a 1 s heartbeat and a 6 s session, so
+# that their tests see a change within seconds (defaults: 5 s and 45 s).
+group.consumer.heartbeat.interval.ms=1000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.session.timeout.ms=6000
+group.consumer.min.session.timeout.ms=6000$SECURITY
 EOF
 		echo "127.0.0.1:${ports[4 * i - 4]}" >"$STATE_DIR/bootstrap"
 		write_log4j

@@ -202,7 +202,13 @@ min.insync.replicas=1
 # Tests start groups constantly; the production default waits 3 s first.
 group.initial.rebalance.delay.ms=0
 # Zombie tests stall a member past its session timeout; let them use short ones.
-group.min.session.timeout.ms=1000$SECURITY
+group.min.session.timeout.ms=1000
+# Consumer-protocol (KIP-848) groups: a 1 s heartbeat and a 6 s session, so
+# that their tests see a change within seconds (defaults: 5 s and 45 s).
+group.consumer.heartbeat.interval.ms=1000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.session.timeout.ms=6000
+group.consumer.min.session.timeout.ms=6000$SECURITY
 EOF
 	write_log4j
 	echo "127.0.0.1:$broker_port" >"$STATE_DIR/bootstrap"

@@ -356,3 +356,29 @@ func TestReplayPassesByAnOutboxDeadLetterKeptInItsTable(t *testing.T) {
 		t.Fatalf("the target holds %d records, want the one dead letter after the kept one", len(got))
 	}
 }
+
+// A group of Kafka's consumer protocol (KIP-848) with live members is
+// refused as the replaying group too: DescribeGroups shows such a group
+// without members, so the replay would have joined it.
+func TestReplayRefusesALiveConsumerProtocolGroup(t *testing.T) {
+	k := integration.Kafka(t)
+	in, dlq := k.NewTopic(1), k.NewTopic(1)
+	group := integration.UniqueName(t, "kip848")
+	txnID, err := eos.StableTransactionalID(group, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := eos.NewProcessor(func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
+		eos.Brokers(k.Brokers...), eos.Group(group), eos.Topics(in), eos.TransactionalID(txnID), eos.ConsumerProtocol())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilEnd(t, "the processor", p.Run)
+	waitUntil(t, time.Minute, "the processor to join its consumer-protocol group", func() bool {
+		described, err := k.Admin.DescribeConsumerGroups(context.Background(), group)
+		return err == nil && len(described[group].Members) > 0
+	})
+	if code, _, stderr := eoskitCmdErr(t, "dead-letters", "replay", "-brokers", strings.Join(k.Brokers, ","), "-dead-letter-topic", dlq, "-replay-group", group); code != exitError || !strings.Contains(stderr, "live members") {
+		t.Fatalf("replay in a live consumer-protocol group: exit %d, %s; want %d, refused for its live members", code, stderr, exitError)
+	}
+}

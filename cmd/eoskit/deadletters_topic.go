@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/txnscan"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -295,12 +297,21 @@ func (t topicLetters) refuseLiveGroup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("describe group %s: %w", t.group, err)
 	}
-	if d := described[t.group]; len(d.Members) > 0 {
-		var ids []string
-		for _, m := range d.Members {
+	var ids []string
+	for _, m := range described[t.group].Members {
+		ids = append(ids, m.ClientID)
+	}
+	// A group of Kafka's consumer protocol (KIP-848) is no classic group:
+	// DescribeGroups shows it without members.
+	if consumer, err := adm.DescribeConsumerGroups(ctx, t.group); err == nil {
+		for _, m := range consumer[t.group].Members {
 			ids = append(ids, m.ClientID)
 		}
-		return fmt.Errorf("group %s has %d live members (%s): a replay runs in a group of its own (-replay-group)", t.group, len(d.Members), strings.Join(ids, ", "))
+	} else if !errors.Is(err, kerr.UnsupportedVersion) && !txnscan.IsUnsupportedError(err) {
+		return fmt.Errorf("describe consumer group %s: %w", t.group, err)
+	}
+	if len(ids) > 0 {
+		return fmt.Errorf("group %s has %d live members (%s): a replay runs in a group of its own (-replay-group)", t.group, len(ids), strings.Join(ids, ", "))
 	}
 	return nil
 }

@@ -42,6 +42,9 @@ type Config struct {
 	Logger      *slog.Logger
 	Metrics     eoskit.Metrics
 	ClientOpts  []kgo.Opt // the user's, checked against the preset
+	// ConsumerProtocol: join with Kafka's consumer group protocol
+	// (KIP-848); Run checks the cluster serves it well first.
+	ConsumerProtocol bool
 }
 
 // Defaults returns the defaults every database runner documents.
@@ -104,6 +107,9 @@ func (c *Core) newClient(hooks ...kgo.Opt) (*kgo.Client, error) {
 		opts = append(opts, kgo.FetchMaxWait(loop.PipelineFetchMaxWait))
 	}
 	opts = append(opts, c.cfg.ClientOpts...)
+	if c.cfg.ConsumerProtocol {
+		opts = append(opts, loop.ConsumerProtocolOpts()...)
+	}
 	opts = append(opts, kgo.SeedBrokers(c.cfg.Brokers...), kgo.ConsumerGroup(c.cfg.Group), kgo.ConsumeTopics(c.cfg.Topics...),
 		// A poll's records are handed over (to a batch, or a
 		// partition's pipeline) before a rebalance may take their

@@ -103,6 +103,12 @@ func (c *Core) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if c.cfg.ConsumerProtocol {
+		opts := append(append([]kgo.Opt{}, c.cfg.ClientOpts...), kgo.SeedBrokers(c.cfg.Brokers...))
+		if err := loop.ConsumerProtocolError(ctx, c.pkg, opts); err != nil {
+			return err
+		}
+	}
 	s := &session{core: c, ctx: ctx, work: work, lanes: map[tp]*lane{}, finishing: make(chan struct{})}
 	if c.run.CommitToKafka {
 		s.commits = loop.NewKafkaCommits(c.cfg.Logger)

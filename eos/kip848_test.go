@@ -1,0 +1,97 @@
+package eos_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+)
+
+// Under Kafka's consumer group protocol (KIP-848, eos.ConsumerProtocol) on
+// Kafka 4.4: three processors copy 20,000 records while one leaves
+// mid-stream, another joins, and a second leaves; the group is a consumer
+// group (the option took: franz-go falls back to the classic protocol
+// silently), and every input is in the output once. Revokes are
+// incremental there: a transaction whose partitions are taken aborts, and
+// the partitions a member keeps are never fetched again.
+func TestProcessorExactlyOnceUnderTheConsumerProtocol(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, out := k.NewTopic(6), k.NewTopic(6)
+	group := integration.UniqueName(t, "kip848")
+	const n = 20_000
+	inputs := k.Seed(in, n)
+	progress := followCommitted(t, k, out)
+	copyTo := copyHandler(out)
+	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		time.Sleep(100 * time.Microsecond) // paced, so that the churn lands mid-stream
+		return copyTo(ctx, r)
+	}
+	metrics := map[string]*countingMetrics{}
+	start := func(instance string) *running {
+		metrics[instance] = &countingMetrics{}
+		return startProcessor(t, h, append(processorOpts(k, group, in, instance), eos.ConsumerProtocol(), eos.WithMetrics(metrics[instance]))...)
+	}
+	procs := map[string]*running{"a": start("a"), "b": start("b"), "c": start("c")}
+	waitFor(t, time.Minute, "the group to be a consumer-protocol group with members", func() bool {
+		described, err := k.Admin.DescribeConsumerGroups(t.Context(), group)
+		return err == nil && described[group].Err == nil && len(described[group].Members) > 0
+	})
+	for _, step := range []struct {
+		at          int64
+		leave, join string
+	}{{n / 4, "b", "d"}, {n / 2, "a", ""}} {
+		waitFor(t, 2*time.Minute, "output to pass the next milestone", func() bool { return progress.n.Load() >= step.at })
+		if err := procs[step.leave].stop(t); err != nil {
+			t.Fatalf("instance %s stopped with %v", step.leave, err)
+		}
+		if progress.n.Load() >= n {
+			t.Fatalf("%s left after every record was done: no churn mid-stream", step.leave)
+		}
+		delete(procs, step.leave)
+		if step.join != "" {
+			procs[step.join] = start(step.join)
+		}
+	}
+	waitFor(t, 3*time.Minute, "every input copied", func() bool { return progress.n.Load() >= n })
+	for name, p := range procs {
+		if err := p.stop(t); err != nil {
+			t.Fatalf("instance %s stopped with %v", name, err)
+		}
+	}
+	var revokes int64
+	for _, m := range metrics {
+		revokes += m.rebalances.Load()
+	}
+	if revokes == 0 {
+		t.Fatal("no member saw a revoke: the churn never moved a partition")
+	}
+	t.Logf("revokes %d; verifier: %v", revokes, k.VerifyTopic(inputs, out, verifyTimeout))
+}
+
+// ConsumerProtocol on a cluster that cannot serve it well is an
+// *eoskit.ConfigError naming it, from Run, within seconds: here a
+// balancer franz-go would not take for it (round-robin), which would
+// otherwise join with the classic protocol without a word.
+func TestConsumerProtocolWithABalancerItCannotTakeIsRefused(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in := k.NewTopic(1)
+	p, err := eos.NewProcessor(copyHandler(in), append(processorOpts(k, integration.UniqueName(t, "g"), in, "0"), eos.ConsumerProtocol(),
+		eos.ClientOptions(kgo.Balancers(kgo.RoundRobinBalancer())))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Run(ctx)
+	if cerr, ok := errors.AsType[*eoskit.ConfigError](err); !ok || cerr.Setting != "ConsumerProtocol" {
+		t.Fatalf("Run returned %v; want an *eoskit.ConfigError naming ConsumerProtocol", err)
+	}
+}
