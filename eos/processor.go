@@ -234,6 +234,9 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	work, done := loop.Drained(ctx, p.cfg.drain)
 	defer done()
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
+	if err := loop.ConnectError(ctx, "eos", p.cfg.connOpts()); err != nil {
+		return err
+	}
 	if err := p.checkDeadLetterTopic(ctx); err != nil {
 		return err
 	}

@@ -146,6 +146,10 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	r.obs.Running(true, nil)
 	defer func() { r.obs.Running(false, err) }()
 	log := r.cfg.logger
+	if err := loop.ConnectError(ctx, "outbox", r.cfg.connOpts()); err != nil {
+		log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
+		return err
+	}
 	lastProgress := time.Now()
 	for attempt := 0; ; attempt++ {
 		progressed := false

@@ -26,6 +26,11 @@
 #                     state folder's kafka/admin.sasl (user, then password).
 #                     The shared folder is then kafka-sasl, apart from the
 #                     plaintext broker make test uses
+#   EOSKIT_KAFKA_TLS=1   as EOSKIT_KAFKA_SASL=1, on a SASL_SSL listener: the
+#                     broker's certificate (for 127.0.0.1 and localhost)
+#                     is signed by a CA made for the state folder, whose
+#                     certificate clients trust: kafka/tls/ca.pem. The
+#                     shared folder is then kafka-tls
 #   EOSKIT_OWNER_PID  when set (tests set it to their own pid), a watchdog stops
 #                     the broker once that process is gone, however it ended
 #   EOSKIT_KAFKA_JVM_OPTS  more options for the broker's JVM and its storage
@@ -42,7 +47,12 @@ LIB_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION/lib
 STATE_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/kafka
 # The shared folder is per version; a private one (EOSKIT_STATE_DIR) is the caller's.
 [ -n "${EOSKIT_STATE_DIR:-}" ] || [ "$KAFKA_VERSION" = "$DEFAULT_KAFKA_VERSION" ] || STATE_DIR+=-$KAFKA_VERSION
-[ -n "${EOSKIT_STATE_DIR:-}" ] || [ "${EOSKIT_KAFKA_SASL:-}" != 1 ] || STATE_DIR+=-sasl
+[ "${EOSKIT_KAFKA_TLS:-}" != 1 ] || EOSKIT_KAFKA_SASL=1
+if [ -z "${EOSKIT_STATE_DIR:-}" ] && [ "${EOSKIT_KAFKA_TLS:-}" = 1 ]; then
+	STATE_DIR+=-tls
+elif [ -z "${EOSKIT_STATE_DIR:-}" ] && [ "${EOSKIT_KAFKA_SASL:-}" = 1 ]; then
+	STATE_DIR+=-sasl
+fi
 PID_FILE=$STATE_DIR/kafka.pid
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 
@@ -162,6 +172,35 @@ allow.everyone.if.no.acl.found=false
 super.users=User:admin;User:ANONYMOUS"
 }
 
+# tls_config DIR readies TLS for a broker in DIR: a CA of its own (DIR/tls/
+# ca.pem, which clients trust; its key never leaves DIR/tls), a broker
+# certificate for 127.0.0.1 and localhost signed by it, in a PKCS12
+# keystore whose password stays in files only this user can read, and
+# the server.properties lines, appended to SECURITY.
+tls_config() {
+	local tls=$1/tls pw
+	umask 077
+	mkdir -p "$tls"
+	pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	printf '%s\n' "$pw" >"$tls/keystore.pw"
+	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.pem" -days 30 -subj "/CN=eoskit test CA" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -keyout "$tls/broker.key" -out "$tls/broker.csr" -subj "/CN=localhost" 2>/dev/null
+	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/san.ext"
+	openssl x509 -req -in "$tls/broker.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
+		-out "$tls/broker.pem" -days 30 -extfile "$tls/san.ext" 2>/dev/null
+	openssl pkcs12 -export -in "$tls/broker.pem" -inkey "$tls/broker.key" -certfile "$tls/ca.pem" \
+		-out "$tls/broker.p12" -passout "file:$tls/keystore.pw"
+	chmod 644 "$tls/ca.pem"
+	SECURITY+="
+# TLS (SASL_SSL): the broker's certificate is signed by the folder's own CA.
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$tls/broker.p12
+ssl.keystore.password=$pw
+ssl.key.password=$pw
+ssl.truststore.type=PEM
+ssl.truststore.location=$tls/ca.pem"
+}
+
 # configure runs once per state folder: ports chosen now stay fixed for its
 # life, so a restart comes back on the same address and clients reconnect.
 configure() {
@@ -173,7 +212,11 @@ configure() {
 	controller_port=${ports#* }
 	local proto=PLAINTEXT
 	SECURITY="" SCRAM=()
-	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ]; then
+	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ]; then
+		proto=SASL_SSL
+		sasl_config "$STATE_DIR" sasl_ssl
+		tls_config "$STATE_DIR"
+	elif [ "${EOSKIT_KAFKA_SASL:-}" = 1 ]; then
 		proto=SASL_PLAINTEXT
 		sasl_config "$STATE_DIR" sasl_plaintext
 	fi
@@ -233,6 +276,9 @@ check_folder() {
 	if [ "${EOSKIT_KAFKA_SASL:-}" = 1 ] && [ -f "$STATE_DIR/server.properties" ] && [ ! -f "$STATE_DIR/admin.sasl" ]; then
 		die "$STATE_DIR holds a broker without SASL: clean it, or use another EOSKIT_STATE_DIR"
 	fi
+	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ] && [ -f "$STATE_DIR/server.properties" ] && [ ! -f "$STATE_DIR/tls/ca.pem" ]; then
+		die "$STATE_DIR holds a broker without TLS: clean it, or use another EOSKIT_STATE_DIR"
+	fi
 	return 0
 }
 
@@ -253,6 +299,7 @@ start() {
 	launch_broker 512m
 	local sasl=()
 	[ -f "$STATE_DIR/admin.sasl" ] && sasl=(-sasl-file "$STATE_DIR/admin.sasl")
+	[ -f "$STATE_DIR/tls/ca.pem" ] && sasl+=(-tls-ca "$STATE_DIR/tls/ca.pem")
 	if ! "$STATE_DIR/eosdev" wait-kafka -brokers "$(bootstrap)" -timeout 120s ${sasl[@]+"${sasl[@]}"}; then
 		tail -n 40 "$STATE_DIR/logs/server.log" "$STATE_DIR/logs/stdout.log" >&2 || true
 		stop_with KILL

@@ -103,9 +103,12 @@ func (c *Core) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	conn := append(append([]kgo.Opt{}, c.cfg.ClientOpts...), kgo.SeedBrokers(c.cfg.Brokers...))
+	if err := loop.ConnectError(ctx, c.pkg, conn); err != nil {
+		return err
+	}
 	if c.cfg.ConsumerProtocol {
-		opts := append(append([]kgo.Opt{}, c.cfg.ClientOpts...), kgo.SeedBrokers(c.cfg.Brokers...))
-		if err := loop.ConsumerProtocolError(ctx, c.pkg, opts); err != nil {
+		if err := loop.ConsumerProtocolError(ctx, c.pkg, conn); err != nil {
 			return err
 		}
 	}

@@ -62,9 +62,25 @@ func newLocalBroker(tb testing.TB) *LocalBroker {
 func StartLocalBrokerWithACLs(tb testing.TB) *LocalBroker {
 	tb.Helper()
 	b := newLocalBroker(tb)
-	b.KafkaCluster = startPrivateWith(tb, b.script, b.stateDir, true)
+	b.KafkaCluster = startPrivateWith(tb, b.script, b.stateDir, saslACLs)
 	return b
 }
+
+// StartLocalBrokerWithTLS is [StartLocalBrokerWithACLs] on a SASL_SSL
+// listener: the broker's certificate, for 127.0.0.1 and localhost, is
+// signed by a CA made for it, whose certificate is [LocalBroker.CAFile];
+// its KafkaCluster connects as the super user over TLS, trusting that CA
+// alone and checking the host name.
+func StartLocalBrokerWithTLS(tb testing.TB) *LocalBroker {
+	tb.Helper()
+	b := newLocalBroker(tb)
+	b.KafkaCluster = startPrivateWith(tb, b.script, b.stateDir, saslTLS)
+	return b
+}
+
+// CAFile is the CA certificate (PEM) a broker of [StartLocalBrokerWithTLS]
+// is signed by.
+func (b *LocalBroker) CAFile() string { return filepath.Join(b.stateDir, "kafka", "tls", "ca.pem") }
 
 // KeepFailedBrokerEnv names a folder: when a test with a private broker
 // fails, the broker's data and logs are copied there (under the test's

@@ -28,7 +28,7 @@ type LocalCluster struct {
 func StartLocalClusterWithACLs(tb testing.TB) *LocalCluster {
 	tb.Helper()
 	c := newLocalCluster(tb)
-	c.KafkaCluster = startPrivateWith(tb, c.script, c.stateDir, true)
+	c.KafkaCluster = startPrivateWith(tb, c.script, c.stateDir, saslACLs)
 	return c
 }
 

@@ -3,6 +3,8 @@ package testbed
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io/fs"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/testsupport/srctree"
@@ -44,17 +48,32 @@ func privateKafkaScript(tb testing.TB, what, rel string) string {
 // bootstrap addresses it prints last (KAFKA_BROKERS=a[,b,c]).
 func startPrivate(tb testing.TB, script, stateDir string) *integration.KafkaCluster {
 	tb.Helper()
-	return startPrivateWith(tb, script, stateDir, false)
+	return startPrivateWith(tb, script, stateDir, plaintext)
 }
 
+// security is how a private broker's clients connect.
+type security int8
+
+const (
+	plaintext security = iota
+	// saslACLs: SASL/SCRAM-SHA-512 and ACLs (EOSKIT_KAFKA_SASL=1).
+	saslACLs
+	// saslTLS: saslACLs over TLS, SASL_SSL (EOSKIT_KAFKA_TLS=1).
+	saslTLS
+)
+
 // startPrivateWith is startPrivate that, with sasl, asks the script for a
-// broker or cluster with SASL and ACLs and connects as its super user
-// (admin.sasl in its state folder).
-func startPrivateWith(tb testing.TB, script, stateDir string, sasl bool) *integration.KafkaCluster {
+// broker or cluster with SASL and ACLs (and TLS) and connects as its
+// super user (admin.sasl in its state folder; over TLS, trusting the CA
+// the script made, tls/ca.pem).
+func startPrivateWith(tb testing.TB, script, stateDir string, sec security) *integration.KafkaCluster {
 	tb.Helper()
 	var env []string
-	if sasl {
+	switch sec {
+	case saslACLs:
 		env = []string{"EOSKIT_KAFKA_SASL=1"}
+	case saslTLS:
+		env = []string{"EOSKIT_KAFKA_TLS=1"}
 	}
 	out, err := runScriptEnv(context.Background(), script, stateDir, env, "start")
 	if err != nil && lostPort(stateDir, err.Error()+out) {
@@ -83,7 +102,7 @@ func startPrivateWith(tb testing.TB, script, stateDir string, sasl bool) *integr
 	if !ok {
 		tb.Fatalf("testbed: %s start printed no %s line: %q", filepath.Base(script), integration.KafkaBrokersEnv, out)
 	}
-	if !sasl {
+	if sec == plaintext {
 		return integration.KafkaAt(tb, strings.Split(brokers, ","))
 	}
 	folder := map[bool]string{true: "cluster", false: "kafka"}[strings.HasSuffix(script, "kafka-cluster.sh")]
@@ -92,7 +111,27 @@ func startPrivateWith(tb testing.TB, script, stateDir string, sasl bool) *integr
 	if err != nil || !ok {
 		tb.Fatalf("testbed: %s left no super user's credentials (%v)", filepath.Base(script), err)
 	}
-	return integration.KafkaAt(tb, strings.Split(brokers, ","), scramOpt(user, pass))
+	opts := []kgo.Opt{scramOpt(user, pass)}
+	if sec == saslTLS {
+		opts = append(opts, kgo.DialTLSConfig(TLSConfig(tb, filepath.Join(stateDir, folder, "tls", "ca.pem"))))
+	}
+	return integration.KafkaAt(tb, strings.Split(brokers, ","), opts...)
+}
+
+// TLSConfig is a client TLS configuration trusting the CA certificate
+// (PEM) in caFile alone, with the host name checked (franz-go sets the
+// server name from the address dialed).
+func TLSConfig(tb testing.TB, caFile string) *tls.Config {
+	tb.Helper()
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		tb.Fatalf("testbed: read the CA certificate: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		tb.Fatalf("testbed: %s holds no PEM certificate", caFile)
+	}
+	return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 }
 
 // lostPort reports whether a broker's start failed on a port another
@@ -124,9 +163,12 @@ func runScriptEnv(ctx context.Context, script, stateDir string, env []string, ar
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
-	// A SASL broker only when asked for here: an EOSKIT_KAFKA_SASL
-	// exported in the shell must not turn every private broker into one.
-	inherited := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "EOSKIT_KAFKA_SASL=") })
+	// A SASL (or TLS) broker only when asked for here: an
+	// EOSKIT_KAFKA_SASL exported in the shell must not turn every private
+	// broker into one.
+	inherited := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "EOSKIT_KAFKA_SASL=") || strings.HasPrefix(kv, "EOSKIT_KAFKA_TLS=")
+	})
 	if _, set := os.LookupEnv("EOSKIT_KAFKA_JVM_OPTS"); !set {
 		// A private broker lives for a test or two: compiled by C1
 		// alone, its JVM starts on about half the CPU (3 CPU-seconds

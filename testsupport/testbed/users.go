@@ -24,8 +24,9 @@ type User struct {
 
 // NewUser creates the SCRAM-SHA-512 user name, with no ACL, on a broker
 // or cluster started with ACLs ([StartLocalBrokerWithACLs],
-// [StartLocalClusterWithACLs]).
-func NewUser(tb testing.TB, k *integration.KafkaCluster, name string) User {
+// [StartLocalClusterWithACLs], [StartLocalBrokerWithTLS]); conn are more
+// options to connect with (a TLS configuration), which its Opts carry.
+func NewUser(tb testing.TB, k *integration.KafkaCluster, name string, conn ...kgo.Opt) User {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -41,8 +42,9 @@ func NewUser(tb testing.TB, k *integration.KafkaCluster, name string) User {
 	}
 	// A new credential reaches the broker through its metadata log:
 	// wait until it lets the user in.
-	integration.KafkaAt(tb, k.Brokers, scramOpt(name, pass))
-	return User{Principal: "User:" + name, Password: pass, Opts: []kgo.Opt{kgo.SeedBrokers(k.Brokers...), scramOpt(name, pass)}}
+	opts := append([]kgo.Opt{scramOpt(name, pass)}, conn...)
+	integration.KafkaAt(tb, k.Brokers, opts...)
+	return User{Principal: "User:" + name, Password: pass, Opts: append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, opts...)}
 }
 
 func scramOpt(user, pass string) kgo.Opt {

@@ -3,8 +3,8 @@
 // ports, and waiting until a Kafka broker really answers a Metadata request.
 //
 //	eosdev freeport [N]                 prints N (default 1) free TCP ports on 127.0.0.1
-//	eosdev wait-kafka -brokers B [-min-brokers N] [-node-id ID] [-timeout 120s] [-sasl-file F]
-//	eosdev wait-isr -brokers B [-timeout 120s] [-sasl-file F]
+//	eosdev wait-kafka -brokers B [-min-brokers N] [-node-id ID] [-timeout 120s] [-sasl-file F] [-tls-ca F]
+//	eosdev wait-isr -brokers B [-timeout 120s] [-sasl-file F] [-tls-ca F]
 //
 // -sasl-file names a file holding a SCRAM-SHA-512 user name and password, one
 // a line (a broker with ACLs, scripts/kafka.sh with EOSKIT_KAFKA_SASL=1).
@@ -14,6 +14,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -79,9 +81,21 @@ func freePorts(args []string) error {
 }
 
 // client connects to brokers, with SCRAM-SHA-512 when saslFile names the
-// credentials.
-func client(brokers, saslFile string) (*kgo.Client, error) {
+// credentials, and over TLS trusting the CA certificate in caFile when it
+// is set.
+func client(brokers, saslFile, caFile string) (*kgo.Client, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+		}
+		opts = append(opts, kgo.DialTLSConfig(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}))
+	}
 	if saslFile != "" {
 		b, err := os.ReadFile(saslFile)
 		if err != nil {
@@ -105,13 +119,14 @@ func waitKafka(args []string) error {
 	nodeID := fs.Int("node-id", -1, "a node Metadata must list as a live broker (a restarted node lists itself only once unfenced)")
 	timeout := fs.Duration("timeout", 120*time.Second, "how long to wait")
 	saslFile := fs.String("sasl-file", "", "a file with a SCRAM-SHA-512 user and password, one a line")
+	caFile := fs.String("tls-ca", "", "connect over TLS, trusting the CA certificate (PEM) in this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *brokers == "" {
 		return errors.New("wait-kafka: -brokers is required")
 	}
-	cl, err := client(*brokers, *saslFile)
+	cl, err := client(*brokers, *saslFile, *caFile)
 	if err != nil {
 		return fmt.Errorf("wait-kafka: %w", err)
 	}
@@ -153,10 +168,11 @@ func waitISR(args []string) error {
 	brokers := fs.String("brokers", "", "bootstrap address, host:port[,host:port]")
 	timeout := fs.Duration("timeout", 120*time.Second, "how long to wait")
 	saslFile := fs.String("sasl-file", "", "a file with a SCRAM-SHA-512 user and password, one a line")
+	caFile := fs.String("tls-ca", "", "connect over TLS, trusting the CA certificate (PEM) in this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cl, err := client(*brokers, *saslFile)
+	cl, err := client(*brokers, *saslFile, *caFile)
 	if err != nil {
 		return fmt.Errorf("wait-isr: %w", err)
 	}

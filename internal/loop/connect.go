@@ -1,0 +1,81 @@
+package loop
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eoskit/eoskit"
+)
+
+// ConnectCheckTimeout bounds the connection check at a runner's start.
+const ConnectCheckTimeout = 15 * time.Second
+
+// ConnectError is a runner's connection check at the start of Run: one
+// request to the seed brokers with the client options opts (no group: it
+// joins nothing). franz-go retries a connection it cannot open for as long
+// as it is asked to, and a runner would wait for ever, logging, on a
+// setting no retry cures: it returns a *eoskit.ConfigError of pkg naming
+// ClientOptions for those (refusedSetting), and nil for anything else (a
+// broker down, a timeout: Run goes on, and retries as it does).
+func ConnectError(ctx context.Context, pkg string, opts []kgo.Opt) error {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.RequestRetries(2))...)
+	if err != nil {
+		return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, ConnectCheckTimeout)
+	defer cancel()
+	_, err = kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if reason := refusedSetting(err); reason != "" {
+		return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: reason + ": " + err.Error(), Err: err}
+	}
+	return nil
+}
+
+// refusedSetting says which connection setting err shows wrong, "" when
+// err is nil or says nothing of the settings: the broker's certificate not
+// trusted or not for the address dialed, TLS against a listener without it
+// (or the reverse), credentials refused.
+func refusedSetting(err error) string {
+	if err == nil {
+		return ""
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	var header tls.RecordHeaderError
+	switch {
+	case errors.As(err, &unknownCA):
+		return "the broker's certificate is signed by a CA the client does not trust (give it the CA: kgo.DialTLSConfig with RootCAs)"
+	case errors.As(err, &hostname):
+		return "the broker's certificate is not for the address dialed (dial the name the certificate carries)"
+	case errors.As(err, &invalid), errors.As(err, &verify):
+		return "the broker's certificate was refused"
+	case errors.As(err, &header):
+		return "the listener does not speak TLS (drop kgo.DialTLSConfig, or dial the TLS listener)"
+	case errors.Is(err, kerr.SaslAuthenticationFailed):
+		return "the broker refused the client's credentials"
+	case errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
+		return "the broker does not take the client's SASL mechanism"
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return "" // a broker down or slow: not a setting
+	}
+	// Plaintext against a TLS listener: the broker's answer to a
+	// plaintext request is a TLS alert, or nothing (EOF).
+	if msg := err.Error(); strings.Contains(msg, "tls:") {
+		return "the TLS handshake failed"
+	}
+	return ""
+}
