@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eoskit/eoskit/internal/deadletter"
+	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/outbox"
 )
 
@@ -66,12 +68,16 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if *dlq != "" {
-		opts, err := kf.clientOpts()
+		conn, err := kf.connect()
 		if err != nil {
 			fmt.Fprintln(stderr, "eoskit:", err)
 			return exitUsage
 		}
-		t := topicLetters{opts: opts, brokers: kf.seeds(), topic: *dlq, group: cmp.Or(*replayGroup, "eoskit-replay-"+*dlq), logger: logger}
+		if err := loop.ConnectError(ctx, "eoskit", conn.opts); err != nil {
+			fmt.Fprintf(stderr, "eoskit: reach %s: %v\n", strings.Join(conn.seeds, ","), err)
+			return exitError
+		}
+		t := topicLetters{opts: conn.opts, brokers: conn.seeds, topic: *dlq, group: cmp.Or(*replayGroup, "eoskit-replay-"+*dlq), logger: logger}
 		if verb == "list" {
 			letters, err := t.list(ctx, *limit)
 			if err != nil {

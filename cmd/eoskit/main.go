@@ -80,9 +80,16 @@
 //
 // Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
 // -timeout (default 1m), -json; on a cluster that authenticates,
-// -sasl-mechanism (scram-sha-256, scram-sha-512 or plain) and -sasl-user,
-// with the password in $EOSKIT_SASL_PASSWORD (never on the command line,
-// where other users of the machine can read it), and -tls. Exit status: 0
+// -sasl-mechanism (scram-sha-256, scram-sha-512, or plain, over TLS only)
+// and -sasl-user, with the password in $EOSKIT_SASL_PASSWORD (never on the
+// command line, where other users of the machine can read it); -tls
+// (the system's CAs), -tls-ca FILE (those CAs alone), -tls-cert and
+// -tls-key (mutual TLS). Or, as Kafka's tools take them, -command-config
+// FILE: a client properties file (bootstrap.servers, security.protocol,
+// sasl.mechanism, sasl.jaas.config or sasl.username and sasl.password,
+// ssl.truststore.location or ssl.ca.location in PEM, ssl.keystore.location
+// in PEM or ssl.certificate.location and ssl.key.location); a flag given
+// wins over the file. The host name is always checked. Exit status: 0
 // done (find-hanging: none found), 1 error or refusal, 2 usage, 3
 // find-hanging found some.
 package main
@@ -90,19 +97,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 func main() {
@@ -120,7 +120,8 @@ const usage = `usage:
   eoskit dead-letters list   -dead-letter-topic T [-replay-group G] [-limit 100]
   eoskit dead-letters replay -dead-letter-topic T [-replay-group G] [-to-topic T]
 common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
-  -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD) -tls
+  -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD)
+  -tls -tls-ca FILE -tls-cert FILE -tls-key FILE, or -command-config FILE (Kafka client properties)
 `
 
 // Exit statuses.
@@ -144,46 +145,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-// kafkaFlags are the flags every command takes to reach the cluster.
-type kafkaFlags struct {
-	brokers, mechanism, user *string
-	timeout                  *time.Duration
-	json, tls                *bool
-}
-
-func addKafkaFlags(fs *flag.FlagSet) kafkaFlags {
-	defaultBrokers := os.Getenv("KAFKA_BROKERS")
-	if defaultBrokers == "" {
-		defaultBrokers = "127.0.0.1:9092"
-	}
-	return kafkaFlags{
-		brokers:   fs.String("brokers", defaultBrokers, "Kafka bootstrap addresses, comma-separated"),
-		timeout:   fs.Duration("timeout", time.Minute, "give up after this long"),
-		json:      fs.Bool("json", false, "print JSON"),
-		mechanism: fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD)"),
-		user:      fs.String("sasl-user", "", "SASL user name"),
-		tls:       fs.Bool("tls", false, "connect with TLS (the system's root certificates)"),
-	}
-}
-
-// clientOpts are the franz-go options the flags ask for.
-func (f kafkaFlags) clientOpts() ([]kgo.Opt, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(f.seeds()...)}
-	if *f.tls {
-		opts = append(opts, kgo.DialTLS())
-	}
-	if *f.mechanism != "" || *f.user != "" {
-		mech, err := saslMechanism(*f.mechanism, *f.user, os.Getenv("EOSKIT_SASL_PASSWORD"))
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, kgo.SASL(mech))
-	}
-	return opts, nil
-}
-
-func (f kafkaFlags) seeds() []string { return strings.Split(*f.brokers, ",") }
-
 // topicList is a repeatable -topic flag.
 type topicList []string
 
@@ -201,20 +162,4 @@ func (l *idList) Set(v string) error {
 	}
 	*l = append(*l, id)
 	return nil
-}
-
-// saslMechanism builds the SASL mechanism the flags name.
-func saslMechanism(name, user, pass string) (sasl.Mechanism, error) {
-	if user == "" || pass == "" {
-		return nil, errors.New("SASL needs -sasl-user and the password in $EOSKIT_SASL_PASSWORD")
-	}
-	switch strings.ToLower(name) {
-	case "scram-sha-256":
-		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
-	case "scram-sha-512":
-		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
-	case "plain":
-		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
-	}
-	return nil, fmt.Errorf("-sasl-mechanism %q: want scram-sha-256, scram-sha-512 or plain", name)
 }

@@ -7,12 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
@@ -65,14 +67,14 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	opts, err := kf.clientOpts()
+	conn, err := kf.connect()
 	if err != nil {
 		fmt.Fprintln(stderr, "eoskit:", err)
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, *kf.timeout)
 	defer cancel()
-	t, err := connect(ctx, *kf.brokers, opts, *clientsV2)
+	t, err := connect(ctx, strings.Join(conn.seeds, ","), conn.opts, *clientsV2)
 	if err != nil {
 		fmt.Fprintf(stderr, "eoskit: %v\n", err)
 		return exitError
@@ -124,6 +126,11 @@ type txnTool struct {
 // producers' clients speak transaction protocol v2, which counts only on a
 // cluster that offers it.
 func connect(ctx context.Context, brokers string, opts []kgo.Opt, clientsV2 bool) (*txnTool, error) {
+	// A setting no retry cures (a CA, a password) is said at once, not
+	// after -timeout.
+	if err := loop.ConnectError(ctx, "eoskit", opts); err != nil {
+		return nil, fmt.Errorf("reach %s: %w", brokers, err)
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err

@@ -20,16 +20,16 @@ import (
 const ConnectCheckTimeout = 15 * time.Second
 
 // ConnectError is a runner's connection check at the start of Run: one
-// request to the seed brokers with the client options opts (no group: it
-// joins nothing). franz-go retries a connection it cannot open for as long
+// request to the seed brokers with the client options opts (in a client
+// that joins nothing: probeClient). franz-go retries a connection it cannot open for as long
 // as it is asked to, and a runner would wait for ever, logging, on a
 // setting no retry cures: it returns a *eoskit.ConfigError of pkg naming
 // ClientOptions for those (refusedSetting), and nil for anything else (a
 // broker down, a timeout: Run goes on, and retries as it does).
 func ConnectError(ctx context.Context, pkg string, opts []kgo.Opt) error {
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.RequestRetries(2))...)
+	cl, err := probeClient(append(append([]kgo.Opt{}, opts...), kgo.RequestRetries(2)))
 	if err != nil {
-		return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
+		return nil // the runner's own client says what is wrong
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, ConnectCheckTimeout)
@@ -78,4 +78,12 @@ func refusedSetting(err error) string {
 		return "the TLS handshake failed"
 	}
 	return ""
+}
+
+// probeClient is a client of opts that joins no group: it has one (the
+// user's group callbacks and balancers need one to be accepted) but no
+// topic, so it sends nothing to a group coordinator, as ReadUserOptions'
+// client.
+func probeClient(opts []kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.ConsumerGroup(probe), kgo.DisableAutoCommit())...)
 }

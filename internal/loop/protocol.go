@@ -125,13 +125,13 @@ func CheckConsumerProtocol(ctx context.Context, cl *kgo.Client) (string, error) 
 const ConsumerProtocolCheckTimeout = 30 * time.Second
 
 // ConsumerProtocolError is a runner's check at the start of Run, with the
-// client options opts (its user's and its seed brokers, and no group: the
-// client joins nothing): a *eoskit.ConfigError of pkg naming
+// client options opts (its user's and its seed brokers, in a client that
+// joins nothing: probeClient): a *eoskit.ConfigError of pkg naming
 // ConsumerProtocol when the cluster would not serve the protocol well, an
 // error when the brokers could not be asked within
 // ConsumerProtocolCheckTimeout, nil when all is well.
 func ConsumerProtocolError(ctx context.Context, pkg string, opts []kgo.Opt) error {
-	cl, err := kgo.NewClient(opts...)
+	cl, err := probeClient(opts)
 	if err != nil {
 		return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// kafkaFlags are the flags every command takes to reach the cluster:
+// its own, or, as Kafka's tools take them, a -command-config properties
+// file; a flag given wins over the file.
+type kafkaFlags struct {
+	fs                                    *flag.FlagSet
+	brokers, mechanism, user              *string
+	caFile, certFile, keyFile, properties *string
+	timeout                               *time.Duration
+	json, tls                             *bool
+}
+
+func addKafkaFlags(fs *flag.FlagSet) kafkaFlags {
+	return kafkaFlags{
+		fs:         fs,
+		brokers:    fs.String("brokers", "", "Kafka bootstrap addresses, comma-separated (default: -command-config's bootstrap.servers, else $KAFKA_BROKERS, else 127.0.0.1:9092)"),
+		timeout:    fs.Duration("timeout", time.Minute, "give up after this long"),
+		json:       fs.Bool("json", false, "print JSON"),
+		mechanism:  fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD; plain only over TLS)"),
+		user:       fs.String("sasl-user", "", "SASL user name"),
+		tls:        fs.Bool("tls", false, "connect with TLS (trusting the system's root certificates, or -tls-ca's)"),
+		caFile:     fs.String("tls-ca", "", "connect with TLS, trusting the CA certificates (PEM) in this file alone"),
+		certFile:   fs.String("tls-cert", "", "the client certificate (PEM) for mutual TLS, with -tls-key"),
+		keyFile:    fs.String("tls-key", "", "the client certificate's private key (PEM)"),
+		properties: fs.String("command-config", "", "a Kafka client properties file, as Kafka's tools take: bootstrap.servers, security.protocol, sasl.mechanism, sasl.jaas.config (or sasl.username and sasl.password), ssl.truststore.location or ssl.ca.location (PEM), ssl.keystore.location (PEM) or ssl.certificate.location and ssl.key.location"),
+	}
+}
+
+// connection is how a command reaches the cluster, from its flags and
+// -command-config.
+type connection struct {
+	seeds []string
+	opts  []kgo.Opt // the seeds included
+}
+
+// settings are the connection settings, from -command-config and then the
+// flags given.
+type settings struct {
+	brokers, protocol, mechanism, user, pass string
+	caFile, certFile, keyFile                string
+}
+
+// connect returns the connection the flags and -command-config ask for.
+func (f kafkaFlags) connect() (connection, error) {
+	var s settings
+	if *f.properties != "" {
+		props, err := readProperties(*f.properties)
+		if err != nil {
+			return connection{}, err
+		}
+		if s, err = fromProperties(props); err != nil {
+			return connection{}, fmt.Errorf("-command-config %s: %w", *f.properties, err)
+		}
+	}
+	given := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if given["brokers"] || s.brokers == "" {
+		s.brokers = *f.brokers
+	}
+	if s.brokers == "" {
+		s.brokers = os.Getenv("KAFKA_BROKERS")
+	}
+	if s.brokers == "" {
+		s.brokers = "127.0.0.1:9092"
+	}
+	if given["sasl-mechanism"] {
+		s.mechanism = *f.mechanism
+	}
+	if given["sasl-user"] {
+		s.user = *f.user
+	}
+	if pass := os.Getenv("EOSKIT_SASL_PASSWORD"); pass != "" {
+		s.pass = pass
+	}
+	if given["tls-ca"] {
+		s.caFile = *f.caFile
+	}
+	if given["tls-cert"] {
+		s.certFile = *f.certFile
+	}
+	if given["tls-key"] {
+		s.keyFile = *f.keyFile
+	}
+	useTLS := *f.tls || s.caFile != "" || s.certFile != "" || strings.HasSuffix(strings.ToUpper(s.protocol), "SSL")
+	return s.connection(useTLS)
+}
+
+// connection builds the franz-go options of s.
+func (s settings) connection(useTLS bool) (connection, error) {
+	c := connection{seeds: strings.Split(s.brokers, ",")}
+	c.opts = []kgo.Opt{kgo.SeedBrokers(c.seeds...)}
+	if useTLS {
+		cfg, err := s.tlsConfig()
+		if err != nil {
+			return connection{}, err
+		}
+		c.opts = append(c.opts, kgo.DialTLSConfig(cfg))
+	}
+	if s.mechanism != "" || s.user != "" {
+		mech, err := saslMechanism(s.mechanism, s.user, s.pass)
+		if err != nil {
+			return connection{}, err
+		}
+		if mech.Name() == "PLAIN" && !useTLS {
+			// The password would cross the network as it is.
+			return connection{}, errors.New("SASL PLAIN sends the password as it is: use it over TLS (-tls, -tls-ca, or security.protocol=SASL_SSL)")
+		}
+		c.opts = append(c.opts, kgo.SASL(mech))
+	}
+	return c, nil
+}
+
+// tlsConfig is the TLS configuration of s: the CA file's certificates
+// alone, or the system's; a client certificate for mutual TLS.
+func (s settings) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if s.caFile != "" {
+		pem, err := os.ReadFile(s.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read the CA certificates: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate (a JKS or PKCS12 truststore must be converted to PEM: keytool -exportcert -rfc)", s.caFile)
+		}
+	}
+	switch {
+	case s.certFile != "" && s.keyFile != "":
+		cert, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("read the client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case s.certFile != "" || s.keyFile != "":
+		return nil, errors.New("mutual TLS needs both the client certificate and its key (-tls-cert and -tls-key)")
+	}
+	return cfg, nil
+}
+
+// saslMechanism builds the SASL mechanism named.
+func saslMechanism(name, user, pass string) (sasl.Mechanism, error) {
+	if user == "" || pass == "" {
+		return nil, errors.New("SASL needs a user (-sasl-user) and the password in $EOSKIT_SASL_PASSWORD (or both in -command-config)")
+	}
+	switch strings.ToLower(name) {
+	case "scram-sha-256":
+		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
+	case "scram-sha-512":
+		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
+	case "plain":
+		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
+	}
+	return nil, fmt.Errorf("SASL mechanism %q: want scram-sha-256, scram-sha-512 or plain", name)
+}
