@@ -422,18 +422,23 @@ func TestAtLeastOnceCrashBetweenProduceAndCommitDuplicates(t *testing.T) {
 // the id again and fence its healthy successor.
 func TestProcessorZombieIsFenced(t *testing.T) {
 	t.Parallel()
-	for name, stall := range map[string]time.Duration{
-		"past its session timeout":     7 * time.Second,  // the tests' session timeout is 6 s
-		"past its transaction timeout": 31 * time.Second, // and their transaction timeout 30 s
+	for name, tc := range map[string]struct {
+		stall time.Duration
+		opts  []eos.ProcessorOption
+	}{
+		"past its session timeout":     {7 * time.Second, nil},  // the tests' session timeout is 6 s
+		"past its transaction timeout": {31 * time.Second, nil}, // and their transaction timeout 30 s
+		// The test brokers' consumer-protocol session timeout is 6 s too.
+		"past its session timeout, under the consumer protocol": {7 * time.Second, []eos.ProcessorOption{eos.ConsumerProtocol()}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			zombieIsFenced(t, stall)
+			zombieIsFenced(t, tc.stall, tc.opts...)
 		})
 	}
 }
 
-func zombieIsFenced(t *testing.T, stall time.Duration) {
+func zombieIsFenced(t *testing.T, stall time.Duration, extra ...eos.ProcessorOption) {
 	k := integration.Kafka(t)
 	in, out := k.NewTopic(2), k.NewTopic(2)
 	group := integration.UniqueName(t, "g")
@@ -451,7 +456,7 @@ func zombieIsFenced(t *testing.T, stall time.Duration) {
 		return copyHandler(out)(ctx, r)
 	}
 	zombieMetrics := &countingMetrics{}
-	zombie := startProcessor(t, zombieHandler, append(processorOpts(k, group, in, "0"), eos.WithMetrics(zombieMetrics))...)
+	zombie := startProcessor(t, zombieHandler, append(append(processorOpts(k, group, in, "0"), eos.WithMetrics(zombieMetrics)), extra...)...)
 	select {
 	case <-stalled:
 	case <-time.After(2 * time.Minute):
@@ -461,7 +466,7 @@ func zombieIsFenced(t *testing.T, stall time.Duration) {
 	time.Sleep(7 * time.Second) // past the 6 s session timeout
 
 	progress := followCommitted(t, k, out)
-	replacement := startProcessor(t, copyHandler(out), processorOpts(k, group, in, "0")...)
+	replacement := startProcessor(t, copyHandler(out), append(processorOpts(k, group, in, "0"), extra...)...)
 	// Let the replacement commit work before the zombie wakes, so that the
 	// zombie's late commit would duplicate it if it went through.
 	waitFor(t, 2*time.Minute, "the replacement to commit output", func() bool { return progress.n.Load() > 0 })
