@@ -3,6 +3,8 @@ package eos_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +95,52 @@ func TestConsumerProtocolWithABalancerItCannotTakeIsRefused(t *testing.T) {
 	err = p.Run(ctx)
 	if cerr, ok := errors.AsType[*eoskit.ConfigError](err); !ok || cerr.Setting != "ConsumerProtocol" {
 		t.Fatalf("Run returned %v; want an *eoskit.ConfigError naming ConsumerProtocol", err)
+	}
+}
+
+// Keyed state under the consumer protocol: eos.Count's totals are exact
+// while a second instance joins (its partitions, revoked incrementally
+// from the first, are restored there from the changelog) and leaves
+// (restored on the first again). Checked as TestCountIsExactThroughCrashesAndRebalances
+// checks it: the updates topic and the changelog end at the true totals,
+// each key's counts only growing, and no view passes a true total.
+func TestCountIsExactUnderTheConsumerProtocol(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, updates := k.NewTopic(4), k.NewTopic(4)
+	changelog := newChangelog(t, k, 4)
+	group := integration.UniqueName(t, "kip848")
+	want := seedReports(t, k, in, 20_000)
+	opts := func(instance string) []eos.ProcessorOption {
+		return append(statefulOpts(k, group, in, changelog, updates, instance), eos.ConsumerProtocol())
+	}
+	var counted atomic.Int64
+	count := eos.Count()
+	paced := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		time.Sleep(200 * time.Microsecond) // so that the join and the leave land mid-stream
+		out, err := count(ctx, r)
+		counted.Add(1)
+		return out, err
+	}
+	a := startProcessor(t, paced, opts("0")...)
+	waitFor(t, 2*time.Minute, "the first instance to restore and count", func() bool { return len(a.p.State().Partitions()) > 0 })
+	b := startProcessor(t, paced, opts("1")...)
+	waitFor(t, 2*time.Minute, "the second instance to hold partitions", func() bool { return len(b.p.State().Partitions()) > 0 })
+	checkView(t, want, a.p.State(), b.p.State())
+	if counted.Load() >= 20_000 {
+		t.Fatal("every report was counted before the second instance held a partition: no rebalance mid-stream")
+	}
+	if err := b.stop(t); err != nil {
+		t.Fatalf("instance 1 stopped with %v", err)
+	}
+	waitForTotals(t, k, updates, want, 3*time.Minute)
+	waitFor(t, time.Minute, "instance 0's view to show the totals", func() bool { return maps.Equal(viewOf(t, a.p.State()), want) })
+	if err := a.stop(t); err != nil {
+		t.Fatalf("instance 0 stopped with %v", err)
+	}
+	for _, topic := range []string{updates, changelog} {
+		if got := lastValues(t, k, topic, true); !maps.Equal(got, want) {
+			t.Fatalf("%s ends at %v, want %v", topic, got, want)
+		}
 	}
 }
