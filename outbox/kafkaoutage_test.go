@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +66,11 @@ func TestKafkaOutageLongerThanWalSenderTimeoutDoesNotStopALoneRelay(t *testing.T
 			t.Fatalf("Run returned during a Kafka outage of %s: %v", d, err)
 		case <-time.After(d):
 		}
+		// The outage shows while it lasts (issue 47 item 13: before, Health
+		// stayed Healthy with no error through a minute's cut).
+		if h := r.Health(); !strings.Contains(h.LastError, "waiting for Kafka") || h.Healthy() {
+			t.Fatalf("%s into a Kafka outage, Health shows last error %q, healthy %v; want the wait for Kafka, not healthy", d, h.LastError, h.Healthy())
+		}
 		held := int64(0)
 		for node := 1; node <= 3; node++ {
 			held += px.Held(node)
@@ -105,12 +112,56 @@ func TestKafkaOutageLongerThanWalSenderTimeoutDoesNotStopALoneRelay(t *testing.T
 			assigned.Format(time.TimeOnly), again.Format(time.TimeOnly))
 	}
 	outage(txnTimeout+15*time.Second, 2000) // past the coordinator's abort sweep (10 s)
+	if h := r.Health(); !h.Healthy() {
+		t.Fatalf("after the outages, with everything published, Health is not healthy: %+v", h)
+	}
 
 	rep := b.verify(t)
 	if committed := b.committed(t); rep.Outputs != len(committed) {
 		t.Fatalf("%d outputs; want the %d committed records once each", rep.Outputs, len(committed))
 	}
 	t.Logf("verifier: %v", rep)
+
+	// RetryFor bounds a wait for Kafka too: a relay of another database
+	// given RetryFor(8 s) returns, with an error saying so, once Kafka
+	// has not taken its batch for that long and the abort of the
+	// transaction in flight gave up (30 s at most, Kafka being away);
+	// before, Run never returned from a produce franz-go retried for ever.
+	pool2, url2 := integration.PostgresWithURL(t)
+	b2 := newBedOn(t, cluster.KafkaCluster, pool2, url2)
+	r2, err := outbox.NewRelay(pool2, outbox.Brokers(px.Brokers...), outbox.PositionTopic(b2.positions), outbox.Logger(testLogger(t)),
+		outbox.RetryFor(8*time.Second), outbox.ClientOptions(kgo.TransactionTimeout(txnTimeout)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done2 := startRelay(t, r2).done
+	if err := b2.load.Write(context.Background(), 100, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the second relay's first records published", func() bool { return b2.published(t) >= 100 })
+	for node := 1; node <= 3; node++ {
+		if err := px.Cut(node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b2.load.Write(context.Background(), 100, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	select {
+	case err := <-done2:
+		if !strings.Contains(fmt.Sprint(err), "giving up") || time.Since(cut) < 8*time.Second {
+			t.Fatalf("Run returned %v after %s of an outage; want, past RetryFor (8 s), the wait for Kafka named", err, time.Since(cut))
+		}
+		t.Logf("RetryFor 8 s: Run returned after %s: %v", time.Since(cut).Round(time.Second), err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("with RetryFor 8 s, Run had not returned 60 s into a Kafka outage")
+	}
+	for node := 1; node <= 3; node++ {
+		if err := px.Heal(node); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // A relay fenced in Kafka while no other relay holds its slot (here a

@@ -242,9 +242,14 @@ func MaxRecordsPerCommit(n int) Option {
 
 // RetryFor bounds how long the relay keeps retrying without publishing
 // anything while PostgreSQL or Kafka are unreachable (or an output topic
-// is missing) before Run returns the last error. Default: 2 minutes. A
-// missing position or dead-letter topic is not retried: it is an
-// *eoskit.ConfigError within seconds.
+// is missing) before Run returns the last error, and how long it waits
+// for Kafka to take one batch (franz-go would retry its produce for
+// ever); Run then returns once the transaction in flight is aborted, which
+// with Kafka away gives up after 30 s more. Default: 2 minutes. A missing position or dead-letter topic is
+// not retried: it is an *eoskit.ConfigError within seconds. A wait for
+// Kafka longer than 5 s shows meanwhile: it is the relay's Health
+// LastError (not Healthy until a batch commits), and a Warn line every
+// 30 s.
 func RetryFor(d time.Duration) Option {
 	return relayOption(func(c *config) { c.retryFor = d })
 }

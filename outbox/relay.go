@@ -163,7 +163,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		if progressed {
 			lastProgress, attempt = time.Now(), 0
 		}
-		if final(err) {
+		if _, waited := errors.AsType[*kafkaWaitError](err); final(err) || waited {
 			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
 			return err
 		}
@@ -182,6 +182,48 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		}
 	}
 }
+
+// kafkaWaitError ends Run: the relay waited for Kafka to take a batch for
+// RetryFor, which bounds that wait as it bounds the retries.
+type kafkaWaitError struct{ err error }
+
+func (e *kafkaWaitError) Error() string { return e.err.Error() }
+func (e *kafkaWaitError) Unwrap() error { return e.err }
+
+// watchKafkaWait shows a wait for Kafka that began at began while it
+// lasts: past kafkaWaitNoticed it is the relay's LastError (Health is not
+// Healthy until a batch commits) and a Warn line, repeated every
+// kafkaWaitRepeat. The returned func ends the watch.
+func (r *Relay) watchKafkaWait(began time.Time) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		timer := time.NewTimer(kafkaWaitNoticed)
+		defer timer.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-timer.C:
+			}
+			waited := time.Since(began).Round(time.Second)
+			r.obs.Failed(fmt.Errorf("outbox: waiting for Kafka to take a batch since %s (%s)", began.Format(time.RFC3339), waited))
+			r.cfg.logger.Warn("outbox: waiting for Kafka to take a batch", "slot", r.cfg.slot, "waited", waited, "gives_up_after", r.cfg.retryFor)
+			timer.Reset(kafkaWaitRepeat)
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// kafkaWaitNoticed is how long a wait for Kafka lasts before the relay's
+// health and log show it; kafkaWaitRepeat how often the log says it
+// again.
+const (
+	kafkaWaitNoticed = 5 * time.Second
+	kafkaWaitRepeat  = 30 * time.Second
+)
 
 // prepare finds, once, the slot (the outbox's own unless one was
 // named), the server's system identifier, which keys the position and
@@ -411,10 +453,19 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 		began := time.Now()
 		doneWaiting := s.waiting(0)
-		err := p.publish(ctx, cur, next, func(ctx context.Context, b *pending) ([]carriedTxn, error) {
+		// RetryFor bounds the wait for Kafka too: franz-go retries a
+		// produce for as long as it is let.
+		pubCtx, cancelPub := context.WithTimeout(ctx, r.cfg.retryFor)
+		stopWatch := r.watchKafkaWait(began)
+		err := p.publish(pubCtx, cur, next, func(ctx context.Context, b *pending) ([]carriedTxn, error) {
 			carry, err := r.deleteRows(ctx, b)
 			return carry, asDatabaseError(err)
 		})
+		stopWatch()
+		if err != nil && pubCtx.Err() != nil && ctx.Err() == nil {
+			err = &kafkaWaitError{fmt.Errorf("outbox: Kafka did not take a batch within RetryFor (%s), giving up: %w", r.cfg.retryFor, err)}
+		}
+		cancelPub()
 		doneWaiting()
 		timedOut := errors.Is(err, eos.ErrFenced) && !r.takenOver(ctx, s)
 		r.observe(ctx, cur, began, err, timedOut)
