@@ -244,7 +244,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if p.cfg.consumerProtocol {
-		if err := loop.ConsumerProtocolError(ctx, "eos", p.cfg.connOpts()); err != nil {
+		if err := loop.ConsumerProtocolError(ctx, "eos", p.cfg.connOpts(), p.logger); err != nil {
 			return err
 		}
 	}

@@ -37,9 +37,15 @@ func (r *revokes) taken() {
 // One recorded after end returned (its callback ran after that reset, so
 // franz-go latched it) counts for the next.
 func (r *revokes) end(end func() (committed bool, err error)) (before, committed bool, err error) {
-	before = r.count.Load() > r.endedAt
+	start := r.count.Load()
+	before = start > r.endedAt
 	committed, err = end()
 	r.endedAt = r.count.Load()
-	r.pending.Store(false)
+	if r.endedAt == start {
+		// The batch's early stop is cleared only when no revoke came
+		// while End ran: one that did may be latched for the next
+		// transaction, which must then end early too.
+		r.pending.Store(false)
+	}
 	return before, committed, err
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -272,6 +273,22 @@ func (r *Runner) applyPolicy(rec *kgo.Record, cause error, attempts int) *halt {
 // with nothing before it a *stopError: both rolled back.
 func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState) (applied []*kgo.Record, stop *eoskit.RecordError, err error) {
 	start := time.Now()
+	// An attempt whose COMMIT went unanswered is asked after first,
+	// before anything else (a partition the group took since included):
+	// its own commit must not pass for another owner's.
+	if u := st.unconfirmed; u != nil {
+		committed, err := r.confirmed(ctx, u.xid)
+		if err != nil {
+			return nil, nil, err // the batch is retried, and asks again
+		}
+		st.unconfirmed = nil
+		if committed {
+			r.cfg.core.Logger.Info("offsetstore: a batch's COMMIT went unanswered; the database says it committed, going on", "records", len(u.applied))
+			r.settled(u, start)
+			return u.applied, u.stop, nil
+		}
+		r.obs.Aborted("database-error", time.Since(start)) // reported now the outcome is known
+	}
 	r.mu.Lock()
 	// next is where each partition of the batch ends; expected is where
 	// the database must still be for this owner to be the rightful one;
@@ -311,18 +328,6 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 	}
 	if len(fresh) == 0 {
 		return nil, nil, nil
-	}
-	if u := st.unconfirmed; u != nil {
-		committed, err := r.confirmed(ctx, u.xid)
-		if err != nil {
-			return nil, nil, err // the batch is retried, and asks again
-		}
-		st.unconfirmed = nil
-		if committed {
-			r.cfg.core.Logger.Info("offsetstore: a batch's COMMIT went unanswered; the database says it committed, going on", "records", len(u.applied))
-			r.settled(u, start)
-			return u.applied, u.stop, nil
-		}
 	}
 
 	// Partitions in a fixed order, so that owners claiming the same rows
@@ -410,11 +415,15 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 				claimed[tp] = n
 			}
 		}
-		ended = &attemptEnd{xid: xid, applied: applied, stop: stop, claimed: maps.Clone(claimed), parked: run.parked}
+		ended = &attemptEnd{xid: xid, applied: applied, stop: stop, claimed: maps.Clone(claimed), expected: expected, parked: run.parked}
 		return nil
 	})
 	if err != nil && ended != nil {
-		st.unconfirmed = ended // the next attempt asks first (confirmed)
+		// Committed or not, only the database knows: the next attempt
+		// asks first (confirmed), and reports it then.
+		st.unconfirmed = ended
+		r.cfg.core.Logger.Warn("offsetstore: a batch's COMMIT went unanswered; the retry asks the database whether it committed", "err", err)
+		return nil, nil, err
 	}
 	if err != nil {
 		var stale *staleError
@@ -432,19 +441,20 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 		}
 		return nil, nil, err
 	}
-	r.settled(&attemptEnd{applied: applied, stop: stop, claimed: claimed, parked: run.parked}, start)
+	r.settled(&attemptEnd{applied: applied, stop: stop, claimed: claimed, expected: expected, parked: run.parked}, start)
 	return applied, stop, nil
 }
 
 // attemptEnd is what an attempt at a batch committed: the records applied
-// or parked (parked), the record it stopped on, and where each claimed
-// offsets row then stands (claimed); xid is its transaction's ID.
+// or parked (parked), the record it stopped on, where each claimed offsets
+// row stood before (expected) and then stands (claimed); xid is its
+// transaction's ID.
 type attemptEnd struct {
-	xid     int64
-	applied []*kgo.Record
-	stop    *eoskit.RecordError
-	claimed map[topicPartition]int64
-	parked  []parkedRecord
+	xid               int64
+	applied           []*kgo.Record
+	stop              *eoskit.RecordError
+	claimed, expected map[topicPartition]int64
+	parked            []parkedRecord
 }
 
 // settled notes that the attempt a, begun at start, committed.
@@ -454,7 +464,10 @@ func (r *Runner) settled(a *attemptEnd, start time.Time) {
 		// Where the row now stands: advanced, or, for a partition the
 		// records committed do not reach (stopped on), as claimed (a row
 		// created at the batch's first offset).
-		if _, owned := r.positions[tp]; owned {
+		// Only where the runner still stands where the attempt began: a
+		// partition taken and assigned again since was read afresh from
+		// the database, maybe further on.
+		if pos, owned := r.positions[tp]; owned && pos == a.expected[tp] {
 			r.positions[tp] = at
 		}
 		delete(r.oldRows, tp)
@@ -478,7 +491,13 @@ func (r *Runner) settled(a *attemptEnd, start time.Time) {
 // a moved row is a stale owner's refusal, as before.
 func (r *Runner) confirmed(ctx context.Context, xid int64) (bool, error) {
 	var status pgtype.Text
-	if err := r.pool.QueryRow(ctx, `SELECT txid_status($1)`, xid).Scan(&status); err != nil {
+	err := r.pool.QueryRow(ctx, `SELECT txid_status($1)`, xid).Scan(&status)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "22023" {
+		// "in the future": a server that lost it (a failover to a replica
+		// behind). Unknown: the claim finds the rows where they stand.
+		return false, nil
+	}
+	if err != nil {
 		return false, fmt.Errorf("offsetstore: ask whether a batch whose COMMIT went unanswered committed: %w", err)
 	}
 	switch status.String {

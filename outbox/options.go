@@ -244,8 +244,9 @@ func MaxRecordsPerCommit(n int) Option {
 // anything while PostgreSQL or Kafka are unreachable (or an output topic
 // is missing) before Run returns the last error, and how long it waits
 // for Kafka to take one batch (franz-go would retry its produce for
-// ever); Run then returns once the transaction in flight is aborted, which
-// with Kafka away gives up after 30 s more. Default: 2 minutes. A missing position or dead-letter topic is
+// ever). Past it, with Kafka away, the end of the transaction under way
+// and then its abort each give up within 30 s: Run returns within RetryFor
+// and a minute. Default: 2 minutes. A missing position or dead-letter topic is
 // not retried: it is an *eoskit.ConfigError within seconds. A wait for
 // Kafka longer than 5 s shows meanwhile: it is the relay's Health
 // LastError (not Healthy until a batch commits), and a Warn line every

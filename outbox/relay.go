@@ -290,8 +290,22 @@ func (r *Relay) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
 func (r *Relay) token(ctx context.Context) (string, error) {
 	var token string
 	slots := ident(r.cfg.slots())
+	// A named outbox's slot whose token the table every outbox shared
+	// before schema version 2 holds keeps it (Migrate copied only the
+	// slot it was given), if this role may read it: its positions in
+	// Kafka carry it.
+	shared := `NULL::text`
+	if r.cfg.names.name != "" {
+		var readable bool
+		if err := r.pool.QueryRow(ctx, `SELECT CASE WHEN to_regclass('eoskit_outbox_slots') IS NULL THEN false ELSE has_table_privilege(to_regclass('eoskit_outbox_slots'), 'SELECT') END`).Scan(&readable); err != nil {
+			return "", fmt.Errorf("outbox: read slot %s's token: %w", r.cfg.slot, err)
+		}
+		if readable {
+			shared = `(SELECT token FROM eoskit_outbox_slots WHERE slot = $1)`
+		}
+	}
 	err := r.pool.QueryRow(ctx, `WITH ins AS (
-			INSERT INTO `+slots+` (slot, token) VALUES ($1, gen_random_uuid()::text)
+			INSERT INTO `+slots+` (slot, token) VALUES ($1, coalesce(`+shared+`, gen_random_uuid()::text))
 			ON CONFLICT (slot) DO NOTHING RETURNING token)
 		SELECT token FROM ins UNION ALL SELECT token FROM `+slots+` WHERE slot = $1`, r.cfg.slot).Scan(&token)
 	if err != nil {
@@ -300,21 +314,32 @@ func (r *Relay) token(ctx context.Context) (string, error) {
 	return token, nil
 }
 
-// tableSchema is the schema of the outbox table, as the relay's pool
-// resolves its name (its search_path, as Write's does): the stream
-// decodes that table's inserts alone, whatever else the publication
-// holds.
+// tableSchema is the schema of the outbox table: the one table of its
+// name the outbox's publication publishes, or, when it publishes several,
+// the one the relay's pool resolves the name to (its search_path, as
+// Write's does). The stream decodes that table's inserts alone, whatever
+// else the publication holds.
 func (r *Relay) tableSchema(ctx context.Context) (string, error) {
-	var schema pgtype.Text
-	err := r.pool.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = to_regclass($1)`, r.cfg.names.table()).Scan(&schema)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return "", fmt.Errorf("%w: no table %s on the search path", ErrSchema, r.cfg.names.table())
-	case err != nil:
+	table := r.cfg.names.table()
+	var published []string
+	var resolved pgtype.Text
+	err := r.pool.QueryRow(ctx, `SELECT coalesce(array_agg(schemaname::text ORDER BY schemaname), '{}'),
+			(SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($2))
+		FROM pg_publication_tables WHERE pubname = $1 AND tablename = $2`, r.cfg.names.publication(), table).Scan(&published, &resolved)
+	if err != nil {
 		return "", fmt.Errorf("outbox: find the outbox table's schema: %w", err)
 	}
-	return schema.String, nil
+	switch {
+	case len(published) == 1:
+		return published[0], nil
+	case len(published) == 0:
+		return "", fmt.Errorf("%w: publication %s publishes no table %s", ErrSchema, r.cfg.names.publication(), table)
+	case resolved.Valid && slices.Contains(published, resolved.String):
+		// Several of that name: the one the search path names, as
+		// Write's does.
+		return resolved.String, nil
+	}
+	return "", fmt.Errorf("%w: publication %s publishes tables %s in schemas %v, none of them the one the search path names", ErrSchema, r.cfg.names.publication(), table, published)
 }
 
 // session is one connection's life: find where to start, open the slot,

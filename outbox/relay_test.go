@@ -420,28 +420,12 @@ func TestRelayRunsAsAReplicationRoleWithoutSuperuser(t *testing.T) {
 	k := integration.Kafka(t)
 	admin, url := integration.PostgresWithURL(t)
 	ctx := context.Background()
-	role := strings.ToLower(integration.UniqueName(t, "relay"))
-	role = strings.NewReplacer("-", "_").Replace(role)
-	if len(role) > 60 {
-		role = role[len(role)-60:]
-	}
-	ident := pgx.Identifier{role}.Sanitize()
-	if _, err := admin.Exec(ctx, `CREATE ROLE `+ident+` LOGIN REPLICATION NOSUPERUSER PASSWORD 'relay'`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP OWNED BY `+ident+`; DROP ROLE `+ident) })
-	var db string
-	if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+ident+`; GRANT CREATE ON SCHEMA public TO `+ident); err != nil {
-		t.Fatal(err)
-	}
+	role := replicationRole(t, admin, "relay")
 	// Stalled past its transaction timeout, the relay stops keeping its
 	// replication session alive, and PostgreSQL ends it 5 s later
 	// (wal_sender_timeout), not a minute.
 	pool := poolWithWalSenderTimeout(t, url, 5*time.Second, func(cfg *pgxpool.Config) {
-		cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "relay"
+		cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "service"
 	})
 	var super bool
 	if err := pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil || super {

@@ -17,11 +17,11 @@ import (
 	"github.com/eoskit/eoskit/outbox"
 )
 
-// serviceRole creates a role for one service: LOGIN and REPLICATION, no
-// superuser, with CREATE on the database (for its publication) and on
-// schema public (for its tables), as docs/outbox.md grants; and returns a
-// pool connecting as it.
-func serviceRole(t *testing.T, admin *pgxpool.Pool, url, name string) *pgxpool.Pool {
+// replicationRole creates a role for one service: LOGIN and REPLICATION,
+// no superuser, password "service", with CREATE on the database (for its
+// publication) and on schema public (for its tables), as docs/outbox.md
+// grants; it is dropped when the test ends.
+func replicationRole(t *testing.T, admin *pgxpool.Pool, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	role := strings.NewReplacer("-", "_").Replace(strings.ToLower(integration.UniqueName(t, name)))
@@ -40,12 +40,18 @@ func serviceRole(t *testing.T, admin *pgxpool.Pool, url, name string) *pgxpool.P
 	if _, err := admin.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+ident+`; GRANT CREATE ON SCHEMA public TO `+ident); err != nil {
 		t.Fatal(err)
 	}
+	return role
+}
+
+// serviceRole is replicationRole with a pool connecting as it.
+func serviceRole(t *testing.T, admin *pgxpool.Pool, url, name string) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "service"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = replicationRole(t, admin, name), "service"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,9 +39,23 @@ var migrations = []func(n names) string{
 	// standbys watch (pg_stat_replication hides reply times from roles
 	// without pg_read_all_stats). eoskit_outbox_slots holds each slot's
 	// incarnation token, which its positions in Kafka carry. Those two
-	// are by slot, and shared by the database's outboxes (IF NOT EXISTS
-	// since outboxes have names).
+	// are by slot, and were shared by the database's outboxes (IF NOT
+	// EXISTS since outboxes have names); since version 2 they are the
+	// default outbox's, and a named outbox creates them no more.
 	func(n names) string {
+		shared := `
+CREATE TABLE IF NOT EXISTS eoskit_outbox_relays (
+	slot    text        PRIMARY KEY,
+	pid     integer     NOT NULL,
+	beat_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS eoskit_outbox_slots (
+	slot  text PRIMARY KEY,
+	token text NOT NULL
+);`
+		if n.name != "" {
+			shared = ""
+		}
 		return `
 CREATE TABLE ` + ident(n.table()) + ` (
 	id        bigserial PRIMARY KEY,
@@ -61,16 +75,7 @@ CREATE TABLE ` + ident(n.deadLetters()) + ` (
 	headers    bytea,
 	error      text        NOT NULL,
 	created_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS eoskit_outbox_relays (
-	slot    text        PRIMARY KEY,
-	pid     integer     NOT NULL,
-	beat_at timestamptz NOT NULL
-);
-CREATE TABLE IF NOT EXISTS eoskit_outbox_slots (
-	slot  text PRIMARY KEY,
-	token text NOT NULL
-);`
+);` + shared
 	},
 	// 2: each outbox's own heartbeat and token tables, so that services
 	// with roles of their own share a database without rights on each
@@ -149,7 +154,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 				// (if this role may read it: one that may not never
 				// wrote there): its positions in Kafka carry it.
 				if _, err := tx.Exec(ctx, `DO $$ BEGIN
-					IF to_regclass('eoskit_outbox_slots') IS NOT NULL AND has_table_privilege('eoskit_outbox_slots', 'SELECT') THEN
+					IF (CASE WHEN to_regclass('eoskit_outbox_slots') IS NULL THEN false ELSE has_table_privilege(to_regclass('eoskit_outbox_slots'), 'SELECT') END) THEN
 						INSERT INTO `+ident(n.slots())+` SELECT slot, token FROM eoskit_outbox_slots WHERE slot = '`+slot+`' ON CONFLICT DO NOTHING;
 					END IF; END $$`); err != nil {
 					return fmt.Errorf("to version 2: copy slot %s's token: %w", slot, err)
@@ -164,7 +169,18 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 	if err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", n.table(), err)
 	}
-	return CreateSlot(ctx, pool, slot)
+	created, err := createSlot(ctx, pool, slot)
+	if err != nil {
+		return err
+	}
+	if created {
+		// A new incarnation of the slot: its own token table must forget
+		// an earlier one's token, or its position in Kafka would count.
+		if _, err := pool.Exec(ctx, `DELETE FROM `+ident(n.slots())+` WHERE slot = $1`, slot); err != nil {
+			return fmt.Errorf("outbox: forget slot %s's earlier token: %w", slot, err)
+		}
+	}
+	return nil
 }
 
 // statements splits a migration into its statements (none holds a ";"
@@ -241,18 +257,23 @@ func (n names) slotOf(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 // slot was created; create a slot before records are written for it. The
 // role needs the REPLICATION attribute.
 func CreateSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	_, err := createSlot(ctx, pool, name)
+	return err
+}
+
+// createSlot is CreateSlot, reporting whether it created the slot.
+func createSlot(ctx context.Context, pool *pgxpool.Pool, name string) (created bool, err error) {
 	if !validSlotName(name) {
-		return fmt.Errorf("outbox: create slot: %q is not a replication slot name", name)
+		return false, fmt.Errorf("outbox: create slot: %q is not a replication slot name", name)
 	}
 	if err := checkWALLevel(ctx, pool); err != nil {
-		return err
+		return false, err
 	}
-	var created bool
-	err := pool.QueryRow(ctx, `SELECT count(pg_create_logical_replication_slot($1, 'pgoutput')) > 0
+	err = pool.QueryRow(ctx, `SELECT count(pg_create_logical_replication_slot($1, 'pgoutput')) > 0
 		WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, name).Scan(&created)
 	var pgErr *pgconn.PgError
 	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // 42710: created meanwhile
-		return fmt.Errorf("outbox: create replication slot %s: %w", name, err)
+		return false, fmt.Errorf("outbox: create replication slot %s: %w", name, err)
 	}
 	if created {
 		// A new incarnation: positions in Kafka of an earlier slot of
@@ -266,7 +287,7 @@ func CreateSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
 			LOOP
 				EXECUTE format('DELETE FROM %s WHERE slot = %L', t, '`+name+`');
 			END LOOP; END $$`); err != nil {
-			return fmt.Errorf("outbox: forget slot %s's earlier token: %w", name, err)
+			return false, fmt.Errorf("outbox: forget slot %s's earlier token: %w", name, err)
 		}
 	}
 	// Slot names are the server's, not the database's: one of another
@@ -274,12 +295,12 @@ func CreateSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	var db, plugin *string
 	var here string
 	if err := pool.QueryRow(ctx, `SELECT s.database, s.plugin, current_database() FROM pg_replication_slots s WHERE s.slot_name = $1`, name).Scan(&db, &plugin, &here); err != nil {
-		return fmt.Errorf("outbox: look up replication slot %s: %w", name, err)
+		return false, fmt.Errorf("outbox: look up replication slot %s: %w", name, err)
 	}
 	if db == nil || *db != here || plugin == nil || *plugin != "pgoutput" {
-		return fmt.Errorf("outbox: replication slot %s exists, but for database %v and plugin %v, not %s and pgoutput: name another with outbox.Slot", name, deref(db), deref(plugin), here)
+		return false, fmt.Errorf("outbox: replication slot %s exists, but for database %v and plugin %v, not %s and pgoutput: name another with outbox.Slot", name, deref(db), deref(plugin), here)
 	}
-	return nil
+	return created, nil
 }
 
 func deref(s *string) string {

@@ -24,6 +24,9 @@
 # EOSKIT_KAFKA_VERSION, EOSKIT_KAFKA_SASL).
 set -euo pipefail
 
+# The cluster has no TLS listener (scripts/kafka.sh's EOSKIT_KAFKA_TLS is
+# for a single broker): refuse rather than start a SASL_PLAINTEXT one.
+[ "${EOSKIT_KAFKA_TLS:-}" != 1 ] || { echo "kafka-cluster.sh: EOSKIT_KAFKA_TLS is for scripts/kafka.sh's single broker; the cluster has no TLS listener" >&2; exit 2; }
 # shellcheck source=scripts/kafka.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kafka.sh"
 log() { echo "kafka-cluster.sh: $*" >&2; }

@@ -179,17 +179,23 @@ super.users=User:admin;User:ANONYMOUS"
 # the server.properties lines, appended to SECURITY.
 tls_config() {
 	local tls=$1/tls pw
+	command -v openssl >/dev/null || die "openssl not found: the TLS broker's certificates are made with it (apt-get install openssl)"
 	umask 077
 	mkdir -p "$tls"
 	pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 	printf '%s\n' "$pw" >"$tls/keystore.pw"
-	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.pem" -days 30 -subj "/CN=eoskit test CA" 2>/dev/null
-	openssl req -newkey rsa:2048 -nodes -keyout "$tls/broker.key" -out "$tls/broker.csr" -subj "/CN=localhost" 2>/dev/null
+	# The folder may be reused for years: certificates for ten.
+	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.pem" -days 3650 -subj "/CN=eoskit test CA" 2>>"$tls/openssl.log" ||
+		die "openssl failed making the CA (its log: $tls/openssl.log)"
+	openssl req -newkey rsa:2048 -nodes -keyout "$tls/broker.key" -out "$tls/broker.csr" -subj "/CN=localhost" 2>>"$tls/openssl.log" ||
+		die "openssl failed making the broker's key (its log: $tls/openssl.log)"
 	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/san.ext"
 	openssl x509 -req -in "$tls/broker.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
-		-out "$tls/broker.pem" -days 30 -extfile "$tls/san.ext" 2>/dev/null
+		-out "$tls/broker.pem" -days 3650 -extfile "$tls/san.ext" 2>>"$tls/openssl.log" ||
+		die "openssl failed signing the broker's certificate (its log: $tls/openssl.log)"
 	openssl pkcs12 -export -in "$tls/broker.pem" -inkey "$tls/broker.key" -certfile "$tls/ca.pem" \
-		-out "$tls/broker.p12" -passout "file:$tls/keystore.pw"
+		-out "$tls/broker.p12" -passout "file:$tls/keystore.pw" 2>>"$tls/openssl.log" ||
+		die "openssl failed writing the keystore (its log: $tls/openssl.log)"
 	chmod 644 "$tls/ca.pem"
 	SECURITY+="
 # TLS (SASL_SSL): the broker's certificate is signed by the folder's own CA.
@@ -278,6 +284,12 @@ check_folder() {
 	fi
 	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ] && [ -f "$STATE_DIR/server.properties" ] && [ ! -f "$STATE_DIR/tls/ca.pem" ]; then
 		die "$STATE_DIR holds a broker without TLS: clean it, or use another EOSKIT_STATE_DIR"
+	fi
+	if [ "${EOSKIT_KAFKA_TLS:-}" != 1 ] && [ -f "$STATE_DIR/tls/ca.pem" ]; then
+		die "$STATE_DIR holds a broker with TLS (EOSKIT_KAFKA_TLS=1): clean it, or use another EOSKIT_STATE_DIR"
+	fi
+	if [ "${EOSKIT_KAFKA_SASL:-}" != 1 ] && [ -f "$STATE_DIR/admin.sasl" ]; then
+		die "$STATE_DIR holds a broker with SASL (EOSKIT_KAFKA_SASL=1): clean it, or use another EOSKIT_STATE_DIR"
 	fi
 	return 0
 }

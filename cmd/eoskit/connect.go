@@ -55,6 +55,9 @@ type connection struct {
 type settings struct {
 	brokers, protocol, mechanism, user, pass string
 	caFile, certFile, keyFile                string
+	// refused holds what -command-config asks for that eoskit cannot
+	// honour, by the flag that would override it.
+	refused map[string]error
 }
 
 // connect returns the connection the flags and -command-config ask for.
@@ -71,6 +74,11 @@ func (f kafkaFlags) connect() (connection, error) {
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	for name, err := range s.refused {
+		if !given[name] {
+			return connection{}, fmt.Errorf("-command-config %s: %w", *f.properties, err)
+		}
+	}
 	if given["brokers"] || s.brokers == "" {
 		s.brokers = *f.brokers
 	}
@@ -83,11 +91,14 @@ func (f kafkaFlags) connect() (connection, error) {
 	if given["sasl-mechanism"] {
 		s.mechanism = *f.mechanism
 	}
+	// The password in $EOSKIT_SASL_PASSWORD goes with -sasl-user, or
+	// stands in for a file that gives none; a file's own user and
+	// password are never mixed with it.
+	if pass := os.Getenv("EOSKIT_SASL_PASSWORD"); given["sasl-user"] || s.pass == "" && pass != "" {
+		s.pass = pass
+	}
 	if given["sasl-user"] {
 		s.user = *f.user
-	}
-	if pass := os.Getenv("EOSKIT_SASL_PASSWORD"); pass != "" {
-		s.pass = pass
 	}
 	if given["tls-ca"] {
 		s.caFile = *f.caFile
@@ -104,7 +115,12 @@ func (f kafkaFlags) connect() (connection, error) {
 
 // connection builds the franz-go options of s.
 func (s settings) connection(useTLS bool) (connection, error) {
-	c := connection{seeds: strings.Split(s.brokers, ",")}
+	c := connection{}
+	for _, b := range strings.Split(s.brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.seeds = append(c.seeds, b)
+		}
+	}
 	c.opts = []kgo.Opt{kgo.SeedBrokers(c.seeds...)}
 	if useTLS {
 		cfg, err := s.tlsConfig()

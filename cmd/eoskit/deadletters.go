@@ -71,7 +71,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		conn, err := kf.connect()
 		if err != nil {
 			fmt.Fprintln(stderr, "eoskit:", err)
-			return exitUsage
+			return exitUsage // settings missing, or given that cannot be honoured
 		}
 		if err := loop.ConnectError(ctx, "eoskit", conn.opts); err != nil {
 			fmt.Fprintf(stderr, "eoskit: reach %s: %v\n", strings.Join(conn.seeds, ","), err)
@@ -87,12 +87,12 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 			o.topicLetters(letters)
 			return exitOK
 		}
-		n, err := t.replay(ctx, *toTopic)
+		n, passed, err := t.replay(ctx, *toTopic)
 		if err != nil {
 			fmt.Fprintf(stderr, "eoskit: replay %s (%d replayed): %v\n", *dlq, n, err)
 			return exitError
 		}
-		o.replayed(n, "group "+t.group+" committed them with their copies")
+		o.replayed(n, passed, "group "+t.group+" committed them with their copies")
 		return exitOK
 	}
 
@@ -140,7 +140,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "eoskit: %v\n", err)
 		return exitError
 	}
-	o.replayed(n, "the outbox's relay publishes them")
+	o.replayed(n, 0, "the outbox's relay publishes them")
 	return exitOK
 }
 
@@ -178,8 +178,11 @@ func (o textOutput) topicLetters(ls []topicLetter) {
 	tw.Flush()
 }
 
-func (o textOutput) replayed(n int, how string) {
+func (o textOutput) replayed(n, passed int, how string) {
 	fmt.Fprintf(o.w, "replayed %d dead letters (%s)\n", n, how)
+	if passed > 0 {
+		fmt.Fprintf(o.w, "passed by %d outbox dead letters kept without their value: their records are in the outbox's dead-letter table (docs/operating.md)\n", passed)
+	}
 }
 
 // oneLine keeps an error's text on one line of the table, at most 200
@@ -195,4 +198,6 @@ func oneLine(s string) string {
 
 func (o jsonOutput) tableLetters(rows []deadletter.Row) { o.print(nonNil(rows)) }
 func (o jsonOutput) topicLetters(ls []topicLetter)      { o.print(nonNil(ls)) }
-func (o jsonOutput) replayed(n int, _ string)           { o.print(map[string]int{"replayed": n}) }
+func (o jsonOutput) replayed(n, passed int, _ string) {
+	o.print(map[string]int{"replayed": n, "passed_by": passed})
+}

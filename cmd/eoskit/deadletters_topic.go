@@ -187,13 +187,13 @@ func (t topicLetters) list(ctx context.Context, limit int) ([]topicLetter, error
 // an eos processor: each copy commits with the group's offset past its
 // record. It returns how many of the records it read at the start were
 // copied (the group's offsets moved past them), also when it fails.
-func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
+func (t topicLetters) replay(ctx context.Context, toTopic string) (replayedN, passedBy int, err error) {
 	if err := t.refuseLiveGroup(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	recs, before, err := t.read(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The offset past each partition's last record: the group is done once
 	// its committed offsets reach them (markers follow, and are never
@@ -203,12 +203,17 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 		targets[r.Partition] = r.Offset + 1
 	}
 	if done(before, t.topic, targets) {
-		return 0, nil
+		return 0, 0, nil
 	}
 	// passed: the dead letters passed by (errKeptInTable), by position:
 	// a transaction that aborts hands them over again.
 	var mu sync.Mutex
 	passed := map[string]bool{}
+	passedCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(passed)
+	}
 	copied := func() int {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -216,26 +221,26 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 		if err != nil {
 			return 0
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		n := 0
 		for _, r := range recs {
-			if !replayed(before, r) && replayed(after, r) {
+			if !replayed(before, r) && replayed(after, r) && !passed[position(r)] {
 				n++
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		return n - len(passed)
+		return n
 	}
 	txnID, err := eos.StableTransactionalID(t.group, "replay")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		out, err := replayRecord(r, toTopic)
 		if errors.Is(err, errKeptInTable) {
 			mu.Lock()
 			defer mu.Unlock()
-			if at := fmt.Sprintf("%d@%d", r.Partition, r.Offset); !passed[at] {
+			if at := position(r); !passed[at] {
 				passed[at] = true
 				t.logger.Warn("eoskit: passing by a dead letter replay cannot copy", "err", err)
 			}
@@ -248,7 +253,7 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 	}, eos.Brokers(t.brokers...), eos.Group(t.group), eos.Topics(t.topic), eos.TransactionalID(txnID),
 		eos.Logger(t.logger), eos.ClientOptions(t.opts...))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -257,26 +262,29 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (int, error) {
 
 	adm, closeAdm, err := t.admin()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer closeAdm()
 	for {
 		select {
 		case err := <-ran:
-			return copied(), fmt.Errorf("the replaying processor stopped before it was done: %w", cmp.Or(err, errors.New("it returned early")))
+			return copied(), passedCount(), fmt.Errorf("the replaying processor stopped before it was done: %w", cmp.Or(err, errors.New("it returned early")))
 		case <-ctx.Done():
 			stop()
 			<-ran
-			return copied(), fmt.Errorf("not done within -timeout (group %s has not committed past the topic's last records): %w", t.group, ctx.Err())
+			return copied(), passedCount(), fmt.Errorf("not done within -timeout (group %s has not committed past the topic's last records): %w", t.group, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 		if committed, err := adm.FetchOffsets(ctx, t.group); err == nil && done(committed, t.topic, targets) {
 			stop()
 			err := <-ran
-			return copied(), err
+			return copied(), passedCount(), err
 		}
 	}
 }
+
+// position names a record by partition and offset.
+func position(r *kgo.Record) string { return fmt.Sprintf("%d@%d", r.Partition, r.Offset) }
 
 // errKeptInTable is a dead letter an outbox relay kept no value of (too
 // large for Kafka): its record lives in the outbox's dead-letter table.

@@ -90,8 +90,9 @@
 // ssl.truststore.location or ssl.ca.location in PEM, ssl.keystore.location
 // in PEM or ssl.certificate.location and ssl.key.location); a flag given
 // wins over the file. The host name is always checked. Exit status: 0
-// done (find-hanging: none found), 1 error or refusal, 2 usage, 3
-// find-hanging found some.
+// done (find-hanging: none found), 1 error or refusal, 2 usage (connection
+// settings missing, or given that the command cannot honour, included),
+// 3 find-hanging found some.
 package main
 
 import (

@@ -15,7 +15,7 @@ type output interface {
 	closed(*closing)
 	tableLetters([]deadletter.Row)
 	topicLetters([]topicLetter)
-	replayed(n int, how string)
+	replayed(n, passed int, how string)
 }
 
 type textOutput struct{ w io.Writer }

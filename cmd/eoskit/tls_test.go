@@ -2,14 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,7 +60,7 @@ ssl.truststore.location=%s
 		t.Fatalf("find-hanging over TLS: exit %d: %s%s", code, out, stderr)
 	}
 	start := time.Now()
-	code, out, stderr = eoskitCmdErr(t, "txn", "find-hanging", "-topic", topic, "-command-config", config(otherCAFile(t)))
+	code, out, stderr = eoskitCmdErr(t, "txn", "find-hanging", "-topic", topic, "-command-config", config(foreignCA(t)))
 	if took := time.Since(start); code != exitError || !strings.Contains(stderr, "certificate signed by unknown authority") || took > 20*time.Second {
 		t.Fatalf("find-hanging trusting another CA: exit %d after %s: %s%s; want an error naming the certificate within seconds", code, took, out, stderr)
 	}
@@ -75,23 +69,8 @@ ssl.truststore.location=%s
 	}
 }
 
-// otherCAFile writes a CA certificate that signed nothing the broker
-// presents.
-func otherCAFile(t *testing.T) string {
-	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another CA"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "other-ca.pem")
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+// foreignCA is the file of a CA that signed nothing the broker presents.
+func foreignCA(t *testing.T) string {
+	_, pemFile := testbed.ForeignCA(t)
+	return pemFile
 }

@@ -70,7 +70,7 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	conn, err := kf.connect()
 	if err != nil {
 		fmt.Fprintln(stderr, "eoskit:", err)
-		return exitUsage
+		return exitUsage // settings missing, or given that cannot be honoured
 	}
 	ctx, cancel := context.WithTimeout(ctx, *kf.timeout)
 	defer cancel()

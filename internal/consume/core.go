@@ -108,7 +108,7 @@ func (c *Core) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if c.cfg.ConsumerProtocol {
-		if err := loop.ConsumerProtocolError(ctx, c.pkg, conn); err != nil {
+		if err := loop.ConsumerProtocolError(ctx, c.pkg, conn, c.cfg.Logger); err != nil {
 			return err
 		}
 	}

@@ -32,19 +32,32 @@ func ConnectError(ctx context.Context, pkg string, opts []kgo.Opt) error {
 		return nil // the runner's own client says what is wrong
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, ConnectCheckTimeout)
-	defer cancel()
-	_, err = kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
-	if reason := refusedSetting(err); reason != "" {
-		return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: reason + ": " + err.Error(), Err: err}
+	probe := func() (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, ConnectCheckTimeout)
+		defer cancel()
+		_, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+		return refusedSetting(err), err
 	}
-	return nil
+	// Refused twice, a few seconds apart: a broker restarting (its
+	// credentials not loaded yet, a proxy's alert) refuses only once.
+	if reason, _ := probe(); reason == "" || !Sleep(ctx, connectRecheck) {
+		return nil
+	}
+	reason, err := probe()
+	if reason == "" {
+		return nil
+	}
+	return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: reason + ": " + err.Error(), Err: err}
 }
+
+// connectRecheck is how long ConnectError waits before it asks again
+// after a refusal.
+const connectRecheck = 2 * time.Second
 
 // refusedSetting says which connection setting err shows wrong, "" when
 // err is nil or says nothing of the settings: the broker's certificate not
-// trusted or not for the address dialed, TLS against a listener without it
-// (or the reverse), credentials refused.
+// trusted or not for the address dialed, the client's refused, TLS against
+// a listener without it (or the reverse), credentials refused.
 func refusedSetting(err error) string {
 	if err == nil {
 		return ""
@@ -56,24 +69,32 @@ func refusedSetting(err error) string {
 	var header tls.RecordHeaderError
 	switch {
 	case errors.As(err, &unknownCA):
-		return "the broker's certificate is signed by a CA the client does not trust (give it the CA: kgo.DialTLSConfig with RootCAs)"
+		return "the broker's certificate is signed by a CA the client does not trust (give the client that CA: RootCAs in kgo.DialTLSConfig, or eoskit's -tls-ca)"
 	case errors.As(err, &hostname):
 		return "the broker's certificate is not for the address dialed (dial the name the certificate carries)"
 	case errors.As(err, &invalid), errors.As(err, &verify):
 		return "the broker's certificate was refused"
 	case errors.As(err, &header):
-		return "the listener does not speak TLS (drop kgo.DialTLSConfig, or dial the TLS listener)"
+		return "the listener does not speak TLS (connect without TLS, or to the TLS listener)"
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
 		return "the broker refused the client's credentials"
 	case errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
 		return "the broker does not take the client's SASL mechanism"
 	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "remote error" {
+		// The broker's TLS alert: its refusal of the client's
+		// certificate (or of none given).
+		return "the broker refused the TLS handshake (" + opErr.Err.Error() + "): a client certificate it does not trust, or none where it wants one"
+	}
+	var firstEOF *kgo.ErrFirstReadEOF
+	if errors.As(err, &firstEOF) {
+		return "the broker closed the connection at once: TLS against a listener without it (or the reverse), or no SASL where it wants it"
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) {
 		return "" // a broker down or slow: not a setting
 	}
-	// Plaintext against a TLS listener: the broker's answer to a
-	// plaintext request is a TLS alert, or nothing (EOF).
 	if msg := err.Error(); strings.Contains(msg, "tls:") {
 		return "the TLS handshake failed"
 	}

@@ -3,6 +3,8 @@ package loop
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/eoskit/eoskit"
 )
@@ -56,7 +59,7 @@ type BrokerVersions struct {
 // A cluster in a rolling upgrade fails until every broker runs 4.3.
 func ConsumerProtocolRefusal(brokers []BrokerVersions, balancer string) string {
 	if !slices.Contains([]string{"range", "sticky", "cooperative-sticky"}, balancer) {
-		return fmt.Sprintf("franz-go joins with the consumer protocol only under a range or sticky balancer, and the client's first is %q: it would join with the classic protocol", balancer)
+		return fmt.Sprintf("franz-go joins with the consumer protocol only under its own range or sticky balancer, and the client's first is %q: it would join with the classic protocol", balancer)
 	}
 	if len(brokers) == 0 {
 		return "no broker answered ApiVersions"
@@ -88,9 +91,26 @@ func ConsumerProtocolRefusal(brokers []BrokerVersions, balancer string) string {
 // cluster serves the consumer protocol well; an error when the brokers
 // could not be asked.
 func CheckConsumerProtocol(ctx context.Context, cl *kgo.Client) (string, error) {
+	// franz-go looks at the first balancer's type, not its name: one of
+	// another type is named by its type here.
 	var balancer string
 	if bs, ok := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer); ok && len(bs) > 0 {
-		balancer = bs[0].ProtocolName()
+		balancer = fmt.Sprintf("%T", bs[0])
+		for _, own := range []kgo.GroupBalancer{kgo.RangeBalancer(), kgo.StickyBalancer(), kgo.CooperativeStickyBalancer()} {
+			if reflect.TypeOf(bs[0]) == reflect.TypeOf(own) {
+				balancer = bs[0].ProtocolName()
+			}
+		}
+	}
+	// A cap the client's options put on ConsumerGroupHeartbeat (below
+	// v1) makes franz-go join with the classic protocol too.
+	capped := int16(-1)
+	if vs, ok := cl.OptValue(kgo.MaxVersions).(*kversion.Versions); ok && vs != nil {
+		if v, ok := vs.LookupMaxKeyVersion(kmsg.ConsumerGroupHeartbeat.Int16()); ok {
+			capped = v
+		} else {
+			capped = -2 // the key is left out: not sent at all
+		}
 	}
 	answered, err := kadm.NewClient(cl).ApiVersions(ctx)
 	if err != nil {
@@ -104,6 +124,9 @@ func CheckConsumerProtocol(ctx context.Context, cl *kgo.Client) (string, error) 
 		b := BrokerVersions{NodeID: v.NodeID, Heartbeat: -1, DescribeLogDirs: -1}
 		if m, ok := v.KeyMaxVersion(kmsg.ConsumerGroupHeartbeat.Int16()); ok {
 			b.Heartbeat = m
+			if capped != -1 {
+				b.Heartbeat = min(m, capped)
+			}
 		}
 		if m, ok := v.KeyMaxVersion(kmsg.DescribeLogDirs.Int16()); ok {
 			b.DescribeLogDirs = m
@@ -127,23 +150,33 @@ const ConsumerProtocolCheckTimeout = 30 * time.Second
 // ConsumerProtocolError is a runner's check at the start of Run, with the
 // client options opts (its user's and its seed brokers, in a client that
 // joins nothing: probeClient): a *eoskit.ConfigError of pkg naming
-// ConsumerProtocol when the cluster would not serve the protocol well, an
-// error when the brokers could not be asked within
-// ConsumerProtocolCheckTimeout, nil when all is well.
-func ConsumerProtocolError(ctx context.Context, pkg string, opts []kgo.Opt) error {
+// ConsumerProtocol when the cluster would not serve the protocol well,
+// nil when all is well or ctx ended. Brokers that cannot be asked (each
+// try bounded by ConsumerProtocolCheckTimeout) are asked again, with a
+// Warn line on logger, until ctx ends.
+func ConsumerProtocolError(ctx context.Context, pkg string, opts []kgo.Opt, logger *slog.Logger) error {
 	cl, err := probeClient(opts)
 	if err != nil {
 		return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, ConsumerProtocolCheckTimeout)
-	defer cancel()
-	refusal, err := CheckConsumerProtocol(ctx, cl)
-	if err != nil {
-		return fmt.Errorf("%s: check that the cluster serves the consumer group protocol: %w", pkg, err)
+	// A broker restarting or slow to answer is waited for, as the runner
+	// would wait to join: only a refusal ends Run.
+	for attempt := 1; ; attempt++ {
+		askCtx, cancel := context.WithTimeout(ctx, ConsumerProtocolCheckTimeout)
+		refusal, err := CheckConsumerProtocol(askCtx, cl)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil // Run's end: it returns as it does
+		case err == nil && refusal != "":
+			return &eoskit.ConfigError{Package: pkg, Setting: "ConsumerProtocol", Reason: refusal}
+		case err == nil:
+			return nil
+		}
+		logger.Warn(pkg+": checking that the cluster serves the consumer group protocol failed; asking again", "err", err, "attempt", attempt)
+		if !PauseBeforeRetry(ctx, attempt) {
+			return nil
+		}
 	}
-	if refusal != "" {
-		return &eoskit.ConfigError{Package: pkg, Setting: "ConsumerProtocol", Reason: refusal}
-	}
-	return nil
 }

@@ -103,17 +103,7 @@ func TestEachPathRunsWithOnlyItsListedACLs(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			newSetup := func(name string) (setup, integration.Inputs) {
-				s := setup{path: path, in: k.NewTopic(2), group: integration.UniqueName(t, "g-"+name), principal: principal}
-				if path == "eos" {
-					s.out = k.NewTopic(2)
-					var err error
-					if s.txnID, err = eos.StableTransactionalID(s.group, "0"); err != nil {
-						t.Fatal(err)
-					}
-				} else {
-					s.table = newResultsTable(ctx, t, pool, path, name)
-				}
-				return s, k.SeedHostile(s.in, 600, 100)
+				return newPathSetup(ctx, t, k, pool, path, name, principal, 600)
 			}
 			verify := func(s setup, inputs integration.Inputs) {
 				t.Helper()
@@ -266,6 +256,25 @@ func copyAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, poo
 	return runUntil(ctx, t, run, func() bool { return done() && strings.Contains(logs.String(), waitLog) }, func() string {
 		return fmt.Sprintf("%s neither returned nor handled all %d inputs; logs:\n%s", s.path, n, logs)
 	})
+}
+
+// newPathSetup makes a path's topics, group (and transactional id, or
+// results table) for a run named name as principal, and seeds its input
+// with n committed records from a transactional producer that also
+// aborts.
+func newPathSetup(ctx context.Context, t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool, path, name, principal string, n int) (setup, integration.Inputs) {
+	t.Helper()
+	s := setup{path: path, in: k.NewTopic(2), group: integration.UniqueName(t, "g-"+name), principal: principal}
+	if path == "eos" {
+		s.out = k.NewTopic(2)
+		var err error
+		if s.txnID, err = eos.StableTransactionalID(s.group, "0"); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		s.table = newResultsTable(ctx, t, pool, path, name)
+	}
+	return s, k.SeedHostile(s.in, n, 100)
 }
 
 // newResultsTable creates a results table laid out as verify.ReadRows

@@ -2,15 +2,10 @@ package leastprivilege_test
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/outbox"
 	"github.com/eoskit/eoskit/testsupport/testbed"
@@ -40,17 +34,7 @@ func TestEachPathOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	newSetup := func(t *testing.T, path, principal string) (setup, integration.Inputs) {
-		s := setup{path: path, in: k.NewTopic(2), group: integration.UniqueName(t, "g"), principal: principal}
-		if path == "eos" {
-			s.out = k.NewTopic(2)
-			var err error
-			if s.txnID, err = eos.StableTransactionalID(s.group, "0"); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			s.table = newResultsTable(ctx, t, pool, path, "tls")
-		}
-		return s, k.SeedHostile(s.in, 300, 100)
+		return newPathSetup(ctx, t, k, pool, path, "tls", principal, 300)
 	}
 	for _, path := range []string{"eos", "offsetstore", "dedup"} {
 		t.Run(path, func(t *testing.T) {
@@ -81,7 +65,11 @@ func TestEachPathOverTLS(t *testing.T) {
 	})
 	t.Run("outbox trusting a CA that did not sign the broker's certificate", func(t *testing.T) {
 		user := testbed.NewUser(t, k, "tls-outbox-wrong-ca", trusted)
-		relayOverTLS(ctx, t, k, user, append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(otherCA(t))), "certificate signed by unknown authority")
+		relayOverTLS(ctx, t, k, user, append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(foreignCA(t))), "certificate signed by unknown authority")
+	})
+	t.Run("outbox with a wrong password", func(t *testing.T) {
+		user := testbed.NewUser(t, k, "tls-outbox-wrong-password", trusted)
+		relayOverTLS(ctx, t, k, user, []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, scramSHA512("tls-outbox-wrong-password", user.Password+"x")}, "SASL_AUTHENTICATION_FAILED")
 	})
 	refusedWith := func(t *testing.T, path string, opts []kgo.Opt, password string, want ...string) {
 		t.Helper()
@@ -108,7 +96,7 @@ func TestEachPathOverTLS(t *testing.T) {
 	for _, path := range []string{"eos", "offsetstore", "dedup"} {
 		t.Run(path+" trusting a CA that did not sign the broker's certificate", func(t *testing.T) {
 			user := testbed.NewUser(t, k, "tls-wrong-ca-"+path, trusted)
-			opts := append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(otherCA(t)))
+			opts := append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(foreignCA(t)))
 			refusedWith(t, path, opts, user.Password, "certificate signed by unknown authority", "ClientOptions")
 		})
 		t.Run(path+" with a wrong password", func(t *testing.T) {
@@ -118,29 +106,6 @@ func TestEachPathOverTLS(t *testing.T) {
 			refusedWith(t, path, opts, user.Password, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
 		})
 	}
-}
-
-// otherCA is a client TLS configuration trusting a CA made here, which
-// signed nothing the broker presents.
-func otherCA(t *testing.T) *tls.Config {
-	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another CA"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
-	return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 }
 
 // scramSHA512 signs in as user with pass.
@@ -205,9 +170,15 @@ func relayOverTLS(ctx context.Context, t *testing.T, k *integration.KafkaCluster
 		t.Fatalf("over TLS, the relay returned %v", err)
 	case refusal == "":
 		k.VerifyInputs(in, out, time.Minute)
-	case err == nil || !strings.Contains(err.Error(), refusal) || time.Since(start) > 30*time.Second:
-		t.Fatalf("the relay returned %v after %s; want, within 30 s, an error naming %q", err, time.Since(start), refusal)
+	case err == nil || !strings.Contains(err.Error(), refusal) || !strings.Contains(err.Error(), "ClientOptions") || time.Since(start) > 30*time.Second:
+		t.Fatalf("the relay returned %v after %s; want, within 30 s, a configuration error naming ClientOptions and %q", err, time.Since(start), refusal)
 	default:
 		noSecret(t, user.Password, err.Error())
 	}
+}
+
+// foreignCA trusts a CA that signed nothing the broker presents.
+func foreignCA(t *testing.T) *tls.Config {
+	cfg, _ := testbed.ForeignCA(t)
+	return cfg
 }

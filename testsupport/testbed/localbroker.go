@@ -22,6 +22,7 @@ type LocalBroker struct {
 	*integration.KafkaCluster
 	script   string
 	stateDir string
+	env      []string // the script's security mode, for every later command (a restart)
 }
 
 // StartLocalBroker starts a private broker and returns it ready. With no
@@ -63,6 +64,7 @@ func StartLocalBrokerWithACLs(tb testing.TB) *LocalBroker {
 	tb.Helper()
 	b := newLocalBroker(tb)
 	b.KafkaCluster = startPrivateWith(tb, b.script, b.stateDir, saslACLs)
+	b.env = securityEnv(saslACLs)
 	return b
 }
 
@@ -75,6 +77,7 @@ func StartLocalBrokerWithTLS(tb testing.TB) *LocalBroker {
 	tb.Helper()
 	b := newLocalBroker(tb)
 	b.KafkaCluster = startPrivateWith(tb, b.script, b.stateDir, saslTLS)
+	b.env = securityEnv(saslTLS)
 	return b
 }
 
@@ -129,5 +132,5 @@ func (b *LocalBroker) do(ctx context.Context, args ...string) error {
 }
 
 func (b *LocalBroker) run(ctx context.Context, args ...string) (string, error) {
-	return runScript(ctx, b.script, b.stateDir, args...)
+	return runScriptEnv(ctx, b.script, b.stateDir, b.env, args...)
 }

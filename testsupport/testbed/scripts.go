@@ -3,10 +3,15 @@ package testbed
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io/fs"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,19 +67,24 @@ const (
 	saslTLS
 )
 
+// securityEnv is the scripts' environment for sec.
+func securityEnv(sec security) []string {
+	switch sec {
+	case saslACLs:
+		return []string{"EOSKIT_KAFKA_SASL=1"}
+	case saslTLS:
+		return []string{"EOSKIT_KAFKA_TLS=1"}
+	}
+	return nil
+}
+
 // startPrivateWith is startPrivate that, with sasl, asks the script for a
 // broker or cluster with SASL and ACLs (and TLS) and connects as its
 // super user (admin.sasl in its state folder; over TLS, trusting the CA
 // the script made, tls/ca.pem).
 func startPrivateWith(tb testing.TB, script, stateDir string, sec security) *integration.KafkaCluster {
 	tb.Helper()
-	var env []string
-	switch sec {
-	case saslACLs:
-		env = []string{"EOSKIT_KAFKA_SASL=1"}
-	case saslTLS:
-		env = []string{"EOSKIT_KAFKA_TLS=1"}
-	}
+	env := securityEnv(sec)
 	out, err := runScriptEnv(context.Background(), script, stateDir, env, "start")
 	if err != nil && lostPort(stateDir, err.Error()+out) {
 		// Another process took a port between the script choosing it
@@ -194,4 +204,26 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// ForeignCA makes a CA that signed nothing any broker presents: a client
+// TLS configuration trusting it alone, and its certificate (PEM) in a
+// file, for tests of a client given the wrong CA.
+func ForeignCA(tb testing.TB) (cfg *tls.Config, pemFile string) {
+	tb.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "a foreign CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pemFile = filepath.Join(tb.TempDir(), "foreign-ca.pem")
+	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return TLSConfig(tb, pemFile), pemFile
 }
