@@ -12,6 +12,7 @@ import (
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // Under Kafka's consumer group protocol (KIP-848, eos.ConsumerProtocol) on
@@ -24,6 +25,7 @@ import (
 func TestProcessorExactlyOnceUnderTheConsumerProtocol(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
+	consumerProtocolServed(t, k)
 	in, out := k.NewTopic(6), k.NewTopic(6)
 	group := integration.UniqueName(t, "kip848")
 	const n = 20_000
@@ -106,6 +108,7 @@ func TestConsumerProtocolWithABalancerItCannotTakeIsRefused(t *testing.T) {
 func TestCountIsExactUnderTheConsumerProtocol(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
+	consumerProtocolServed(t, k)
 	in, updates := k.NewTopic(4), k.NewTopic(4)
 	changelog := newChangelog(t, k, 4)
 	group := integration.UniqueName(t, "kip848")
@@ -129,4 +132,22 @@ func TestCountIsExactUnderTheConsumerProtocol(t *testing.T) {
 		t.Fatal("every report was counted before the second instance held a partition: no rebalance mid-stream")
 	}
 	countEndsAtTotals(t, k, a, b, want, updates, changelog)
+}
+
+// consumerProtocolServed skips t where the broker cannot serve the
+// consumer protocol well (make compat runs eos's tests on Kafka 3.9):
+// there ConsumerProtocol is refused, which
+// TestConsumerProtocolWithABalancerItCannotTakeIsRefused and
+// internal/loop's TestConsumerProtocolRefusal check.
+func consumerProtocolServed(t *testing.T, k *integration.KafkaCluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	refusal, err := loop.CheckConsumerProtocol(ctx, k.Client())
+	if err != nil {
+		t.Fatalf("ask the brokers whether they serve the consumer protocol: %v", err)
+	}
+	if refusal != "" {
+		t.Skipf("the consumer protocol is refused on this cluster: %s", refusal)
+	}
 }

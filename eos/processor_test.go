@@ -440,6 +440,9 @@ func TestProcessorZombieIsFenced(t *testing.T) {
 
 func zombieIsFenced(t *testing.T, stall time.Duration, extra ...eos.ProcessorOption) {
 	k := integration.Kafka(t)
+	if len(extra) > 0 {
+		consumerProtocolServed(t, k)
+	}
 	in, out := k.NewTopic(2), k.NewTopic(2)
 	group := integration.UniqueName(t, "g")
 	const n = 5_000
