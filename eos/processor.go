@@ -234,7 +234,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	work, done := loop.Drained(ctx, p.cfg.drain)
 	defer done()
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
-	if err := loop.ConnectError(ctx, "eos", p.cfg.connOpts()); err != nil {
+	if err := loop.StartChecks(ctx, "eos", p.cfg.connOpts(), p.cfg.consumerProtocol, p.logger); err != nil {
 		return err
 	}
 	if err := p.checkDeadLetterTopic(ctx); err != nil {
@@ -242,11 +242,6 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	}
 	if err := p.checkChangelog(ctx); err != nil {
 		return err
-	}
-	if p.cfg.consumerProtocol {
-		if err := loop.ConsumerProtocolError(ctx, "eos", p.cfg.connOpts(), p.logger); err != nil {
-			return err
-		}
 	}
 
 	failures := 0

@@ -104,13 +104,8 @@ func (c *Core) Run(ctx context.Context) (err error) {
 		}
 	}
 	conn := append(append([]kgo.Opt{}, c.cfg.ClientOpts...), kgo.SeedBrokers(c.cfg.Brokers...))
-	if err := loop.ConnectError(ctx, c.pkg, conn); err != nil {
+	if err := loop.StartChecks(ctx, c.pkg, conn, c.cfg.ConsumerProtocol, c.cfg.Logger); err != nil {
 		return err
-	}
-	if c.cfg.ConsumerProtocol {
-		if err := loop.ConsumerProtocolError(ctx, c.pkg, conn, c.cfg.Logger); err != nil {
-			return err
-		}
 	}
 	s := &session{core: c, ctx: ctx, work: work, lanes: map[tp]*lane{}, finishing: make(chan struct{})}
 	if c.run.CommitToKafka {

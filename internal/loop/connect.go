@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -19,19 +20,36 @@ import (
 // ConnectCheckTimeout bounds the connection check at a runner's start.
 const ConnectCheckTimeout = 15 * time.Second
 
-// ConnectError is a runner's connection check at the start of Run: one
-// request to the seed brokers with the client options opts (in a client
-// that joins nothing: probeClient). franz-go retries a connection it cannot open for as long
-// as it is asked to, and a runner would wait for ever, logging, on a
-// setting no retry cures: it returns a *eoskit.ConfigError of pkg naming
-// ClientOptions for those (refusedSetting), and nil for anything else (a
-// broker down, a timeout: Run goes on, and retries as it does).
-func ConnectError(ctx context.Context, pkg string, opts []kgo.Opt) error {
+// StartChecks are a runner's checks at the start of Run, in one client
+// of the options opts that joins nothing (probeClient): its connection
+// settings (connectRefused), and, when consumerProtocol, that the cluster
+// serves Kafka's consumer group protocol well (consumerProtocolRefused).
+// It returns a *eoskit.ConfigError of pkg for a setting no retry cures,
+// nil otherwise (a broker down or slow: Run goes on, and retries as it
+// does).
+func StartChecks(ctx context.Context, pkg string, opts []kgo.Opt, consumerProtocol bool, logger *slog.Logger) error {
 	cl, err := probeClient(append(append([]kgo.Opt{}, opts...), kgo.RequestRetries(2)))
 	if err != nil {
 		return nil // the runner's own client says what is wrong
 	}
 	defer cl.Close()
+	if err := connectRefused(ctx, pkg, cl); err != nil || !consumerProtocol {
+		return err
+	}
+	return consumerProtocolRefused(ctx, pkg, cl, logger)
+}
+
+// ConnectError is StartChecks' connection check alone, for a command.
+func ConnectError(ctx context.Context, pkg string, opts []kgo.Opt) error {
+	return StartChecks(ctx, pkg, opts, false, nil)
+}
+
+// connectRefused sends one request to the seed brokers: franz-go retries
+// a connection it cannot open for as long as it is asked to, and a runner
+// would wait for ever, logging, on a setting no retry cures. It returns a
+// *eoskit.ConfigError of pkg naming ClientOptions for those
+// (refusedSetting), nil for anything else.
+func connectRefused(ctx context.Context, pkg string, cl *kgo.Client) error {
 	probe := func() (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, ConnectCheckTimeout)
 		defer cancel()
@@ -50,7 +68,7 @@ func ConnectError(ctx context.Context, pkg string, opts []kgo.Opt) error {
 	return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: reason + ": " + err.Error(), Err: err}
 }
 
-// connectRecheck is how long ConnectError waits before it asks again
+// connectRecheck is how long connectRefused waits before it asks again
 // after a refusal.
 const connectRecheck = 2 * time.Second
 

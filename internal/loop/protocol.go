@@ -147,21 +147,13 @@ func CheckConsumerProtocol(ctx context.Context, cl *kgo.Client) (string, error) 
 // start, for the brokers to answer CheckConsumerProtocol.
 const ConsumerProtocolCheckTimeout = 30 * time.Second
 
-// ConsumerProtocolError is a runner's check at the start of Run, with the
-// client options opts (its user's and its seed brokers, in a client that
-// joins nothing: probeClient): a *eoskit.ConfigError of pkg naming
-// ConsumerProtocol when the cluster would not serve the protocol well,
-// nil when all is well or ctx ended. Brokers that cannot be asked (each
-// try bounded by ConsumerProtocolCheckTimeout) are asked again, with a
-// Warn line on logger, until ctx ends.
-func ConsumerProtocolError(ctx context.Context, pkg string, opts []kgo.Opt, logger *slog.Logger) error {
-	cl, err := probeClient(opts)
-	if err != nil {
-		return &eoskit.ConfigError{Package: pkg, Setting: "ClientOptions", Reason: err.Error(), Err: err}
-	}
-	defer cl.Close()
-	// A broker restarting or slow to answer is waited for, as the runner
-	// would wait to join: only a refusal ends Run.
+// consumerProtocolRefused asks, through cl, whether the cluster serves
+// the consumer protocol well: a *eoskit.ConfigError of pkg naming
+// ConsumerProtocol when it would not, nil when it does or ctx ended.
+// Brokers that cannot be asked (each try bounded by
+// ConsumerProtocolCheckTimeout) are asked again, with a Warn line on
+// logger, until ctx ends: only a refusal ends Run.
+func consumerProtocolRefused(ctx context.Context, pkg string, cl *kgo.Client, logger *slog.Logger) error {
 	for attempt := 1; ; attempt++ {
 		askCtx, cancel := context.WithTimeout(ctx, ConsumerProtocolCheckTimeout)
 		refusal, err := CheckConsumerProtocol(askCtx, cl)
