@@ -143,7 +143,7 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		// delivery timeout) fails every record alike and is no record's
 		// fault: the session restarts with backoff.
 		if !recordSpecific(err) {
-			return &restartError{fmt.Errorf("produce failed, not because of the input %s[%d]@%d: %w", at.topic, at.partition, at.offset, err)}
+			return loop.Restart(fmt.Errorf("produce failed, not because of the input %s[%d]@%d: %w", at.topic, at.partition, at.offset, err))
 		}
 	}
 	return p.applyPolicy(ctx, at, err)

@@ -124,7 +124,7 @@ func newHangingCheck(ctx context.Context, cfg hangConfig, cl *kgo.Client, discon
 	cancel()
 	if cfg.policy.kind == hangRepair {
 		if err != nil {
-			return nil, &restartError{err}
+			return nil, loop.Restart(err)
 		}
 		if err := checkRepairable(ctx, cl, level); err != nil {
 			return nil, err
@@ -771,7 +771,7 @@ func checkRepairable(ctx context.Context, cl *kgo.Client, level int16) error {
 	case txnscan.IsAuthError(err):
 		return refuse("not allowed to describe the cluster, so ClusterAction cannot be checked: " + err.Error())
 	case err != nil:
-		return &restartError{fmt.Errorf("read the cluster's authorized operations: %w", err)}
+		return loop.Restart(fmt.Errorf("read the cluster's authorized operations: %w", err))
 	case !slices.Contains(kadm.DecodeACLOperations(described.ClusterAuthorizedOperations), kadm.OpClusterAction):
 		// A principal without Describe on the cluster is told of no
 		// operation at all: it cannot be told apart from one without

@@ -26,6 +26,9 @@ type txnEnd struct {
 	// first output that failed.
 	wantCommit, committed        bool
 	endErr, flushErr, produceErr error
+	// commitErr is a plain batch's offset commit that failed (see
+	// endPlain): the group refused it, so it did not happen.
+	commitErr error
 	// elapsed is how long the transaction took, timeout the transaction
 	// timeout.
 	elapsed, timeout time.Duration
@@ -109,7 +112,7 @@ func decideEnd(e txnEnd) endOutcome {
 		return endOutcome{endUnknown, "outcome-unknown"}
 	case e.committed:
 		return endOutcome{endCommitted, ""}
-	case e.wantCommit && !e.shutdown && !e.revoked && !e.abortKnown():
+	case e.wantCommit && !e.shutdown && !e.revoked && e.commitErr == nil && !e.abortKnown():
 		return endOutcome{endUnconfirmed, "outcome-unknown"}
 	}
 	reason := "rebalance"

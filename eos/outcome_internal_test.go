@@ -95,6 +95,13 @@ func TestDecideEndUnit(t *testing.T) {
 			want: endOutcome{endBatchFailed, "produce-error"}},
 		{name: "out of budget", end: txnEnd{overBudget: true},
 			want: endOutcome{endBatchFailed, "budget"}},
+		{name: "a plain batch's commit refused by the group: known not to have happened, the offsets are not read",
+			end:  txnEnd{wantCommit: true, commitErr: kerr.RebalanceInProgress},
+			want: endOutcome{endRebalanced, "rebalance"}},
+		{name: "a plain batch's commit refused as Run shut down", end: txnEnd{wantCommit: true, commitErr: context.Canceled, shutdown: true},
+			want: endOutcome{endShutDown, "shutdown"}},
+		{name: "a plain batch's output not acknowledged (endPlain makes it an output that failed)", end: txnEnd{produceErr: context.DeadlineExceeded},
+			want: endOutcome{endBatchFailed, "produce-error"}},
 		{name: "not handled for no failure of its own (an isolated output unsettled)", end: txnEnd{},
 			want: endOutcome{endBatchFailed, "rebalance"}},
 	} {

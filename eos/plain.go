@@ -49,8 +49,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		return f
 	}
 	for {
-		fetches, stopped, err := loop.Poll(stop, poll, rn.pollSize(p.cfg.maxRecords), p.logger, p.refused)
-		p.obs.Fetched(fetches)
+		fetches, stopped, err := loop.Poll(stop, poll, rn.pollSize(p.cfg.maxRecords), p.obs, p.logger, p.refused)
 		if stopped {
 			return nil
 		}
@@ -71,45 +70,19 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		}
 		records = append(records, fetches.Records()...)
 		handled := rn.collect(ctx, b, fetches, collectPoll, &revoked.pending)
-		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-		flushErr := b.promises.settle(endCtx, rn.flush)
-		_, produceErr := b.produceErr()
-		var commitErr error
-		if !atMostOnce && handled && flushErr == nil && produceErr == nil && ctx.Err() == nil {
-			commitErr = cl.CommitRecords(endCtx, records...)
-		}
-		cancel()
+		e := p.endPlain(ctx, cl, b, records, handled, rn)
 		revoked.pending.Store(false)
-		elapsed := time.Since(b.start)
-		// Whatever failed once ctx ended failed because of it.
-		shutdown := b.shutdown || ctx.Err() != nil
-
-		switch {
-		case atMostOnce && handled:
-			// Whatever failed to produce is lost: that is the semantics.
-			if produceErr != nil {
-				p.logger.Warn("eos: at-most-once output lost", "err", produceErr)
-			}
-			p.obs.Committed(b.in, b.out, elapsed)
-		case handled && flushErr == nil && produceErr == nil && commitErr == nil && ctx.Err() == nil:
+		switch o := decideEnd(e); o.kind {
+		case endCommitted:
 			p.committed.Add(1)
-			p.obs.Committed(b.in, b.out, elapsed)
+			p.obs.Committed(b.in, b.out, e.elapsed)
 			p.obs.DeadLettered(len(b.deadLetters))
 			p.failures.committed(b)
 			rn.isolate = false
-		default:
-			reason := "handler-error"
-			switch {
-			case shutdown:
-				reason = "shutdown"
-			case produceErr != nil || flushErr != nil:
-				reason = "produce-error"
-			case commitErr != nil:
-				reason = "rebalance"
-			}
-			p.obs.Aborted(reason, elapsed)
-			p.logger.Info("eos: batch not committed; its inputs will be read again", "reason", reason, "err", errors.Join(commitErr, flushErr))
-			if shutdown {
+		default: // endShutDown, endRebalanced, endBatchFailed
+			p.obs.Aborted(o.reason, e.elapsed)
+			p.logger.Info("eos: batch not committed; its inputs will be read again", "reason", o.reason, "err", errors.Join(e.produceErr, e.commitErr))
+			if o.kind == endShutDown {
 				return nil
 			}
 			if err := p.afterFailure(ctx, rn, b); err != nil {
@@ -121,6 +94,48 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		}
 		cl.AllowRebalance()
 	}
+}
+
+// endPlain settles b's outputs and, at least once, commits the offsets
+// of records once every polled record was handled and every output
+// acknowledged: what the batch came to, for decideEnd, which decides a
+// plain batch's end as it decides a transaction's. There is no
+// transaction whose outcome could be unknown: an output not acknowledged
+// failed, and a commit the group refused (the partitions went to another
+// member) did not happen. At most once, the offsets were committed at the
+// poll, and a handled batch is committed whatever its outputs did (those
+// that failed are lost, and logged).
+func (p *Processor) endPlain(ctx context.Context, cl *kgo.Client, b *batch, records []*kgo.Record, handled bool, rn *runner) txnEnd {
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	e := txnEnd{
+		timeout:    endTimeout,
+		// Never asked: no transaction, and a commit either happened or
+		// failed (commitErr).
+		timedOut:   func() bool { return false },
+		abortKnown: func() bool { return false },
+	}
+	flushErr := b.promises.settle(endCtx, rn.flush)
+	_, produceErr := b.produceErr()
+	produceErr = errors.Join(produceErr, flushErr)
+	if p.cfg.semantics == AtMostOnce && handled {
+		if produceErr != nil {
+			p.logger.Warn("eos: at-most-once output lost", "err", produceErr)
+		}
+		e.wantCommit, e.committed = true, true
+	} else {
+		e.produceErr = produceErr
+		e.wantCommit = handled && produceErr == nil && ctx.Err() == nil
+		if e.wantCommit {
+			e.commitErr = cl.CommitRecords(endCtx, records...)
+			e.committed = e.commitErr == nil
+		}
+	}
+	e.elapsed = time.Since(b.start)
+	// Whatever failed once ctx ended failed because of it.
+	e.shutdown = b.shutdown || ctx.Err() != nil
+	e.failed, e.overBudget = b.failed != nil, b.overBudget
+	return e
 }
 
 // rewind sets the consumer back to the first record of each partition in

@@ -2,7 +2,6 @@ package eos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -52,7 +51,7 @@ type Processor struct {
 	// userHooks are the partition callbacks given in ClientOptions, run
 	// after the processor's own.
 	userHooks loop.Hooks
-	running   atomic.Bool
+	shell     loop.Shell
 	// committed counts commits, so that Run can tell a session that made
 	// progress from one that failed at once.
 	committed atomic.Int64
@@ -221,18 +220,34 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 // when Run starts, and when a dead letter finds it deleted), and other errors only when the client fails
 // repeatedly. A Processor runs once at a time ([eoskit.ErrRunning] otherwise); to
 // restart, call Run again.
-func (p *Processor) Run(ctx context.Context) (err error) {
-	if !p.running.CompareAndSwap(false, true) {
-		return eoskit.ErrRunning
-	}
-	defer p.running.Store(false)
-	p.obs.Running(true, nil)
-	defer func() { p.obs.Running(false, err) }()
-	defer p.deadLetterLog.Flush()
-	// ctx's end stops polling; work, which everything else runs under
-	// (handlers, producing, committing), ends DrainTimeout later.
-	work, done := loop.Drained(ctx, p.cfg.drain)
-	defer done()
+func (p *Processor) Run(ctx context.Context) error {
+	return p.shell.Run(ctx, loop.Spec{
+		Pkg: "eos", Obs: p.obs, Logger: p.logger, Drain: p.cfg.drain,
+		Start: p.start,
+		Session: func(ctx, work context.Context) (bool, error) {
+			committedBefore := p.committed.Load()
+			var err error
+			if p.cfg.semantics == ExactlyOnce {
+				err = p.runTransactional(work, ctx)
+			} else {
+				err = p.runPlain(work, ctx)
+			}
+			// Only restarts in a row count: a session that committed
+			// something was healthy, and the next failure starts over.
+			return p.committed.Load() > committedBefore, err
+		},
+		// An end whose outcome is unknown leaves the client's view of
+		// the committed offsets uncertain; a new session re-reads them
+		// from the broker and re-registers the transactional id, which
+		// bumps the epoch and aborts anything left open.
+		Restarts: loop.Restarts{Base: time.Second, Limit: 30 * time.Second, InARow: maxSessionRestarts},
+		Stopped:  func(error) { p.deadLetterLog.Flush() },
+	})
+}
+
+// start checks, once per Run, what a session cannot fix: the connection
+// and the consumer protocol, the dead-letter topic and the changelog.
+func (p *Processor) start(ctx context.Context) error {
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
 	if err := loop.StartChecks(ctx, "eos", p.cfg.connOpts(), p.cfg.consumerProtocol, p.logger); err != nil {
 		return err
@@ -240,43 +255,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	if err := p.checkDeadLetterTopic(ctx); err != nil {
 		return err
 	}
-	if err := p.checkChangelog(ctx); err != nil {
-		return err
-	}
-
-	failures := 0
-	for {
-		committedBefore := p.committed.Load()
-		var err error
-		if p.cfg.semantics == ExactlyOnce {
-			err = p.runTransactional(work, ctx)
-		} else {
-			err = p.runPlain(work, ctx)
-		}
-		var restart *restartError
-		if !errors.As(err, &restart) {
-			return err
-		}
-		p.obs.Failed(restart.err)
-		// An end whose outcome is unknown leaves the client's view of the
-		// committed offsets uncertain; a new session re-reads them from the
-		// broker and re-registers the transactional id, which bumps the
-		// epoch and aborts anything left open.
-		// Only restarts in a row count: a session that committed
-		// something was healthy, and the next failure starts over.
-		if p.committed.Load() > committedBefore {
-			failures = 0
-		}
-		failures++
-		if failures > maxSessionRestarts {
-			return fmt.Errorf("eos: giving up after %d session restarts in a row: %w", maxSessionRestarts, restart.err)
-		}
-		backoff := min(time.Second<<(failures-1), 30*time.Second)
-		p.logger.Warn("eos: restarting session", "err", restart.err, "attempt", failures, "backoff", backoff)
-		if !loop.Sleep(ctx, backoff) {
-			return nil
-		}
-	}
+	return p.checkChangelog(ctx)
 }
 
 // maxSessionRestarts bounds the restarts in a row, without a commit in
@@ -297,8 +276,3 @@ func (p *Processor) Health() eoskit.Health {
 	}
 	return h
 }
-
-// restartError asks Run to start over with a new client.
-type restartError struct{ err error }
-
-func (e *restartError) Error() string { return "eos: session must restart: " + e.err.Error() }

@@ -14,7 +14,7 @@ import (
 )
 
 // runTransactional is one GroupTransactSession's life: it returns when ctx
-// ends, on a final error, or with a *restartError.
+// ends, on a final error, or with a *loop.RestartError.
 func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	var revoked revokes
 	// disconnected tells the hanging-transaction check that a broker
@@ -76,8 +76,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
 			return err
 		}
-		fetches, stopped, err := loop.Poll(stop, poll, rn.pollSize(p.perTxn), p.logger, p.refused)
-		p.obs.Fetched(fetches)
+		fetches, stopped, err := loop.Poll(stop, poll, rn.pollSize(p.perTxn), p.obs, p.logger, p.refused)
 		if stopped {
 			return nil
 		}
@@ -156,7 +155,7 @@ func (s *session) transact(ctx context.Context, fetches kgo.Fetches) (goOn bool,
 			p.obs.Fenced()
 			return false, fencedError("begin transaction", err)
 		}
-		return false, &restartError{fmt.Errorf("begin transaction: %w", err)}
+		return false, loop.Restart(fmt.Errorf("begin transaction: %w", err))
 	}
 	// The epoch names this transaction for the hanging-transaction
 	// check, which must know how it ended.
@@ -236,7 +235,7 @@ func (s *session) rearm(ctx context.Context) error {
 	s.p.rearm.Store(false) // a revoke from here on is passed on, and marks it again
 	_, _, err := s.revoked.end(func() (bool, error) { return s.gts.End(endCtx, kgo.TryAbort) })
 	if err != nil && ctx.Err() == nil {
-		return &restartError{fmt.Errorf("end the idle session's empty transaction after a revoke: %w", err)}
+		return loop.Restart(fmt.Errorf("end the idle session's empty transaction after a revoke: %w", err))
 	}
 	return nil
 }
@@ -266,7 +265,7 @@ func (s *session) act(ctx context.Context, b *batch, e txnEnd, o endOutcome) (go
 		}
 		// decideEnd calls nothing else refused: never, but not a nil
 		// that would end Run as if shut down.
-		return false, &restartError{fmt.Errorf("end transaction refused: %w", errors.Join(e.endErr, e.flushErr))}
+		return false, loop.Restart(fmt.Errorf("end transaction refused: %w", errors.Join(e.endErr, e.flushErr)))
 	case endTimedOut:
 		// The coordinator aborted the transaction and bumped the epoch,
 		// which is what the epoch error says, and nobody registered the
@@ -276,7 +275,7 @@ func (s *session) act(ctx context.Context, b *batch, e txnEnd, o endOutcome) (go
 		p.perTxn = max(1, b.in/2) // kept by the next session
 		p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",
 			"elapsed", e.elapsed, "transaction_timeout", e.timeout, "records_in", b.in)
-		return false, &restartError{fmt.Errorf("transaction outlived its timeout (%s > %s): %w", e.elapsed.Round(time.Millisecond), e.timeout, errors.Join(e.endErr, e.produceErr, e.flushErr))}
+		return false, loop.Restart(fmt.Errorf("transaction outlived its timeout (%s > %s): %w", e.elapsed.Round(time.Millisecond), e.timeout, errors.Join(e.endErr, e.produceErr, e.flushErr)))
 	case endFenced:
 		p.obs.Fenced()
 		p.obs.Aborted(o.reason, e.elapsed)
@@ -284,11 +283,11 @@ func (s *session) act(ctx context.Context, b *batch, e txnEnd, o endOutcome) (go
 		return false, fencedError("end transaction", errors.Join(e.endErr, e.produceErr, e.flushErr))
 	case endUnknown:
 		p.obs.Aborted(o.reason, e.elapsed)
-		return false, &restartError{fmt.Errorf("end transaction: %w", errors.Join(e.endErr, e.flushErr))}
+		return false, loop.Restart(fmt.Errorf("end transaction: %w", errors.Join(e.endErr, e.flushErr)))
 	default: // endUnconfirmed
 		p.obs.Aborted(o.reason, e.elapsed)
 		p.logger.Warn("eos: a commit ended unconfirmed with no rebalance; its outcome is unknown, restarting the session to read the committed offsets from the broker", "records_in", b.in)
-		return false, &restartError{errors.New("commit not confirmed and no partition revoked: outcome unknown")}
+		return false, loop.Restart(errors.New("commit not confirmed and no partition revoked: outcome unknown"))
 	}
 }
 
@@ -343,7 +342,7 @@ const claimPatience = time.Minute
 // claimTransactionalID initialises cl's producer id, retrying in place
 // (100 ms doubling to 1 s) while the broker cannot answer. It returns nil
 // once registered or when ctx ends; ErrFenced when a newer instance holds
-// the id; a *restartError after claimPatience.
+// the id; a *loop.RestartError after claimPatience.
 func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) error {
 	deadline := time.Now().Add(claimPatience)
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
@@ -357,7 +356,7 @@ func (p *Processor) claimTransactionalID(ctx context.Context, cl *kgo.Client) er
 			p.obs.Fenced()
 			return fencedError("init producer id", err)
 		case time.Now().After(deadline):
-			return &restartError{fmt.Errorf("init producer id: %w", err)}
+			return loop.Restart(fmt.Errorf("init producer id: %w", err))
 		}
 		p.logger.Warn("eos: registering the transactional id failed; retrying", "err", err, "backoff", backoff)
 		if !loop.Sleep(ctx, backoff) {

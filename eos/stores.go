@@ -16,6 +16,7 @@ import (
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/changelog"
+	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/internal/topiccheck"
 	"github.com/eoskit/eoskit/state"
 )
@@ -212,7 +213,7 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 				// A store another owner still holds (a pebble
 				// directory's lock) or a passing failure: a new session
 				// tries again.
-				return &restartError{fmt.Errorf("open the store of %s[%d]: %w", ks.cfg.changelog, p, err)}
+				return loop.Restart(fmt.Errorf("open the store of %s[%d]: %w", ks.cfg.changelog, p, err))
 			}
 			ps = &partState{store: s, txn: state.NewTxn(s, ks.maxRecord)}
 			ps.last.Store(-1)

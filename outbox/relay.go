@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -32,7 +31,7 @@ import (
 type Relay struct {
 	pool     *pgxpool.Pool
 	cfg      *config
-	running  atomic.Bool
+	shell    loop.Shell
 	prepared bool   // slot, key and transactional id settled; only Run touches it
 	system   string // the server's system identifier, as prepare found it
 	// undeleted: published rows the relay has yet to delete, kept
@@ -138,49 +137,36 @@ func final(err error) bool {
 // [RetryFor] without anything published (the last error, naming where).
 // Connection failures, restarts of either side and aborted transactions
 // are retried: each retry resumes from the position committed in Kafka.
-func (r *Relay) Run(ctx context.Context) (err error) {
-	if !r.running.CompareAndSwap(false, true) {
-		return eoskit.ErrRunning
-	}
-	defer r.running.Store(false)
-	r.obs.Running(true, nil)
-	defer func() { r.obs.Running(false, err) }()
-	log := r.cfg.logger
-	if err := loop.ConnectError(ctx, "outbox", r.cfg.connOpts()); err != nil {
-		log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
-		return err
-	}
-	lastProgress := time.Now()
-	for attempt := 0; ; attempt++ {
-		progressed := false
-		err := r.prepare(ctx)
-		if err == nil {
-			progressed, err = r.session(ctx)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if progressed {
-			lastProgress, attempt = time.Now(), 0
-		}
-		if _, waited := errors.AsType[*kafkaWaitError](err); final(err) || waited {
-			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
-			return err
-		}
-		if since := time.Since(lastProgress); since > r.cfg.retryFor {
-			err = fmt.Errorf("outbox: nothing published for %s, giving up: %w", since.Round(time.Second), err)
-			log.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
-			return err
-		}
-		if _, lost := errors.AsType[*slotTakenError](err); !lost {
-			r.obs.Failed(err) // losing the race for the slot is standing by, not a failure
-		}
-		wait := loop.Backoff(attempt+1, 100*time.Millisecond, 5*time.Second)
-		log.Warn("outbox: relay restarting from its committed position", "slot", r.cfg.slot, "err", err, "in", wait)
-		if !loop.Sleep(ctx, wait) {
-			return nil
-		}
-	}
+func (r *Relay) Run(ctx context.Context) error {
+	log := r.cfg.logger.With("slot", r.cfg.slot)
+	return r.shell.Run(ctx, loop.Spec{
+		Pkg: "outbox", Obs: r.obs, Logger: log,
+		Start: func(ctx context.Context) error { return loop.ConnectError(ctx, "outbox", r.cfg.connOpts()) },
+		Session: func(ctx, _ context.Context) (progressed bool, err error) {
+			if err = r.prepare(ctx); err == nil {
+				progressed, err = r.session(ctx)
+			}
+			_, waited := errors.AsType[*kafkaWaitError](err)
+			_, lost := errors.AsType[*slotTakenError](err)
+			switch {
+			case ctx.Err() != nil:
+				return progressed, nil
+			case final(err) || waited:
+				return progressed, err
+			case err == nil:
+				err = errors.New("outbox: the replication stream ended")
+			}
+			// Losing the race for the slot is standing by, not a
+			// failure.
+			return progressed, &loop.RestartError{Err: err, StandingBy: lost}
+		},
+		Restarts: loop.Restarts{Base: 100 * time.Millisecond, Limit: 5 * time.Second, WithoutProgress: r.cfg.retryFor},
+		Stopped: func(err error) {
+			if err != nil && !errors.Is(err, eoskit.ErrRunning) {
+				log.Error("outbox: relay stopped", "err", err)
+			}
+		},
+	})
 }
 
 // kafkaWaitError ends Run: the relay waited for Kafka to take a batch for

@@ -62,8 +62,8 @@ type Core struct {
 	run       Runner
 	userHooks loop.Hooks
 	// Obs takes what the runner reports: its metrics and its health.
-	Obs     *loop.Observer
-	running atomic.Bool
+	Obs   *loop.Observer
+	shell loop.Shell
 	// topicIDs are the topics' IDs as the latest fetches named them
 	// (Kafka 3.1+; none from an older broker).
 	topicIDs sync.Map // topic name -> [16]byte
@@ -84,29 +84,37 @@ func (c *Core) TopicID(topic string) [16]byte {
 // a batch fails for good (then it returns that error once the other
 // batches under way ended). It returns eoskit.ErrRunning while another Run
 // of the same core runs.
-func (c *Core) Run(ctx context.Context) (err error) {
-	if !c.running.CompareAndSwap(false, true) {
-		return eoskit.ErrRunning
-	}
-	defer c.running.Store(false)
-	c.Obs.Running(true, nil)
-	defer func() { c.Obs.Running(false, err) }()
-	if c.run.Stopped != nil {
-		defer c.run.Stopped()
-	}
-	// ctx's end stops polling; batches under way commit under work,
-	// which ends DrainTimeout later.
-	work, done := loop.Drained(ctx, c.cfg.Drain)
-	defer done()
+func (c *Core) Run(ctx context.Context) error {
+	return c.shell.Run(ctx, loop.Spec{
+		Pkg: c.pkg, Obs: c.Obs, Logger: c.cfg.Logger, Drain: c.cfg.Drain,
+		Start: c.start,
+		Session: func(ctx, work context.Context) (bool, error) {
+			return false, c.session(ctx, work)
+		},
+		Stopped: func(error) {
+			if c.run.Stopped != nil {
+				c.run.Stopped()
+			}
+		},
+	})
+}
+
+// start checks, once per Run, before the client joins the group (a store
+// or schema that is not ready costs the group no rebalance): the
+// runner's own check, then the connection and the consumer protocol.
+func (c *Core) start(ctx context.Context) error {
 	if c.run.Check != nil {
 		if err := c.run.Check(ctx); err != nil {
 			return err
 		}
 	}
 	conn := append(append([]kgo.Opt{}, c.cfg.ClientOpts...), kgo.SeedBrokers(c.cfg.Brokers...))
-	if err := loop.StartChecks(ctx, c.pkg, conn, c.cfg.ConsumerProtocol, c.cfg.Logger); err != nil {
-		return err
-	}
+	return loop.StartChecks(ctx, c.pkg, conn, c.cfg.ConsumerProtocol, c.cfg.Logger)
+}
+
+// session is Run's one session: the core restarts none (a batch that
+// fails for no record's fault is retried in place, see Runner.Failed).
+func (c *Core) session(ctx, work context.Context) error {
 	s := &session{core: c, ctx: ctx, work: work, lanes: map[tp]*lane{}, finishing: make(chan struct{})}
 	if c.run.CommitToKafka {
 		s.commits = loop.NewKafkaCommits(c.cfg.Logger)
@@ -222,8 +230,8 @@ func (s *session) loop(ctx context.Context) error {
 	c := s.core
 	refused := &authz.Watch{Group: c.cfg.Group, Grace: authz.DefaultGrace}
 	for {
-		fetches, err := s.poll(ctx, refused)
-		if ctx.Err() != nil {
+		fetches, stop, err := s.poll(ctx, refused)
+		if stop {
 			return s.finish(nil)
 		}
 		if err != nil {
@@ -251,7 +259,13 @@ func (s *session) loop(ctx context.Context) error {
 
 // poll polls once; a batch that ends cuts the poll short (wakes it), so
 // that the loop settles it at once.
-func (s *session) poll(ctx context.Context, refused *authz.Watch) (kgo.Fetches, error) {
+func (s *session) poll(ctx context.Context, refused *authz.Watch) (kgo.Fetches, bool, error) {
+	return loop.Poll(ctx, s.pollRecords, s.core.cfg.MaxPoll, s.core.Obs, s.core.cfg.Logger, refused)
+}
+
+// pollRecords polls under a context of ctx's that a batch's end cancels
+// (and, while offsets wait for Kafka, that ends when they are due).
+func (s *session) pollRecords(ctx context.Context, n int) kgo.Fetches {
 	var pollCtx context.Context
 	var cancel context.CancelFunc
 	if s.commits != nil && s.commits.Pending() > 0 {
@@ -268,19 +282,11 @@ func (s *session) poll(ctx context.Context, refused *authz.Watch) (kgo.Fetches, 
 	}
 	s.wake = cancel
 	s.mu.Unlock()
-	f := s.cl.PollRecords(pollCtx, s.core.cfg.MaxPoll)
+	f := s.cl.PollRecords(pollCtx, n)
 	s.mu.Lock()
 	s.wake = nil
 	s.mu.Unlock()
-	s.core.Obs.Fetched(f)
-	if f.IsClientClosed() {
-		return nil, kgo.ErrClientClosed
-	}
-	loop.LogFetchErrors(f, s.core.cfg.Logger)
-	if err := refused.Check(f, time.Now()); err != nil {
-		return nil, err
-	}
-	return f, nil
+	return f
 }
 
 // commitPoll commits a poll's records as one batch, before the next poll

@@ -18,16 +18,20 @@ import (
 	"github.com/eoskit/eoskit/internal/authz"
 )
 
-// Poll polls up to max records with poll. stop is true when ctx ended: the
-// loop returns without error. err is kgo.ErrClientClosed when the client was
-// closed under the loop, or an *eoskit.AuthorizationError once refused reads last (refused
-// tells). Other fetch errors are logged, not returned: franz-go retries them
+// Poll is the one poll step: it polls up to max records with poll, shows
+// obs their lag, and logs the fetch errors. stop is true when ctx, the
+// runner's, ended: the loop returns without error (poll may end sooner
+// under a context of its own, and what it returned is kept). err is
+// kgo.ErrClientClosed when the client was closed under the loop, or an
+// *eoskit.AuthorizationError once refused reads last (refused tells).
+// Other fetch errors are logged, not returned: franz-go retries them
 // itself.
-func Poll(ctx context.Context, poll func(context.Context, int) kgo.Fetches, max int, logger *slog.Logger, refused *authz.Watch) (f kgo.Fetches, stop bool, err error) {
+func Poll(ctx context.Context, poll func(context.Context, int) kgo.Fetches, max int, obs *Observer, logger *slog.Logger, refused *authz.Watch) (f kgo.Fetches, stop bool, err error) {
 	f = poll(ctx, max)
 	if ctx.Err() != nil {
 		return nil, true, nil
 	}
+	obs.Fetched(f)
 	if f.IsClientClosed() {
 		return nil, false, kgo.ErrClientClosed
 	}
