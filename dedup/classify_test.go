@@ -79,7 +79,7 @@ func TestClassifiedPolicy(t *testing.T) {
 	)
 	group := integration.UniqueName(t, "g")
 	run := func() *run {
-		return b.runConsumer(t, b.pool, h, dedup.Group(group), dedup.OnHandlerError(policy), dedup.MaxPollRecords(50))
+		return b.runConsumer(t, b.pool, h, dedup.Group(group), dedup.OnHandlerError(policy), dedup.MaxRecordsPerCommit(50))
 	}
 	start := time.Now()
 	r := run()

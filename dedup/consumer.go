@@ -65,7 +65,7 @@ type Consumer struct {
 func NewConsumer(pool *pgxpool.Pool, store *PostgresStore, handler Handler, opts ...Option) (*Consumer, error) {
 	c := config{id: HeaderID(IDHeader), core: consume.Defaults(), policy: eoskit.Stop()}
 	for _, o := range opts {
-		o(&c)
+		o.apply(&c)
 	}
 	if c.scope == "" {
 		c.scope = c.core.Group

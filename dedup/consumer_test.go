@@ -224,8 +224,8 @@ func TestRacingConsumersApplyEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	b := newBed(t, 4)
 	const n = 5000
-	r1 := b.start(t, "one", dedup.Group(integration.UniqueName(t, "g1")), dedup.MaxPollRecords(50))
-	r2 := b.start(t, "two", dedup.Group(integration.UniqueName(t, "g2")), dedup.MaxPollRecords(50))
+	r1 := b.start(t, "one", dedup.Group(integration.UniqueName(t, "g1")), dedup.MaxRecordsPerCommit(50))
+	r2 := b.start(t, "two", dedup.Group(integration.UniqueName(t, "g2")), dedup.MaxRecordsPerCommit(50))
 	// Both must be polling before the messages exist, or the first to join
 	// can apply all of them before the second races it.
 	waitFor(t, "both consumers to be assigned all 4 partitions", func() bool {
@@ -295,7 +295,7 @@ func TestHandlerErrorRollsBackTheClaim(t *testing.T) {
 		}
 		return h(ctx, tx, r)
 	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")),
-		dedup.OnHandlerError(eoskit.Retry(10*time.Millisecond, 0)), dedup.MaxPollRecords(1000),
+		dedup.OnHandlerError(eoskit.Retry(10*time.Millisecond, 0)), dedup.MaxRecordsPerCommit(1000),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +354,7 @@ func TestRetryThenFallback(t *testing.T) {
 			}
 			c, err := dedup.NewConsumer(b.pool, b.store, h, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic),
 				dedup.Group(integration.UniqueName(t, "g")), dedup.ID(dedup.KeyID()), dedup.OnHandlerError(policy),
-				dedup.MaxPollRecords(100), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+				dedup.MaxRecordsPerCommit(100), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -481,7 +481,7 @@ func TestConcurrentPartitionsApplyOnce(t *testing.T) {
 		dedup.Group(integration.UniqueName(t, "g")), dedup.ID(dedup.KeyID()), dedup.Concurrency(3),
 		// Polls large enough to span partitions: franz-go fills a poll
 		// partition by partition, and each partition holds ~1,000.
-		dedup.MaxPollRecords(5000),
+		dedup.MaxRecordsPerCommit(5000),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 	if err != nil {
 		t.Fatal(err)
@@ -560,7 +560,7 @@ func TestShutdownDrainsTheBatchUnderWay(t *testing.T) {
 				return effect(ctx, tx, r)
 			}
 			group := integration.UniqueName(t, "g")
-			opts := []dedup.Option{dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(group), dedup.Scope("effects"), dedup.MaxPollRecords(50),
+			opts := []dedup.Option{dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(group), dedup.Scope("effects"), dedup.MaxRecordsPerCommit(50),
 				dedup.DrainTimeout(drain), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))}
 			c, err := dedup.NewConsumer(b.pool, b.store, slow, opts...)
 			if err != nil {
@@ -607,7 +607,7 @@ func TestPurgeRemovesExpiredIDsWhileConsuming(t *testing.T) {
 	}
 	const n = 3000
 	b.produce(t, stamped(n)...)
-	r := b.start(t, "a", dedup.Group(integration.UniqueName(t, "g")), dedup.MaxPollRecords(100))
+	r := b.start(t, "a", dedup.Group(integration.UniqueName(t, "g")), dedup.MaxRecordsPerCommit(100))
 
 	purged, err := b.store.Purge(ctx, b.pool, time.Now().Add(-24*time.Hour), 500)
 	if err != nil {
@@ -673,7 +673,7 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 		"no brokers":                   {dedup.Group("g"), dedup.Topics("t")},
 		"no group":                     {dedup.Brokers("b:1"), dedup.Topics("t")},
 		"no topics":                    {dedup.Brokers("b:1"), dedup.Group("g")},
-		"zero poll":                    append(base, dedup.MaxPollRecords(0)),
+		"zero poll":                    append(base, dedup.MaxRecordsPerCommit(0)),
 		"nil id func":                  append(base, dedup.ID(nil)),
 		"unknown policy":               append(base, dedup.OnMissingID(9)),
 		"negative backoff":             append(base, dedup.OnHandlerError(eoskit.Retry(-1, 3))),
@@ -741,7 +741,7 @@ func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 		}
 		time.Sleep(200 * time.Microsecond)
 		return slow(ctx, tx, r)
-	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")), dedup.MaxPollRecords(100),
+	}, dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(integration.UniqueName(t, "g")), dedup.MaxRecordsPerCommit(100),
 		dedup.Logger(slog.New(slog.NewTextHandler(logs, nil))),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
 	if err != nil {

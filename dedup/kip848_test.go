@@ -22,7 +22,7 @@ func TestEachMessageOnceUnderTheConsumerProtocol(t *testing.T) {
 	b.produce(t, msgs...)
 	b.produce(t, copies(msgs)...)
 	start := func(name string) *run {
-		return b.start(t, name, dedup.Group(group), dedup.ConsumerProtocol(), dedup.MaxPollRecords(50))
+		return b.start(t, name, dedup.Group(group), dedup.ConsumerProtocol(), dedup.MaxRecordsPerCommit(50))
 	}
 	runs := map[string]*run{"a": start("a"), "b": start("b"), "c": start("c")}
 	waitFor(t, "the group to be a consumer-protocol group with members", func() bool {

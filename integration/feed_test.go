@@ -45,7 +45,7 @@ func feed(ctx context.Context, args []string) error {
 		return nil
 	}
 	r, err := offsetstore.NewRunner(pool, count, offsetstore.Brokers(strings.Split(args[0], ",")...),
-		offsetstore.Group(args[2]), offsetstore.Topics(args[3]), offsetstore.MaxPollRecords(100),
+		offsetstore.Group(args[2]), offsetstore.Topics(args[3]), offsetstore.MaxRecordsPerCommit(100),
 		offsetstore.MirrorToKafka(), // the stored offsets copied to the group, for WaitCaughtUp
 		// A killed instance's partitions move on within seconds.
 		offsetstore.ClientOptions(kgo.SessionTimeout(6*time.Second), kgo.RebalanceTimeout(5*time.Second)))

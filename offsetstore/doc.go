@@ -145,7 +145,7 @@
 // must read pg_subtrans (a known slowdown of concurrent reads). A clean
 // batch takes one, a rejected record one more, but a bisection about two
 // per bad record per level of the split: with many bad records per batch
-// and a handler that names none, keep batches small ([MaxPollRecords]) or
+// and a handler that names none, keep batches small ([MaxRecordsPerCommit]) or
 // name the record with Reject. An error that is the database's doing
 // during any of this (see below) is never blamed on a record: the whole
 // transaction is retried.

@@ -10,8 +10,20 @@ import (
 	"github.com/eoskit/eoskit/internal/consume"
 )
 
-// Option configures a [Runner].
-type Option func(*config)
+// Option configures a [Runner]. Each option implements it, kgo's way:
+// the settings every database runner shares are written once in the
+// consume core (shared), the offsetstore ones here (own).
+type Option interface{ apply(*config) }
+
+// shared is a setting of the consume core.
+type shared consume.Setting
+
+func (s shared) apply(c *config) { s(&c.core) }
+
+// own is a setting of offsetstore's own.
+type own func(*config)
+
+func (o own) apply(c *config) { o(c) }
 
 type config struct {
 	// core holds the settings of the consume core: brokers, group,
@@ -25,26 +37,30 @@ type config struct {
 }
 
 // Brokers sets the seed brokers. Required.
-func Brokers(addrs ...string) Option {
-	return func(c *config) { c.core.Brokers = append(c.core.Brokers, addrs...) }
-}
+func Brokers(addrs ...string) Option { return shared(consume.Brokers(addrs...)) }
 
 // Group sets the consumer group, which also keys the stored offsets.
 // Required.
-func Group(g string) Option { return func(c *config) { c.core.Group = g } }
+func Group(g string) Option { return shared(consume.Group(g)) }
 
 // Topics sets the topics to consume. Required.
-func Topics(t ...string) Option {
-	return func(c *config) { c.core.Topics = append(c.core.Topics, t...) }
-}
+func Topics(t ...string) Option { return shared(consume.Topics(t...)) }
 
 // ResetOffset sets where a partition with no stored offset starts. Default:
 // the earliest offset. Kafka's committed offsets are never used, even when
 // the database has none.
-func ResetOffset(o kgo.Offset) Option { return func(c *config) { c.reset = o } }
+func ResetOffset(o kgo.Offset) Option { return own(func(c *config) { c.reset = o }) }
 
-// MaxPollRecords bounds a batch, and so a database transaction. Default: 500.
-func MaxPollRecords(n int) Option { return func(c *config) { c.core.MaxPoll = n } }
+// MaxRecordsPerCommit bounds a batch, and so a database transaction: the
+// records of one poll (of one partition, under [Concurrency] above 1).
+// eos and outbox bound their transactions under the same name. Default:
+// 500.
+func MaxRecordsPerCommit(n int) Option { return shared(consume.MaxRecordsPerCommit(n)) }
+
+// MaxPollRecords is [MaxRecordsPerCommit]'s earlier name.
+//
+// Deprecated: use MaxRecordsPerCommit.
+func MaxPollRecords(n int) Option { return MaxRecordsPerCommit(n) }
 
 // Concurrency lets a [Runner] commit up to n partitions' batches at once.
 // Each partition is then a pipeline: a poll's records of a partition are a
@@ -63,14 +79,14 @@ func MaxPollRecords(n int) Option { return func(c *config) { c.core.MaxPoll = n 
 // The handler must be safe for concurrent use, and the pool must hold n
 // connections. A record that stops the runner does not stop the other
 // partitions' batches under way: they commit or fail first.
-func Concurrency(n int) Option { return func(c *config) { c.core.Concurrency = n } }
+func Concurrency(n int) Option { return shared(consume.Concurrency(n)) }
 
 // DrainTimeout bounds how long a [Runner] drains when Run's ctx ends
 // (SIGTERM, say): it stops polling, lets the batches under way finish and
 // commit, and returns nil. Past the timeout their ctx is cancelled and
 // they roll back (their records are read again by whoever takes the
 // partitions). Default: 10s; 0 rolls back at once.
-func DrainTimeout(d time.Duration) Option { return func(c *config) { c.core.Drain = d } }
+func DrainTimeout(d time.Duration) Option { return shared(consume.DrainTimeout(d)) }
 
 // OnHandlerError sets what happens to a record whose handler fails or
 // panics: [eoskit.Stop] (the default), [eoskit.Retry] (then, with
@@ -92,7 +108,7 @@ func DrainTimeout(d time.Duration) Option { return func(c *config) { c.core.Drai
 //
 // NewRunner refuses a dead letter to a topic (eos.DeadLetter) with a
 // *[eoskit.ConfigError]: a runner parks in its table.
-func OnHandlerError(p eoskit.ErrorPolicy) Option { return func(c *config) { c.policy = p } }
+func OnHandlerError(p eoskit.ErrorPolicy) Option { return own(func(c *config) { c.policy = p }) }
 
 // MirrorToKafka makes the runner copy each committed batch's offsets to the
 // Kafka group after the database commit, so that lag dashboards that read
@@ -100,21 +116,15 @@ func OnHandlerError(p eoskit.ErrorPolicy) Option { return func(c *config) { c.po
 // committed before the one Run stops on are copied before Run returns. It
 // is best effort (a failure is logged), and the copies are never read
 // back: the database alone decides where consumption resumes. Default: off.
-func MirrorToKafka() Option { return func(c *config) { c.mirror = true } }
+func MirrorToKafka() Option { return own(func(c *config) { c.mirror = true }) }
 
 // Owner names this instance in the offsets table's owner column, for
 // diagnostics. Default: hostname-pid.
-func Owner(name string) Option { return func(c *config) { c.owner = name } }
+func Owner(name string) Option { return own(func(c *config) { c.owner = name }) }
 
 // Logger sets the logger. Default: slog.Default(), so that an Error-level
 // event is never silent unless the caller chose so.
-func Logger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l != nil {
-			c.core.Logger = l
-		}
-	}
-}
+func Logger(l *slog.Logger) Option { return shared(consume.Logger(l)) }
 
 // WithMetrics sets where the runner reports what it does: the same
 // [eoskit.Metrics] that eos's processors report to (an eosprom.Metrics
@@ -123,7 +133,7 @@ func Logger(l *slog.Logger) Option {
 // "handler-error", "database-error" (a handler's error that was the
 // database's doing too: a lost connection, a deadlock, a lock timeout) or
 // "stale". Default: nowhere.
-func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.core.Metrics = m } }
+func WithMetrics(m eoskit.Metrics) Option { return shared(consume.Metrics(m)) }
 
 // ClientOptions passes franz-go options through (TLS, SASL, timeouts,
 // hooks). Options the runner sets itself are refused by NewRunner
@@ -134,6 +144,4 @@ func WithMetrics(m eoskit.Metrics) Option { return func(c *config) { c.core.Metr
 // off, and records are read with read_committed (an option that reads
 // uncommitted data is refused: a record of a transaction that aborted
 // upstream was never sent, and must not reach the database).
-func ClientOptions(opts ...kgo.Opt) Option {
-	return func(c *config) { c.core.ClientOpts = append(c.core.ClientOpts, opts...) }
-}
+func ClientOptions(opts ...kgo.Opt) Option { return shared(consume.ClientOptions(opts...)) }

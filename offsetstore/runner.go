@@ -89,7 +89,7 @@ func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, er
 		owner:  host + "-" + strconv.Itoa(os.Getpid()),
 	}
 	for _, o := range opts {
-		o(&c)
+		o.apply(&c)
 	}
 	fail := func(setting, reason string) error {
 		return &eoskit.ConfigError{Package: "offsetstore", Setting: setting, Reason: reason}

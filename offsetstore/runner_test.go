@@ -549,14 +549,14 @@ func zombieCommitIsRejected(t *testing.T, concurrency offsetstore.Option) {
 			once.Do(func() { close(stalled) })
 			<-wake
 		}
-	}), offsetstore.MaxPollRecords(100), concurrency)
+	}), offsetstore.MaxRecordsPerCommit(100), concurrency)
 	select {
 	case <-stalled:
 	case <-time.After(time.Minute):
 		t.Fatal("the zombie never stalled")
 	}
 
-	successor := b.start(t, load(nil), offsetstore.MaxPollRecords(100), concurrency)
+	successor := b.start(t, load(nil), offsetstore.MaxRecordsPerCommit(100), concurrency)
 	waitFor(t, 2*time.Minute, "the successor to queue on the zombie's row lock", func() bool {
 		var waiting int
 		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
@@ -590,7 +590,7 @@ func TestDatabaseConnectionsKilledDuringTheRun(t *testing.T) {
 	}
 	t.Cleanup(runnerPool.Close)
 	b.runner = runnerPool
-	r := b.start(t, load(func([]*kgo.Record) { time.Sleep(10 * time.Millisecond) }), offsetstore.MaxPollRecords(100))
+	r := b.start(t, load(func([]*kgo.Record) { time.Sleep(10 * time.Millisecond) }), offsetstore.MaxRecordsPerCommit(100))
 
 	admin, err := pgx.Connect(context.Background(), b.dbURL)
 	if err != nil {
@@ -812,9 +812,9 @@ func TestConcurrentPartitionsExactlyOnce(t *testing.T) {
 	var fa, fb inFlight
 	// Polls large enough to span partitions (franz-go fills a poll
 	// partition by partition; each holds ~1,000 records).
-	a := b.start(t, handler(&fa), offsetstore.Concurrency(3), offsetstore.MaxPollRecords(3000))
+	a := b.start(t, handler(&fa), offsetstore.Concurrency(3), offsetstore.MaxRecordsPerCommit(3000))
 	waitFor(t, 2*time.Minute, "a third of the rows", func() bool { return b.rows(t) >= len(committed)/3 })
-	second := b.start(t, handler(&fb), offsetstore.Concurrency(3), offsetstore.MaxPollRecords(3000))
+	second := b.start(t, handler(&fb), offsetstore.Concurrency(3), offsetstore.MaxRecordsPerCommit(3000))
 	waitFor(t, 2*time.Minute, "two thirds of the rows", func() bool { return b.rows(t) >= 2*len(committed)/3 })
 	a.stop(t)
 	waitFor(t, 2*time.Minute, "every row", func() bool {
@@ -859,7 +859,7 @@ func TestShutdownDrainsTheBatchUnderWay(t *testing.T) {
 				handled.Add(int64(len(recs)))
 				return load(nil)(ctx, tx, recs)
 			}
-			r := b.start(t, slow, offsetstore.MaxPollRecords(50), offsetstore.DrainTimeout(drain))
+			r := b.start(t, slow, offsetstore.MaxRecordsPerCommit(50), offsetstore.DrainTimeout(drain))
 			waitFor(t, time.Minute, "a second batch to start", func() bool { return batches.Load() >= 2 })
 			time.Sleep(100 * time.Millisecond)
 			r.stop(t)
@@ -945,7 +945,7 @@ func loaderMain() int {
 	r, err := offsetstore.NewRunner(pool, load(func([]*kgo.Record) { time.Sleep(20 * time.Millisecond) }),
 		offsetstore.Brokers(strings.Split(os.Getenv("EOS_LOADER_BROKERS"), ",")...),
 		offsetstore.Group(os.Getenv("EOS_LOADER_GROUP")), offsetstore.Topics(os.Getenv("EOS_LOADER_TOPIC")),
-		offsetstore.MaxPollRecords(100), offsetstore.ClientOptions(testClientOpts()...))
+		offsetstore.MaxRecordsPerCommit(100), offsetstore.ClientOptions(testClientOpts()...))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loader:", err)
 		return 2
@@ -969,7 +969,7 @@ func TestAbortedInputsAreNeverApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := b.start(t, load(nil), offsetstore.MaxPollRecords(250))
+	r := b.start(t, load(nil), offsetstore.MaxRecordsPerCommit(250))
 	// Aborted transactions sit between committed ones in every partition:
 	// once every committed record is in, a runner that applies aborted
 	// ones has applied all but the last few.
@@ -1028,7 +1028,7 @@ func TestStaleBatchIsRefusedBeforeTheHandlerRuns(t *testing.T) {
 	}
 	b.runnerPoolWith(t, cfg)
 
-	r := b.start(t, load(nil), offsetstore.MaxPollRecords(100))
+	r := b.start(t, load(nil), offsetstore.MaxRecordsPerCommit(100))
 	waitFor(t, 2*time.Minute, "every row, or the runner to stop", func() bool {
 		select {
 		case <-r.finished:
@@ -1095,7 +1095,7 @@ func TestRefusedBatchRewindsEveryPartitionItHeld(t *testing.T) {
 	}
 	b.runnerPoolWith(t, cfg)
 
-	r := b.start(t, load(nil), offsetstore.MaxPollRecords(500),
+	r := b.start(t, load(nil), offsetstore.MaxRecordsPerCommit(500),
 		offsetstore.ClientOptions(kgo.FetchMaxPartitionBytes(4<<10), kgo.WithHooks(polled)))
 	// The stored offsets reach the end of the log whether records were
 	// applied or skipped: the verifier tells which.
@@ -1280,7 +1280,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no brokers":                    {offsetstore.Group("g"), offsetstore.Topics("t")},
 		"no group":                      {offsetstore.Brokers("b:1"), offsetstore.Topics("t")},
 		"no topics":                     {offsetstore.Brokers("b:1"), offsetstore.Group("g")},
-		"zero poll":                     append(base, offsetstore.MaxPollRecords(0)),
+		"zero poll":                     append(base, offsetstore.MaxRecordsPerCommit(0)),
 		"negative backoff":              append(base, offsetstore.OnHandlerError(eoskit.Retry(-1, 3))),
 		"negative attempts":             append(base, offsetstore.OnHandlerError(eoskit.Retry(time.Millisecond, -1))),
 		"endless retry with a fallback": append(base, offsetstore.OnHandlerError(eoskit.Retry(time.Millisecond, 0).Then(offsetstore.DeadLetter()))),
@@ -1325,7 +1325,7 @@ func TestBrokerHardRestartDuringTheRun(t *testing.T) {
 	const n = 20_000
 	broker := testbed.StartLocalBroker(t)
 	b := newBedOn(t, broker.KafkaCluster, 3, n)
-	r := b.start(t, load(func([]*kgo.Record) { time.Sleep(5 * time.Millisecond) }), offsetstore.MaxPollRecords(100))
+	r := b.start(t, load(func([]*kgo.Record) { time.Sleep(5 * time.Millisecond) }), offsetstore.MaxRecordsPerCommit(100))
 	waitFor(t, 2*time.Minute, "30% of the rows", func() bool { return b.rows(t) >= n*3/10 })
 	atKill := b.rows(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -1505,7 +1505,7 @@ func TestAStalledPartitionDoesNotHoldTheOthers(t *testing.T) {
 		if recs[0].Partition == 0 {
 			<-release
 		}
-	}), offsetstore.Concurrency(4), offsetstore.MaxPollRecords(100))
+	}), offsetstore.Concurrency(4), offsetstore.MaxRecordsPerCommit(100))
 	perPartition := func(p int32) int {
 		var rows int
 		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM results WHERE part = $1`, p).Scan(&rows); err != nil {

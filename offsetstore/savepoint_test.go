@@ -97,7 +97,7 @@ func (b *bed) checkSettled(t *testing.T, run *running, n int, wantErr func(off i
 // that names nothing (an error, a panic): the bad records are found by
 // bisection inside the batch's one database transaction, with savepoints,
 // and parked in it; every good record's row is committed once, in order.
-// The whole input is polled in a batch or two (MaxPollRecords 1000), so a
+// The whole input is polled in a batch or two (MaxRecordsPerCommit 1000), so a
 // handful of transactions at most: before, every failing batch was split
 // into one transaction per record (Stats.Batches about 400).
 func TestBadRecordsAreBisectedInOneTransaction(t *testing.T) {
@@ -117,7 +117,7 @@ func TestBadRecordsAreBisectedInOneTransaction(t *testing.T) {
 		}
 		return load(nil)(ctx, tx, recs)
 	}
-	run := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxPollRecords(1000))
+	run := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxRecordsPerCommit(1000))
 	batches := b.checkSettled(t, run, n, func(off int64) string {
 		if off == 150 {
 			return "offsetstore: handler panicked: cannot parse 150"
@@ -161,7 +161,7 @@ func TestRejectedRecordsAreSettledWithoutSearch(t *testing.T) {
 	const n = 400
 	b := newBed(t, 1, n)
 	var log callLog
-	run := b.start(t, validate(&log, nil), offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxPollRecords(1000))
+	run := b.start(t, validate(&log, nil), offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxRecordsPerCommit(1000))
 	batches := b.checkSettled(t, run, n, malformed)
 	if batches > 3 {
 		t.Fatalf("%d database transactions committed for %d records polled in a batch or two, want one per polled batch", batches, n)
@@ -187,7 +187,7 @@ func TestRejectedRecordStopsRunAfterTheRecordsBeforeIt(t *testing.T) {
 			}
 		}
 		return load(nil)(ctx, tx, recs)
-	}, offsetstore.MaxPollRecords(1000))
+	}, offsetstore.MaxRecordsPerCommit(1000))
 	err := run.wait(t, time.Minute)
 	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Offset != bad || rerr.Attempts != 1 || rerr.Err.Error() != "malformed" {
@@ -233,7 +233,7 @@ func TestRejectingARecordOutsideTheBatchStopsRun(t *testing.T) {
 			}
 			var opts []offsetstore.Option
 			if c.openRows {
-				opts = append(opts, offsetstore.MaxPollRecords(1))
+				opts = append(opts, offsetstore.MaxRecordsPerCommit(1))
 			}
 			run := b.start(t, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 				if err := load(nil)(ctx, tx, recs); err != nil {
@@ -287,7 +287,7 @@ func TestConnectionLostAfterARejectionIsNotBlamedOnARecord(t *testing.T) {
 			return fmt.Errorf("write: %w", err)
 		}
 		return nil
-	}), offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxPollRecords(1000))
+	}), offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxRecordsPerCommit(1000))
 	b.checkSettled(t, run, n, malformed)
 	if !killed.Load() {
 		t.Fatal("the connection was never terminated after a rejection")
@@ -325,7 +325,7 @@ func TestAFailureLeavingRowsOpenIsTheRecords(t *testing.T) {
 				}
 				return load(nil)(ctx, tx, recs)
 			}
-			run := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxPollRecords(1000))
+			run := b.start(t, h, offsetstore.OnHandlerError(offsetstore.DeadLetter()), offsetstore.MaxRecordsPerCommit(1000))
 			b.checkSettled(t, run, n, func(off int64) string { return fmt.Sprintf("malformed %d", off) })
 		})
 	}

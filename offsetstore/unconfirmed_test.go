@@ -63,7 +63,7 @@ func TestAnUnconfirmedCommitIsNotTakenForAZombie(t *testing.T) {
 	}
 	cfg.ConnConfig.DialFunc = cutter.dial
 	b.runnerPoolWith(t, cfg)
-	run := b.start(t, load(nil), offsetstore.MaxPollRecords(100))
+	run := b.start(t, load(nil), offsetstore.MaxRecordsPerCommit(100))
 	waitFor(t, time.Minute, "every record applied", func() bool { return b.rows(t) >= n })
 	run.stop(t)
 	if !cutter.cut.Load() {

@@ -66,7 +66,7 @@ func (c *Config) check(pkg string) error {
 	case len(c.Topics) == 0:
 		return fail("Topics", "name at least one topic")
 	case c.MaxPoll <= 0:
-		return fail("MaxPollRecords", "must be positive")
+		return fail("MaxRecordsPerCommit", "must be positive")
 	case c.Concurrency < 1:
 		return fail("Concurrency", "must be at least 1")
 	case c.Drain < 0:

@@ -48,7 +48,7 @@ type Config struct {
 	Handler dedup.Handler
 	// Logger receives the consumer's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// Options are further consumer options (dedup.MaxPollRecords,
+	// Options are further consumer options (dedup.MaxRecordsPerCommit,
 	// dedup.DrainTimeout, dedup.ClientOptions...), applied after the
 	// pattern's own.
 	Options []dedup.Option

@@ -25,7 +25,7 @@ func ExampleRun() {
 	}
 	defer pool.Close()
 	cfg := kafkatopostgres.Config{Pool: pool, Brokers: []string{"localhost:9092"}, Group: "dashboard-totals", Topic: "case-reports",
-		Options: []offsetstore.Option{offsetstore.MaxPollRecords(100), offsetstore.OnHandlerError(offsetstore.DeadLetter())}}
+		Options: []offsetstore.Option{offsetstore.MaxRecordsPerCommit(100), offsetstore.OnHandlerError(offsetstore.DeadLetter())}}
 	if err := kafkatopostgres.Migrate(ctx, cfg); err != nil {
 		log.Fatal(err)
 	}

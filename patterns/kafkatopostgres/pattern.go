@@ -47,7 +47,7 @@ type Config struct {
 	Handler offsetstore.Handler
 	// Logger receives the runner's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// Options are further runner options (offsetstore.MaxPollRecords,
+	// Options are further runner options (offsetstore.MaxRecordsPerCommit,
 	// offsetstore.DrainTimeout, offsetstore.ClientOptions...), applied
 	// after the pattern's own.
 	Options []offsetstore.Option

@@ -63,7 +63,7 @@ func ioVariants() []ioVariant {
 	offsetstoreAt := func(n int) func(context.Context, *env) (running, error) {
 		return func(ctx context.Context, e *env) (running, error) {
 			r, err := offsetstore.NewRunner(poolFor(e, n), sleepy, offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
-				offsetstore.Topics(e.in), offsetstore.MaxPollRecords(1000), offsetstore.Concurrency(n), offsetstore.Logger(quiet),
+				offsetstore.Topics(e.in), offsetstore.MaxRecordsPerCommit(1000), offsetstore.Concurrency(n), offsetstore.Logger(quiet),
 				offsetstore.ClientOptions(spread))
 			if err != nil {
 				return running{}, err
@@ -80,7 +80,7 @@ func ioVariants() []ioVariant {
 			c, err := dedup.NewConsumer(poolFor(e, n), store, func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
 				time.Sleep(ioDelay)
 				return insertRow(ctx, tx, r)
-			}, dedup.Brokers(e.brokers...), dedup.Group(e.group), dedup.Topics(e.in), dedup.MaxPollRecords(1000), dedup.Concurrency(n),
+			}, dedup.Brokers(e.brokers...), dedup.Group(e.group), dedup.Topics(e.in), dedup.MaxRecordsPerCommit(1000), dedup.Concurrency(n),
 				dedup.ID(func(r *kgo.Record) (string, bool) { return fmt.Sprintf("%d/%d", r.Partition, r.Offset), true }),
 				dedup.Logger(quiet), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), spread))
 			if err != nil {

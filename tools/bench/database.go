@@ -111,7 +111,7 @@ func offsetstorePath(records int) path {
 	runner := func(batch int, h offsetstore.Handler, opts ...offsetstore.Option) func(context.Context, *env) (running, error) {
 		return func(ctx context.Context, e *env) (running, error) {
 			r, err := offsetstore.NewRunner(e.pool, h, append([]offsetstore.Option{offsetstore.Brokers(e.brokers...), offsetstore.Group(e.group),
-				offsetstore.Topics(e.in), offsetstore.MaxPollRecords(batch), offsetstore.Logger(quiet)}, opts...)...)
+				offsetstore.Topics(e.in), offsetstore.MaxRecordsPerCommit(batch), offsetstore.Logger(quiet)}, opts...)...)
 			if err != nil {
 				return running{}, err
 			}

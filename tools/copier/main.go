@@ -171,7 +171,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			}
 			return nil
 		}, offsetstore.Brokers(brokers...), offsetstore.Group(group), offsetstore.Topics(in),
-			offsetstore.MaxPollRecords(750), offsetstore.Concurrency(concurrency), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))
+			offsetstore.MaxRecordsPerCommit(750), offsetstore.Concurrency(concurrency), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))
 		if err != nil {
 			return err
 		}
@@ -189,7 +189,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			_, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset)
 			return err
 		}, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(in), dedup.ID(dedup.KeyID()),
-			dedup.MaxPollRecords(750), dedup.Concurrency(concurrency), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
+			dedup.MaxRecordsPerCommit(750), dedup.Concurrency(concurrency), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
 		if err != nil {
 			return err
 		}

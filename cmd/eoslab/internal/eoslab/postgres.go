@@ -53,7 +53,7 @@ func exactlyOncePostgres() Pattern {
 						}
 						return nil
 					}
-					c.Options = []offsetstore.Option{offsetstore.MaxPollRecords(labMaxPoll),
+					c.Options = []offsetstore.Option{offsetstore.MaxRecordsPerCommit(labMaxPoll),
 						offsetstore.ClientOptions(clientOpts...), offsetstore.DrainTimeout(0)}
 					return kafkatopostgres.Run(ctx, c)
 				},
@@ -87,7 +87,7 @@ func dedupPostgres() Pattern {
 						wait()
 						return handle(ctx, tx, rec)
 					}
-					c.Options = []dedup.Option{dedup.MaxPollRecords(labMaxPoll),
+					c.Options = []dedup.Option{dedup.MaxRecordsPerCommit(labMaxPoll),
 						dedup.ClientOptions(clientOpts...), dedup.DrainTimeout(0)}
 					return dedupconsumer.Run(ctx, c)
 				}, nil)
