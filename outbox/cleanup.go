@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -177,4 +178,96 @@ func deleteIDs(ctx context.Context, pool *pgxpool.Pool, table string, ids map[in
 		}
 	}
 	return left, nil
+}
+
+// deleteRows deletes the batch's rows, and those earlier batches
+// could not, in statements of bounded size, and keeps its dead-lettered
+// records in the dead-letter table. It runs before the Kafka commit: the
+// rows stay in the write-ahead log the slot holds until that commit is
+// confirmed, so an abort after it loses nothing. It returns the rows it
+// could not delete yet (their transactions not visible yet), which the
+// batch's position record carries: a relay that stops before it deletes
+// them leaves them to the next.
+func (r *Relay) deleteRows(ctx context.Context, b *pending) ([]carriedTxn, error) {
+	if err := r.keepDead(ctx, b); err != nil {
+		return nil, err
+	}
+	r.undeleted.mu.Lock()
+	defer r.undeleted.mu.Unlock()
+	want := maps.Clone(r.undeleted.ids)
+	for _, t := range b.txns {
+		for _, rw := range t.rows {
+			want[rw.id] = t.xid
+		}
+	}
+	left, err := deleteIDs(ctx, r.pool, r.cfg.table(), want, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
+	// Usually a few milliseconds make them visible.
+	for try := 0; err == nil && try < 5 && len(left) > 0; try++ {
+		time.Sleep(20 * time.Millisecond)
+		left, err = deleteIDs(ctx, r.pool, r.cfg.table(), left, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
+	}
+	if err != nil {
+		// Keep what was wanted: the batch is not committed, and rows
+		// already deleted are harmlessly looked for again.
+		maps.Copy(r.undeleted.ids, want)
+		return nil, err
+	}
+	r.undeleted.ids = left
+	carry, dropped := encodeCarried(left)
+	if dropped > 0 {
+		r.cfg.logger.Warn("outbox: too many published rows not yet visible to delete; the position record names only some, the relay remembers the rest until it stops",
+			"slot", r.cfg.slot, "rows", len(left), "not_carried", dropped)
+	}
+	return carry, nil
+}
+
+// sweep deletes the published rows earlier deletions could not find,
+// those of earlier relays included (read back with the position).
+func (r *Relay) sweep(ctx context.Context) {
+	r.undeleted.mu.Lock()
+	defer r.undeleted.mu.Unlock()
+	if len(r.undeleted.ids) == 0 {
+		return
+	}
+	left, err := deleteIDs(ctx, r.pool, r.cfg.table(), r.undeleted.ids, r.cfg.deleteBatch, r.cfg.hooks.hideFromDeletion)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.cfg.logger.Warn("outbox: deleting published rows failed; tried again in a status interval", "slot", r.cfg.slot, "rows", len(r.undeleted.ids), "err", err)
+		}
+		return
+	}
+	r.undeleted.ids = left
+}
+
+// keepDead copies the batch's dead-lettered records into the dead-letter
+// table (again harmlessly, if an earlier attempt at the batch did).
+func (r *Relay) keepDead(ctx context.Context, b *pending) error {
+	if len(b.dead) == 0 {
+		return nil
+	}
+	var ids []int64
+	var topics, errs []string
+	var parts []*int32
+	var keys, values, headers [][]byte
+	for _, t := range b.txns {
+		for _, rw := range t.rows {
+			cause, d := b.dead[rw.id]
+			if !d {
+				continue
+			}
+			var p *int32
+			if rw.partition >= 0 {
+				p = &rw.partition
+			}
+			ids, topics, parts, errs = append(ids, rw.id), append(topics, rw.rec.Topic), append(parts, p), append(errs, cause.Error())
+			keys, values, headers = append(keys, rw.rec.Key), append(values, rw.rec.Value), append(headers, encodeHeaders(rw.rec.Headers))
+		}
+	}
+	_, err := r.pool.Exec(ctx, `INSERT INTO `+ident(r.cfg.deadLetters())+` (id, topic, partition, key, value, headers, error)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])
+		ON CONFLICT (id) DO NOTHING`, ids, topics, parts, keys, values, headers, errs)
+	if err != nil {
+		return fmt.Errorf("outbox: keep %d dead-lettered records: %w", len(ids), err)
+	}
+	return nil
 }
