@@ -539,57 +539,6 @@ func TestConcurrentPartitionsApplyOnce(t *testing.T) {
 	t.Logf("verifier: %v; handlers at once: %d", rep, most.Load())
 }
 
-// When Run's ctx ends, the consumer stops polling and commits the batch
-// under way: every effect a handler applied is committed by the time Run
-// returns. With DrainTimeout(0) (the negative control) the batch under way
-// rolls back instead. Either way a successor applies the rest, each message
-// once.
-func TestShutdownDrainsTheBatchUnderWay(t *testing.T) {
-	t.Parallel()
-	for _, drain := range []time.Duration{10 * time.Second, 0} {
-		t.Run(fmt.Sprintf("drain %s", drain), func(t *testing.T) {
-			t.Parallel()
-			const n = 1000
-			b := newBed(t, 2)
-			b.produce(t, stamped(n)...)
-			var handled atomic.Int64
-			effect := b.handler("a")
-			slow := func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-				time.Sleep(5 * time.Millisecond) // deaf to ctx: work that must run to its end
-				handled.Add(1)
-				return effect(ctx, tx, r)
-			}
-			group := integration.UniqueName(t, "g")
-			opts := []dedup.Option{dedup.Brokers(b.k.Brokers...), dedup.Topics(b.topic), dedup.Group(group), dedup.Scope("effects"), dedup.MaxRecordsPerCommit(50),
-				dedup.DrainTimeout(drain), dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))}
-			c, err := dedup.NewConsumer(b.pool, b.store, slow, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- c.Run(ctx) }()
-			waitFor(t, "a first batch", func() bool { return c.Stats().Applied > 0 })
-			time.Sleep(100 * time.Millisecond)
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatalf("Run returned %v, want nil on shutdown", err)
-			}
-			effects := int64(b.effects(t))
-			switch {
-			case drain > 0 && effects != handled.Load():
-				t.Fatalf("after a drained shutdown %d effects are committed, want all %d the handlers applied", effects, handled.Load())
-			case drain == 0 && effects >= handled.Load():
-				t.Fatalf("without drain %d effects are committed of the %d the handlers applied; want the batch under way rolled back", effects, handled.Load())
-			}
-			successor := b.start(t, "a", dedup.Group(group))
-			waitFor(t, "every message", func() bool { return b.effects(t) >= n })
-			successor.stop(t)
-			b.assertOnce(t, n)
-		})
-	}
-}
-
 // Purge removes expired ids in small batches while a consumer keeps
 // claiming; live ids stay and the consumer is not held up.
 func TestPurgeRemovesExpiredIDsWhileConsuming(t *testing.T) {

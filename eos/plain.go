@@ -109,7 +109,7 @@ func (p *Processor) endPlain(ctx context.Context, cl *kgo.Client, b *batch, reco
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	e := txnEnd{
-		timeout:    endTimeout,
+		timeout: endTimeout,
 		// Never asked: no transaction, and a commit either happened or
 		// failed (commitErr).
 		timedOut:   func() bool { return false },

@@ -12,36 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/offsetstore"
-	"github.com/eoskit/eoskit/testsupport/contract"
 )
-
-// The error shapes a handler meets that are not the database's: an
-// enrichment call that cannot connect (*net.OpError), a decoder on an
-// empty value (io.EOF), a deadline of the handler's own
-// (context.DeadlineExceeded). Each is the record's, and goes to the rule
-// the policy gives it; before, the runner took each for the database's,
-// retried the batch 10 times and ended Run ("batch failed 10 times", 0 of
-// the other records applied; issue 43 item 10, failing on 3bfa998).
-func TestHandlerErrorShapesGoToThePolicy(t *testing.T) {
-	t.Parallel()
-	for _, shape := range contract.Shapes() {
-		t.Run(shape.Name, func(t *testing.T) {
-			t.Parallel()
-			const n = 400
-			b := newBed(t, 1, n)
-			h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-				for _, r := range recs {
-					if isBad(r) {
-						return shape.Err(r.Offset)
-					}
-				}
-				return load(nil)(ctx, tx, recs)
-			}
-			run := b.start(t, h, offsetstore.OnHandlerError(contract.Policy(offsetstore.DeadLetter())))
-			b.checkSettled(t, run, n, func(off int64) string { return shape.Err(off).Error() })
-		})
-	}
-}
 
 // A statement the database cancelled (SQLSTATE 57014: statement_timeout,
 // pg_cancel_backend) is a wait, not the record's fault: the batch is

@@ -841,43 +841,6 @@ func TestConcurrentPartitionsExactlyOnce(t *testing.T) {
 	t.Logf("verifier: %v; batches at once: %d, %d", rep, fa.max.Load(), fb.max.Load())
 }
 
-// When Run's ctx ends, the runner stops polling and commits the batch under
-// way: every row a handler wrote is committed by the time Run returns. With
-// DrainTimeout(0) (the negative control) the batch under way rolls back
-// instead. Either way a successor applies the rest, each record once.
-func TestShutdownDrainsTheBatchUnderWay(t *testing.T) {
-	t.Parallel()
-	for _, drain := range []time.Duration{10 * time.Second, 0} {
-		t.Run(fmt.Sprintf("drain %s", drain), func(t *testing.T) {
-			t.Parallel()
-			b := newBed(t, 2, 2000)
-			var handled atomic.Int64
-			var batches atomic.Int64
-			slow := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-				batches.Add(1)
-				time.Sleep(300 * time.Millisecond) // deaf to ctx: work that must run to its end
-				handled.Add(int64(len(recs)))
-				return load(nil)(ctx, tx, recs)
-			}
-			r := b.start(t, slow, offsetstore.MaxRecordsPerCommit(50), offsetstore.DrainTimeout(drain))
-			waitFor(t, time.Minute, "a second batch to start", func() bool { return batches.Load() >= 2 })
-			time.Sleep(100 * time.Millisecond)
-			r.stop(t)
-			rows := int64(b.rows(t))
-			switch {
-			case drain > 0 && rows != handled.Load():
-				t.Fatalf("after a drained shutdown %d rows are committed, want all %d the handlers wrote", rows, handled.Load())
-			case drain == 0 && rows >= handled.Load():
-				t.Fatalf("without drain %d rows are committed of the %d the handlers wrote; want the batch under way rolled back", rows, handled.Load())
-			}
-			successor := b.start(t, load(nil))
-			waitFor(t, 2*time.Minute, "every row", func() bool { return b.rows(t) >= len(b.inputs) })
-			successor.stop(t)
-			t.Logf("verifier: %v", b.verify(t))
-		})
-	}
-}
-
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
 	pool := integration.Postgres(t)

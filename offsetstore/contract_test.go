@@ -1,0 +1,94 @@
+package offsetstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/offsetstore"
+	"github.com/eoskit/eoskit/testsupport/contract"
+)
+
+// The contracts every runner keeps (testsupport/contract): the error
+// policy and its classification, the handler error shapes, the shutdown,
+// the drain, health and metrics, here over a runner loading its input
+// into a table, parking in its dead-letter table.
+func TestContracts(t *testing.T) {
+	t.Parallel()
+	contract.Run(t, contract.Subject{
+		Features: contract.Features{Transient: true, Batches: true},
+		New:      func(t *testing.T) contract.World { return world{newBed(t, 3, 0)} },
+	})
+}
+
+// world is a contract's bed: topic, group, tables.
+type world struct{ b *bed }
+
+func (w world) Seed(t *testing.T, n int) []string { return w.b.k.Seed(w.b.topic, n) }
+
+func (w world) Runner(t *testing.T, s contract.Setup) contract.Runner {
+	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		for _, r := range recs {
+			if s.Handle == nil {
+				break
+			}
+			err := s.Handle(ctx, string(r.Key), r.Offset)
+			if errors.Is(err, contract.ErrTransient) {
+				_, err = tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+				return fmt.Errorf("updating the stock: %w", err)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return load(nil)(ctx, tx, recs)
+	}
+	opts := []offsetstore.Option{offsetstore.Brokers(w.b.k.Brokers...), offsetstore.Group(w.b.group),
+		offsetstore.Topics(w.b.topic), offsetstore.ClientOptions(testClientOpts()...),
+		offsetstore.MaxRecordsPerCommit(50), offsetstore.OnHandlerError(s.Policy)}
+	if s.DrainSet {
+		opts = append(opts, offsetstore.DrainTimeout(s.Drain))
+	}
+	if s.Metrics != nil {
+		opts = append(opts, offsetstore.WithMetrics(s.Metrics))
+	}
+	r, err := offsetstore.NewRunner(w.b.runner, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (w world) ids(t *testing.T, query string, args ...any) []string {
+	rows, err := w.b.pool.Query(context.Background(), query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func (w world) Effects(t *testing.T) []string { return w.ids(t, `SELECT id FROM results`) }
+
+func (w world) DeadLettered(t *testing.T) []string {
+	return w.ids(t, `SELECT convert_from(key, 'UTF8') FROM eoskit_dead_letters WHERE consumer_group = $1`, w.b.group)
+}
+
+func (w world) Settled(t *testing.T) int {
+	var n int
+	if err := w.b.pool.QueryRow(context.Background(),
+		`SELECT (SELECT count(*) FROM results) + (SELECT count(*) FROM eoskit_dead_letters WHERE consumer_group = $1)`, w.b.group).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (w world) DeadLetter() eoskit.ErrorPolicy { return offsetstore.DeadLetter() }
