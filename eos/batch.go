@@ -391,3 +391,9 @@ func (rn *runner) collect(ctx context.Context, b *batch, first kgo.Fetches, poll
 		}
 	}
 }
+
+// topicPartition names a partition.
+type topicPartition struct {
+	topic     string
+	partition int32
+}

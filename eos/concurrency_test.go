@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/eoskit/eoskit"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/eoskit/eoskit"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 

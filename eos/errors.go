@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/hanging"
 )
 
 // Errors callers react to. Every error eos returns that means one of these
@@ -165,6 +166,15 @@ func (e *HangingTransactionError) Error() string {
 
 // Unwrap lets errors.Is(err, ErrHangingTransaction) match.
 func (e *HangingTransactionError) Unwrap() error { return ErrHangingTransaction }
+
+// hangingError is err, the hanging check's, with a finding reported as a
+// *HangingTransactionError.
+func hangingError(err error) error {
+	if f, ok := errors.AsType[*hanging.Finding](err); ok {
+		return (*HangingTransactionError)(f)
+	}
+	return err
+}
 
 // checkedAgainst is a *eoskit.ConfigError's Semantics: s's name, or ""
 // when s is zero (the setting was not checked against any).

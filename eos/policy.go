@@ -1,6 +1,9 @@
 package eos
 
-import "github.com/eoskit/eoskit"
+import (
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/hanging"
+)
 
 // DeadLetter makes the processor write the failing input record to topic
 // (same key, value and headers, plus eoskit-error, eoskit-source-topic,
@@ -22,28 +25,20 @@ func DeadLetter(topic string) eoskit.ErrorPolicy { return eoskit.DeadLetterTo(to
 // of its own transactions hanging (see [HangingTransactionCheck]). Build
 // one with [StopWhenHanging] (the default), [WaitWhenHanging] or
 // [RepairHangingTransactions].
-type HangingPolicy struct{ kind hangKind }
-
-type hangKind int8
-
-const (
-	hangStop hangKind = iota
-	hangWait
-	hangRepair
-)
+type HangingPolicy struct{ kind hanging.Policy }
 
 // StopWhenHanging makes Run return a *HangingTransactionError (wrapping
 // [ErrHangingTransaction]) before the processor's next transaction, whose
 // records would otherwise join the hanging one in its partition and share
 // whatever marker closes it. Nothing is written to the cluster. This is
 // the default.
-func StopWhenHanging() HangingPolicy { return HangingPolicy{kind: hangStop} }
+func StopWhenHanging() HangingPolicy { return HangingPolicy{kind: hanging.Stop} }
 
 // WaitWhenHanging makes the processor hold its next transaction, looking
 // again every check interval, until the hanging transaction is gone
 // (closed by an operator with cmd/eoskit's txn close, say); it reports it
 // at Error level once. Nothing is written to the cluster.
-func WaitWhenHanging() HangingPolicy { return HangingPolicy{kind: hangWait} }
+func WaitWhenHanging() HangingPolicy { return HangingPolicy{kind: hanging.Wait} }
 
 // RepairHangingTransactions makes the processor close its own hanging
 // transactions by writing the missing marker itself (WriteTxnMarkers), with
@@ -61,13 +56,13 @@ func WaitWhenHanging() HangingPolicy { return HangingPolicy{kind: hangWait} }
 // start with it unless the cluster runs transaction protocol v2
 // (transaction.version 2, whose epoch per transaction the outcome rests on)
 // and grants ClusterAction.
-func RepairHangingTransactions() HangingPolicy { return HangingPolicy{kind: hangRepair} }
+func RepairHangingTransactions() HangingPolicy { return HangingPolicy{kind: hanging.Repair} }
 
 func (p HangingPolicy) String() string {
 	switch p.kind {
-	case hangWait:
+	case hanging.Wait:
 		return "wait"
-	case hangRepair:
+	case hanging.Repair:
 		return "repair"
 	}
 	return "stop"

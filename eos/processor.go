@@ -12,6 +12,7 @@ import (
 
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/hanging"
 	"github.com/eoskit/eoskit/internal/loop"
 )
 
@@ -60,7 +61,7 @@ type Processor struct {
 	refused *authz.Watch
 	// hangs is what the hanging-transaction check remembers across
 	// sessions.
-	hangs txnHistory
+	hangs hanging.History
 	// perTxn bounds the records of one transaction: MaxRecordsPerCommit,
 	// lowered after a transaction ran out of its budget and raised again
 	// while transactions end well within it. Only Run's goroutine uses

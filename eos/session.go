@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/hanging"
 	"github.com/eoskit/eoskit/internal/loop"
 )
 
@@ -19,7 +20,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	var revoked revokes
 	// disconnected tells the hanging-transaction check that a broker
 	// connection closed.
-	var disconnected disconnectFlag
+	var disconnected hanging.DisconnectFlag
 	sess, err := kgo.NewGroupTransactSession(p.sessionOpts(&revoked, kgo.WithHooks(&disconnected))...)
 	if err != nil {
 		return p.cfg.clientOptionsError(err)
@@ -30,16 +31,16 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	p.rearm.Store(false) // a new GroupTransactSession passes its first revoke on
 	p.obs.WatchAssignment(p.logger, loop.SessionTimeout(sess.Client()))
 
-	check, err := newHangingCheck(ctx, p.hangConfig(), sess.Client(), &disconnected)
+	check, err := hanging.New(ctx, p.hangConfig(), sess.Client(), &disconnected)
 	if err != nil {
 		return err
 	}
-	check.beforeClaim(ctx)
-	poll := check.poll(sess.PollRecords)
+	check.BeforeClaim(ctx)
+	poll := check.Poll(sess.PollRecords)
 	// Before registering the transactional id, which bumps the epoch and
 	// with it the coordinator's record of how the hanging transaction
 	// ended: stopping or waiting changes nothing.
-	if err := check.hold(ctx); err != nil || ctx.Err() != nil {
+	if err := hangingError(check.Hold(ctx)); err != nil || ctx.Err() != nil {
 		return err
 	}
 	// Claim the transactional id before consuming, as Kafka Streams'
@@ -55,7 +56,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	if err := p.claimTransactionalID(ctx, sess.Client()); err != nil || ctx.Err() != nil {
 		return err
 	}
-	stopSweeps := check.start(ctx)
+	stopSweeps := check.Start(ctx)
 	// Runs before the deferred Close: the check uses the session's client.
 	defer stopSweeps()
 	txnTimeout := transactionTimeout(sess.Client())
@@ -73,7 +74,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	poll = p.wake.waking(poll)
 
 	for {
-		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
+		if err := hangingError(check.Hold(ctx)); err != nil || ctx.Err() != nil {
 			return err
 		}
 		fetches, stopped, err := loop.Poll(stop, poll, rn.pollSize(p.perTxn), p.obs, p.logger, p.refused)
@@ -96,8 +97,8 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 
 		// After a broker went away, this transaction could join a
 		// hanging one: the check looks first.
-		check.afterDisconnect(ctx)
-		if err := check.hold(ctx); err != nil || ctx.Err() != nil {
+		check.AfterDisconnect(ctx)
+		if err := hangingError(check.Hold(ctx)); err != nil || ctx.Err() != nil {
 			// The polled records are read again by whoever runs next:
 			// no transaction took them.
 			return err
@@ -133,7 +134,7 @@ type session struct {
 	gts   *kgo.GroupTransactSession
 	cl    *kgo.Client // gts's
 	rn    *runner
-	check hangingCheck
+	check hanging.Check
 	adm   *kadm.Client
 	// timeout is the transaction timeout.
 	timeout time.Duration
@@ -170,10 +171,13 @@ func (s *session) transact(ctx context.Context, fetches kgo.Fetches) (goOn bool,
 	}
 	if idErr == nil {
 		b.mu.Lock()
-		rec := txnRecord{firsts: b.firsts}
+		rec := hanging.Record{Firsts: make(map[hanging.TopicPartition]int64, len(b.firsts))}
+		for tp, first := range b.firsts {
+			rec.Firsts[hanging.TopicPartition{Topic: tp.topic, Partition: tp.partition}] = first
+		}
 		b.mu.Unlock()
-		rec.committed, rec.known = e.knownOutcome()
-		s.check.ended(producerID, txnEpoch, rec)
+		rec.Committed, rec.Known = e.knownOutcome()
+		s.check.Ended(producerID, txnEpoch, rec)
 	}
 	e.elapsed = time.Since(b.start)
 	// Whatever failed once ctx ended (a handler, a record produced
@@ -335,9 +339,9 @@ func (s *session) aborted(ctx context.Context, b *batch, e txnEnd, o endOutcome)
 }
 
 // claimPatience is how long a new session retries registering its
-// transactional id before it gives up and restarts: longer than a broker
-// restart, so that a bounce costs no more than the bounce itself.
-const claimPatience = time.Minute
+// transactional id before it gives up and restarts (the hanging check's,
+// which sweeps as long before the claim).
+const claimPatience = hanging.ClaimPatience
 
 // claimTransactionalID initialises cl's producer id, retrying in place
 // (100 ms doubling to 1 s) while the broker cannot answer. It returns nil
@@ -436,8 +440,8 @@ func transactionTimeout(cl *kgo.Client) time.Duration {
 
 // hangConfig returns what each session's hanging-transaction check is
 // built from.
-func (p *Processor) hangConfig() hangConfig {
-	return hangConfig{interval: p.cfg.hangCheck, policy: p.cfg.onHang, group: p.cfg.group, txnID: p.cfg.txnID,
-		conn: p.cfg.connOpts(), logger: p.logger, metrics: hangMetrics{p.obs.Metrics},
-		history: &p.hangs, committed: func() bool { return p.committed.Load() > 0 }}
+func (p *Processor) hangConfig() hanging.Config {
+	return hanging.Config{Interval: p.cfg.hangCheck, Policy: p.cfg.onHang.kind, Group: p.cfg.group, TxnID: p.cfg.txnID,
+		Conn: p.cfg.connOpts(), Logger: p.logger, Found: hangMetrics{p.obs.Metrics}.hanging,
+		History: &p.hangs, Committed: func() bool { return p.committed.Load() > 0 }}
 }

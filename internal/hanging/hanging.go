@@ -1,4 +1,8 @@
-package eos
+// Package hanging is the hanging-transaction check of eos's exactly-once
+// processor (eos.HangingTransactionCheck, eos.OnHangingTransaction): a
+// session builds one with New and asks only what Check declares; what a
+// hanging transaction is, and how the check decides its outcome, is below.
+package hanging
 
 import (
 	"cmp"
@@ -22,6 +26,7 @@ import (
 
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/preset"
 	"github.com/eoskit/eoskit/internal/txnscan"
 )
 
@@ -38,7 +43,7 @@ import (
 //
 // By default a processor only looks (DescribeProducers,
 // DescribeTransactions), reports what it finds with the evidence of its
-// outcome, and stops or waits (HangingPolicy) before a transaction of its
+// outcome, and stops or waits (Policy) before a transaction of its
 // own could join it. Under RepairHangingTransactions it closes it: the
 // cure is to write the missing marker (WriteTxnMarkers, as
 // kafka-transactions.sh does), and it must carry the outcome the
@@ -62,20 +67,20 @@ import (
 // while a later live transaction has joined it somewhere, and leaves alone,
 // reporting at Error level, one whose outcome it cannot know.
 
-// hangingCheck is all a session asks of the hanging-transaction check
-// ([HangingTransactionCheck]). newHangingCheck builds one per session: a
-// hangSweeper, or hangingCheckOff when the check is off.
-type hangingCheck interface {
-	// beforeClaim sweeps before the session registers its transactional
+// Check is all a session asks of the hanging-transaction check
+// (eos.HangingTransactionCheck). New builds one per session: a
+// hangSweeper, or off when the check is off.
+type Check interface {
+	// BeforeClaim sweeps before the session registers its transactional
 	// id (see hangSweeper.beforeClaim).
-	beforeClaim(ctx context.Context)
-	// afterDisconnect sweeps as beforeClaim does when a broker connection
+	BeforeClaim(ctx context.Context)
+	// AfterDisconnect sweeps as BeforeClaim does when a broker connection
 	// closed since it last looked: the markers of a transaction that
 	// already ended may be missing, and the next transaction's offset
 	// commit would join it in __consumer_offsets and share its marker.
 	// It runs before the first transaction after a disconnect.
-	afterDisconnect(ctx context.Context)
-	// hold applies the policy ([OnHangingTransaction]) before a
+	AfterDisconnect(ctx context.Context)
+	// Hold applies the policy (eos.OnHangingTransaction) before a
 	// transaction: while the last sweep found a hanging transaction of
 	// this processor, StopWhenHanging returns it (once a sweep a second
 	// later confirms it) and WaitWhenHanging waits, sweeping every check
@@ -83,46 +88,89 @@ type hangingCheck interface {
 	// turns off. It returns nil to go on: when nothing hangs (always
 	// under RepairHangingTransactions, whose sweeps close what they can)
 	// or when ctx ends.
-	hold(ctx context.Context) error
-	// poll wraps a session's poll so that it returns early when a sweep
+	Hold(ctx context.Context) error
+	// Poll wraps a session's poll so that it returns early when a sweep
 	// finds a hanging transaction.
-	poll(pollFunc) pollFunc
-	// start sweeps every check interval, in the background, until stop;
+	Poll(loop.PollFunc) loop.PollFunc
+	// Start sweeps every check interval, in the background, until stop;
 	// stop returns once the sweeps have ended.
-	start(ctx context.Context) (stop func())
-	// ended notes how a transaction of this processor ended and where it
+	Start(ctx context.Context) (stop func())
+	// Ended notes how a transaction of this processor ended and where it
 	// wrote: the evidence a sweep decides a hanging one's outcome by.
-	ended(producerID int64, epoch int16, rec txnRecord)
+	Ended(producerID int64, epoch int16, rec Record)
 }
 
-// hangConfig is what a session's check is built from.
-type hangConfig struct {
-	interval     time.Duration // between sweeps; 0 turns the check off
-	policy       HangingPolicy
-	group, txnID string
-	// conn makes the clients that read a partition's log directly.
-	conn    []kgo.Opt
-	logger  *slog.Logger
-	metrics hangMetrics
-	// history is the processor's, kept across sessions; committed reports
-	// whether the processor has committed a transaction.
-	history   *txnHistory
-	committed func() bool
+// Config is what a session's check is built from.
+type Config struct {
+	Interval     time.Duration // between sweeps; 0 turns the check off
+	Policy       Policy
+	Group, TxnID string
+	// Conn makes the clients that read a partition's log directly.
+	Conn   []kgo.Opt
+	Logger *slog.Logger
+	// Found counts a hanging transaction found, by outcome
+	// ("committed", "aborted", "unknown").
+	Found func(outcome string)
+	// History is the processor's, kept across sessions; Committed
+	// reports whether the processor has committed a transaction.
+	History   *History
+	Committed func() bool
 }
 
-// newHangingCheck returns the check of a session whose client is cl, and
+// Policy is what the check does about a hanging transaction of the
+// processor's own: eos.HangingPolicy's choice.
+type Policy int8
+
+const (
+	// Stop: Hold returns the *Finding (eos.StopWhenHanging).
+	Stop Policy = iota
+	// Wait: Hold waits until it is gone (eos.WaitWhenHanging).
+	Wait
+	// Repair: sweeps write the marker of its outcome
+	// (eos.RepairHangingTransactions).
+	Repair
+)
+
+// ClaimPatience is how long a new session retries registering its
+// transactional id, and BeforeClaim its sweep, before it gives up and
+// restarts: longer than a broker restart, so that a bounce costs no more
+// than the bounce itself.
+const ClaimPatience = time.Minute
+
+// Finding is a hanging transaction of the processor's own: what
+// eos.HangingTransactionError reports (eos converts it; the fields are
+// the same).
+type Finding struct {
+	Topic         string
+	Partition     int32
+	ProducerID    int64
+	ProducerEpoch int16
+	StartOffset   int64
+	Outcome       string
+	Evidence      string
+}
+
+func (e *Finding) Error() string {
+	return fmt.Sprintf("eos: a transaction of this processor hangs in %s[%d] (producer id %d, epoch %d, open since offset %d; outcome %s, from %s)",
+		e.Topic, e.Partition, e.ProducerID, e.ProducerEpoch, e.StartOffset, e.Outcome, e.Evidence)
+}
+
+// endTimeout bounds a read of the cluster's state.
+const endTimeout = 30 * time.Second
+
+// New returns the check of a session whose client is cl, and
 // whose client hooks include disconnected. It reads the cluster's
 // transaction.version; under RepairHangingTransactions it refuses a
 // cluster on which writing markers cannot be done safely (checkRepairable),
 // and asks for a restart when the version cannot be read.
-func newHangingCheck(ctx context.Context, cfg hangConfig, cl *kgo.Client, disconnected *disconnectFlag) (hangingCheck, error) {
-	if cfg.interval <= 0 {
-		return hangingCheckOff{}, nil
+func New(ctx context.Context, cfg Config, cl *kgo.Client, disconnected *DisconnectFlag) (Check, error) {
+	if cfg.Interval <= 0 {
+		return off{}, nil
 	}
 	vctx, cancel := context.WithTimeout(ctx, endTimeout)
 	level, err := txnscan.TransactionVersion(vctx, cl)
 	cancel()
-	if cfg.policy.kind == hangRepair {
+	if cfg.Policy == Repair {
 		if err != nil {
 			return nil, loop.Restart(err)
 		}
@@ -130,28 +178,27 @@ func newHangingCheck(ctx context.Context, cfg hangConfig, cl *kgo.Client, discon
 			return nil, err
 		}
 	} else if err != nil {
-		cfg.logger.Debug("eos: reading the cluster's transaction.version failed; outcomes of hanging transactions will be unknown", "err", err)
+		cfg.Logger.Debug("eos: reading the cluster's transaction.version failed; outcomes of hanging transactions will be unknown", "err", err)
 	}
-	readerOpts := cfg.conn
-	return &hangSweeper{adm: kadm.NewClient(cl), readerOpts: readerOpts, group: cfg.group, txnID: cfg.txnID,
-		outputs: &cfg.history.written, outcomes: &cfg.history.outcomes, committed: cfg.committed, logger: cfg.logger,
-		disconnected: disconnected, interval: cfg.interval, partition: -1, reported: map[txnscan.Key]bool{},
-		announced: map[hangKey]bool{}, policy: cfg.policy, v2: level >= 2 && speaksV2(cl), metrics: cfg.metrics,
+	return &hangSweeper{adm: kadm.NewClient(cl), readerOpts: cfg.Conn, group: cfg.Group, txnID: cfg.TxnID,
+		outputs: &cfg.History.written, outcomes: &cfg.History.outcomes, committed: cfg.Committed, logger: cfg.Logger,
+		disconnected: disconnected, interval: cfg.Interval, partition: -1, reported: map[txnscan.Key]bool{},
+		announced: map[hangKey]bool{}, policy: cfg.Policy, v2: level >= 2 && speaksV2(cl), metrics: cfg.Found,
 		foundNew: make(chan struct{}, 1)}, nil
 }
 
-// hangingCheckOff is the check turned off (HangingTransactionCheck(0)):
+// off is the check turned off (HangingTransactionCheck(0)):
 // it never sweeps, holds or remembers anything.
-type hangingCheckOff struct{}
+type off struct{}
 
-func (hangingCheckOff) beforeClaim(context.Context)     {}
-func (hangingCheckOff) afterDisconnect(context.Context) {}
-func (hangingCheckOff) hold(context.Context) error      { return nil }
-func (hangingCheckOff) poll(poll pollFunc) pollFunc {
+func (off) BeforeClaim(context.Context)     {}
+func (off) AfterDisconnect(context.Context) {}
+func (off) Hold(context.Context) error      { return nil }
+func (off) Poll(poll loop.PollFunc) loop.PollFunc {
 	return poll
 }
-func (hangingCheckOff) start(context.Context) func()  { return func() {} }
-func (hangingCheckOff) ended(int64, int16, txnRecord) {}
+func (off) Start(context.Context) func() { return func() {} }
+func (off) Ended(int64, int16, Record)   {}
 
 // hangSweeper finds and closes this processor's hanging transactions in the
 // partition of __consumer_offsets that holds its group's offsets and in the
@@ -165,7 +212,7 @@ type hangSweeper struct {
 	outcomes     *txnOutcomes
 	committed    func() bool // whether the processor has committed a transaction
 	logger       *slog.Logger
-	disconnected *disconnectFlag // a broker connection closed since afterDisconnect looked
+	disconnected *DisconnectFlag // a broker connection closed since afterDisconnect looked
 	interval     time.Duration   // between periodic sweeps
 	disabled     atomic.Bool     // the broker refused us the requests
 
@@ -181,10 +228,10 @@ type hangSweeper struct {
 	// repairing, the first hanging transaction the last sweep found (an
 	// atomic, so that the check before every transaction never waits for
 	// a sweep in progress).
-	policy  HangingPolicy
+	policy  Policy
 	v2      bool // the cluster runs transaction protocol v2
-	found   atomic.Pointer[HangingTransactionError]
-	metrics hangMetrics
+	found   atomic.Pointer[Finding]
+	metrics func(outcome string)
 	// foundNew tells a waiting poll that a sweep found hanging
 	// transactions.
 	foundNew chan struct{}
@@ -211,10 +258,10 @@ func (s *hangSweeper) offsetsUnreadable(ctx context.Context) bool {
 
 // hanging returns the first hanging transaction the last sweep found, or
 // nil.
-func (s *hangSweeper) hanging() *HangingTransactionError { return s.found.Load() }
+func (s *hangSweeper) hanging() *Finding { return s.found.Load() }
 
-// hold applies the policy to what the last sweep found: see hangingCheck.
-func (s *hangSweeper) hold(ctx context.Context) error {
+// hold applies the policy to what the last sweep found: see Check.
+func (s *hangSweeper) Hold(ctx context.Context) error {
 	confirmed := false
 	for {
 		h := s.hanging()
@@ -222,7 +269,7 @@ func (s *hangSweeper) hold(ctx context.Context) error {
 			return nil
 		}
 		wait := s.interval
-		if s.policy.kind == hangStop {
+		if s.policy == Stop {
 			// One look is not enough to stop for good: a sweep that
 			// raced a transaction's end can see it open at one
 			// epoch and the coordinator past it. Look again.
@@ -247,25 +294,25 @@ func (s *hangSweeper) hold(ctx context.Context) error {
 
 // afterDisconnect sweeps as beforeClaim does if a broker connection closed
 // since it last looked.
-func (s *hangSweeper) afterDisconnect(ctx context.Context) {
+func (s *hangSweeper) AfterDisconnect(ctx context.Context) {
 	if s.disconnected.Swap(false) {
-		s.beforeClaim(ctx)
+		s.BeforeClaim(ctx)
 	}
 }
 
 // ended notes where a transaction wrote, for the sweeps to look there, and
 // how it ended.
-func (s *hangSweeper) ended(producerID int64, epoch int16, rec txnRecord) {
-	for tp := range rec.firsts {
-		s.outputs.add(tp.topic, tp.partition)
+func (s *hangSweeper) Ended(producerID int64, epoch int16, rec Record) {
+	for tp := range rec.Firsts {
+		s.outputs.add(tp.Topic, tp.Partition)
 	}
 	s.outcomes.record(producerID, epoch, rec)
 }
 
-// txnHistory is what the check remembers across a processor's sessions:
+// History is what the check remembers across a processor's sessions:
 // the partitions it wrote to, where the check looks besides the group's
 // offsets, and how its recent transactions ended.
-type txnHistory struct {
+type History struct {
 	written  partitionSet
 	outcomes txnOutcomes
 }
@@ -304,7 +351,7 @@ func (s *partitionSet) snapshot() kadm.TopicsSet {
 // producer id and epoch), how EndTxn answered and where each wrote first.
 type txnOutcomes struct {
 	mu    sync.Mutex
-	ended map[producerEpoch]txnRecord
+	ended map[producerEpoch]Record
 	order []producerEpoch
 }
 
@@ -313,29 +360,30 @@ type producerEpoch struct {
 	epoch int16
 }
 
-type topicPartition struct {
-	topic     string
-	partition int32
+// TopicPartition names an output partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
 }
 
-// txnRecord is what the processor knows of one of its transactions.
-type txnRecord struct {
-	committed bool // what EndTxn answered, when known
-	known     bool
-	// firsts is the first offset the transaction wrote in each output
+// Record is what the processor knows of one of its transactions.
+type Record struct {
+	Committed bool // what EndTxn answered, when Known
+	Known     bool
+	// Firsts is the first offset the transaction wrote in each output
 	// partition: where its fate can be read back from the log.
-	firsts map[topicPartition]int64
+	Firsts map[TopicPartition]int64
 }
 
 // keptOutcomes bounds the memory: a hanging transaction is found within a
 // sweep interval or two, long before this many transactions have passed.
 const keptOutcomes = 256
 
-func (o *txnOutcomes) record(id int64, epoch int16, rec txnRecord) {
+func (o *txnOutcomes) record(id int64, epoch int16, rec Record) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ended == nil {
-		o.ended = map[producerEpoch]txnRecord{}
+		o.ended = map[producerEpoch]Record{}
 	}
 	k := producerEpoch{id, epoch}
 	if _, ok := o.ended[k]; !ok {
@@ -348,18 +396,18 @@ func (o *txnOutcomes) record(id int64, epoch int16, rec txnRecord) {
 	}
 }
 
-func (o *txnOutcomes) lookup(id int64, epoch int16) (txnRecord, bool) {
+func (o *txnOutcomes) lookup(id int64, epoch int16) (Record, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	rec, ok := o.ended[producerEpoch{id, epoch}]
 	return rec, ok
 }
 
-// disconnectFlag is a franz-go hook that notes that a connection to a
+// DisconnectFlag is a franz-go hook that notes that a connection to a
 // broker closed: the next transaction first looks for hanging ones.
-type disconnectFlag struct{ atomic.Bool }
+type DisconnectFlag struct{ atomic.Bool }
 
-func (f *disconnectFlag) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { f.Store(true) }
+func (f *DisconnectFlag) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { f.Store(true) }
 
 // errMarkersInFlight says the coordinator is ending a transaction: look
 // again once its markers are written.
@@ -370,11 +418,11 @@ var errMarkersInFlight = errors.New("the coordinator is writing markers")
 // coordinator's record of how the previous transaction ended, which is
 // what a predecessor's hanging transaction can be closed by; and the next
 // transaction's data would join a hanging one in its partitions, to share
-// whatever marker closes them. It retries, for up to claimPatience, while
+// whatever marker closes them. It retries, for up to ClaimPatience, while
 // the broker cannot answer (a session restarts when the broker went away)
 // or the coordinator is still writing markers.
-func (s *hangSweeper) beforeClaim(ctx context.Context) {
-	deadline := time.Now().Add(claimPatience)
+func (s *hangSweeper) BeforeClaim(ctx context.Context) {
+	deadline := time.Now().Add(ClaimPatience)
 	for !s.disabled.Load() {
 		_, err := s.sweep(ctx)
 		switch {
@@ -395,7 +443,7 @@ func (s *hangSweeper) beforeClaim(ctx context.Context) {
 }
 
 // start runs run in a goroutine until stop, which waits for it to return.
-func (s *hangSweeper) start(ctx context.Context) (stop func()) {
+func (s *hangSweeper) Start(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	swept := make(chan struct{})
 	go func() {
@@ -545,7 +593,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	}
 	decisions := map[int16]decision{} // one per transaction, however many partitions hold it
 	candidates := map[txnscan.Key]decided{}
-	var found []*HangingTransactionError
+	var found []*Finding
 	for k, p := range before {
 		if k.ProducerID != coord.ProducerID || txnscan.Classify(coord, p) != txnscan.Hanging {
 			continue // another producer's, or the live transaction
@@ -562,7 +610,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			// what this processor remembers names one transaction.
 			known, d.evidence = false, "none: the cluster runs transaction protocol v1, where an epoch spans many transactions"
 		}
-		if s.policy.kind != hangRepair {
+		if s.policy != Repair {
 			// Detect only: no marker is written. The processor stops
 			// or waits before its next transaction, whose records
 			// would join this one in the partition.
@@ -570,7 +618,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			if known {
 				outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
 			}
-			found = append(found, &HangingTransactionError{Topic: k.Topic, Partition: k.Partition, ProducerID: k.ProducerID,
+			found = append(found, &Finding{Topic: k.Topic, Partition: k.Partition, ProducerID: k.ProducerID,
 				ProducerEpoch: p.ProducerEpoch, StartOffset: p.CurrentTxnStartOffset, Outcome: outcome,
 				Evidence: fmt.Sprintf("%s; coordinator %s at epoch %d", d.evidence, coord.State, coord.ProducerEpoch)})
 			continue
@@ -590,7 +638,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		}
 		candidates[k] = decided{p, commit}
 	}
-	if s.policy.kind != hangRepair {
+	if s.policy != Repair {
 		return 0, s.keepHanging(ctx, set, found)
 	}
 	if len(candidates) == 0 {
@@ -636,18 +684,18 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 // unchanged now that the coordinator was asked (a transaction that ended
 // between the two questions is not hanging), reports each the first time,
 // and makes them what hanging returns.
-func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found []*HangingTransactionError) error {
+func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found []*Finding) error {
 	if len(found) > 0 {
 		after, err := txnscan.Open(ctx, s.adm, set)
 		if err != nil {
 			return err
 		}
-		found = slices.DeleteFunc(found, func(h *HangingTransactionError) bool {
+		found = slices.DeleteFunc(found, func(h *Finding) bool {
 			q, ok := after[txnscan.Key{ProducerID: h.ProducerID, Topic: h.Topic, Partition: h.Partition}]
 			return !ok || q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.StartOffset
 		})
 	}
-	slices.SortFunc(found, func(a, b *HangingTransactionError) int {
+	slices.SortFunc(found, func(a, b *Finding) int {
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	seen := map[hangKey]bool{}
@@ -658,7 +706,9 @@ func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found
 			continue
 		}
 		s.announced[k] = true
-		s.metrics.hanging(h.Outcome)
+		if s.metrics != nil {
+			s.metrics(h.Outcome)
+		}
 		s.logger.Error("eos: a transaction of this processor hangs: its partition holds it open and its coordinator has moved on. Not writing past it; close it with the marker of its outcome (eoskit txn close: github.com/eoskit/eoskit/cmd/eoskit), or opt in to eos.RepairHangingTransactions",
 			"partition", fmt.Sprintf("%s[%d]", h.Topic, h.Partition), "owner_producer_id", h.ProducerID,
 			"owner_producer_epoch", h.ProducerEpoch, "open_since_offset", h.StartOffset,
@@ -683,7 +733,9 @@ func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found
 // poll wraps a poll so that it returns early when a sweep finds a hanging
 // transaction: a hang in the group's offsets partition can keep every poll
 // empty, and the processor must get to apply its policy.
-func (s *hangSweeper) poll(poll pollFunc) pollFunc { return interruptible(poll, s.foundNew) }
+func (s *hangSweeper) Poll(poll loop.PollFunc) loop.PollFunc {
+	return loop.Interruptible(poll, s.foundNew)
+}
 
 // decide says how this processor's transaction at epoch ended, from the
 // best evidence there is: first the log of the output partitions it wrote
@@ -699,17 +751,17 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 	rec, ok := s.outcomes.lookup(id, epoch)
 	if ok {
 		var seen []bool
-		for tp, first := range rec.firsts {
-			if q, isOpen := open[txnscan.Key{ProducerID: id, Topic: tp.topic, Partition: tp.partition}]; isOpen && q.CurrentTxnStartOffset <= first {
+		for tp, first := range rec.Firsts {
+			if q, isOpen := open[txnscan.Key{ProducerID: id, Topic: tp.Topic, Partition: tp.Partition}]; isOpen && q.CurrentTxnStartOffset <= first {
 				if q.ProducerEpoch != epoch {
-					return false, false, true, fmt.Sprintf("joined in %s[%d] by this producer's transaction at epoch %d", tp.topic, tp.partition, q.ProducerEpoch)
+					return false, false, true, fmt.Sprintf("joined in %s[%d] by this producer's transaction at epoch %d", tp.Topic, tp.Partition, q.ProducerEpoch)
 				}
 				continue // still open for this transaction: closed with the rest
 			}
-			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.topic, tp.partition, first, id)
+			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.Topic, tp.Partition, first, id)
 			if err != nil {
-				s.logger.Debug("eos: reading a transaction's marker failed", "partition", fmt.Sprintf("%s[%d]", tp.topic, tp.partition), "err", err)
-				return false, false, true, "its marker in " + fmt.Sprintf("%s[%d]", tp.topic, tp.partition) + " could not be read: " + err.Error()
+				s.logger.Debug("eos: reading a transaction's marker failed", "partition", fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition), "err", err)
+				return false, false, true, "its marker in " + fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition) + " could not be read: " + err.Error()
 			}
 			if found {
 				seen = append(seen, c)
@@ -723,8 +775,8 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 			}
 			return seen[0], true, false, "the marker that closed its records in an output partition"
 		}
-		if rec.known {
-			return rec.committed, true, false, "this processor's EndTxn answer"
+		if rec.Known {
+			return rec.Committed, true, false, "this processor's EndTxn answer"
 		}
 	}
 	commit, known = txnscan.CoordinatorOutcome(coord, epoch)
@@ -753,7 +805,7 @@ func checkRepairable(ctx context.Context, cl *kgo.Client, level int16) error {
 	defer cancel()
 	refuse := func(reason string) error {
 		// The check runs only under ExactlyOnce.
-		return &eoskit.ConfigError{Package: "eos", Setting: "OnHangingTransaction", Semantics: checkedAgainst(ExactlyOnce), Reason: "RepairHangingTransactions: " + reason}
+		return &eoskit.ConfigError{Package: "eos", Setting: "OnHangingTransaction", Semantics: preset.ExactlyOnce.String(), Reason: "RepairHangingTransactions: " + reason}
 	}
 	if level < 2 {
 		return refuse(fmt.Sprintf("the cluster runs transaction.version %d; the outcome written rests on transaction protocol v2 (transaction.version 2, an epoch per transaction)", level))
