@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -290,159 +289,201 @@ func (r *Runner) commit(ctx context.Context, recs []*kgo.Record, st *batchState)
 		r.obs.Aborted("database-error", time.Since(start)) // reported now the outcome is known
 	}
 	r.mu.Lock()
-	// next is where each partition of the batch ends; expected is where
-	// the database must still be for this owner to be the rightful one;
-	// first is the batch's first offset in each.
-	next := map[topicPartition]int64{}
-	expected := map[topicPartition]int64{}
-	first := map[topicPartition]int64{}
-	ids := map[string]pgtype.UUID{}
-	oldRows := map[topicPartition]pgtype.UUID{}
-	fresh := recs[:0:0]
-	var staleParts []topicPartition
-	for _, rec := range recs {
-		tp := topicPartition{rec.Topic, rec.Partition}
-		pos, owned := r.positions[tp]
-		if !owned {
-			staleParts = append(staleParts, tp)
-			continue
-		}
-		if pos != noRow && rec.Offset < pos {
-			continue // already committed; a late copy from a fetch before a resync
-		}
-		if _, ok := first[tp]; !ok {
-			first[tp] = rec.Offset
-			ids[tp.topic] = r.topicIDs[tp.topic]
-			if id, ok := r.oldRows[tp]; ok {
-				oldRows[tp] = id
-			}
-		}
-		expected[tp] = pos
-		next[tp] = rec.Offset + 1
-		fresh = append(fresh, rec)
-	}
+	pl, stale := planBatch(recs, r.positions, r.oldRows, r.topicIDs)
 	r.mu.Unlock()
-	if len(staleParts) > 0 {
+	if stale != nil {
 		r.stale.Add(1)
-		return nil, nil, &staleError{parts: staleParts}
+		return nil, nil, stale
 	}
-	if len(fresh) == 0 {
+	if len(pl.fresh) == 0 {
 		return nil, nil, nil
 	}
-
-	// Partitions in a fixed order, so that owners claiming the same rows
-	// queue on them instead of deadlocking.
-	parts := make([]topicPartition, 0, len(next))
-	for tp := range next {
-		parts = append(parts, tp)
-	}
-	slices.SortFunc(parts, func(a, b topicPartition) int {
-		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
-	})
-
-	claimed := map[topicPartition]int64{}
-	var run *batchRun
-	var xid int64
 	var ended *attemptEnd // set once the transaction's work is done: only COMMIT may fail then
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		// Claim and check every partition's row before any side effect:
-		// a stale owner is refused here, not by a failure of its
-		// handler, and an owner committing the same partitions waits
-		// for this transaction's end.
-		clear(claimed)
-		var staleParts []topicPartition
-		claims := &pgx.Batch{}
-		// A claim waits for another owner's transaction on the same rows,
-		// but not for ever: an owner frozen mid-batch must not stall this
-		// one (and the rebalance its poll holds) without a word. The
-		// bound is the claim's alone: the lock timeout in force before it
-		// is put back once the rows are claimed, so that the handler's
-		// own lock waits are not cut short and blamed on its records.
-		pgtx.QueueClaimStart(claims)
-		for _, tp := range parts {
-			r.queueClaim(claims, tp, ids[tp.topic], oldRows[tp], expected[tp], first[tp], func(at int64, ok bool) {
-				claimed[tp] = at
-				if !ok {
-					staleParts = append(staleParts, tp)
-				}
-			})
-		}
-		pgtx.QueueClaimEnd(claims)
-		// The transaction's ID, for the next attempt to ask whether it
-		// committed should its COMMIT go unanswered (unconfirmed).
-		claims.Queue(`SELECT txid_current()`).QueryRow(func(row pgx.Row) error { return row.Scan(&xid) })
-		// The handler's first savepoint, in the same round trip.
-		claims.Queue(savepointSQL)
-		// One round trip for them all; the server runs them in order.
-		if err := tx.SendBatch(ctx, claims).Close(); err != nil {
+		claimed, xid, err := r.claim(ctx, tx, pl)
+		if err != nil {
 			return err
 		}
-		if len(staleParts) > 0 {
-			return &staleError{parts: staleParts}
+		ended, err = r.apply(ctx, tx, pl, st, claimed)
+		if ended != nil {
+			ended.xid = xid
 		}
-		run = &batchRun{r: r, tx: tx, st: st, ids: ids}
-		applied, stop = fresh, nil
-		switch err := run.run(ctx, fresh); {
-		case errors.Is(err, errHalted) && run.halt.retry:
-			return &retryError{halt: run.halt}
-		case errors.Is(err, errHalted):
-			// The records before it were applied or parked, in order:
-			// they commit, and their offsets with them.
-			h := run.halt
-			stop = &eoskit.RecordError{Topic: h.rec.Topic, Partition: h.rec.Partition, Offset: h.rec.Offset, Attempts: h.attempts, Err: h.cause}
-			applied = fresh[:slices.IndexFunc(fresh, func(rec *kgo.Record) bool { return keyOf(rec) == keyOf(h.rec) })]
-			if len(applied) == 0 {
-				return &stopError{err: stop}
-			}
-		case err != nil:
-			return err
-		}
-		if err := run.flush(ctx); err != nil {
-			return err
-		}
-		to := next
-		if stop != nil {
-			to = map[topicPartition]int64{}
-			for _, rec := range applied {
-				to[topicPartition{rec.Topic, rec.Partition}] = rec.Offset + 1
-			}
-		}
-		for _, tp := range parts {
-			if n, ok := to[tp]; ok {
-				if err := r.advance(ctx, tx, tp, ids[tp.topic], claimed[tp], n); err != nil {
-					return err
-				}
-				claimed[tp] = n
-			}
-		}
-		ended = &attemptEnd{xid: xid, applied: applied, stop: stop, claimed: maps.Clone(claimed), expected: expected, parked: run.parked}
-		return nil
+		return err
 	})
-	if err != nil && ended != nil {
+	switch {
+	case err != nil && ended != nil:
 		// Committed or not, only the database knows: the next attempt
 		// asks first (confirmed), and reports it then.
 		st.unconfirmed = ended
 		r.cfg.core.Logger.Warn("offsetstore: a batch's COMMIT went unanswered; the retry asks the database whether it committed", "err", err)
 		return nil, nil, err
-	}
-	if err != nil {
-		var stale *staleError
-		var herr *handlerError
-		switch {
-		case errors.As(err, &stale):
+	case err != nil:
+		reason, failed := abortReason(err)
+		if reason == "stale" {
 			r.stale.Add(1)
-			r.obs.Aborted("stale", time.Since(start))
-		case errors.As(err, new(*retryError)), errors.As(err, new(*stopError)), errors.Is(err, ErrRejectedOutsideBatch),
-			errors.Is(err, eoskit.ErrRunnerOwnsTx), errors.As(err, &herr) && !herr.transient:
-			r.obs.Aborted("handler-error", time.Since(start))
-		default: // a handler's error that was the database's doing too, as dedup counts it
-			r.obs.Aborted("database-error", time.Since(start))
+		}
+		r.obs.Aborted(reason, time.Since(start))
+		if failed {
 			r.obs.Failed(err)
 		}
 		return nil, nil, err
 	}
-	r.settled(&attemptEnd{applied: applied, stop: stop, claimed: claimed, expected: expected, parked: run.parked}, start)
-	return applied, stop, nil
+	r.settled(ended, start)
+	return ended.applied, ended.stop, nil
+}
+
+// batchPlan is what a batch's attempt claims and applies: its records
+// not committed yet (fresh), and per partition where the records end
+// (next), where the database must still stand for this owner to be the
+// rightful one (expected), the batch's first offset (first) and the
+// topic ID of a stored row of an earlier topic of its name (oldRows);
+// its partitions in a fixed order (parts), so that owners claiming the
+// same rows queue on them instead of deadlocking.
+type batchPlan struct {
+	fresh                 []*kgo.Record
+	next, expected, first map[topicPartition]int64
+	ids                   map[string]pgtype.UUID
+	oldRows               map[topicPartition]pgtype.UUID
+	parts                 []topicPartition
+}
+
+// planBatch plans recs against the runner's stored positions, oldRows
+// and topicIDs; a record of a partition the runner no longer owns makes
+// the batch stale (a *staleError naming them).
+func planBatch(recs []*kgo.Record, positions map[topicPartition]int64, oldRows map[topicPartition]pgtype.UUID, topicIDs map[string]pgtype.UUID) (batchPlan, *staleError) {
+	pl := batchPlan{next: map[topicPartition]int64{}, expected: map[topicPartition]int64{}, first: map[topicPartition]int64{},
+		ids: map[string]pgtype.UUID{}, oldRows: map[topicPartition]pgtype.UUID{}, fresh: recs[:0:0]}
+	var staleParts []topicPartition
+	for _, rec := range recs {
+		tp := topicPartition{rec.Topic, rec.Partition}
+		pos, owned := positions[tp]
+		if !owned {
+			if !slices.Contains(staleParts, tp) {
+				staleParts = append(staleParts, tp)
+			}
+			continue
+		}
+		if pos != noRow && rec.Offset < pos {
+			continue // already committed; a late copy from a fetch before a resync
+		}
+		if _, ok := pl.first[tp]; !ok {
+			pl.first[tp] = rec.Offset
+			pl.ids[tp.topic] = topicIDs[tp.topic]
+			if id, ok := oldRows[tp]; ok {
+				pl.oldRows[tp] = id
+			}
+			pl.parts = append(pl.parts, tp)
+		}
+		pl.expected[tp] = pos
+		pl.next[tp] = rec.Offset + 1
+		pl.fresh = append(pl.fresh, rec)
+	}
+	if len(staleParts) > 0 {
+		return batchPlan{}, &staleError{parts: staleParts}
+	}
+	slices.SortFunc(pl.parts, func(a, b topicPartition) int {
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	return pl, nil
+}
+
+// claim claims and checks every partition's row of pl in tx, before any
+// side effect: a stale owner is refused here (a *staleError), not by a
+// failure of its handler, and an owner committing the same partitions
+// waits for this transaction's end. It returns where each row stands
+// (claimed) and the transaction's ID.
+func (r *Runner) claim(ctx context.Context, tx pgx.Tx, pl batchPlan) (claimed map[topicPartition]int64, xid int64, _ error) {
+	claimed = map[topicPartition]int64{}
+	var staleParts []topicPartition
+	claims := &pgx.Batch{}
+	// A claim waits for another owner's transaction on the same rows,
+	// but not for ever: an owner frozen mid-batch must not stall this
+	// one (and the rebalance its poll holds) without a word. The bound
+	// is the claim's alone: the lock timeout in force before it is put
+	// back once the rows are claimed, so that the handler's own lock
+	// waits are not cut short and blamed on its records.
+	pgtx.QueueClaimStart(claims)
+	for _, tp := range pl.parts {
+		r.queueClaim(claims, tp, pl.ids[tp.topic], pl.oldRows[tp], pl.expected[tp], pl.first[tp], func(at int64, ok bool) {
+			claimed[tp] = at
+			if !ok {
+				staleParts = append(staleParts, tp)
+			}
+		})
+	}
+	pgtx.QueueClaimEnd(claims)
+	// The transaction's ID, for the next attempt to ask whether it
+	// committed should its COMMIT go unanswered (unconfirmed).
+	claims.Queue(`SELECT txid_current()`).QueryRow(func(row pgx.Row) error { return row.Scan(&xid) })
+	// The handler's first savepoint, in the same round trip.
+	claims.Queue(savepointSQL)
+	// One round trip for them all; the server runs them in order.
+	if err := tx.SendBatch(ctx, claims).Close(); err != nil {
+		return nil, 0, err
+	}
+	if len(staleParts) > 0 {
+		return nil, 0, &staleError{parts: staleParts}
+	}
+	return claimed, xid, nil
+}
+
+// apply runs the handler over pl's records in tx (batchRun: savepoints,
+// the record at fault found, parked or stopped on) and advances each
+// claimed row past what it applied. It returns what the attempt will
+// have committed once tx commits, or the error that rolls tx back.
+func (r *Runner) apply(ctx context.Context, tx pgx.Tx, pl batchPlan, st *batchState, claimed map[topicPartition]int64) (*attemptEnd, error) {
+	run := &batchRun{r: r, tx: tx, st: st, ids: pl.ids}
+	applied, stop := pl.fresh, (*eoskit.RecordError)(nil)
+	switch err := run.run(ctx, pl.fresh); {
+	case errors.Is(err, errHalted) && run.halt.retry:
+		return nil, &retryError{halt: run.halt}
+	case errors.Is(err, errHalted):
+		// The records before it were applied or parked, in order: they
+		// commit, and their offsets with them.
+		h := run.halt
+		stop = &eoskit.RecordError{Topic: h.rec.Topic, Partition: h.rec.Partition, Offset: h.rec.Offset, Attempts: h.attempts, Err: h.cause}
+		applied = pl.fresh[:slices.IndexFunc(pl.fresh, func(rec *kgo.Record) bool { return keyOf(rec) == keyOf(h.rec) })]
+		if len(applied) == 0 {
+			return nil, &stopError{err: stop}
+		}
+	case err != nil:
+		return nil, err
+	}
+	if err := run.flush(ctx); err != nil {
+		return nil, err
+	}
+	to := pl.next
+	if stop != nil {
+		to = map[topicPartition]int64{}
+		for _, rec := range applied {
+			to[topicPartition{rec.Topic, rec.Partition}] = rec.Offset + 1
+		}
+	}
+	for _, tp := range pl.parts {
+		if n, ok := to[tp]; ok {
+			if err := r.advance(ctx, tx, tp, pl.ids[tp.topic], claimed[tp], n); err != nil {
+				return nil, err
+			}
+			claimed[tp] = n
+		}
+	}
+	return &attemptEnd{applied: applied, stop: stop, claimed: claimed, expected: pl.expected, parked: run.parked}, nil
+}
+
+// abortReason is the metrics' reason for an attempt that rolled back
+// with err, and whether it is a failure Health shows (the database's).
+func abortReason(err error) (reason string, failed bool) {
+	var herr *handlerError
+	switch {
+	case errors.As(err, new(*staleError)):
+		return "stale", false
+	case errors.As(err, new(*retryError)), errors.As(err, new(*stopError)), errors.Is(err, ErrRejectedOutsideBatch),
+		errors.Is(err, eoskit.ErrRunnerOwnsTx), errors.As(err, &herr) && !herr.transient:
+		return "handler-error", false
+	}
+	// A handler's error that was the database's doing too, as dedup
+	// counts it.
+	return "database-error", true
 }
 
 // attemptEnd is what an attempt at a batch committed: the records applied
