@@ -29,8 +29,8 @@ func TestContracts(t *testing.T) {
 	})
 }
 
-// world is a contract's bed and group; seeded counts the messages
-// written, so that each Seed's ids are new.
+// world is a contract's bed and group; seeded counts the Seeds, so that
+// each Seed's ids are new.
 type world struct {
 	b      *bed
 	group  string
@@ -38,15 +38,20 @@ type world struct {
 }
 
 func (w *world) Seed(t *testing.T, n int) []string {
-	recs := make([]*kgo.Record, n)
-	ids := make([]string, n)
-	for i := range recs {
-		ids[i] = fmt.Sprintf("m%d", w.seeded+i)
-		recs[i] = dedup.Stamp(&kgo.Record{Key: []byte(ids[i]), Value: []byte(ids[i])})
+	// Each Seed's ids are new: the consumer would skip those it met.
+	w.seeded++
+	prefix := fmt.Sprintf("s%d-", w.seeded)
+	committed, _, err := integration.SeedTransactional(context.Background(), w.b.k.Brokers, w.b.topic, n, 50, func(r *kgo.Record) {
+		r.Key = append([]byte(prefix), r.Key...)
+		r.Value = r.Key
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	w.seeded += n
-	w.b.produce(t, recs...)
-	return ids
+	for i := range committed {
+		committed[i] = prefix + committed[i]
+	}
+	return committed
 }
 
 func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
@@ -54,8 +59,7 @@ func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 		if s.Handle != nil {
 			err := s.Handle(ctx, string(r.Value), r.Offset)
 			if errors.Is(err, contract.ErrTransient) {
-				_, err = tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
-				return fmt.Errorf("updating the stock: %w", err)
+				return contract.FailTransiently(ctx, tx)
 			}
 			if err != nil {
 				return err
@@ -64,7 +68,7 @@ func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 		_, err := tx.Exec(ctx, `INSERT INTO effects (id, consumer) VALUES ($1, 'contract')`, string(r.Value))
 		return err
 	}
-	opts := []dedup.Option{dedup.Brokers(w.b.k.Brokers...), dedup.Topics(w.b.topic), dedup.Group(w.group),
+	opts := []dedup.Option{dedup.Brokers(w.b.k.Brokers...), dedup.Topics(w.b.topic), dedup.Group(w.group), dedup.ID(dedup.KeyID()),
 		dedup.ClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
 		dedup.MaxRecordsPerCommit(50), dedup.OnHandlerError(s.Policy)}
 	if s.DrainSet {
@@ -80,31 +84,14 @@ func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	return c
 }
 
-func (w *world) ids(t *testing.T, query string, args ...any) []string {
-	rows, err := w.b.pool.Query(context.Background(), query, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids
+func (w *world) Effects(t *testing.T) []string {
+	return contract.Strings(t, w.b.pool, `SELECT id FROM effects`)
 }
-
-func (w *world) Effects(t *testing.T) []string { return w.ids(t, `SELECT id FROM effects`) }
 
 func (w *world) DeadLettered(t *testing.T) []string {
-	return w.ids(t, `SELECT convert_from(value, 'UTF8') FROM eoskit_dead_letters WHERE consumer_group = $1`, w.group)
+	return contract.Strings(t, w.b.pool, `SELECT convert_from(value, 'UTF8') FROM eoskit_dead_letters WHERE consumer_group = $1`, w.group)
 }
 
-func (w *world) Settled(t *testing.T) int {
-	var n int
-	if err := w.b.pool.QueryRow(context.Background(),
-		`SELECT (SELECT count(*) FROM effects) + (SELECT count(*) FROM eoskit_dead_letters WHERE consumer_group = $1)`, w.group).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func (w *world) Settled(t *testing.T) int { return contract.Count(t, w.b.pool, "effects", w.group) }
 
 func (w *world) DeadLetter() eoskit.ErrorPolicy { return dedup.DeadLetter() }

@@ -34,7 +34,13 @@ type world struct {
 	settled      []*counter
 }
 
-func (w *world) Seed(t *testing.T, n int) []string { return w.k.Seed(w.in, n) }
+func (w *world) Seed(t *testing.T, n int) []string {
+	committed, _, err := integration.SeedTransactional(context.Background(), w.k.Brokers, w.in, n, 50, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return committed
+}
 
 func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {

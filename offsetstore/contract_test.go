@@ -3,13 +3,13 @@ package offsetstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/testsupport/contract"
 )
@@ -29,7 +29,13 @@ func TestContracts(t *testing.T) {
 // world is a contract's bed: topic, group, tables.
 type world struct{ b *bed }
 
-func (w world) Seed(t *testing.T, n int) []string { return w.b.k.Seed(w.b.topic, n) }
+func (w world) Seed(t *testing.T, n int) []string {
+	committed, _, err := integration.SeedTransactional(context.Background(), w.b.k.Brokers, w.b.topic, n, 50, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return committed
+}
 
 func (w world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
@@ -39,8 +45,7 @@ func (w world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 			}
 			err := s.Handle(ctx, string(r.Key), r.Offset)
 			if errors.Is(err, contract.ErrTransient) {
-				_, err = tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
-				return fmt.Errorf("updating the stock: %w", err)
+				return contract.FailTransiently(ctx, tx)
 			}
 			if err != nil {
 				return err
@@ -64,31 +69,14 @@ func (w world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	return r
 }
 
-func (w world) ids(t *testing.T, query string, args ...any) []string {
-	rows, err := w.b.pool.Query(context.Background(), query, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids
+func (w world) Effects(t *testing.T) []string {
+	return contract.Strings(t, w.b.pool, `SELECT id FROM results`)
 }
-
-func (w world) Effects(t *testing.T) []string { return w.ids(t, `SELECT id FROM results`) }
 
 func (w world) DeadLettered(t *testing.T) []string {
-	return w.ids(t, `SELECT convert_from(key, 'UTF8') FROM eoskit_dead_letters WHERE consumer_group = $1`, w.b.group)
+	return contract.Strings(t, w.b.pool, `SELECT convert_from(key, 'UTF8') FROM eoskit_dead_letters WHERE consumer_group = $1`, w.b.group)
 }
 
-func (w world) Settled(t *testing.T) int {
-	var n int
-	if err := w.b.pool.QueryRow(context.Background(),
-		`SELECT (SELECT count(*) FROM results) + (SELECT count(*) FROM eoskit_dead_letters WHERE consumer_group = $1)`, w.b.group).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func (w world) Settled(t *testing.T) int { return contract.Count(t, w.b.pool, "results", w.b.group) }
 
 func (w world) DeadLetter() eoskit.ErrorPolicy { return offsetstore.DeadLetter() }

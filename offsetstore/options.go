@@ -26,9 +26,6 @@ type own func(*config)
 func (o own) apply(c *config) { o(c) }
 
 type config struct {
-	// core holds the settings of the consume core: brokers, group,
-	// topics, poll size, concurrency, drain, logger, metrics and client
-	// options.
 	core   consume.Config
 	reset  kgo.Offset
 	policy eoskit.ErrorPolicy

@@ -26,8 +26,12 @@ type Runner interface {
 // runner's package (a real broker, and a database where the runner has
 // one). Every runner a World builds consumes its input in one group.
 type World interface {
-	// Seed writes n records to the input, over several partitions and
-	// committed, and returns their ids in the order written.
+	// Seed writes n records to the input, over several partitions, in
+	// transactions of 50 that commit, each followed by one of 50 that
+	// aborts (whose records no runner may apply), and returns the
+	// committed records' ids in the order written. Ids are new to every
+	// Seed of a World only where the runner skips an id it met
+	// (dedup); elsewhere a second Seed repeats the first's.
 	Seed(t *testing.T, n int) []string
 	// Runner builds a runner whose handler calls s.Handle with each
 	// record's id and offset and, unless it failed, writes the record's
@@ -94,6 +98,7 @@ func Run(t *testing.T, s Subject) {
 		run  func(*testing.T, Subject)
 	}{
 		{"policy", policy},
+		{"retry", retry},
 		{"shapes", shapes},
 		{"lifecycle", lifecycle},
 		{"drain", drain},
@@ -273,6 +278,64 @@ func policy(t *testing.T, s Subject) {
 		if calls[id] != 1 && !s.Features.Batches {
 			t.Errorf("%s (cannot be parsed): its handler ran %d times; want once, no retry, whatever else aborted its work", id, calls[id])
 		}
+	}
+}
+
+// retry: under Retry(attempts 3), a record that keeps failing is tried 3
+// times and then goes to the fallback, dead-lettered once or stopping Run
+// with a *eoskit.RecordError naming it after 3 attempts; a record that
+// fails twice is applied once.
+func retry(t *testing.T, s Subject) {
+	for _, fallback := range []string{"dead letter", "stop"} {
+		t.Run(fallback, func(t *testing.T) {
+			t.Parallel()
+			const n = 300
+			w := s.New(t)
+			ids := w.Seed(t, n)
+			var mu sync.Mutex
+			calls := map[string]int{}
+			var good, bad []string
+			for _, id := range ids {
+				if strings.HasSuffix(id, "77") {
+					bad = append(bad, id)
+				} else {
+					good = append(good, id)
+				}
+			}
+			handle := func(_ context.Context, id string, _ int64) error {
+				mu.Lock()
+				defer mu.Unlock()
+				calls[id]++
+				switch {
+				case strings.HasSuffix(id, "77"):
+					return errors.New("poison " + id)
+				case strings.HasSuffix(id, "5") && calls[id] <= 2:
+					return errors.New("flaky " + id)
+				}
+				return nil
+			}
+			p := eoskit.Retry(time.Millisecond, 3)
+			if fallback == "stop" {
+				err := start(t, w.Runner(t, Setup{Handle: handle, Policy: p})).wait(t, patience, "on a record that always fails")
+				var rerr *eoskit.RecordError
+				if !errors.As(err, &rerr) || rerr.Attempts != 3 || !strings.HasPrefix(rerr.Err.Error(), "poison ") {
+					t.Fatalf("Run = %v, want a *RecordError for a record that always fails, after 3 attempts", err)
+				}
+				return
+			}
+			r := start(t, w.Runner(t, Setup{Handle: handle, Policy: p.Then(w.DeadLetter())}))
+			settle(t, w, r, n)
+			r.stop(t)
+			exactly(t, "records applied", w.Effects(t), good)
+			exactly(t, "records dead-lettered", w.DeadLettered(t), bad)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range bad {
+				if calls[id] != 3 && !s.Features.Batches {
+					t.Errorf("%s always fails: its handler ran %d times, want 3 (the Retry's attempts)", id, calls[id])
+				}
+			}
+		})
 	}
 }
 

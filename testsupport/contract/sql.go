@@ -1,0 +1,45 @@
+package contract
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Strings is a database World's reader: the first column of query's
+// rows, as strings.
+func Strings(t *testing.T, pool *pgxpool.Pool, query string, args ...any) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Count is a database World's Settled: the effects in table plus the
+// dead letters of group in eoskit_dead_letters.
+func Count(t *testing.T, pool *pgxpool.Pool, table, group string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM `+pgx.Identifier{table}.Sanitize()+`) +
+		(SELECT count(*) FROM eoskit_dead_letters WHERE consumer_group = $1)`, group).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// FailTransiently is a database World's answer to ErrTransient: it fails
+// tx as a serialization failure does (SQLSTATE 40001), no record's fault,
+// and returns the handler's error.
+func FailTransiently(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+	return fmt.Errorf("updating the stock: %w", err)
+}
