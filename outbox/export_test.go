@@ -29,3 +29,9 @@ func HideFromDeletion(hide func(id int64) bool) Option {
 func MarkerWait(d time.Duration) Option {
 	return relayOption(func(c *config) { c.markerWait = d })
 }
+
+// ReadTxnHook runs fn after each database transaction read from the slot
+// after a batch's first, with its rows: a slow read of a large one.
+func ReadTxnHook(fn func(rows int)) Option {
+	return relayOption(func(c *config) { c.hooks.readTxn = fn })
+}

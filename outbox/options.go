@@ -308,4 +308,7 @@ type hooks struct {
 	// hideFromDeletion: rows it reports are passed over by the
 	// deletions, as if their transactions were not visible yet.
 	hideFromDeletion func(id int64) bool
+	// readTxn runs once a database transaction of rows was read from the
+	// slot, as a slow read of a large one would take its time.
+	readTxn func(rows int)
 }

@@ -30,11 +30,10 @@ type publisher interface {
 	// in Kafka, or 0 (the slot's own position says), and the published
 	// rows that position names as not deleted yet.
 	start(ctx context.Context) (pglogrepl.LSN, map[int64]uint32, error)
-	// publish produces b's records, extends b with transactions from next
-	// until the batch is full or the commit interval passes, deletes its
-	// rows with del (which returns the published rows it could not
-	// delete yet), and commits.
-	publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error
+	// publish produces b's records (b is read whole: see collect),
+	// deletes its rows with del (which returns the published rows it
+	// could not delete yet), and commits.
+	publish(ctx context.Context, b *pending, del deleteFunc) error
 	// probe produces recs in a Kafka transaction it aborts, in chunks
 	// of chunk records, each waited for, until one fails (its
 	// *eos.ProduceError) or budget passes; it returns how many passed.
@@ -72,11 +71,31 @@ func (c *config) connOpts() []kgo.Opt {
 	return append(append([]kgo.Opt(nil), c.clientOpts...), kgo.SeedBrokers(c.brokers...))
 }
 
-// gather produces b's records with produce, then extends b from next
-// until it holds maxRecords or the commit interval passed. produce
-// returns an error only when b.oneByOne asks it to wait for each record.
-func (c *config) gather(b *pending, next nextFunc, produce func(*kgo.Record) error) error {
+// collect extends b from next until it holds maxRecords or the commit
+// interval passed. It runs before the batch's Kafka transaction begins:
+// reading a large database transaction from the slot takes its time, and
+// that time must not count against the Kafka transaction's timeout.
+func (c *config) collect(b *pending, next nextFunc) error {
 	n := 0
+	for _, t := range b.txns {
+		n += len(t.rows)
+	}
+	closeAt := time.Now().Add(c.commitInterval)
+	for n < c.maxRecords {
+		t, err := next(closeAt)
+		if err != nil || t == nil {
+			return err
+		}
+		b.txns = append(b.txns, t)
+		n += len(t.rows)
+	}
+	return nil
+}
+
+// produceAll produces b's records with produce, refusing those addressed
+// as a relay's position. produce returns an error only when b.oneByOne
+// asks it to wait for each record.
+func (c *config) produceAll(b *pending, produce func(*kgo.Record) error) error {
 	for _, t := range b.txns {
 		for _, rw := range t.rows {
 			if err := c.refusePosition(rw, b.dead); err != nil {
@@ -85,27 +104,6 @@ func (c *config) gather(b *pending, next nextFunc, produce func(*kgo.Record) err
 			if err := produce(c.record(rw, b.dead)); err != nil {
 				return err
 			}
-			n++
-		}
-	}
-	closeAt := time.Now().Add(c.commitInterval)
-	for n < c.maxRecords {
-		t, err := next(closeAt)
-		if err != nil {
-			return err
-		}
-		if t == nil {
-			return nil
-		}
-		b.txns = append(b.txns, t)
-		for _, rw := range t.rows {
-			if err := c.refusePosition(rw, b.dead); err != nil {
-				return err
-			}
-			if err := produce(c.record(rw, b.dead)); err != nil {
-				return err
-			}
-			n++
 		}
 	}
 	return nil
@@ -163,7 +161,7 @@ func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, map[int64]uint
 	return 0, nil, nil
 }
 
-func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error {
+func (t *txnPublisher) publish(ctx context.Context, b *pending, del deleteFunc) error {
 	return t.p.Transact(ctx, func(tx *eos.Tx) error {
 		produce := func(r *kgo.Record) error {
 			if b.oneByOne {
@@ -172,7 +170,7 @@ func (t *txnPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 			tx.Produce(r)
 			return nil
 		}
-		if err := t.cfg.gather(b, next, produce); err != nil {
+		if err := t.cfg.produceAll(b, produce); err != nil {
 			return err
 		}
 		// The rows' deletion overlaps the wait for Kafka's
@@ -225,7 +223,7 @@ func (a *ackPublisher) fences() bool { return false }
 
 // publish: without a position record, the rows it could not delete yet
 // are remembered by this relay only.
-func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, del deleteFunc) error {
+func (a *ackPublisher) publish(ctx context.Context, b *pending, del deleteFunc) error {
 	var mu sync.Mutex
 	var first error
 	produce := func(r *kgo.Record) error {
@@ -246,7 +244,7 @@ func (a *ackPublisher) publish(ctx context.Context, b *pending, next nextFunc, d
 		defer mu.Unlock()
 		return first
 	}
-	err := a.cfg.gather(b, next, produce)
+	err := a.cfg.produceAll(b, produce)
 	if ferr := a.p.Flush(ctx); err == nil {
 		err = ferr
 	}

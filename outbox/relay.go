@@ -127,9 +127,8 @@ func final(err error) bool {
 // Connection failures, restarts of either side and aborted transactions
 // are retried: each retry resumes from the position committed in Kafka.
 func (r *Relay) Run(ctx context.Context) error {
-	log := r.cfg.logger.With("slot", r.cfg.slot)
 	return r.shell.Run(ctx, loop.Spec{
-		Pkg: "outbox", Obs: r.obs, Logger: log,
+		Pkg: "outbox", Obs: r.obs, Logger: r.cfg.logger,
 		Start: func(ctx context.Context) error { return loop.ConnectError(ctx, "outbox", r.cfg.connOpts()) },
 		Session: func(ctx, _ context.Context) (progressed bool, err error) {
 			if err = r.prepare(ctx); err == nil {
@@ -152,7 +151,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		Restarts: loop.Restarts{Base: 100 * time.Millisecond, Limit: 5 * time.Second, WithoutProgress: r.cfg.retryFor},
 		Stopped: func(err error) {
 			if err != nil && !errors.Is(err, eoskit.ErrRunning) {
-				log.Error("outbox: relay stopped", "err", err)
+				r.cfg.logger.Error("outbox: relay stopped", "slot", r.cfg.slot, "err", err)
 			}
 		},
 	})

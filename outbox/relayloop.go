@@ -74,6 +74,9 @@ func (r *Relay) publishAll(ctx context.Context, rs *relaySession) (progressed bo
 		}
 		cur, next := b, func(until time.Time) (*dbTxn, error) {
 			t, err := s.next(ctx, until, published)
+			if t != nil && r.cfg.hooks.readTxn != nil {
+				r.cfg.hooks.readTxn(len(t.rows))
+			}
 			return t, asDatabaseError(err)
 		}
 		if b.isolate {
@@ -96,21 +99,13 @@ func (r *Relay) publishAll(ctx context.Context, rs *relaySession) (progressed bo
 			}
 		}
 		began := time.Now()
-		doneWaiting := s.waiting(0)
-		// RetryFor bounds the wait for Kafka too: franz-go retries a
-		// produce for as long as it is let.
-		pubCtx, cancelPub := context.WithTimeout(ctx, r.cfg.retryFor)
-		stopWatch := r.watchKafkaWait(began)
-		err := p.publish(pubCtx, cur, next, func(ctx context.Context, b *pending) ([]carriedTxn, error) {
-			carry, err := r.deleteRows(ctx, b)
-			return carry, asDatabaseError(err)
-		})
-		stopWatch()
-		if err != nil && pubCtx.Err() != nil && ctx.Err() == nil {
-			err = &kafkaWaitError{fmt.Errorf("outbox: Kafka did not take a batch within RetryFor (%s), giving up: %w", r.cfg.retryFor, err)}
+		// The batch is read whole before its Kafka transaction begins:
+		// reading a large database transaction takes its time, which
+		// must not count against the transaction's timeout.
+		err := r.cfg.collect(cur, next)
+		if err == nil {
+			err = r.publishBatch(ctx, s, p, cur)
 		}
-		cancelPub()
-		doneWaiting()
 		timedOut := errors.Is(err, eos.ErrFenced) && !r.takenOver(ctx, s)
 		r.observe(ctx, cur, began, err, timedOut)
 		if err == nil {
@@ -152,6 +147,28 @@ func (r *Relay) publishAll(ctx context.Context, rs *relaySession) (progressed bo
 			return progressed, err
 		}
 	}
+}
+
+// publishBatch publishes b, read whole, in one Kafka transaction with the
+// position (or, at least once, acknowledged), its rows deleted meanwhile,
+// the stream kept alive while Kafka takes it, for RetryFor at most.
+func (r *Relay) publishBatch(ctx context.Context, s *stream, p publisher, b *pending) error {
+	doneWaiting := s.waiting(0)
+	defer doneWaiting()
+	// RetryFor bounds the wait for Kafka too: franz-go retries a produce
+	// for as long as it is let.
+	pubCtx, cancelPub := context.WithTimeout(ctx, r.cfg.retryFor)
+	defer cancelPub()
+	stopWatch := r.watchKafkaWait(time.Now())
+	err := p.publish(pubCtx, b, func(ctx context.Context, b *pending) ([]carriedTxn, error) {
+		carry, err := r.deleteRows(ctx, b)
+		return carry, asDatabaseError(err)
+	})
+	stopWatch()
+	if err != nil && pubCtx.Err() != nil && ctx.Err() == nil {
+		err = &kafkaWaitError{fmt.Errorf("outbox: Kafka did not take a batch within RetryFor (%s), giving up: %w", r.cfg.retryFor, err)}
+	}
+	return err
 }
 
 // maxLonelyFences bounds how often, within lonelyFenceWindow, a relay
