@@ -22,7 +22,7 @@ import (
 func TestContracts(t *testing.T) {
 	t.Parallel()
 	contract.Run(t, contract.Subject{
-		Features: contract.Features{Transient: true},
+		Features: contract.Features{Database: true},
 		New: func(t *testing.T) contract.World {
 			return &world{b: newBed(t, 3), group: integration.UniqueName(t, "g")}
 		},
@@ -58,8 +58,8 @@ func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	h := func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
 		if s.Handle != nil {
 			err := s.Handle(ctx, string(r.Value), r.Offset)
-			if errors.Is(err, contract.ErrTransient) {
-				return contract.FailTransiently(ctx, tx)
+			if dbErr, ok := errors.AsType[*contract.DatabaseError](err); ok {
+				return contract.Fail(ctx, tx, dbErr)
 			}
 			if err != nil {
 				return err

@@ -21,7 +21,7 @@ import (
 func TestContracts(t *testing.T) {
 	t.Parallel()
 	contract.Run(t, contract.Subject{
-		Features: contract.Features{Transient: true, Batches: true},
+		Features: contract.Features{Database: true, Batches: true},
 		New:      func(t *testing.T) contract.World { return world{newBed(t, 3, 0)} },
 	})
 }
@@ -44,8 +44,8 @@ func (w world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 				break
 			}
 			err := s.Handle(ctx, string(r.Key), r.Offset)
-			if errors.Is(err, contract.ErrTransient) {
-				return contract.FailTransiently(ctx, tx)
+			if dbErr, ok := errors.AsType[*contract.DatabaseError](err); ok {
+				return contract.Fail(ctx, tx, dbErr)
 			}
 			if err != nil {
 				return err

@@ -62,8 +62,8 @@
 // keeps the log. So a crash at any point leads to a restart from exactly
 // what Kafka has: nothing twice, nothing skipped. The position is kept
 // under the server's system identifier and the slot's name, and a
-// position past the server's log is refused ([ErrPosition]): a restored
-// or re-created server never inherits another's. The rows are deleted
+// position past the server's log is refused ([ErrPosition], [ErrRewound]):
+// a restored or re-created server never inherits another's. The rows are deleted
 // from the table as they are published (before the Kafka commit: the
 // log, not the table, is what is replayed). A row whose transaction the
 // log gave before other sessions could see it (a moment usually; under
@@ -191,6 +191,29 @@
 // is under another key. Either way
 // the record stays in the log, and the relay publishes it, in order, on
 // its next start.
+//
+// # A database restored from a backup
+//
+// A restore (a base backup, a volume snapshot, a point-in-time recovery,
+// a failover to a replica behind) brings back the slot and its token as
+// they were, while Kafka's position is past the restored log. New
+// transactions then take the stretch of log the published ones had: taken
+// for published, they would be skipped. So each position in Kafka names
+// the transaction it ends with (its id and commit time), and a relay whose
+// slot streams from below the position checks that the log still holds
+// that transaction there; until it has, the slot is told nothing. A log
+// that holds another there, or none, is rewound: Run stops with
+// [ErrRewound], naming both, and publishes nothing. A position past the
+// server's log is refused alike. The operator decides where the restored
+// log began to differ (a point-in-time recovery's target, or the end of
+// the log the backup holds: PostgreSQL's log names it on the restore,
+// "redo done at" or "consistent recovery state reached at") and tells the
+// relay ([Relay.ResumeAfter], or eoskit's command: go run
+// github.com/eoskit/eoskit/cmd/eoskit outbox resume-after -lsn ...); its
+// next run publishes every transaction that ends past that point. The
+// records the restore lost stay in Kafka. Positions written before this
+// check was kept carry no transaction to check: a relay reading one
+// checks from its next publish on.
 //
 // [WithSemantics](eos.AtLeastOnce) makes a relay of the common kind
 // (acknowledged, then the slot told): a crash between the two publishes

@@ -26,6 +26,13 @@ var (
 	// malformed.
 	ErrPosition = errors.New("outbox: the relay's position could not be read")
 
+	// ErrRewound: the database was restored to before what the relay last
+	// published (a backup, a volume snapshot, a failover to a replica
+	// behind): the log no longer holds the transaction Kafka's position
+	// ends with. The relay refuses until an operator decides (see the
+	// package documentation).
+	ErrRewound = errors.New("outbox: the database was restored to before what the relay last published")
+
 	// ErrTableChanged: the outbox table's columns are not the ones this
 	// code writes (someone altered it).
 	ErrTableChanged = errors.New("outbox: the outbox table's columns changed")

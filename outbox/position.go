@@ -20,9 +20,17 @@ import (
 // yet. The key is the server's system identifier and the slot's name,
 // "system/slot".
 type position struct {
-	LSN       string       `json:"lsn"`
-	Key       string       `json:"key"`
-	Token     string       `json:"token"`               // the slot's incarnation
+	LSN   string `json:"lsn"`
+	Key   string `json:"key"`
+	Token string `json:"token"` // the slot's incarnation
+	// Xid is the transaction id of the database transaction that ends at
+	// LSN: a log that no longer holds it there was rewound (a restore).
+	// 0 in positions written before it was kept.
+	Xid uint32 `json:"xid,omitempty"`
+	// Committed is that transaction's commit time (microseconds since
+	// 1970): a restored server reuses transaction ids, and log positions
+	// too under a regular workload, never commit times.
+	Committed int64        `json:"committed,omitempty"`
 	Undeleted []carriedTxn `json:"undeleted,omitempty"` // see undeleted
 	lsn       pglogrepl.LSN
 }
@@ -45,8 +53,8 @@ const readTimeout = time.Minute
 // shorten the wait.)
 const defaultMarkerWait = time.Minute
 
-func positionRecord(topic, key, token string, end pglogrepl.LSN, undeleted []carriedTxn) *kgo.Record {
-	v, _ := json.Marshal(position{LSN: end.String(), Key: key, Token: token, Undeleted: undeleted})
+func positionRecord(topic, key, token string, last *dbTxn, undeleted []carriedTxn) *kgo.Record {
+	v, _ := json.Marshal(position{LSN: last.end.String(), Xid: last.xid, Committed: last.committed, Key: key, Token: token, Undeleted: undeleted})
 	return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(key), Value: v, Context: pinnedTo(0)}
 }
 

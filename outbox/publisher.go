@@ -22,14 +22,24 @@ type nextFunc func(until time.Time) (*dbTxn, error)
 // published rows still to delete, for its position record to carry.
 type deleteFunc func(context.Context, *pending) ([]carriedTxn, error)
 
+// published is where a relay's position in Kafka stands: the end of the
+// last database transaction published, and that transaction's id and
+// commit time (0 when the position does not say).
+type published struct {
+	end       pglogrepl.LSN
+	xid       uint32
+	committed int64 // its commit time, microseconds since 1970 (0: unknown)
+}
+
 // publisher is how a relay's batches reach Kafka: in a Kafka transaction
 // with the position (exactly-once), or acknowledged and then confirmed to
 // the slot (at-least-once).
 type publisher interface {
 	// start returns what is already published: the position committed
-	// in Kafka, or 0 (the slot's own position says), and the published
+	// in Kafka (its end, and the transaction id that ends there, 0 when
+	// unknown), or 0 (the slot's own position says), and the published
 	// rows that position names as not deleted yet.
-	start(ctx context.Context) (pglogrepl.LSN, map[int64]uint32, error)
+	start(ctx context.Context) (published, map[int64]uint32, error)
 	// publish produces b's records (b is read whole: see collect),
 	// deletes its rows with del (which returns the published rows it
 	// could not delete yet), and commits.
@@ -143,22 +153,22 @@ type txnPublisher struct {
 // start registers the transactional id, which fences any other relay
 // with it and aborts its open transaction, and only then reads the
 // position: what it reads can no longer change behind it.
-func (t *txnPublisher) start(ctx context.Context) (pglogrepl.LSN, map[int64]uint32, error) {
+func (t *txnPublisher) start(ctx context.Context) (published, map[int64]uint32, error) {
 	if _, _, err := t.p.ProducerID(ctx); err != nil {
-		return 0, nil, err
+		return published{}, nil, err
 	}
 	pos, err := readPosition(ctx, t.conn, t.cfg.positionTopic, t.cfg.key, t.cfg.markerWait)
 	if err != nil {
-		return 0, nil, err
+		return published{}, nil, err
 	}
 	if pos.lsn == 0 || pos.Token == t.cfg.token {
 		undeleted := map[int64]uint32{}
 		decodeCarried(pos.Undeleted, undeleted)
-		return pos.lsn, undeleted, nil
+		return published{end: pos.lsn, xid: pos.Xid, committed: pos.Committed}, undeleted, nil
 	}
 	t.cfg.logger.Warn("outbox: the position in Kafka belongs to an earlier slot of this name (re-created since); starting from the slot's own",
 		"slot", t.cfg.slot, "position", pos.lsn.String())
-	return 0, nil, nil
+	return published{}, nil, nil
 }
 
 func (t *txnPublisher) publish(ctx context.Context, b *pending, del deleteFunc) error {
@@ -181,7 +191,7 @@ func (t *txnPublisher) publish(ctx context.Context, b *pending, del deleteFunc) 
 		if err != nil {
 			return err
 		}
-		if err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.key, t.cfg.token, b.txns[len(b.txns)-1].end, undeleted)); err != nil {
+		if err := tx.ProduceSync(positionRecord(t.cfg.positionTopic, t.cfg.key, t.cfg.token, b.txns[len(b.txns)-1], undeleted)); err != nil {
 			return err
 		}
 		if t.cfg.hooks.beforeCommit != nil {
@@ -216,8 +226,8 @@ type ackPublisher struct {
 	p   *eos.IdempotentProducer
 }
 
-func (a *ackPublisher) start(context.Context) (pglogrepl.LSN, map[int64]uint32, error) {
-	return 0, nil, nil
+func (a *ackPublisher) start(context.Context) (published, map[int64]uint32, error) {
+	return published{}, nil, nil
 }
 func (a *ackPublisher) fences() bool { return false }
 

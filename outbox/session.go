@@ -177,6 +177,11 @@ func (r *Relay) openSession(ctx context.Context) (_ *relaySession, waited bool, 
 	}
 	rs.s = s
 	rs.closers = append(rs.closers, s.close)
+	// Where the slot resumes: the log below it is not streamed again.
+	var resumes pglogrepl.LSN
+	if err := r.pool.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn, '0/0') FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.slot).Scan(&resumes); err != nil {
+		return nil, waited, fmt.Errorf("outbox: read slot %s's confirmed position: %w", r.cfg.slot, err)
+	}
 	// Nothing else answers PostgreSQL while the relay waits for Kafka
 	// (an unreachable broker, a slow commit): without this, a wait
 	// longer than wal_sender_timeout ends the replication session.
@@ -226,18 +231,25 @@ func (r *Relay) openSession(ctx context.Context) (_ *relaySession, waited bool, 
 	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&wal); err != nil {
 		return nil, waited, fmt.Errorf("outbox: read the server's log position: %w", err)
 	}
-	if from > wal {
-		return nil, waited, finalError{fmt.Errorf("%w: the position in %s, %s, is past this server's log (%s): it was written for another incarnation of the server (restored, re-created)",
-			ErrPosition, r.cfg.positionTopic, from, wal)}
+	if from.end > wal {
+		return nil, waited, finalError{fmt.Errorf("%w: %w: the position in %s, %s, is past this server's log (%s): it was written for another incarnation of the server (restored, re-created)",
+			ErrRewound, ErrPosition, r.cfg.positionTopic, from.end, wal)}
 	}
-	s.setConfirmed(from) // already in Kafka: the slot may forget it
+	// A log that still reaches the position must hold there the
+	// transaction Kafka's position ends with: a database restored to
+	// before it streams other transactions over that stretch, which
+	// would be taken for published (see stream.verify).
+	if from.xid != 0 && resumes < from.end {
+		s.verifyAt(from, resumes)
+	}
+	s.setConfirmed(from.end) // already in Kafka: the slot may forget it
 	// Health has no partitions to show for a relay: LastAssigned is when
 	// it last took its slot and began to read.
 	r.obs.NewSession()
 	r.obs.StandingBy(false)
 	r.obs.Assigned(nil)
-	r.cfg.logger.Info("outbox: relay reading", "table", r.cfg.table(), "slot", r.cfg.slot, "published_through", from.String())
-	rs.from = from
+	r.cfg.logger.Info("outbox: relay reading", "table", r.cfg.table(), "slot", r.cfg.slot, "published_through", from.end.String())
+	rs.from = from.end
 	return rs, waited, nil
 }
 

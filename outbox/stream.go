@@ -26,9 +26,12 @@ type row struct {
 // dbTxn is one committed database transaction's outbox records, in the
 // order it wrote them.
 type dbTxn struct {
-	end  pglogrepl.LSN // the end of its commit record: the position once published
-	xid  uint32        // its transaction id, which its rows' xmin is
-	rows []row
+	end pglogrepl.LSN // the end of its commit record: the position once published
+	xid uint32        // its transaction id, which its rows' xmin is
+	// committed is its commit time, in microseconds since 1970, as
+	// PostgreSQL stamped it.
+	committed int64
+	rows      []row
 }
 
 // stream reads committed transactions from a logical replication slot
@@ -64,6 +67,13 @@ type stream struct {
 	// (keepalives, transactions without outbox records): safe to confirm
 	// once everything handed out is published.
 	idle pglogrepl.LSN
+	// verify, when set, is Kafka's position, which the log streamed from
+	// below it must hold: the transaction with its id must end there.
+	// Cleared once the stream passed it. Until then the slot is told
+	// nothing past hold, where it resumed: a log found rewound must keep
+	// what it holds for the operator's decision.
+	verify *published
+	hold   pglogrepl.LSN
 }
 
 // replicationConfig turns a pool's connection settings into a
@@ -173,6 +183,14 @@ func (s *stream) setConfirmed(lsn pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.confirmed = lsn
+}
+
+// verifyAt makes the stream check the log against Kafka's position p
+// (see verified), telling the slot nothing past resumes meanwhile.
+func (s *stream) verifyAt(p published, resumes pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.verify, s.hold = &p, resumes
 }
 
 func (s *stream) close() { _ = s.conn.Close(context.Background()) }
@@ -287,7 +305,10 @@ func (s *stream) decode(wal []byte, skipThrough pglogrepl.LSN) (*dbTxn, error) {
 		if t == nil {
 			return nil, fmt.Errorf("outbox: slot %s: a commit without its begin", s.slot)
 		}
-		t.end = m.TransactionEndLSN
+		t.end, t.committed = m.TransactionEndLSN, m.CommitTime.UnixMicro()
+		if err := s.verified(t); err != nil {
+			return nil, err
+		}
 		if len(t.rows) == 0 || t.end <= skipThrough {
 			if m.TransactionEndLSN > s.idle {
 				s.idle = m.TransactionEndLSN
@@ -300,6 +321,33 @@ func (s *stream) decode(wal []byte, skipThrough pglogrepl.LSN) (*dbTxn, error) {
 		return t, nil
 	}
 	return nil, nil
+}
+
+// verified checks t, a transaction the slot streamed, against Kafka's
+// position while the stream is below or at it (verify): the transaction
+// that ends there must be the one Kafka's position names. A transaction
+// of another id or commit time ending there (a restored server reuses
+// transaction ids, and a workload of regular transactions their log
+// positions too), or one ending past it with none ending there, means
+// the log was rewound: the database was restored to before
+// the position, and new transactions took the stretch of log the
+// published ones had. Taking them for published would skip them.
+func (s *stream) verified(t *dbTxn) error {
+	v := s.verify
+	if v == nil || t.end < v.end {
+		return nil
+	}
+	s.verify = nil
+	if t.end == v.end && t.xid == v.xid && (v.committed == 0 || t.committed == v.committed) {
+		return nil
+	}
+	found := fmt.Sprintf("transaction %d, committed at %s, ends there", t.xid, time.UnixMicro(t.committed).UTC().Format(time.RFC3339Nano))
+	if t.end > v.end {
+		found = fmt.Sprintf("no transaction ends there (transaction %d ends at %s)", t.xid, t.end)
+	}
+	return finalError{fmt.Errorf("%w: Kafka's position of slot %s ends with transaction %d, committed at %s, at %s, but in this log %s. "+
+		"New transactions would be taken for published ones and skipped; the relay publishes nothing until an operator decides (see the outbox documentation, \"A database restored from a backup\")",
+		ErrRewound, s.slot, v.xid, time.UnixMicro(v.committed).UTC().Format(time.RFC3339Nano), v.end, found)}
 }
 
 // decodeRow reads a row sent in binary: bigint, text, integer and bytea
@@ -378,6 +426,9 @@ func (s *stream) sendStatus(ctx context.Context) error {
 	pos := s.confirmed
 	if s.idle > pos && s.cur == nil && s.handed <= s.confirmed {
 		pos = s.idle
+	}
+	if s.verify != nil {
+		pos = s.hold
 	}
 	s.nextSend = time.Now().Add(s.interval)
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos})

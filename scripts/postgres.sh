@@ -13,6 +13,9 @@
 #   scripts/postgres.sh private-restart [--hard]   restart it (--hard: immediate
 #                                 shutdown, which is a crash to the server)
 #   scripts/postgres.sh private-stop           stop it and delete its data
+#   scripts/postgres.sh private-snapshot NAME  copy its data folder after a
+#                                              clean shutdown, and start it again
+#   scripts/postgres.sh private-restore NAME   kill it, put that copy back, start
 #
 # The shared cluster gets wal_level=logical (the outbox relay decodes the log);
 # if it had another level, start sets it and restarts the cluster once.
@@ -178,6 +181,33 @@ private_restart() {
 		die "private server did not restart: $(as_postgres "tail -5 $data/log")"
 }
 
+# A cold copy of the private server's data folder, taken after a clean
+# shutdown (what a volume snapshot or a base backup restores), and its
+# restore: the server is killed, its data replaced by the copy, and
+# started again, replication slots and all.
+private_snapshot() {
+	local data name=$1 bin
+	[[ $name =~ ^[a-z0-9]+$ ]] || die "private-snapshot needs a name of [a-z0-9]"
+	data=$(private_data)
+	bin=$(private_bin)
+	as_postgres "$bin/pg_ctl -D $data/db -m fast -w -t 60 stop" >/dev/null
+	as_postgres "rm -rf $data/snap-$name && cp -a $data/db $data/snap-$name"
+	as_postgres "$bin/pg_ctl -D $data/db -l $data/log -w -t 60 start" >/dev/null ||
+		die "private server did not start: $(as_postgres "tail -5 $data/log")"
+}
+
+private_restore() {
+	local data name=$1 bin
+	[[ $name =~ ^[a-z0-9]+$ ]] || die "private-restore needs a name of [a-z0-9]"
+	data=$(private_data)
+	bin=$(private_bin)
+	as_postgres "[ -d $data/snap-$name ]" || die "no snapshot $name"
+	as_postgres "$bin/pg_ctl -D $data/db -m immediate -w stop" >/dev/null 2>&1 || true
+	as_postgres "rm -rf $data/db && cp -a $data/snap-$name $data/db"
+	as_postgres "$bin/pg_ctl -D $data/db -l $data/log -w -t 60 start" >/dev/null ||
+		die "private server did not start: $(as_postgres "tail -5 $data/log")"
+}
+
 private_stop() {
 	[ -f "$STATE_DIR/pgdata" ] || return 0
 	local data
@@ -212,6 +242,8 @@ env) url ;;
 private-start) private_start "${2:-}" ;;
 private-restart) private_restart "${2:-}" ;;
 private-stop) private_stop ;;
+private-snapshot) private_snapshot "${2:-}" ;;
+private-restore) private_restore "${2:-}" ;;
 *)
 	sed -n '2,30p' "$0" >&2
 	exit 2

@@ -3,7 +3,8 @@
 // while their coordinator has moved on (Apache Kafka 4.1 to 4.4 leave them
 // behind when a partition is leaderless while markers are written,
 // KAFKA-20734; see docs/KAFKA-20734.md), and dead letters, the records the
-// DeadLetter policies parked.
+// DeadLetter policies parked; and an outbox relay's position after its
+// database was restored from a backup.
 //
 //	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 15m]
 //	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
@@ -12,6 +13,7 @@
 //	go run ./cmd/eoskit dead-letters replay -database-url URL [-outbox NAME] [-group G] [-topic T] [-id N]... [-earlier] [-to-topic T]
 //	go run ./cmd/eoskit dead-letters list   -dead-letter-topic T [-replay-group G] [-limit 100]
 //	go run ./cmd/eoskit dead-letters replay -dead-letter-topic T [-replay-group G] [-to-topic T]
+//	go run ./cmd/eoskit outbox resume-after -database-url URL -position-topic T -lsn LSN [-outbox NAME] [-slot S] [-transactional-id ID]
 //
 // # Hanging transactions
 //
@@ -78,6 +80,21 @@
 // group reading that topic, not only the one that parked them; replay to a
 // topic that only that group reads when that matters.
 //
+// # A restored outbox database
+//
+// A relay whose database was restored to before what it last published
+// stops with outbox.ErrRewound, naming the transaction Kafka's position
+// ends with and what the restored log holds there. outbox resume-after
+// is the operator's decision (outbox.Relay.ResumeAfter): -lsn is where the
+// restored server's log began to differ (a point-in-time recovery's
+// target, or the end of the log the backup holds: PostgreSQL's log names
+// it on the restore, "redo done at" or "consistent recovery state
+// reached at"). It commits that position, under the relay's
+// transactional id (which fences a relay of the slot still running): the
+// relay's next run publishes every transaction that ends past it. It
+// needs Write on the position topic and on the transactional id, and a
+// role that may read the outbox's token table.
+//
 // Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
 // -timeout (default 1m), -json; on a cluster that authenticates,
 // -sasl-mechanism (scram-sha-256, scram-sha-512, or plain, over TLS only)
@@ -120,6 +137,7 @@ const usage = `usage:
   eoskit dead-letters replay -database-url URL [-outbox NAME] [-group G] [-topic T] [-id N]... [-earlier] [-to-topic T]
   eoskit dead-letters list   -dead-letter-topic T [-replay-group G] [-limit 100]
   eoskit dead-letters replay -dead-letter-topic T [-replay-group G] [-to-topic T]
+  eoskit outbox resume-after -database-url URL -position-topic T -lsn LSN [-outbox NAME] [-slot S] [-transactional-id ID]
 common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
   -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD)
   -tls -tls-ca FILE -tls-cert FILE -tls-key FILE, or -command-config FILE (Kafka client properties)
@@ -140,6 +158,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runTxn(ctx, args[1:], stdout, stderr)
 		case "dead-letters":
 			return runDeadLetters(ctx, args[1:], stdout, stderr)
+		case "outbox":
+			return runOutbox(ctx, args[1:], stdout, stderr)
 		}
 	}
 	fmt.Fprint(stderr, usage)

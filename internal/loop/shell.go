@@ -135,3 +135,6 @@ func (r Restarts) giveUp(inARow int, since time.Duration) string {
 	}
 	return ""
 }
+
+// Running reports whether a Run of s runs.
+func (s *Shell) Running() bool { return s.running.Load() }

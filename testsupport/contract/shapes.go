@@ -22,18 +22,22 @@ type Shape struct {
 	Name string
 	// Err makes the handler's error for the record at offset.
 	Err func(offset int64) error
+	// Panics: the handler panics with Err's error rather than returning
+	// it; the runner recovers and the policy sees the error wrapped.
+	Panics bool
 }
 
 // Shapes are the handler errors the world makes that a runner must leave
 // to the error policy: an enrichment call that cannot connect, a decoder
-// on an empty value, a deadline of the handler's own.
+// on an empty value, a deadline of the handler's own, a panic.
 func Shapes() []Shape {
 	return []Shape{
 		{"net.OpError", func(off int64) error {
 			return fmt.Errorf("enrich %d: %w", off, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
-		}},
-		{"io.EOF", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }},
-		{"context.DeadlineExceeded", func(off int64) error { return fmt.Errorf("pricing %d: %w", off, context.DeadlineExceeded) }},
+		}, false},
+		{"io.EOF", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, false},
+		{"context.DeadlineExceeded", func(off int64) error { return fmt.Errorf("pricing %d: %w", off, context.DeadlineExceeded) }, false},
+		{"panic", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, true},
 	}
 }
 

@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -36,10 +37,12 @@ func Count(t *testing.T, pool *pgxpool.Pool, table, group string) int {
 	return n
 }
 
-// FailTransiently is a database World's answer to ErrTransient: it fails
-// tx as a serialization failure does (SQLSTATE 40001), no record's fault,
-// and returns the handler's error.
-func FailTransiently(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+// Fail is a database World's answer to a *DatabaseError: it fails tx's
+// statement with the error's SQLSTATE and returns the handler's error.
+func Fail(ctx context.Context, tx pgx.Tx, e *DatabaseError) error {
+	if len(e.Code) != 5 || strings.Trim(e.Code, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" {
+		return fmt.Errorf("contract: %q is no SQLSTATE", e.Code)
+	}
+	_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'contract' USING ERRCODE = '`+e.Code+`'; END $$`)
 	return fmt.Errorf("updating the stock: %w", err)
 }

@@ -52,9 +52,9 @@ type World interface {
 
 // Setup is what a contract asks of a runner.
 type Setup struct {
-	// Handle runs first for each record. ErrTransient asks the runner's
-	// handler to fail as its own store fails for no record's fault (a
-	// serialization failure in the database's transaction).
+	// Handle runs first for each record. A *DatabaseError asks the
+	// runner's handler to fail its database transaction with that
+	// SQLSTATE (a World with a database only).
 	Handle func(ctx context.Context, id string, offset int64) error
 	// Policy is the error policy; the zero value is eoskit.Stop, every
 	// runner's default.
@@ -65,15 +65,37 @@ type Setup struct {
 	Metrics  eoskit.Metrics
 }
 
-// ErrTransient is what Setup.Handle returns to make the handler fail as
-// its store does for no record's fault.
-var ErrTransient = errors.New("contract: fail as the store does for no record's fault")
+// DatabaseError is what Setup.Handle returns to make the handler's
+// database transaction fail with SQLSTATE Code.
+type DatabaseError struct{ Code string }
+
+func (e *DatabaseError) Error() string { return "contract: fail with SQLSTATE " + e.Code }
+
+// DatabaseErrors are the SQLSTATE classes a handler's statement meets,
+// and whose fault each is: a constraint or a malformed value is the
+// record's (the error policy decides); a serialization failure, a
+// deadlock, a lock or statement timeout, a server shutting down, a lost
+// connection, exhausted resources are the database's (retried without
+// blame, whatever the policy).
+func DatabaseErrors() []struct {
+	Code         string
+	RecordsFault bool
+} {
+	return []struct {
+		Code         string
+		RecordsFault bool
+	}{
+		{"23505", true}, {"23503", true}, {"22P02", true},
+		{"40001", false}, {"40P01", false}, {"55P03", false}, {"57014", false},
+		{"57P01", false}, {"08006", false}, {"53300", false},
+	}
+}
 
 // Features says what a runner's World can do beyond what every one does.
 type Features struct {
-	// Transient: the World fails a handler as its store does for no
-	// record's fault (ErrTransient).
-	Transient bool
+	// Database: the World's handler writes in a database transaction,
+	// which a *DatabaseError fails.
+	Database bool
 	// Batches: the handler takes a batch, and a failing record's
 	// handler runs again in the halves of the batch that find it, so
 	// the suite does not count its calls.
@@ -100,6 +122,7 @@ func Run(t *testing.T, s Subject) {
 		{"policy", policy},
 		{"retry", retry},
 		{"shapes", shapes},
+		{"database errors", databaseErrors},
 		{"lifecycle", lifecycle},
 		{"drain", drain},
 		{"metrics", metrics},
@@ -214,8 +237,9 @@ func (e *timeoutError) Error() string { return e.op + ": timed out" }
 // applied, one that fails as the store does for no record's fault (where
 // the World can) is retried by the runner without blame though the
 // policy's fallback is Stop, and a record failing otherwise stops Run with
-// a *eoskit.RecordError naming it after one attempt. Run again with that
-// record mended, every record is applied once or dead-lettered once.
+// a *eoskit.RecordError naming it after one attempt. The runner run again
+// with that record mended, every record is applied once or dead-lettered
+// once, and a dead-lettered record's handler ran once.
 func policy(t *testing.T, s Subject) {
 	const n, stopAt = 300, 260
 	w := s.New(t)
@@ -242,8 +266,8 @@ func policy(t *testing.T, s Subject) {
 			return fmt.Errorf("record %s: %w", id, errParse)
 		case i%50 == 27 && c <= 2:
 			return fmt.Errorf("calling the pricing service: %w", &timeoutError{op: "price " + id})
-		case i%50 == 41 && c == 1 && s.Features.Transient:
-			return ErrTransient
+		case i%50 == 41 && c == 1 && s.Features.Database:
+			return &DatabaseError{Code: "40001"}
 		}
 		return nil
 	}
@@ -251,7 +275,8 @@ func policy(t *testing.T, s Subject) {
 		eoskit.When(errParse, w.DeadLetter()),
 		eoskit.WhenAs[*timeoutError](eoskit.Retry(time.Millisecond, 5)),
 	)
-	err := start(t, w.Runner(t, Setup{Handle: handle, Policy: p})).wait(t, patience, "on the record that fails otherwise")
+	runner := w.Runner(t, Setup{Handle: handle, Policy: p})
+	err := start(t, runner).wait(t, patience, "on the record that fails otherwise")
 	var rerr *eoskit.RecordError
 	if !errors.As(err, &rerr) || rerr.Offset != stopOffset.Load() || rerr.Attempts != 1 || rerr.Err.Error() != "the disk is full" {
 		t.Fatalf("Run = %v; want a *RecordError at offset %d after 1 attempt", err, stopOffset.Load())
@@ -267,7 +292,9 @@ func policy(t *testing.T, s Subject) {
 			good = append(good, id)
 		}
 	}
-	r := start(t, w.Runner(t, Setup{Handle: handle, Policy: p}))
+	// The same runner runs again, as a supervisor calls Run again once
+	// the record is mended.
+	r := start(t, runner)
 	settle(t, w, r, n)
 	r.stop(t)
 	exactly(t, "records applied", w.Effects(t), good)
@@ -360,12 +387,59 @@ func shapes(t *testing.T, s Subject) {
 				}
 			}
 			handle := func(_ context.Context, id string, off int64) error {
-				if bad[id] {
+				switch {
+				case bad[id] && shape.Panics:
+					panic(shape.Err(off))
+				case bad[id]:
 					return shape.Err(off)
 				}
 				return nil
 			}
 			r := start(t, w.Runner(t, Setup{Handle: handle, Policy: Policy(w.DeadLetter())}))
+			settle(t, w, r, n)
+			r.stop(t)
+			exactly(t, "records applied", w.Effects(t), good)
+			exactly(t, "records dead-lettered", w.DeadLettered(t), dead)
+		})
+	}
+}
+
+// databaseErrors: each SQLSTATE class of DatabaseErrors gets its fate
+// under a DeadLetter policy. A record whose statement the database
+// refuses for its own sake (a constraint, a malformed value) is
+// dead-lettered; one whose statement failed for the database's sake
+// (failing once) is retried without blame and applied, nothing
+// dead-lettered. Every other record is applied once either way.
+func databaseErrors(t *testing.T, s Subject) {
+	if !s.Features.Database {
+		t.Skip("the runner writes in no database")
+	}
+	for _, c := range DatabaseErrors() {
+		t.Run(c.Code, func(t *testing.T) {
+			t.Parallel()
+			const n = 200
+			w := s.New(t)
+			ids := w.Seed(t, n)
+			var mu sync.Mutex
+			calls := map[string]int{}
+			var good, dead []string
+			for i, id := range ids {
+				if i%40 == 9 && c.RecordsFault {
+					dead = append(dead, id)
+				} else {
+					good = append(good, id)
+				}
+			}
+			handle := func(_ context.Context, id string, _ int64) error {
+				mu.Lock()
+				defer mu.Unlock()
+				calls[id]++
+				if i := slices.Index(ids, id); i%40 == 9 && (c.RecordsFault || calls[id] == 1) {
+					return &DatabaseError{Code: c.Code}
+				}
+				return nil
+			}
+			r := start(t, w.Runner(t, Setup{Handle: handle, Policy: w.DeadLetter()}))
 			settle(t, w, r, n)
 			r.stop(t)
 			exactly(t, "records applied", w.Effects(t), good)

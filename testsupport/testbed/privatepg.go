@@ -94,6 +94,22 @@ func (p *PrivatePostgres) Restart(ctx context.Context, hard bool) error {
 	return err
 }
 
+// Snapshot copies the server's data folder under name after a clean
+// shutdown, and starts the server again: what a volume snapshot or a
+// base backup holds.
+func (p *PrivatePostgres) Snapshot(ctx context.Context, name string) error {
+	_, err := runScript(ctx, p.script, p.stateDir, "private-snapshot", name)
+	return err
+}
+
+// Restore kills the server, puts the data folder Snapshot copied under
+// name back, and starts it: the database, its log and its replication
+// slots as they were then.
+func (p *PrivatePostgres) Restore(ctx context.Context, name string) error {
+	_, err := runScript(ctx, p.script, p.stateDir, "private-restore", name)
+	return err
+}
+
 // Log returns the path of the server's log.
 func (p *PrivatePostgres) Log() string {
 	b, _ := os.ReadFile(filepath.Join(p.stateDir, "postgres", "pgdata"))

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/outbox"
+)
+
+// outbox resume-after commits the relay's position where the operator
+// says, under the slot's key, in the partition the relay reads on its
+// next run; a missing -lsn and a point past the server's log are refused,
+// writing nothing.
+func TestOutboxResumeAfterMovesTheRelaysPosition(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	pool, url := integration.PostgresWithURL(t)
+	ctx := context.Background()
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := outbox.DefaultSlot(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = outbox.DropSlot(context.Background(), pool, slot) })
+	positions := k.NewTopic(1)
+	var wal string
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&wal); err != nil {
+		t.Fatal(err)
+	}
+	cmd := func(extra ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		args := append([]string{"outbox", "resume-after", "-brokers", strings.Join(k.Brokers, ","), "-database-url", url, "-timeout", "30s"}, extra...)
+		code := run(ctx, args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, _, errOut := cmd("-position-topic", positions); code != exitUsage || !strings.Contains(errOut, "-lsn") {
+		t.Errorf("without -lsn: exit %d, %q; want usage naming -lsn", code, errOut)
+	}
+	if code, _, errOut := cmd("-position-topic", positions, "-lsn", "FF/0"); code != exitError || !strings.Contains(errOut, "past this server's log") {
+		t.Errorf("past the log: exit %d, %q; want a refusal", code, errOut)
+	}
+	if n := len(k.ReadNow(positions, kgo.ReadCommitted(), 10*time.Second)); n != 0 {
+		t.Fatalf("%d position records after refusals, want none", n)
+	}
+	code, out, errOut := cmd("-position-topic", positions, "-lsn", wal)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	recs := k.ReadNow(positions, kgo.ReadCommitted(), 10*time.Second)
+	if len(recs) != 1 || !strings.HasSuffix(string(recs[0].Key), "/"+slot) || recs[0].Partition != 0 {
+		t.Fatalf("position records %d, want one under the slot's key in partition 0", len(recs))
+	}
+	var pos struct{ LSN string }
+	if err := json.Unmarshal(recs[0].Value, &pos); err != nil || pos.LSN != wal {
+		t.Fatalf("position %s (%v), want lsn %s", recs[0].Value, err, wal)
+	}
+}
