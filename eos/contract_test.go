@@ -18,7 +18,7 @@ import (
 // copying its input to an output topic, dead letters to a topic.
 func TestContracts(t *testing.T) {
 	t.Parallel()
-	contract.Run(t, contract.Subject{New: func(t *testing.T) contract.World {
+	contract.Run(t, contract.Subject{Features: contract.Features{DeadLetteredOnce: true}, New: func(t *testing.T) contract.World {
 		k := integration.Kafka(t)
 		w := &world{k: k, in: k.NewTopic(3), out: k.NewTopic(3), dlt: k.NewTopic(1), group: integration.UniqueName(t, "g")}
 		w.settled = []*counter{followCommitted(t, k, w.out), followCommitted(t, k, w.dlt)}

@@ -17,8 +17,10 @@ import (
 // returned), gives the work its drain, runs the runner's start checks
 // once, and then its sessions, starting a new one with backoff after a
 // session that asked for it (a *RestartError), until one returns anything
-// else or the restarts run out. The runner supplies what differs in a
-// [Spec]. The zero Shell is ready; a runner keeps one for its lifetime.
+// else or the restarts run out. Whatever ctx's end cuts short (the start
+// checks, a session's error that is ctx's) is a shutdown: Run returns nil.
+// The runner supplies what differs in a [Spec]. The zero Shell is ready;
+// a runner keeps one for its lifetime.
 type Shell struct {
 	running atomic.Bool
 }
@@ -91,6 +93,9 @@ func (s *Shell) Run(ctx context.Context, spec Spec) (err error) {
 	defer done()
 	if spec.Start != nil {
 		if err := spec.Start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // shut down before it started: the checks were cut short
+			}
 			return err
 		}
 	}
@@ -99,6 +104,9 @@ func (s *Shell) Run(ctx context.Context, spec Spec) (err error) {
 		progressed, err := spec.Session(ctx, work)
 		var restart *RestartError
 		if !errors.As(err, &restart) {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil // what ctx's end cut short is a shutdown, not a failure
+			}
 			return err
 		}
 		if ctx.Err() != nil {

@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -121,5 +122,19 @@ func TestShellEndsOnWhatIsNoRestart(t *testing.T) {
 	}
 	if err := sh.Run(context.Background(), spec(final, errors.New("session ran"), nil)); err != final {
 		t.Errorf("a failed Start: Run returned %v", err)
+	}
+	// ctx's end cuts the start checks short, or a session: a shutdown.
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	if err := sh.Run(ctx, spec(fmt.Errorf("read the schema: %w", context.Canceled), nil, nil)); err != nil {
+		t.Errorf("start checks cut short by ctx's end: Run returned %v, want nil", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	if err := sh.Run(ctx, spec(nil, fmt.Errorf("commit: %w", context.Canceled), cancel)); err != nil {
+		t.Errorf("a session's error that is ctx's end: Run returned %v, want nil", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	if err := sh.Run(ctx, spec(nil, final, cancel)); err != final {
+		t.Errorf("a final error as ctx ended: Run returned %v, want it", err)
 	}
 }
