@@ -416,7 +416,7 @@ func (p *Processor) groupHooks(revoked *revokes) []kgo.Opt {
 		}
 	}
 	assigned := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-		if p.state != nil {
+		if p.state != nil && len(parts[p.state.input]) > 0 {
 			p.state.assigned(parts[p.state.input])
 			p.wake.signal() // an idle session restores them
 		}

@@ -141,6 +141,9 @@ func (ks *keyedState) close() {
 // assigned and taken are the group's callbacks' part: marks the loop acts
 // on between transactions.
 func (ks *keyedState) assigned(ps []int32) {
+	if len(ps) == 0 {
+		return // nothing to restore: the transaction in flight goes on
+	}
 	ks.assignments.Add(1)
 	ks.marksMu.Lock()
 	for _, p := range ps {

@@ -31,3 +31,21 @@ func TestARefusedStateRecordIsTheFailureThatCounts(t *testing.T) {
 		t.Fatalf("the transaction's failure is %v, want the first (no refusal among them)", err)
 	}
 }
+
+// An assignment that gives the input nothing (a cooperative rebalance's
+// for a member that keeps what it had, or one of another topic) leaves
+// the transaction in flight alone: only partitions to restore end it
+// early (issue 43 item 6).
+func TestAnEmptyAssignmentLeavesTheTransactionInFlight(t *testing.T) {
+	ks := newKeyedState(&stateConfig{changelog: "counts"}, "in", slog.New(slog.DiscardHandler))
+	since := ks.assignments.Load()
+	ks.assigned(nil)
+	ks.assigned([]int32{})
+	if ks.moreAssigned(since) {
+		t.Fatal("an empty assignment ends the transaction in flight early")
+	}
+	ks.assigned([]int32{3})
+	if !ks.moreAssigned(since) {
+		t.Fatal("a partition assigned does not end the transaction in flight, which must restore it first")
+	}
+}
