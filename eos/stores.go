@@ -53,6 +53,10 @@ type keyedState struct {
 	// restore must not hold franz-go's revoke callback disarmed.
 	betweenRestores func(context.Context) error
 
+	// partitions is how many partitions the input had when Run checked
+	// the changelog against it.
+	partitions int32
+
 	mu        sync.RWMutex
 	parts     map[int32]*partState
 	restoring map[int32]bool
@@ -101,7 +105,21 @@ func (ks *keyedState) check(ctx context.Context, conn []kgo.Opt, inputPartitions
 	// A record larger than the producer's batch limit for the topic
 	// fails in franz-go (MessageTooLarge) whatever the topic allows.
 	ks.maxRecord = min(sh.MaxMessageBytes, ks.cfg.recordLimit(ks.cfg.changelog))
+	ks.partitions = inputPartitions
 	return nil
+}
+
+// grown is the error of a partition p of the input assigned past the
+// partitions Run found (and sized the changelog by): partitions were
+// added to the input.
+func (ks *keyedState) grown(p int32) error {
+	if p < ks.partitions {
+		return nil
+	}
+	return &eoskit.ConfigError{Package: "eos", Setting: "Changelog", Semantics: checkedAgainst(ExactlyOnce),
+		Reason: fmt.Sprintf("the input topic %q grew to at least %d partitions (partition %d was assigned), while its changelog %q has %d: keyed state lives per input partition, "+
+			"and partitions added move keys to partitions whose stores never saw them (a count would start again at zero). Stop every processor of the group, then re-key the state: "+
+			"a new input topic of the partitions wanted, with a changelog of as many, fed from the old one", ks.input, p+1, p, ks.cfg.changelog, ks.partitions)}
 }
 
 // open starts a session: a restorer of its own (read_committed raw
@@ -211,6 +229,9 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			continue
 		}
 		if ps == nil {
+			if err := ks.grown(p); err != nil {
+				return err
+			}
 			s, err := ks.cfg.stores(ks.cfg.changelog, p)
 			if err != nil {
 				// A store another owner still holds (a pebble
