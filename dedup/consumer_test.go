@@ -662,7 +662,8 @@ func TestNewConsumerRejectsBadConfig(t *testing.T) {
 // started again on the same data. The batch commits in PostgreSQL while the
 // broker is down, so its offset commit fails, and the consumer loses its
 // partitions with it (its group session ends); the broker starts again only
-// once both happened. The group then resumes from the offsets committed
+// once both happened, and 35 s after the kill at the soonest (the fault
+// model's long outage). The group then resumes from the offsets committed
 // before the kill: every record applied while the broker was down is
 // delivered again, and must be skipped by its claim, each message applied
 // once. Before, the test killed the broker at whatever point the run had
@@ -718,6 +719,7 @@ func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 	if err := broker.Kill(rctx); err != nil {
 		t.Fatalf("kill: %v (broker log: %s)", err, broker.Log())
 	}
+	killed := time.Now()
 	failedBefore := logs.count("offset commit failed")
 	close(release)
 	waitFor(t, "the held batch's offset commit to fail and the consumer to lose its partitions", func() bool {
@@ -727,6 +729,9 @@ func TestBrokerHardRestartAppliesEachMessageOnce(t *testing.T) {
 	if appliedDown < 1 {
 		t.Fatalf("%d records applied while the broker was down; the held batch did not commit", appliedDown)
 	}
+	// Down as long as the fault model's long outage, whatever the wait
+	// above took.
+	time.Sleep(testbed.LongOutage - time.Since(killed))
 	if err := broker.Start(rctx); err != nil {
 		t.Fatalf("start: %v (broker log: %s)", err, broker.Log())
 	}

@@ -123,6 +123,28 @@ func (b *LocalBroker) Restart(ctx context.Context, hard bool) error {
 	return b.do(ctx, "restart")
 }
 
+// LongOutage is how long the runners' fault tests keep a broker away: a
+// coordinator gone for longer than a transaction's end is retried (30 s),
+// as a managed cluster's maintenance or a lost zone keeps it.
+const LongOutage = 35 * time.Second
+
+// Outage kills the broker with SIGKILL, keeps it down for d, and starts it
+// again on the same data: every coordinator, leader and group gone that
+// long.
+func (b *LocalBroker) Outage(ctx context.Context, d time.Duration) error {
+	if err := b.Kill(ctx); err != nil {
+		return err
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	return b.Start(ctx)
+}
+
 // Log returns the path of the broker's server log, for a failing test to show.
 func (b *LocalBroker) Log() string { return filepath.Join(b.stateDir, "kafka", "logs", "server.log") }
 
