@@ -108,8 +108,10 @@ func DrainTimeout(d time.Duration) Option { return shared(consume.DrainTimeout(d
 func OnHandlerError(p eoskit.ErrorPolicy) Option { return own(func(c *config) { c.policy = p }) }
 
 // MirrorToKafka makes the runner copy each committed batch's offsets to the
-// Kafka group after the database commit, so that lag dashboards that read
-// Kafka's committed offsets keep working; under [eoskit.Stop], the records
+// Kafka group after the database commit, and the stored offsets on every
+// assignment (so that a copy a crash lost is made good with no further
+// input), so that lag dashboards that read Kafka's committed offsets keep
+// working; under [eoskit.Stop], the records
 // committed before the one Run stops on are copied before Run returns. It
 // is best effort (a failure is logged), and the copies are never read
 // back: the database alone decides where consumption resumes. Default: off.

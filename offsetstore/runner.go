@@ -107,7 +107,7 @@ func NewRunner(pool *pgxpool.Pool, handler Handler, opts ...Option) (*Runner, er
 	core, err := consume.New("offsetstore", c.core, consume.Runner{
 		Owned: map[string]string{"AdjustFetchOffsetsFn": "the runner positions every assigned partition at its stored offset"},
 		// Every assignment seeks to the offsets stored in PostgreSQL.
-		Options:       []kgo.Opt{kgo.AdjustFetchOffsetsFn(r.seekToStored)},
+		Seek:          r.seekToStored,
 		Check:         r.checkSchemaRetrying,
 		Start:         r.start,
 		Commit:        r.handleBatch,

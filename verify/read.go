@@ -29,18 +29,30 @@ func ReadTopic(ctx context.Context, brokers []string, topic string, level kgo.Is
 // TLS, SASL), keeping control records when keepControl is set. It gives
 // up after timeout, with an error naming the topic and what it waited for.
 func ReadTopicWith(ctx context.Context, conn []kgo.Opt, topic string, level kgo.IsolationLevel, settled, keepControl bool, timeout time.Duration) ([]*kgo.Record, error) {
+	var out []*kgo.Record
+	err := EachRecord(ctx, conn, topic, level, settled, keepControl, timeout, func(r *kgo.Record) bool {
+		out = append(out, r)
+		return true
+	})
+	return out, err
+}
+
+// EachRecord is [ReadTopicWith] that hands each record to fn as it is
+// read instead of keeping them: a reader of a large topic holds one
+// fetch at a time. fn returning false ends the read early, without error.
+func EachRecord(ctx context.Context, conn []kgo.Opt, topic string, level kgo.IsolationLevel, settled, keepControl bool, timeout time.Duration, fn func(*kgo.Record) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	admCl, err := kgo.NewClient(conn...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
 
 	if settled {
 		if err := waitSettled(ctx, adm, topic); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	listEnds := adm.ListEndOffsets
@@ -52,14 +64,14 @@ func ReadTopicWith(ctx context.Context, conn []kgo.Opt, topic string, level kgo.
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: list end offsets: %w", topic, err)
+		return fmt.Errorf("read %s: list end offsets: %w", topic, err)
 	}
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: list start offsets: %w", topic, err)
+		return fmt.Errorf("read %s: list start offsets: %w", topic, err)
 	}
 
 	// next[p] is the offset ReadTopic has read up to; partition p is done
@@ -79,7 +91,7 @@ func ReadTopicWith(ctx context.Context, conn []kgo.Opt, topic string, level kgo.
 		}
 	}
 	if pending == 0 {
-		return nil, nil
+		return nil
 	}
 
 	cl, err := kgo.NewClient(append(slices.Clip(conn),
@@ -89,24 +101,24 @@ func ReadTopicWith(ctx context.Context, conn []kgo.Opt, topic string, level kgo.
 		kgo.KeepControlRecords(),
 	)...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cl.Close()
 
-	var out []*kgo.Record
 	for pending > 0 {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return out, fmt.Errorf("read %s: %d partitions not read to their end (read up to %v of %v): %w",
+			return fmt.Errorf("read %s: %d partitions not read to their end (read up to %v of %v): %w",
 				topic, pending, next, end, ctx.Err())
 		}
 		var fetchErr error
 		fetches.EachError(func(_ string, _ int32, err error) { fetchErr = err })
 		if fetchErr != nil {
-			return out, fmt.Errorf("read %s: %w", topic, fetchErr)
+			return fmt.Errorf("read %s: %w", topic, fetchErr)
 		}
+		stop := false
 		fetches.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= end[r.Partition] {
+			if stop || r.Offset >= end[r.Partition] {
 				return
 			}
 			wasPending := next[r.Partition] < end[r.Partition]
@@ -114,12 +126,15 @@ func ReadTopicWith(ctx context.Context, conn []kgo.Opt, topic string, level kgo.
 			if wasPending && next[r.Partition] >= end[r.Partition] {
 				pending--
 			}
-			if keepControl || !r.Attrs.IsControl() {
-				out = append(out, r)
+			if (keepControl || !r.Attrs.IsControl()) && !fn(r) {
+				stop = true
 			}
 		})
+		if stop {
+			return nil
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // waitSettled returns once every partition's last stable offset equals its

@@ -121,15 +121,10 @@ func replayRecord(r *kgo.Record, toTopic string) (*kgo.Record, error) {
 	return &kgo.Record{Topic: to, Key: r.Key, Value: r.Value, Headers: headers}, nil
 }
 
-// read returns the topic's committed records up to its last stable
-// offset, and the replaying group's committed offsets.
-func (t topicLetters) read(ctx context.Context) ([]*kgo.Record, kadm.OffsetResponses, error) {
-	recs, err := verify.ReadTopicWith(ctx, t.opts, t.topic, kgo.ReadCommitted(), false, false, time.Until(deadline(ctx)))
-	if err != nil {
-		return nil, nil, err
-	}
-	committed, err := t.committed(ctx)
-	return recs, committed, err
+// each hands fn the topic's committed records up to its last stable
+// offset, one fetch held at a time, until fn returns false.
+func (t topicLetters) each(ctx context.Context, fn func(*kgo.Record) bool) error {
+	return verify.EachRecord(ctx, t.opts, t.topic, kgo.ReadCommitted(), false, false, time.Until(deadline(ctx)), fn)
 }
 
 func (t topicLetters) admin() (*kadm.Client, func(), error) {
@@ -169,17 +164,18 @@ func replayed(committed kadm.OffsetResponses, r *kgo.Record) bool {
 }
 
 func (t topicLetters) list(ctx context.Context, limit int) ([]topicLetter, error) {
-	recs, committed, err := t.read(ctx)
+	committed, err := t.committed(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []topicLetter
-	for _, r := range recs[:min(limit, len(recs))] {
+	err = t.each(ctx, func(r *kgo.Record) bool {
 		l := letterOf(r)
 		l.Replayed = replayed(committed, r)
 		out = append(out, l)
-	}
-	return out, nil
+		return len(out) < limit
+	})
+	return out, err
 }
 
 // replay copies the topic's records that the replaying group has not
@@ -191,16 +187,21 @@ func (t topicLetters) replay(ctx context.Context, toTopic string) (replayedN, pa
 	if err := t.refuseLiveGroup(ctx); err != nil {
 		return 0, 0, err
 	}
-	recs, before, err := t.read(ctx)
+	before, err := t.committed(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
 	// The offset past each partition's last record: the group is done once
 	// its committed offsets reach them (markers follow, and are never
-	// consumed).
+	// consumed). Only the records' positions are kept, not the records.
 	targets := map[int32]int64{}
-	for _, r := range recs {
+	var recs []*kgo.Record
+	if err := t.each(ctx, func(r *kgo.Record) bool {
 		targets[r.Partition] = r.Offset + 1
+		recs = append(recs, &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
+		return true
+	}); err != nil {
+		return 0, 0, err
 	}
 	if done(before, t.topic, targets) {
 		return 0, 0, nil

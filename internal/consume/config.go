@@ -115,7 +115,6 @@ func (c *Core) newClient(hooks ...kgo.Opt) (*kgo.Client, error) {
 		// partition's pipeline) before a rebalance may take their
 		// partitions: it waits for AllowRebalance.
 		kgo.BlockRebalanceOnPoll())
-	opts = append(opts, c.run.Options...)
 	opts = append(opts, hooks...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

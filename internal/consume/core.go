@@ -21,8 +21,13 @@ type Runner struct {
 	// group's and topics', to the runner option to use instead: they
 	// are refused in ClientOptions.
 	Owned map[string]string
-	// Options are kgo options the runner sets (AdjustFetchOffsetsFn).
-	Options []kgo.Opt
+	// Seek positions every assigned partition (kgo's
+	// AdjustFetchOffsetsFn): offsetstore's stored offsets. Under
+	// CommitToKafka the core copies the exact positions it returns to the
+	// group in Kafka, so that a partition with no further input is not
+	// shown behind for good when its last copy was lost (a crash between
+	// the database commit and the copy). Nil: the group's offsets.
+	Seek func(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error)
 	// Check runs once per Run, before the client joins the group (a
 	// store or schema that is not ready costs the group no rebalance).
 	Check func(ctx context.Context) error
@@ -122,7 +127,11 @@ func (c *Core) session(ctx, work context.Context) error {
 	if c.cfg.Concurrency > 1 {
 		s.slots = make(chan struct{}, c.cfg.Concurrency)
 	}
-	cl, err := c.newClient(loop.GroupHooks(loop.Hooks{Assigned: s.assigned, Revoked: s.revoked, Lost: s.lost}, c.userHooks)...)
+	opts := loop.GroupHooks(loop.Hooks{Assigned: s.assigned, Revoked: s.revoked, Lost: s.lost}, c.userHooks)
+	if c.run.Seek != nil {
+		opts = append(opts, kgo.AdjustFetchOffsetsFn(s.seek))
+	}
+	cl, err := c.newClient(opts...)
 	if err != nil {
 		return err
 	}
