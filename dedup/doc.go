@@ -132,10 +132,14 @@
 // whoever raised it, the handler or the runner, and comes before the error
 // policy: no rule of a [eoskit.Classify] sees it, and a Stop fallback does not
 // stop on it. The database's error is found with errors.As (a
-// *pgconn.PgError and its SQLSTATE: 40001, 40P01, 55P03, 57014, class 08,
-// 53 or 57P; or an error pgconn made: a timeout, a failed connect), so a
+// *pgconn.PgError and its SQLSTATE: 40001, 40P01, 55P03, 57014 (but
+// not COPY's, whose rows the record gave), class 08, 53 or 57P), so a
 // handler must wrap it with %w; wrapped with %v, only a closed or silent
-// connection still tells. The shape of an error is never read: a
+// connection still tells. An error pgconn made without the database's word
+// (a deadline of the handler's own used up, a pool of the handler's own
+// that cannot connect) is the record's, as a handler's own calls make
+// them; the runner's connection that broke under the handler is told from
+// the connection itself. The shape of an error is never read: a
 // *net.OpError from an enrichment call, io.EOF from a decoder or a
 // context.DeadlineExceeded of the handler's own is the record's, and its
 // error policy decides (before, each was taken for the database's). A

@@ -2,6 +2,7 @@ package eos_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -32,12 +33,22 @@ type world struct {
 	in, out, dlt string
 	group        string
 	settled      []*counter
+	seeded       int // Seeds so far, so that each one's ids are new
 }
 
 func (w *world) Seed(t *testing.T, n int) []string {
-	committed, _, err := integration.SeedTransactional(context.Background(), w.k.Brokers, w.in, n, 50, nil)
+	// Each Seed's ids are new, so that a record applied again shows.
+	w.seeded++
+	prefix := fmt.Sprintf("s%d-", w.seeded)
+	committed, _, err := integration.SeedTransactional(context.Background(), w.k.Brokers, w.in, n, 50, func(r *kgo.Record) {
+		r.Key = append([]byte(prefix), r.Key...)
+		r.Value = r.Key
+	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range committed {
+		committed[i] = prefix + committed[i]
 	}
 	return committed
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 )
 
@@ -75,6 +76,9 @@ const (
 	// transaction committed is unknown: a new session, which reads the
 	// committed offsets from the broker.
 	endUnknown
+	// endConfig: the transaction met a setting that no retry cures (a
+	// partition the input gained since Run started): final, with it.
+	endConfig
 	// endUnconfirmed: a commit asked for ended not committed, with no
 	// partition taken, and the group's offsets do not show it aborted:
 	// franz-go retried a failed EndTxn as an abort, and the broker may
@@ -104,6 +108,8 @@ func decideEnd(e txnEnd) endOutcome {
 		return endOutcome{endTimedOut, "timeout"}
 	case fenced:
 		return endOutcome{endFenced, "fenced"}
+	case errors.Is(e.flushErr, eoskit.ErrInvalidConfig):
+		return endOutcome{endConfig, "refused"}
 	case refusedStateWrite(e.flushErr) != nil:
 		// The changelog or the updates topic the processor may not
 		// write.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/eoskit/eoskit"
 )
 
 func TestAbortedBeforeNeedsEveryPartitionStableAndBehind(t *testing.T) {
@@ -102,6 +104,9 @@ func TestDecideEndUnit(t *testing.T) {
 			want: endOutcome{endShutDown, "shutdown"}},
 		{name: "a plain batch's output not acknowledged (endPlain makes it an output that failed)", end: txnEnd{produceErr: context.DeadlineExceeded},
 			want: endOutcome{endBatchFailed, "produce-error"}},
+		{name: "a setting no retry cures met inside the transaction (a partition the input gained)",
+			end:  txnEnd{flushErr: &eoskit.ConfigError{Package: "eos", Setting: "Changelog", Reason: "grew"}},
+			want: endOutcome{endConfig, "refused"}},
 		{name: "not handled for no failure of its own (an isolated output unsettled)", end: txnEnd{},
 			want: endOutcome{endBatchFailed, "rebalance"}},
 	} {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/hanging"
 	"github.com/eoskit/eoskit/internal/loop"
@@ -280,6 +281,15 @@ func (s *session) act(ctx context.Context, b *batch, e txnEnd, o endOutcome) (go
 		p.logger.Warn("eos: the transaction outlived its timeout and the broker aborted it; restarting the session (keep CommitInterval and handler time well below TransactionTimeout)",
 			"elapsed", e.elapsed, "transaction_timeout", e.timeout, "records_in", b.in)
 		return false, loop.Restart(fmt.Errorf("transaction outlived its timeout (%s > %s): %w", e.elapsed.Round(time.Millisecond), e.timeout, errors.Join(e.endErr, e.produceErr, e.flushErr)))
+	case endConfig:
+		// Aborted by franz-go (no commit was asked for with a failure
+		// noted); the setting ends Run.
+		p.obs.Aborted(o.reason, e.elapsed)
+		var cerr *eoskit.ConfigError
+		if errors.As(e.flushErr, &cerr) {
+			return false, cerr
+		}
+		return false, e.flushErr
 	case endFenced:
 		p.obs.Fenced()
 		p.obs.Aborted(o.reason, e.elapsed)

@@ -3,6 +3,7 @@ package offsetstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -22,22 +23,34 @@ func TestContracts(t *testing.T) {
 	t.Parallel()
 	contract.Run(t, contract.Subject{
 		Features: contract.Features{Database: true, Batches: true},
-		New:      func(t *testing.T) contract.World { return world{newBed(t, 3, 0)} },
+		New:      func(t *testing.T) contract.World { return &world{b: newBed(t, 3, 0)} },
 	})
 }
 
 // world is a contract's bed: topic, group, tables.
-type world struct{ b *bed }
+type world struct {
+	b      *bed
+	seeded int // Seeds so far, so that each one's ids are new
+}
 
-func (w world) Seed(t *testing.T, n int) []string {
-	committed, _, err := integration.SeedTransactional(context.Background(), w.b.k.Brokers, w.b.topic, n, 50, nil)
+func (w *world) Seed(t *testing.T, n int) []string {
+	// Each Seed's ids are new, so that a record applied again shows.
+	w.seeded++
+	prefix := fmt.Sprintf("s%d-", w.seeded)
+	committed, _, err := integration.SeedTransactional(context.Background(), w.b.k.Brokers, w.b.topic, n, 50, func(r *kgo.Record) {
+		r.Key = append([]byte(prefix), r.Key...)
+		r.Value = r.Key
+	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range committed {
+		committed[i] = prefix + committed[i]
 	}
 	return committed
 }
 
-func (w world) Runner(t *testing.T, s contract.Setup) contract.Runner {
+func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	h := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 		for _, r := range recs {
 			if s.Handle == nil {
@@ -69,14 +82,14 @@ func (w world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	return r
 }
 
-func (w world) Effects(t *testing.T) []string {
+func (w *world) Effects(t *testing.T) []string {
 	return contract.Strings(t, w.b.pool, `SELECT id FROM results`)
 }
 
-func (w world) DeadLettered(t *testing.T) []string {
+func (w *world) DeadLettered(t *testing.T) []string {
 	return contract.Strings(t, w.b.pool, `SELECT convert_from(key, 'UTF8') FROM eoskit_dead_letters WHERE consumer_group = $1`, w.b.group)
 }
 
-func (w world) Settled(t *testing.T) int { return contract.Count(t, w.b.pool, "results", w.b.group) }
+func (w *world) Settled(t *testing.T) int { return contract.Count(t, w.b.pool, "results", w.b.group) }
 
-func (w world) DeadLetter() eoskit.ErrorPolicy { return offsetstore.DeadLetter() }
+func (w *world) DeadLetter() eoskit.ErrorPolicy { return offsetstore.DeadLetter() }

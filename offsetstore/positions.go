@@ -24,7 +24,7 @@ import (
 // seekToStored runs on every assignment, before any record of the assigned
 // partitions is fetched: it replaces the offsets Kafka holds for the group
 // with those stored in PostgreSQL, or the reset point where none is stored.
-func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, map[string]map[int32]int64, error) {
 	topics := make([]string, 0, len(offsets))
 	for t := range offsets {
 		topics = append(topics, t)
@@ -46,8 +46,9 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("offsetstore: read stored offsets: %w", err)
+		return nil, nil, fmt.Errorf("offsetstore: read stored offsets: %w", err)
 	}
+	found := map[string]map[int32]int64{}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, t := range topics {
@@ -70,6 +71,10 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 				// and must not trigger franz-go's data-loss detection.
 				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
 				r.positions[tp] = next
+				if found[t] == nil {
+					found[t] = map[int32]int64{}
+				}
+				found[t][p] = next
 			} else {
 				parts[p] = r.cfg.reset
 				r.positions[tp] = noRow
@@ -77,7 +82,7 @@ func (r *Runner) seekToStored(ctx context.Context, offsets map[string]map[int32]
 		}
 	}
 	r.cfg.core.Logger.Info("offsetstore: assigned; positioned at stored offsets", "offsets", loop.FormatOffsets(offsets))
-	return offsets, nil
+	return offsets, found, nil
 }
 
 // load reads the stored offsets of topics. A row stored for another topic

@@ -204,12 +204,15 @@
 // that transaction there; until it has, the slot is told nothing. A log
 // that holds another there, or none, is rewound: Run stops with
 // [ErrRewound], naming both, and publishes nothing. A position past the
-// server's log is refused alike. The operator decides where the restored
-// log began to differ (a point-in-time recovery's target, or the end of
-// the log the backup holds: PostgreSQL's log names it on the restore,
-// "redo done at" or "consistent recovery state reached at") and tells the
-// relay ([Relay.ResumeAfter], or eoskit's command: go run
-// github.com/eoskit/eoskit/cmd/eoskit outbox resume-after -lsn ...); its
+// server's log is refused alike. The operator tells the relay where the
+// restored log ends ([Relay.ResumeAfter], or eoskit's command: go run
+// github.com/eoskit/eoskit/cmd/eoskit outbox resume-after -lsn ...): a
+// point-in-time recovery's target LSN; for a backup or a snapshot, its last
+// checkpoint (pg_controldata's "Latest checkpoint location" of the restored
+// data, or SELECT checkpoint_lsn FROM pg_control_checkpoint() before the
+// server takes new writes), which is at or before the true end: a point
+// before it publishes again what lies between (duplicates, never a loss).
+// The relay's
 // next run publishes every transaction that ends past that point. The
 // records the restore lost stay in Kafka. Positions written before this
 // check was kept carry no transaction to check: a relay reading one

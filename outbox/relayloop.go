@@ -98,14 +98,15 @@ func (r *Relay) publishAll(ctx context.Context, rs *relaySession) (progressed bo
 				}
 			}
 		}
-		began := time.Now()
 		// The batch is read whole before its Kafka transaction begins:
 		// reading a large database transaction takes its time, which
-		// must not count against the transaction's timeout.
-		err := r.cfg.collect(cur, next)
-		if err == nil {
-			err = r.publishBatch(ctx, s, p, cur)
+		// must not count against the transaction's timeout. A failed
+		// read is no transaction's abort.
+		if err := r.cfg.collect(cur, next); err != nil {
+			return progressed, err
 		}
+		began := time.Now()
+		err := r.publishBatch(ctx, s, p, cur)
 		timedOut := errors.Is(err, eos.ErrFenced) && !r.takenOver(ctx, s)
 		r.observe(ctx, cur, began, err, timedOut)
 		if err == nil {

@@ -65,12 +65,6 @@ func TestARestoredDatabaseIsNotTakenForTheOneKafkaHolds(t *testing.T) {
 	}
 
 	publish(b.pool, "a", len(write(b.pool, "a", 1, 10)))
-	// Where the backup's log ends, as PostgreSQL would log it on the
-	// restore: the operator's point to resume after.
-	var restorePoint string
-	if err := b.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&restorePoint); err != nil {
-		t.Fatal(err)
-	}
 	if err := pg.Snapshot(ctx, "backup"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +74,12 @@ func TestARestoredDatabaseIsNotTakenForTheOneKafkaHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool = pg.Pool(t)
+	// Where the restored log ends, as the documentation tells the
+	// operator to read it before new writes: its last checkpoint.
+	var restorePoint string
+	if err := pool.QueryRow(ctx, `SELECT checkpoint_lsn::text FROM pg_control_checkpoint()`).Scan(&restorePoint); err != nil {
+		t.Fatal(err)
+	}
 	c := write(pool, "c", 60, 50) // three times b's log: past Kafka's position
 	run := b.startOn(t, pool)
 	var refused error

@@ -21,7 +21,7 @@ func TestVerifiedTellsARewoundLog(t *testing.T) {
 		{"none ends there", []dbTxn{{end: 900, xid: 6}, {end: 1200, xid: 7, committed: 555}}, true},
 	} {
 		s := &stream{slot: "s"}
-		s.verifyAt(pos, 10)
+		s.verifyAt(pos, 10, nil)
 		var err error
 		for i := range c.txns {
 			if err = s.verified(&c.txns[i]); err != nil {
@@ -34,10 +34,13 @@ func TestVerifiedTellsARewoundLog(t *testing.T) {
 		if !c.rewound && s.verify != nil {
 			t.Errorf("%s: still verifying after the position passed", c.name)
 		}
+		if c.rewound && (s.verify == nil || s.hold != 10) {
+			t.Errorf("%s: a rewound log no longer holds the slot at its resume point", c.name)
+		}
 	}
 	// A position written before commit times were kept: the id alone.
 	s := &stream{slot: "s"}
-	s.verifyAt(published{end: 1000, xid: 7}, 10)
+	s.verifyAt(published{end: 1000, xid: 7}, 10, nil)
 	if err := s.verified(&dbTxn{end: 1000, xid: 7, committed: 999}); err != nil {
 		t.Errorf("a position without a commit time: %v", err)
 	}

@@ -220,13 +220,6 @@ func (r *Relay) openSession(ctx context.Context) (_ *relaySession, waited bool, 
 	if err != nil {
 		return nil, waited, err
 	}
-	// Rows an earlier relay (or session) published but could not delete:
-	// now, and every status interval, until they are gone.
-	r.undeleted.mu.Lock()
-	maps.Copy(r.undeleted.ids, carried)
-	r.undeleted.mu.Unlock()
-	r.sweep(ctx)
-	rs.closers = append(rs.closers, every(r.cfg.statusInterval, func() { r.sweep(ctx) }))
 	var wal pglogrepl.LSN
 	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&wal); err != nil {
 		return nil, waited, fmt.Errorf("outbox: read the server's log position: %w", err)
@@ -235,14 +228,32 @@ func (r *Relay) openSession(ctx context.Context) (_ *relaySession, waited bool, 
 		return nil, waited, finalError{fmt.Errorf("%w: %w: the position in %s, %s, is past this server's log (%s): it was written for another incarnation of the server (restored, re-created)",
 			ErrRewound, ErrPosition, r.cfg.positionTopic, from.end, wal)}
 	}
+	// Rows an earlier relay (or session) published but could not delete:
+	// swept now, and every status interval, until they are gone; but
+	// only from a log found to be the one Kafka's position was written
+	// from (a restored server reuses row ids: sweeping by id would delete
+	// rows nobody published).
+	adopt := func() {
+		r.undeleted.mu.Lock()
+		maps.Copy(r.undeleted.ids, carried)
+		r.undeleted.mu.Unlock()
+	}
 	// A log that still reaches the position must hold there the
 	// transaction Kafka's position ends with: a database restored to
 	// before it streams other transactions over that stretch, which
-	// would be taken for published (see stream.verify).
+	// would be taken for published (see stream.verified).
 	if from.xid != 0 && resumes < from.end {
-		s.verifyAt(from, resumes)
+		s.verifyAt(from, resumes, adopt)
+	} else {
+		adopt()
+		r.sweep(ctx)
 	}
-	s.setConfirmed(from.end) // already in Kafka: the slot may forget it
+	rs.closers = append(rs.closers, every(r.cfg.statusInterval, func() {
+		if !s.verifying() {
+			r.sweep(ctx)
+		}
+	}))
+	s.setConfirmed(from.end) // already in Kafka: the slot may forget it (held while verifying)
 	// Health has no partitions to show for a relay: LastAssigned is when
 	// it last took its slot and began to read.
 	r.obs.NewSession()

@@ -69,11 +69,13 @@ type stream struct {
 	idle pglogrepl.LSN
 	// verify, when set, is Kafka's position, which the log streamed from
 	// below it must hold: the transaction with its id must end there.
-	// Cleared once the stream passed it. Until then the slot is told
+	// Cleared once the stream passed it and found it (then verified
+	// runs); kept for good when it did not. Meanwhile the slot is told
 	// nothing past hold, where it resumed: a log found rewound must keep
 	// what it holds for the operator's decision.
-	verify *published
-	hold   pglogrepl.LSN
+	verify   *published
+	hold     pglogrepl.LSN
+	onVerify func()
 }
 
 // replicationConfig turns a pool's connection settings into a
@@ -186,11 +188,20 @@ func (s *stream) setConfirmed(lsn pglogrepl.LSN) {
 }
 
 // verifyAt makes the stream check the log against Kafka's position p
-// (see verified), telling the slot nothing past resumes meanwhile.
-func (s *stream) verifyAt(p published, resumes pglogrepl.LSN) {
+// (see verified), telling the slot nothing past resumes meanwhile, and
+// run onVerified once the log passed the check.
+func (s *stream) verifyAt(p published, resumes pglogrepl.LSN, onVerified func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.verify, s.hold = &p, resumes
+	s.verify, s.hold, s.onVerify = &p, resumes, onVerified
+}
+
+// verifying reports whether the check of verifyAt is still under way, or
+// failed.
+func (s *stream) verifying() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.verify != nil
 }
 
 func (s *stream) close() { _ = s.conn.Close(context.Background()) }
@@ -337,10 +348,15 @@ func (s *stream) verified(t *dbTxn) error {
 	if v == nil || t.end < v.end {
 		return nil
 	}
-	s.verify = nil
 	if t.end == v.end && t.xid == v.xid && (v.committed == 0 || t.committed == v.committed) {
+		s.verify = nil
+		if s.onVerify != nil {
+			s.onVerify()
+		}
 		return nil
 	}
+	// Failed: verify stays set, so that nothing past hold is confirmed
+	// whatever runs before the session ends (the keeper included).
 	found := fmt.Sprintf("transaction %d, committed at %s, ends there", t.xid, time.UnixMicro(t.committed).UTC().Format(time.RFC3339Nano))
 	if t.end > v.end {
 		found = fmt.Sprintf("no transaction ends there (transaction %d ends at %s)", t.xid, t.end)

@@ -203,6 +203,10 @@ private_restore() {
 	bin=$(private_bin)
 	as_postgres "[ -d $data/snap-$name ]" || die "no snapshot $name"
 	as_postgres "$bin/pg_ctl -D $data/db -m immediate -w stop" >/dev/null 2>&1 || true
+	# Never replace the files of a server still running.
+	if as_postgres "$bin/pg_ctl -D $data/db status" >/dev/null 2>&1; then
+		die "private server did not stop; not restoring over it"
+	fi
 	as_postgres "rm -rf $data/db && cp -a $data/snap-$name $data/db"
 	as_postgres "$bin/pg_ctl -D $data/db -l $data/log -w -t 60 start" >/dev/null ||
 		die "private server did not start: $(as_postgres "tail -5 $data/log")"

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,7 +30,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := flag.NewFlagSet("eoskit dead-letters "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kf := addKafkaFlags(fs)
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL holding "+deadletter.Table+" (default $DATABASE_URL)")
+	db := addDatabaseFlag(fs, "PostgreSQL holding "+deadletter.Table)
 	dlq := fs.String("dead-letter-topic", "", "a Kafka dead-letter topic instead of the PostgreSQL table")
 	group := fs.String("group", "", "table: only records this group parked")
 	topic := fs.String("topic", "", "table: only records read from this topic")
@@ -53,8 +52,8 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	case *dlq == "" && *replayGroup != "":
 		fmt.Fprintln(stderr, "-replay-group is for a dead-letter topic (-dead-letter-topic)")
 		return exitUsage
-	case *dlq == "" && *dbURL == "":
-		fmt.Fprintln(stderr, "name the dead letters: -database-url (or $DATABASE_URL) for the table, or -dead-letter-topic")
+	case *dlq != "" && *db.url != "":
+		fmt.Fprintln(stderr, "-database-url names the table's dead letters; -dead-letter-topic a topic's: name one")
 		return exitUsage
 	case *limit <= 0:
 		fmt.Fprintln(stderr, "-limit must be positive")
@@ -96,7 +95,16 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitOK
 	}
 
-	pool, err := pgxpool.New(ctx, *dbURL)
+	dbURL, given, err := db.resolve()
+	switch {
+	case err != nil:
+		fmt.Fprintln(stderr, "eoskit:", err)
+		return exitUsage
+	case !given:
+		fmt.Fprintln(stderr, "name the dead letters: the table's database ($DATABASE_URL, -database-url, or libpq's PG* variables), or -dead-letter-topic")
+		return exitUsage
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		fmt.Fprintln(stderr, "eoskit:", err)
 		return exitUsage
@@ -159,7 +167,7 @@ func (o textOutput) tableLetters(rows []deadletter.Row) {
 	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tGROUP\tREAD-FROM\tPARKED\tKEY-BYTES\tVALUE-BYTES\tERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%s\t%s[%d]@%d\t%s\t%d\t%d\t%s\n", r.ID, r.Group, r.Topic, r.Partition, r.Offset,
+		fmt.Fprintf(tw, "%d\t%s\t%s[%d]@%d\t%s\t%d\t%d\t%s\n", r.ID, shown(r.Group), shown(r.Topic), r.Partition, r.Offset,
 			r.CreatedAt.UTC().Format(time.RFC3339), r.KeyBytes, r.ValueBytes, oneLine(r.Error))
 	}
 	tw.Flush()
@@ -173,7 +181,7 @@ func (o textOutput) topicLetters(ls []topicLetter) {
 	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AT\tREAD-FROM\tREPLAYED\tKEY-BYTES\tVALUE-BYTES\tERROR")
 	for _, l := range ls {
-		fmt.Fprintf(tw, "[%d]@%d\t%s\t%t\t%d\t%d\t%s\n", l.Partition, l.Offset, l.Source, l.Replayed, l.KeyBytes, l.ValueBytes, oneLine(l.Error))
+		fmt.Fprintf(tw, "[%d]@%d\t%s\t%t\t%d\t%d\t%s\n", l.Partition, l.Offset, shown(l.Source), l.Replayed, l.KeyBytes, l.ValueBytes, oneLine(l.Error))
 	}
 	tw.Flush()
 }

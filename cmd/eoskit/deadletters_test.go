@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -61,6 +64,30 @@ func eoskitCmd(t *testing.T, args ...string) (int, string) {
 		t.Logf("eoskit %s: stderr: %s", strings.Join(args[:2], " "), stderr)
 	}
 	return code, stdout
+}
+
+// withoutPassword is url as an operator gives it to -database-url: its
+// password moved to a passfile of the test's own (libpq's ~/.pgpass, as
+// pgx reads it), off the command line.
+func withoutPassword(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass, ok := u.User.Password()
+	if !ok {
+		return raw
+	}
+	file := filepath.Join(t.TempDir(), "pgpass")
+	if err := os.WriteFile(file, []byte("*:*:*:"+u.User.Username()+":"+pass+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(u.User.Username())
+	q := u.Query()
+	q.Set("passfile", file)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // eoskitCmdErr runs the command and returns its exit status, stdout and
@@ -153,6 +180,7 @@ func TestDeadLettersInTheTableAreListedAndReplayedOnce(t *testing.T) {
 		path := tc.path
 		t.Run(path+"/"+tc.outbox, func(t *testing.T) {
 			pool, url := integration.PostgresWithURL(t)
+			url = withoutPassword(t, url)
 			ctx := context.Background()
 			if _, err := pool.Exec(ctx, `CREATE TABLE applied (report text NOT NULL, region text)`); err != nil {
 				t.Fatal(err)

@@ -86,14 +86,17 @@
 // stops with outbox.ErrRewound, naming the transaction Kafka's position
 // ends with and what the restored log holds there. outbox resume-after
 // is the operator's decision (outbox.Relay.ResumeAfter): -lsn is where the
-// restored server's log began to differ (a point-in-time recovery's
-// target, or the end of the log the backup holds: PostgreSQL's log names
-// it on the restore, "redo done at" or "consistent recovery state
-// reached at"). It commits that position, under the relay's
-// transactional id (which fences a relay of the slot still running): the
-// relay's next run publishes every transaction that ends past it. It
-// needs Write on the position topic and on the transactional id, and a
-// role that may read the outbox's token table.
+// restored server's log ends (a point-in-time recovery's target LSN; for a
+// backup or snapshot, its last checkpoint: pg_controldata's "Latest
+// checkpoint location", or SELECT checkpoint_lsn FROM
+// pg_control_checkpoint() before the server takes new writes; a point
+// before the true end publishes again what lies between, never loses).
+// It commits that position, under the relay's transactional id (which
+// fences a relay of the slot still running): the relay's next run
+// publishes every transaction that ends past it. It needs Write on the
+// position topic and on the transactional id, and the relay's own
+// database role (REPLICATION, to identify the server; the outbox's token
+// table).
 //
 // Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
 // -timeout (default 1m), -json; on a cluster that authenticates,

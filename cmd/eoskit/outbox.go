@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,7 +24,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("eoskit outbox resume-after", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kf := addKafkaFlags(fs)
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "the outbox's PostgreSQL (default $DATABASE_URL)")
+	db := addDatabaseFlag(fs, "the outbox's PostgreSQL")
 	positions := fs.String("position-topic", "", "the relay's position topic (outbox.PositionTopic)")
 	lsn := fs.String("lsn", "", "where the restored server's log began to differ, as 0/1A2B3C4: transactions ending past it are published, those at or before it taken as published")
 	name := fs.String("outbox", "", "the outbox, as outbox.Name gives it (default: the database's default outbox)")
@@ -34,9 +33,13 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
+	dbURL, given, err := db.resolve()
 	switch {
-	case *dbURL == "":
-		fmt.Fprintln(stderr, "name the database: -database-url (or $DATABASE_URL)")
+	case err != nil:
+		fmt.Fprintln(stderr, "eoskit:", err)
+		return exitUsage
+	case !given:
+		fmt.Fprintln(stderr, "name the outbox's database: $DATABASE_URL, -database-url, or libpq's PG* variables")
 		return exitUsage
 	case *positions == "" || *lsn == "":
 		fmt.Fprintln(stderr, "-position-topic and -lsn are required: the relay's position topic, and where the restored log began to differ")
@@ -53,7 +56,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "eoskit: reach %s: %v\n", strings.Join(conn.seeds, ","), err)
 		return exitError
 	}
-	pool, err := pgxpool.New(ctx, *dbURL)
+	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		fmt.Fprintln(stderr, "eoskit:", err)
 		return exitUsage
@@ -78,6 +81,10 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := r.ResumeAfter(ctx, *lsn); err != nil {
 		fmt.Fprintln(stderr, "eoskit:", err)
 		return exitError
+	}
+	if *kf.json {
+		jsonOutput{stdout}.print(map[string]string{"position": *lsn})
+		return exitOK
 	}
 	fmt.Fprintf(stdout, "the relay's position is %s: its next run publishes every transaction that ends past it\n", *lsn)
 	return exitOK

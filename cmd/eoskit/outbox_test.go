@@ -22,6 +22,7 @@ func TestOutboxResumeAfterMovesTheRelaysPosition(t *testing.T) {
 	t.Parallel()
 	k := integration.Kafka(t)
 	pool, url := integration.PostgresWithURL(t)
+	url = withoutPassword(t, url)
 	ctx := context.Background()
 	if err := outbox.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
@@ -41,6 +42,11 @@ func TestOutboxResumeAfterMovesTheRelaysPosition(t *testing.T) {
 		args := append([]string{"outbox", "resume-after", "-brokers", strings.Join(k.Brokers, ","), "-database-url", url, "-timeout", "30s"}, extra...)
 		code := run(ctx, args, &out, &errOut)
 		return code, out.String(), errOut.String()
+	}
+	var refusedOut, refusedErr bytes.Buffer
+	if code := run(ctx, []string{"outbox", "resume-after", "-database-url", "postgres://u:s3cret@127.0.0.1/db", "-position-topic", positions, "-lsn", wal}, &refusedOut, &refusedErr); code != exitUsage ||
+		!strings.Contains(refusedErr.String(), "PGPASSWORD") || strings.Contains(refusedErr.String(), "s3cret") {
+		t.Errorf("a password in -database-url: exit %d, %q; want a usage refusal that names PGPASSWORD and not the password", code, refusedErr.String())
 	}
 	if code, _, errOut := cmd("-position-topic", positions); code != exitUsage || !strings.Contains(errOut, "-lsn") {
 		t.Errorf("without -lsn: exit %d, %q; want usage naming -lsn", code, errOut)

@@ -291,10 +291,10 @@ func (o textOutput) hangs(hs []txnscan.Hang, looked int) {
 	for _, h := range hs {
 		coord := "-"
 		if h.TransactionalID != "" {
-			coord = fmt.Sprintf("%s@%d", h.Coordinator.State, h.Coordinator.ProducerEpoch)
+			coord = fmt.Sprintf("%s@%d", shown(h.Coordinator.State), h.Coordinator.ProducerEpoch)
 		}
-		fmt.Fprintf(tw, "%s[%d]\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", h.Topic, h.Partition, h.ProducerID, h.ProducerEpoch,
-			h.CurrentTxnStartOffset, cmp.Or(h.TransactionalID, "-"), coord, h.Outcome, h.Evidence)
+		fmt.Fprintf(tw, "%s[%d]\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", shown(h.Topic), h.Partition, h.ProducerID, h.ProducerEpoch,
+			h.CurrentTxnStartOffset, shown(cmp.Or(h.TransactionalID, "-")), coord, h.Outcome, shown(h.Evidence))
 	}
 	tw.Flush()
 }
@@ -302,7 +302,7 @@ func (o textOutput) hangs(hs []txnscan.Hang, looked int) {
 func (o textOutput) described(d *description) {
 	c := d.Coordinator
 	fmt.Fprintf(o.w, "transactional id %s: producer id %d, epoch %d, %s (coordinator node %d, timeout %d ms)\n",
-		c.TxnID, c.ProducerID, c.ProducerEpoch, c.State, c.Coordinator, c.TimeoutMillis)
+		shown(c.TxnID), c.ProducerID, c.ProducerEpoch, shown(c.State), c.Coordinator, c.TimeoutMillis)
 	if len(d.Open) == 0 {
 		fmt.Fprintln(o.w, "no partition holds a transaction of its producer open")
 		return
@@ -310,7 +310,7 @@ func (o textOutput) described(d *description) {
 	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tEPOCH\tSTART-OFFSET\tSTATE")
 	for _, p := range d.Open {
-		fmt.Fprintf(tw, "%s[%d]\t%d\t%d\t%s\n", p.Topic, p.Partition, p.ProducerEpoch, p.CurrentTxnStartOffset, p.State)
+		fmt.Fprintf(tw, "%s[%d]\t%d\t%d\t%s\n", shown(p.Topic), p.Partition, p.ProducerEpoch, p.CurrentTxnStartOffset, shown(p.State))
 	}
 	tw.Flush()
 }
@@ -322,7 +322,7 @@ func (o textOutput) closed(c *closing) {
 	}
 	marker := map[bool]string{true: "a COMMIT", false: "an ABORT"}[c.Commit]
 	fmt.Fprintf(o.w, "%s %s marker to %s[%d] for producer id %d epoch %d (coordinator epoch %d), closing the transaction open since offset %d; evidence: %s\n",
-		verb, marker, c.Hang.Topic, c.Hang.Partition, c.Hang.ProducerID, c.Hang.ProducerEpoch, c.Hang.CoordinatorEpoch, c.Hang.CurrentTxnStartOffset, c.Hang.Evidence)
+		verb, marker, shown(c.Hang.Topic), c.Hang.Partition, c.Hang.ProducerID, c.Hang.ProducerEpoch, c.Hang.CoordinatorEpoch, c.Hang.CurrentTxnStartOffset, shown(c.Hang.Evidence))
 }
 
 func (o jsonOutput) hangs(hs []txnscan.Hang, _ int) { o.print(nonNil(hs)) }

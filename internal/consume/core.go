@@ -22,12 +22,13 @@ type Runner struct {
 	// are refused in ClientOptions.
 	Owned map[string]string
 	// Seek positions every assigned partition (kgo's
-	// AdjustFetchOffsetsFn): offsetstore's stored offsets. Under
-	// CommitToKafka the core copies the exact positions it returns to the
-	// group in Kafka, so that a partition with no further input is not
-	// shown behind for good when its last copy was lost (a crash between
-	// the database commit and the copy). Nil: the group's offsets.
-	Seek func(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error)
+	// AdjustFetchOffsetsFn): offsetstore's stored offsets. It also
+	// returns the positions it found stored (not reset points), which
+	// under CommitToKafka the core copies to the group in Kafka, so that
+	// a partition with no further input is not shown behind for good
+	// when its last copy was lost (a crash between the database commit
+	// and the copy). Nil: the group's offsets.
+	Seek func(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (_ map[string]map[int32]kgo.Offset, stored map[string]map[int32]int64, _ error)
 	// Check runs once per Run, before the client joins the group (a
 	// store or schema that is not ready costs the group no rebalance).
 	Check func(ctx context.Context) error
@@ -171,8 +172,10 @@ type session struct {
 	lanes map[tp]*lane // partitions with batches not settled yet
 	ended []*batch     // batches that ended, for the poll loop to settle
 	// wake cuts the poll in progress short (nil between polls: a batch
-	// that ends then is in ended, which the next poll checks).
-	wake context.CancelFunc
+	// that ends then is in ended, and a seek sets sought, which the next
+	// poll checks).
+	wake   context.CancelFunc
+	sought bool
 	// failed is the error of the first batch that failed for good: no
 	// batch starts after it, and Run returns it.
 	failed error
@@ -286,10 +289,10 @@ func (s *session) pollRecords(ctx context.Context, n int) kgo.Fetches {
 	}
 	defer cancel()
 	s.mu.Lock()
-	if len(s.ended) > 0 {
+	if len(s.ended) > 0 || s.sought {
 		cancel()
 	}
-	s.wake = cancel
+	s.wake, s.sought = cancel, false
 	s.mu.Unlock()
 	f := s.cl.PollRecords(pollCtx, n)
 	s.mu.Lock()

@@ -145,17 +145,17 @@ func (s *session) mayStart(b *batch) bool {
 	}
 }
 
-// seek is the core's AdjustFetchOffsetsFn: the runner's Seek, whose exact
-// positions go to Kafka too under Runner.CommitToKafka.
+// seek is the core's AdjustFetchOffsetsFn: the runner's Seek, whose
+// stored positions go to Kafka too under Runner.CommitToKafka.
 func (s *session) seek(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	offsets, err := s.core.run.Seek(ctx, offsets)
+	offsets, stored, err := s.core.run.Seek(ctx, offsets)
 	if err != nil || s.commits == nil {
 		return offsets, err
 	}
 	var at []*kgo.Record
-	for t, parts := range offsets {
-		for p, o := range parts {
-			if next := o.EpochOffset().Offset; next > 0 {
+	for t, parts := range stored {
+		for p, next := range parts {
+			if next > 0 {
 				// As the last record before next: its commit is next.
 				at = append(at, &kgo.Record{Topic: t, Partition: p, Offset: next - 1, LeaderEpoch: -1})
 			}
@@ -163,10 +163,12 @@ func (s *session) seek(ctx context.Context, offsets map[string]map[int32]kgo.Off
 	}
 	s.commits.Add(at...)
 	// The poll under way waits for records, of which there may be none
-	// more: cut it short, so that the loop commits.
+	// more: cut it short, or the next one, so that the loop commits.
 	s.mu.Lock()
 	if s.wake != nil {
 		s.wake()
+	} else {
+		s.sought = true
 	}
 	s.mu.Unlock()
 	return offsets, nil

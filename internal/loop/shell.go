@@ -93,7 +93,7 @@ func (s *Shell) Run(ctx context.Context, spec Spec) (err error) {
 	defer done()
 	if spec.Start != nil {
 		if err := spec.Start(ctx); err != nil {
-			if ctx.Err() != nil {
+			if cutShort(ctx, err) {
 				return nil // shut down before it started: the checks were cut short
 			}
 			return err
@@ -101,10 +101,13 @@ func (s *Shell) Run(ctx context.Context, spec Spec) (err error) {
 	}
 	inARow, lastProgress := 0, time.Now()
 	for {
+		if ctx.Err() != nil {
+			return nil // shut down before a session joined the group
+		}
 		progressed, err := spec.Session(ctx, work)
 		var restart *RestartError
 		if !errors.As(err, &restart) {
-			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			if cutShort(ctx, err) {
 				return nil // what ctx's end cut short is a shutdown, not a failure
 			}
 			return err
@@ -130,6 +133,13 @@ func (s *Shell) Run(ctx context.Context, spec Spec) (err error) {
 	}
 }
 
+// cutShort reports whether err is ctx's end and nothing more: a record
+// error (a Stop on a record whose handler returned ctx's error) is still
+// reported.
+func cutShort(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.As(err, new(*eoskit.RecordError))
+}
+
 // giveUp says why the restarts end after inARow of them in a row, the
 // last progress since ago, or "" when they go on.
 func (r Restarts) giveUp(inARow int, since time.Duration) string {
@@ -144,5 +154,13 @@ func (r Restarts) giveUp(inARow int, since time.Duration) string {
 	return ""
 }
 
-// Running reports whether a Run of s runs.
-func (s *Shell) Running() bool { return s.running.Load() }
+// Exclusive runs fn unless a Run of s runs (eoskit.ErrRunning), and keeps
+// Run from starting meanwhile: for what must not overlap a Run (an
+// operator's change of its position, say).
+func (s *Shell) Exclusive(fn func() error) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return eoskit.ErrRunning
+	}
+	defer s.running.Store(false)
+	return fn()
+}

@@ -137,4 +137,21 @@ func TestShellEndsOnWhatIsNoRestart(t *testing.T) {
 	if err := sh.Run(ctx, spec(nil, final, cancel)); err != final {
 		t.Errorf("a final error as ctx ended: Run returned %v, want it", err)
 	}
+	ctx, cancel = context.WithCancel(context.Background())
+	stop := &eoskit.RecordError{Topic: "t", Err: fmt.Errorf("handler: %w", context.Canceled)}
+	if err := sh.Run(ctx, spec(nil, stop, cancel)); err != stop {
+		t.Errorf("a record's stop on ctx's error as ctx ended: Run returned %v, want the record error", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	sessions := 0
+	cut := spec(nil, nil, nil)
+	cut.Start = func(context.Context) error { cancel(); return nil }
+	cut.Session = func(context.Context, context.Context) (bool, error) { sessions++; return false, nil }
+	if err := sh.Run(ctx, cut); err != nil || sessions != 0 {
+		t.Errorf("ctx ended during the start checks: Run returned %v after %d sessions, want nil and none", err, sessions)
+	}
+	var inside error
+	if err := sh.Exclusive(func() error { inside = sh.Run(context.Background(), spec(nil, nil, nil)); return nil }); err != nil || !errors.Is(inside, eoskit.ErrRunning) {
+		t.Errorf("Exclusive: %v, and Run inside it %v, want nil and ErrRunning", err, inside)
+	}
 }
