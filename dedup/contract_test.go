@@ -3,7 +3,6 @@ package dedup_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -24,34 +23,17 @@ func TestContracts(t *testing.T) {
 	contract.Run(t, contract.Subject{
 		Features: contract.Features{Database: true},
 		New: func(t *testing.T) contract.World {
-			return &world{b: newBed(t, 3), group: integration.UniqueName(t, "g")}
+			b := newBed(t, 3)
+			return &world{Seeder: &contract.Seeder{Brokers: b.k.Brokers, Topic: b.topic}, b: b, group: integration.UniqueName(t, "g")}
 		},
 	})
 }
 
-// world is a contract's bed and group; seeded counts the Seeds, so that
-// each Seed's ids are new.
+// world is a contract's bed and group.
 type world struct {
-	b      *bed
-	group  string
-	seeded int
-}
-
-func (w *world) Seed(t *testing.T, n int) []string {
-	// Each Seed's ids are new: the consumer would skip those it met.
-	w.seeded++
-	prefix := fmt.Sprintf("s%d-", w.seeded)
-	committed, _, err := integration.SeedTransactional(context.Background(), w.b.k.Brokers, w.b.topic, n, 50, func(r *kgo.Record) {
-		r.Key = append([]byte(prefix), r.Key...)
-		r.Value = r.Key
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range committed {
-		committed[i] = prefix + committed[i]
-	}
-	return committed
+	*contract.Seeder
+	b     *bed
+	group string
 }
 
 func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {

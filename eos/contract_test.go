@@ -2,7 +2,6 @@ package eos_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,6 +21,7 @@ func TestContracts(t *testing.T) {
 	contract.Run(t, contract.Subject{Features: contract.Features{DeadLetteredOnce: true}, New: func(t *testing.T) contract.World {
 		k := integration.Kafka(t)
 		w := &world{k: k, in: k.NewTopic(3), out: k.NewTopic(3), dlt: k.NewTopic(1), group: integration.UniqueName(t, "g")}
+		w.Seeder = &contract.Seeder{Brokers: k.Brokers, Topic: w.in}
 		w.settled = []*counter{followCommitted(t, k, w.out), followCommitted(t, k, w.dlt)}
 		return w
 	}})
@@ -29,28 +29,11 @@ func TestContracts(t *testing.T) {
 
 // world is a contract's processor, topics and group.
 type world struct {
+	*contract.Seeder
 	k            *integration.KafkaCluster
 	in, out, dlt string
 	group        string
 	settled      []*counter
-	seeded       int // Seeds so far, so that each one's ids are new
-}
-
-func (w *world) Seed(t *testing.T, n int) []string {
-	// Each Seed's ids are new, so that a record applied again shows.
-	w.seeded++
-	prefix := fmt.Sprintf("s%d-", w.seeded)
-	committed, _, err := integration.SeedTransactional(context.Background(), w.k.Brokers, w.in, n, 50, func(r *kgo.Record) {
-		r.Key = append([]byte(prefix), r.Key...)
-		r.Value = r.Key
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range committed {
-		committed[i] = prefix + committed[i]
-	}
-	return committed
 }
 
 func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {

@@ -3,14 +3,12 @@ package offsetstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
-	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/testsupport/contract"
 )
@@ -23,31 +21,17 @@ func TestContracts(t *testing.T) {
 	t.Parallel()
 	contract.Run(t, contract.Subject{
 		Features: contract.Features{Database: true, Batches: true},
-		New:      func(t *testing.T) contract.World { return &world{b: newBed(t, 3, 0)} },
+		New: func(t *testing.T) contract.World {
+			b := newBed(t, 3, 0)
+			return &world{Seeder: &contract.Seeder{Brokers: b.k.Brokers, Topic: b.topic}, b: b}
+		},
 	})
 }
 
 // world is a contract's bed: topic, group, tables.
 type world struct {
-	b      *bed
-	seeded int // Seeds so far, so that each one's ids are new
-}
-
-func (w *world) Seed(t *testing.T, n int) []string {
-	// Each Seed's ids are new, so that a record applied again shows.
-	w.seeded++
-	prefix := fmt.Sprintf("s%d-", w.seeded)
-	committed, _, err := integration.SeedTransactional(context.Background(), w.b.k.Brokers, w.b.topic, n, 50, func(r *kgo.Record) {
-		r.Key = append([]byte(prefix), r.Key...)
-		r.Value = r.Key
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range committed {
-		committed[i] = prefix + committed[i]
-	}
-	return committed
+	*contract.Seeder
+	b *bed
 }
 
 func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {

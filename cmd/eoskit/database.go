@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -49,4 +51,19 @@ func (d databaseFlag) resolve() (conn string, given bool, err error) {
 		}
 	}
 	return "", false, nil
+}
+
+// connString is resolve for a command: the connection string, or the exit
+// status of a usage error it wrote to stderr (missing says what to name).
+func (d databaseFlag) connString(stderr io.Writer, missing string) (string, int) {
+	conn, given, err := d.resolve()
+	switch {
+	case err != nil:
+		fmt.Fprintln(stderr, "eoskit:", err)
+		return "", exitUsage
+	case !given:
+		fmt.Fprintln(stderr, missing)
+		return "", exitUsage
+	}
+	return conn, exitOK
 }

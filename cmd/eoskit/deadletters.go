@@ -95,14 +95,9 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitOK
 	}
 
-	dbURL, given, err := db.resolve()
-	switch {
-	case err != nil:
-		fmt.Fprintln(stderr, "eoskit:", err)
-		return exitUsage
-	case !given:
-		fmt.Fprintln(stderr, "name the dead letters: the table's database ($DATABASE_URL, -database-url, or libpq's PG* variables), or -dead-letter-topic")
-		return exitUsage
+	dbURL, code := db.connString(stderr, "name the dead letters: the table's database ($DATABASE_URL, -database-url, or libpq's PG* variables), or -dead-letter-topic")
+	if code != exitOK {
+		return code
 	}
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {

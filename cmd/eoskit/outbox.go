@@ -33,14 +33,10 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
-	dbURL, given, err := db.resolve()
+	dbURL, code := db.connString(stderr, "name the outbox's database: $DATABASE_URL, -database-url, or libpq's PG* variables")
 	switch {
-	case err != nil:
-		fmt.Fprintln(stderr, "eoskit:", err)
-		return exitUsage
-	case !given:
-		fmt.Fprintln(stderr, "name the outbox's database: $DATABASE_URL, -database-url, or libpq's PG* variables")
-		return exitUsage
+	case code != exitOK:
+		return code
 	case *positions == "" || *lsn == "":
 		fmt.Fprintln(stderr, "-position-topic and -lsn are required: the relay's position topic, and where the restored log began to differ")
 		return exitUsage
