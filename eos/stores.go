@@ -56,6 +56,10 @@ type keyedState struct {
 	// partitions is how many partitions the input had when Run checked
 	// the changelog against it.
 	partitions int32
+	// headers is the most a record produced has carried in headers the
+	// producer's hooks added (kotel's traceparent): the stores' writes
+	// must leave room for it (see learnHeaders).
+	headers atomic.Int64
 
 	mu        sync.RWMutex
 	parts     map[int32]*partState
@@ -107,6 +111,37 @@ func (ks *keyedState) check(ctx context.Context, conn []kgo.Opt, inputPartitions
 	ks.maxRecord = min(sh.MaxMessageBytes, ks.cfg.recordLimit(ks.cfg.changelog))
 	ks.partitions = inputPartitions
 	return nil
+}
+
+// recordLimit is what a store's write may take of the changelog's record
+// limit: all but what the producer's hooks add to every record.
+func (ks *keyedState) recordLimit() int {
+	if ks.maxRecord <= 0 {
+		return 0
+	}
+	return max(1, ks.maxRecord-int(ks.headers.Load()))
+}
+
+// learnHeaders notes the headers the producer's hooks added to a record,
+// and when they take more room than seen before, lowers every store's
+// limit for the writes to come: a write that would fit only without them
+// then fails in its handler (the record's fault) rather than at the
+// flush (a session restarted, for good). The first record the hooks grow
+// can still fail at the flush: its session restarts once.
+func (ks *keyedState) learnHeaders(hs []kgo.RecordHeader) {
+	n := int64(0)
+	for _, h := range hs {
+		n += int64(len(h.Key)+len(h.Value)) + 10 // the varints of both lengths, at most
+	}
+	for cur := ks.headers.Load(); n > cur; cur = ks.headers.Load() {
+		if ks.headers.CompareAndSwap(cur, n) {
+			for _, ps := range ks.parts { // ks.mu is held (flush)
+				ps.txn.SetMaxRecordBytes(ks.recordLimit())
+			}
+			ks.logger.Info("eos: the producer's hooks add headers to every record; leaving room for them in state writes", "bytes", n)
+			return
+		}
+	}
 }
 
 // grown is the error of a partition p of the input assigned past the
@@ -239,7 +274,7 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 				// tries again.
 				return loop.Restart(fmt.Errorf("open the store of %s[%d]: %w", ks.cfg.changelog, p, err))
 			}
-			ps = &partState{store: s, txn: state.NewTxn(s, ks.maxRecord)}
+			ps = &partState{store: s, txn: state.NewTxn(s, ks.recordLimit())}
 			ps.last.Store(-1)
 		}
 		if quiesce != nil {
@@ -330,6 +365,9 @@ func (ks *keyedState) flush(ctx context.Context, produce func(ctx context.Contex
 				for last := ps.last.Load(); r.Offset > last && !ps.last.CompareAndSwap(last, r.Offset); last = ps.last.Load() {
 				}
 			})
+			// The producer's hooks ran in produce: what they added is
+			// in r.Headers now (a changelog record is made with none).
+			ks.learnHeaders(r.Headers)
 		}
 		if ks.cfg.updates != "" {
 			for _, r := range state.Updates(dirty, ks.cfg.updates) {

@@ -49,9 +49,9 @@ const RecordOverhead = 100
 // transaction after either.
 type Txn struct {
 	store Store
-	max   int // 0: no limit
 
 	mu    sync.RWMutex
+	max   int               // 0: no limit
 	dirty map[string][]byte // nil: deleted
 }
 
@@ -62,6 +62,15 @@ var _ KV = (*Txn)(nil)
 // most the producer's batch limit for it; 0: no limit).
 func NewTxn(s Store, maxRecordBytes int) *Txn {
 	return &Txn{store: s, max: maxRecordBytes, dirty: map[string][]byte{}}
+}
+
+// SetMaxRecordBytes changes the limit NewTxn set, for the writes to come:
+// a runner that finds its producer's hooks add headers to every record
+// (kotel's traceparent) lowers it by what they add.
+func (t *Txn) SetMaxRecordBytes(maxRecordBytes int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.max = maxRecordBytes
 }
 
 // Store returns the store under the overlay: the committed state.
@@ -106,9 +115,12 @@ func (t *Txn) Delete(key []byte) error {
 }
 
 func (t *Txn) fits(key, value []byte) error {
-	if t.max > 0 && len(key)+len(value)+RecordOverhead > t.max {
+	t.mu.RLock()
+	max := t.max
+	t.mu.RUnlock()
+	if max > 0 && len(key)+len(value)+RecordOverhead > max {
 		return fmt.Errorf("%w: a key of %d bytes and a value of %d bytes (+%d of framing) exceed the changelog's limit of %d bytes",
-			ErrTooLarge, len(key), len(value), RecordOverhead, t.max)
+			ErrTooLarge, len(key), len(value), RecordOverhead, max)
 	}
 	return nil
 }
