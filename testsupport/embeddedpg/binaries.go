@@ -3,6 +3,7 @@ package embeddedpg
 import (
 	"archive/tar"
 	"archive/zip"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,14 +36,15 @@ type artifact struct {
 	platform string // zonky's name: linux-amd64, linux-arm64v8, ...
 	sha256   string
 	size     int64
+	base     string // where it is published; "" is Maven Central (mavenURL)
 }
 
 // artifacts are the platforms with binaries, and their jars' digests as
 // Maven Central served them on 2026-12-01.
 var artifacts = map[string]artifact{
-	"linux/amd64":        {"linux-amd64", "0dd7b72b6f335b8ecfb355fa24c5781e8a93edd09880bb77eb52ebbf29b3e96d", 14987378},
-	"linux/arm64":        {"linux-arm64v8", "8b042e0ea418b1927d95399207950da0734d27fe01e29503ade3bdc464ad4c2b", 14015430},
-	"linux/amd64/alpine": {"linux-amd64-alpine", "ace9a6f95b1c98ce84c9841267cd04ebee5d7de5dc7b8fea148ead44f145afbd", 14730308},
+	"linux/amd64":        {"linux-amd64", "0dd7b72b6f335b8ecfb355fa24c5781e8a93edd09880bb77eb52ebbf29b3e96d", 14987378, ""},
+	"linux/arm64":        {"linux-arm64v8", "8b042e0ea418b1927d95399207950da0734d27fe01e29503ade3bdc464ad4c2b", 14015430, ""},
+	"linux/amd64/alpine": {"linux-amd64-alpine", "ace9a6f95b1c98ce84c9841267cd04ebee5d7de5dc7b8fea148ead44f145afbd", 14730308, ""},
 }
 
 // platformArtifact returns the binaries for this machine.
@@ -60,7 +62,7 @@ func platformArtifact() (artifact, error) {
 
 func (a artifact) url() string {
 	name := "embedded-postgres-binaries-" + a.platform
-	return fmt.Sprintf("%s/%s/%s/%s-%s.jar", mavenURL, name, Version, name, Version)
+	return fmt.Sprintf("%s/%s/%s/%s-%s.jar", cmp.Or(a.base, mavenURL), name, Version, name, Version)
 }
 
 // ensureBinaries returns the directory holding bin/, lib/ and share/ of
@@ -149,6 +151,9 @@ func download(ctx context.Context, a artifact, w io.Writer, progress func(string
 		if n > 0 {
 			stalled.Reset(stallTimeout)
 			got += int64(n)
+			if got > a.size {
+				return fmt.Errorf("%s: larger than the %d bytes it has", a.url(), a.size)
+			}
 			sum.Write(buf[:n])
 			if _, err := w.Write(buf[:n]); err != nil {
 				return err
@@ -203,7 +208,9 @@ func extract(ctx context.Context, jar *os.File, dir string) error {
 }
 
 // untarXZ unpacks an xz-compressed tar into dir: regular files,
-// directories and symbolic links, nothing outside dir.
+// directories and symbolic links, nothing outside dir (an entry's path,
+// or a link's target, that leaves it is refused, and a file is never
+// written through a link).
 func untarXZ(ctx context.Context, r io.Reader, dir string) error {
 	xr, err := xz.NewReader(r)
 	if err != nil {
@@ -231,6 +238,12 @@ func untarXZ(ctx context.Context, r io.Reader, dir string) error {
 		case tar.TypeReg:
 			err = writeFile(target, tr, h.FileInfo().Mode().Perm()|0o444)
 		case tar.TypeSymlink:
+			// A link must stay inside dir, or a file written through it
+			// would land outside.
+			to := filepath.Join(filepath.Dir(target), h.Linkname)
+			if filepath.IsAbs(h.Linkname) || !strings.HasPrefix(to, filepath.Clean(dir)+string(os.PathSeparator)) {
+				return fmt.Errorf("entry %q links to %q, out of the directory", h.Name, h.Linkname)
+			}
 			if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
 				err = os.Symlink(h.Linkname, target)
 			}
@@ -245,7 +258,7 @@ func writeFile(path string, r io.Reader, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|oNoFollow, mode)
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func killLeftover(dir string) {
 		return
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err == nil && bytes.Contains(cmdline, []byte(dir)) {
+	if err == nil && namesCluster(cmdline, dir) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }

@@ -368,3 +368,22 @@ func writeOwned(path string, content []byte, acct account) error {
 	}
 	return errors.Join(err, f.Close())
 }
+
+// namesCluster reports whether a process's command line (its arguments,
+// each ended by a NUL, as /proc gives it) names the cluster in dir: an
+// argument that is dir or lies under it, whole path components compared,
+// so that a cluster whose directory name begins with dir's is not taken
+// for it.
+func namesCluster(cmdline []byte, dir string) bool {
+	dir = filepath.Clean(dir)
+	for _, arg := range strings.Split(string(cmdline), "\x00") {
+		_, path, hasEq := strings.Cut(arg, "=")
+		if !hasEq {
+			path = arg
+		}
+		if path == dir || strings.HasPrefix(path, dir+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
+}
