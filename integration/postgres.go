@@ -18,9 +18,10 @@ import (
 // container started for tb and terminated when it ends (role eoskit,
 // password eoskit); an embedded PostgreSQL server, where the kit carries one. With
 // none it skips tb, or fails it with EOS_REQUIRE_SERVICES=1. A container
-// that Docker runs but that does not come up fails tb. The server is
-// shared: tests that write data use [Postgres], which gives each its own
-// database.
+// that Docker runs but that does not come up fails tb. Without
+// DATABASE_URL each call starts a server of its own (a container or an
+// embedded server, for tb alone); set DATABASE_URL to share one. Tests
+// that write data use [Postgres], which gives each its own database.
 func PostgresServer(tb testing.TB) string {
 	tb.Helper()
 	if s := os.Getenv(DatabaseURLEnv); s != "" {

@@ -21,15 +21,22 @@ import (
 
 // Seed writes n input records with ids "in-0" .. "in-(n-1)" to topic,
 // spread over its partitions by key, with an idempotent producer, and
-// returns the ids in the order written.
+// returns the ids in the order written. It fails the test when they are
+// not all acknowledged within seedTimeout (a missing topic, a broker
+// gone: franz-go would retry for ever).
 func (k *KafkaCluster) Seed(topic string, n int) []string {
 	k.tb.Helper()
-	ids, err := seedTopic(context.Background(), k.conn, topic, n)
+	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
+	defer cancel()
+	ids, err := seedTopic(ctx, k.conn, topic, n)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
 	return ids
 }
+
+// seedTimeout bounds a Seed.
+const seedTimeout = 2 * time.Minute
 
 // Inputs are what a hostile seed wrote: the committed ids in the order
 // written, and the ids written only by transactions that aborted.
@@ -185,10 +192,12 @@ func (k *KafkaCluster) CheckTopic(inputs []string, output string, timeout time.D
 
 func (k *KafkaCluster) checkInputs(in Inputs, output string, timeout time.Duration) verify.Report {
 	k.tb.Helper()
-	committed := k.ReadAll(output, kgo.ReadCommitted(), timeout)
+	// One deadline for both reads: timeout bounds the whole check.
+	deadline := time.Now().Add(timeout)
+	committed := k.ReadAll(output, kgo.ReadCommitted(), time.Until(deadline))
 	outs, err := verify.DecodeOutputs(committed)
 	if err != nil {
 		k.tb.Fatalf("integration: %v", err)
 	}
-	return verify.Check(verify.Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs, Aborted: verify.AbortedPositions(k.ReadRaw(output, timeout))})
+	return verify.Check(verify.Run{Input: in.Committed, AbortedInput: in.Aborted, Output: outs, Aborted: verify.AbortedPositions(k.ReadRaw(output, max(time.Until(deadline), time.Second)))})
 }

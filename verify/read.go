@@ -18,9 +18,11 @@ func ReadRawTopic(ctx context.Context, brokers []string, topic string, timeout t
 }
 
 // ReadTopic reads every record of topic at level, up to its end (for
-// read_committed, its last stable offset); settled first waits until the
-// topic's ends stop moving and no transaction is open on it, so that a
-// reader sees the final state of a run (see [ReadTopicWith]).
+// read_committed, its last stable offset); settled first waits until no
+// transaction is open on it (every partition's last stable offset at its
+// high watermark), so that a reader of a finished run sees its final
+// state (see [ReadTopicWith]). It reads to the ends it finds once: what a
+// writer still running adds after that is not read.
 func ReadTopic(ctx context.Context, brokers []string, topic string, level kgo.IsolationLevel, settled bool, timeout time.Duration) ([]*kgo.Record, error) {
 	return ReadTopicWith(ctx, connOpts(brokers), topic, level, settled, false, timeout)
 }
