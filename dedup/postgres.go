@@ -72,6 +72,10 @@ CREATE INDEX IF NOT EXISTS `+pgx.Identifier{indexName(s.table)}.Sanitize()+` ON 
 		if err := deadletter.Create(ctx, tx); err != nil {
 			return err
 		}
+		// A dead-letter replay releases claims only in a table so marked.
+		if err := deadletter.MarkClaimTable(ctx, tx, s.table); err != nil {
+			return err
+		}
 		idType, err := s.idType(ctx, tx)
 		if err != nil || idType == "bytea" {
 			return err

@@ -148,7 +148,18 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, w
 				if !plainIdentifier.MatchString(p.claim.Table) || !plainIdentifier.MatchString(p.claimSchema) {
 					return fmt.Errorf("row %d names the claim table %q.%q, which is no plain identifier", p.id, p.claimSchema, p.claim.Table)
 				}
-				if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{p.claimSchema, p.claim.Table}.Sanitize()+` WHERE scope = $1 AND id = $2 AND processed_at = $3`,
+				// The row is anyone's to write who may park; the replay runs
+				// with the operator's rights: it deletes only from a table
+				// its owner marked as a claim table.
+				table := pgx.Identifier{p.claimSchema, p.claim.Table}.Sanitize()
+				var mark *string
+				if err := tx.QueryRow(ctx, `SELECT obj_description(to_regclass($1), 'pg_class')`, table).Scan(&mark); err != nil {
+					return fmt.Errorf("row %d: read the mark of its claim table %s: %w", p.id, table, err)
+				}
+				if mark == nil || *mark != ClaimTableMark {
+					return fmt.Errorf("row %d names the claim table %s, which its owner did not mark as one (dedup's Migrate marks its ids table; run it, as the table's owner): not releasing a claim there", p.id, table)
+				}
+				if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE scope = $1 AND id = $2 AND processed_at = $3`,
 					p.claim.Scope, p.claim.ID, p.parkedAt); err != nil {
 					return fmt.Errorf("release the claim of row %d: %w", p.id, err)
 				}
@@ -167,6 +178,17 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, w
 		}
 		done += n
 	}
+}
+
+// ClaimTableMark is the comment a claim table's owner gives it (dedup's
+// Migrate, MarkClaimTable): a replay releases claims in no other table.
+const ClaimTableMark = "eoskit dedup claims"
+
+// MarkClaimTable marks table (quoted, as SQL names it) as a claim table,
+// which only its owner may do.
+func MarkClaimTable(ctx context.Context, tx pgx.Tx, table string) error {
+	_, err := tx.Exec(ctx, `COMMENT ON TABLE `+table+` IS '`+ClaimTableMark+`'`)
+	return err
 }
 
 var plainIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -91,6 +91,9 @@ func TestReplayReleasesOnlyTheParksOwnClaim(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA svc; CREATE TABLE svc.ids (scope text, id bytea, processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, id))`); err != nil {
 		t.Fatal(err)
 	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return deadletter.MarkClaimTable(ctx, tx, "svc.ids") }); err != nil {
+		t.Fatal(err)
+	}
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return deadletter.Create(ctx, tx) }); err != nil {
 		t.Fatal(err)
 	}
@@ -204,5 +207,36 @@ func TestARecreatedTopicsRecordIsParkedBesideTheOld(t *testing.T) {
 				t.Fatalf("parked %q, want %q", values, want)
 			}
 		})
+	}
+}
+
+// Rows of the dead-letter table are writable by every runner's role, and
+// a replay runs with the operator's rights: it releases a claim only in a
+// table its owner marked as a dedup claim table (dedup's Migrate does),
+// and refuses a row naming any other, deleting nothing. Before, any table
+// with the claim's columns was deleted from (issue 47 item 8, failing on
+// a0c3743).
+func TestReplayReleasesClaimsOnlyInClaimTables(t *testing.T) {
+	pool := integration.Postgres(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA other; CREATE TABLE other.ledger (scope text, id bytea, processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, id));
+		INSERT INTO other.ledger (scope, id, processed_at) VALUES ('s', 'victim', '2026-01-01')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return deadletter.Create(ctx, tx) }); err != nil {
+		t.Fatal(err)
+	}
+	// A row forged by a role that may write the table, naming the ledger.
+	if _, err := pool.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", value, error, parked_by, claim_schema, claim_table, claim_scope, claim_id, created_at)
+		VALUES ('g', 't', 0, 1, 'x', 'bad', 'dedup', 'other', 'ledger', 's', 'victim', '2026-01-01')`); err != nil {
+		t.Fatal(err)
+	}
+	write := func(context.Context, pgx.Tx, ...*kgo.Record) error { return nil }
+	if _, err := deadletter.Replay(ctx, pool, deadletter.Filter{Group: "g"}, "", write); err == nil {
+		t.Error("a row naming a table no dedup Migrate marked was replayed")
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM other.ledger`).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("the ledger holds %d rows (%v), want its 1: the replay deleted from a table it does not know", left, err)
 	}
 }
