@@ -42,6 +42,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	outboxName := fs.String("outbox", "", "table, replay: the outbox to write to, as outbox.Name gives it (default: the database's default outbox)")
 	slot := fs.String("slot", "", "table, replay: the replication slot the outbox's relay reads, when it was given one (outbox.Slot); only to warn when no relay reads it (default: the outbox's default slot)")
 	replayGroup := fs.String("replay-group", "", "topic: the group that replays, and whose offsets say what was replayed (default eoskit-replay-TOPIC); never an application's group")
+	outboxLetters := fs.Bool("outbox-dead-letters", false, "the outbox's own dead-letter table (of -outbox, or the default outbox): the records its relay kept whole; replay moves them back into that outbox")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
@@ -57,6 +58,9 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitUsage
 	case *limit <= 0:
 		fmt.Fprintln(stderr, "-limit must be positive")
+		return exitUsage
+	case *outboxLetters && (*dlq != "" || *group != "" || *topic != "" || *earlier):
+		fmt.Fprintln(stderr, "-outbox-dead-letters reads the outbox's own table: -group, -topic, -earlier and -dead-letter-topic do not apply")
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, *kf.timeout)
@@ -105,6 +109,9 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitUsage
 	}
 	defer pool.Close()
+	if *outboxLetters {
+		return outboxDeadLetters(ctx, pool, verb, *outboxName, ids, *limit, *toTopic, o, stderr)
+	}
 	f := deadletter.Filter{Group: *group, Topic: *topic, IDs: ids, Earlier: *earlier}
 	if verb == "list" {
 		rows, err := deadletter.List(ctx, pool, f, *limit)
@@ -147,6 +154,50 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	return exitOK
 }
 
+// outboxDeadLetters lists, or replays into their outbox, the records an
+// outbox's relay kept whole in its own dead-letter table.
+func outboxDeadLetters(ctx context.Context, pool *pgxpool.Pool, verb, name string, ids []int64, limit int, toTopic string, o output, stderr io.Writer) int {
+	var named []outbox.WriterOption
+	if name != "" {
+		named = append(named, outbox.Name(name))
+	}
+	if verb == "list" {
+		rows, err := outbox.ListDeadLetters(ctx, pool, limit, ids, named...)
+		if err != nil {
+			fmt.Fprintln(stderr, "eoskit:", err)
+			return exitError
+		}
+		o.outboxLetters(rows)
+		return exitOK
+	}
+	n, err := outbox.ReplayDeadLetters(ctx, pool, ids, toTopic, named...)
+	if err != nil {
+		fmt.Fprintf(stderr, "eoskit: %v (%d moved back before)\n", err, n)
+		return exitError
+	}
+	o.replayed(n, 0, "moved back into the outbox: its relay publishes them")
+	return exitOK
+}
+
+func (o textOutput) outboxLetters(rows []outbox.DeadLetterRow) {
+	if len(rows) == 0 {
+		fmt.Fprintln(o.w, "no dead letters in the outbox's table")
+		return
+	}
+	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tFOR\tKEPT\tKEY-BYTES\tVALUE-BYTES\tERROR")
+	for _, r := range rows {
+		to := shown(r.Topic)
+		if r.Partition != nil {
+			to += fmt.Sprintf("[%d]", *r.Partition)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", r.ID, to, r.CreatedAt.UTC().Format(time.RFC3339), len(r.Key), len(r.Value), oneLine(r.Error))
+	}
+	tw.Flush()
+}
+
+func (o jsonOutput) outboxLetters(rows []outbox.DeadLetterRow) { o.print(nonNil(rows)) }
+
 // slotActive reports whether a relay reads the replication slot now.
 func slotActive(ctx context.Context, pool *pgxpool.Pool, slot string) (bool, error) {
 	var active bool
@@ -184,7 +235,7 @@ func (o textOutput) topicLetters(ls []topicLetter) {
 func (o textOutput) replayed(n, passed int, how string) {
 	fmt.Fprintf(o.w, "replayed %d dead letters (%s)\n", n, how)
 	if passed > 0 {
-		fmt.Fprintf(o.w, "passed by %d outbox dead letters kept without their value: their records are in the outbox's dead-letter table (docs/operating.md)\n", passed)
+		fmt.Fprintf(o.w, "passed by %d outbox dead letters kept without their value: their records are in the outbox's dead-letter table: replay them with -outbox-dead-letters\n", passed)
 	}
 }
 

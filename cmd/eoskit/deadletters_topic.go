@@ -107,7 +107,7 @@ func replayRecord(r *kgo.Record, toTopic string) (*kgo.Record, error) {
 	// present says the header is the record's own (an earlier eoskit
 	// kept it).
 	if table, ok := header(r, loop.HeaderOutboxValue); ok && r.Value == nil {
-		return nil, fmt.Errorf("%w: dead letter %s holds no value (%s): replay cannot read that table; once the topic takes the record (max.message.bytes), move its row back into the outbox in one statement (docs/operating.md, \"An outbox record too large for Kafka\")", errKeptInTable, at, table)
+		return nil, fmt.Errorf("%w: dead letter %s holds no value (%s): once the topic takes the record (max.message.bytes), replay it from that table: eoskit dead-letters replay -outbox-dead-letters", errKeptInTable, at, table)
 	}
 	source, ok := header(r, "eoskit-source-topic")
 	if !ok {

@@ -11,6 +11,7 @@
 //	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
 //	go run ./cmd/eoskit dead-letters list   -database-url URL [-group G] [-topic T] [-id N]... [-limit 100]
 //	go run ./cmd/eoskit dead-letters replay -database-url URL [-outbox NAME] [-group G] [-topic T] [-id N]... [-earlier] [-to-topic T]
+//	go run ./cmd/eoskit dead-letters list|replay -outbox-dead-letters [-outbox NAME] [-id N]... [-limit 100] [-to-topic T]
 //	go run ./cmd/eoskit dead-letters list   -dead-letter-topic T [-replay-group G] [-limit 100]
 //	go run ./cmd/eoskit dead-letters replay -dead-letter-topic T [-replay-group G] [-to-topic T]
 //	go run ./cmd/eoskit outbox resume-after -database-url URL -position-topic T -lsn LSN [-outbox NAME] [-slot S] [-transactional-id ID]
@@ -72,9 +73,16 @@
 //     once it has copied at least what the topic held when it started. A
 //     record the outbox kept no value of (too large for Kafka) is passed
 //     by with a warning: its row in the outbox's dead-letter table is
-//     moved back by hand (docs/operating.md says how). It needs Read on the
+//     moved back with -outbox-dead-letters (below). It needs Read on the
 //     topic and the group, Write on the target topics and on the
 //     transactional id.
+//
+//   - from an outbox's own dead-letter table (-outbox-dead-letters, of
+//     -outbox NAME or the default outbox), where its relay keeps every
+//     record it dead-lettered whole: list shows them; replay moves them
+//     back into that outbox, each written again and its row deleted in one
+//     database transaction, so that the relay publishes it once. It needs
+//     the service's own database role.
 //
 // Records replayed to the topic they came from are seen again by every
 // group reading that topic, not only the one that parked them; replay to a
@@ -138,6 +146,7 @@ const usage = `usage:
   eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
   eoskit dead-letters list   -database-url URL [-group G] [-topic T] [-id N]... [-limit 100]
   eoskit dead-letters replay -database-url URL [-outbox NAME] [-group G] [-topic T] [-id N]... [-earlier] [-to-topic T]
+  eoskit dead-letters list|replay -outbox-dead-letters [-outbox NAME] [-id N]... [-limit 100] [-to-topic T]
   eoskit dead-letters list   -dead-letter-topic T [-replay-group G] [-limit 100]
   eoskit dead-letters replay -dead-letter-topic T [-replay-group G] [-to-topic T]
   eoskit outbox resume-after -database-url URL -position-topic T -lsn LSN [-outbox NAME] [-slot S] [-transactional-id ID]

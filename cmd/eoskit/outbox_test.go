@@ -70,3 +70,44 @@ func TestOutboxResumeAfterMovesTheRelaysPosition(t *testing.T) {
 		t.Fatalf("position %s (%v), want lsn %s", recs[0].Value, err, wal)
 	}
 }
+
+// dead-letters list and replay -outbox-dead-letters read the outbox's own
+// dead-letter table, where its relay keeps a record whole, and move a row
+// back into the outbox in one transaction (issue 47 item 15: the CLI read
+// only eoskit_dead_letters, and took -outbox without using it).
+func TestOutboxDeadLettersAreListedAndMovedBack(t *testing.T) {
+	t.Parallel()
+	pool, url := integration.PostgresWithURL(t)
+	url = withoutPassword(t, url)
+	ctx := context.Background()
+	if err := outbox.Migrate(ctx, pool, outbox.Name("billing")); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := outbox.DefaultSlot(ctx, pool, outbox.Name("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = outbox.DropSlot(context.Background(), pool, slot) })
+	if _, err := pool.Exec(ctx, `INSERT INTO eoskit_outbox_billing_dead_letters (id, topic, key, value, error) VALUES (42, 'invoices', 'k', 'a large value', 'MESSAGE_TOO_LARGE')`); err != nil {
+		t.Fatal(err)
+	}
+	code, out := eoskitCmd(t, "dead-letters", "list", "-outbox-dead-letters", "-outbox", "billing", "-database-url", url, "-json")
+	var rows []struct {
+		ID    int64
+		Topic string
+		Error string
+	}
+	if err := json.Unmarshal([]byte(out), &rows); code != exitOK || err != nil || len(rows) != 1 || rows[0].ID != 42 || rows[0].Topic != "invoices" {
+		t.Fatalf("list: exit %d, %s (%v); want the one row", code, out, err)
+	}
+	if code, out := eoskitCmd(t, "dead-letters", "replay", "-outbox-dead-letters", "-outbox", "billing", "-database-url", url, "-id", "42"); code != exitOK || !strings.Contains(out, "replayed 1") {
+		t.Fatalf("replay: exit %d, %s", code, out)
+	}
+	var left, back int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM eoskit_outbox_billing_dead_letters), (SELECT count(*) FROM eoskit_outbox_billing WHERE topic = 'invoices' AND value = 'a large value')`).Scan(&left, &back); err != nil || left != 0 || back != 1 {
+		t.Fatalf("after the replay: %d dead letters left, %d rows back in the outbox (%v); want 0 and 1", left, back, err)
+	}
+	if code, _ := eoskitCmd(t, "dead-letters", "list", "-outbox-dead-letters", "-group", "g", "-database-url", url); code != exitUsage {
+		t.Fatalf("-outbox-dead-letters with -group: exit %d, want usage", code)
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/eoskit/eoskit/internal/deadletter"
 	"github.com/eoskit/eoskit/internal/txnscan"
+	"github.com/eoskit/eoskit/outbox"
 )
 
 // output prints results as text or JSON.
@@ -17,6 +18,7 @@ type output interface {
 	closed(*closing)
 	tableLetters([]deadletter.Row)
 	topicLetters([]topicLetter)
+	outboxLetters([]outbox.DeadLetterRow)
 	replayed(n, passed int, how string)
 }
 

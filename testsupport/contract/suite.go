@@ -365,8 +365,11 @@ func retry(t *testing.T, s Subject) {
 			if fallback == "stop" {
 				err := start(t, w.Runner(t, Setup{Handle: handle, Policy: p})).wait(t, patience, "on a record that always fails")
 				var rerr *eoskit.RecordError
+				if !errors.As(err, &rerr) {
+					t.Fatalf("Run = %v, want a *RecordError for a record that always fails, after 3 attempts", err)
+				}
 				named, _ := strings.CutPrefix(fmt.Sprint(rerr.Err), "poison ")
-				if !errors.As(err, &rerr) || rerr.Attempts != 3 || !slices.Contains(bad, named) {
+				if rerr.Attempts != 3 || !slices.Contains(bad, named) {
 					t.Fatalf("Run = %v, want a *RecordError for a record that always fails, after 3 attempts", err)
 				}
 				return

@@ -1,0 +1,127 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DeadLetterRow is a record a relay kept whole in its outbox's dead-letter
+// table ([DeadLetterTable], or eoskit_outbox_<name>_dead_letters): one
+// Kafka refused as its own fault, with why.
+type DeadLetterRow struct {
+	ID        int64  // the outbox row's id
+	Topic     string // the topic it was for
+	Partition *int32 // the partition it was written to; nil: by key
+	Key       []byte
+	Value     []byte
+	Headers   []kgo.RecordHeader
+	Error     string
+	CreatedAt time.Time
+}
+
+// ListDeadLetters returns up to limit rows of the dead-letter table of the
+// outbox opts name (none: the default outbox's), oldest first; with ids,
+// only those. It needs SELECT on that table: the service's own role.
+func ListDeadLetters(ctx context.Context, pool *pgxpool.Pool, limit int, ids []int64, opts ...WriterOption) ([]DeadLetterRow, error) {
+	n, err := deadLetterNames(opts)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := pool.Query(ctx, `SELECT id, topic, partition, key, value, headers, error, created_at FROM `+ident(n.deadLetters())+`
+		WHERE coalesce(cardinality($1::bigint[]), 0) = 0 OR id = ANY($1) ORDER BY id LIMIT $2`, ids, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list %s: %w", n.deadLetters(), err)
+	}
+	out, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list %s: %w", n.deadLetters(), err)
+	}
+	return out, nil
+}
+
+// ReplayDeadLetters moves rows of the dead-letter table of the outbox
+// opts name back into that outbox, so that its relay publishes each once
+// more: each row is written again (to toTopic when set, to its partition
+// when it named one) and deleted in the same database transaction, a
+// batch of 500 at a time (rows another replay holds are passed over). With
+// ids, only those rows; without, every row there was when it started. It
+// returns how many it moved; on an error, how many batches committed
+// before. It needs the service's own role: SELECT and DELETE on the
+// dead-letter table, INSERT on the outbox.
+func ReplayDeadLetters(ctx context.Context, pool *pgxpool.Pool, ids []int64, toTopic string, opts ...WriterOption) (int, error) {
+	n, err := deadLetterNames(opts)
+	if err != nil {
+		return 0, err
+	}
+	var maxID int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM `+ident(n.deadLetters())).Scan(&maxID); err != nil {
+		return 0, fmt.Errorf("outbox: replay %s: %w", n.deadLetters(), err)
+	}
+	done := 0
+	for {
+		moved := 0
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT id, topic, partition, key, value, headers, error, created_at FROM `+ident(n.deadLetters())+`
+				WHERE id <= $1 AND (coalesce(cardinality($2::bigint[]), 0) = 0 OR id = ANY($2)) ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`, maxID, ids)
+			if err != nil {
+				return err
+			}
+			letters, err := pgx.CollectRows(rows, scanDeadLetter)
+			if err != nil || len(letters) == 0 {
+				return err
+			}
+			for _, l := range letters {
+				rec := &kgo.Record{Topic: l.Topic, Key: l.Key, Value: l.Value, Headers: l.Headers}
+				if toTopic != "" {
+					rec.Topic = toTopic
+				}
+				if l.Partition != nil && toTopic == "" {
+					err = writeToPartition(ctx, tx, n.table(), *l.Partition, []*kgo.Record{rec})
+				} else {
+					err = write(ctx, tx, n.table(), nil, []*kgo.Record{rec})
+				}
+				if err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `DELETE FROM `+ident(n.deadLetters())+` WHERE id = $1`, l.ID); err != nil {
+					return err
+				}
+			}
+			moved = len(letters)
+			return nil
+		})
+		if err != nil {
+			return done, fmt.Errorf("outbox: replay %s (%d replayed before): %w", n.deadLetters(), done, err)
+		}
+		if moved == 0 {
+			return done, nil
+		}
+		done += moved
+	}
+}
+
+func deadLetterNames(opts []WriterOption) (names, error) {
+	var n names
+	for _, o := range opts {
+		o.writerOption(&n)
+	}
+	return n, n.check()
+}
+
+func scanDeadLetter(r pgx.CollectableRow) (DeadLetterRow, error) {
+	var l DeadLetterRow
+	var headers []byte
+	if err := r.Scan(&l.ID, &l.Topic, &l.Partition, &l.Key, &l.Value, &headers, &l.Error, &l.CreatedAt); err != nil {
+		return l, err
+	}
+	var err error
+	if l.Headers, err = decodeHeaders(headers); err != nil {
+		return l, fmt.Errorf("row %d: %w", l.ID, err)
+	}
+	return l, nil
+}
