@@ -53,6 +53,7 @@
 // replay sends parked records back to the topic they were read from (or
 // meant for), or to -to-topic, with their key, value and headers and an
 // eoskit-replayed-from header:
+//
 //   - from the table, through the database's outbox (package outbox;
 //     -outbox names one, as outbox.Name does): one database transaction
 //     writes a batch of records to the outbox, releases the ids dedup
@@ -64,6 +65,7 @@
 //     headers, and dedup's claim of one is unknown, so that its replay
 //     would be skipped as a copy. A relay must run on that database to
 //     publish them (replay warns when none reads the outbox's slot).
+//
 //   - from a topic, as an eos processor in a group of its own,
 //     -replay-group (default eoskit-replay-TOPIC; one with live members,
 //     an application's, is refused), with transactional id
