@@ -3,11 +3,14 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/deadletter"
 )
 
 // DeadLetterRow is a record a relay kept whole in its outbox's dead-letter
@@ -47,12 +50,24 @@ func ListDeadLetters(ctx context.Context, pool *pgxpool.Pool, limit int, ids []i
 // ReplayDeadLetters moves rows of the dead-letter table of the outbox
 // opts name back into that outbox, so that its relay publishes each once
 // more: each row is written again (to toTopic when set, to its partition
-// when it named one) and deleted in the same database transaction, a
-// batch of 500 at a time (rows another replay holds are passed over). With
-// ids, only those rows; without, every row there was when it started. It
-// returns how many it moved; on an error, how many batches committed
-// before. It needs the service's own role: SELECT and DELETE on the
-// dead-letter table, INSERT on the outbox.
+// when it named one), with an eoskit-replayed-from header naming its row,
+// and deleted in the same database transaction, a batch of 500 at a time
+// (rows another replay holds are passed over). With ids, only those rows;
+// without, every row there was when it started. It returns how many rows
+// it moved, also when it fails. A record that was addressed as a relay's
+// position ([ErrPositionRecord]) is refused unless toTopic names another
+// topic. It needs the service's own role: SELECT, UPDATE (the rows are
+// locked) and DELETE on the dead-letter table, INSERT on the outbox and
+// USAGE on its id sequence.
+//
+// The relay sends every record it dead-letters to its [DeadLetter] topic
+// too, with its value unless too large for Kafka: replay each record from
+// one of the two, never both. A record replayed is published after the
+// records written since it was dead-lettered: on a compacted topic, a
+// newer value of its key is overwritten. A row is written when its batch
+// is published; a batch whose Kafka transaction then aborted leaves it
+// behind, and the relay's retry publishes (or dead-letters) the record
+// again: replay while the relay runs and keeps up, not while it retries.
 func ReplayDeadLetters(ctx context.Context, pool *pgxpool.Pool, ids []int64, toTopic string, opts ...WriterOption) (int, error) {
 	n, err := deadLetterNames(opts)
 	if err != nil {
@@ -76,7 +91,12 @@ func ReplayDeadLetters(ctx context.Context, pool *pgxpool.Pool, ids []int64, toT
 				return err
 			}
 			for _, l := range letters {
-				rec := &kgo.Record{Topic: l.Topic, Key: l.Key, Value: l.Value, Headers: l.Headers}
+				if toTopic == "" && strings.Contains(l.Error, ErrPositionRecord.Error()) {
+					return fmt.Errorf("row %d was addressed as a relay's position: name the topic to replay it to", l.ID)
+				}
+				from := fmt.Sprintf("%s/%d %s", n.deadLetters(), l.ID, l.Topic)
+				rec := &kgo.Record{Topic: l.Topic, Key: l.Key, Value: l.Value,
+					Headers: append(l.Headers, kgo.RecordHeader{Key: deadletter.ReplayedFromHeader, Value: []byte(from)})}
 				if toTopic != "" {
 					rec.Topic = toTopic
 				}

@@ -21,11 +21,11 @@ func addDatabaseFlag(fs *flag.FlagSet, what string) databaseFlag {
 }
 
 // errPasswordInFlag refuses a -database-url that carries a password.
-var errPasswordInFlag = errors.New("-database-url holds a password, which other users of this machine can read in its process list: " +
+var errPasswordInFlag = errors.New("-database-url holds a password (or a key's sslpassword), which other users of this machine can read in its process list: " +
 	"put the password in $PGPASSWORD or ~/.pgpass, or the whole URL in $DATABASE_URL")
 
 // keywordPassword finds a password in a keyword/value connection string.
-var keywordPassword = regexp.MustCompile(`(^|\s)password\s*=`)
+var keywordPassword = regexp.MustCompile(`(^|\s)(ssl)?password\s*=`)
 
 // resolve returns the connection string: the flag's, refused when it
 // holds a password; else $DATABASE_URL; else "" (pgx reads libpq's PG*
@@ -34,7 +34,8 @@ var keywordPassword = regexp.MustCompile(`(^|\s)password\s*=`)
 func (d databaseFlag) resolve() (conn string, given bool, err error) {
 	if v := *d.url; v != "" {
 		if u, perr := url.Parse(v); perr == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-			if _, has := u.User.Password(); has || u.Query().Has("password") {
+			q := u.Query()
+			if pw, _ := u.User.Password(); pw != "" || q.Get("password") != "" || q.Get("sslpassword") != "" {
 				return "", true, errPasswordInFlag
 			}
 		} else if keywordPassword.MatchString(v) {

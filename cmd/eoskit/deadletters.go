@@ -59,8 +59,13 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	case *limit <= 0:
 		fmt.Fprintln(stderr, "-limit must be positive")
 		return exitUsage
-	case *outboxLetters && (*dlq != "" || *group != "" || *topic != "" || *earlier):
-		fmt.Fprintln(stderr, "-outbox-dead-letters reads the outbox's own table: -group, -topic, -earlier and -dead-letter-topic do not apply")
+	case *outboxLetters && (*dlq != "" || *group != "" || *topic != "" || *earlier || *slot != ""):
+		fmt.Fprintln(stderr, "-outbox-dead-letters reads the outbox's own table: -group, -topic, -earlier, -slot and -dead-letter-topic do not apply")
+		return exitUsage
+	case *outboxLetters && verb == "replay" && len(ids) == 0:
+		// The relay sends every dead letter to its dead-letter topic too,
+		// value and all unless too large: replaying both publishes twice.
+		fmt.Fprintln(stderr, "replay -outbox-dead-letters replays the rows it is given (-id): the dead-letter topic holds the same records, with their values unless too large; replay each record from one of them")
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, *kf.timeout)
@@ -196,7 +201,22 @@ func (o textOutput) outboxLetters(rows []outbox.DeadLetterRow) {
 	tw.Flush()
 }
 
-func (o jsonOutput) outboxLetters(rows []outbox.DeadLetterRow) { o.print(nonNil(rows)) }
+func (o jsonOutput) outboxLetters(rows []outbox.DeadLetterRow) {
+	type letter struct {
+		ID         int64     `json:"id"`
+		Topic      string    `json:"topic"`
+		Partition  *int32    `json:"partition,omitempty"`
+		KeyBytes   int       `json:"key_bytes"`
+		ValueBytes int       `json:"value_bytes"`
+		Error      string    `json:"error"`
+		CreatedAt  time.Time `json:"created_at"`
+	}
+	out := []letter{}
+	for _, r := range rows {
+		out = append(out, letter{r.ID, r.Topic, r.Partition, len(r.Key), len(r.Value), r.Error, r.CreatedAt})
+	}
+	o.print(out)
+}
 
 // slotActive reports whether a relay reads the replication slot now.
 func slotActive(ctx context.Context, pool *pgxpool.Pool, slot string) (bool, error) {
@@ -235,7 +255,7 @@ func (o textOutput) topicLetters(ls []topicLetter) {
 func (o textOutput) replayed(n, passed int, how string) {
 	fmt.Fprintf(o.w, "replayed %d dead letters (%s)\n", n, how)
 	if passed > 0 {
-		fmt.Fprintf(o.w, "passed by %d outbox dead letters kept without their value: their records are in the outbox's dead-letter table: replay them with -outbox-dead-letters\n", passed)
+		fmt.Fprintf(o.w, "passed by %d outbox dead letters kept without their value: their records are in the outbox's dead-letter table: replay them with -outbox-dead-letters and the -id each warning above names\n", passed)
 	}
 }
 

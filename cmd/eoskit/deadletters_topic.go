@@ -107,7 +107,8 @@ func replayRecord(r *kgo.Record, toTopic string) (*kgo.Record, error) {
 	// present says the header is the record's own (an earlier eoskit
 	// kept it).
 	if table, ok := header(r, loop.HeaderOutboxValue); ok && r.Value == nil {
-		return nil, fmt.Errorf("%w: dead letter %s holds no value (%s): once the topic takes the record (max.message.bytes), replay it from that table: eoskit dead-letters replay -outbox-dead-letters", errKeptInTable, at, table)
+		id, _ := header(r, loop.HeaderOutboxID)
+		return nil, fmt.Errorf("%w: dead letter %s holds no value (%s): once the topic takes the record (max.message.bytes), replay it from that table: eoskit dead-letters replay -outbox-dead-letters -id %s", errKeptInTable, at, table, shown(id))
 	}
 	source, ok := header(r, "eoskit-source-topic")
 	if !ok {

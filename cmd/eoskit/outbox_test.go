@@ -100,6 +100,9 @@ func TestOutboxDeadLettersAreListedAndMovedBack(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); code != exitOK || err != nil || len(rows) != 1 || rows[0].ID != 42 || rows[0].Topic != "invoices" {
 		t.Fatalf("list: exit %d, %s (%v); want the one row", code, out, err)
 	}
+	if code, _ := eoskitCmd(t, "dead-letters", "replay", "-outbox-dead-letters", "-outbox", "billing", "-database-url", url); code != exitUsage {
+		t.Fatalf("replay -outbox-dead-letters without -id: exit %d, want usage (the dead-letter topic holds the same records)", code)
+	}
 	if code, out := eoskitCmd(t, "dead-letters", "replay", "-outbox-dead-letters", "-outbox", "billing", "-database-url", url, "-id", "42"); code != exitOK || !strings.Contains(out, "replayed 1") {
 		t.Fatalf("replay: exit %d, %s", code, out)
 	}

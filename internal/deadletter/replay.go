@@ -153,11 +153,20 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, w
 				// its owner marked as a claim table.
 				table := pgx.Identifier{p.claimSchema, p.claim.Table}.Sanitize()
 				var mark *string
-				if err := tx.QueryRow(ctx, `SELECT obj_description(to_regclass($1), 'pg_class')`, table).Scan(&mark); err != nil {
+				var plain bool
+				if err := tx.QueryRow(ctx, `SELECT obj_description(c.oid, 'pg_class'),
+						c.relkind = 'r' AND NOT c.relrowsecurity AND NOT c.relhasrules
+						AND NOT EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid AND NOT g.tgisinternal)
+					FROM pg_class c WHERE c.oid = to_regclass($1)`, table).Scan(&mark, &plain); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 					return fmt.Errorf("row %d: read the mark of its claim table %s: %w", p.id, table, err)
 				}
-				if mark == nil || *mark != ClaimTableMark {
+				switch {
+				case mark == nil || *mark != ClaimTableMark:
 					return fmt.Errorf("row %d names the claim table %s, which its owner did not mark as one (dedup's Migrate marks its ids table; run it, as the table's owner): not releasing a claim there", p.id, table)
+				case !plain:
+					// A trigger, a rule or a row-security policy would run
+					// its owner's code with the operator's rights.
+					return fmt.Errorf("row %d names the claim table %s, which has triggers, rules or row security (a claim table has none): not releasing a claim there", p.id, table)
 				}
 				if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE scope = $1 AND id = $2 AND processed_at = $3`,
 					p.claim.Scope, p.claim.ID, p.parkedAt); err != nil {

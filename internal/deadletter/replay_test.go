@@ -240,3 +240,37 @@ func TestReplayReleasesClaimsOnlyInClaimTables(t *testing.T) {
 		t.Fatalf("the ledger holds %d rows (%v), want its 1: the replay deleted from a table it does not know", left, err)
 	}
 }
+
+// A marked claim table its owner gave a trigger (code that a replay's
+// DELETE would run with the operator's rights) is refused too.
+func TestReplayRefusesAClaimTableWithATrigger(t *testing.T) {
+	pool := integration.Postgres(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE ids (scope text, id bytea, processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, id));
+		CREATE TABLE witness (n int);
+		CREATE FUNCTION note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO witness VALUES (1); RETURN OLD; END $$;
+		CREATE TRIGGER noted BEFORE DELETE ON ids FOR EACH ROW EXECUTE FUNCTION note();
+		INSERT INTO ids (scope, id, processed_at) VALUES ('s', 'x', '2026-01-01')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := deadletter.Create(ctx, tx); err != nil {
+			return err
+		}
+		return deadletter.MarkClaimTable(ctx, tx, "ids")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO eoskit_dead_letters (consumer_group, topic, partition, "offset", value, error, parked_by, claim_schema, claim_table, claim_scope, claim_id, created_at)
+		VALUES ('g', 't', 0, 1, 'x', 'bad', 'dedup', 'public', 'ids', 's', 'x', '2026-01-01')`); err != nil {
+		t.Fatal(err)
+	}
+	write := func(context.Context, pgx.Tx, ...*kgo.Record) error { return nil }
+	if _, err := deadletter.Replay(ctx, pool, deadletter.Filter{Group: "g"}, "", write); err == nil {
+		t.Error("a claim table with a trigger was deleted from")
+	}
+	var fired int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM witness`).Scan(&fired); err != nil || fired != 0 {
+		t.Fatalf("the trigger ran %d times (%v), want never", fired, err)
+	}
+}

@@ -217,6 +217,10 @@ func untarXZ(ctx context.Context, r io.Reader, dir string) error {
 		return err
 	}
 	tr := tar.NewReader(xr)
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -229,8 +233,13 @@ func untarXZ(ctx context.Context, r io.Reader, dir string) error {
 			return err
 		}
 		target := filepath.Join(dir, h.Name)
-		if !strings.HasPrefix(target, filepath.Clean(dir)+string(os.PathSeparator)) {
+		if !inside(root, target) {
 			return fmt.Errorf("entry %q leaves the directory", h.Name)
+		}
+		// The links already made resolve the entry's folder: it must stay
+		// inside too (a link to a link may climb where neither alone did).
+		if parent, err := filepath.EvalSymlinks(filepath.Dir(target)); err == nil && !inside(root, filepath.Join(parent, "x")) {
+			return fmt.Errorf("entry %q leaves the directory through a link", h.Name)
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -240,8 +249,11 @@ func untarXZ(ctx context.Context, r io.Reader, dir string) error {
 		case tar.TypeSymlink:
 			// A link must stay inside dir, or a file written through it
 			// would land outside.
-			to := filepath.Join(filepath.Dir(target), h.Linkname)
-			if filepath.IsAbs(h.Linkname) || !strings.HasPrefix(to, filepath.Clean(dir)+string(os.PathSeparator)) {
+			from := filepath.Dir(target)
+			if resolved, err := filepath.EvalSymlinks(from); err == nil {
+				from = resolved
+			}
+			if filepath.IsAbs(h.Linkname) || !inside(root, filepath.Join(from, h.Linkname)) {
 				return fmt.Errorf("entry %q links to %q, out of the directory", h.Name, h.Linkname)
 			}
 			if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
@@ -252,6 +264,12 @@ func untarXZ(ctx context.Context, r io.Reader, dir string) error {
 			return err
 		}
 	}
+}
+
+// inside reports whether path lies under root (both cleaned, root's links
+// resolved).
+func inside(root, path string) bool {
+	return strings.HasPrefix(filepath.Clean(path), filepath.Clean(root)+string(os.PathSeparator))
 }
 
 func writeFile(path string, r io.Reader, mode os.FileMode) error {

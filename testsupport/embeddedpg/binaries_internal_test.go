@@ -70,6 +70,12 @@ func TestExtractionStaysInItsDirectory(t *testing.T) {
 			}
 		})
 	}
+	// Links that each stay inside, chained, climb out: refused too.
+	chain := t.TempDir()
+	err := untarXZ(context.Background(), bytes.NewReader(txz(t, [2]string{"x/y/l1@", ".."}, [2]string{"x/y/l1/l2@", "../.."}, [2]string{"x/y/l1/l2/escaped", "owned"})), chain)
+	if _, statErr := os.Stat(filepath.Join(filepath.Dir(chain), "escaped")); statErr == nil || err == nil {
+		t.Fatalf("a chain of links climbed out of the directory (untar: %v)", err)
+	}
 	// A link inside the directory is kept.
 	dir := t.TempDir()
 	if err := untarXZ(context.Background(), bytes.NewReader(txz(t, [2]string{"lib/real", "x"}, [2]string{"lib/alias@", "real"})), dir); err != nil {
@@ -119,6 +125,7 @@ func TestNamesClusterMatchesWholePaths(t *testing.T) {
 		{args("postgres", "-D", "/tmp/pg10/data"), false},
 		{args("vim", "/tmp/pg1x"), false},
 		{args("postgres", "--config-file=/tmp/pg1/data/postgresql.conf"), true},
+		{args("postgres", "-D/tmp/pg1/data"), true},
 	} {
 		if got := namesCluster(c.cmdline, "/tmp/pg1"); got != c.want {
 			t.Errorf("namesCluster(%q) = %v, want %v", c.cmdline, got, c.want)

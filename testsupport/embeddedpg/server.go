@@ -376,12 +376,10 @@ func writeOwned(path string, content []byte, acct account) error {
 // for it.
 func namesCluster(cmdline []byte, dir string) bool {
 	dir = filepath.Clean(dir)
+	names := func(path string) bool { return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator)) }
 	for _, arg := range strings.Split(string(cmdline), "\x00") {
-		_, path, hasEq := strings.Cut(arg, "=")
-		if !hasEq {
-			path = arg
-		}
-		if path == dir || strings.HasPrefix(path, dir+string(filepath.Separator)) {
+		_, after, hasEq := strings.Cut(arg, "=")
+		if names(arg) || hasEq && names(after) || strings.HasPrefix(arg, "-D") && names(arg[2:]) {
 			return true
 		}
 	}
