@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -90,27 +91,28 @@ func ReplayDeadLetters(ctx context.Context, pool *pgxpool.Pool, ids []int64, toT
 			if err != nil || len(letters) == 0 {
 				return err
 			}
-			for _, l := range letters {
+			recs := make([]*kgo.Record, len(letters))
+			partitions := make([]*int32, len(letters))
+			rowIDs := make([]int64, len(letters))
+			for i, l := range letters {
 				if toTopic == "" && strings.Contains(l.Error, ErrPositionRecord.Error()) {
 					return fmt.Errorf("row %d was addressed as a relay's position: name the topic to replay it to", l.ID)
 				}
 				from := fmt.Sprintf("%s/%d %s", n.deadLetters(), l.ID, l.Topic)
-				rec := &kgo.Record{Topic: l.Topic, Key: l.Key, Value: l.Value,
+				recs[i] = &kgo.Record{Topic: cmp.Or(toTopic, l.Topic), Key: l.Key, Value: l.Value,
 					Headers: append(l.Headers, kgo.RecordHeader{Key: deadletter.ReplayedFromHeader, Value: []byte(from)})}
-				if toTopic != "" {
-					rec.Topic = toTopic
+				if toTopic == "" {
+					partitions[i] = l.Partition
 				}
-				if l.Partition != nil && toTopic == "" {
-					err = writeToPartition(ctx, tx, n.table(), *l.Partition, []*kgo.Record{rec})
-				} else {
-					err = write(ctx, tx, n.table(), nil, []*kgo.Record{rec})
-				}
-				if err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, `DELETE FROM `+ident(n.deadLetters())+` WHERE id = $1`, l.ID); err != nil {
-					return err
-				}
+				rowIDs[i] = l.ID
+			}
+			// One statement each: the rows back in the outbox, in order,
+			// and gone from the dead-letter table.
+			if err := writeRows(ctx, tx, n.table(), partitions, recs); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM `+ident(n.deadLetters())+` WHERE id = ANY($1)`, rowIDs); err != nil {
+				return err
 			}
 			moved = len(letters)
 			return nil

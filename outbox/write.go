@@ -82,11 +82,19 @@ func writeToPartition(ctx context.Context, tx pgx.Tx, table string, partition in
 }
 
 func write(ctx context.Context, tx pgx.Tx, table string, partition *int32, records []*kgo.Record) error {
+	partitions := make([]*int32, len(records))
+	for i := range partitions {
+		partitions[i] = partition
+	}
+	return writeRows(ctx, tx, table, partitions, records)
+}
+
+// writeRows is write with each record's own partition (nil: by key).
+func writeRows(ctx context.Context, tx pgx.Tx, table string, partitions []*int32, records []*kgo.Record) error {
 	if len(records) == 0 {
 		return nil
 	}
 	topics := make([]string, len(records))
-	partitions := make([]*int32, len(records))
 	keys := make([][]byte, len(records))
 	values := make([][]byte, len(records))
 	headers := make([][]byte, len(records))
@@ -94,7 +102,7 @@ func write(ctx context.Context, tx pgx.Tx, table string, partition *int32, recor
 		if r == nil || r.Topic == "" {
 			return fmt.Errorf("outbox: write: record %d has no topic", i)
 		}
-		topics[i], partitions[i], keys[i], values[i] = r.Topic, partition, r.Key, r.Value
+		topics[i], keys[i], values[i] = r.Topic, r.Key, r.Value
 		headers[i] = encodeHeaders(r.Headers)
 	}
 	// One statement whatever the count; WITH ORDINALITY keeps the

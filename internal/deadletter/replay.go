@@ -140,6 +140,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, w
 			}
 			recs := make([]*kgo.Record, n)
 			ids := make([]int64, n)
+			claimTables := map[string]error{} // each checked once a batch
 			for i, p := range parked {
 				recs[i], ids[i] = p.record(toTopic), p.id
 				if p.claim == nil {
@@ -152,21 +153,13 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, w
 				// with the operator's rights: it deletes only from a table
 				// its owner marked as a claim table.
 				table := pgx.Identifier{p.claimSchema, p.claim.Table}.Sanitize()
-				var mark *string
-				var plain bool
-				if err := tx.QueryRow(ctx, `SELECT obj_description(c.oid, 'pg_class'),
-						c.relkind = 'r' AND NOT c.relrowsecurity AND NOT c.relhasrules
-						AND NOT EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid AND NOT g.tgisinternal)
-					FROM pg_class c WHERE c.oid = to_regclass($1)`, table).Scan(&mark, &plain); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-					return fmt.Errorf("row %d: read the mark of its claim table %s: %w", p.id, table, err)
+				refused, checked := claimTables[table]
+				if !checked {
+					refused = checkClaimTable(ctx, tx, table)
+					claimTables[table] = refused
 				}
-				switch {
-				case mark == nil || *mark != ClaimTableMark:
-					return fmt.Errorf("row %d names the claim table %s, which its owner did not mark as one (dedup's Migrate marks its ids table; run it, as the table's owner): not releasing a claim there", p.id, table)
-				case !plain:
-					// A trigger, a rule or a row-security policy would run
-					// its owner's code with the operator's rights.
-					return fmt.Errorf("row %d names the claim table %s, which has triggers, rules or row security (a claim table has none): not releasing a claim there", p.id, table)
+				if refused != nil {
+					return fmt.Errorf("row %d: %w", p.id, refused)
 				}
 				if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE scope = $1 AND id = $2 AND processed_at = $3`,
 					p.claim.Scope, p.claim.ID, p.parkedAt); err != nil {
@@ -187,6 +180,30 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, f Filter, toTopic string, w
 		}
 		done += n
 	}
+}
+
+// checkClaimTable refuses table (quoted) unless its owner marked it as a
+// claim table, and it runs no code of its owner's on a DELETE: the row
+// naming it is anyone's to write who may park, and the replay runs with
+// the operator's rights.
+func checkClaimTable(ctx context.Context, tx pgx.Tx, table string) error {
+	var mark *string
+	var plain bool
+	if err := tx.QueryRow(ctx, `SELECT obj_description(c.oid, 'pg_class'),
+			c.relkind = 'r' AND NOT c.relrowsecurity AND NOT c.relhasrules
+			AND NOT EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid AND NOT g.tgisinternal)
+		FROM pg_class c WHERE c.oid = to_regclass($1)`, table).Scan(&mark, &plain); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("read the mark of its claim table %s: %w", table, err)
+	}
+	switch {
+	case mark == nil || *mark != ClaimTableMark:
+		return fmt.Errorf("it names the claim table %s, which its owner did not mark as one (dedup's Migrate marks its ids table; run it, as the table's owner): not releasing a claim there", table)
+	case !plain:
+		// A trigger, a rule or a row-security policy would run its
+		// owner's code with the operator's rights.
+		return fmt.Errorf("it names the claim table %s, which has triggers, rules or row security (a claim table has none): not releasing a claim there", table)
+	}
+	return nil
 }
 
 // ClaimTableMark is the comment a claim table's owner gives it (dedup's

@@ -198,6 +198,15 @@ func (s *started) stop(t *testing.T) {
 	}
 }
 
+// runUntil runs r until want effects and dead letters are committed, then
+// stops it, failing the test unless Run returns nil.
+func runUntil(t *testing.T, w World, r Runner, want int) {
+	t.Helper()
+	s := start(t, r)
+	settle(t, w, s, want)
+	s.stop(t)
+}
+
 // settle waits until want effects and dead letters are committed, failing
 // the test when Run returns first or past patience.
 func settle(t *testing.T, w World, s *started, want int) {
@@ -314,9 +323,7 @@ func policy(t *testing.T, s Subject) {
 	}
 	// The same runner runs again, as a supervisor calls Run again once
 	// the record is mended.
-	r := start(t, runner)
-	settle(t, w, r, n)
-	r.stop(t)
+	runUntil(t, w, runner, n)
 	exactly(t, "records applied", w.Effects(t), good)
 	exactly(t, "records dead-lettered", w.DeadLettered(t), parsed)
 	mu.Lock()
@@ -374,9 +381,7 @@ func retry(t *testing.T, s Subject) {
 				}
 				return
 			}
-			r := start(t, w.Runner(t, Setup{Handle: handle, Policy: p.Then(w.DeadLetter())}))
-			settle(t, w, r, n)
-			r.stop(t)
+			runUntil(t, w, w.Runner(t, Setup{Handle: handle, Policy: p.Then(w.DeadLetter())}), n)
 			exactly(t, "records applied", w.Effects(t), good)
 			exactly(t, "records dead-lettered", w.DeadLettered(t), bad)
 			mu.Lock()
@@ -419,9 +424,7 @@ func shapes(t *testing.T, s Subject) {
 				}
 				return nil
 			}
-			r := start(t, w.Runner(t, Setup{Handle: handle, Policy: Policy(w.DeadLetter())}))
-			settle(t, w, r, n)
-			r.stop(t)
+			runUntil(t, w, w.Runner(t, Setup{Handle: handle, Policy: Policy(w.DeadLetter())}), n)
 			exactly(t, "records applied", w.Effects(t), good)
 			exactly(t, "records dead-lettered", w.DeadLettered(t), dead)
 		})
@@ -463,9 +466,7 @@ func databaseErrors(t *testing.T, s Subject) {
 				}
 				return nil
 			}
-			r := start(t, w.Runner(t, Setup{Handle: handle, Policy: w.DeadLetter()}))
-			settle(t, w, r, n)
-			r.stop(t)
+			runUntil(t, w, w.Runner(t, Setup{Handle: handle, Policy: w.DeadLetter()}), n)
 			exactly(t, "records applied", w.Effects(t), good)
 			exactly(t, "records dead-lettered", w.DeadLettered(t), dead)
 		})
@@ -507,9 +508,7 @@ func lifecycle(t *testing.T, s Subject) {
 		t.Errorf("after Run returned: Health %+v, want not running, not ready, and no error after its last commit", h)
 	}
 	more := w.Seed(t, n)
-	again := start(t, r)
-	settle(t, w, again, 2*n)
-	again.stop(t)
+	runUntil(t, w, r, 2*n)
 	exactly(t, "records applied over two Runs of one runner", w.Effects(t), append(ids, more...))
 }
 
@@ -568,9 +567,7 @@ func drain(t *testing.T, s Subject) {
 				}
 				mu.Unlock()
 			}
-			successor := start(t, w.Runner(t, Setup{}))
-			settle(t, w, successor, n)
-			successor.stop(t)
+			runUntil(t, w, w.Runner(t, Setup{}), n)
 			exactly(t, "records applied", w.Effects(t), ids)
 		})
 	}
@@ -643,9 +640,7 @@ func metrics(t *testing.T, s Subject) {
 	}
 	m := &Recorder{}
 	p := eoskit.Classify(eoskit.Stop(), eoskit.When(errParse, w.DeadLetter()), eoskit.WhenAs[*timeoutError](eoskit.Retry(time.Millisecond, 3)))
-	r := start(t, w.Runner(t, Setup{Handle: handle, Policy: p, Metrics: m}))
-	settle(t, w, r, n)
-	r.stop(t)
+	runUntil(t, w, w.Runner(t, Setup{Handle: handle, Policy: p, Metrics: m}), n)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.in != n || m.deadLettered != dead || m.aborted["handler-error"] == 0 && !s.Features.Batches {
