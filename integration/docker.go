@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/log"
 )
@@ -151,4 +155,46 @@ func testLogger(tb testing.TB) Option {
 // WithLabel adds a label to the containers.
 func WithLabel(key, value string) Option {
 	return commonOpt(func(c *common) { c.labels[key] = value })
+}
+
+// daemonHost returns the host the Docker engine publishes ports on.
+func (c common) daemonHost(ctx context.Context) (string, error) {
+	p, err := c.provider()
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoDocker, err)
+	}
+	defer p.Close()
+	host, err := p.DaemonHost(ctx)
+	if err != nil {
+		return "", fmt.Errorf("integration: docker host: %w", err)
+	}
+	return host, nil
+}
+
+// publishOn returns the host address a container's port is published on:
+// loopback when the engine runs on this machine (a test's server is no
+// one else's to reach), every interface (the zero Addr) when the engine is
+// remote and its ports must be reached from here.
+func publishOn(daemonHost string) netip.Addr {
+	if ip, err := netip.ParseAddr(daemonHost); daemonHost == "localhost" || (err == nil && ip.IsLoopback()) {
+		return netip.MustParseAddr("127.0.0.1")
+	}
+	return netip.Addr{}
+}
+
+// publish publishes the container's port (such as "5432/tcp") on
+// publishOn(daemonHost), at hostPort ("" for one the engine picks).
+func publish(port, daemonHost, hostPort string) testcontainers.CustomizeRequestOption {
+	bind := publishOn(daemonHost)
+	return func(req *testcontainers.GenericContainerRequest) error {
+		if !slices.Contains(req.ExposedPorts, port) {
+			req.ExposedPorts = append(req.ExposedPorts, port)
+		}
+		return testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			if hc.PortBindings == nil {
+				hc.PortBindings = network.PortMap{}
+			}
+			hc.PortBindings[network.MustParsePort(port)] = []network.PortBinding{{HostIP: bind, HostPort: hostPort}}
+		})(req)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,13 +363,8 @@ func newKafkaLayout(ctx context.Context, cfg kafkaConfig) (*kafkaLayout, error) 
 	}
 	l.daemonHost = "127.0.0.1"
 	if !cfg.host {
-		p, err := cfg.provider()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNoDocker, err)
-		}
-		defer p.Close()
-		if l.daemonHost, err = p.DaemonHost(ctx); err != nil {
-			return nil, fmt.Errorf("integration: docker host: %w", err)
+		if l.daemonHost, err = cfg.daemonHost(ctx); err != nil {
+			return nil, err
 		}
 	}
 	return l, nil
@@ -470,19 +464,9 @@ func (l *kafkaLayout) customize(i int, volume string, cfg kafkaConfig) []testcon
 			testcontainers.WithEndpointSettingsModifier(func(m map[string]*network.EndpointSettings) { clear(m) }))
 	}
 	// On a loopback Docker host the port is published on loopback only.
-	var bind netip.Addr
-	if ip, err := netip.ParseAddr(l.daemonHost); l.daemonHost == "localhost" || (err == nil && ip.IsLoopback()) {
-		bind = netip.MustParseAddr("127.0.0.1")
-	}
-	hostPort := strconv.Itoa(l.ports[i][0])
 	return append(opts,
-		testcontainers.WithExposedPorts("9092/tcp"),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			labelVolumes(hc)
-			hc.PortBindings = network.PortMap{
-				network.MustParsePort("9092/tcp"): {{HostIP: bind, HostPort: hostPort}},
-			}
-		}))
+		testcontainers.WithHostConfigModifier(labelVolumes),
+		publish("9092/tcp", l.daemonHost, strconv.Itoa(l.ports[i][0])))
 }
 
 // waitWhole returns once every node is a broker and every replica is in

@@ -103,7 +103,12 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 				wait.ForLog("database system is ready to accept connections").WithOccurrence(2)),
 		)
 	} else {
-		custom = append(custom, tcpostgres.BasicWaitStrategies())
+		// Published on loopback only where the engine is this machine's.
+		host, err := cfg.daemonHost(ctx)
+		if err != nil {
+			return nil, err
+		}
+		custom = append(custom, publish("5432/tcp", host, ""), tcpostgres.BasicWaitStrategies())
 	}
 	ctr, err := tcpostgres.Run(ctx, cfg.image, custom...)
 	p := &PostgresContainer{ctr: ctr}

@@ -19,13 +19,20 @@
 #
 # The shared cluster gets wal_level=logical (the outbox relay decodes the log);
 # if it had another level, start sets it and restarts the cluster once.
-# The test role is a superuser because the test kit (package integration) creates and
-# drops one database per test. Never point this at a cluster holding data you
-# care about.
+# The test role is a superuser because the tests create and drop one database
+# each and create roles with REPLICATION, which only a superuser may. Its
+# password is random, made at its creation and kept in $STATE_DIR/password
+# (mode 0600), never a well-known one; stop drops the role and what it owns
+# (the test databases) if this script created it, whoever started the
+# cluster. The private server asks for a password (scram-sha-256) on every
+# connection, its own random one. Never point this at a cluster holding
+# data you care about.
 #
 # Environment:
-#   EOSKIT_STATE_DIR  where the "started by us" marker lives (default <repo>/.eoskit)
-#   EOSKIT_PG_USER, EOSKIT_PG_PASSWORD, EOSKIT_PG_DB   default eoskit / eoskit / eoskit
+#   EOSKIT_STATE_DIR  where the "started by us" markers live (default <repo>/.eoskit)
+#   EOSKIT_PG_USER, EOSKIT_PG_DB   default eoskit / eoskit
+#   EOSKIT_PG_PASSWORD  the role's password, for a role this script did not
+#                     create (default: a random one, made with the role)
 #   EOSKIT_OWNER_PID  with private-start, a watchdog stops the private server
 #                     once that process is gone, however it ended
 set -euo pipefail
@@ -33,7 +40,6 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/postgres
 PG_USER=${EOSKIT_PG_USER:-eoskit}
-PG_PASSWORD=${EOSKIT_PG_PASSWORD:-eoskit}
 PG_DB=${EOSKIT_PG_DB:-eoskit}
 
 log() { echo "postgres.sh: $*" >&2; }
@@ -56,10 +62,74 @@ as_postgres() {
 	if [ "$(id -u)" = 0 ]; then su postgres -c "$*"; else sudo -u postgres sh -c "$*"; fi
 }
 
+# random prints a password of 32 hex digits.
+random() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+
+# password prints the test role's password: EOSKIT_PG_PASSWORD, or the one
+# kept in $STATE_DIR/password.
+password() {
+	if [ -n "${EOSKIT_PG_PASSWORD:-}" ]; then
+		echo "$EOSKIT_PG_PASSWORD"
+	elif [ -f "$STATE_DIR/password" ]; then
+		cat "$STATE_DIR/password"
+	else
+		die "no password for role $PG_USER: run scripts/postgres.sh start, or set EOSKIT_PG_PASSWORD"
+	fi
+}
+
 url() {
 	local port
 	read -r _ _ port _ <<<"$(cluster)"
-	echo "DATABASE_URL=postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$port/$PG_DB?sslmode=disable"
+	echo "DATABASE_URL=postgres://$PG_USER:$(password)@127.0.0.1:$port/$PG_DB?sslmode=disable"
+}
+
+# ensure_role creates the test role and its database. A role this script
+# created (marker role-created-by-eoskit) keeps its kept password, or gets
+# a new one if that was lost; a role it finds gets EOSKIT_PG_PASSWORD if
+# given, or else is taken over with a new password (the test role of an
+# earlier version of this script, whose password was well known).
+ensure_role() {
+	local port=$1 exists
+	exists=$(as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'\"")
+	if [ -z "${EOSKIT_PG_PASSWORD:-}" ]; then
+		if [ "$exists" = 1 ] && [ ! -f "$STATE_DIR/role-created-by-eoskit" ]; then
+			log "taking over role $PG_USER with a new password"
+		fi
+		if [ "$exists" != 1 ] || [ ! -f "$STATE_DIR/role-created-by-eoskit" ] || [ ! -f "$STATE_DIR/password" ]; then
+			(umask 077 && random >"$STATE_DIR/password")
+		fi
+		echo "$PG_USER" >"$STATE_DIR/role-created-by-eoskit"
+	elif [ "$exists" != 1 ]; then
+		echo "$PG_USER" >"$STATE_DIR/role-created-by-eoskit"
+	fi
+	as_postgres "psql -q -p $port -v ON_ERROR_STOP=1 -d postgres" <<SQL
+SELECT 'CREATE ROLE $PG_USER LOGIN SUPERUSER'
+WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_USER') \gexec
+ALTER ROLE $PG_USER PASSWORD '$(password)';
+SELECT 'CREATE DATABASE $PG_DB OWNER $PG_USER'
+WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$PG_DB') \gexec
+SQL
+}
+
+# drop_role drops the test role, the databases it owns and what it owns in
+# the others, if this script created it and the cluster runs.
+drop_role() {
+	[ -f "$STATE_DIR/role-created-by-eoskit" ] || return 0
+	local port status db
+	read -r _ _ port status <<<"$(cluster)"
+	[ "${status:-}" = online ] || { log "cluster is down: role $PG_USER stays"; return 0; }
+	as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '$PG_USER'\"" >/dev/null
+	for db in $(as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT d.datname FROM pg_database d JOIN pg_roles r ON r.oid = d.datdba WHERE r.rolname = '$PG_USER'\""); do
+		as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres -c 'DROP DATABASE \"$db\" WITH (FORCE)'"
+	done
+	# What it owns in the databases left (a database's slots went with
+	# it), then the role.
+	for db in $(as_postgres "psql -XAtq -p $port -d postgres -c 'SELECT datname FROM pg_database WHERE datallowconn'"); do
+		as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d \"$db\" -c 'DROP OWNED BY $PG_USER CASCADE'"
+	done
+	as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres -c 'DROP ROLE $PG_USER'"
+	log "dropped role $PG_USER and its databases"
+	rm -f "$STATE_DIR/role-created-by-eoskit" "$STATE_DIR/password"
 }
 
 start() {
@@ -83,12 +153,7 @@ start() {
 		sleep 0.1
 	done
 	ensure_logical "$version" "$name" "$port" "$ours"
-	as_postgres "psql -q -p $port -v ON_ERROR_STOP=1 -d postgres" <<SQL
-SELECT 'CREATE ROLE $PG_USER LOGIN SUPERUSER PASSWORD ''$PG_PASSWORD'''
-WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_USER') \gexec
-SELECT 'CREATE DATABASE $PG_DB OWNER $PG_USER'
-WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$PG_DB') \gexec
-SQL
+	ensure_role "$port"
 	if [ "$ours" = yes ] && [ "${EOSKIT_KEEP_SLOTS:-}" != 1 ]; then
 		# Slots left by test or bench runs that were killed keep the
 		# server's log: drop those of test databases (eoskit_test...)
@@ -139,7 +204,7 @@ private_data() {
 }
 
 private_start() {
-	local port=$1 bin data
+	local port=$1 bin data pw
 	[[ $port =~ ^[0-9]+$ ]] || die "private-start needs a port"
 	ensure_installed
 	bin=$(private_bin)
@@ -148,7 +213,12 @@ private_start() {
 	data=$(as_postgres "mktemp -d /tmp/eoskit-pg.XXXXXX")
 	as_postgres "chmod 755 $data"
 	echo "$data" >"$STATE_DIR/pgdata"
-	as_postgres "$bin/initdb -D $data/db -U $PG_USER --auth=trust -E UTF8 --no-sync" >/dev/null
+	# A password on every connection: the server is any local user's to
+	# reach. The file goes once initdb has read it.
+	pw=$(random)
+	as_postgres "umask 077 && cat >$data/pw" <<<"$pw"
+	as_postgres "$bin/initdb -D $data/db -U $PG_USER --auth=scram-sha-256 --pwfile=$data/pw -E UTF8 --no-sync" >/dev/null
+	as_postgres "rm -f $data/pw"
 	# Written by the postgres user: the data folder is its alone.
 	as_postgres "cat >>$data/db/postgresql.auto.conf" <<CONF
 listen_addresses = '127.0.0.1'
@@ -170,7 +240,7 @@ CONF
 			if [ -d $data/db ]; then as_postgres '$bin/pg_ctl -D $data/db -m immediate stop'; as_postgres 'rm -rf $data'; fi" \
 			</dev/null >/dev/null 2>&1 &
 	fi
-	echo "DATABASE_URL=postgres://$PG_USER@127.0.0.1:$port/postgres?sslmode=disable"
+	echo "DATABASE_URL=postgres://$PG_USER:$pw@127.0.0.1:$port/postgres?sslmode=disable"
 }
 
 private_restart() {
@@ -222,6 +292,7 @@ private_stop() {
 }
 
 stop() {
+	command -v pg_lsclusters >/dev/null && drop_role
 	[ -f "$STATE_DIR/started-by-eoskit" ] || { log "cluster was not started by eoskit; leaving it running"; return 0; }
 	local version name
 	read -r version name <"$STATE_DIR/started-by-eoskit"

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -125,5 +128,44 @@ func TestLocalClusterWithACLsAuthenticatesAndAuthorizes(t *testing.T) {
 	defer wrong.Close()
 	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, wrong); !errors.Is(err, kerr.SaslAuthenticationFailed) {
 		t.Fatalf("a wrong password gave %v; want SASL_AUTHENTICATION_FAILED", err)
+	}
+}
+
+// A private PostgreSQL asks for its role's password on every connection,
+// replication included: the server is reachable by every local user, so
+// trust authentication would hand each of them a superuser (issue 47 item
+// 17; on 7d16fbd initdb ran with --auth=trust and this test failed).
+func TestPrivatePostgresAsksForItsPassword(t *testing.T) {
+	pg := testbed.StartPrivatePostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := u.User.Password(); !ok {
+		t.Fatalf("the private server's URL carries no password: %s", u.Redacted())
+	}
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatalf("with its password: %v", err)
+	}
+	_ = conn.Close(ctx)
+	for _, tc := range []struct{ name, query string }{{"a session", ""}, {"a replication connection", "replication=database"}} {
+		wrong := *u
+		wrong.User = url.UserPassword(u.User.Username(), "wrong")
+		without := *u
+		without.User = url.User(u.User.Username())
+		for _, v := range []url.URL{wrong, without} {
+			q := v.Query()
+			if tc.query != "" {
+				q.Set("replication", "database")
+			}
+			v.RawQuery = q.Encode()
+			if c, err := pgconn.Connect(ctx, v.String()); err == nil {
+				_ = c.Close(ctx)
+				t.Errorf("%s as %s was let in without the right password", tc.name, v.Redacted())
+			}
+		}
 	}
 }
