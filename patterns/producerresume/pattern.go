@@ -40,7 +40,11 @@ type Config struct {
 	Topic     string
 	Partition int32
 	// Produce sends one record and waits for its outcome. Default:
-	// ProduceSync on the Producer's idempotent client.
+	// ProduceSync on the Producer's idempotent client, which waits past
+	// ctx's end for a record already sent. A Produce that returns an
+	// error while the record may still be written (one that gives up
+	// when ctx ends) makes Send read the previous report as the last and
+	// write this one again: a duplicate.
 	Produce func(ctx context.Context, r *kgo.Record) error
 }
 
