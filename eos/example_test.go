@@ -16,6 +16,7 @@ import (
 
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/probe"
 	"github.com/eoskit/eoskit/state"
 )
 
@@ -121,11 +122,12 @@ func ExampleProcessor_Run() {
 	// Output: [APPLES PEARS PLUMS] <nil>
 }
 
-// A readiness probe over net/http: 503 before Run and until the group has
-// assigned the processor its partitions, 200 while it runs and makes
-// progress (the example waits for its first commit), with the health view
-// as JSON for dashboards. A liveness probe would use Healthy, which holds
-// while a new session still waits for its assignment.
+// A readiness probe over net/http (package probe): 503 before Run and
+// until the group has assigned the processor its partitions, 200 while it
+// runs and makes progress (the example waits for its first commit), with
+// the health view as JSON for dashboards. The liveness probe, /healthz,
+// answers from Healthy, which holds while a new session still waits for
+// its assignment.
 func ExampleProcessor_Health() {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "enriched"))
 	if err != nil {
@@ -149,14 +151,8 @@ func ExampleProcessor_Health() {
 		panic(err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		h := p.Health()
-		if !h.Ready() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(h)
-	})
-	probe := func() (int, eoskit.Health) {
+	probe.Routes(mux, p.Health) // GET /healthz and /readyz
+	readyz := func() (int, eoskit.Health) {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 		var h eoskit.Health
@@ -164,7 +160,7 @@ func ExampleProcessor_Health() {
 		return rec.Code, h
 	}
 
-	code, _ := probe()
+	code, _ := readyz()
 	fmt.Println("before Run:", code)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -172,16 +168,16 @@ func ExampleProcessor_Health() {
 	go func() { done <- p.Run(ctx) }()
 	// Healthy from the start (no error yet); wait for the first commit.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if code, h := probe(); code == http.StatusOK && !h.LastCommit.IsZero() {
+		if code, h := readyz(); code == http.StatusOK && !h.LastCommit.IsZero() {
 			break
 		}
 	}
-	code, h := probe()
+	code, h := readyz()
 	fmt.Println("running:", code, h.Assigned)
 
 	cancel()
 	<-done
-	code, _ = probe()
+	code, _ = readyz()
 	fmt.Println("after Run:", code)
 	// Output:
 	// before Run: 503

@@ -74,6 +74,13 @@ type Config struct {
 	// partition count (Run refuses another, or a missing one, with a
 	// *eoskit.ConfigError). Required with Totals.
 	Changelog string
+	// DeadLetterTopic, when set, takes a report the handler cannot use
+	// (one that does not parse, say), written in the batch's transaction
+	// with headers that say why (eos.DeadLetter), and the processor goes
+	// on; `eoskit dead-letters` lists and replays it. The topic must
+	// exist. Default "": such a report stops Run with a
+	// *eoskit.RecordError naming it, and a restart meets it again.
+	DeadLetterTopic string
 	// Handler turns one input record into its outputs. Default:
 	// Forward(Output).
 	Handler eos.HandlerFunc
@@ -87,8 +94,8 @@ type Config struct {
 
 // Forward is the pattern's handler: it checks each input is a report and
 // publishes it to topic, keyed by its region. A record that is not a report
-// is an error, which stops the processor (eos.OnHandlerError chooses
-// otherwise, a dead-letter topic say).
+// is an error, which stops the processor (Config.DeadLetterTopic parks it
+// instead).
 func Forward(topic string) eos.HandlerFunc {
 	return func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 		rep, err := dashboard.Parse(in.Value)
@@ -117,14 +124,12 @@ func WithTotals(h eos.HandlerFunc) eos.HandlerFunc {
 	}
 }
 
-// Run runs the processor until ctx ends, then drains: it lets the batch in
-// hand finish and commits it (eos.DrainTimeout bounds that), and returns
-// nil. It returns eos.ErrFenced when a newer instance with the same Group
-// and Instance took over.
-func Run(ctx context.Context, cfg Config) error {
+// New returns the processor cfg describes: Run it, and serve its Health
+// to probes (package probe).
+func New(cfg Config) (*eos.Processor, error) {
 	txnID, err := eos.StableTransactionalID(cfg.Group, cfg.Instance)
 	if err != nil {
-		return fmt.Errorf("kafkatokafka: %w", err)
+		return nil, fmt.Errorf("kafkatokafka: %w", err)
 	}
 	handler, logger := cfg.Handler, cfg.Logger
 	if handler == nil {
@@ -145,8 +150,18 @@ func Run(ctx context.Context, cfg Config) error {
 		handler = WithTotals(handler)
 		opts = append(opts, eos.Changelog(cfg.Changelog, eos.EmitUpdates(cfg.Totals)))
 	}
-	opts = append(opts, cfg.Options...)
-	proc, err := eos.NewProcessor(handler, opts...)
+	if cfg.DeadLetterTopic != "" {
+		opts = append(opts, eos.OnHandlerError(eos.DeadLetter(cfg.DeadLetterTopic)))
+	}
+	return eos.NewProcessor(handler, append(opts, cfg.Options...)...)
+}
+
+// Run runs the processor until ctx ends, then drains: it lets the batch in
+// hand finish and commits it (eos.DrainTimeout bounds that), and returns
+// nil. It returns eos.ErrFenced when a newer instance with the same Group
+// and Instance took over.
+func Run(ctx context.Context, cfg Config) error {
+	proc, err := New(cfg)
 	if err != nil {
 		return err
 	}

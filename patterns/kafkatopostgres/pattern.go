@@ -42,6 +42,19 @@ type Config struct {
 	// Tables prefixes the dashboard's tables. Default:
 	// dashboard.DefaultTables.
 	Tables string
+	// Instance, when set, is this instance's stable name (a StatefulSet
+	// pod's): the group's static membership (offsetstore.InstanceID), so
+	// that a restarted instance gets its partitions back at once instead
+	// of after its predecessor's session timeout (45 s by default).
+	// Default "": dynamic membership.
+	Instance string
+	// DeadLetters parks a report the handler cannot apply (one that does
+	// not parse, say) in the offsets' dead-letter table, in the batch's
+	// transaction, and goes on (offsetstore.DeadLetter); `eoskit
+	// dead-letters` lists and replays it. Default false: such a report
+	// stops Run with a *eoskit.RecordError naming it, and a restart meets
+	// it again.
+	DeadLetters bool
 	// Handler applies one batch in its transaction. Default:
 	// Handle(Tables).
 	Handler offsetstore.Handler
@@ -71,20 +84,23 @@ func Migrate(ctx context.Context, cfg Config) error {
 
 // Handle is the pattern's handler: every report of the batch stored and
 // added to its region's total through tx, which commits with the offsets.
+// A report it cannot apply is named (offsetstore.Reject), so that the
+// runner blames it alone; an error that is the database's is retried, not
+// blamed, whatever is named.
 func Handle(tables string) offsetstore.Handler {
 	return func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 		for _, rec := range recs {
 			if err := dashboard.Apply(ctx, tx, tables, rec); err != nil {
-				return err
+				return offsetstore.Reject(rec, err)
 			}
 		}
 		return nil
 	}
 }
 
-// Run consumes until ctx ends, then lets the batch in hand commit
-// (offsetstore.DrainTimeout bounds that) and returns nil.
-func Run(ctx context.Context, cfg Config) error {
+// New returns the runner cfg describes: Run it, and serve its Health to
+// probes (package probe).
+func New(cfg Config) (*offsetstore.Runner, error) {
 	handler, logger := cfg.Handler, cfg.Logger
 	if handler == nil {
 		handler = Handle(cfg.tables())
@@ -92,13 +108,25 @@ func Run(ctx context.Context, cfg Config) error {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	opts := append([]offsetstore.Option{
+	opts := []offsetstore.Option{
 		offsetstore.Brokers(cfg.Brokers...),
 		offsetstore.Group(cfg.Group),
 		offsetstore.Topics(cfg.Topic),
 		offsetstore.Logger(logger),
-	}, cfg.Options...)
-	r, err := offsetstore.NewRunner(cfg.Pool, handler, opts...)
+	}
+	if cfg.Instance != "" {
+		opts = append(opts, offsetstore.InstanceID(cfg.Instance))
+	}
+	if cfg.DeadLetters {
+		opts = append(opts, offsetstore.OnHandlerError(offsetstore.DeadLetter()))
+	}
+	return offsetstore.NewRunner(cfg.Pool, handler, append(opts, cfg.Options...)...)
+}
+
+// Run consumes until ctx ends, then lets the batch in hand commit
+// (offsetstore.DrainTimeout bounds that) and returns nil.
+func Run(ctx context.Context, cfg Config) error {
+	r, err := New(cfg)
 	if err != nil {
 		return err
 	}

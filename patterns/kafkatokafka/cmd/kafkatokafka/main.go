@@ -6,13 +6,22 @@
 // (kafkatokafka-0, kafkatokafka-1, ...). A host name will not do: in a
 // Deployment or a plain container it changes at every restart, and with
 // it the transactional id, so a restarted instance would not fence its
-// predecessor and readers would stall on its open transaction. SIGTERM or
-// Ctrl-C drains the batch in hand and exits 0.
+// predecessor and readers would stall on its open transaction. The
+// instance is also the group's static membership, so that a restarted
+// instance gets its partitions back at once. SIGTERM or Ctrl-C drains the
+// batch in hand and exits 0.
+//
+// It answers Kubernetes' probes and Prometheus on -http: /healthz
+// (liveness), /readyz (readiness) and /metrics (package eosprom's series
+// and the Go runtime's). With -dead-letter-topic a report that cannot be
+// used goes to that topic, listed and replayed by `eoskit dead-letters`,
+// instead of stopping the program.
 //
 //	# a StatefulSet's container, with POD_NAME from the downward API
 //	# (env: - name: POD_NAME, valueFrom: fieldRef: fieldPath: metadata.name)
 //	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME"
 //	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME" -totals dashboard-totals -changelog dashboard-totals-changelog
+//	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME" -dead-letter-topic case-reports-dead-letters
 package main
 
 import (
@@ -20,16 +29,25 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/eos/eosprom"
 	"github.com/eoskit/eoskit/patterns/kafkatokafka"
+	"github.com/eoskit/eoskit/probe"
 )
 
 func main() {
 	brokers := flag.String("brokers", "localhost:9092", "Kafka bootstrap addresses, comma-separated")
+	httpAddr := flag.String("http", ":8080", `address of the probes (/healthz, /readyz) and metrics (/metrics); "" for none`)
 	cfg := kafkatokafka.Config{Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 	flag.StringVar(&cfg.Group, "group", "dashboard-feed", "consumer group, shared by every instance")
 	flag.StringVar(&cfg.Instance, "instance", "", "this instance's stable name, the same across restarts (a StatefulSet pod's name); required")
@@ -37,6 +55,7 @@ func main() {
 	flag.StringVar(&cfg.Output, "output", "dashboard-feed", "the dashboard's feed topic")
 	flag.StringVar(&cfg.Totals, "totals", "", "topic of the per-region totals, kept in Kafka (default: none)")
 	flag.StringVar(&cfg.Changelog, "changelog", "dashboard-totals-changelog", "the totals' compacted changelog, with the input's partition count (with -totals)")
+	flag.StringVar(&cfg.DeadLetterTopic, "dead-letter-topic", "", "topic for reports that cannot be used, instead of stopping (default: none)")
 	flag.Parse()
 	cfg.Brokers = strings.Split(*brokers, ",")
 	if cfg.Instance == "" {
@@ -46,8 +65,26 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := kafkatokafka.Run(ctx, cfg); err != nil {
+	if err := run(ctx, *httpAddr, cfg); err != nil {
 		cfg.Logger.Error("kafkatokafka stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+func run(ctx context.Context, httpAddr string, cfg kafkatokafka.Config) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := eosprom.New(reg)
+	if err != nil {
+		return err
+	}
+	cfg.Options = append(cfg.Options, eos.InstanceID(cfg.Instance), eos.WithMetrics(metrics))
+	p, err := kafkatokafka.New(cfg)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	probe.Routes(mux, p.Health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return probe.Serve(ctx, httpAddr, mux, p.Run)
 }

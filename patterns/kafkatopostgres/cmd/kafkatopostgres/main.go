@@ -3,50 +3,83 @@
 // dashboard's totals in PostgreSQL. Run as many as the topic has
 // partitions; SIGTERM or Ctrl-C lets the batch in hand commit and exits 0.
 //
-//	kafkatopostgres -brokers kafka:9092 -database-url "$DATABASE_URL"
+// It answers Kubernetes' probes and Prometheus on -http: /healthz
+// (liveness), /readyz (readiness) and /metrics (package eosprom's series
+// and the Go runtime's). With -instance (a StatefulSet pod's name) a
+// restarted instance gets its partitions back at once; with -dead-letters
+// a report that cannot be applied is parked in the database, listed and
+// replayed by `eoskit dead-letters`, instead of stopping the program.
+//
+//	kafkatopostgres -brokers kafka:9092 -database-url "$DATABASE_URL" -instance "$POD_NAME" -dead-letters
 package main
 
 import (
 	"context"
 	"flag"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/eoskit/eoskit/eos/eosprom"
+	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/patterns/kafkatopostgres"
+	"github.com/eoskit/eoskit/probe"
 )
 
 func main() {
 	brokers := flag.String("brokers", "localhost:9092", "Kafka bootstrap addresses, comma-separated")
 	dbURL := flag.String("database-url", os.Getenv("DATABASE_URL"), "the dashboard's PostgreSQL")
+	httpAddr := flag.String("http", ":8080", `address of the probes (/healthz, /readyz) and metrics (/metrics); "" for none`)
 	cfg := kafkatopostgres.Config{Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 	flag.StringVar(&cfg.Group, "group", "dashboard-totals", "consumer group, shared by every instance")
 	flag.StringVar(&cfg.Topic, "topic", "case-reports", "topic of incoming reports")
 	flag.StringVar(&cfg.Tables, "tables", "dashboard", "prefix of the dashboard's tables")
+	flag.StringVar(&cfg.Instance, "instance", "", "this instance's stable name (a StatefulSet pod's): static membership; default none")
+	flag.BoolVar(&cfg.DeadLetters, "dead-letters", false, "park a report that cannot be applied in the dead-letter table instead of stopping")
 	flag.Parse()
 	cfg.Brokers = strings.Split(*brokers, ",")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dbURL, cfg); err != nil {
+	if err := run(ctx, *dbURL, *httpAddr, cfg); err != nil {
 		cfg.Logger.Error("kafkatopostgres stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dbURL string, cfg kafkatopostgres.Config) error {
+func run(ctx context.Context, dbURL, httpAddr string, cfg kafkatopostgres.Config) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := eosprom.New(reg)
+	if err != nil {
+		return err
+	}
+	cfg.Options = append(cfg.Options, offsetstore.WithMetrics(metrics))
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	cfg.Pool = pool
-	if err := kafkatopostgres.Migrate(ctx, cfg); err != nil {
+	r, err := kafkatopostgres.New(cfg)
+	if err != nil {
 		return err
 	}
-	return kafkatopostgres.Run(ctx, cfg)
+	mux := http.NewServeMux()
+	probe.Routes(mux, r.Health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return probe.Serve(ctx, httpAddr, mux, func(ctx context.Context) error {
+		if err := kafkatopostgres.Migrate(ctx, cfg); err != nil {
+			return err
+		}
+		return r.Run(ctx)
+	})
 }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/outbox"
+	"github.com/eoskit/eoskit/patterns/dashboard"
+	"github.com/eoskit/eoskit/patterns/outboxrelay"
+	"github.com/eoskit/eoskit/testsupport/httpcheck"
+)
+
+// The program is production-shaped (issue 47 item 7; on 7d16fbd it had no
+// -http): it answers the probes and serves its metrics while it relays.
+func TestTheProgramServesItsProbesAndMetrics(t *testing.T) {
+	k := integration.Kafka(t)
+	out, positions := k.NewTopic(1), k.NewTopic(1)
+	pool, url := integration.PostgresWithURL(t)
+	ctx := context.Background()
+	cfg := outboxrelay.Config{Brokers: k.Brokers, PositionTopic: positions, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	addr := httpcheck.FreeAddr(t)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, url, addr, cfg) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Error("run did not return within a minute of its context's end")
+		}
+		// The database is dropped when the test ends: its slot first.
+		if slot, err := outbox.DefaultSlot(ctx, pool); err == nil {
+			_ = outbox.DropSlot(ctx, pool, slot)
+		}
+	}
+	defer stop()
+
+	integration.WaitFor(t, time.Minute, "/readyz answering 200", func() (bool, error) {
+		code, _ := httpcheck.Get("http://" + addr + "/readyz")
+		return code == http.StatusOK, nil
+	})
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return outboxrelay.Submit(ctx, tx, out, dashboard.Report{ID: "r1", Region: "north", Cases: 3})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	integration.WaitFor(t, time.Minute, "the report published", func() (bool, error) {
+		return len(k.ReadNow(out, kgo.ReadCommitted(), 5*time.Second)) == 1, nil
+	})
+	if code, body := httpcheck.Get("http://" + addr + "/healthz"); code != http.StatusOK || !strings.Contains(body, `"path":"outbox"`) {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	integration.WaitFor(t, time.Minute, "/metrics counting the relay's commit", func() (bool, error) {
+		code, body := httpcheck.Get("http://" + addr + "/metrics")
+		return code == http.StatusOK && strings.Contains(body, `eoskit_processor_transactions_total{outcome="committed",path="outbox"`) &&
+			strings.Contains(body, "go_goroutines"), nil
+	})
+	stop()
+	if code, _ := httpcheck.Get("http://" + addr + "/healthz"); code != 0 {
+		t.Errorf("/healthz answers %d after the program stopped", code)
+	}
+}

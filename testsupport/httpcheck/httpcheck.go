@@ -1,0 +1,38 @@
+// Package httpcheck holds what the tests of the patterns' programs use to
+// look at the probes and metrics they serve.
+package httpcheck
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/eoskit/eoskit/testsupport/freeport"
+)
+
+// Get returns the status and body of url, or 0 and the error's text if it
+// does not answer.
+func Get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return resp.StatusCode, string(body)
+}
+
+// FreeAddr returns a loopback address whose port was free a moment ago,
+// for a program's -http.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	ports, err := freeport.Ports(1)
+	if err != nil {
+		tb.Fatalf("httpcheck: %v", err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", ports[0])
+}
