@@ -249,4 +249,84 @@ func TestTxnCommandFindsHangingWithReadAndDescribeOnly(t *testing.T) {
 	if out, code := runTool(ctx, append(args, "-topic", topic)...); code != exitUsage {
 		t.Fatalf("SASL without a password exited %d: %s", code, out)
 	}
+
+	t.Run("a live transaction that writes old record times is not hanging", func(t *testing.T) {
+		findsALiveTransactionWithOldRecordTimesLive(t, b)
+	})
+}
+
+// A principal without Describe on a transactional id sees its transaction
+// held by no id, and ages it by its producer's last record time; an outbox
+// relay stamps each record with its database commit time, so a live relay
+// publishing a backlog looks hours old. find-hanging then must not list
+// it: with -min-age it looks again after that long, and a transaction
+// that wrote meanwhile is live (issue 43 item 22; on 7d16fbd find-hanging
+// listed it at once, and the docs' advice led to aborting it). The
+// negative control: once the producer stops writing, the same transaction
+// is listed after -min-age.
+func findsALiveTransactionWithOldRecordTimesLive(t *testing.T, b *testbed.LocalBroker) {
+	k := b.KafkaCluster
+	topic := k.NewTopic(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ops := testbed.NewUser(t, k, "ops-without-describe")
+	results, err := k.Admin.CreateACLs(ctx, kadm.NewACLs().Topics(topic).Allow(ops.Principal).Operations(kadm.OpRead, kadm.OpDescribe))
+	if err == nil {
+		for _, r := range results {
+			err = errors.Join(err, r.Err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("grant: %v", err)
+	}
+	relay := k.Client(kgo.TransactionalID(integration.UniqueName(t, "relay")), kgo.DefaultProduceTopic(topic),
+		kgo.TransactionTimeout(time.Minute))
+	if err := relay.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	writing, stop := context.WithCancel(ctx)
+	wrote, first := make(chan error, 1), make(chan struct{})
+	go func() {
+		for n := 0; writing.Err() == nil; n++ {
+			if n == 1 {
+				close(first)
+			}
+			// A backlog committed in the database an hour ago.
+			r := &kgo.Record{Value: []byte("backlog"), Timestamp: time.Now().Add(-time.Hour)}
+			if err := relay.ProduceSync(ctx, r).FirstErr(); err != nil {
+				wrote <- err
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		wrote <- nil
+	}()
+	select {
+	case <-first:
+	case err := <-wrote:
+		t.Fatalf("the relay's first write: %v", err)
+	}
+	t.Setenv("EOSKIT_SASL_PASSWORD", ops.Password)
+	args := []string{"txn", "find-hanging", "-brokers=" + strings.Join(k.Brokers, ","), "-sasl-mechanism", "scram-sha-512",
+		"-sasl-user", "ops-without-describe", "-min-age", "3s", "-topic", topic}
+	out, code := runTool(ctx, args...)
+	t.Logf("live: exit %d: %s", code, out)
+	stop()
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if code != exitOK || !strings.Contains(out, "no hanging transactions") {
+		t.Fatalf("find-hanging listed a live transaction that writes old record times (exit %d):\n%s", code, out)
+	}
+	out, code = runTool(ctx, args...)
+	t.Logf("stopped: exit %d: %s", code, out)
+	if code != exitFound || !strings.Contains(out, "no transactional id") {
+		t.Fatalf("find-hanging did not list the transaction its producer stopped writing to (exit %d), so the check above proves nothing:\n%s", code, out)
+	}
+	if err := relay.AbortBufferedRecords(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -31,7 +31,7 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var topics topicList
 	fs.Var(&topics, "topic", "a topic to look in (repeatable; default every topic, __consumer_offsets included)")
 	clientsV2 := fs.Bool("clients-speak-v2", false, "vouch that the producers' clients speak transaction protocol v2 (franz-go 1.18+, Java 4.0+), so that outcomes are read from the coordinator's state; without it every outcome is unknown")
-	minAge := fs.Duration("min-age", 15*time.Minute, "report a transaction that no transactional id (this principal may describe) holds only once its producer last wrote this long ago")
+	minAge := fs.Duration("min-age", 15*time.Minute, "report a transaction that no transactional id (this principal may describe) holds only once its producer last wrote this long ago, and it is unchanged when looked at again this long after (at least the cluster's transaction.max.timeout.ms; 0: at once)")
 	var (
 		id         *string
 		partition  *int
@@ -72,9 +72,13 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "eoskit:", err)
 		return exitUsage // settings missing, or given that cannot be honoured
 	}
-	ctx, cancel := context.WithTimeout(ctx, *kf.timeout)
+	// find-hanging and close may wait -min-age to look again; reaching
+	// the cluster has -timeout alone.
+	ctx, cancel := context.WithTimeout(ctx, *kf.timeout+*minAge)
 	defer cancel()
-	t, err := connect(ctx, strings.Join(conn.seeds, ","), conn.opts, *clientsV2)
+	connectCtx, connected := context.WithTimeout(ctx, *kf.timeout)
+	defer connected()
+	t, err := connect(connectCtx, strings.Join(conn.seeds, ","), conn.opts, *clientsV2)
 	if err != nil {
 		fmt.Fprintf(stderr, "eoskit: %v\n", err)
 		return exitError
@@ -84,9 +88,12 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *kf.json {
 		o = jsonOutput{stdout}
 	}
+	find := txnscan.FindOptions{ClientsV2: t.clientsV2, MinAge: *minAge, Waiting: func(n int, d time.Duration) {
+		fmt.Fprintf(stderr, "eoskit: %d open transactions are held by no transactional id this principal may describe; looking again in %v to tell a live one from a hanging one (-min-age)\n", n, d)
+	}}
 	switch cmd {
 	case "find-hanging":
-		hangs, looked, err := t.findHanging(ctx, topics, *minAge)
+		hangs, looked, err := t.findHanging(ctx, topics, find)
 		if err != nil {
 			fmt.Fprintf(stderr, "eoskit: find hanging transactions: %v\n", err)
 			return exitError
@@ -103,7 +110,7 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		o.described(d)
 	case "close":
-		c, err := t.closeHang(ctx, topics[0], int32(*partition), *producerID, *outcome, *dryRun, *minAge)
+		c, err := t.closeHang(ctx, topics[0], int32(*partition), *producerID, *outcome, *dryRun, find)
 		if err != nil {
 			fmt.Fprintf(stderr, "eoskit: close: %v\n", err)
 			return exitError
@@ -166,7 +173,7 @@ func (t *txnTool) partitions(ctx context.Context, topics []string) (kadm.TopicsS
 
 // findHanging returns the hanging transactions in topics, and how many
 // partitions it looked at.
-func (t *txnTool) findHanging(ctx context.Context, topics []string, minAge time.Duration) ([]txnscan.Hang, int, error) {
+func (t *txnTool) findHanging(ctx context.Context, topics []string, find txnscan.FindOptions) ([]txnscan.Hang, int, error) {
 	set, err := t.partitions(ctx, topics)
 	if err != nil {
 		return nil, 0, err
@@ -175,7 +182,7 @@ func (t *txnTool) findHanging(ctx context.Context, topics []string, minAge time.
 	for _, ps := range set {
 		looked += len(ps)
 	}
-	hangs, err := txnscan.Find(ctx, t.adm, set, t.clientsV2, minAge)
+	hangs, err := txnscan.Find(ctx, t.adm, set, find)
 	return hangs, looked, err
 }
 
@@ -228,8 +235,8 @@ type closing struct {
 // errRefused is a close that would risk exactly-once.
 var errRefused = errors.New("refused")
 
-func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, producerID int64, outcome string, dryRun bool, minAge time.Duration) (*closing, error) {
-	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, t.clientsV2, minAge)
+func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, producerID int64, outcome string, dryRun bool, find txnscan.FindOptions) (*closing, error) {
+	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, find)
 	if err != nil {
 		return nil, err
 	}

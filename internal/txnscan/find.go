@@ -30,19 +30,36 @@ type Hang struct {
 	Evidence string
 }
 
+// FindOptions are what [Find] is told beyond where to look.
+type FindOptions struct {
+	// ClientsV2 says that the producers' clients speak transaction
+	// protocol v2 (the cluster's TransactionVersion >= 2 is not enough: it
+	// serves v1 to older clients): only then is an outcome read from the
+	// coordinator's state (CoordinatorOutcome); otherwise every outcome is
+	// unknown.
+	ClientsV2 bool
+	// MinAge guards the transactions no transactional id holds that the
+	// caller may describe (ListTransactions shows only those), which may
+	// be another principal's live ones. Such a transaction is reported
+	// only if its producer last wrote MinAge ago or more by its record
+	// times, and, since a producer chooses those (an outbox relay stamps
+	// database commit times, hours old in a backlog), only if it is
+	// unchanged (epoch, start offset, last sequence, last record time)
+	// when Find looks again MinAge later: a live transaction writes, or
+	// ends within its timeout, so a MinAge at least the cluster's
+	// transaction.max.timeout.ms (15 minutes by default) tells them apart.
+	// Zero reports them at once.
+	MinAge time.Duration
+	// Waiting, if set, is told before Find waits MinAge to look again,
+	// with how many transactions it waits to confirm.
+	Waiting func(n int, d time.Duration)
+}
+
 // Find returns the hanging transactions in set's partitions, sorted by
-// partition. clientsV2 says that the producers' clients speak transaction
-// protocol v2 (the cluster's TransactionVersion >= 2 is not enough: it
-// serves v1 to older clients): only then is an outcome read from the
-// coordinator's state (CoordinatorOutcome); otherwise every outcome is
-// unknown. A transaction
-// that ends while Find looks is not reported: each hang is checked again,
-// unchanged, after its coordinator was asked. One that no transactional id
-// holds is reported only once its producer last wrote minAge ago or more:
-// ListTransactions shows only the ids the caller may describe, so a young
-// one may be another principal's live transaction (kafka-transactions.sh
-// find-hanging waits transaction.max.timeout.ms, 15 minutes by default).
-func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, clientsV2 bool, minAge time.Duration) ([]Hang, error) {
+// partition. A transaction that ends while Find looks is not reported:
+// each hang is checked again, unchanged, after its coordinator was asked
+// (and after opts.MinAge, for one that no describable id holds).
+func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOptions) ([]Hang, error) {
 	before, err := Open(ctx, adm, set)
 	if err != nil || len(before) == 0 {
 		return nil, err
@@ -72,14 +89,16 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, clientsV2 b
 		}
 	}
 	var found []Hang
+	unheld := 0
 	for k, p := range before {
 		h := Hang{DescribedProducer: p, TransactionalID: idOf[k.ProducerID], Outcome: "unknown"}
 		if h.TransactionalID == "" {
-			if time.Since(time.UnixMilli(p.LastTimestamp)) < minAge {
+			if time.Since(time.UnixMilli(p.LastTimestamp)) < opts.MinAge {
 				continue
 			}
 			h.Evidence = fmt.Sprintf("none: no transactional id (that this principal may describe) holds producer id %d any more", k.ProducerID)
 			found = append(found, h)
+			unheld++
 			continue
 		}
 		coord, ok := described[h.TransactionalID]
@@ -93,7 +112,7 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, clientsV2 b
 		switch commit, known := CoordinatorOutcome(coord, p.ProducerEpoch); {
 		case coord.ProducerID != p.ProducerID:
 			h.Evidence = fmt.Sprintf("none: transactional id %s moved on to producer id %d", h.TransactionalID, coord.ProducerID)
-		case !clientsV2:
+		case !opts.ClientsV2:
 			h.Evidence = fmt.Sprintf("none known for a client of either protocol: the coordinator is %s at epoch %d (a protocol v2 client's outcome would read from that; a v1 client's epoch spans many transactions)", coord.State, coord.ProducerEpoch)
 		case known:
 			h.Outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
@@ -106,16 +125,46 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, clientsV2 b
 	if len(found) == 0 {
 		return nil, nil
 	}
+	if unheld > 0 && opts.MinAge > 0 {
+		if opts.Waiting != nil {
+			opts.Waiting(unheld, opts.MinAge)
+		}
+		if err := sleep(ctx, opts.MinAge); err != nil {
+			return nil, fmt.Errorf("waiting %v to confirm %d transactions no describable transactional id holds: %w", opts.MinAge, unheld, err)
+		}
+	}
 	after, err := Open(ctx, adm, set)
 	if err != nil {
 		return nil, err
 	}
 	found = slices.DeleteFunc(found, func(h Hang) bool {
 		q, ok := after[Key{h.ProducerID, h.Topic, h.Partition}]
-		return !ok || q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.CurrentTxnStartOffset
+		return !ok || changed(h, q)
 	})
 	slices.SortFunc(found, func(a, b Hang) int {
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.ProducerID, b.ProducerID))
 	})
 	return found, nil
+}
+
+// changed reports whether q, a later look at h's partition and producer,
+// shows its transaction moved on: another one, or (for one no describable
+// id holds, whose only clock is its producer's) a write since.
+func changed(h Hang, q kadm.DescribedProducer) bool {
+	if q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.CurrentTxnStartOffset {
+		return true
+	}
+	return h.TransactionalID == "" && (q.LastSequence != h.LastSequence || q.LastTimestamp != h.LastTimestamp)
+}
+
+// sleep waits d, or returns ctx's error when it ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

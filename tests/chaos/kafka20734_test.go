@@ -150,7 +150,7 @@ func reproduceOnce(t *testing.T, bin string, n int) reproResult {
 		t.Fatalf("list topics: %v", err)
 	}
 	// Counted, not closed: no outcome needed.
-	if res.hangs, err = txnscan.Find(ctx, adm, listed.TopicsSet(), false, 0); err != nil {
+	if res.hangs, err = txnscan.Find(ctx, adm, listed.TopicsSet(), txnscan.FindOptions{}); err != nil {
 		t.Fatalf("find hanging transactions: %v", err)
 	}
 	// What a read_committed reader sees now: up to each partition's last
