@@ -1,6 +1,10 @@
 package txnscan
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
 
 // The broker places a group's offsets by Java's String.hashCode; a wrong
 // hash would make the hanging-transaction check look in the wrong
@@ -39,6 +43,36 @@ func TestJavaStringHashMatchesJava(t *testing.T) {
 	} {
 		if got := GroupPartition(name, 50); got != want {
 			t.Errorf("GroupPartition(%q, 50) = %d, want %d", name, got, want)
+		}
+	}
+}
+
+// A later look shows a transaction moved on when its epoch or start offset
+// changed; for one no describable id holds, also when its producer wrote
+// since (its only clock), so that a live transaction whose record times
+// are old is not taken for a hanging one.
+func TestChangedTellsALiveTransactionFromAStillOne(t *testing.T) {
+	at := func(epoch int16, start int64, seq int32, ts int64) kadm.DescribedProducer {
+		return kadm.DescribedProducer{ProducerEpoch: epoch, CurrentTxnStartOffset: start, LastSequence: seq, LastTimestamp: ts}
+	}
+	first := at(0, 10, 4, 1000)
+	for _, c := range []struct {
+		name      string
+		id        string
+		later     kadm.DescribedProducer
+		wantMoved bool
+	}{
+		{"unchanged, no id", "", at(0, 10, 4, 1000), false},
+		{"wrote since, no id", "", at(0, 10, 5, 1000), true},
+		{"wrote since with the same time, no id", "", at(0, 10, 5, 1000), true},
+		{"same sequence, a new time, no id", "", at(0, 10, 4, 1001), true},
+		{"a new transaction", "", at(0, 20, 9, 2000), true},
+		{"a new epoch", "app-0", at(1, 10, 4, 1000), true},
+		{"wrote since, with an id (its coordinator tells)", "app-0", at(0, 10, 5, 1000), false},
+	} {
+		h := Hang{DescribedProducer: first, TransactionalID: c.id}
+		if got := changed(h, c.later); got != c.wantMoved {
+			t.Errorf("%s: changed = %v, want %v", c.name, got, c.wantMoved)
 		}
 	}
 }
