@@ -63,7 +63,7 @@ func TestChangedTellsALiveTransactionFromAStillOne(t *testing.T) {
 		wantMoved bool
 	}{
 		{"unchanged, no id", "", at(0, 10, 4, 1000), false},
-		{"wrote since, no id", "", at(0, 10, 5, 1000), true},
+		{"wrote since, no id", "", at(0, 10, 5, 1500), true},
 		{"wrote since with the same time, no id", "", at(0, 10, 5, 1000), true},
 		{"same sequence, a new time, no id", "", at(0, 10, 4, 1001), true},
 		{"a new transaction", "", at(0, 20, 9, 2000), true},
