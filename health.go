@@ -43,7 +43,8 @@ type Health struct {
 	LastCommit time.Time `json:"last_commit"`
 	// LastError is the last failure the runner met and is riding out (a
 	// session restart, a database retry), and when; or the error Run
-	// returned.
+	// returned. Its text is the log's: cut to 300 bytes, and quoting
+	// what the error quotes (a handler's error may quote its record).
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at"`
 	// Lag is, per assigned partition, how many offsets stood after the

@@ -136,7 +136,12 @@
 // # Networks
 //
 // By default a container publishes its port on the Docker host, which is
-// what Docker Desktop and a laptop's engine offer. With
+// what Docker Desktop and a laptop's engine offer: on the loopback address
+// the engine is reached by when it runs on this machine (no other host
+// reaches a test's superuser database or broker), on every interface when
+// the engine is remote (DOCKER_HOST=tcp://other-host:...), where it must
+// be reached from here. The PostgreSQL container's password is random,
+// made per container, and in its URL. With
 // EOSKIT_DOCKER_NETWORK=host (or [WithHostNetwork]) it joins the host's
 // network instead and listens on free 127.0.0.1 ports: no bridge, no port
 // mapping, addresses that stay the same when a container restarts (on

@@ -176,8 +176,11 @@ func (c common) daemonHost(ctx context.Context) (string, error) {
 // one else's to reach), every interface (the zero Addr) when the engine is
 // remote and its ports must be reached from here.
 func publishOn(daemonHost string) netip.Addr {
-	if ip, err := netip.ParseAddr(daemonHost); daemonHost == "localhost" || (err == nil && ip.IsLoopback()) {
+	if daemonHost == "localhost" {
 		return netip.MustParseAddr("127.0.0.1")
+	}
+	if ip, err := netip.ParseAddr(daemonHost); err == nil && ip.IsLoopback() {
+		return ip // where the clients will connect: ::1 or 127.0.0.2 too
 	}
 	return netip.Addr{}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -15,8 +16,8 @@ import (
 
 // PostgresServer returns the URL of a real PostgreSQL server for tb, as a
 // role that may create databases, from the first of: DATABASE_URL; a
-// container started for tb and terminated when it ends (role eoskit,
-// password eoskit); an embedded PostgreSQL server, where the kit carries one. With
+// container started for tb and terminated when it ends (role eoskit, a
+// random password in the URL); an embedded PostgreSQL server, where the kit carries one. With
 // none it skips tb, or fails it with EOS_REQUIRE_SERVICES=1. A container
 // that Docker runs but that does not come up fails tb. Without
 // DATABASE_URL each call starts a server of its own (a container or an
@@ -63,6 +64,11 @@ func PostgresWithURL(tb testing.TB) (*pgxpool.Pool, string) {
 
 	admin, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
+		if os.Getenv(DatabaseURLEnv) != "" {
+			// Named, and wrong (a password, a host): not a service
+			// missing, and no skip.
+			tb.Fatalf("integration: connect to %s: %v", DatabaseURLEnv, err)
+		}
 		ServiceMissing(tb, "PostgreSQL", postgresHowTo, err)
 	}
 	defer admin.Close(ctx)
@@ -101,15 +107,17 @@ func PostgresWithURL(tb testing.TB) (*pgxpool.Pool, string) {
 	return pool, databaseURL(serverURL, name)
 }
 
-// databaseURL swaps the database name in a postgres:// URL.
+// databaseURL is serverURL naming database instead of its own: in a URL's
+// path (and without a dbname parameter, which would override it), or as a
+// last dbname= of a keyword/value string, where the last key wins.
 func databaseURL(serverURL, database string) string {
-	rest, query, _ := strings.Cut(serverURL, "?")
-	if i := strings.LastIndex(rest, "/"); i > len("postgres://") {
-		rest = rest[:i]
+	u, err := url.Parse(serverURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return serverURL + " dbname=" + database
 	}
-	u := rest + "/" + database
-	if query != "" {
-		u += "?" + query
-	}
-	return u
+	u.Path, u.RawPath = "/"+database, ""
+	q := u.Query()
+	q.Del("dbname")
+	u.RawQuery = q.Encode()
+	return u.String()
 }

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -20,11 +22,12 @@ import (
 	"github.com/eoskit/eoskit/testsupport/freeport"
 )
 
-// The role and database of a PostgreSQL container.
+// The role and database of a PostgreSQL container. Its password is
+// random, made per container: the server is a superuser's, reachable by
+// every local user (and, with a remote engine, every host).
 const (
-	postgresUser     = "eoskit"
-	postgresPassword = "eoskit"
-	postgresDB       = "eoskit"
+	postgresUser = "eoskit"
+	postgresDB   = "eoskit"
 )
 
 type postgresConfig struct {
@@ -72,6 +75,11 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*PostgresContaine
 	if err := dockerAnswers(ctx, cfg.common); err != nil {
 		return nil, err
 	}
+	var secret [16]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return nil, err
+	}
+	postgresPassword := hex.EncodeToString(secret[:])
 	custom := append(cfg.customizers(),
 		// docker stop's signal: a fast shutdown, as the official image's
 		// STOPSIGNAL, for any image (SIGTERM waits for every client).

@@ -20,7 +20,8 @@ func TestPortsArePublishedOnLoopbackWhereTheEngineIsLocal(t *testing.T) {
 	}{
 		{"localhost", netip.MustParseAddr("127.0.0.1")},
 		{"127.0.0.1", netip.MustParseAddr("127.0.0.1")},
-		{"::1", netip.MustParseAddr("127.0.0.1")},
+		{"::1", netip.MustParseAddr("::1")},
+		{"127.0.0.2", netip.MustParseAddr("127.0.0.2")},
 		{"docker.example", netip.Addr{}},
 		{"10.1.2.3", netip.Addr{}},
 	} {

@@ -3,10 +3,11 @@
 // case-count dashboard exact (reports per region, summed into totals that
 // must neither miss a report nor count one twice). Each is a package with
 // a Config, a New(cfg) returning its runner, a Run(ctx, cfg) and the
-// pattern's handler (the source, producerresume, has a Producer instead),
-// and a main program under its cmd/ directory that reads flags, handles
-// SIGTERM, answers Kubernetes' probes and Prometheus on -http (package
-// probe, package eosprom) and runs it; docs/operating.md says how to
+// pattern's handler, where it has one (the source, producerresume, has a
+// Producer instead, and outboxrelay a Submit), and a main program under
+// its cmd/ directory that reads flags, handles SIGTERM and runs it; the
+// runners' programs also answer Kubernetes' probes and Prometheus on
+// -http (package probe, package eosprom). docs/operating.md says how to
 // deploy them.
 //
 // # Which pattern

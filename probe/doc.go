@@ -1,24 +1,26 @@
-// Package probe answers a runner's probes over HTTP: /healthz a liveness
-// probe ([eoskit.Health.Healthy]) and /readyz a readiness probe
-// ([eoskit.Health.Ready]), each 200 or 503 with the runner's Health as
-// JSON. It serves an eos.Processor, an offsetstore.Runner, a
-// dedup.Consumer and an outbox.Relay alike: anything with a Health method.
+// Package probe answers a runner's probes over HTTP: /livez while Run runs
+// (a liveness probe), /healthz while it also makes progress
+// ([eoskit.Health.Healthy]: for alerts and dashboards), /readyz while it is
+// also assigned its work ([eoskit.Health.Ready]: a readiness probe), each
+// 200 or 503 with the runner's Health as JSON. It serves an eos.Processor,
+// an offsetstore.Runner, a dedup.Consumer and an outbox.Relay alike:
+// anything with a Health method.
 //
 //	mux := http.NewServeMux()
 //	probe.Routes(mux, runner.Health)
 //	err := probe.Serve(ctx, ":8080", mux, runner.Run) // fails at once if the port is taken
 //
 // What it guarantees: an answer from the runner's state at the moment of
-// the request, never cached; 503 from the moment Run returns (Running is
-// false). The JSON holds names of topics and partitions, times, counts
-// and the text of the last error, never a record's key or value; the last
-// error's text is what the runner's log shows, which can name a topic, a
-// group or a database object, so serve it where the probes are, not on a
-// public address.
+// the request, never cached; answers while the runner drains after ctx
+// ends (Serve stops serving when Run returns). The JSON is the Health:
+// names of topics, partitions and groups, times, counts, and the last
+// error's text as the logs print it (cut to 300 bytes), which quotes what
+// the error quotes (a handler's error may quote its record): serve it
+// where the probes are, not on a public address.
 //
-// What breaks it: a liveness probe on /readyz (a member waiting to be
-// assigned after a restart is alive, and would be killed in a loop); a
-// liveness probe's timeout shorter than a rebalance under load, with
-// failureThreshold 1; the package doc of eoskit.Health says what each
-// field means.
+// What breaks it: a liveness probe on /healthz or /readyz. A runner riding
+// out an outage of Kafka or PostgreSQL is not Healthy until it commits
+// again, and a member waiting for its assignment after a restart is not
+// Ready; a restart cures neither, and killing the pod in a loop delays
+// both. Point liveness at /livez.
 package probe

@@ -13,12 +13,17 @@ import (
 	"github.com/eoskit/eoskit"
 )
 
-// Routes adds GET /healthz and GET /readyz to mux, answered from health
-// (a runner's Health method).
+// Routes adds GET /livez, GET /healthz and GET /readyz to mux, answered
+// from health (a runner's Health method): /livez holds while Run runs
+// (Running), /healthz while it also makes progress ([eoskit.Health.Healthy]),
+// /readyz while it is also assigned its work ([eoskit.Health.Ready]).
 func Routes(mux *http.ServeMux, health func() eoskit.Health) {
+	mux.Handle("GET /livez", Handler(health, running))
 	mux.Handle("GET /healthz", Handler(health, eoskit.Health.Healthy))
 	mux.Handle("GET /readyz", Handler(health, eoskit.Health.Ready))
 }
+
+func running(h eoskit.Health) bool { return h.Running }
 
 // Handler answers 200 when ok(health()) holds, else 503, with the Health as
 // JSON either way.
@@ -95,13 +100,16 @@ func (s *Server) Wait() error {
 
 // Serve serves h on addr while run runs, and returns run's error joined
 // with the server's. It listens before it calls run, so that an address
-// taken is reported at once, before the runner starts; it stops the
-// server when run returns. An empty addr serves nothing: Serve is run.
+// taken is reported at once, before the runner starts, and it stops the
+// server when run returns, not when ctx ends: the probes and metrics
+// answer while a runner drains. An empty addr serves nothing: Serve is
+// run.
 func Serve(ctx context.Context, addr string, h http.Handler, run func(context.Context) error) error {
 	if addr == "" {
 		return run(ctx)
 	}
-	serveCtx, stopServing := context.WithCancel(ctx)
+	// Not ctx: the probes answer while run drains after ctx ends.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
 	srv, err := Start(serveCtx, addr, h)
 	if err != nil {

@@ -19,21 +19,21 @@ import (
 func TestProbesAnswerFromTheHealthOfTheMoment(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
-		name                string
-		health              eoskit.Health
-		wantLive, wantReady int
+		name                            string
+		health                          eoskit.Health
+		wantLive, wantHealth, wantReady int
 	}{
-		{"stopped", eoskit.Health{Path: "eos"}, 503, 503},
-		{"running, waiting for its assignment", eoskit.Health{Path: "eos", Running: true}, 200, 503},
-		{"running and assigned", eoskit.Health{Path: "eos", Running: true, Joined: true, LastAssigned: now}, 200, 200},
-		{"riding out an error", eoskit.Health{Path: "offsetstore", Running: true, Joined: true, LastAssigned: now.Add(-time.Minute),
-			LastRecords: now.Add(-time.Second), LastError: "database: connection refused", LastErrorAt: now}, 503, 503},
-		{"a relay standing by", eoskit.Health{Path: "outbox", Running: true, Standby: true}, 200, 200},
+		{"stopped", eoskit.Health{Path: "eos"}, 503, 503, 503},
+		{"running, waiting for its assignment", eoskit.Health{Path: "eos", Running: true}, 200, 200, 503},
+		{"running and assigned", eoskit.Health{Path: "eos", Running: true, Joined: true, LastAssigned: now}, 200, 200, 200},
+		{"riding out an outage", eoskit.Health{Path: "offsetstore", Running: true, Joined: true, LastAssigned: now.Add(-time.Minute),
+			LastRecords: now.Add(-time.Second), LastError: "database: connection refused", LastErrorAt: now}, 200, 503, 503},
+		{"a relay standing by", eoskit.Health{Path: "outbox", Running: true, Standby: true}, 200, 200, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mux := http.NewServeMux()
 			probe.Routes(mux, func() eoskit.Health { return tc.health })
-			for path, want := range map[string]int{"/healthz": tc.wantLive, "/readyz": tc.wantReady} {
+			for path, want := range map[string]int{"/livez": tc.wantLive, "/healthz": tc.wantHealth, "/readyz": tc.wantReady} {
 				rec := httptest.NewRecorder()
 				mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 				if rec.Code != want {
@@ -106,5 +106,45 @@ func TestServeListensFirstAndReturnsTheRunnersError(t *testing.T) {
 		if err := probe.Serve(ctx, addr, mux, func(context.Context) error { return stopped }); !errors.Is(err, stopped) {
 			t.Fatalf("Serve on %q returned %v, want the runner's error", addr, err)
 		}
+	}
+}
+
+// Serve answers while the runner drains after ctx ended, and stops only
+// when the runner returns: a probe during a drain of DrainTimeout finds
+// the server, not a refused connection.
+func TestServeAnswersWhileTheRunnerDrains(t *testing.T) {
+	mux := http.NewServeMux()
+	probe.Routes(mux, func() eoskit.Health { return eoskit.Health{Running: true} })
+	// A port free a moment ago: a server's, stopped.
+	tmpCtx, tmpCancel := context.WithCancel(context.Background())
+	tmp, err := probe.Start(tmpCtx, "127.0.0.1:0", mux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + tmp.Addr().String() + "/livez"
+	tmpCancel()
+	if err := tmp.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	during := 0
+	err = probe.Serve(ctx, tmp.Addr().String(), mux, func(ctx context.Context) error {
+		cancel() // the program's SIGTERM; the runner drains
+		<-ctx.Done()
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		during = resp.StatusCode
+		return resp.Body.Close()
+	})
+	if err != nil || during != http.StatusOK {
+		t.Fatalf("while the runner drained: %d, %v; want 200 from /livez", during, err)
+	}
+	if resp, err := client.Get(url); err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("the server still answers after the runner returned")
 	}
 }

@@ -23,8 +23,10 @@
 # each and create roles with REPLICATION, which only a superuser may. Its
 # password is random, made at its creation and kept in $STATE_DIR/password
 # (mode 0600), never a well-known one; stop drops the role and what it owns
-# (the test databases) if this script created it, whoever started the
-# cluster. The private server asks for a password (scram-sha-256) on every
+# (the test databases) if this script, with this state directory, created
+# it, whoever started the cluster. A role of that name it did not create is
+# used with EOSKIT_PG_PASSWORD and never dropped (a second checkout: give it
+# the first's password, or the first's EOSKIT_STATE_DIR). The private server asks for a password (scram-sha-256) on every
 # connection, its own random one. Never point this at a cluster holding
 # data you care about.
 #
@@ -83,51 +85,73 @@ url() {
 	echo "DATABASE_URL=postgres://$PG_USER:$(password)@127.0.0.1:$port/$PG_DB?sslmode=disable"
 }
 
+# owns_role reports whether this state directory's marker names $PG_USER:
+# the role this script created for it.
+owns_role() {
+	[ -f "$STATE_DIR/role-created-by-eoskit" ] && [ "$(cat "$STATE_DIR/role-created-by-eoskit")" = "$PG_USER" ]
+}
+
 # ensure_role creates the test role and its database. A role this script
-# created (marker role-created-by-eoskit) keeps its kept password, or gets
-# a new one if that was lost; a role it finds gets EOSKIT_PG_PASSWORD if
-# given, or else is taken over with a new password (the test role of an
-# earlier version of this script, whose password was well known).
+# created (its marker in $STATE_DIR) keeps its kept password, or gets a new
+# one if that was lost. A role it finds and did not create is used with
+# EOSKIT_PG_PASSWORD, left as it is and never dropped; without it, only the
+# test role of an earlier version of this script, which still has that
+# version's well-known password, is taken over (a new password, and the
+# marker); any other is refused.
 ensure_role() {
-	local port=$1 exists
+	local port=$1 exists pw
 	exists=$(as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'\"")
-	if [ -z "${EOSKIT_PG_PASSWORD:-}" ]; then
-		if [ "$exists" = 1 ] && [ ! -f "$STATE_DIR/role-created-by-eoskit" ]; then
-			log "taking over role $PG_USER with a new password"
+	if [ "$exists" = 1 ] && ! owns_role; then
+		if [ -n "${EOSKIT_PG_PASSWORD:-}" ]; then
+			ensure_database "$port"
+			return
 		fi
-		if [ "$exists" != 1 ] || [ ! -f "$STATE_DIR/role-created-by-eoskit" ] || [ ! -f "$STATE_DIR/password" ]; then
-			(umask 077 && random >"$STATE_DIR/password")
-		fi
-		echo "$PG_USER" >"$STATE_DIR/role-created-by-eoskit"
-	elif [ "$exists" != 1 ]; then
-		echo "$PG_USER" >"$STATE_DIR/role-created-by-eoskit"
+		PGPASSWORD=eoskit PGCONNECT_TIMEOUT=5 psql -XAtq -h 127.0.0.1 -p "$port" -U "$PG_USER" -d postgres -c 'SELECT 1' >/dev/null 2>&1 ||
+			die "role $PG_USER exists and this checkout's $STATE_DIR did not create it (another checkout did, or someone by hand): set EOSKIT_PG_PASSWORD to its password (another checkout keeps it in its .eoskit/postgres/password), or EOSKIT_STATE_DIR to that checkout's .eoskit, or drop the role"
+		log "taking over role $PG_USER, made by an earlier version of this script with a well-known password: it gets a new one"
+		rm -f "$STATE_DIR/password"
 	fi
+	if [ -z "${EOSKIT_PG_PASSWORD:-}" ] && { [ "$exists" != 1 ] || [ ! -f "$STATE_DIR/password" ]; }; then
+		(umask 077 && random >"$STATE_DIR/password")
+	fi
+	[ -f "$STATE_DIR/password" ] && chmod 600 "$STATE_DIR/password"
+	echo "$PG_USER" >"$STATE_DIR/role-created-by-eoskit"
+	pw=$(password)
+	# Not logged by log_statement, whatever the server's setting.
 	as_postgres "psql -q -p $port -v ON_ERROR_STOP=1 -d postgres" <<SQL
+SET log_statement = 'none';
 SELECT 'CREATE ROLE $PG_USER LOGIN SUPERUSER'
 WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_USER') \gexec
-ALTER ROLE $PG_USER PASSWORD '$(password)';
+ALTER ROLE $PG_USER PASSWORD '${pw//\'/\'\'}';
+SQL
+	ensure_database "$port"
+}
+
+ensure_database() {
+	as_postgres "psql -q -p $1 -v ON_ERROR_STOP=1 -d postgres" <<SQL
 SELECT 'CREATE DATABASE $PG_DB OWNER $PG_USER'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$PG_DB') \gexec
 SQL
 }
 
 # drop_role drops the test role, the databases it owns and what it owns in
-# the others, if this script created it and the cluster runs.
+# the others, if this state directory's script created it and the cluster
+# runs.
 drop_role() {
-	[ -f "$STATE_DIR/role-created-by-eoskit" ] || return 0
+	owns_role || return 0
 	local port status db
 	read -r _ _ port status <<<"$(cluster)"
 	[ "${status:-}" = online ] || { log "cluster is down: role $PG_USER stays"; return 0; }
 	as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '$PG_USER'\"" >/dev/null
-	for db in $(as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT d.datname FROM pg_database d JOIN pg_roles r ON r.oid = d.datdba WHERE r.rolname = '$PG_USER'\""); do
-		as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres -c 'DROP DATABASE \"$db\" WITH (FORCE)'"
-	done
+	while IFS= read -r db; do
+		[ -z "$db" ] || as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres -c 'DROP DATABASE \"$db\" WITH (FORCE)'" || return 1
+	done < <(as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT d.datname FROM pg_database d JOIN pg_roles r ON r.oid = d.datdba WHERE r.rolname = '$PG_USER'\"")
 	# What it owns in the databases left (a database's slots went with
 	# it), then the role.
-	for db in $(as_postgres "psql -XAtq -p $port -d postgres -c 'SELECT datname FROM pg_database WHERE datallowconn'"); do
-		as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d \"$db\" -c 'DROP OWNED BY $PG_USER CASCADE'"
-	done
-	as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres -c 'DROP ROLE $PG_USER'"
+	while IFS= read -r db; do
+		[ -z "$db" ] || as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d \"$db\" -c 'DROP OWNED BY $PG_USER CASCADE'" || return 1
+	done < <(as_postgres "psql -XAtq -p $port -d postgres -c 'SELECT datname FROM pg_database WHERE datallowconn'")
+	as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres -c 'DROP ROLE $PG_USER'" || return 1
 	log "dropped role $PG_USER and its databases"
 	rm -f "$STATE_DIR/role-created-by-eoskit" "$STATE_DIR/password"
 }
@@ -292,7 +316,9 @@ private_stop() {
 }
 
 stop() {
-	command -v pg_lsclusters >/dev/null && drop_role
+	if command -v pg_lsclusters >/dev/null; then
+		drop_role || log "could not drop role $PG_USER; stopping the cluster all the same"
+	fi
 	[ -f "$STATE_DIR/started-by-eoskit" ] || { log "cluster was not started by eoskit; leaving it running"; return 0; }
 	local version name
 	read -r version name <"$STATE_DIR/started-by-eoskit"

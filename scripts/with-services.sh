@@ -18,19 +18,23 @@ stop_started() {
 }
 trap stop_started EXIT
 
+# redacted prints its argument with a URL's password replaced by ***: the
+# lines go to CI logs.
+redacted() { sed -E 's#(://[^:/@]*):[^@]*@#\1:***@#g' <<<"$1"; }
+
 # use_service NAME VAR starts scripts/NAME.sh unless VAR is set, remembers
 # whether this run started it, and exports the VAR=... line the script prints.
 use_service() {
 	local name=$1 var=$2 line
 	if [ -n "${!var:-}" ]; then
-		echo "with-services: using $var=${!var}"
+		echo "with-services: using $(redacted "$var=${!var}")"
 		return 0
 	fi
 	scripts/"$name".sh status >/dev/null 2>&1 || started+=("$name")
 	line=$(scripts/"$name".sh start | tail -n 1)
 	[ "${line%%=*}" = "$var" ] || { echo "with-services: scripts/$name.sh start printed '$line', not $var=..." >&2; exit 1; }
 	export "${line?}"
-	echo "with-services: $line"
+	echo "with-services: $(redacted "$line")"
 }
 
 use_service kafka KAFKA_BROKERS

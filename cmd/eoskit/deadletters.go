@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -265,7 +266,11 @@ func oneLine(s string) string {
 	s = strconv.Quote(s)
 	s = s[1 : len(s)-1]
 	if len(s) > 200 {
-		s = s[:200] + "..."
+		cut := 200
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }

@@ -73,8 +73,12 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage // settings missing, or given that cannot be honoured
 	}
 	// find-hanging and close may wait -min-age to look again; reaching
-	// the cluster has -timeout alone.
-	ctx, cancel := context.WithTimeout(ctx, *kf.timeout+*minAge)
+	// the cluster, and describe, have -timeout alone.
+	deadline := *kf.timeout
+	if cmd != "describe" {
+		deadline += *minAge
+	}
+	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	connectCtx, connected := context.WithTimeout(ctx, *kf.timeout)
 	defer connected()
@@ -205,7 +209,10 @@ func (t *txnTool) describe(ctx context.Context, id string, topics []string) (*de
 		return nil, err
 	}
 	coord, ok := described[id]
-	if !ok || coord.Err != nil {
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("the cluster did not describe transactional id %q", id)
+	case coord.Err != nil:
 		return nil, fmt.Errorf("the coordinator answered %v", coord.Err)
 	}
 	set, err := t.partitions(ctx, topics)

@@ -44,7 +44,7 @@ func (o *Observer) Running(running bool, err error) {
 	o.reset()
 	o.idle.forget()
 	if err != nil {
-		o.h.LastError, o.h.LastErrorAt = err.Error(), time.Now()
+		o.h.LastError, o.h.LastErrorAt = ErrorText(err), time.Now()
 	}
 }
 
@@ -95,7 +95,7 @@ func (o *Observer) Failed(err error) {
 		return
 	}
 	o.mu.Lock()
-	o.h.LastError, o.h.LastErrorAt = err.Error(), time.Now()
+	o.h.LastError, o.h.LastErrorAt = ErrorText(err), time.Now()
 	o.mu.Unlock()
 }
 

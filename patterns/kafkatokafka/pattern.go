@@ -60,7 +60,9 @@ type Config struct {
 	Group string
 	// Instance names the slot this process fills, the same after a
 	// restart (a StatefulSet pod name, an ordinal): with Group it makes
-	// the transactional id that fences a stalled predecessor.
+	// the transactional id that fences a stalled predecessor. New does
+	// not make it the group's static membership; the program does, with
+	// eos.InstanceID in Options.
 	Instance string
 	// Input is the topic of incoming reports; Output the dashboard's feed.
 	Input, Output string

@@ -31,6 +31,13 @@ import (
 	"github.com/eoskit/eoskit/patterns/dashboard"
 )
 
+// ErrLastRecordDeleted is Last's error when the partition was written to
+// but holds no record any more (retention deleted them all, or
+// DeleteRecords did): how far the source got cannot be read from it. Keep
+// the partition's retention longer than the source's longest pause, or
+// give the source its position some other way.
+var ErrLastRecordDeleted = errors.New("producerresume: the partition's records were all deleted, so how far the source got cannot be read from it")
+
 // Config is one source's configuration.
 type Config struct {
 	// Brokers are the Kafka bootstrap addresses.
@@ -113,6 +120,16 @@ func (p *Producer) Last(ctx context.Context) (string, error) {
 	end, ok := ends.Lookup(topic, partition)
 	if !ok || end.Offset == 0 {
 		return "", nil
+	}
+	starts, err := kadm.NewClient(p.cl).ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return "", fmt.Errorf("producerresume: start offsets: %w", err)
+	}
+	if start, ok := starts.Lookup(topic, partition); ok && start.Offset >= end.Offset {
+		return "", fmt.Errorf("%w: %s[%d] holds no record (its start and end offsets are %d)", ErrLastRecordDeleted, topic, partition, end.Offset)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(p.cfg.Brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(end.Offset - 1)}}))

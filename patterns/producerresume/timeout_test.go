@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -126,4 +127,41 @@ func sendWithAHeldRequest(t *testing.T, produce func(*kgo.Client) func(context.C
 		})
 	}
 	return ids
+}
+
+// A partition whose records retention deleted gives Last no record to read
+// how far the source got: it says so at once, rather than wait 30 s for a
+// record that is not there and fail with a deadline at every start.
+func TestLastSaysSoWhenRetentionDeletedEveryRecord(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "case-reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := producerresume.New(producerresume.Config{Brokers: c.ListenAddrs(), Topic: "case-reports"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Send(ctx, dashboard.Report{ID: "n1", Region: "north", Cases: 1}); err != nil {
+		t.Fatal(err)
+	}
+	adm, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	deleted, err := kadm.NewClient(adm).DeleteRecords(ctx, kadm.Offsets{"case-reports": {0: {At: 1}}})
+	if err == nil {
+		err = deleted.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := p.Last(ctx); !errors.Is(err, producerresume.ErrLastRecordDeleted) || time.Since(start) > 10*time.Second {
+		t.Fatalf("Last after retention deleted every record: %v after %v, want ErrLastRecordDeleted at once", err, time.Since(start))
+	}
 }

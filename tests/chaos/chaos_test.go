@@ -48,6 +48,10 @@ type scenario struct {
 	// proxied puts the copiers behind a TCP proxy per node
 	// (testbed.Proxies), which the scenario cuts and heals.
 	proxied bool
+	// consumerProtocol: the copiers join with the consumer group
+	// protocol (KIP-848); not for the paths whose runner has no such
+	// option (the raw copier and the naive counter).
+	consumerProtocol bool
 	// soak: records and fault points of their own (not the matrix's 3
 	// rounds at 20, 45 and 70%); run by EOS_CHAOS=full and =soak.
 	soak   *soak
@@ -57,6 +61,27 @@ type scenario struct {
 type soak struct {
 	records int
 	faults  int // injected at even steps of progress, from 3% to 90%
+}
+
+// The consumer group protocol's rows (KIP-848, issues 43 and 44): a copier
+// killed and restarted, one stalled past its session timeout (a zombie),
+// a node of the cluster killed and the cluster restarted node by node,
+// each under the consumer protocol, where revokes are incremental and a
+// member keeps its partitions without fetching them again. In the full
+// matrix (make chaos), on the paths whose runners take the option.
+func init() {
+	for _, name := range []string{"sigkill-copier", "sigstop-copier", "cluster-kill-leader", "cluster-rolling-restart"} {
+		i := slices.IndexFunc(scenarios, func(sc scenario) bool { return sc.name == name })
+		if i < 0 {
+			panic("consumer protocol rows: no scenario " + name)
+		}
+		sc := scenarios[i]
+		sc.name += consumerProtocolArg
+		sc.full = true
+		sc.consumerProtocol = true
+		sc.copierArgs = append(slices.Clone(sc.copierArgs), consumerProtocolArg)
+		scenarios = append(scenarios, sc)
+	}
 }
 
 // The soak: a million records on the cluster, and 30 faults of every kind
@@ -374,7 +399,8 @@ func TestChaos(t *testing.T) {
 	for _, path := range paths {
 		for _, sc := range scenarios {
 			switch {
-			case sc.dbOnly && !database(path), sc.counting && (!counting(path) || path == naive):
+			case sc.dbOnly && !database(path), sc.counting && (!counting(path) || path == naive),
+				sc.consumerProtocol && path == naive:
 				continue
 			case sc.soak != nil && counting(path):
 				// The soak copies; the counting paths take the matrix.
@@ -734,6 +760,9 @@ func (r *runCtx) waitTaken(ctx context.Context, stalled *copier, parts []int32) 
 // assignment reads, per copier name, the input partitions it owns, the
 // group's state, and which copiers are members.
 func (r *runCtx) assignment(ctx context.Context) (owned map[string][]int32, state string, members map[string]bool, err error) {
+	if slices.Contains(r.args, consumerProtocolArg) {
+		return r.consumerAssignment(ctx)
+	}
 	described, err := r.adm.DescribeGroups(ctx, r.group)
 	if err != nil {
 		return nil, "", nil, err
@@ -757,6 +786,37 @@ func (r *runCtx) assignment(ctx context.Context) (owned map[string][]int32, stat
 	}
 	return owned, d.State, members, nil
 }
+
+// consumerAssignment is assignment for a group of the consumer protocol
+// (KIP-848), which DescribeGroups does not describe: ConsumerGroupDescribe.
+func (r *runCtx) consumerAssignment(ctx context.Context) (owned map[string][]int32, state string, members map[string]bool, err error) {
+	described, err := r.adm.DescribeConsumerGroups(ctx, r.group)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	d := described[r.group]
+	if d.Err != nil {
+		return nil, "", nil, d.Err
+	}
+	owned, members = map[string][]int32{}, map[string]bool{}
+	for _, m := range d.Members {
+		name, ok := strings.CutPrefix(m.ClientID, copierClientID)
+		if !ok {
+			continue
+		}
+		members[name] = true
+		for _, ps := range m.Assignment {
+			for p := range ps {
+				owned[name] = append(owned[name], p)
+			}
+		}
+		slices.Sort(owned[name])
+	}
+	return owned, d.State, members, nil
+}
+
+// consumerProtocolArg makes a copier join with the consumer group protocol.
+const consumerProtocolArg = "-consumer-protocol"
 
 // copierClientID prefixes the copiers' client ids (tools/copier).
 const copierClientID = "eoskit-copier-"
@@ -1011,6 +1071,15 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		}
 	})
 
+	if sc.consumerProtocol {
+		// The option took: franz-go would fall back to the classic
+		// protocol without a word, and ConsumerGroupDescribe describes
+		// only a group of the consumer protocol.
+		waitFor(t, time.Minute, "the group to be a consumer-protocol group with members", func() string { return "" }, func() bool {
+			_, _, members, err := r.consumerAssignment(context.Background())
+			return err == nil && len(members) > 0
+		})
+	}
 	stalled := func() string { return "" }
 	if !database(path) {
 		stalled = func() string { return kafkaProgress(k, group, in, out, concurrent) }

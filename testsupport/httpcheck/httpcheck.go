@@ -7,14 +7,15 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/eoskit/eoskit/testsupport/freeport"
 )
 
 // Get returns the status and body of url, or 0 and the error's text if it
-// does not answer.
+// does not answer within 5 s.
 func Get(url string) (int, string) {
-	resp, err := http.Get(url)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
 	if err != nil {
 		return 0, err.Error()
 	}

@@ -162,9 +162,14 @@ func TestPrivatePostgresAsksForItsPassword(t *testing.T) {
 				q.Set("replication", "database")
 			}
 			v.RawQuery = q.Encode()
-			if c, err := pgconn.Connect(ctx, v.String()); err == nil {
+			c, err := pgconn.Connect(ctx, v.String())
+			if err == nil {
 				_ = c.Close(ctx)
 				t.Errorf("%s as %s was let in without the right password", tc.name, v.Redacted())
+				continue
+			}
+			if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
+				t.Errorf("%s as %s: %v, want the server's refusal of the password (28P01)", tc.name, v.Redacted(), err)
 			}
 		}
 	}

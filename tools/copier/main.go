@@ -72,6 +72,7 @@ func main() {
 	repair := flag.Bool("repair", true, "eos: write the markers of hanging transactions (single broker, KAFKA-20734); false keeps the default, detect and stop")
 	delay := flag.Duration("record-delay", 0, "time the handler spends on each record, so that a run lasts long enough for its faults")
 	restoreDelay := flag.Duration("restore-delay", 0, "count: time a store's Reset takes more, so that a restore from the changelog's start lasts long enough for a rebalance to strike it")
+	consumerProtocol := flag.Bool("consumer-protocol", false, "eos, offsetstore, dedup, count: join with Kafka's consumer group protocol (KIP-848)")
 	concurrency := flag.Int("concurrency", 1, "handler calls at once: eos, one lane per input partition (eos.Concurrency); offsetstore and dedup, a transaction per partition")
 	flag.Parse()
 
@@ -95,7 +96,7 @@ func main() {
 		clientOpts = append(clientOpts, kgo.WithLogger(kslog.New(kgoLog)))
 	}
 	st := stateful{changelog: *changelog, store: *store, dir: stateDirOf(*stateDir, *instance), restoreDelay: *restoreDelay}
-	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, *concurrency, st, logger, clientOpts)
+	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, *concurrency, *consumerProtocol, st, logger, clientOpts)
 	switch {
 	case errors.Is(err, eos.ErrFenced):
 		fmt.Fprintln(os.Stderr, "copier: fenced:", err)
@@ -112,7 +113,7 @@ type stateful struct {
 	restoreDelay          time.Duration
 }
 
-func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency int, st stateful, logger *slog.Logger, clientOpts []kgo.Opt) error {
+func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency int, consumerProtocol bool, st stateful, logger *slog.Logger, clientOpts []kgo.Opt) error {
 	if path == "raw" {
 		return rawCopy(ctx, brokers, group, in, out, group+"-"+instance, logger, clientOpts)
 	}
@@ -129,6 +130,9 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			// answers by dropping transaction markers (KAFKA-20734):
 			// repair what that leaves hanging rather than stop.
 			opts = append(opts, eos.OnHangingTransaction(eos.RepairHangingTransactions()))
+		}
+		if consumerProtocol {
+			opts = append(opts, eos.ConsumerProtocol())
 		}
 		if path != "eos" {
 			return countInputs(ctx, opts, st.store, st.dir, st.changelog, out, instance, path == "count-naive", delay, st.restoreDelay)
@@ -162,6 +166,10 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 	insert := `INSERT INTO ` + pgx.Identifier{table}.Sanitize() + ` (id, part, off) VALUES ($1, $2, $3)`
 	switch path {
 	case "offsetstore":
+		var proto []offsetstore.Option
+		if consumerProtocol {
+			proto = append(proto, offsetstore.ConsumerProtocol())
+		}
 		r, err := offsetstore.NewRunner(pool, func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 			for _, rec := range recs {
 				time.Sleep(delay)
@@ -170,8 +178,8 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 				}
 			}
 			return nil
-		}, offsetstore.Brokers(brokers...), offsetstore.Group(group), offsetstore.Topics(in),
-			offsetstore.MaxRecordsPerCommit(750), offsetstore.Concurrency(concurrency), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))
+		}, append(proto, offsetstore.Brokers(brokers...), offsetstore.Group(group), offsetstore.Topics(in),
+			offsetstore.MaxRecordsPerCommit(750), offsetstore.Concurrency(concurrency), offsetstore.Logger(logger), offsetstore.ClientOptions(clientOpts...))...)
 		if err != nil {
 			return err
 		}
@@ -184,12 +192,16 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 		if err := store.Migrate(ctx, pool); err != nil {
 			return err
 		}
+		var proto []dedup.Option
+		if consumerProtocol {
+			proto = append(proto, dedup.ConsumerProtocol())
+		}
 		c, err := dedup.NewConsumer(pool, store, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 			time.Sleep(delay)
 			_, err := tx.Exec(ctx, insert, string(rec.Key), rec.Partition, rec.Offset)
 			return err
-		}, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(in), dedup.ID(dedup.KeyID()),
-			dedup.MaxRecordsPerCommit(750), dedup.Concurrency(concurrency), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))
+		}, append(proto, dedup.Brokers(brokers...), dedup.Group(group), dedup.Topics(in), dedup.ID(dedup.KeyID()),
+			dedup.MaxRecordsPerCommit(750), dedup.Concurrency(concurrency), dedup.Logger(logger), dedup.ClientOptions(append(clientOpts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...))...)
 		if err != nil {
 			return err
 		}

@@ -11,9 +11,10 @@
 // instance gets its partitions back at once. SIGTERM or Ctrl-C drains the
 // batch in hand and exits 0.
 //
-// It answers Kubernetes' probes and Prometheus on -http: /healthz
-// (liveness), /readyz (readiness) and /metrics (package eosprom's series
-// and the Go runtime's). With -dead-letter-topic a report that cannot be
+// It answers Kubernetes' probes and Prometheus on -http: /livez
+// (liveness: Run runs), /healthz (Run makes progress: for alerts),
+// /readyz (readiness) and /metrics (package eosprom's series and the Go
+// runtime's). With -dead-letter-topic a report that cannot be
 // used goes to that topic, listed and replayed by `eoskit dead-letters`,
 // instead of stopping the program.
 //
@@ -47,7 +48,7 @@ import (
 
 func main() {
 	brokers := flag.String("brokers", "localhost:9092", "Kafka bootstrap addresses, comma-separated")
-	httpAddr := flag.String("http", ":8080", `address of the probes (/healthz, /readyz) and metrics (/metrics); "" for none`)
+	httpAddr := flag.String("http", ":8080", `address of the probes (/livez, /healthz, /readyz) and metrics (/metrics), on every interface by default (the kubelet probes the pod's address); "" for none`)
 	cfg := kafkatokafka.Config{Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 	flag.StringVar(&cfg.Group, "group", "dashboard-feed", "consumer group, shared by every instance")
 	flag.StringVar(&cfg.Instance, "instance", "", "this instance's stable name, the same across restarts (a StatefulSet pod's name); required")

@@ -4,11 +4,21 @@
 // second relay started beside it stands by and takes over when it stops;
 // SIGTERM or Ctrl-C exits 0.
 //
-// It answers Kubernetes' probes and Prometheus on -http: /healthz
-// (liveness), /readyz (readiness: a relay standing by is ready) and
-// /metrics (package eosprom's series and the Go runtime's).
+// It answers Kubernetes' probes and Prometheus on -http: /livez
+// (liveness: Run runs), /healthz (Run makes progress: for alerts),
+// /readyz (readiness) and /metrics (package eosprom's series and the Go
+// runtime's). A relay standing by is ready.
 //
-//	outboxrelay -brokers kafka:9092 -database-url "$DATABASE_URL"
+// The database is $DATABASE_URL's, or libpq's PG* variables' (PGHOST,
+// PGPASSWORD...). Run it once with -migrate to create the outbox table,
+// its publication and the database's slot, before the first report is
+// written; then start it without: a start never creates a slot, so a slot
+// dropped while the relay was down stops it (outbox.ErrNoSlot) rather than
+// being made anew past the records it held. A second relay started beside
+// it (with its own -http) stands by.
+//
+//	outboxrelay -migrate
+//	outboxrelay -brokers kafka:9092
 package main
 
 import (
@@ -34,19 +44,40 @@ import (
 
 func main() {
 	brokers := flag.String("brokers", "localhost:9092", "Kafka bootstrap addresses, comma-separated")
-	dbURL := flag.String("database-url", os.Getenv("DATABASE_URL"), "the PostgreSQL whose outbox is relayed")
-	httpAddr := flag.String("http", ":8080", `address of the probes (/healthz, /readyz) and metrics (/metrics); "" for none`)
+	httpAddr := flag.String("http", ":8080", `address of the probes (/livez, /healthz, /readyz) and metrics (/metrics), on every interface by default (the kubelet probes the pod's address); "" for none`)
 	cfg := outboxrelay.Config{Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 	flag.StringVar(&cfg.PositionTopic, "position-topic", outbox.DefaultPositionTopic, "the relay's position topic (one partition, compacted)")
+	migrate := flag.Bool("migrate", false, "create the outbox table, its publication and the slot, and exit (once, before the first report)")
 	flag.Parse()
 	cfg.Brokers = strings.Split(*brokers, ",")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dbURL, *httpAddr, cfg); err != nil {
+	// The database from $DATABASE_URL, or libpq's PG* variables: never
+	// a flag, which ps and -h would show with its password.
+	dbURL := os.Getenv("DATABASE_URL")
+	if *migrate {
+		if err := migrateOnce(ctx, dbURL, cfg); err != nil {
+			cfg.Logger.Error("outboxrelay: migrate", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(ctx, dbURL, *httpAddr, cfg); err != nil {
 		cfg.Logger.Error("outboxrelay stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// migrateOnce creates what the program needs in the database.
+func migrateOnce(ctx context.Context, dbURL string, cfg outboxrelay.Config) error {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cfg.Pool = pool
+	return outboxrelay.Migrate(ctx, cfg)
 }
 
 func run(ctx context.Context, dbURL, httpAddr string, cfg outboxrelay.Config) error {
@@ -70,10 +101,5 @@ func run(ctx context.Context, dbURL, httpAddr string, cfg outboxrelay.Config) er
 	mux := http.NewServeMux()
 	probe.Routes(mux, r.Health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return probe.Serve(ctx, httpAddr, mux, func(ctx context.Context) error {
-		if err := outboxrelay.Migrate(ctx, cfg); err != nil {
-			return err
-		}
-		return r.Run(ctx)
-	})
+	return probe.Serve(ctx, httpAddr, mux, r.Run)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -28,6 +29,9 @@ func TestTheProgramServesItsProbesAndMetrics(t *testing.T) {
 	ctx := context.Background()
 	cfg := outboxrelay.Config{Brokers: k.Brokers, PositionTopic: positions, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	addr := httpcheck.FreeAddr(t)
+	if err := migrateOnce(ctx, url, cfg); err != nil {
+		t.Fatal(err)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- run(runCtx, url, addr, cfg) }()
@@ -76,5 +80,34 @@ func TestTheProgramServesItsProbesAndMetrics(t *testing.T) {
 	stop()
 	if code, _ := httpcheck.Get("http://" + addr + "/healthz"); code != 0 {
 		t.Errorf("/healthz answers %d after the program stopped", code)
+	}
+}
+
+// A start never creates the slot: one dropped while the relay was down
+// stops it with outbox.ErrNoSlot, instead of being made anew past the
+// records the old one held (issue 47's review; before, the program ran
+// Migrate at every start, which re-created it and went on).
+func TestAStartDoesNotMakeADroppedSlotAnew(t *testing.T) {
+	k := integration.Kafka(t)
+	pool, url := integration.PostgresWithURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := outboxrelay.Config{Brokers: k.Brokers, PositionTopic: k.NewTopic(1), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := migrateOnce(ctx, url, cfg); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := outbox.DefaultSlot(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.DropSlot(ctx, pool, slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(ctx, url, "", cfg); !errors.Is(err, outbox.ErrNoSlot) {
+		t.Fatalf("run without the slot returned %v, want outbox.ErrNoSlot", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d slots named %s after the start (%v), want none", n, slot, err)
 	}
 }
