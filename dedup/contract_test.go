@@ -59,7 +59,11 @@ func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	if s.Metrics != nil {
 		opts = append(opts, dedup.WithMetrics(s.Metrics))
 	}
-	c, err := dedup.NewConsumer(w.b.pool, w.b.store, h, opts...)
+	pool := w.b.pool
+	if s.Dial != nil {
+		pool = contract.PoolWith(t, w.b.dbURL, s.Dial)
+	}
+	c, err := dedup.NewConsumer(pool, w.b.store, h, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,11 @@ func (w *world) Runner(t *testing.T, s contract.Setup) contract.Runner {
 	if s.Metrics != nil {
 		opts = append(opts, offsetstore.WithMetrics(s.Metrics))
 	}
-	r, err := offsetstore.NewRunner(w.b.runner, h, opts...)
+	pool := w.b.runner
+	if s.Dial != nil {
+		pool = contract.PoolWith(t, w.b.dbURL, s.Dial)
+	}
+	r, err := offsetstore.NewRunner(pool, h, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

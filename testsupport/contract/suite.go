@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -63,6 +64,9 @@ type Setup struct {
 	Drain    time.Duration
 	DrainSet bool
 	Metrics  eoskit.Metrics
+	// Dial, when set, dials the runner's database connections (a World
+	// with a database only): PoolWith makes such a pool.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // DatabaseError is what Setup.Handle returns to make the handler's
@@ -140,6 +144,7 @@ func Run(t *testing.T, s Subject) {
 		{"lifecycle", lifecycle},
 		{"drain", drain},
 		{"metrics", metrics},
+		{"unconfirmed commit", unconfirmed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if s.Features.NoGroup && c.name != "lifecycle" {
