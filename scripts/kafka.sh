@@ -29,8 +29,11 @@
 #   EOSKIT_KAFKA_TLS=1   as EOSKIT_KAFKA_SASL=1, on a SASL_SSL listener: the
 #                     broker's certificate (for 127.0.0.1 and localhost)
 #                     is signed by a CA made for the state folder, whose
-#                     certificate clients trust: kafka/tls/ca.pem. The
-#                     shared folder is then kafka-tls
+#                     certificate clients trust: kafka/tls/ca.pem. A second
+#                     listener takes mutual TLS (kafka/bootstrap-mtls): a
+#                     client presents kafka/tls/client.pem and client.key,
+#                     signed by that CA, as principal User:CN=eoskit-client.
+#                     The shared folder is then kafka-tls
 #   EOSKIT_OWNER_PID  when set (tests set it to their own pid), a watchdog stops
 #                     the broker once that process is gone, however it ended
 #   EOSKIT_KAFKA_JVM_OPTS  more options for the broker's JVM and its storage
@@ -193,6 +196,12 @@ tls_config() {
 	openssl x509 -req -in "$tls/broker.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
 		-out "$tls/broker.pem" -days 3650 -extfile "$tls/san.ext" 2>>"$tls/openssl.log" ||
 		die "openssl failed signing the broker's certificate (its log: $tls/openssl.log)"
+	# A client's certificate, for the mutual-TLS listener: its principal
+	# is User:CN=eoskit-client.
+	openssl req -newkey rsa:2048 -nodes -keyout "$tls/client.key" -out "$tls/client.csr" -subj "/CN=eoskit-client" 2>>"$tls/openssl.log" &&
+		openssl x509 -req -in "$tls/client.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
+			-out "$tls/client.pem" -days 3650 2>>"$tls/openssl.log" ||
+		die "openssl failed making the client's certificate (its log: $tls/openssl.log)"
 	openssl pkcs12 -export -in "$tls/broker.pem" -inkey "$tls/broker.key" -certfile "$tls/ca.pem" \
 		-out "$tls/broker.p12" -passout "file:$tls/keystore.pw" 2>>"$tls/openssl.log" ||
 		die "openssl failed writing the keystore (its log: $tls/openssl.log)"
@@ -204,7 +213,15 @@ ssl.keystore.location=$tls/broker.p12
 ssl.keystore.password=$pw
 ssl.key.password=$pw
 ssl.truststore.type=PEM
-ssl.truststore.location=$tls/ca.pem"
+ssl.truststore.location=$tls/ca.pem
+# The MTLS listener (SSL) takes only clients whose certificate the CA
+# signed; the principal is the certificate's subject.
+listener.name.mtls.ssl.client.auth=required
+# OAUTHBEARER beside SCRAM on SASL_SSL, with Kafka's unsecured JWT
+# validator (tests only: it trusts an unsigned token's sub claim as the
+# principal, which holds only the ACLs a test grants it).
+sasl.enabled.mechanisms=SCRAM-SHA-512,OAUTHBEARER
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 }
 
 # configure runs once per state folder: ports chosen now stay fixed for its
@@ -212,11 +229,10 @@ ssl.truststore.location=$tls/ca.pem"
 configure() {
 	[ -f "$STATE_DIR/server.properties" ] && return 0
 	mkdir -p "$STATE_DIR/data" "$STATE_DIR/logs"
-	local ports broker_port controller_port
-	ports=$(eosdev freeport 2)
-	broker_port=${ports% *}
-	controller_port=${ports#* }
-	local proto=PLAINTEXT
+	local ports broker_port controller_port mtls_port
+	ports=$(eosdev freeport 3)
+	read -r broker_port controller_port mtls_port <<<"$ports"
+	local proto=PLAINTEXT listeners advertised map
 	SECURITY="" SCRAM=()
 	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ]; then
 		proto=SASL_SSL
@@ -226,12 +242,19 @@ configure() {
 		proto=SASL_PLAINTEXT
 		sasl_config "$STATE_DIR" sasl_plaintext
 	fi
+	listeners=$proto://127.0.0.1:$broker_port advertised=$proto://127.0.0.1:$broker_port map=$proto:$proto
+	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ]; then
+		# Beside SASL_SSL, mutual TLS: a client certificate instead of a
+		# password (kafka/bootstrap-mtls, kafka/tls/client.pem and .key).
+		listeners+=",MTLS://127.0.0.1:$mtls_port" advertised+=",MTLS://127.0.0.1:$mtls_port" map+=",MTLS:SSL"
+		echo "127.0.0.1:$mtls_port" >"$STATE_DIR/bootstrap-mtls"
+	fi
 	cat >"$STATE_DIR/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
-listeners=$proto://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=$proto://127.0.0.1:$broker_port
-listener.security.protocol.map=$proto:$proto,CONTROLLER:PLAINTEXT
+listeners=$listeners,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=$advertised
+listener.security.protocol.map=$map,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=$proto
 controller.listener.names=CONTROLLER
 controller.quorum.bootstrap.servers=127.0.0.1:$controller_port

@@ -7,9 +7,12 @@
 #   scripts/postgres.sh restart   restart the cluster (fault tests use this)
 #   scripts/postgres.sh status    exit 0 if the cluster is running
 #   scripts/postgres.sh env       print DATABASE_URL=... for a running cluster
-#   scripts/postgres.sh private-start PORT     a test's own server (initdb in a
+#   scripts/postgres.sh private-start PORT [--tls]   a test's own server (initdb in a
 #                                 temporary folder; wal_level=logical), recorded in
-#                                 EOSKIT_STATE_DIR; prints DATABASE_URL=...
+#                                 EOSKIT_STATE_DIR; prints DATABASE_URL=...; with
+#                                 --tls it takes TCP connections over TLS only, with a
+#                                 certificate for 127.0.0.1 and localhost signed by a
+#                                 CA of its own (the URL's sslrootcert; sslmode=verify-full)
 #   scripts/postgres.sh private-restart [--hard]   restart it (--hard: immediate
 #                                 shutdown, which is a crash to the server)
 #   scripts/postgres.sh private-stop           stop it and delete its data
@@ -227,9 +230,37 @@ private_data() {
 	cat "$STATE_DIR/pgdata"
 }
 
+# private_tls readies TLS for the private server in DATA (private-start
+# --tls): a CA of its own (DATA/tls/ca.pem, which clients trust), a server
+# certificate for 127.0.0.1 and localhost signed by it, ssl = on, and
+# pg_hba.conf accepting TCP connections, replication included, over TLS
+# only (hostssl), each with its password.
+private_tls() {
+	local data=$1 tls=$1/tls
+	command -v openssl >/dev/null || die "openssl not found: the TLS server's certificates are made with it (apt-get install openssl)"
+	as_postgres "umask 077 && mkdir -p $tls && cd $tls &&
+		openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 -subj '/CN=eoskit test CA' &&
+		openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj '/CN=localhost' &&
+		printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >san.ext &&
+		openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.crt -days 3650 -extfile san.ext &&
+		chmod 755 $tls && chmod 644 ca.pem" >"$STATE_DIR/openssl.log" 2>&1 ||
+		die "openssl failed making the private server's certificates: $(tail -5 "$STATE_DIR/openssl.log")"
+	as_postgres "cat >>$data/db/postgresql.auto.conf" <<CONF
+ssl = on
+ssl_cert_file = '$tls/server.crt'
+ssl_key_file = '$tls/server.key'
+CONF
+	as_postgres "cat >$data/db/pg_hba.conf" <<HBA
+local     all          all                 scram-sha-256
+hostssl   all          all   127.0.0.1/32  scram-sha-256
+hostssl   replication  all   127.0.0.1/32  scram-sha-256
+HBA
+}
+
 private_start() {
-	local port=$1 bin data pw
+	local port=$1 tls=${2:-} bin data pw params=sslmode=disable
 	[[ $port =~ ^[0-9]+$ ]] || die "private-start needs a port"
+	[ -z "$tls" ] || [ "$tls" = --tls ] || die "private-start PORT [--tls]"
 	ensure_installed
 	bin=$(private_bin)
 	mkdir -p "$STATE_DIR"
@@ -253,6 +284,10 @@ max_replication_slots = 16
 max_wal_senders = 16
 fsync = off
 CONF
+	if [ -n "$tls" ]; then
+		private_tls "$data"
+		params="sslmode=verify-full&sslrootcert=$data/tls/ca.pem"
+	fi
 	as_postgres "$bin/pg_ctl -D $data/db -l $data/log -w -t 60 start" >/dev/null ||
 		die "private server did not start: $(as_postgres "tail -5 $data/log")"
 	if [ -n "${EOSKIT_OWNER_PID:-}" ]; then
@@ -264,7 +299,7 @@ CONF
 			if [ -d $data/db ]; then as_postgres '$bin/pg_ctl -D $data/db -m immediate stop'; as_postgres 'rm -rf $data'; fi" \
 			</dev/null >/dev/null 2>&1 &
 	fi
-	echo "DATABASE_URL=postgres://$PG_USER:$pw@127.0.0.1:$port/postgres?sslmode=disable"
+	echo "DATABASE_URL=postgres://$PG_USER:$pw@127.0.0.1:$port/postgres?$params"
 }
 
 private_restart() {
@@ -340,7 +375,7 @@ status)
 	echo "running: cluster $version/$name on port $port"
 	;;
 env) url ;;
-private-start) private_start "${2:-}" ;;
+private-start) private_start "${2:-}" "${3:-}" ;;
 private-restart) private_restart "${2:-}" ;;
 private-stop) private_stop ;;
 private-snapshot) private_snapshot "${2:-}" ;;

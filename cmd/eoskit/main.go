@@ -6,9 +6,9 @@
 // DeadLetter policies parked; and an outbox relay's position after its
 // database was restored from a backup.
 //
-//	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 15m]
+//	go run ./cmd/eoskit txn find-hanging [-topic T]... [-min-age 16m]
 //	go run ./cmd/eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
-//	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
+//	go run ./cmd/eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2] [-min-age 16m]
 //	go run ./cmd/eoskit dead-letters list   -database-url URL [-group G] [-topic T] [-id N]... [-limit 100]
 //	go run ./cmd/eoskit dead-letters replay -database-url URL [-outbox NAME] [-group G] [-topic T] [-id N]... [-earlier] [-to-topic T]
 //	go run ./cmd/eoskit dead-letters list|replay -outbox-dead-letters [-outbox NAME] [-id N]... [-limit 100] [-to-topic T]
@@ -143,9 +143,9 @@ func main() {
 }
 
 const usage = `usage:
-  eoskit txn find-hanging [-topic T]... [-min-age 15m]
+  eoskit txn find-hanging [-topic T]... [-min-age 16m]
   eoskit txn describe -id TRANSACTIONAL_ID [-topic T]...
-  eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2]
+  eoskit txn close -topic T -partition P -producer-id N [-outcome auto|commit|abort] [-dry-run] [-clients-speak-v2] [-min-age 16m]
   eoskit dead-letters list   -database-url URL [-group G] [-topic T] [-id N]... [-limit 100]
   eoskit dead-letters replay -database-url URL [-outbox NAME] [-group G] [-topic T] [-id N]... [-earlier] [-to-topic T]
   eoskit dead-letters list|replay -outbox-dead-letters [-outbox NAME] [-id N]... [-limit 100] [-to-topic T]

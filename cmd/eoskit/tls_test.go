@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/testsupport/testbed"
 )
 
@@ -73,4 +75,51 @@ ssl.truststore.location=%s
 func foreignCA(t *testing.T) string {
 	_, pemFile := testbed.ForeignCA(t)
 	return pemFile
+}
+
+// The operator's command on a PostgreSQL that takes connections over TLS
+// only, reached as libpq's environment names it (PGSSLMODE=verify-full,
+// PGSSLROOTCERT, the password in a passfile): dead-letters list answers.
+// Given a CA that did not sign the server's certificate it fails within
+// seconds, naming the cause; the password is in no output.
+func TestCommandOnADatabaseOverTLS(t *testing.T) {
+	pg := testbed.StartPrivatePostgresWithTLS(t)
+	pool, dbURL := pg.Database(t)
+	if err := offsetstore.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, _ := u.User.Password()
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("PGHOST", "localhost") // the certificate's name, checked
+	t.Setenv("PGPORT", u.Port())
+	t.Setenv("PGUSER", u.User.Username())
+	t.Setenv("PGDATABASE", strings.TrimPrefix(u.Path, "/"))
+	t.Setenv("PGSSLMODE", "verify-full")
+	passfile := filepath.Join(t.TempDir(), "pgpass")
+	if err := os.WriteFile(passfile, []byte("*:*:*:"+u.User.Username()+":"+password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PGPASSFILE", passfile)
+
+	t.Setenv("PGSSLROOTCERT", pg.CAFile())
+	code, out, stderr := eoskitCmdErr(t, "dead-letters", "list")
+	if code != exitOK {
+		t.Fatalf("dead-letters list over TLS: exit %d: %s%s", code, out, stderr)
+	}
+
+	_, foreign := testbed.ForeignCA(t)
+	t.Setenv("PGSSLROOTCERT", foreign)
+	start := time.Now()
+	code, out, stderr = eoskitCmdErr(t, "dead-letters", "list")
+	took := time.Since(start)
+	if code == exitOK || !strings.Contains(out+stderr, "certificate signed by unknown authority") || took > 30*time.Second {
+		t.Fatalf("with a CA that did not sign the server's certificate: exit %d after %s: %s%s; want an error naming the certificate within 30 s", code, took, out, stderr)
+	}
+	if strings.Contains(out+stderr, password) {
+		t.Fatal("the output carries the database's password")
+	}
 }

@@ -31,7 +31,7 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var topics topicList
 	fs.Var(&topics, "topic", "a topic to look in (repeatable; default every topic, __consumer_offsets included)")
 	clientsV2 := fs.Bool("clients-speak-v2", false, "vouch that the producers' clients speak transaction protocol v2 (franz-go 1.18+, Java 4.0+), so that outcomes are read from the coordinator's state; without it every outcome is unknown")
-	minAge := fs.Duration("min-age", 15*time.Minute, "report a transaction that no transactional id (this principal may describe) holds only once its producer last wrote this long ago, and it is unchanged when looked at again this long after (at least the cluster's transaction.max.timeout.ms; 0: at once)")
+	minAge := fs.Duration("min-age", 16*time.Minute, "report a transaction that no transactional id (this principal may describe) holds only once its producer last wrote this long ago, and it is unchanged when looked at again this long after (longer than the cluster's transaction.max.timeout.ms plus its abort cleanup interval, 15 m and 10 s by default; 0: at once)")
 	var (
 		id         *string
 		partition  *int
@@ -61,6 +61,9 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case cmd == "close" && (len(topics) != 1 || *partition < 0 || *producerID < 0):
 		fmt.Fprintln(stderr, "close needs one -topic, -partition and -producer-id (as find-hanging prints them)")
+		return exitUsage
+	case *minAge < 0:
+		fmt.Fprintf(stderr, "-min-age %v: want a duration of 0 or more\n", *minAge)
 		return exitUsage
 	case cmd == "close" && *outcome != "auto" && *outcome != "commit" && *outcome != "abort":
 		fmt.Fprintf(stderr, "-outcome %q: want auto, commit or abort\n", *outcome)
@@ -93,7 +96,7 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o = jsonOutput{stdout}
 	}
 	find := txnscan.FindOptions{ClientsV2: t.clientsV2, MinAge: *minAge, Waiting: func(n int, d time.Duration) {
-		fmt.Fprintf(stderr, "eoskit: %d open transactions are held by no transactional id this principal may describe; looking again in %v to tell a live one from a hanging one (-min-age)\n", n, d)
+		fmt.Fprintf(stderr, "eoskit: %d partitions hold a transaction open of a producer no transactional id this principal may describe holds; looking again in %v to tell a live one from a hanging one (-min-age)\n", n, d)
 	}}
 	switch cmd {
 	case "find-hanging":
@@ -243,6 +246,7 @@ type closing struct {
 var errRefused = errors.New("refused")
 
 func (t *txnTool) closeHang(ctx context.Context, topic string, partition int32, producerID int64, outcome string, dryRun bool, find txnscan.FindOptions) (*closing, error) {
+	find.Producer = &producerID // another producer's transaction is not waited for
 	hangs, err := txnscan.Find(ctx, t.adm, kadm.TopicsSet{topic: {partition: {}}}, find)
 	if err != nil {
 		return nil, err

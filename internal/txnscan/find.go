@@ -46,10 +46,16 @@ type FindOptions struct {
 	// database commit times, hours old in a backlog), only if it is
 	// unchanged (epoch, start offset, last sequence, last record time)
 	// when Find looks again MinAge later: a live transaction writes, or
-	// ends within its timeout, so a MinAge at least the cluster's
-	// transaction.max.timeout.ms (15 minutes by default) tells them apart.
-	// Zero reports them at once.
+	// its coordinator aborts it once past its timeout, so a MinAge longer
+	// than the cluster's transaction.max.timeout.ms plus its
+	// transaction.abort.timed.out.transaction.cleanup.interval.ms (15
+	// minutes and 10 s by default) tells them apart. Zero reports them at
+	// once.
 	MinAge time.Duration
+	// Producer, when set, limits Find to that producer id's transactions
+	// (what txn close asks about), so that another producer's wait is not
+	// waited.
+	Producer *int64
 	// Waiting, if set, is told before Find waits MinAge to look again,
 	// with how many transactions it waits to confirm.
 	Waiting func(n int, d time.Duration)
@@ -91,9 +97,14 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 	var found []Hang
 	unheld := 0
 	for k, p := range before {
+		if opts.Producer != nil && k.ProducerID != *opts.Producer {
+			continue
+		}
 		h := Hang{DescribedProducer: p, TransactionalID: idOf[k.ProducerID], Outcome: "unknown"}
 		if h.TransactionalID == "" {
-			if time.Since(time.UnixMilli(p.LastTimestamp)) < opts.MinAge {
+			// Young by its producer's own clock: skipped. A time in the
+			// future is no evidence of youth: the second look decides.
+			if age := time.Since(time.UnixMilli(p.LastTimestamp)); age >= 0 && age < opts.MinAge {
 				continue
 			}
 			h.Evidence = fmt.Sprintf("none: no transactional id (that this principal may describe) holds producer id %d any more", k.ProducerID)
@@ -134,6 +145,13 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 		}
 	}
 	after, err := Open(ctx, adm, set)
+	for attempt := 1; err != nil && unheld > 0 && attempt < 3 && ctx.Err() == nil; attempt++ {
+		// Not the whole wait lost to one passing error (a partition
+		// between leaders).
+		if sleep(ctx, time.Second) == nil {
+			after, err = Open(ctx, adm, set)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -148,13 +166,13 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 }
 
 // changed reports whether q, a later look at h's partition and producer,
-// shows its transaction moved on: another one, or (for one no describable
-// id holds, whose only clock is its producer's) a write since.
+// shows its transaction moved on: another one, or a write since (a
+// hanging transaction gets none; a live producer of transaction protocol
+// v1 can join the one open on the partition with its next transaction,
+// same epoch, same start offset, after its coordinator was asked).
 func changed(h Hang, q kadm.DescribedProducer) bool {
-	if q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.CurrentTxnStartOffset {
-		return true
-	}
-	return h.TransactionalID == "" && (q.LastSequence != h.LastSequence || q.LastTimestamp != h.LastTimestamp)
+	return q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.CurrentTxnStartOffset ||
+		q.LastSequence != h.LastSequence || q.LastTimestamp != h.LastTimestamp
 }
 
 // sleep waits d, or returns ctx's error when it ends first.

@@ -48,9 +48,9 @@ func TestJavaStringHashMatchesJava(t *testing.T) {
 }
 
 // A later look shows a transaction moved on when its epoch or start offset
-// changed; for one no describable id holds, also when its producer wrote
-// since (its only clock), so that a live transaction whose record times
-// are old is not taken for a hanging one.
+// changed, or its producer wrote since: a live transaction whose record
+// times are old, or a protocol v1 producer's next transaction joining the
+// open one, is not taken for a hanging one.
 func TestChangedTellsALiveTransactionFromAStillOne(t *testing.T) {
 	at := func(epoch int16, start int64, seq int32, ts int64) kadm.DescribedProducer {
 		return kadm.DescribedProducer{ProducerEpoch: epoch, CurrentTxnStartOffset: start, LastSequence: seq, LastTimestamp: ts}
@@ -68,7 +68,8 @@ func TestChangedTellsALiveTransactionFromAStillOne(t *testing.T) {
 		{"same sequence, a new time, no id", "", at(0, 10, 4, 1001), true},
 		{"a new transaction", "", at(0, 20, 9, 2000), true},
 		{"a new epoch", "app-0", at(1, 10, 4, 1000), true},
-		{"wrote since, with an id (its coordinator tells)", "app-0", at(0, 10, 5, 1000), false},
+		{"wrote since, with an id (a v1 producer joined it with its next transaction)", "app-0", at(0, 10, 5, 1000), true},
+		{"unchanged, with an id", "app-0", at(0, 10, 4, 1000), false},
 	} {
 		h := Hang{DescribedProducer: first, TransactionalID: c.id}
 		if got := changed(h, c.later); got != c.wantMoved {

@@ -79,7 +79,7 @@ func init() {
 		sc.name += consumerProtocolArg
 		sc.full = true
 		sc.consumerProtocol = true
-		sc.copierArgs = append(slices.Clone(sc.copierArgs), consumerProtocolArg)
+		sc.copierArgs = append(slices.Clip(sc.copierArgs), consumerProtocolArg)
 		scenarios = append(scenarios, sc)
 	}
 }
@@ -1075,9 +1075,18 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		// The option took: franz-go would fall back to the classic
 		// protocol without a word, and ConsumerGroupDescribe describes
 		// only a group of the consumer protocol.
-		waitFor(t, time.Minute, "the group to be a consumer-protocol group with members", func() string { return "" }, func() bool {
-			_, _, members, err := r.consumerAssignment(context.Background())
-			return err == nil && len(members) > 0
+		waitFor(t, time.Minute, "every copier a member of the consumer protocol in a consumer-protocol group", func() string { return "" }, func() bool {
+			described, err := r.adm.DescribeConsumerGroups(context.Background(), r.group)
+			if err != nil || described[r.group].Err != nil {
+				return false
+			}
+			joined := 0
+			for _, m := range described[r.group].Members {
+				if strings.HasPrefix(m.ClientID, copierClientID) && m.MemberType == 1 {
+					joined++
+				}
+			}
+			return joined == len(r.copiers)
 		})
 	}
 	stalled := func() string { return "" }

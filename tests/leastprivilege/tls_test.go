@@ -3,18 +3,26 @@ package leastprivilege_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/eoskit/eoskit/dedup"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/offsetstore"
 	"github.com/eoskit/eoskit/outbox"
 	"github.com/eoskit/eoskit/testsupport/testbed"
 	"github.com/eoskit/eoskit/verify"
@@ -22,14 +30,17 @@ import (
 
 // Each exactly-once path as an application principal on a SASL_SSL
 // listener (SCRAM-SHA-512 over TLS, as managed clusters run it), trusting
-// the broker's CA alone and checking its host name: every input once,
-// and no password in a log line. Then what a misconfigured client meets,
-// each an error within 30 s that names the cause, not a stall: a CA that
-// did not sign the broker's certificate, and a wrong password.
+// the broker's CA alone and checking its host name, and with a PostgreSQL
+// that takes connections over TLS only (sslmode=verify-full, the outbox
+// relay's replication connection included): every input once, and no
+// password in a log line. Then what a misconfigured client meets, each an
+// error within 30 s that names the cause, not a stall: a CA that did not
+// sign the broker's certificate, or the database's, and a wrong password.
 func TestEachPathOverTLS(t *testing.T) {
 	b := testbed.StartLocalBrokerWithTLS(t)
 	k := b.KafkaCluster
-	pool := integration.Postgres(t)
+	pg := testbed.StartPrivatePostgresWithTLS(t)
+	pool, dbURL := pg.Database(t)
 	trusted := kgo.DialTLSConfig(testbed.TLSConfig(t, b.CAFile()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -59,21 +70,83 @@ func TestEachPathOverTLS(t *testing.T) {
 			noSecret(t, user.Password, logs.String())
 		})
 	}
+	// Mutual TLS: a client certificate the broker's CA signed instead of
+	// a password; the principal is the certificate's subject.
+	mtlsBrokers, mtlsConfig, mtlsPrincipal := b.MutualTLS(t)
+	mtls := []kgo.Opt{kgo.SeedBrokers(mtlsBrokers...), kgo.DialTLSConfig(mtlsConfig)}
+	for _, path := range []string{"eos", "offsetstore", "dedup"} {
+		t.Run(path+" over mutual TLS", func(t *testing.T) {
+			s, inputs := newSetup(t, path, mtlsPrincipal)
+			s.brokers = mtlsBrokers
+			allow(ctx, t, k.Admin, s.grants()...)
+			logs := &integration.LogBuffer{}
+			if err := copyAll(ctx, t, k, pool, s, mtls, logs, len(inputs.Committed), ""); err != nil {
+				t.Fatalf("over mutual TLS, Run returned %v; logs:\n%s", err, logs)
+			}
+			if path == "eos" {
+				k.VerifyInputs(inputs, s.out, time.Minute)
+				return
+			}
+			outs, err := verify.ReadRows(ctx, pool, s.table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := verify.Check(verify.Run{Input: inputs.Committed, Output: outs, AbortedInput: inputs.Aborted}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// OAUTHBEARER: a token whose sub claim is the principal (the test
+	// broker's validator takes unsigned ones, as Kafka's unsecured
+	// validator does).
+	for _, path := range []string{"eos", "offsetstore", "dedup"} {
+		t.Run(path+" over OAUTHBEARER", func(t *testing.T) {
+			sub := "oauth-" + path
+			s, inputs := newSetup(t, path, "User:"+sub)
+			allow(ctx, t, k.Admin, s.grants()...)
+			logs := &integration.LogBuffer{}
+			token := unsignedJWT(t, sub)
+			opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, kgo.SASL(oauth.Auth{Token: token}.AsMechanism())}
+			if err := copyAll(ctx, t, k, pool, s, opts, logs, len(inputs.Committed), ""); err != nil {
+				t.Fatalf("over OAUTHBEARER, Run returned %v; logs:\n%s", err, logs)
+			}
+			if path == "eos" {
+				k.VerifyInputs(inputs, s.out, time.Minute)
+			} else {
+				outs, err := verify.ReadRows(ctx, pool, s.table)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := verify.Check(verify.Run{Input: inputs.Committed, Output: outs, AbortedInput: inputs.Aborted}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			noSecret(t, token, logs.String())
+		})
+	}
+	t.Run("outbox over mutual TLS", func(t *testing.T) {
+		db, _ := pg.Database(t)
+		relayOverTLS(ctx, t, k, db, testbed.User{Principal: mtlsPrincipal, Opts: mtls}, mtlsBrokers, mtls, "")
+	})
 	t.Run("outbox", func(t *testing.T) {
 		user := testbed.NewUser(t, k, "tls-outbox", trusted)
-		relayOverTLS(ctx, t, k, user, user.Opts, "")
+		db, _ := pg.Database(t)
+		relayOverTLS(ctx, t, k, db, user, k.Brokers, user.Opts, "")
 	})
 	t.Run("outbox trusting a CA that did not sign the broker's certificate", func(t *testing.T) {
 		user := testbed.NewUser(t, k, "tls-outbox-wrong-ca", trusted)
-		relayOverTLS(ctx, t, k, user, append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(foreignCA(t))), "certificate signed by unknown authority")
+		db, _ := pg.Database(t)
+		relayOverTLS(ctx, t, k, db, user, k.Brokers, append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(foreignCA(t))), "certificate signed by unknown authority")
 	})
 	t.Run("outbox with a wrong password", func(t *testing.T) {
 		user := testbed.NewUser(t, k, "tls-outbox-wrong-password", trusted)
-		relayOverTLS(ctx, t, k, user, []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, scramSHA512("tls-outbox-wrong-password", user.Password+"x")}, "SASL_AUTHENTICATION_FAILED")
+		db, _ := pg.Database(t)
+		relayOverTLS(ctx, t, k, db, user, k.Brokers, []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, scramSHA512("tls-outbox-wrong-password", user.Password+"x")}, "SASL_AUTHENTICATION_FAILED")
 	})
-	refusedWith := func(t *testing.T, path string, opts []kgo.Opt, password string, want ...string) {
+	refusedWith := func(t *testing.T, path string, brokers []string, opts []kgo.Opt, password string, want ...string) {
 		t.Helper()
 		s, inputs := newSetup(t, path, "User:admin")
+		s.brokers = brokers
 		logs := &integration.LogBuffer{}
 		start := time.Now()
 		err := copyAll(ctx, t, k, pool, s, opts, logs, len(inputs.Committed), "")
@@ -97,15 +170,108 @@ func TestEachPathOverTLS(t *testing.T) {
 		t.Run(path+" trusting a CA that did not sign the broker's certificate", func(t *testing.T) {
 			user := testbed.NewUser(t, k, "tls-wrong-ca-"+path, trusted)
 			opts := append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(foreignCA(t)))
-			refusedWith(t, path, opts, user.Password, "certificate signed by unknown authority", "ClientOptions")
+			refusedWith(t, path, nil, opts, user.Password, "certificate signed by unknown authority", "ClientOptions")
 		})
 		t.Run(path+" with a wrong password", func(t *testing.T) {
 			name := "tls-wrong-password-" + path
 			user := testbed.NewUser(t, k, name, trusted)
 			opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, scramSHA512(name, user.Password+"x")}
-			refusedWith(t, path, opts, user.Password, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
+			refusedWith(t, path, nil, opts, user.Password, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
 		})
 	}
+	t.Run("eos over mutual TLS without a certificate", func(t *testing.T) {
+		noCert := []kgo.Opt{kgo.SeedBrokers(mtlsBrokers...), trusted}
+		refusedWith(t, "eos", mtlsBrokers, noCert, "", "tls: ", "ClientOptions")
+	})
+	_, foreignCAFile := testbed.ForeignCA(t)
+	foreign := withQuery(t, dbURL, "sslrootcert", foreignCAFile)
+	for _, path := range []string{"offsetstore", "dedup", "outbox"} {
+		t.Run(path+" trusting a CA that did not sign the database's certificate", func(t *testing.T) {
+			runnerPool, err := pgxpool.New(ctx, foreign)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer runnerPool.Close()
+			user := testbed.NewUser(t, k, "tls-db-"+path, trusted)
+			allowEverything(ctx, t, k, user.Principal)
+			start := time.Now()
+			err = runOnDatabase(ctx, t, k, pool, runnerPool, path, user.Opts)
+			if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") || time.Since(start) > 30*time.Second {
+				t.Fatalf("%s with a database whose certificate it cannot verify returned %v after %s; want, within 30 s, an error naming the certificate", path, err, time.Since(start))
+			}
+			t.Logf("refused in %s: %v", time.Since(start).Round(time.Millisecond), err)
+		})
+	}
+}
+
+// withQuery returns rawURL with its query parameter key set to value.
+func withQuery(t *testing.T, rawURL, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// allowEverything grants principal every operation on every topic, group
+// and transactional id: the tests that use it are about the database.
+func allowEverything(ctx context.Context, t *testing.T, k *integration.KafkaCluster, principal string) {
+	t.Helper()
+	results, err := k.Admin.CreateACLs(ctx, kadm.NewACLs().Topics("*").Groups("*").TransactionalIDs("*").
+		Allow(principal).Operations(kadm.OpAll))
+	for _, r := range results {
+		err = errors.Join(err, r.Err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runOnDatabase runs path's runner, connecting to Kafka with opts, with
+// its database connections from runnerPool (set up through pool), until
+// it returns or 60 s pass, and returns what Run returned.
+func runOnDatabase(ctx context.Context, t *testing.T, k *integration.KafkaCluster, pool, runnerPool *pgxpool.Pool, path string, opts []kgo.Opt) error {
+	t.Helper()
+	in := k.NewTopic(1)
+	group := integration.UniqueName(t, "g")
+	var run func(context.Context) error
+	switch path {
+	case "offsetstore":
+		if err := offsetstore.Migrate(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		r, err := offsetstore.NewRunner(runnerPool, func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
+			offsetstore.Brokers(k.Brokers...), offsetstore.Group(group), offsetstore.Topics(in), offsetstore.ClientOptions(opts...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run = r.Run
+	case "dedup":
+		store, err := dedup.NewPostgresStore(integration.UniqueName(t, "ids"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := dedup.NewConsumer(runnerPool, store, func(context.Context, pgx.Tx, *kgo.Record) error { return nil },
+			dedup.Brokers(k.Brokers...), dedup.Group(group), dedup.Topics(in), dedup.ClientOptions(opts...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run = c.Run
+	case "outbox":
+		r, err := outbox.NewRelay(runnerPool, outbox.Brokers(k.Brokers...), outbox.PositionTopic(k.NewTopic(1)),
+			outbox.TransactionalID(integration.UniqueName(t, "relay")), outbox.ClientOptions(opts...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run = r.Run
+	}
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return run(runCtx)
 }
 
 // scramSHA512 signs in as user with pass.
@@ -117,9 +283,8 @@ func scramSHA512(user, pass string) kgo.Opt {
 // with opts, over 300 committed records: with refusal "", every one
 // published once; else Run must return within 30 s an error naming
 // refusal. No log line or error carries the password.
-func relayOverTLS(ctx context.Context, t *testing.T, k *integration.KafkaCluster, user testbed.User, opts []kgo.Opt, refusal string) {
+func relayOverTLS(ctx context.Context, t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool, user testbed.User, brokers []string, opts []kgo.Opt, refusal string) {
 	t.Helper()
-	pool := integration.Postgres(t)
 	if err := outbox.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +320,7 @@ func relayOverTLS(ctx context.Context, t *testing.T, k *integration.KafkaCluster
 	}
 	logs := &integration.LogBuffer{}
 	defer func() { noSecret(t, user.Password, logs.String()) }()
-	r, err := outbox.NewRelay(pool, outbox.Brokers(k.Brokers...), outbox.PositionTopic(positions), outbox.TransactionalID(txnID),
+	r, err := outbox.NewRelay(pool, outbox.Brokers(brokers...), outbox.PositionTopic(positions), outbox.TransactionalID(txnID),
 		outbox.RetryFor(time.Minute), outbox.ClientOptions(opts...), outbox.Logger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -181,4 +346,18 @@ func relayOverTLS(ctx context.Context, t *testing.T, k *integration.KafkaCluster
 func foreignCA(t *testing.T) *tls.Config {
 	cfg, _ := testbed.ForeignCA(t)
 	return cfg
+}
+
+// unsignedJWT is a token for Kafka's unsecured OAUTHBEARER validator: a
+// JWT with no signature (alg none) whose sub claim is the principal's
+// name, valid for an hour.
+func unsignedJWT(t *testing.T, sub string) string {
+	t.Helper()
+	enc := base64.RawURLEncoding
+	now := time.Now().Unix()
+	claims, err := json.Marshal(map[string]any{"sub": sub, "iat": now, "exp": now + 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return enc.EncodeToString([]byte(`{"alg":"none"}`)) + "." + enc.EncodeToString(claims) + "."
 }

@@ -56,6 +56,9 @@ func PoolWith(t *testing.T, url string, dial func(ctx context.Context, network, 
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.DialFunc = dial
+	// Plaintext, so that a dialer (CommitCutter) can read the protocol:
+	// a server that requires TLS then refuses, and the test says so.
+	cfg.ConnConfig.TLSConfig, cfg.ConnConfig.Fallbacks = nil, nil
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -65,10 +68,13 @@ func PoolWith(t *testing.T, url string, dial func(ctx context.Context, network, 
 }
 
 // unconfirmed: a batch's COMMIT that the database carried out but whose
-// answer was lost is retried, and the retry must find the batch committed
-// (offsetstore: from the database's record of the transaction; dedup: its
-// claims) and go on. Every effect is committed once, Run goes on without
-// an error, and the runner is Healthy again.
+// answer was lost is retried (offsetstore finds the batch committed from
+// the database's record of the transaction, dedup from its claims) and
+// the runner goes on. Every effect is committed once, Run goes on without
+// an error, and the runner is Healthy again. That the retry took the
+// committed path, not a second apply, is each runner's own test
+// (offsetstore's TestAnUnconfirmedCommitIsNotTakenForAZombie reads its
+// Stats).
 func unconfirmed(t *testing.T, s Subject) {
 	if !s.Features.Database {
 		t.Skip("the runner commits no database transaction")

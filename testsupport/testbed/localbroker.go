@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,6 +85,28 @@ func StartLocalBrokerWithTLS(tb testing.TB) *LocalBroker {
 // CAFile is the CA certificate (PEM) a broker of [StartLocalBrokerWithTLS]
 // is signed by.
 func (b *LocalBroker) CAFile() string { return filepath.Join(b.stateDir, "kafka", "tls", "ca.pem") }
+
+// MutualTLS returns how a client reaches a broker of
+// [StartLocalBrokerWithTLS] with mutual TLS: the addresses of its MTLS
+// listener, a client TLS configuration presenting the certificate the
+// broker's CA signed for it (and trusting that CA alone, the host name
+// checked), and the principal the broker takes it for, which holds only
+// the ACLs the test grants it.
+func (b *LocalBroker) MutualTLS(tb testing.TB) (brokers []string, cfg *tls.Config, principal string) {
+	tb.Helper()
+	dir := filepath.Join(b.stateDir, "kafka")
+	addrs, err := os.ReadFile(filepath.Join(dir, "bootstrap-mtls"))
+	if err != nil {
+		tb.Fatalf("testbed: the broker has no mutual-TLS listener (StartLocalBrokerWithTLS makes one): %v", err)
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls", "client.pem"), filepath.Join(dir, "tls", "client.key"))
+	if err != nil {
+		tb.Fatalf("testbed: the client's certificate: %v", err)
+	}
+	cfg = TLSConfig(tb, b.CAFile())
+	cfg.Certificates = []tls.Certificate{cert}
+	return strings.Split(strings.TrimSpace(string(addrs)), ","), cfg, "User:CN=eoskit-client"
+}
 
 // KeepFailedBrokerEnv names a folder: when a test with a private broker
 // fails, the broker's data and logs are copied there (under the test's

@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eoskit/eoskit/integration"
@@ -38,6 +40,21 @@ type PrivatePostgres struct {
 // [integration.Postgres] when it can not.
 func StartPrivatePostgres(tb testing.TB) *PrivatePostgres {
 	tb.Helper()
+	return startPrivatePostgres(tb)
+}
+
+// StartPrivatePostgresWithTLS is [StartPrivatePostgres] taking TCP
+// connections, replication included, over TLS only, with a certificate for
+// 127.0.0.1 and localhost signed by a CA of its own ([PrivatePostgres.CAFile]);
+// its URL trusts that CA alone and checks the host name
+// (sslmode=verify-full).
+func StartPrivatePostgresWithTLS(tb testing.TB) *PrivatePostgres {
+	tb.Helper()
+	return startPrivatePostgres(tb, "--tls")
+}
+
+func startPrivatePostgres(tb testing.TB, flags ...string) *PrivatePostgres {
+	tb.Helper()
 	if os.Getenv(integration.DatabaseURLEnv) == "" && !integration.ServicesRequired() {
 		integration.ServiceMissing(tb, "a private PostgreSQL", privatePostgresHowTo,
 			fmt.Errorf("no services configured (%s and %s are unset)", integration.DatabaseURLEnv, integration.RequireServicesEnv))
@@ -56,7 +73,7 @@ func StartPrivatePostgres(tb testing.TB) *PrivatePostgres {
 			tb.Logf("testbed: stop private PostgreSQL: %v", err)
 		}
 	})
-	out, err := runScript(context.Background(), script, p.stateDir, "private-start", strconv.Itoa(ports[0]))
+	out, err := runScript(context.Background(), script, p.stateDir, append([]string{"private-start", strconv.Itoa(ports[0])}, flags...)...)
 	if err != nil {
 		tb.Fatalf("testbed: start a private PostgreSQL: %v", err)
 	}
@@ -114,4 +131,37 @@ func (p *PrivatePostgres) Restore(ctx context.Context, name string) error {
 func (p *PrivatePostgres) Log() string {
 	b, _ := os.ReadFile(filepath.Join(p.stateDir, "postgres", "pgdata"))
 	return filepath.Join(strings.TrimSpace(string(b)), "log")
+}
+
+// CAFile is the CA certificate (PEM) a server of
+// [StartPrivatePostgresWithTLS] is signed by.
+func (p *PrivatePostgres) CAFile() string {
+	b, _ := os.ReadFile(filepath.Join(p.stateDir, "postgres", "pgdata"))
+	return filepath.Join(strings.TrimSpace(string(b)), "tls", "ca.pem")
+}
+
+// Database creates a database of the test's own on the server and returns
+// a pool on it, closed when the test ends, and its URL.
+func (p *PrivatePostgres) Database(tb testing.TB) (*pgxpool.Pool, string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := strings.ToLower(strings.NewReplacer("/", "_", "-", "_", " ", "_").Replace(integration.UniqueName(tb, "db")))
+	if len(name) > 63 {
+		name = name[:30] + name[len(name)-33:]
+	}
+	if _, err := p.Pool(tb).Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		tb.Fatalf("testbed: create database %s: %v", name, err)
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		tb.Fatalf("testbed: %v", err)
+	}
+	u.Path = "/" + name
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		tb.Fatalf("testbed: connect to %s: %v", name, err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool, u.String()
 }

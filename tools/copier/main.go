@@ -114,6 +114,9 @@ type stateful struct {
 }
 
 func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency int, consumerProtocol bool, st stateful, logger *slog.Logger, clientOpts []kgo.Opt) error {
+	if consumerProtocol && (path == "raw" || path == "outbox") {
+		return fmt.Errorf("-consumer-protocol: path %s has no consumer group of eoskit's", path)
+	}
 	if path == "raw" {
 		return rawCopy(ctx, brokers, group, in, out, group+"-"+instance, logger, clientOpts)
 	}
