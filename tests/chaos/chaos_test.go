@@ -773,18 +773,27 @@ func (r *runCtx) assignment(ctx context.Context) (owned map[string][]int32, stat
 	}
 	owned, members = map[string][]int32{}, map[string]bool{}
 	for _, m := range d.Members {
-		name, ok := strings.CutPrefix(m.ClientID, copierClientID)
-		if !ok {
-			continue
-		}
-		members[name] = true
+		var parts []int32
 		if a, isConsumer := m.Assigned.AsConsumer(); isConsumer {
 			for _, t := range a.Topics {
-				owned[name] = append(owned[name], t.Partitions...)
+				parts = append(parts, t.Partitions...)
 			}
 		}
+		noteCopier(owned, members, m.ClientID, parts)
 	}
 	return owned, d.State, members, nil
+}
+
+// noteCopier notes a group member that is a copier (by its client id)
+// and the partitions it owns.
+func noteCopier(owned map[string][]int32, members map[string]bool, clientID string, parts []int32) {
+	name, ok := strings.CutPrefix(clientID, copierClientID)
+	if !ok {
+		return
+	}
+	members[name] = true
+	owned[name] = append(owned[name], parts...)
+	slices.Sort(owned[name])
 }
 
 // consumerAssignment is assignment for a group of the consumer protocol
@@ -800,17 +809,13 @@ func (r *runCtx) consumerAssignment(ctx context.Context) (owned map[string][]int
 	}
 	owned, members = map[string][]int32{}, map[string]bool{}
 	for _, m := range d.Members {
-		name, ok := strings.CutPrefix(m.ClientID, copierClientID)
-		if !ok {
-			continue
-		}
-		members[name] = true
+		var parts []int32
 		for _, ps := range m.Assignment {
 			for p := range ps {
-				owned[name] = append(owned[name], p)
+				parts = append(parts, p)
 			}
 		}
-		slices.Sort(owned[name])
+		noteCopier(owned, members, m.ClientID, parts)
 	}
 	return owned, d.State, members, nil
 }

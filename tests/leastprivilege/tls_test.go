@@ -51,22 +51,7 @@ func TestEachPathOverTLS(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			user := testbed.NewUser(t, k, "tls-"+path, trusted)
 			s, inputs := newSetup(t, path, user.Principal)
-			allow(ctx, t, k.Admin, s.grants()...)
-			logs := &integration.LogBuffer{}
-			if err := copyAll(ctx, t, k, pool, s, user.Opts, logs, len(inputs.Committed), ""); err != nil {
-				t.Fatalf("over TLS, Run returned %v; logs:\n%s", err, logs)
-			}
-			if path == "eos" {
-				k.VerifyInputs(inputs, s.out, time.Minute)
-			} else {
-				outs, err := verify.ReadRows(ctx, pool, s.table)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := verify.Check(verify.Run{Input: inputs.Committed, Output: outs, AbortedInput: inputs.Aborted}).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			logs := copiesEachOnce(ctx, t, k, pool, s, inputs, user.Opts)
 			noSecret(t, user.Password, logs.String())
 		})
 	}
@@ -78,22 +63,7 @@ func TestEachPathOverTLS(t *testing.T) {
 		t.Run(path+" over mutual TLS", func(t *testing.T) {
 			s, inputs := newSetup(t, path, mtlsPrincipal)
 			s.brokers = mtlsBrokers
-			allow(ctx, t, k.Admin, s.grants()...)
-			logs := &integration.LogBuffer{}
-			if err := copyAll(ctx, t, k, pool, s, mtls, logs, len(inputs.Committed), ""); err != nil {
-				t.Fatalf("over mutual TLS, Run returned %v; logs:\n%s", err, logs)
-			}
-			if path == "eos" {
-				k.VerifyInputs(inputs, s.out, time.Minute)
-				return
-			}
-			outs, err := verify.ReadRows(ctx, pool, s.table)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := verify.Check(verify.Run{Input: inputs.Committed, Output: outs, AbortedInput: inputs.Aborted}).Err(); err != nil {
-				t.Fatal(err)
-			}
+			copiesEachOnce(ctx, t, k, pool, s, inputs, mtls)
 		})
 	}
 	// OAUTHBEARER: a token whose sub claim is the principal (the test
@@ -103,24 +73,8 @@ func TestEachPathOverTLS(t *testing.T) {
 		t.Run(path+" over OAUTHBEARER", func(t *testing.T) {
 			sub := "oauth-" + path
 			s, inputs := newSetup(t, path, "User:"+sub)
-			allow(ctx, t, k.Admin, s.grants()...)
-			logs := &integration.LogBuffer{}
 			token := unsignedJWT(t, sub)
-			opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, kgo.SASL(oauth.Auth{Token: token}.AsMechanism())}
-			if err := copyAll(ctx, t, k, pool, s, opts, logs, len(inputs.Committed), ""); err != nil {
-				t.Fatalf("over OAUTHBEARER, Run returned %v; logs:\n%s", err, logs)
-			}
-			if path == "eos" {
-				k.VerifyInputs(inputs, s.out, time.Minute)
-			} else {
-				outs, err := verify.ReadRows(ctx, pool, s.table)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := verify.Check(verify.Run{Input: inputs.Committed, Output: outs, AbortedInput: inputs.Aborted}).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			logs := copiesEachOnce(ctx, t, k, pool, s, inputs, []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, kgo.SASL(oauth.Auth{Token: token}.AsMechanism())})
 			noSecret(t, token, logs.String())
 		})
 	}
@@ -360,4 +314,28 @@ func unsignedJWT(t *testing.T, sub string) string {
 		t.Fatal(err)
 	}
 	return enc.EncodeToString([]byte(`{"alg":"none"}`)) + "." + enc.EncodeToString(claims) + "."
+}
+
+// copiesEachOnce grants s's principal its ACLs, runs its path connecting
+// with opts until every input is handled, checks each committed input is
+// in the output once (and no aborted one), and returns the run's logs.
+func copiesEachOnce(ctx context.Context, t *testing.T, k *integration.KafkaCluster, pool *pgxpool.Pool, s setup, inputs integration.Inputs, opts []kgo.Opt) *integration.LogBuffer {
+	t.Helper()
+	allow(ctx, t, k.Admin, s.grants()...)
+	logs := &integration.LogBuffer{}
+	if err := copyAll(ctx, t, k, pool, s, opts, logs, len(inputs.Committed), ""); err != nil {
+		t.Fatalf("Run returned %v; logs:\n%s", err, logs)
+	}
+	if s.path == "eos" {
+		k.VerifyInputs(inputs, s.out, time.Minute)
+		return logs
+	}
+	outs, err := verify.ReadRows(ctx, pool, s.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := verify.Check(verify.Run{Input: inputs.Committed, Output: outs, AbortedInput: inputs.Aborted}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return logs
 }

@@ -48,20 +48,7 @@ func TestTheProgramServesItsProbesParksABadReportAndPurgesOldIDs(t *testing.T) {
 	cfg.Pool = nil
 
 	addr := httpcheck.FreeAddr(t)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, url, addr, cfg) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Error("run did not return within a minute of its context's end")
-		}
-	}()
+	defer httpcheck.Background(t, func(ctx context.Context) error { return run(ctx, url, addr, cfg) })()
 
 	integration.WaitFor(t, 2*time.Minute, "the two reports counted and the bad one parked", func() (bool, error) {
 		totals, err := dashboard.Totals(ctx, pool, dashboard.DefaultTables)

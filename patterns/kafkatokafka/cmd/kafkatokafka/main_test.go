@@ -69,20 +69,7 @@ func TestTheProgramServesItsProbesAndParksABadReport(t *testing.T) {
 		cfg := config(t)
 		cfg.DeadLetterTopic = deadLetters
 		addr := httpcheck.FreeAddr(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- run(ctx, addr, cfg) }()
-		defer func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("run: %v", err)
-				}
-			case <-time.After(time.Minute):
-				t.Error("run did not return within a minute of its context's end")
-			}
-		}()
+		defer httpcheck.Background(t, func(ctx context.Context) error { return run(ctx, addr, cfg) })()
 
 		var ids []string
 		integration.WaitFor(t, 2*time.Minute, "the bad report dead-lettered and the others forwarded", func() (bool, error) {

@@ -54,23 +54,10 @@ func TestTheProgramServesItsProbesAndParksABadReport(t *testing.T) {
 		cfg.DeadLetters = true
 		cfg.Instance = "kafkatopostgres-0"
 		addr := httpcheck.FreeAddr(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		if err := migrateOnce(ctx, url, cfg); err != nil {
+		if err := migrateOnce(context.Background(), url, cfg); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- run(ctx, url, addr, cfg) }()
-		defer func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("run: %v", err)
-				}
-			case <-time.After(time.Minute):
-				t.Error("run did not return within a minute of its context's end")
-			}
-		}()
+		defer httpcheck.Background(t, func(ctx context.Context) error { return run(ctx, url, addr, cfg) })()
 
 		integration.WaitFor(t, 2*time.Minute, "the two reports counted and the bad one parked", func() (bool, error) {
 			totals, err := dashboard.Totals(context.Background(), pool, dashboard.DefaultTables)

@@ -32,30 +32,14 @@ func TestTheProgramServesItsProbesAndMetrics(t *testing.T) {
 	if err := migrateOnce(ctx, url, cfg); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, url, addr, cfg) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Error("run did not return within a minute of its context's end")
-		}
-		// The database is dropped when the test ends: its slot first.
+	// The database is dropped when the test ends: its slot first, once
+	// the relay has stopped (cleanups run last first).
+	t.Cleanup(func() {
 		if slot, err := outbox.DefaultSlot(ctx, pool); err == nil {
 			_ = outbox.DropSlot(ctx, pool, slot)
 		}
-	}
-	defer stop()
+	})
+	stop := httpcheck.Background(t, func(ctx context.Context) error { return run(ctx, url, addr, cfg) })
 
 	integration.WaitFor(t, time.Minute, "/readyz answering 200", func() (bool, error) {
 		code, _ := httpcheck.Get("http://" + addr + "/readyz")
