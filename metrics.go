@@ -16,7 +16,9 @@ type Metrics interface {
 	// Aborted: a transaction was aborted (rolled back), with why:
 	// "rebalance", "handler-error", "produce-error", "shutdown",
 	// "outcome-unknown", "budget" (handlers ran out of the transaction's
-	// budget), "timeout", "fenced", "refused"; the database paths:
+	// budget), "timeout", "fenced", "refused", "commit-error" (a batch's
+	// offset commit under the weaker semantics failed, not for a
+	// rebalance); the database paths:
 	// "handler-error", "database-error", "stale" (another owner moved the
 	// offsets), "record-error" (dedup: a record without a usable id).
 	Aborted(reason string, d time.Duration)

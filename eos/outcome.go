@@ -100,7 +100,7 @@ type endOutcome struct {
 func decideEnd(e txnEnd) endOutcome {
 	fenced := isFenced(e.endErr) || isFenced(e.produceErr) || isFenced(e.flushErr)
 	switch {
-	case authz.Refused(e.endErr):
+	case authz.Refused(e.endErr), authz.Refused(e.commitErr):
 		return endOutcome{endRefused, "refused"}
 	case fenced && e.elapsed >= e.timeout && e.timedOut():
 		// A zombie woken past its timeout after its successor started is
@@ -131,6 +131,8 @@ func decideEnd(e txnEnd) endOutcome {
 		reason = "produce-error"
 	case e.overBudget:
 		reason = "budget"
+	case e.commitErr != nil && !rebalancing(e.commitErr):
+		reason = "commit-error"
 	}
 	switch {
 	case e.shutdown:
@@ -256,4 +258,12 @@ func fetchStableOffsets(ctx context.Context, cl *kgo.Client, group string, ends 
 		return nil, errors.New("the offset fetch answered no partition")
 	}
 	return fetched, nil
+}
+
+// rebalancing reports whether a plain batch's offset commit failed because
+// the group moved on (a rebalance, the member or its generation gone).
+func rebalancing(err error) bool {
+	return errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.IllegalGeneration) ||
+		errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.FencedInstanceID) ||
+		errors.Is(err, kerr.StaleMemberEpoch) || errors.Is(err, kerr.FencedMemberEpoch)
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/loop"
 )
 
@@ -79,6 +81,12 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			p.obs.DeadLettered(len(b.deadLetters))
 			p.failures.committed(b)
 			rn.isolate = false
+		case endRefused:
+			// The group refused the offset commit (an ACL revoked while
+			// Run runs): final, as a transaction's refusal is, not a
+			// rebalance to retry for ever.
+			p.obs.Aborted(o.reason, e.elapsed)
+			return commitRefused(p.cfg.group, e.commitErr)
 		default: // endShutDown, endRebalanced, endBatchFailed
 			p.obs.Aborted(o.reason, e.elapsed)
 			p.logger.Info("eos: batch not committed; its inputs will be read again", "reason", o.reason, "err", errors.Join(e.produceErr, e.commitErr))
@@ -151,4 +159,13 @@ func rewind(cl *kgo.Client, records []*kgo.Record) {
 		}
 	}
 	cl.SetOffsets(first)
+}
+
+// commitRefused names what a plain batch's refused offset commit needs:
+// Read on the group, or on the input topics.
+func commitRefused(group string, err error) error {
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		return &eoskit.AuthorizationError{Permission: "Read on the input topics (to commit their offsets)", Err: err}
+	}
+	return &eoskit.AuthorizationError{Permission: "Read on group " + group, Err: err}
 }
