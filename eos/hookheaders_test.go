@@ -31,14 +31,34 @@ func (h tracing) OnProduceRecordBuffered(r *kgo.Record) {
 // it fails in its handler with state.ErrTooLarge, and the policy
 // dead-letters it; the records around it are counted. Before, it passed
 // the check, failed at the flush, and restarted the session until Run
-// gave up (issue 43 item 9, failing on a0c3743).
+// gave up (issue 43 item 9, failing on a0c3743). The same holds for
+// headers the hooks add to the updates topic's records alone, with the
+// limit the updates topic's (failing on 7d16fbd: only the changelog's
+// records were looked at).
 func TestAWriteTooLargeWithTheHooksHeadersIsTheRecords(t *testing.T) {
 	t.Parallel()
+	for _, hooked := range []string{"changelog", "updates"} {
+		t.Run("headers on the "+hooked+" topic's records", func(t *testing.T) {
+			t.Parallel()
+			writeTooLargeWithHeaders(t, hooked)
+		})
+	}
+}
+
+func writeTooLargeWithHeaders(t *testing.T, hooked string) {
 	k := integration.Kafka(t)
 	in, dlt := k.NewTopic(1), k.NewTopic(1)
-	changelog := integration.UniqueName(t, "changelog")
+	changelog, updates := integration.UniqueName(t, "changelog"), integration.UniqueName(t, "updates")
 	compact, limit := "compact", "4096"
-	k.CreateTopic(changelog, 1, map[string]*string{"cleanup.policy": &compact, "max.message.bytes": &limit})
+	small := map[string]*string{"cleanup.policy": &compact, "max.message.bytes": &limit}
+	if hooked == "updates" {
+		k.CreateTopic(changelog, 1, map[string]*string{"cleanup.policy": &compact})
+		k.CreateTopic(updates, 1, map[string]*string{"max.message.bytes": &limit})
+	} else {
+		k.CreateTopic(changelog, 1, small)
+		k.CreateTopic(updates, 1, nil)
+	}
+	hookedTopic := map[string]string{"changelog": changelog, "updates": updates}[hooked]
 	big := make([]byte, 4096-state.RecordOverhead-10) // fits by key and value alone
 	_, _ = crand.Read(big)                            // compression must not shrink it
 	cl := k.Client(kgo.DefaultProduceTopic(in))
@@ -61,8 +81,8 @@ func TestAWriteTooLargeWithTheHooksHeadersIsTheRecords(t *testing.T) {
 		return nil, eos.StateOf(ctx).Put(r.Key, v)
 	}
 	group := integration.UniqueName(t, "g")
-	p := startProcessor(t, h, append(processorOpts(k, group, in, "0"), eos.Changelog(changelog),
-		eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(kgo.WithHooks(tracing{topic: changelog})))...)
+	p := startProcessor(t, h, append(processorOpts(k, group, in, "0"), eos.Changelog(changelog, eos.EmitUpdates(updates)),
+		eos.OnHandlerError(eos.DeadLetter(dlt)), eos.ClientOptions(kgo.WithHooks(tracing{topic: hookedTopic})))...)
 	deadline := time.Now().Add(time.Minute)
 	for len(k.ReadNow(dlt, kgo.ReadCommitted(), 10*time.Second)) < 1 {
 		select {

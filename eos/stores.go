@@ -377,6 +377,7 @@ func (ks *keyedState) flush(ctx context.Context, produce func(ctx context.Contex
 						failed(r, err)
 					}
 				})
+				ks.learnHeaders(r.Headers) // the hooks may add to these alone
 			}
 		}
 	}
