@@ -71,6 +71,18 @@ func (w *world) keys(t *testing.T, topic string) []string {
 func (w *world) Effects(t *testing.T) []string      { return w.keys(t, w.out) }
 func (w *world) DeadLettered(t *testing.T) []string { return w.keys(t, w.dlt) }
 
+func (w *world) DeadLetterErrors(t *testing.T) map[string]string {
+	kept := map[string]string{}
+	for _, r := range w.k.ReadAll(w.dlt, kgo.ReadCommitted(), verifyTimeout) {
+		for _, h := range r.Headers {
+			if h.Key == "eoskit-error" {
+				kept[string(r.Key)] = string(h.Value)
+			}
+		}
+	}
+	return kept
+}
+
 func (w *world) Settled(*testing.T) int {
 	return int(w.settled[0].n.Load() + w.settled[1].n.Load())
 }

@@ -78,6 +78,10 @@ func (w *world) DeadLettered(t *testing.T) []string {
 	return contract.Strings(t, w.b.pool, `SELECT convert_from(key, 'UTF8') FROM eoskit_dead_letters WHERE consumer_group = $1`, w.b.group)
 }
 
+func (w *world) DeadLetterErrors(t *testing.T) map[string]string {
+	return contract.Texts(t, w.b.pool, `SELECT convert_from(key, 'UTF8'), error FROM eoskit_dead_letters WHERE consumer_group = $1`, w.b.group)
+}
+
 func (w *world) Settled(t *testing.T) int { return contract.Count(t, w.b.pool, "results", w.b.group) }
 
 func (w *world) DeadLetter() eoskit.ErrorPolicy { return offsetstore.DeadLetter() }

@@ -77,6 +77,7 @@ func (w *world) Effects(t *testing.T) []string {
 	return ids
 }
 
-func (w *world) DeadLettered(*testing.T) []string { return nil }
-func (w *world) Settled(t *testing.T) int         { return w.b.published(t) }
-func (w *world) DeadLetter() eoskit.ErrorPolicy   { return eoskit.Stop() }
+func (w *world) DeadLettered(*testing.T) []string              { return nil }
+func (w *world) DeadLetterErrors(*testing.T) map[string]string { return nil }
+func (w *world) Settled(t *testing.T) int                      { return w.b.published(t) }
+func (w *world) DeadLetter() eoskit.ErrorPolicy                { return eoskit.Stop() }

@@ -25,6 +25,9 @@ type Shape struct {
 	// Panics: the handler panics with Err's error rather than returning
 	// it; the runner recovers and the policy sees the error wrapped.
 	Panics bool
+	// Kept is what the dead letter's error text must hold: the cause, as
+	// the handler gave it.
+	Kept []string
 }
 
 // Shapes are the handler errors the world makes that a runner must leave
@@ -34,10 +37,11 @@ func Shapes() []Shape {
 	return []Shape{
 		{"net.OpError", func(off int64) error {
 			return fmt.Errorf("enrich %d: %w", off, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
-		}, false},
-		{"io.EOF", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, false},
-		{"context.DeadlineExceeded", func(off int64) error { return fmt.Errorf("pricing %d: %w", off, context.DeadlineExceeded) }, false},
-		{"panic", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, true},
+		}, false, []string{"enrich", "dial tcp", "connection refused"}},
+		{"io.EOF", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, false, []string{"decode", "EOF"}},
+		{"context.DeadlineExceeded", func(off int64) error { return fmt.Errorf("pricing %d: %w", off, context.DeadlineExceeded) }, false,
+			[]string{"pricing", "context deadline exceeded"}},
+		{"panic", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, true, []string{"handler panicked", "decode", "EOF"}},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,4 +46,22 @@ func Fail(ctx context.Context, tx pgx.Tx, e *DatabaseError) error {
 	}
 	_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'contract' USING ERRCODE = '`+e.Code+`'; END $$`)
 	return fmt.Errorf("updating the stock: %w", err)
+}
+
+// Texts runs query, which selects an id and a text, and returns the texts
+// by id.
+func Texts(t *testing.T, pool *pgxpool.Pool, query string, args ...any) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := pool.Query(ctx, query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := map[string]string{}
+	var id, text string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &text}, func() error { texts[id] = text; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return texts
 }

@@ -44,6 +44,9 @@ type World interface {
 	// DeadLettered returns the ids dead-lettered (committed), a
 	// duplicate as often as it is committed.
 	DeadLettered(t *testing.T) []string
+	// DeadLetterErrors returns, by id, the error text each dead letter
+	// kept (the last, for an id dead-lettered twice).
+	DeadLetterErrors(t *testing.T) map[string]string
 	// Settled counts the effects and dead letters committed, cheaply
 	// enough to poll.
 	Settled(t *testing.T) int
@@ -432,6 +435,15 @@ func shapes(t *testing.T, s Subject) {
 			runUntil(t, w, w.Runner(t, Setup{Handle: handle, Policy: Policy(w.DeadLetter())}), n)
 			exactly(t, "records applied", w.Effects(t), good)
 			exactly(t, "records dead-lettered", w.DeadLettered(t), dead)
+			// Each dead letter keeps its cause, as the handler gave it.
+			kept := w.DeadLetterErrors(t)
+			for _, id := range dead {
+				for _, want := range shape.Kept {
+					if !strings.Contains(kept[id], want) {
+						t.Fatalf("the dead letter of %s kept the error %q, which does not say %q", id, kept[id], want)
+					}
+				}
+			}
 		})
 	}
 }
