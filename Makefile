@@ -49,12 +49,12 @@ demo:
 # (two for the outbox).
 # A run that passes puts its tables into docs/results/chaos.md, between the
 # "make chaos" markers (scripts/results.sh); a failed one leaves the doc as
-# it was. Takes about 8.5 hours: the soaks, slowed to 4 ms a record,
+# it was. Takes about 9 hours: the soaks, slowed to 4 ms a record,
 # about 2 h (61, 30 and 31 min for eos, offsetstore and dedup on
 # 2026-12-04); the other rows' own times sum to 5.3 h, measured two
-# or three runs at a time, and the consumer-protocol rows about 1.3 h
-# more (about 1 min for a copier's fault, 6.5 min for a cluster's, on
-# 2026-12-05).
+# or three runs at a time, and the consumer-protocol rows about 2 h
+# more (about 1 min for a copier's fault, 6.5 min for a node killed,
+# 15 min for a rolling restart, on 2026-12-05).
 chaos:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/chaos.md
