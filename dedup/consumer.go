@@ -133,6 +133,9 @@ func (c *Consumer) Run(ctx context.Context) error { return c.core.Run(ctx) }
 // check checks the store and the dead-letter table before Run's client
 // joins the group.
 func (c *Consumer) check(ctx context.Context) error {
+	if err := pgretry.CheckPool(ctx, "dedup", c.pool); err != nil {
+		return err
+	}
 	if err := c.store.check(ctx, c.pool); err != nil {
 		return err
 	}

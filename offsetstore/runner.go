@@ -157,6 +157,9 @@ func (r *Runner) Run(ctx context.Context) error { return r.core.Run(ctx) }
 // group. The check's connection may be cut like any other: retried as a
 // batch is.
 func (r *Runner) checkSchemaRetrying(ctx context.Context) error {
+	if err := pgretry.CheckPool(ctx, "offsetstore", r.pool); err != nil {
+		return err
+	}
 	for attempt := 1; ; attempt++ {
 		err := r.checkSchema(ctx)
 		if err == nil {

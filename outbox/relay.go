@@ -12,6 +12,7 @@ import (
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/pgretry"
 )
 
 // Relay publishes the outbox's records to Kafka, exactly once and in the
@@ -110,7 +111,7 @@ func (e finalError) Unwrap() error { return e.err }
 
 func final(err error) bool {
 	var f finalError
-	return errors.As(err, &f) || errors.Is(err, eos.ErrFenced) || errors.Is(err, eoskit.ErrInvalidConfig) ||
+	return errors.As(err, &f) || errors.Is(err, eos.ErrFenced) || errors.Is(err, eoskit.ErrInvalidConfig) || pgretry.Refused(err) != "" ||
 		errors.Is(err, ErrWALLevel) || errors.Is(err, ErrSchema) || errors.Is(err, ErrNoSlot) || errors.Is(err, ErrTableChanged)
 }
 
@@ -129,7 +130,12 @@ func final(err error) bool {
 func (r *Relay) Run(ctx context.Context) error {
 	return r.shell.Run(ctx, loop.Spec{
 		Pkg: "outbox", Obs: r.obs, Logger: r.cfg.logger,
-		Start: func(ctx context.Context) error { return loop.ConnectError(ctx, "outbox", r.cfg.connOpts()) },
+		Start: func(ctx context.Context) error {
+			if err := pgretry.CheckPool(ctx, "outbox", r.pool); err != nil {
+				return err
+			}
+			return loop.ConnectError(ctx, "outbox", r.cfg.connOpts())
+		},
 		Session: func(ctx, _ context.Context) (progressed bool, err error) {
 			if err = r.prepare(ctx); err == nil {
 				progressed, err = r.session(ctx)

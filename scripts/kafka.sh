@@ -216,12 +216,7 @@ ssl.truststore.type=PEM
 ssl.truststore.location=$tls/ca.pem
 # The MTLS listener (SSL) takes only clients whose certificate the CA
 # signed; the principal is the certificate's subject.
-listener.name.mtls.ssl.client.auth=required
-# OAUTHBEARER beside SCRAM on SASL_SSL, with Kafka's unsecured JWT
-# validator (tests only: it trusts an unsigned token's sub claim as the
-# principal, which holds only the ACLs a test grants it).
-sasl.enabled.mechanisms=SCRAM-SHA-512,OAUTHBEARER
-listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+listener.name.mtls.ssl.client.auth=required"
 }
 
 # configure runs once per state folder: ports chosen now stay fixed for its
@@ -307,6 +302,9 @@ check_folder() {
 	fi
 	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ] && [ -f "$STATE_DIR/server.properties" ] && [ ! -f "$STATE_DIR/tls/ca.pem" ]; then
 		die "$STATE_DIR holds a broker without TLS: clean it, or use another EOSKIT_STATE_DIR"
+	fi
+	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ] && [ -f "$STATE_DIR/server.properties" ] && [ ! -f "$STATE_DIR/bootstrap-mtls" ]; then
+		die "$STATE_DIR holds a TLS broker made before its mutual-TLS listener: clean it, or use another EOSKIT_STATE_DIR"
 	fi
 	if [ "${EOSKIT_KAFKA_TLS:-}" != 1 ] && [ -f "$STATE_DIR/tls/ca.pem" ]; then
 		die "$STATE_DIR holds a broker with TLS (EOSKIT_KAFKA_TLS=1): clean it, or use another EOSKIT_STATE_DIR"

@@ -23,7 +23,7 @@ import (
 // the way. It takes no connection: a runner asking it with every
 // connection of its pool in use gets its answer at once.
 func Transient(err error) bool {
-	if err == nil {
+	if err == nil || Refused(err) != "" {
 		return false
 	}
 	if errors.As(err, new(*pgconn.PgError)) {

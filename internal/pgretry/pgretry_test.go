@@ -2,6 +2,8 @@ package pgretry
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -95,5 +97,31 @@ func TestFromHandlerReadsOnlyTheDatabasesSignals(t *testing.T) {
 	}
 	if !Transient(pg("57014")) {
 		t.Error("Transient(57014) = false: a cancelled statement is a wait")
+	}
+}
+
+// A setting the server refuses (its certificate not trusted or not for the
+// host, a password, a role, a database) is no outage: Refused names it and
+// Transient does not retry it; a server going away is still transient.
+func TestRefusedSettingsAreNotRetried(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		err     error
+		refused bool
+	}{
+		{"unknown CA", fmt.Errorf("failed to connect: %w", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), true},
+		{"another host's certificate", fmt.Errorf("failed to connect: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "db"}), true},
+		{"a wrong password", &pgconn.PgError{Code: "28P01"}, true},
+		{"no pg_hba entry", &pgconn.PgError{Code: "28000"}, true},
+		{"no such database", &pgconn.PgError{Code: "3D000"}, true},
+		{"the server shutting down", &pgconn.PgError{Code: "57P01"}, false},
+		{"a refused TCP connection", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, false},
+	} {
+		if got := Refused(c.err) != ""; got != c.refused {
+			t.Errorf("%s: Refused = %q, want refused %v", c.name, Refused(c.err), c.refused)
+		}
+		if c.refused && Transient(c.err) {
+			t.Errorf("%s: Transient, want a setting no retry cures", c.name)
+		}
 	}
 }

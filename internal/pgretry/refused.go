@@ -1,0 +1,70 @@
+package pgretry
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eoskit/eoskit"
+)
+
+// Refused says which connection setting err shows wrong, "" when err says
+// nothing of the settings: the server's certificate not trusted or not for
+// the host dialed, a password or a role the server refuses, a database
+// that does not exist. No retry cures these: a runner reports them at once
+// rather than ride them out as an outage.
+func Refused(err error) string {
+	if err == nil {
+		return ""
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &unknownCA):
+		return "the server's certificate is signed by a CA the pool does not trust (sslrootcert)"
+	case errors.As(err, &hostname):
+		return "the server's certificate is not for the host dialed (sslmode=verify-full checks it)"
+	case errors.As(err, &invalid), errors.As(err, &verify):
+		return "the server's certificate does not verify"
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "28P01":
+			return "the server refused the password"
+		case "28000":
+			return "the server refused the connection (pg_hba.conf has no entry for it, or the role may not log in)"
+		case "3D000":
+			return "the database does not exist"
+		}
+	}
+	return ""
+}
+
+// checkTimeout bounds CheckPool's connection.
+const checkTimeout = 10 * time.Second
+
+// CheckPool connects once through pool and returns a *eoskit.ConfigError
+// of pkg naming the pool when the server refuses a setting (see
+// [Refused]); nil when it connects, or fails for a reason a retry may
+// cure (the server down or restarting: the runner rides that out).
+func CheckPool(ctx context.Context, pkg string, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	conn, err := pool.Acquire(ctx)
+	if err == nil {
+		conn.Release()
+		return nil
+	}
+	if reason := Refused(err); reason != "" {
+		return &eoskit.ConfigError{Package: pkg, Setting: "pool", Reason: reason + ": " + err.Error(), Err: err}
+	}
+	return nil
+}
