@@ -102,6 +102,10 @@ func decideEnd(e txnEnd) endOutcome {
 	switch {
 	case authz.Refused(e.endErr), authz.Refused(e.commitErr):
 		return endOutcome{endRefused, "refused"}
+	case errors.Is(e.commitErr, kerr.FencedInstanceID):
+		// Another process runs with this InstanceID: final, as franz-go
+		// does not rejoin on it.
+		return endOutcome{endFenced, "fenced"}
 	case fenced && e.elapsed >= e.timeout && e.timedOut():
 		// A zombie woken past its timeout after its successor started is
 		// fenced (below): restarting would fence the successor.
@@ -264,6 +268,5 @@ func fetchStableOffsets(ctx context.Context, cl *kgo.Client, group string, ends 
 // the group moved on (a rebalance, the member or its generation gone).
 func rebalancing(err error) bool {
 	return errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.IllegalGeneration) ||
-		errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.FencedInstanceID) ||
-		errors.Is(err, kerr.StaleMemberEpoch) || errors.Is(err, kerr.FencedMemberEpoch)
+		errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.StaleMemberEpoch) || errors.Is(err, kerr.FencedMemberEpoch)
 }

@@ -2,7 +2,9 @@ package eos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,9 +82,12 @@ func TestDecideEndUnit(t *testing.T) {
 		{name: "a plain batch's offset commit refused for want of an ACL: final, not a rebalance",
 			end:  txnEnd{wantCommit: true, commitErr: kerr.GroupAuthorizationFailed},
 			want: endOutcome{endRefused, "refused"}},
-		{name: "a plain batch's offset commit refused by a rebalance",
-			end:  txnEnd{wantCommit: true, commitErr: kerr.RebalanceInProgress},
-			want: endOutcome{endRebalanced, "rebalance"}},
+		{name: "a plain batch's offset commit refused for want of Read on the topic",
+			end:  txnEnd{wantCommit: true, commitErr: kerr.TopicAuthorizationFailed},
+			want: endOutcome{endRefused, "refused"}},
+		{name: "a plain batch's offset commit refused as another process runs with this InstanceID: final",
+			end:  txnEnd{wantCommit: true, commitErr: kerr.FencedInstanceID},
+			want: endOutcome{endFenced, "fenced"}},
 		{name: "a plain batch's offset commit failed otherwise: not counted as a rebalance",
 			end:  txnEnd{wantCommit: true, commitErr: kerr.CoordinatorNotAvailable},
 			want: endOutcome{endRebalanced, "commit-error"}},
@@ -109,7 +114,7 @@ func TestDecideEndUnit(t *testing.T) {
 		{name: "a plain batch's commit refused by the group: known not to have happened, the offsets are not read",
 			end:  txnEnd{wantCommit: true, commitErr: kerr.RebalanceInProgress},
 			want: endOutcome{endRebalanced, "rebalance"}},
-		{name: "a plain batch's commit refused as Run shut down", end: txnEnd{wantCommit: true, commitErr: context.Canceled, shutdown: true},
+		{name: "a plain batch's commit failed as Run shut down", end: txnEnd{wantCommit: true, commitErr: kerr.RequestTimedOut, shutdown: true},
 			want: endOutcome{endShutDown, "shutdown"}},
 		{name: "a plain batch's output not acknowledged (endPlain makes it an output that failed)", end: txnEnd{produceErr: context.DeadlineExceeded},
 			want: endOutcome{endBatchFailed, "produce-error"}},
@@ -166,3 +171,18 @@ func TestKnownOutcomeUnit(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A plain batch's commit refused for good names what it needs, or says
+// another process runs with the InstanceID.
+func TestCommitRefusedNamesWhatTheCommitNeeds(t *testing.T) {
+	var authErr *eoskit.AuthorizationError
+	if err := commitRefused("g", kerr.GroupAuthorizationFailed); !errors.As(err, &authErr) || authErr.Permission != "Read on group g" {
+		t.Errorf("group refused: %v", err)
+	}
+	if err := commitRefused("g", kerr.TopicAuthorizationFailed); !errors.As(err, &authErr) || !strings.Contains(authErr.Permission, "input topics") {
+		t.Errorf("topic refused: %v", err)
+	}
+	if err := commitRefused("g", kerr.FencedInstanceID); !errors.Is(err, ErrFenced) || !errors.Is(err, kerr.FencedInstanceID) {
+		t.Errorf("instance fenced: %v", err)
+	}
+}

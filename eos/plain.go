@@ -3,6 +3,7 @@ package eos
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -34,6 +35,10 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 	atMostOnce := p.cfg.semantics == AtMostOnce
 	rn := newRunner(p, cl, cl.Produce)
 	rn.stop = stop
+	// commitFailures counts the offset commits in a row that failed for
+	// no rebalance: each waits a backoff before the batch is read again.
+	var commitFailures int
+	var refusedCommit error
 	poll := func(ctx context.Context, n int) kgo.Fetches {
 		f := cl.PollRecords(ctx, n)
 		if atMostOnce && f.NumRecords() > 0 {
@@ -45,8 +50,16 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			if err := cl.CommitRecords(context.WithoutCancel(ctx), f.Records()...); err != nil {
 				p.logger.Warn("eos: commit before processing failed; not handling the records", "err", err)
 				rewind(cl, f.Records())
+				switch o := decideEnd(txnEnd{wantCommit: true, commitErr: err}); {
+				case o.kind == endRefused || o.kind == endFenced:
+					refusedCommit = err
+				case o.reason == "commit-error":
+					commitFailures++
+					loop.PauseBeforeRetry(ctx, commitFailures)
+				}
 				return kgo.Fetches{}
 			}
+			commitFailures = 0
 		}
 		return f
 	}
@@ -57,6 +70,9 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		}
 		if err != nil {
 			return pollError(err)
+		}
+		if refusedCommit != nil {
+			return commitRefused(p.cfg.group, refusedCommit)
 		}
 		if fetches.NumRecords() == 0 {
 			cl.AllowRebalance()
@@ -76,15 +92,17 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		revoked.pending.Store(false)
 		switch o := decideEnd(e); o.kind {
 		case endCommitted:
+			commitFailures = 0
 			p.committed.Add(1)
 			p.obs.Committed(b.in, b.out, e.elapsed)
 			p.obs.DeadLettered(len(b.deadLetters))
 			p.failures.committed(b)
 			rn.isolate = false
-		case endRefused:
+		case endRefused, endFenced:
 			// The group refused the offset commit (an ACL revoked while
-			// Run runs): final, as a transaction's refusal is, not a
-			// rebalance to retry for ever.
+			// Run runs), or another process runs with this InstanceID:
+			// final, as a transaction's refusal is, not a rebalance to
+			// retry for ever.
 			p.obs.Aborted(o.reason, e.elapsed)
 			return commitRefused(p.cfg.group, e.commitErr)
 		default: // endShutDown, endRebalanced, endBatchFailed
@@ -99,6 +117,14 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			// Outputs already written stay written: at-least-once
 			// duplicates them when the inputs are read again.
 			rewind(cl, records)
+			if o.reason == "commit-error" {
+				// Not read again at once: a commit failing for
+				// another reason than a rebalance may fail a while.
+				commitFailures++
+				loop.PauseBeforeRetry(ctx, commitFailures)
+			} else {
+				commitFailures = 0
+			}
 		}
 		cl.AllowRebalance()
 	}
@@ -161,9 +187,13 @@ func rewind(cl *kgo.Client, records []*kgo.Record) {
 	cl.SetOffsets(first)
 }
 
-// commitRefused names what a plain batch's refused offset commit needs:
-// Read on the group, or on the input topics.
+// commitRefused is the error of a plain batch's offset commit refused for
+// good: what it needs (Read on the group, or on the input topics), or
+// another process with the same InstanceID.
 func commitRefused(group string, err error) error {
+	if errors.Is(err, kerr.FencedInstanceID) {
+		return fmt.Errorf("%w: another process of group %s runs with this InstanceID: %w", ErrFenced, group, err)
+	}
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
 		return &eoskit.AuthorizationError{Permission: "Read on the input topics (to commit their offsets)", Err: err}
 	}

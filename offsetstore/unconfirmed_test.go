@@ -27,6 +27,8 @@ func TestAnUnconfirmedCommitIsNotTakenForAZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.DialFunc = cutter.Dial
+	// Plaintext, for the cutter to read the COMMIT.
+	cfg.ConnConfig.TLSConfig, cfg.ConnConfig.Fallbacks = nil, nil
 	b.runnerPoolWith(t, cfg)
 	run := b.start(t, load(nil), offsetstore.MaxRecordsPerCommit(100))
 	waitFor(t, time.Minute, "every record applied", func() bool { return b.rows(t) >= n })

@@ -93,7 +93,9 @@ func TestCommandOnADatabaseOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	password, _ := u.User.Password()
-	t.Setenv("DATABASE_URL", "")
+	for _, v := range []string{"DATABASE_URL", "PGSERVICE", "PGSERVICEFILE", "PGSSLCERT", "PGSSLKEY", "PGOPTIONS", "PGTARGETSESSIONATTRS", "PGPASSWORD"} {
+		t.Setenv(v, "")
+	}
 	t.Setenv("PGHOST", "localhost") // the certificate's name, checked
 	t.Setenv("PGPORT", u.Port())
 	t.Setenv("PGUSER", u.User.Username())

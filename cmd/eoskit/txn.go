@@ -79,7 +79,9 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// the cluster, and describe, have -timeout alone.
 	deadline := *kf.timeout
 	if cmd != "describe" {
-		deadline += *minAge
+		// A -timeout for the looks before the wait, and one for those
+		// (and close's marker) after it.
+		deadline = 2**kf.timeout + *minAge
 	}
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
@@ -96,7 +98,7 @@ func runTxn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o = jsonOutput{stdout}
 	}
 	find := txnscan.FindOptions{ClientsV2: t.clientsV2, MinAge: *minAge, Waiting: func(n int, d time.Duration) {
-		fmt.Fprintf(stderr, "eoskit: %d partitions hold a transaction open of a producer no transactional id this principal may describe holds; looking again in %v to tell a live one from a hanging one (-min-age)\n", n, d)
+		fmt.Fprintf(stderr, "eoskit: %d open transactions (by partition and producer) are held by no transactional id this principal may describe; looking again in %v to tell a live one from a hanging one (-min-age)\n", n, d)
 	}}
 	switch cmd {
 	case "find-hanging":

@@ -25,8 +25,8 @@ type Shape struct {
 	// Panics: the handler panics with Err's error rather than returning
 	// it; the runner recovers and the policy sees the error wrapped.
 	Panics bool
-	// Kept is what the dead letter's error text must hold: the cause, as
-	// the handler gave it.
+	// Kept is what the dead letter's error text must hold beyond Err's
+	// own text (which it holds whole, offset and all).
 	Kept []string
 }
 
@@ -37,11 +37,10 @@ func Shapes() []Shape {
 	return []Shape{
 		{"net.OpError", func(off int64) error {
 			return fmt.Errorf("enrich %d: %w", off, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
-		}, false, []string{"enrich", "dial tcp", "connection refused"}},
-		{"io.EOF", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, false, []string{"decode", "EOF"}},
-		{"context.DeadlineExceeded", func(off int64) error { return fmt.Errorf("pricing %d: %w", off, context.DeadlineExceeded) }, false,
-			[]string{"pricing", "context deadline exceeded"}},
-		{"panic", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, true, []string{"handler panicked", "decode", "EOF"}},
+		}, false, nil},
+		{"io.EOF", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, false, nil},
+		{"context.DeadlineExceeded", func(off int64) error { return fmt.Errorf("pricing %d: %w", off, context.DeadlineExceeded) }, false, nil},
+		{"panic", func(off int64) error { return fmt.Errorf("decode %d: %w", off, io.EOF) }, true, []string{"handler panicked"}},
 	}
 }
 

@@ -423,7 +423,14 @@ func shapes(t *testing.T, s Subject) {
 					good = append(good, id)
 				}
 			}
+			var mu sync.Mutex
+			offsets := map[string]int64{}
 			handle := func(_ context.Context, id string, off int64) error {
+				if bad[id] {
+					mu.Lock()
+					offsets[id] = off
+					mu.Unlock()
+				}
 				switch {
 				case bad[id] && shape.Panics:
 					panic(shape.Err(off))
@@ -435,10 +442,14 @@ func shapes(t *testing.T, s Subject) {
 			runUntil(t, w, w.Runner(t, Setup{Handle: handle, Policy: Policy(w.DeadLetter())}), n)
 			exactly(t, "records applied", w.Effects(t), good)
 			exactly(t, "records dead-lettered", w.DeadLettered(t), dead)
-			// Each dead letter keeps its cause, as the handler gave it.
+			// Each dead letter keeps its own cause, as the handler gave
+			// it, offset and all.
 			kept := w.DeadLetterErrors(t)
 			for _, id := range dead {
-				for _, want := range shape.Kept {
+				mu.Lock()
+				off := offsets[id]
+				mu.Unlock()
+				for _, want := range append([]string{shape.Err(off).Error()}, shape.Kept...) {
 					if !strings.Contains(kept[id], want) {
 						t.Fatalf("the dead letter of %s kept the error %q, which does not say %q", id, kept[id], want)
 					}
