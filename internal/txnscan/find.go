@@ -72,9 +72,15 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 	}
 	var pids []int64
 	for k := range before {
+		if opts.Producer != nil && k.ProducerID != *opts.Producer {
+			continue
+		}
 		if !slices.Contains(pids, k.ProducerID) {
 			pids = append(pids, k.ProducerID)
 		}
+	}
+	if len(pids) == 0 { // ListTransactions would list every one
+		return nil, nil
 	}
 	listed, err := adm.ListTransactions(ctx, pids, nil)
 	if err != nil {
@@ -113,8 +119,11 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 			continue
 		}
 		coord, ok := described[h.TransactionalID]
-		if !ok || coord.Err != nil {
-			return nil, fmt.Errorf("describe transaction %s: %v", h.TransactionalID, coord.Err)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("describe transaction %s: the cluster did not describe it", h.TransactionalID)
+		case coord.Err != nil:
+			return nil, fmt.Errorf("describe transaction %s: %w", h.TransactionalID, coord.Err)
 		}
 		h.Coordinator = coord
 		if Classify(coord, p) != Hanging {
