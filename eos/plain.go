@@ -36,10 +36,27 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 	rn := newRunner(p, cl, cl.Produce)
 	rn.stop = stop
 	// commitFailures counts the offset commits in a row that failed for
-	// no rebalance: each waits a backoff before the batch is read again.
+	// no rebalance: each waits a backoff (the rebalance allowed) before
+	// the batch is read again, and past maxCommitFailures the session
+	// restarts, within the shell's bound. refusedCommit is a commit
+	// refused for good (an ACL, another process with this InstanceID):
+	// nothing is polled once it is set, and Run ends with it.
 	var commitFailures int
 	var refusedCommit error
+	pause := func(err error) error {
+		commitFailures++
+		if commitFailures >= maxCommitFailures {
+			return loop.Restart(fmt.Errorf("eos: %d offset commits in a row failed: %w", commitFailures, err))
+		}
+		cl.AllowRebalance() // nothing to commit is held: the group need not wait
+		loop.PauseBeforeRetry(stop, commitFailures)
+		return nil
+	}
+	var restart error
 	poll := func(ctx context.Context, n int) kgo.Fetches {
+		if refusedCommit != nil || restart != nil {
+			return kgo.Fetches{}
+		}
 		f := cl.PollRecords(ctx, n)
 		if atMostOnce && f.NumRecords() > 0 {
 			// At-most-once: the offsets are committed before the
@@ -54,8 +71,7 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 				case o.kind == endRefused || o.kind == endFenced:
 					refusedCommit = err
 				case o.reason == "commit-error":
-					commitFailures++
-					loop.PauseBeforeRetry(ctx, commitFailures)
+					restart = pause(err)
 				}
 				return kgo.Fetches{}
 			}
@@ -74,6 +90,9 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		if refusedCommit != nil {
 			return commitRefused(p.cfg.group, refusedCommit)
 		}
+		if restart != nil {
+			return restart
+		}
 		if fetches.NumRecords() == 0 {
 			cl.AllowRebalance()
 			continue
@@ -90,22 +109,32 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 		handled := rn.collect(ctx, b, fetches, collectPoll, &revoked.pending)
 		e := p.endPlain(ctx, cl, b, records, handled, rn)
 		revoked.pending.Store(false)
-		switch o := decideEnd(e); o.kind {
-		case endCommitted:
+		if refusedCommit != nil || restart != nil {
+			// A commit before processing (at most once) failed for good
+			// while the batch was collected: its records were never
+			// handled, and nothing more is polled.
+			p.obs.Aborted("refused", e.elapsed)
+			if refusedCommit != nil {
+				return commitRefused(p.cfg.group, refusedCommit)
+			}
+			return restart
+		}
+		switch o := decideEnd(e); {
+		case o.kind == endCommitted:
 			commitFailures = 0
 			p.committed.Add(1)
 			p.obs.Committed(b.in, b.out, e.elapsed)
 			p.obs.DeadLettered(len(b.deadLetters))
 			p.failures.committed(b)
 			rn.isolate = false
-		case endRefused, endFenced:
+		case (o.kind == endRefused || o.kind == endFenced) && e.commitErr != nil:
 			// The group refused the offset commit (an ACL revoked while
 			// Run runs), or another process runs with this InstanceID:
 			// final, as a transaction's refusal is, not a rebalance to
 			// retry for ever.
 			p.obs.Aborted(o.reason, e.elapsed)
 			return commitRefused(p.cfg.group, e.commitErr)
-		default: // endShutDown, endRebalanced, endBatchFailed
+		default: // endShutDown, endRebalanced, endBatchFailed; an output fenced
 			p.obs.Aborted(o.reason, e.elapsed)
 			p.logger.Info("eos: batch not committed; its inputs will be read again", "reason", o.reason, "err", errors.Join(e.produceErr, e.commitErr))
 			if o.kind == endShutDown {
@@ -120,8 +149,9 @@ func (p *Processor) runPlain(ctx, stop context.Context) error {
 			if o.reason == "commit-error" {
 				// Not read again at once: a commit failing for
 				// another reason than a rebalance may fail a while.
-				commitFailures++
-				loop.PauseBeforeRetry(ctx, commitFailures)
+				if err := pause(e.commitErr); err != nil {
+					return err
+				}
 			} else {
 				commitFailures = 0
 			}
@@ -186,6 +216,10 @@ func rewind(cl *kgo.Client, records []*kgo.Record) {
 	}
 	cl.SetOffsets(first)
 }
+
+// maxCommitFailures is how many offset commits in a row may fail, for no
+// rebalance, before the session restarts.
+const maxCommitFailures = 10
 
 // commitRefused is the error of a plain batch's offset commit refused for
 // good: what it needs (Read on the group, or on the input topics), or

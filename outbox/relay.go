@@ -111,7 +111,7 @@ func (e finalError) Unwrap() error { return e.err }
 
 func final(err error) bool {
 	var f finalError
-	return errors.As(err, &f) || errors.Is(err, eos.ErrFenced) || errors.Is(err, eoskit.ErrInvalidConfig) || pgretry.Refused(err) != "" ||
+	return errors.As(err, &f) || errors.Is(err, eos.ErrFenced) || errors.Is(err, eoskit.ErrInvalidConfig) ||
 		errors.Is(err, ErrWALLevel) || errors.Is(err, ErrSchema) || errors.Is(err, ErrNoSlot) || errors.Is(err, ErrTableChanged)
 }
 

@@ -51,20 +51,38 @@ func Refused(err error) string {
 // checkTimeout bounds CheckPool's connection.
 const checkTimeout = 10 * time.Second
 
-// CheckPool connects once through pool and returns a *eoskit.ConfigError
-// of pkg naming the pool when the server refuses a setting (see
-// [Refused]); nil when it connects, or fails for a reason a retry may
-// cure (the server down or restarting: the runner rides that out).
+// recheck is how long CheckPool waits before it asks again after a
+// refusal.
+const recheck = 2 * time.Second
+
+// CheckPool connects through pool and returns a *eoskit.ConfigError of
+// pkg naming the pool when the server refuses a setting (see [Refused])
+// twice, a few seconds apart (a pooler or proxy restarting before its
+// credentials are loaded, a password being rotated, refuses once); nil
+// when it connects, or fails for a reason a retry may cure (the server
+// down or restarting: the runner rides that out).
 func CheckPool(ctx context.Context, pkg string, pool *pgxpool.Pool) error {
-	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
-	defer cancel()
-	conn, err := pool.Acquire(ctx)
-	if err == nil {
-		conn.Release()
+	refused := func() (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+		defer cancel()
+		conn, err := pool.Acquire(ctx)
+		if err == nil {
+			conn.Release()
+			return "", nil
+		}
+		return Refused(err), err
+	}
+	if reason, _ := refused(); reason == "" {
 		return nil
 	}
-	if reason := Refused(err); reason != "" {
-		return &eoskit.ConfigError{Package: pkg, Setting: "pool", Reason: reason + ": " + err.Error(), Err: err}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(recheck):
 	}
-	return nil
+	reason, err := refused()
+	if reason == "" {
+		return nil
+	}
+	return &eoskit.ConfigError{Package: pkg, Setting: "pool", Reason: reason + ": " + err.Error(), Err: err}
 }

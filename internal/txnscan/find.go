@@ -3,11 +3,13 @@ package txnscan
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // A Hang is a transaction that a partition holds open while its coordinator
@@ -107,6 +109,10 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 			continue
 		}
 		h := Hang{DescribedProducer: p, TransactionalID: idOf[k.ProducerID], Outcome: "unknown"}
+		if c, ok := described[h.TransactionalID]; ok && errors.Is(c.Err, kerr.TransactionalIDNotFound) {
+			// Expired between the list and the describe: held by no id.
+			h.TransactionalID = ""
+		}
 		if h.TransactionalID == "" {
 			// Young by its producer's own clock: skipped. A time in the
 			// future is no evidence of youth: the second look decides.
