@@ -3,7 +3,6 @@ package loop
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/tlsfault"
 )
 
 // ConnectCheckTimeout bounds the connection check at a runner's start.
@@ -80,18 +80,16 @@ func refusedSetting(err error) string {
 	if err == nil {
 		return ""
 	}
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	var verify *tls.CertificateVerificationError
+	switch tlsfault.Of(err) {
+	case tlsfault.UnknownCA:
+		return "the broker's certificate is signed by a CA the client does not trust (give the client that CA: RootCAs in kgo.DialTLSConfig, or eoskit's -tls-ca)"
+	case tlsfault.WrongHost:
+		return "the broker's certificate is not for the address dialed (dial the name the certificate carries)"
+	case tlsfault.Refused:
+		return "the broker's certificate was refused"
+	}
 	var header tls.RecordHeaderError
 	switch {
-	case errors.As(err, &unknownCA):
-		return "the broker's certificate is signed by a CA the client does not trust (give the client that CA: RootCAs in kgo.DialTLSConfig, or eoskit's -tls-ca)"
-	case errors.As(err, &hostname):
-		return "the broker's certificate is not for the address dialed (dial the name the certificate carries)"
-	case errors.As(err, &invalid), errors.As(err, &verify):
-		return "the broker's certificate was refused"
 	case errors.As(err, &header):
 		return "the listener does not speak TLS (connect without TLS, or to the TLS listener)"
 	case errors.Is(err, kerr.SaslAuthenticationFailed):

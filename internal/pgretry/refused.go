@@ -2,8 +2,6 @@ package pgretry
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"time"
 
@@ -11,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/tlsfault"
 )
 
 // Refused says which connection setting err shows wrong, "" when err says
@@ -22,16 +22,12 @@ func Refused(err error) string {
 	if err == nil {
 		return ""
 	}
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	var verify *tls.CertificateVerificationError
-	switch {
-	case errors.As(err, &unknownCA):
+	switch tlsfault.Of(err) {
+	case tlsfault.UnknownCA:
 		return "the server's certificate is signed by a CA the pool does not trust (sslrootcert)"
-	case errors.As(err, &hostname):
+	case tlsfault.WrongHost:
 		return "the server's certificate is not for the host dialed (sslmode=verify-full checks it)"
-	case errors.As(err, &invalid), errors.As(err, &verify):
+	case tlsfault.Refused:
 		return "the server's certificate does not verify"
 	}
 	var pgErr *pgconn.PgError
@@ -75,10 +71,8 @@ func CheckPool(ctx context.Context, pkg string, pool *pgxpool.Pool) error {
 	if reason, _ := refused(); reason == "" {
 		return nil
 	}
-	select {
-	case <-ctx.Done():
+	if !loop.Sleep(ctx, recheck) {
 		return nil
-	case <-time.After(recheck):
 	}
 	reason, err := refused()
 	if reason == "" {

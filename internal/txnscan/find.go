@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // A Hang is a transaction that a partition holds open while its coordinator
@@ -155,15 +157,15 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 		if opts.Waiting != nil {
 			opts.Waiting(unheld, opts.MinAge)
 		}
-		if err := sleep(ctx, opts.MinAge); err != nil {
-			return nil, fmt.Errorf("waiting %v to confirm %d transactions no describable transactional id holds: %w", opts.MinAge, unheld, err)
+		if !loop.Sleep(ctx, opts.MinAge) {
+			return nil, fmt.Errorf("waiting %v to confirm %d transactions no describable transactional id holds: %w", opts.MinAge, unheld, ctx.Err())
 		}
 	}
 	after, err := Open(ctx, adm, set)
 	for attempt := 1; err != nil && unheld > 0 && attempt < 3 && ctx.Err() == nil; attempt++ {
 		// Not the whole wait lost to one passing error (a partition
 		// between leaders).
-		if sleep(ctx, time.Second) == nil {
+		if loop.Sleep(ctx, time.Second) {
 			after, err = Open(ctx, adm, set)
 		}
 	}
@@ -188,16 +190,4 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 func changed(h Hang, q kadm.DescribedProducer) bool {
 	return q.ProducerEpoch != h.ProducerEpoch || q.CurrentTxnStartOffset != h.CurrentTxnStartOffset ||
 		q.LastSequence != h.LastSequence || q.LastTimestamp != h.LastTimestamp
-}
-
-// sleep waits d, or returns ctx's error when it ends first.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -798,6 +798,7 @@ func noteCopier(owned map[string][]int32, members map[string]bool, clientID stri
 
 // consumerAssignment is assignment for a group of the consumer protocol
 // (KIP-848), which DescribeGroups does not describe: ConsumerGroupDescribe.
+// Only members of that protocol count.
 func (r *runCtx) consumerAssignment(ctx context.Context) (owned map[string][]int32, state string, members map[string]bool, err error) {
 	described, err := r.adm.DescribeConsumerGroups(ctx, r.group)
 	if err != nil {
@@ -809,6 +810,9 @@ func (r *runCtx) consumerAssignment(ctx context.Context) (owned map[string][]int
 	}
 	owned, members = map[string][]int32{}, map[string]bool{}
 	for _, m := range d.Members {
+		if m.MemberType != 1 {
+			continue // a classic member in the group: not of the protocol asked for
+		}
 		var parts []int32
 		for _, ps := range m.Assignment {
 			for p := range ps {
@@ -1081,17 +1085,8 @@ func runScenario(t *testing.T, root, bin, path string, sc scenario, n int) strin
 		// protocol without a word, and ConsumerGroupDescribe describes
 		// only a group of the consumer protocol.
 		waitFor(t, time.Minute, "every copier a member of the consumer protocol in a consumer-protocol group", func() string { return "" }, func() bool {
-			described, err := r.adm.DescribeConsumerGroups(context.Background(), r.group)
-			if err != nil || described[r.group].Err != nil {
-				return false
-			}
-			joined := 0
-			for _, m := range described[r.group].Members {
-				if strings.HasPrefix(m.ClientID, copierClientID) && m.MemberType == 1 {
-					joined++
-				}
-			}
-			return joined == len(r.copiers)
+			_, _, members, err := r.consumerAssignment(context.Background())
+			return err == nil && len(members) == len(r.copiers)
 		})
 	}
 	stalled := func() string { return "" }
