@@ -33,7 +33,10 @@
 #                     listener takes mutual TLS (kafka/bootstrap-mtls): a
 #                     client presents kafka/tls/client.pem and client.key,
 #                     signed by that CA, as principal User:CN=eoskit-client.
-#                     The shared folder is then kafka-tls
+#                     SASL_SSL also takes OAUTHBEARER: a JWT signed (RS256)
+#                     by kafka/tls/oauth.key, with the kid, issuer and
+#                     audience of kafka/tls/oauth.claims; its sub claim is
+#                     the principal. The shared folder is then kafka-tls
 #   EOSKIT_OWNER_PID  when set (tests set it to their own pid), a watchdog stops
 #                     the broker once that process is gone, however it ended
 #   EOSKIT_KAFKA_JVM_OPTS  more options for the broker's JVM and its storage
@@ -130,8 +133,11 @@ new_cluster_id() {
 # (a Ctrl-C on make is handled by make's trap, which stops it cleanly).
 # With EOSKIT_OWNER_PID set, a watchdog stops it once that process is gone.
 launch_broker() {
+	local allowed=()
+	[ -f "$STATE_DIR/tls/jwks.json" ] && allowed=("-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=file://$STATE_DIR/tls/jwks.json")
 	# shellcheck disable=SC2086 # options, split on spaces
 	setsid "$JAVA" -Xms"$1" -Xmx"$1" -XX:+UseG1GC ${EOSKIT_KAFKA_JVM_OPTS:-} -Djava.awt.headless=true \
+		${allowed[@]+"${allowed[@]}"} \
 		-Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 		-Dkafka.logs.dir="$STATE_DIR/logs" \
 		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
@@ -205,7 +211,16 @@ tls_config() {
 	openssl pkcs12 -export -in "$tls/broker.pem" -inkey "$tls/broker.key" -certfile "$tls/ca.pem" \
 		-out "$tls/broker.p12" -passout "file:$tls/keystore.pw" 2>>"$tls/openssl.log" ||
 		die "openssl failed writing the keystore (its log: $tls/openssl.log)"
-	chmod 644 "$tls/ca.pem"
+	# OAUTHBEARER: tokens signed (RS256) by a key of the folder's own,
+	# whose public half is the JWKS file the broker trusts; the claims it
+	# expects are in tls/oauth.claims (kid, issuer, audience).
+	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$tls/oauth.key" 2>>"$tls/openssl.log" ||
+		die "openssl failed making the OAUTHBEARER signing key (its log: $tls/openssl.log)"
+	eosdev jwks -key "$tls/oauth.key" -kid eoskit-test -out "$tls/jwks.json" ||
+		die "could not write the OAUTHBEARER key set"
+	printf 'kid=eoskit-test\nissuer=eoskit-test-issuer\naudience=eoskit-test-kafka\n' >"$tls/oauth.claims"
+	chmod 644 "$tls/ca.pem" "$tls/jwks.json" "$tls/oauth.claims"
+	SECURITY=${SECURITY/sasl.enabled.mechanisms=SCRAM-SHA-512/sasl.enabled.mechanisms=SCRAM-SHA-512,OAUTHBEARER}
 	SECURITY+="
 # TLS (SASL_SSL): the broker's certificate is signed by the folder's own CA.
 ssl.keystore.type=PKCS12
@@ -216,7 +231,16 @@ ssl.truststore.type=PEM
 ssl.truststore.location=$tls/ca.pem
 # The MTLS listener (SSL) takes only clients whose certificate the CA
 # signed; the principal is the certificate's subject.
-listener.name.mtls.ssl.client.auth=required"
+listener.name.mtls.ssl.client.auth=required
+# OAUTHBEARER beside SCRAM on SASL_SSL: a token counts only if the folder's
+# key signed it, for this issuer and audience, and it has not expired; its
+# sub claim is the principal. The JVM must also allow the JWKS file's URL
+# (launch_broker sets org.apache.kafka.sasl.oauthbearer.allowed.urls).
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url=file://$tls/jwks.json
+sasl.oauthbearer.expected.issuer=eoskit-test-issuer
+sasl.oauthbearer.expected.audience=eoskit-test-kafka"
 }
 
 # configure runs once per state folder: ports chosen now stay fixed for its
@@ -305,6 +329,9 @@ check_folder() {
 	fi
 	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ] && [ -f "$STATE_DIR/server.properties" ] && [ ! -f "$STATE_DIR/bootstrap-mtls" ]; then
 		die "$STATE_DIR holds a TLS broker made before its mutual-TLS listener: clean it, or use another EOSKIT_STATE_DIR"
+	fi
+	if [ "${EOSKIT_KAFKA_TLS:-}" = 1 ] && [ -f "$STATE_DIR/server.properties" ] && [ ! -f "$STATE_DIR/tls/jwks.json" ]; then
+		die "$STATE_DIR holds a TLS broker made before its OAUTHBEARER key set: clean it, or use another EOSKIT_STATE_DIR"
 	fi
 	if [ "${EOSKIT_KAFKA_TLS:-}" != 1 ] && [ -f "$STATE_DIR/tls/ca.pem" ]; then
 		die "$STATE_DIR holds a broker with TLS (EOSKIT_KAFKA_TLS=1): clean it, or use another EOSKIT_STATE_DIR"

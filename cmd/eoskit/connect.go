@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
@@ -21,7 +23,7 @@ import (
 // file; a flag given wins over the file.
 type kafkaFlags struct {
 	fs                                    *flag.FlagSet
-	brokers, mechanism, user              *string
+	brokers, mechanism, user, tokenFile   *string
 	caFile, certFile, keyFile, properties *string
 	timeout                               *time.Duration
 	json, tls                             *bool
@@ -33,13 +35,14 @@ func addKafkaFlags(fs *flag.FlagSet) kafkaFlags {
 		brokers:    fs.String("brokers", "", "Kafka bootstrap addresses, comma-separated (default: -command-config's bootstrap.servers, else $KAFKA_BROKERS, else 127.0.0.1:9092)"),
 		timeout:    fs.Duration("timeout", time.Minute, "give up after this long"),
 		json:       fs.Bool("json", false, "print JSON"),
-		mechanism:  fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD; plain only over TLS)"),
+		mechanism:  fs.String("sasl-mechanism", "", "SASL mechanism: scram-sha-256, scram-sha-512 or plain (password in $EOSKIT_SASL_PASSWORD), or oauthbearer (token in -sasl-token-file); plain and oauthbearer only over TLS"),
 		user:       fs.String("sasl-user", "", "SASL user name"),
+		tokenFile:  fs.String("sasl-token-file", "", "for oauthbearer: a file holding the token (a JWT), read at each authentication, so that a token renewed in place is taken"),
 		tls:        fs.Bool("tls", false, "connect with TLS (trusting the system's root certificates, or -tls-ca's)"),
 		caFile:     fs.String("tls-ca", "", "connect with TLS, trusting the CA certificates (PEM) in this file alone"),
 		certFile:   fs.String("tls-cert", "", "the client certificate (PEM) for mutual TLS, with -tls-key"),
 		keyFile:    fs.String("tls-key", "", "the client certificate's private key (PEM)"),
-		properties: fs.String("command-config", "", "a Kafka client properties file, as Kafka's tools take: bootstrap.servers, security.protocol, sasl.mechanism, sasl.jaas.config (or sasl.username and sasl.password), ssl.truststore.location or ssl.ca.location (PEM), ssl.keystore.location (PEM) or ssl.certificate.location and ssl.key.location"),
+		properties: fs.String("command-config", "", "a Kafka client properties file, as Kafka's tools take: bootstrap.servers, security.protocol, sasl.mechanism, sasl.jaas.config (or sasl.username and sasl.password), sasl.oauthbearer.token.endpoint.url (a file: URL), ssl.truststore.location or ssl.ca.location (PEM), ssl.keystore.location (PEM) or ssl.certificate.location and ssl.key.location"),
 	}
 }
 
@@ -54,7 +57,7 @@ type connection struct {
 // flags given.
 type settings struct {
 	brokers, protocol, mechanism, user, pass string
-	caFile, certFile, keyFile                string
+	caFile, certFile, keyFile, tokenFile     string
 	// refused holds what -command-config asks for that eoskit cannot
 	// honour, by the flag that would override it.
 	refused map[string]error
@@ -100,6 +103,9 @@ func (f kafkaFlags) connect() (connection, error) {
 	if given["sasl-user"] {
 		s.user = *f.user
 	}
+	if given["sasl-token-file"] {
+		s.tokenFile = *f.tokenFile
+	}
 	if given["tls-ca"] {
 		s.caFile = *f.caFile
 	}
@@ -129,14 +135,15 @@ func (s settings) connection(useTLS bool) (connection, error) {
 		}
 		c.opts = append(c.opts, kgo.DialTLSConfig(cfg))
 	}
-	if s.mechanism != "" || s.user != "" {
-		mech, err := saslMechanism(s.mechanism, s.user, s.pass)
+	if s.mechanism != "" || s.user != "" || s.tokenFile != "" {
+		mech, err := s.saslMechanism()
 		if err != nil {
 			return connection{}, err
 		}
-		if mech.Name() == "PLAIN" && !useTLS {
-			// The password would cross the network as it is.
-			return connection{}, errors.New("SASL PLAIN sends the password as it is: use it over TLS (-tls, -tls-ca, or security.protocol=SASL_SSL)")
+		if (mech.Name() == "PLAIN" || mech.Name() == "OAUTHBEARER") && !useTLS {
+			// The password, or the bearer token, would cross the network
+			// as it is.
+			return connection{}, fmt.Errorf("SASL %s sends its credential as it is: use it over TLS (-tls, -tls-ca, or security.protocol=SASL_SSL)", mech.Name())
 		}
 		c.opts = append(c.opts, kgo.SASL(mech))
 	}
@@ -170,18 +177,43 @@ func (s settings) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// saslMechanism builds the SASL mechanism named.
-func saslMechanism(name, user, pass string) (sasl.Mechanism, error) {
-	if user == "" || pass == "" {
+// saslMechanism builds the SASL mechanism s names.
+func (s settings) saslMechanism() (sasl.Mechanism, error) {
+	name := strings.ToLower(s.mechanism)
+	if name == "oauthbearer" || name == "" && s.tokenFile != "" {
+		if s.tokenFile == "" {
+			return nil, errors.New("SASL OAUTHBEARER needs the token's file (-sasl-token-file, or sasl.oauthbearer.token.endpoint.url=file:... in -command-config)")
+		}
+		return oauthFromFile(s.tokenFile), nil
+	}
+	if s.user == "" || s.pass == "" {
 		return nil, errors.New("SASL needs a user (-sasl-user) and the password in $EOSKIT_SASL_PASSWORD (or both in -command-config)")
 	}
-	switch strings.ToLower(name) {
+	switch name {
 	case "scram-sha-256":
-		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
+		return scram.Auth{User: s.user, Pass: s.pass}.AsSha256Mechanism(), nil
 	case "scram-sha-512":
-		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
+		return scram.Auth{User: s.user, Pass: s.pass}.AsSha512Mechanism(), nil
 	case "plain":
-		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
+		return plain.Auth{User: s.user, Pass: s.pass}.AsMechanism(), nil
 	}
-	return nil, fmt.Errorf("SASL mechanism %q: want scram-sha-256, scram-sha-512 or plain", name)
+	return nil, fmt.Errorf("SASL mechanism %q: want scram-sha-256, scram-sha-512, plain or oauthbearer", s.mechanism)
+}
+
+// oauthFromFile is OAUTHBEARER with the token in file, read at each
+// authentication (as Kafka's file-based token retriever does), so that a
+// token an identity provider's agent renews in place is taken on the
+// next connection.
+func oauthFromFile(file string) sasl.Mechanism {
+	return oauth.Oauth(func(context.Context) (oauth.Auth, error) {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return oauth.Auth{}, fmt.Errorf("read the OAUTHBEARER token: %w", err)
+		}
+		token := strings.TrimSpace(string(raw))
+		if token == "" {
+			return oauth.Auth{}, fmt.Errorf("the OAUTHBEARER token file %s is empty", file)
+		}
+		return oauth.Auth{Token: token}, nil
+	})
 }

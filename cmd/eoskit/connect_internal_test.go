@@ -61,15 +61,17 @@ ssl.truststore.location: `+ca+`
 		t.Fatalf("seeds %q", c.seeds)
 	}
 	for body, refusal := range map[string]string{
-		"security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n":                                        "GSSAPI",
-		"security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n":                                   "OAUTHBEARER",
-		"security.protocol=SSL\nssl.truststore.location=/ts.jks\n":                                   "PEM truststores",
-		"security.protocol=SSL\nssl.keystore.type=PKCS12\nssl.keystore.location=x":                   "PEM keystores",
-		"security.protocol=SSL\nssl.endpoint.identification.algorithm=\n":                            "host-name check off",
-		"security.protocol=SSL\nssl.endpoint.identification.algorithm=none\n":                        "host-name check off",
-		"security.protocol=KERBEROS\n":                                                               "security.protocol",
-		"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\n": "over TLS",
-		"sasl.password=hunter2 \\\n":                                                                 "continued line",
+		"security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n":                                                             "GSSAPI",
+		"security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n":                                                        "sasl.oauthbearer.token.endpoint.url",
+		"security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.token.endpoint.url=https://idp/token\n": "from a file",
+		"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.token.endpoint.url=file:///t\n":   "over TLS",
+		"security.protocol=SSL\nssl.truststore.location=/ts.jks\n":                                                        "PEM truststores",
+		"security.protocol=SSL\nssl.keystore.type=PKCS12\nssl.keystore.location=x":                                        "PEM keystores",
+		"security.protocol=SSL\nssl.endpoint.identification.algorithm=\n":                                                 "host-name check off",
+		"security.protocol=SSL\nssl.endpoint.identification.algorithm=none\n":                                             "host-name check off",
+		"security.protocol=KERBEROS\n":                                                                                    "security.protocol",
+		"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\n":                      "over TLS",
+		"sasl.password=hunter2 \\\n":                                                                                      "continued line",
 	} {
 		_, _, err := connectWith(t, body)
 		if err == nil || !strings.Contains(err.Error(), refusal) {
@@ -82,6 +84,14 @@ ssl.truststore.location: `+ca+`
 	// A flag given for a setting lifts the file's refusal of it.
 	if _, _, err := connectWith(t, "security.protocol=SSL\nssl.truststore.location=/ts.jks\n", "-tls-ca", ca); err != nil {
 		t.Errorf("a JKS truststore overridden by -tls-ca: %v", err)
+	}
+	// OAUTHBEARER reads the token from the file of a file: URL, or of
+	// -sasl-token-file, which lifts the refusal of an identity provider.
+	if s, _, err := connectWith(t, "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.token.endpoint.url=file:///run/token\n"); err != nil || s.tokenFile != "/run/token" {
+		t.Errorf("OAUTHBEARER with a file: URL: token file %q, %v", s.tokenFile, err)
+	}
+	if _, _, err := connectWith(t, "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.token.endpoint.url=https://idp/token\n", "-sasl-token-file", "/run/token"); err != nil {
+		t.Errorf("OAUTHBEARER from an identity provider overridden by -sasl-token-file: %v", err)
 	}
 	// PLAIN over TLS is taken.
 	if _, _, err := connectWith(t, "security.protocol=SASL_SSL\nsasl.mechanisms=PLAIN\nsasl.username=u\nsasl.password=p\n"); err != nil {

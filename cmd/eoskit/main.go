@@ -112,12 +112,14 @@
 // -timeout (default 1m), -json; on a cluster that authenticates,
 // -sasl-mechanism (scram-sha-256, scram-sha-512, or plain, over TLS only)
 // and -sasl-user, with the password in $EOSKIT_SASL_PASSWORD (never on the
-// command line, where other users of the machine can read it); -tls
+// command line, where other users of the machine can read it), or
+// -sasl-mechanism oauthbearer (over TLS only) with -sasl-token-file, a
+// file holding the token, read at each authentication; -tls
 // (the system's CAs), -tls-ca FILE (those CAs alone), -tls-cert and
 // -tls-key (mutual TLS). Or, as Kafka's tools take them, -command-config
 // FILE: a client properties file (bootstrap.servers, security.protocol,
 // sasl.mechanism, sasl.jaas.config or sasl.username and sasl.password,
-// ssl.truststore.location or ssl.ca.location in PEM, ssl.keystore.location
+// sasl.oauthbearer.token.endpoint.url as a file: URL, ssl.truststore.location or ssl.ca.location in PEM, ssl.keystore.location
 // in PEM or ssl.certificate.location and ssl.key.location); a flag given
 // wins over the file. The host name is always checked. Exit status: 0
 // done (find-hanging: none found), 1 error or refusal, 2 usage (connection
@@ -154,6 +156,7 @@ const usage = `usage:
   eoskit outbox resume-after -database-url URL -position-topic T -lsn LSN [-outbox NAME] [-slot S] [-transactional-id ID]
 common flags: -brokers host:port[,...] (default $KAFKA_BROKERS) -timeout 1m -json
   -sasl-mechanism scram-sha-256|scram-sha-512|plain -sasl-user U (password in $EOSKIT_SASL_PASSWORD)
+  -sasl-mechanism oauthbearer -sasl-token-file FILE
   -tls -tls-ca FILE -tls-cert FILE -tls-key FILE, or -command-config FILE (Kafka client properties)
 `
 

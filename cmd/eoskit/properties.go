@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -153,8 +154,19 @@ func fromProperties(p map[string]string) (settings, error) {
 		switch m := strings.ToUpper(mech); m {
 		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 			s.mechanism = strings.ToLower(m)
+		case "OAUTHBEARER":
+			s.mechanism = "oauthbearer"
+			// Kafka's tools fetch a token from an identity provider's
+			// endpoint, or, given a file: URL, read it from that file;
+			// eoskit's command reads the file.
+			endpoint := p["sasl.oauthbearer.token.endpoint.url"]
+			if u, err := url.Parse(endpoint); err == nil && u.Scheme == "file" && u.Path != "" {
+				s.tokenFile = u.Path
+			} else {
+				s.refused["sasl-token-file"] = fmt.Errorf("sasl.oauthbearer.token.endpoint.url %q: eoskit's command reads the token from a file (file:///path/to/token), not from an identity provider: fetch one into a file, or give -sasl-token-file", endpoint)
+			}
 		default:
-			s.refused["sasl-mechanism"] = fmt.Errorf("sasl.mechanism %q: eoskit's command speaks PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512", cmp.Or(mech, "GSSAPI (the default)"))
+			s.refused["sasl-mechanism"] = fmt.Errorf("sasl.mechanism %q: eoskit's command speaks PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER", cmp.Or(mech, "GSSAPI (the default)"))
 		}
 		s.user, s.pass = p["sasl.username"], p["sasl.password"]
 		if jaas := p["sasl.jaas.config"]; jaas != "" {

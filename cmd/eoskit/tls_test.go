@@ -23,7 +23,9 @@ import (
 // host name checked): find-hanging answers, as an application principal
 // with Read and Describe. Given a CA that did not sign the broker's
 // certificate it fails within seconds, naming the cause (before, it
-// waited out -timeout); the password is in no output.
+// waited out -timeout); the password is in no output. The same with
+// OAUTHBEARER, the token in a file: a signed one answers, an expired one
+// is refused within seconds.
 func TestCommandOverTLSWithACommandConfig(t *testing.T) {
 	b := testbed.StartLocalBrokerWithTLS(t)
 	k := b.KafkaCluster
@@ -68,6 +70,58 @@ ssl.truststore.location=%s
 	}
 	if strings.Contains(out+stderr, user.Password) {
 		t.Fatal("the output carries the password")
+	}
+
+	// OAUTHBEARER, the token in a file a file: URL names, as Kafka's tools
+	// read one: a token the broker's key signed is taken; an expired one is
+	// refused within seconds, naming the cause, and quoted nowhere.
+	sub := "oauth-operator"
+	for _, acl := range []*kadm.ACLBuilder{
+		kadm.NewACLs().Topics("*").Allow("User:"+sub).Operations(kadm.OpRead, kadm.OpDescribe),
+		kadm.NewACLs().TransactionalIDs("*").Allow("User:" + sub).Operations(kadm.OpDescribe),
+	} {
+		results, err := k.Admin.CreateACLs(ctx, acl)
+		for _, r := range results {
+			err = errors.Join(err, r.Err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	oauthConfig := func(token string) string {
+		dir := t.TempDir()
+		tokenFile := filepath.Join(dir, "token")
+		if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "client.properties")
+		body := fmt.Sprintf(`bootstrap.servers=%s
+security.protocol=SASL_SSL
+sasl.mechanism=OAUTHBEARER
+sasl.oauthbearer.token.endpoint.url=%s
+ssl.truststore.type=PEM
+ssl.truststore.location=%s
+`, strings.Join(k.Brokers, ","), (&url.URL{Scheme: "file", Path: tokenFile}).String(), b.CAFile())
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	token := testbed.SignOAuth(t, b.OAuthKey(t), b.OAuthClaims(t, sub))
+	code, out, stderr = eoskitCmdErr(t, "txn", "find-hanging", "-topic", topic, "-command-config", oauthConfig(token))
+	if code != exitOK || !strings.Contains(out, "no hanging transactions") {
+		t.Fatalf("find-hanging over OAUTHBEARER: exit %d: %s%s", code, out, stderr)
+	}
+	expired := b.OAuthClaims(t, sub)
+	expired.Expiry = time.Now().Add(-time.Minute)
+	token = testbed.SignOAuth(t, b.OAuthKey(t), expired)
+	start = time.Now()
+	code, out, stderr = eoskitCmdErr(t, "txn", "find-hanging", "-topic", topic, "-command-config", oauthConfig(token))
+	if took := time.Since(start); code != exitError || !strings.Contains(stderr, "SASL_AUTHENTICATION_FAILED") || took > 20*time.Second {
+		t.Fatalf("find-hanging with an expired token: exit %d after %s: %s%s; want an error naming the refusal within seconds", code, took, out, stderr)
+	}
+	if strings.Contains(out+stderr, token) {
+		t.Fatal("the output carries the token")
 	}
 }
 

@@ -2,6 +2,8 @@ package leastprivilege_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/eoskit/eoskit"
@@ -31,9 +34,12 @@ import (
 // the broker's CA alone and checking its host name, and with a PostgreSQL
 // that takes connections over TLS only (sslmode=verify-full, the outbox
 // relay's replication connection included): every input once, and no
-// password in a log line. Then what a misconfigured client meets, each an
-// error within 30 s that names the cause, not a stall: a CA that did not
-// sign the broker's certificate, or the database's, and a wrong password.
+// password in a log line; the same over mutual TLS (a client certificate)
+// and OAUTHBEARER (a signed JWT). Then what a misconfigured client meets,
+// each an error within 30 s that names the cause, not a stall: a CA that
+// did not sign the broker's certificate, or the database's, a wrong
+// password, no client certificate, and a token signed by another key,
+// expired, or for another audience or issuer.
 func TestEachPathOverTLS(t *testing.T) {
 	b := testbed.StartLocalBrokerWithTLS(t)
 	k := b.KafkaCluster
@@ -62,6 +68,20 @@ func TestEachPathOverTLS(t *testing.T) {
 			s, inputs := newSetup(t, path, mtlsPrincipal)
 			s.brokers = mtlsBrokers
 			copiesEachOnce(ctx, t, k, pool, s, inputs, mtls)
+		})
+	}
+	// OAUTHBEARER: a JWT signed by the key the broker trusts, for its
+	// issuer and audience; its sub claim is the principal.
+	oauthOpts := func(token string) []kgo.Opt {
+		return []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, kgo.SASL(oauth.Auth{Token: token}.AsMechanism())}
+	}
+	for _, path := range []string{"eos", "offsetstore", "dedup"} {
+		t.Run(path+" over OAUTHBEARER", func(t *testing.T) {
+			sub := "oauth-" + path
+			s, inputs := newSetup(t, path, "User:"+sub)
+			token := testbed.SignOAuth(t, b.OAuthKey(t), b.OAuthClaims(t, sub))
+			logs := copiesEachOnce(ctx, t, k, pool, s, inputs, oauthOpts(token))
+			noSecret(t, token, logs.String())
 		})
 	}
 	t.Run("outbox over mutual TLS", func(t *testing.T) {
@@ -117,6 +137,33 @@ func TestEachPathOverTLS(t *testing.T) {
 			user := testbed.NewUser(t, k, name, trusted)
 			opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, scramSHA512(name, user.Password+"x")}
 			refusedWith(t, path, nil, opts, user.Password, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
+		})
+	}
+	// Tokens the broker must refuse, each otherwise valid and for the
+	// super user: a sub claim alone proves nothing.
+	foreignKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		key  *rsa.PrivateKey
+		edit func(*testbed.OAuthClaims)
+	}{
+		{"signed by a key the broker does not trust (under its key id)", foreignKey, func(*testbed.OAuthClaims) {}},
+		{"expired", nil, func(c *testbed.OAuthClaims) { c.Expiry = time.Now().Add(-time.Minute) }},
+		{"for another audience", nil, func(c *testbed.OAuthClaims) { c.Audience = "another-service" }},
+		{"from another issuer", nil, func(c *testbed.OAuthClaims) { c.Issuer = "another-issuer" }},
+	} {
+		t.Run("eos with an OAUTHBEARER token "+tc.name, func(t *testing.T) {
+			key := tc.key
+			if key == nil {
+				key = b.OAuthKey(t)
+			}
+			claims := b.OAuthClaims(t, "admin")
+			tc.edit(&claims)
+			token := testbed.SignOAuth(t, key, claims)
+			refusedWith(t, "eos", nil, oauthOpts(token), token, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
 		})
 	}
 	t.Run("eos over mutual TLS without a certificate", func(t *testing.T) {

@@ -44,6 +44,8 @@ func main() {
 		err = waitKafka(os.Args[2:])
 	case "wait-isr":
 		err = waitISR(os.Args[2:])
+	case "jwks":
+		err = writeJWKS(os.Args[2:])
 	default:
 		usage()
 	}
@@ -54,7 +56,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: eosdev freeport [N] | eosdev wait-kafka -brokers host:port [-min-brokers N] [-timeout 120s] | eosdev wait-isr -brokers host:port [-timeout 120s]")
+	fmt.Fprintln(os.Stderr, "usage: eosdev freeport [N] | eosdev wait-kafka -brokers host:port [-min-brokers N] [-timeout 120s] | eosdev wait-isr -brokers host:port [-timeout 120s] | eosdev jwks -key private.pem -kid ID -out jwks.json")
 	os.Exit(2)
 }
 
