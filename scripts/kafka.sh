@@ -51,6 +51,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE_DIR=${EOSKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/eoskit}
 LIB_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION/lib
 STATE_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/kafka
+# Absolute: the broker's JWKS URL (file://...) and eosdev, which runs in
+# $ROOT, name files under it.
+[[ $STATE_DIR == /* ]] || STATE_DIR=$PWD/$STATE_DIR
 # The shared folder is per version; a private one (EOSKIT_STATE_DIR) is the caller's.
 [ -n "${EOSKIT_STATE_DIR:-}" ] || [ "$KAFKA_VERSION" = "$DEFAULT_KAFKA_VERSION" ] || STATE_DIR+=-$KAFKA_VERSION
 [ "${EOSKIT_KAFKA_TLS:-}" != 1 ] || EOSKIT_KAFKA_SASL=1
@@ -128,16 +131,25 @@ new_cluster_id() {
 	echo "$id"
 }
 
+# jwks_url is the URL of the OAUTHBEARER key set of a TLS broker's folder.
+# Kafka takes it as a URI, and allowed.urls is a comma-separated list: a
+# folder whose path would need escaping is refused.
+jwks_url() {
+	[[ $STATE_DIR =~ ^[A-Za-z0-9/._+-]+$ ]] || die "$STATE_DIR: a TLS broker's folder path may hold only letters, digits and / . _ + - (it goes into a file: URL)"
+	echo "file://$STATE_DIR/tls/jwks.json"
+}
+
 # launch_broker HEAP starts the broker of $STATE_DIR in the background and
 # records its pid. setsid: the broker must not get the terminal's signals
 # (a Ctrl-C on make is handled by make's trap, which stops it cleanly).
 # With EOSKIT_OWNER_PID set, a watchdog stops it once that process is gone.
 launch_broker() {
+	# The JWKS file's URL must be allowed (Kafka 4.0+); before
+	# EOSKIT_KAFKA_JVM_OPTS, which may set it otherwise.
 	local allowed=()
-	[ -f "$STATE_DIR/tls/jwks.json" ] && allowed=("-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=file://$STATE_DIR/tls/jwks.json")
+	[ -f "$STATE_DIR/tls/jwks.json" ] && allowed=("-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=$(jwks_url)")
 	# shellcheck disable=SC2086 # options, split on spaces
-	setsid "$JAVA" -Xms"$1" -Xmx"$1" -XX:+UseG1GC ${EOSKIT_KAFKA_JVM_OPTS:-} -Djava.awt.headless=true \
-		${allowed[@]+"${allowed[@]}"} \
+	setsid "$JAVA" -Xms"$1" -Xmx"$1" -XX:+UseG1GC ${allowed[@]+"${allowed[@]}"} ${EOSKIT_KAFKA_JVM_OPTS:-} -Djava.awt.headless=true \
 		-Dlog4j2.configurationFile="$STATE_DIR/log4j2.properties" \
 		-Dkafka.logs.dir="$STATE_DIR/logs" \
 		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
@@ -187,7 +199,8 @@ super.users=User:admin;User:ANONYMOUS"
 # keystore whose password stays in files only this user can read, and
 # the server.properties lines, appended to SECURITY.
 tls_config() {
-	local tls=$1/tls pw
+	local tls=$1/tls pw url
+	url=$(jwks_url) || exit 1
 	command -v openssl >/dev/null || die "openssl not found: the TLS broker's certificates are made with it (apt-get install openssl)"
 	umask 077
 	mkdir -p "$tls"
@@ -221,6 +234,7 @@ tls_config() {
 	printf 'kid=eoskit-test\nissuer=eoskit-test-issuer\naudience=eoskit-test-kafka\n' >"$tls/oauth.claims"
 	chmod 644 "$tls/ca.pem" "$tls/jwks.json" "$tls/oauth.claims"
 	SECURITY=${SECURITY/sasl.enabled.mechanisms=SCRAM-SHA-512/sasl.enabled.mechanisms=SCRAM-SHA-512,OAUTHBEARER}
+	[[ $SECURITY == *sasl.enabled.mechanisms=SCRAM-SHA-512,OAUTHBEARER* ]] || die "tls_config: sasl_config's mechanisms line changed: OAUTHBEARER not enabled"
 	SECURITY+="
 # TLS (SASL_SSL): the broker's certificate is signed by the folder's own CA.
 ssl.keystore.type=PKCS12
@@ -238,7 +252,7 @@ listener.name.mtls.ssl.client.auth=required
 # (launch_broker sets org.apache.kafka.sasl.oauthbearer.allowed.urls).
 listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
 listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
-sasl.oauthbearer.jwks.endpoint.url=file://$tls/jwks.json
+sasl.oauthbearer.jwks.endpoint.url=$url
 sasl.oauthbearer.expected.issuer=eoskit-test-issuer
 sasl.oauthbearer.expected.audience=eoskit-test-kafka"
 }

@@ -58,6 +58,9 @@ type connection struct {
 type settings struct {
 	brokers, protocol, mechanism, user, pass string
 	caFile, certFile, keyFile, tokenFile     string
+	// extensions are OAUTHBEARER's SASL extensions (the JAAS options
+	// extension_NAME, as Confluent Cloud's logicalCluster).
+	extensions map[string]string
 	// refused holds what -command-config asks for that eoskit cannot
 	// honour, by the flag that would override it.
 	refused map[string]error
@@ -65,21 +68,33 @@ type settings struct {
 
 // connect returns the connection the flags and -command-config ask for.
 func (f kafkaFlags) connect() (connection, error) {
-	var s settings
+	s, useTLS, err := f.settings()
+	if err != nil {
+		return connection{}, err
+	}
+	return s.connection(useTLS)
+}
+
+// settings merges -command-config's settings and the flags given (a flag
+// wins), and says whether to use TLS.
+func (f kafkaFlags) settings() (s settings, useTLS bool, err error) {
 	if *f.properties != "" {
 		props, err := readProperties(*f.properties)
 		if err != nil {
-			return connection{}, err
+			return s, false, err
 		}
 		if s, err = fromProperties(props); err != nil {
-			return connection{}, fmt.Errorf("-command-config %s: %w", *f.properties, err)
+			return s, false, fmt.Errorf("-command-config %s: %w", *f.properties, err)
 		}
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	// A mechanism given instead of the file's lifts what the file's
+	// mechanism needed (its token's file).
+	otherMechanism := given["sasl-mechanism"] && !strings.EqualFold(*f.mechanism, "oauthbearer")
 	for name, err := range s.refused {
-		if !given[name] {
-			return connection{}, fmt.Errorf("-command-config %s: %w", *f.properties, err)
+		if !given[name] && !(name == "sasl-token-file" && otherMechanism) {
+			return s, false, fmt.Errorf("-command-config %s: %w", *f.properties, err)
 		}
 	}
 	if given["brokers"] || s.brokers == "" {
@@ -91,8 +106,14 @@ func (f kafkaFlags) connect() (connection, error) {
 	if s.brokers == "" {
 		s.brokers = "127.0.0.1:9092"
 	}
-	if given["sasl-mechanism"] {
+	switch {
+	case given["sasl-mechanism"]:
 		s.mechanism = *f.mechanism
+		if otherMechanism {
+			s.tokenFile = "" // the file's, for the mechanism not used
+		}
+	case given["sasl-token-file"]:
+		s.mechanism = "oauthbearer"
 	}
 	// The password in $EOSKIT_SASL_PASSWORD goes with -sasl-user, or
 	// stands in for a file that gives none; a file's own user and
@@ -106,6 +127,14 @@ func (f kafkaFlags) connect() (connection, error) {
 	if given["sasl-token-file"] {
 		s.tokenFile = *f.tokenFile
 	}
+	if strings.EqualFold(s.mechanism, "oauthbearer") {
+		if given["sasl-user"] {
+			return s, false, errors.New("-sasl-user: OAUTHBEARER authenticates with the token alone (the principal is its subject)")
+		}
+		s.user, s.pass = "", ""
+	} else if given["sasl-token-file"] {
+		return s, false, fmt.Errorf("-sasl-token-file goes with -sasl-mechanism oauthbearer, not %s", s.mechanism)
+	}
 	if given["tls-ca"] {
 		s.caFile = *f.caFile
 	}
@@ -115,8 +144,8 @@ func (f kafkaFlags) connect() (connection, error) {
 	if given["tls-key"] {
 		s.keyFile = *f.keyFile
 	}
-	useTLS := *f.tls || s.caFile != "" || s.certFile != "" || strings.HasSuffix(strings.ToUpper(s.protocol), "SSL")
-	return s.connection(useTLS)
+	useTLS = *f.tls || s.caFile != "" || s.certFile != "" || strings.HasSuffix(strings.ToUpper(s.protocol), "SSL")
+	return s, useTLS, nil
 }
 
 // connection builds the franz-go options of s.
@@ -135,7 +164,7 @@ func (s settings) connection(useTLS bool) (connection, error) {
 		}
 		c.opts = append(c.opts, kgo.DialTLSConfig(cfg))
 	}
-	if s.mechanism != "" || s.user != "" || s.tokenFile != "" {
+	if s.mechanism != "" || s.user != "" {
 		mech, err := s.saslMechanism()
 		if err != nil {
 			return connection{}, err
@@ -180,11 +209,11 @@ func (s settings) tlsConfig() (*tls.Config, error) {
 // saslMechanism builds the SASL mechanism s names.
 func (s settings) saslMechanism() (sasl.Mechanism, error) {
 	name := strings.ToLower(s.mechanism)
-	if name == "oauthbearer" || name == "" && s.tokenFile != "" {
+	if name == "oauthbearer" {
 		if s.tokenFile == "" {
 			return nil, errors.New("SASL OAUTHBEARER needs the token's file (-sasl-token-file, or sasl.oauthbearer.token.endpoint.url=file:... in -command-config)")
 		}
-		return oauthFromFile(s.tokenFile), nil
+		return oauthFromFile(s.tokenFile, s.extensions), nil
 	}
 	if s.user == "" || s.pass == "" {
 		return nil, errors.New("SASL needs a user (-sasl-user) and the password in $EOSKIT_SASL_PASSWORD (or both in -command-config)")
@@ -200,11 +229,12 @@ func (s settings) saslMechanism() (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("SASL mechanism %q: want scram-sha-256, scram-sha-512, plain or oauthbearer", s.mechanism)
 }
 
-// oauthFromFile is OAUTHBEARER with the token in file, read at each
+// oauthFromFile is OAUTHBEARER with the token in file (and extensions),
+// read at each
 // authentication (as Kafka's file-based token retriever does), so that a
 // token an identity provider's agent renews in place is taken on the
 // next connection.
-func oauthFromFile(file string) sasl.Mechanism {
+func oauthFromFile(file string, extensions map[string]string) sasl.Mechanism {
 	return oauth.Oauth(func(context.Context) (oauth.Auth, error) {
 		raw, err := os.ReadFile(file)
 		if err != nil {
@@ -214,6 +244,6 @@ func oauthFromFile(file string) sasl.Mechanism {
 		if token == "" {
 			return oauth.Auth{}, fmt.Errorf("the OAUTHBEARER token file %s is empty", file)
 		}
-		return oauth.Auth{Token: token}, nil
+		return oauth.Auth{Token: token, Extensions: extensions}, nil
 	})
 }

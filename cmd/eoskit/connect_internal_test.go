@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
 	"os"
@@ -9,8 +10,9 @@ import (
 	"testing"
 )
 
-// connectWith resolves the connection a command would make from a
-// -command-config file holding body and the flags args.
+// connectWith resolves the settings (the file's and the flags' merged)
+// and the connection a command would make from a -command-config file
+// holding body and the flags args.
 func connectWith(t *testing.T, body string, args ...string) (settings, connection, error) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "client.properties")
@@ -23,15 +25,11 @@ func connectWith(t *testing.T, body string, args ...string) (settings, connectio
 	if err := fs.Parse(append([]string{"-command-config", p}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	props, err := readProperties(p)
-	if err != nil {
-		return settings{}, connection{}, err
-	}
-	s, err := fromProperties(props)
+	s, useTLS, err := kf.settings()
 	if err != nil {
 		return s, connection{}, err
 	}
-	c, err := kf.connect()
+	c, err := s.connection(useTLS)
 	return s, c, err
 }
 
@@ -86,15 +84,89 @@ ssl.truststore.location: `+ca+`
 		t.Errorf("a JKS truststore overridden by -tls-ca: %v", err)
 	}
 	// OAUTHBEARER reads the token from the file of a file: URL, or of
-	// -sasl-token-file, which lifts the refusal of an identity provider.
+	// -sasl-token-file, which lifts the refusal of an identity provider;
+	// another mechanism given lifts it too.
 	if s, _, err := connectWith(t, "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.token.endpoint.url=file:///run/token\n"); err != nil || s.tokenFile != "/run/token" {
 		t.Errorf("OAUTHBEARER with a file: URL: token file %q, %v", s.tokenFile, err)
 	}
 	if _, _, err := connectWith(t, "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.token.endpoint.url=https://idp/token\n", "-sasl-token-file", "/run/token"); err != nil {
 		t.Errorf("OAUTHBEARER from an identity provider overridden by -sasl-token-file: %v", err)
 	}
+	idp := "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.token.endpoint.url=https://id:s3cret@idp/token\n"
+	t.Setenv("EOSKIT_SASL_PASSWORD", "p")
+	if s, _, err := connectWith(t, idp, "-sasl-mechanism", "scram-sha-512", "-sasl-user", "u"); err != nil || s.mechanism != "scram-sha-512" || s.tokenFile != "" {
+		t.Errorf("an OAUTHBEARER file overridden by -sasl-mechanism scram-sha-512: %+v, %v", s, err)
+	}
+	t.Setenv("EOSKIT_SASL_PASSWORD", "")
+	if _, _, err := connectWith(t, idp); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("an identity provider's URL: %v; want a refusal that does not quote it", err)
+	}
+	scramFile := "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=u\nsasl.password=p\n"
+	if s, _, err := connectWith(t, scramFile, "-sasl-token-file", "/run/token"); err != nil || s.mechanism != "oauthbearer" || s.user != "" {
+		t.Errorf("a SCRAM file with -sasl-token-file: %+v, %v; want OAUTHBEARER, the flag winning", s, err)
+	}
+	for _, args := range [][]string{
+		{"-sasl-mechanism", "scram-sha-512", "-sasl-user", "u", "-sasl-token-file", "/run/token"},
+		{"-sasl-user", "u", "-sasl-token-file", "/run/token"},
+	} {
+		if _, _, err := connectWith(t, "security.protocol=SASL_SSL\n", args...); err == nil {
+			t.Errorf("%q: taken; want a refusal (a token file and a user name do not go together)", args)
+		}
+	}
+	ext := "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.token.endpoint.url=file:///run/token\n" +
+		`sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required extension_logicalCluster="lkc-1" extension_identityPoolId='pool-2';` + "\n"
+	if s, _, err := connectWith(t, ext); err != nil || s.extensions["logicalCluster"] != "lkc-1" || s.extensions["identityPoolId"] != "pool-2" {
+		t.Errorf("OAUTHBEARER's JAAS extensions: %v, %v", s.extensions, err)
+	}
 	// PLAIN over TLS is taken.
 	if _, _, err := connectWith(t, "security.protocol=SASL_SSL\nsasl.mechanisms=PLAIN\nsasl.username=u\nsasl.password=p\n"); err != nil {
 		t.Errorf("PLAIN over TLS (librdkafka's sasl.mechanisms): %v", err)
+	}
+}
+
+// A token endpoint's file: URL is read as Kafka reads it; anything else
+// is refused without quoting the URL.
+func TestTokenFileOfAFileURL(t *testing.T) {
+	for endpoint, want := range map[string]string{
+		"file:///run/token":          filepath.FromSlash("/run/token"),
+		"file://localhost/run/token": filepath.FromSlash("/run/token"),
+		"file:///C:/token":           filepath.FromSlash("C:/token"),
+	} {
+		if got, err := tokenFile(endpoint); err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", endpoint, got, err, want)
+		}
+	}
+	for _, endpoint := range []string{"", "file://run/token", "file:token", "file:///", "file:///run/my%20token", "https://idp/token?client_secret=s3cret", "::"} {
+		got, err := tokenFile(endpoint)
+		if err == nil {
+			t.Errorf("%q: taken as %q", endpoint, got)
+		} else if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: the error quotes the secret: %v", endpoint, err)
+		}
+	}
+}
+
+// The OAUTHBEARER token is read at each authentication: a token renewed
+// in its file is the next connection's.
+func TestOAuthTokenFileIsReadAtEachAuthentication(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	mech := oauthFromFile(file, map[string]string{"logicalCluster": "lkc-1"})
+	if _, _, err := mech.Authenticate(context.Background(), "b:9093"); err == nil {
+		t.Fatal("no token file: authenticated")
+	}
+	for _, token := range []string{"first.jwt.token", "second.jwt.token"} {
+		if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, msg, err := mech.Authenticate(context.Background(), "b:9093")
+		if err != nil || !strings.Contains(string(msg), "auth=Bearer "+token+"\x01") || !strings.Contains(string(msg), "logicalCluster=lkc-1") {
+			t.Fatalf("after writing %s: sent %q, %v", token, msg, err)
+		}
+	}
+	if err := os.WriteFile(file, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := mech.Authenticate(context.Background(), "b:9093"); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("an empty token file: %v", err)
 	}
 }

@@ -110,17 +110,19 @@
 //
 // Common flags: -brokers (default $KAFKA_BROKERS, else 127.0.0.1:9092),
 // -timeout (default 1m), -json; on a cluster that authenticates,
-// -sasl-mechanism (scram-sha-256, scram-sha-512, or plain, over TLS only)
-// and -sasl-user, with the password in $EOSKIT_SASL_PASSWORD (never on the
-// command line, where other users of the machine can read it), or
-// -sasl-mechanism oauthbearer (over TLS only) with -sasl-token-file, a
-// file holding the token, read at each authentication; -tls
-// (the system's CAs), -tls-ca FILE (those CAs alone), -tls-cert and
-// -tls-key (mutual TLS). Or, as Kafka's tools take them, -command-config
-// FILE: a client properties file (bootstrap.servers, security.protocol,
-// sasl.mechanism, sasl.jaas.config or sasl.username and sasl.password,
-// sasl.oauthbearer.token.endpoint.url as a file: URL, ssl.truststore.location or ssl.ca.location in PEM, ssl.keystore.location
-// in PEM or ssl.certificate.location and ssl.key.location); a flag given
+// -sasl-mechanism (scram-sha-256, scram-sha-512, or plain, the last over
+// TLS only) and -sasl-user, with the password in $EOSKIT_SASL_PASSWORD
+// (never on the command line, where other users of the machine can read
+// it), or -sasl-mechanism oauthbearer (over TLS only) with
+// -sasl-token-file, a file holding the token, read at each
+// authentication; -tls (the system's CAs), -tls-ca FILE (those CAs
+// alone), -tls-cert and -tls-key (mutual TLS). Or, as Kafka's tools take
+// them, -command-config FILE: a client properties file
+// (bootstrap.servers, security.protocol, sasl.mechanism, sasl.jaas.config
+// or sasl.username and sasl.password, sasl.oauthbearer.token.endpoint.url
+// as a file: URL and the JAAS extension_ options, ssl.truststore.location
+// or ssl.ca.location in PEM, ssl.keystore.location in PEM or
+// ssl.certificate.location and ssl.key.location); a flag given
 // wins over the file. The host name is always checked. Exit status: 0
 // done (find-hanging: none found), 1 error or refusal, 2 usage (connection
 // settings missing, or given that the command cannot honour, included),

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"cmp"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -159,12 +161,12 @@ func fromProperties(p map[string]string) (settings, error) {
 			// Kafka's tools fetch a token from an identity provider's
 			// endpoint, or, given a file: URL, read it from that file;
 			// eoskit's command reads the file.
-			endpoint := p["sasl.oauthbearer.token.endpoint.url"]
-			if u, err := url.Parse(endpoint); err == nil && u.Scheme == "file" && u.Path != "" {
-				s.tokenFile = u.Path
-			} else {
-				s.refused["sasl-token-file"] = fmt.Errorf("sasl.oauthbearer.token.endpoint.url %q: eoskit's command reads the token from a file (file:///path/to/token), not from an identity provider: fetch one into a file, or give -sasl-token-file", endpoint)
+			file, err := tokenFile(p["sasl.oauthbearer.token.endpoint.url"])
+			if err != nil {
+				s.refused["sasl-token-file"] = err
 			}
+			s.tokenFile = file
+			s.extensions = jaasExtensions(p["sasl.jaas.config"])
 		default:
 			s.refused["sasl-mechanism"] = fmt.Errorf("sasl.mechanism %q: eoskit's command speaks PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER", cmp.Or(mech, "GSSAPI (the default)"))
 		}
@@ -191,4 +193,42 @@ func fromProperties(p map[string]string) (settings, error) {
 		s.certFile, s.keyFile = loc, loc
 	}
 	return s, nil
+}
+
+// tokenFile returns the file of a token endpoint given as a file: URL
+// (file:///path, or file://localhost/path), as Kafka reads it: the path
+// as written, percent signs included (refused here, being ambiguous). An
+// error never quotes the URL, which may carry a client's secret.
+func tokenFile(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	switch {
+	case endpoint == "":
+		return "", errors.New("sasl.mechanism OAUTHBEARER: no sasl.oauthbearer.token.endpoint.url: eoskit's command reads the token from a file (file:///path/to/token), or give -sasl-token-file")
+	case err != nil:
+		return "", errors.New("sasl.oauthbearer.token.endpoint.url is not a URL")
+	case u.Scheme != "file":
+		return "", fmt.Errorf("sasl.oauthbearer.token.endpoint.url (a %s URL on %s): eoskit's command reads the token from a file (file:///path/to/token), not from an identity provider: fetch one into a file, or give -sasl-token-file", u.Scheme, u.Hostname())
+	case u.Opaque != "" || u.Host != "" && u.Host != "localhost" || u.EscapedPath() == "" || u.EscapedPath() == "/":
+		return "", errors.New("sasl.oauthbearer.token.endpoint.url: a file URL is file:///absolute/path/to/token")
+	case strings.Contains(u.EscapedPath(), "%"):
+		return "", errors.New("sasl.oauthbearer.token.endpoint.url: the token's path has a percent sign: give the file with -sasl-token-file")
+	}
+	path := u.EscapedPath()
+	if len(path) > 2 && path[0] == '/' && path[2] == ':' { // file:///C:/token on Windows
+		path = path[1:]
+	}
+	return filepath.FromSlash(path), nil
+}
+
+// jaasExtensions returns the extension_NAME options of an OAUTHBEARER
+// sasl.jaas.config, by NAME.
+func jaasExtensions(jaas string) map[string]string {
+	var ext map[string]string
+	for _, m := range regexp.MustCompile(`\bextension_([A-Za-z0-9_.-]+)\s*=`).FindAllStringSubmatch(jaas, -1) {
+		if ext == nil {
+			ext = map[string]string{}
+		}
+		ext[m[1]] = jaasField(jaas, "extension_"+regexp.QuoteMeta(m[1]))
+	}
+	return ext
 }

@@ -84,6 +84,11 @@ func TestEachPathOverTLS(t *testing.T) {
 			noSecret(t, token, logs.String())
 		})
 	}
+	t.Run("outbox over OAUTHBEARER", func(t *testing.T) {
+		db, _ := pg.Database(t)
+		token := testbed.SignOAuth(t, b.OAuthKey(t), b.OAuthClaims(t, "oauth-outbox"))
+		relayOverTLS(ctx, t, k, db, testbed.User{Principal: "User:oauth-outbox", Opts: oauthOpts(token)}, k.Brokers, oauthOpts(token), "")
+	})
 	t.Run("outbox over mutual TLS", func(t *testing.T) {
 		db, _ := pg.Database(t)
 		relayOverTLS(ctx, t, k, db, testbed.User{Principal: mtlsPrincipal, Opts: mtls}, mtlsBrokers, mtls, "")

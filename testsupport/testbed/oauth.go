@@ -43,6 +43,9 @@ func (b *LocalBroker) OAuthClaims(tb testing.TB, sub string) OAuthClaims {
 			c.Audience = v
 		}
 	}
+	if c.KeyID == "" || c.Issuer == "" || c.Audience == "" {
+		tb.Fatalf("testbed: the broker's oauth.claims lacks its kid, issuer or audience: %q", raw)
+	}
 	return c
 }
 
@@ -74,7 +77,7 @@ func SignOAuth(tb testing.TB, key *rsa.PrivateKey, c OAuthClaims) string {
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key},
 		(&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", c.KeyID))
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("testbed: sign a token: %v", err)
 	}
 	now := time.Now()
 	token, err := jwt.Signed(signer).Claims(jwt.Claims{
@@ -85,7 +88,7 @@ func SignOAuth(tb testing.TB, key *rsa.PrivateKey, c OAuthClaims) string {
 		Expiry:   jwt.NewNumericDate(c.Expiry),
 	}).Serialize()
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("testbed: sign a token: %v", err)
 	}
 	return token
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -38,6 +39,9 @@ func writeJWKS(args []string) error {
 	if err != nil {
 		return fmt.Errorf("jwks: %s: %w", *keyFile, err)
 	}
+	if _, ok := key.(*rsa.PrivateKey); !ok {
+		return fmt.Errorf("jwks: %s holds a %T, not an RSA key (RS256)", *keyFile, key)
+	}
 	private := jose.JSONWebKey{Key: key, KeyID: *kid, Algorithm: string(jose.RS256), Use: "sig"}
 	pub := private.Public()
 	if !pub.Valid() {
@@ -47,5 +51,8 @@ func writeJWKS(args []string) error {
 	if err != nil {
 		return fmt.Errorf("jwks: %w", err)
 	}
-	return os.WriteFile(*out, set, 0o644)
+	if err := os.WriteFile(*out, set, 0o644); err != nil {
+		return fmt.Errorf("jwks: %w", err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@
 //	eosdev freeport [N]                 prints N (default 1) free TCP ports on 127.0.0.1
 //	eosdev wait-kafka -brokers B [-min-brokers N] [-node-id ID] [-timeout 120s] [-sasl-file F] [-tls-ca F]
 //	eosdev wait-isr -brokers B [-timeout 120s] [-sasl-file F] [-tls-ca F]
+//	eosdev jwks -key private.pem -kid ID -out jwks.json   writes the JWKS of an RSA key (the TLS broker's OAUTHBEARER key set)
 //
 // -sasl-file names a file holding a SCRAM-SHA-512 user name and password, one
 // a line (a broker with ACLs, scripts/kafka.sh with EOSKIT_KAFKA_SASL=1).
