@@ -125,6 +125,11 @@
 // record per changed key per transaction. [Processor.State] reads the
 // committed state while Run works (an HTTP handler may call it).
 //
+// [WindowedCount], [WindowedSum] and [WindowedAggregate] aggregate by key
+// and event-time window (package window: tumbling and hopping windows,
+// grace, retention), each partition's stream time kept in its store;
+// [StateView.Windows] reads a key's windows. See docs/state.md.
+//
 // What holds: a handler reads its own transaction's writes; a record that
 // fails leaves none (its call's writes are dropped, see [StateOf]); an
 // aborted transaction leaves the store as the last committed one left it;

@@ -146,6 +146,11 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 			return loop.Restart(fmt.Errorf("produce failed, not because of the input %s[%d]@%d: %w", at.topic, at.partition, at.offset, err))
 		}
 	}
+	if errors.Is(err, eoskit.ErrInvalidConfig) {
+		// A handler that refused the configuration (a windowed
+		// aggregation under Concurrency): Run ends with its error.
+		return err
+	}
 	return p.applyPolicy(ctx, at, err)
 }
 

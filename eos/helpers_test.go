@@ -205,7 +205,8 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 }
 
 // copier is a copy processor in a child process of the test binary (with
-// EOS_COPIER_CHANGELOG=topic in env, a counter: eos.Count with that
+// EOS_COPIER_CHANGELOG=topic in env, a counter: eos.Count (with
+// EOS_COPIER_WINDOW=1, eos.WindowedCount of copierWindow) with that
 // changelog, its updates to out).
 type copier struct {
 	cmd *exec.Cmd
@@ -283,6 +284,14 @@ func copierMain() int {
 		// transaction half a second once its first changelog records
 		// are produced, so that a kill lands there.
 		handle = eos.Count()
+		if os.Getenv("EOS_COPIER_WINDOW") == "1" {
+			h, err := eos.WindowedCount(copierWindow)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "copier:", err)
+				return 2
+			}
+			handle = h
+		}
 		opts = append(opts, eos.Changelog(cl, eos.EmitUpdates(out)), eos.ClientOptions(kgo.WithHooks(&holdChangelog{updates: out})))
 	}
 	slow := func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {

@@ -17,3 +17,11 @@ func (h hangMetrics) hanging(outcome string) {
 		hm.HangingTransaction(outcome)
 	}
 }
+
+// lateRecord counts a late record of a windowed aggregation, when the
+// processor's metrics count them.
+func (p *Processor) lateRecord() {
+	if lm, ok := p.obs.Metrics.(LateMetrics); ok {
+		lm.LateRecord()
+	}
+}

@@ -122,6 +122,10 @@ func decide(a attempt, policy eoskit.ErrorPolicy, budget time.Duration) recordOu
 		return recordOutcome{kind: recordFailed, err: err}
 	case a.err == nil:
 		return recordOutcome{kind: produceOutputs, outs: a.outs}
+	case errors.Is(a.err, eoskit.ErrInvalidConfig):
+		// The handler refused the processor's configuration: no
+		// record's fault, whatever the policy (afterFailure ends Run).
+		return recordOutcome{kind: recordFailed, err: a.err}
 	}
 	pol := policy.For(a.err)
 	if !a.poisoned && pol.Kind() != eoskit.PolicyDeadLetter {

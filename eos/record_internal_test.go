@@ -21,6 +21,7 @@ func TestDecideRecordOutcomeUnit(t *testing.T) {
 	deadLetter := eoskit.DeadLetterTo("dlq")
 	retryThenDeadLetter := eoskit.Retry(time.Millisecond, 3).Then(eoskit.DeadLetterTo("retry-dlq"))
 	gaveUp := fmt.Errorf("call: %w", context.DeadlineExceeded)
+	refusedConfig := fmt.Errorf("handler: %w", &eoskit.ConfigError{Package: "eos", Setting: "Concurrency"})
 	for _, c := range []struct {
 		name   string
 		a      attempt
@@ -41,6 +42,8 @@ func TestDecideRecordOutcomeUnit(t *testing.T) {
 			want: recordOutcome{kind: recordFailed, err: boom}},
 		{name: "handler failed under DeadLetter", a: attempt{err: boom}, policy: deadLetter,
 			want: recordOutcome{kind: sendDeadLetter, err: boom}, deadLetterTo: "dlq"},
+		{name: "handler refused the configuration under DeadLetter: no record's fault", a: attempt{err: refusedConfig}, policy: deadLetter,
+			want: recordOutcome{kind: recordFailed, err: refusedConfig}},
 		{name: "poisoned as a Retry's fallback", a: attempt{poisoned: true, err: boom}, policy: retryThenDeadLetter,
 			want: recordOutcome{kind: sendDeadLetter, err: boom}, deadLetterTo: "retry-dlq"},
 		{name: "shut down while the handler failed", a: attempt{shutdown: true, err: boom}, policy: deadLetter,

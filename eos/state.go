@@ -207,12 +207,36 @@ type kvKey struct{}
 // wrapping [state.ErrTooLarge]; returned by the handler, it is the
 // record's fault (see [OnHandlerError]).
 func StateOf(ctx context.Context) state.KV {
-	kv, _ := ctx.Value(kvKey{}).(state.KV)
-	return kv
+	hs, _ := ctx.Value(kvKey{}).(handlerState)
+	return hs.kv
 }
 
-func withKV(ctx context.Context, kv state.KV) context.Context {
-	return context.WithValue(ctx, kvKey{}, kv)
+// handlerState is what a handler call's context carries for its keyed
+// state: its KV, and what counts a late record.
+type handlerState struct {
+	kv   state.KV
+	late func()
+	// keyLanes: records of one partition may be handled side by side
+	// (Concurrency above 1 under KeyOrder).
+	keyLanes bool
+}
+
+func withKV(ctx context.Context, kv state.KV, late func(), keyLanes bool) context.Context {
+	return context.WithValue(ctx, kvKey{}, handlerState{kv: kv, late: late, keyLanes: keyLanes})
+}
+
+// keyLanes reports whether the handler call of ctx may run beside
+// another of the same partition (Concurrency under KeyOrder).
+func keyLanes(ctx context.Context) bool {
+	hs, _ := ctx.Value(kvKey{}).(handlerState)
+	return hs.keyLanes
+}
+
+// lateRecorded counts a late record of the handler call of ctx.
+func lateRecorded(ctx context.Context) {
+	if hs, _ := ctx.Value(kvKey{}).(handlerState); hs.late != nil {
+		hs.late()
+	}
 }
 
 // errNoState is what an aggregation returns when its processor has no

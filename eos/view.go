@@ -3,6 +3,8 @@ package eos
 import (
 	"maps"
 	"slices"
+
+	"github.com/eoskit/eoskit/state"
 )
 
 // StateView is a read-only view of a stateful processor's committed state
@@ -51,7 +53,7 @@ func (v *StateView) Get(partition int32, key []byte) ([]byte, bool, error) {
 }
 
 // Range calls fn on every committed key and value of the partitions this
-// instance holds, partition by partition in order (within one, in key
+// instance holds (but the reserved ones, see [state.ReservedPrefix]), partition by partition in order (within one, in key
 // order for a pebble store, in no order for the memory store), until fn
 // returns false. The slices are valid during the call only. The
 // processor's transactions wait while it runs: keep fn short, and call
@@ -65,6 +67,9 @@ func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) erro
 		}
 		more := true
 		err := v.ks.parts[p].store.Range(func(k, val []byte) bool {
+			if state.IsReserved(k) {
+				return true
+			}
 			more = fn(p, k, val)
 			return more
 		})

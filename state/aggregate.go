@@ -73,11 +73,14 @@ func Reduce(kv KV, key, value []byte, fn func(old, value []byte) []byte) ([]byte
 // (nil, a tombstone, for a deleted key), in key order, however many
 // inputs changed the key in the transaction, as Kafka Streams' record
 // cache does between commits. Produced in the same transaction, readers
-// of topic see one update per key per transaction.
+// of topic see one update per key per transaction. Reserved keys
+// ([ReservedPrefix]) are left out.
 func Updates(dirty []Write, topic string) []*kgo.Record {
-	out := make([]*kgo.Record, len(dirty))
-	for i, w := range dirty {
-		out[i] = &kgo.Record{Topic: topic, Key: w.Key, Value: w.Value}
+	out := make([]*kgo.Record, 0, len(dirty))
+	for _, w := range dirty {
+		if !IsReserved(w.Key) {
+			out = append(out, &kgo.Record{Topic: topic, Key: w.Key, Value: w.Value})
+		}
 	}
 	return out
 }

@@ -19,6 +19,7 @@
 //	handler_duration_seconds{outcome="ok"|"error"}             histogram
 //	handlers_in_flight                                         gauge
 //	dead_letters_total                                         counter
+//	late_records_total                                         counter (windowed aggregations' late records, each time handled)
 //	lag{group, topic, partition}                               gauge (as of the partition's last poll; removed on revoke)
 //
 // For the franz-go client's own metrics (bytes, requests, buffered records),
@@ -50,6 +51,7 @@ type Metrics struct {
 	handler      *prometheus.HistogramVec
 	inFlight     *prometheus.GaugeVec
 	deadLetters  *prometheus.CounterVec
+	late         *prometheus.CounterVec
 	lag          *prometheus.GaugeVec
 	eos          *path
 }
@@ -59,6 +61,8 @@ var (
 	_ eoskit.PathMetrics = (*Metrics)(nil)
 	_ eos.HangingMetrics = (*Metrics)(nil)
 	_ eos.HangingMetrics = (*path)(nil)
+	_ eos.LateMetrics    = (*Metrics)(nil)
+	_ eos.LateMetrics    = (*path)(nil)
 )
 
 // Option configures New.
@@ -112,10 +116,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		handler:     histogram("handler_duration_seconds", "Time a handler call took, by whether it failed (error or panic)."),
 		inFlight:    gauge("handlers_in_flight", "Handler calls under way."),
 		deadLetters: counter("dead_letters_total", "Records dead-lettered in committed work."),
+		late:        counter("late_records_total", "Records a windowed aggregation found late (all their windows closed), each time handled."),
 		lag:         gauge("lag", "Records after the last one polled, per partition, as of its last poll.", "group", "topic", "partition"),
 	}
 	for _, col := range []prometheus.Collector{m.transactions, m.recordsIn, m.recordsOut, m.rebalances, m.fencings, m.hanging, m.duration,
-		m.handler, m.inFlight, m.deadLetters, m.lag} {
+		m.handler, m.inFlight, m.deadLetters, m.late, m.lag} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
@@ -134,7 +139,7 @@ func (m *Metrics) forPath(p, group string) *path {
 		committed: m.transactions.WithLabelValues(p, "committed", ""), committedFor: m.duration.WithLabelValues(p, "committed"),
 		abortedFor: m.duration.WithLabelValues(p, "aborted"), rebalances: m.rebalances.WithLabelValues(p), fencings: m.fencings.WithLabelValues(p),
 		ok: m.handler.WithLabelValues(p, "ok"), failed: m.handler.WithLabelValues(p, "error"), inFlight: m.inFlight.WithLabelValues(p),
-		deadLetters: m.deadLetters.WithLabelValues(p)}
+		deadLetters: m.deadLetters.WithLabelValues(p), late: m.late.WithLabelValues(p)}
 }
 
 // path is the view of the collectors for one path, its fixed series looked
@@ -144,6 +149,7 @@ type path struct {
 	name, group                          string
 	recordsIn, recordsOut, committed     prometheus.Counter
 	rebalances, fencings, deadLetters    prometheus.Counter
+	late                                 prometheus.Counter
 	committedFor, abortedFor, ok, failed prometheus.Observer
 	inFlight                             prometheus.Gauge
 }
@@ -164,6 +170,7 @@ func (p *path) Rebalanced()        { p.rebalances.Inc() }
 func (p *path) Fenced()            { p.fencings.Inc() }
 func (p *path) HandlerStarted()    { p.inFlight.Inc() }
 func (p *path) DeadLettered(n int) { p.deadLetters.Add(float64(n)) }
+func (p *path) LateRecord()        { p.late.Inc() }
 
 func (p *path) Handled(d time.Duration, failed bool) {
 	p.inFlight.Dec()
@@ -202,3 +209,6 @@ func (m *Metrics) Lag(topic string, partition int32, lag int64) { m.eos.Lag(topi
 
 // HangingTransaction implements eos.HangingMetrics.
 func (m *Metrics) HangingTransaction(outcome string) { m.eos.HangingTransaction(outcome) }
+
+// LateRecord implements eos.LateMetrics.
+func (m *Metrics) LateRecord() { m.eos.LateRecord() }

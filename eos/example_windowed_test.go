@@ -1,0 +1,74 @@
+package eos_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/window"
+)
+
+// Cases per region per day by when each was reported, taking reports up
+// to an hour late: a report of Dec 4 that comes after stream time passed
+// Dec 5 01:00 is late and changes nothing. StateView.Windows reads a
+// key's windows.
+func ExampleWindowedCount() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "daily"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	daily := window.Tumbling(24*time.Hour, time.Hour)
+	daily.Retention = 30 * 24 * time.Hour // queryable for a month
+	count, err := eos.WindowedCount(daily)
+	if err != nil {
+		panic(err)
+	}
+	txnID, _ := eos.StableTransactionalID("dashboard", "0")
+	p, err := eos.NewProcessor(count, eos.Brokers(brokers...), eos.Group("dashboard"),
+		eos.Topics("reports"), eos.TransactionalID(txnID), eos.CommitInterval(50*time.Millisecond),
+		eos.Changelog("dashboard-daily", eos.CreateChangelog(), eos.EmitUpdates("daily")),
+		eos.Logger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
+
+	day := func(d, h int) time.Time { return time.Date(2026, 12, d, h, 0, 0, 0, time.UTC) }
+	seed, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+	defer seed.Close()
+	for _, reported := range []time.Time{day(4, 9), day(4, 17), day(5, 0), day(4, 23), day(5, 2), day(4, 22), day(5, 3)} {
+		seed.Produce(context.Background(), &kgo.Record{Key: []byte("north"), Timestamp: reported}, nil)
+	}
+	_ = seed.Flush(context.Background())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var windows []eos.WindowValue
+	for sum := 0; sum < 6; { // 7 reports, one late
+		time.Sleep(10 * time.Millisecond)
+		windows, _ = p.State().Windows(daily, 0, []byte("north"), day(1, 0), day(6, 0))
+		sum = 0
+		for _, w := range windows {
+			var n int
+			fmt.Sscan(string(w.Value), &n)
+			sum += n
+		}
+	}
+	cancel()
+	for _, w := range windows {
+		fmt.Println(w.Window.Start.Format("Jan 2"), string(w.Value))
+	}
+	fmt.Println(<-done)
+	// Output:
+	// Dec 4 3
+	// Dec 5 3
+	// <nil>
+}

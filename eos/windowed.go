@@ -1,0 +1,259 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/window"
+)
+
+// WindowOption configures a windowed aggregation ([WindowedCount],
+// [WindowedSum], [WindowedAggregate]).
+type WindowOption interface{ applyWindow(*windowConfig) }
+
+type windowOpt func(*windowConfig)
+
+func (o windowOpt) applyWindow(c *windowConfig) { o(c) }
+
+type windowConfig struct {
+	eventTime  func(*kgo.Record) (time.Time, error)
+	returnLate bool
+}
+
+// EventTime sets a record's time (default: its timestamp). An error it
+// returns is the record's fault (see [OnHandlerError]): return one for a
+// time that cannot be right (far in the future, say), since a record's
+// time moves its partition's stream time, and with it what is late.
+func EventTime(fn func(*kgo.Record) (time.Time, error)) WindowOption {
+	return windowOpt(func(c *windowConfig) { c.eventTime = fn })
+}
+
+// ReturnLate makes a late record (all its windows closed) fail in its
+// handler with a *[window.LateError], the record's fault, so that the
+// processor's [OnHandlerError] policy decides: [DeadLetter] sends it to
+// the dead-letter topic with that reason. By default a late record
+// changes nothing and the handler returns nil. Either way it is counted
+// (see [LateMetrics]).
+func ReturnLate() WindowOption { return windowOpt(func(c *windowConfig) { c.returnLate = true }) }
+
+// LateMetrics is implemented by an [eoskit.Metrics] that also counts the
+// late records of windowed aggregations (eosprom's does). A record is
+// counted each time its handler runs: one handled again (a transaction
+// aborted) counts again.
+type LateMetrics interface {
+	LateRecord()
+}
+
+// WindowedCount counts the input records per key and per window of spec
+// by event time: the handler of a processor given [Changelog] (with
+// [EmitUpdates] for the stream of window counts). Each window's count is
+// kept under [window.AppendKey] of the record's key and the window's start
+// (Kafka Streams' layout), as decimal text, until the window expires
+// (spec.Retention past its start, by stream time), when it is deleted, a
+// tombstone in the changelog and the updates, in the transaction.
+//
+// A record's time is its timestamp, or what [EventTime] returns; each
+// input partition's stream time (its largest record time) is kept in the
+// partition's store, so it commits, restores and moves with the state. A
+// record counts in its windows still open at the stream time it leaves
+// (the window's end plus spec.Grace not reached); a record whose windows
+// all closed is late (see [ReturnLate]). A record without a key, or
+// without a time (before the Unix epoch), is the record's fault.
+//
+// The aggregation owns its processor's store: a handler writing keys of
+// its own beside it would have them taken for windows. An invalid spec is
+// a *[eoskit.ConfigError]; so is [Concurrency] under [KeyOrder], which Run
+// returns at the first record (stream time follows each partition's
+// order; [PartitionOrder] keeps it). See package window for the rules and docs/
+// state.md for what breaks them.
+func WindowedCount(spec window.Spec, opts ...WindowOption) (HandlerFunc, error) {
+	return WindowedSum(spec, func(*kgo.Record) (int64, error) { return 1, nil }, opts...)
+}
+
+// WindowedSum adds value(r) to each open window of r's key: as
+// [WindowedCount], which it generalizes. An error from value, or a sum that
+// would overflow an int64, is the record's fault.
+func WindowedSum(spec window.Spec, value func(*kgo.Record) (int64, error), opts ...WindowOption) (HandlerFunc, error) {
+	if value == nil {
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "WindowedSum", Reason: "no value function"}
+	}
+	return windowed("WindowedSum", spec, opts, func(r *kgo.Record) (func(kv state.KV, key []byte) error, error) {
+		n, err := value(r)
+		if err != nil {
+			return nil, err
+		}
+		return func(kv state.KV, key []byte) error {
+			_, err := state.Sum(kv, key, n)
+			return err
+		}, nil
+	})
+}
+
+// WindowedAggregate sets each open window of r's key to add(agg, r), agg
+// being the window's aggregate so far (nil for a window r opens); add
+// returning nil deletes the window. As [WindowedCount] otherwise. An error
+// from add is the record's fault; what add wrote to earlier windows of the
+// record is then dropped with the rest of its writes.
+func WindowedAggregate(spec window.Spec, add func(agg []byte, r *kgo.Record) ([]byte, error), opts ...WindowOption) (HandlerFunc, error) {
+	if add == nil {
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "WindowedAggregate", Reason: "no add function"}
+	}
+	return windowed("WindowedAggregate", spec, opts, func(r *kgo.Record) (func(kv state.KV, key []byte) error, error) {
+		return func(kv state.KV, key []byte) error {
+			agg, _, err := kv.Get(key)
+			if err != nil {
+				return err
+			}
+			next, err := add(agg, r)
+			switch {
+			case err != nil:
+				return err
+			case next == nil:
+				return kv.Delete(key)
+			}
+			return kv.Put(key, next)
+		}, nil
+	})
+}
+
+// streamTimeKey is where a windowed aggregation keeps its partition's
+// stream time (Unix milliseconds, decimal text).
+const streamTimeKey = state.ReservedPrefix + "stream-time"
+
+// windowed builds a windowed aggregation's handler: prepare turns a
+// record into what to do to each of its open windows' keys.
+func windowed(setting string, spec window.Spec, opts []WindowOption,
+	prepare func(r *kgo.Record) (func(kv state.KV, key []byte) error, error)) (HandlerFunc, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: setting, Reason: err.Error(), Err: err}
+	}
+	c := windowConfig{eventTime: func(r *kgo.Record) (time.Time, error) { return r.Timestamp, nil }}
+	for _, o := range opts {
+		o.applyWindow(&c)
+	}
+	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if keyLanes(ctx) {
+			// Stream time follows the partition's order: records
+			// handled side by side would each see another's.
+			return nil, &eoskit.ConfigError{Package: "eos", Setting: "Concurrency", Reason: setting +
+				" handles a partition's records in order (its stream time follows them): use PartitionOrder, not KeyOrder"}
+		}
+		kv, err := aggregating(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		at, err := c.eventTime(r)
+		if err != nil {
+			return nil, fmt.Errorf("eos: the record's event time: %w", err)
+		}
+		if at.UnixMilli() < 0 {
+			return nil, fmt.Errorf("eos: the record has no time (%s is before the Unix epoch): it falls in no window", at.UTC().Format(time.RFC3339Nano))
+		}
+		was, err := streamTime(kv)
+		if err != nil {
+			return nil, err
+		}
+		now := was
+		if at.After(was) {
+			now = at.Truncate(time.Millisecond)
+			if err := kv.Put([]byte(streamTimeKey), strconv.AppendInt(nil, now.UnixMilli(), 10)); err != nil {
+				return nil, err
+			}
+		}
+		open, err := spec.Open(at, now)
+		if err != nil {
+			lateRecorded(ctx)
+			if c.returnLate {
+				return nil, err
+			}
+			return nil, nil
+		}
+		apply, err := prepare(r)
+		if err != nil {
+			return nil, err
+		}
+		key := make([]byte, 0, len(r.Key)+window.KeyLen)
+		for _, w := range open {
+			key = window.AppendKey(key[:0], r.Key, w.Start)
+			if err := apply(kv, key); err != nil {
+				return nil, err
+			}
+		}
+		if crossed(spec, was, now) {
+			return nil, expire(kv, spec, now)
+		}
+		return nil, nil
+	}, nil
+}
+
+// streamTime returns the stream time kv keeps, the zero time before its
+// partition's first record.
+func streamTime(kv state.KV) (time.Time, error) {
+	v, ok, err := kv.Get([]byte(streamTimeKey))
+	if err != nil || !ok {
+		return time.Time{}, err
+	}
+	ms, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("eos: the store's stream time %q: %w", v, err)
+	}
+	return time.UnixMilli(ms), nil
+}
+
+// crossed reports whether stream time, moving from was to now, passed a
+// window start: only then can a window have expired. (The first record
+// of a partition, was the zero time, crosses.)
+func crossed(spec window.Spec, was, now time.Time) bool {
+	if !now.After(was) {
+		return false
+	}
+	adv := spec.Advance
+	if adv == 0 {
+		adv = spec.Size
+	}
+	return was.IsZero() || now.UnixMilli()/adv.Milliseconds() > was.UnixMilli()/adv.Milliseconds()
+}
+
+// errNoKeys is returned when a windowed aggregation's state cannot list
+// its keys (a KV other than the processor's).
+var errNoKeys = errors.New("eos: a windowed aggregation's state cannot list its keys")
+
+// expire deletes every window of kv expired at streamTime. It reads every
+// key of the store: it runs only when stream time passes a window start
+// (see crossed), once per Advance of event time per partition.
+func expire(kv state.KV, spec window.Spec, streamTime time.Time) error {
+	lister, ok := kv.(state.KeyLister)
+	if !ok {
+		return errNoKeys
+	}
+	var expired [][]byte
+	err := lister.Keys(func(key []byte) bool {
+		if state.IsReserved(key) {
+			return true
+		}
+		_, start, err := window.SplitKey(key)
+		if err != nil {
+			return true // too short to be a window's: not the aggregation's
+		}
+		if spec.Expired(spec.Starting(start), streamTime) {
+			expired = append(expired, key)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, key := range expired {
+		if err := kv.Delete(key); err != nil {
+			return err
+		}
+	}
+	return nil
+}

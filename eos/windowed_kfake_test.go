@@ -1,0 +1,387 @@
+package eos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/eos/eosprom"
+	"github.com/eoskit/eoskit/window"
+)
+
+var day0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+// windowedRun runs a windowed count of in (one partition, on kfake) over
+// the reports (key, time) given, in order, until each is handled, and
+// returns the processor's state view as it stopped, the records of the
+// updates and dead-letter topics, and the late records counted.
+type windowedRun struct {
+	updates, deadLetters []*kgo.Record
+	windows              map[string][]string // key → "start=count" of its windows in the store
+	late                 float64
+}
+
+type report struct {
+	key string
+	at  time.Time
+}
+
+func runWindowed(t *testing.T, spec window.Spec, reports []report, opts ...eos.WindowOption) windowedRun {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "updates", "dead-letters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	ctx := context.Background()
+	for _, r := range reports {
+		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(r.key), Timestamp: r.at}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := eos.WindowedCount(spec, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := eosprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txnID, _ := eos.StableTransactionalID("windows", "0")
+	p, err := eos.NewProcessor(h, eos.Brokers(brokers...), eos.Group("windows"), eos.Topics("reports"), eos.TransactionalID(txnID),
+		eos.CommitInterval(20*time.Millisecond), eos.OnHandlerError(eos.DeadLetter("dead-letters")), eos.WithMetrics(m),
+		eos.Changelog("windows-changelog", eos.CreateChangelog(), eos.EmitUpdates("updates")), eos.Logger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	adm := kadm.NewClient(seed)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		offsets, err := adm.FetchOffsets(ctx, "windows")
+		if o, ok := offsets.Lookup("reports", 0); err == nil && ok && o.At == int64(len(reports)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the processor did not commit the %d reports within 30 s", len(reports))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out := windowedRun{windows: map[string][]string{}}
+	_ = p.State().Range(func(_ int32, key, value []byte) bool {
+		k, start, err := window.SplitKey(key)
+		if err != nil {
+			t.Errorf("the store holds %q, no window's key", key)
+			return true
+		}
+		out.windows[string(k)] = append(out.windows[string(k)], fmt.Sprintf("%s=%s", start.UTC().Format("01-02T15:04"), value))
+		return true
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	out.late = testutil.ToFloat64(lateCounter(t, reg))
+	out.updates = readCommitted(t, brokers, "updates")
+	out.deadLetters = readCommitted(t, brokers, "dead-letters")
+	return out
+}
+
+// lateCounter is eosprom's late_records_total series of path "eos".
+func lateCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "late"})
+	for _, f := range families {
+		if f.GetName() == "eoskit_processor_late_records_total" {
+			for _, m := range f.GetMetric() {
+				c.Add(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return c
+}
+
+// readCommitted reads topic (one partition) read_committed until a
+// poll of half a second brings nothing more.
+func readCommitted(t *testing.T, brokers []string, topic string) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		got := cl.PollFetches(ctx).Records()
+		cancel()
+		if len(got) == 0 {
+			return recs
+		}
+		recs = append(recs, got...)
+	}
+}
+
+// lastByKey is each windowed key's last value in recs ("nil" for a
+// tombstone), as "key@MM-DDTHH:MM".
+func lastByKey(t *testing.T, recs []*kgo.Record) map[string]string {
+	t.Helper()
+	last := map[string]string{}
+	for _, r := range recs {
+		k, start, err := window.SplitKey(r.Key)
+		if err != nil {
+			t.Fatalf("an update keyed %q, no window's", r.Key)
+		}
+		v := string(r.Value)
+		if r.Value == nil {
+			v = "nil"
+		}
+		last[fmt.Sprintf("%s@%s", k, start.UTC().Format("01-02T15:04"))] = v
+	}
+	return last
+}
+
+func at(d string) time.Time {
+	dur, err := time.ParseDuration(d)
+	if err != nil {
+		panic(err)
+	}
+	return day0.Add(dur)
+}
+
+// Reports out of order on one partition: each counts in its window while
+// stream time (the latest report's time) has not passed the window's end
+// plus grace; a report later than that is late: counted nowhere, counted
+// as late, and, with ReturnLate and a dead-letter policy, dead-lettered
+// with a reason that says so. The updates topic carries one update per
+// window changed, keyed as Kafka Streams keys windows.
+func TestWindowedCountFollowsStreamTime(t *testing.T) {
+	t.Parallel()
+	spec := window.Tumbling(time.Minute, 30*time.Second)
+	spec.Retention = time.Hour
+	got := runWindowed(t, spec, []report{
+		{"a", at("10s")},
+		{"a", at("50s")},
+		{"b", at("1m5s")},  // stream time 01:05
+		{"a", at("40s")},   // window 00:00 open until 01:30: counted
+		{"a", at("2m")},    // stream time 02:00
+		{"a", at("59s")},   // window 00:00 closed at 01:30: late
+		{"b", at("1m31s")}, // window 00:01 open until 02:30: counted
+	}, eos.ReturnLate())
+	want := map[string][]string{"a": {"12-01T00:00=3", "12-01T00:02=1"}, "b": {"12-01T00:01=2"}}
+	if !equalWindows(got.windows, want) {
+		t.Fatalf("the store holds %v, want %v", got.windows, want)
+	}
+	if got.late != 1 {
+		t.Fatalf("%v late records counted, want 1", got.late)
+	}
+	if len(got.deadLetters) != 1 || !strings.Contains(headerOf(got.deadLetters[0], "eoskit-error"), "late record") ||
+		headerOf(got.deadLetters[0], "eoskit-source-offset") != "5" {
+		t.Fatalf("dead letters %s; want the report at offset 5 (00:00:59), its error naming it late", describe(got.deadLetters))
+	}
+	if updates := lastByKey(t, got.updates); !mapsEqual(updates, map[string]string{"a@12-01T00:00": "3", "a@12-01T00:02": "1", "b@12-01T00:01": "2"}) {
+		t.Fatalf("the updates end at %v", updates)
+	}
+}
+
+// Windows leave the store, the changelog and the updates (a tombstone)
+// once stream time passes their start plus retention; a late record is
+// dropped, not dead-lettered, without ReturnLate.
+func TestWindowsExpireByStreamTime(t *testing.T) {
+	t.Parallel()
+	spec := window.Tumbling(time.Minute, 0)
+	spec.Retention = 2 * time.Minute
+	got := runWindowed(t, spec, []report{
+		{"a", at("10s")},
+		{"a", at("1m10s")},
+		{"a", at("2m10s")}, // window 00:00 expires at 02:00
+		{"b", at("3m30s")}, // window 00:01 at 03:00
+		{"a", at("2m50s")}, // window 00:02 closed at 03:00: late, dropped
+	})
+	want := map[string][]string{"a": {"12-01T00:02=1"}, "b": {"12-01T00:03=1"}}
+	if !equalWindows(got.windows, want) {
+		t.Fatalf("the store holds %v, want %v", got.windows, want)
+	}
+	if updates := lastByKey(t, got.updates); !mapsEqual(updates, map[string]string{"a@12-01T00:00": "nil", "a@12-01T00:01": "nil", "a@12-01T00:02": "1", "b@12-01T00:03": "1"}) {
+		t.Fatalf("the updates end at %v; want tombstones for the expired windows", updates)
+	}
+	if got.late != 1 || len(got.deadLetters) != 0 {
+		t.Fatalf("%v late, %d dead letters; want 1 late and none dead-lettered", got.late, len(got.deadLetters))
+	}
+}
+
+// A record whose time cannot be had (the extractor fails, or gives a time
+// before the Unix epoch) is the record's fault: dead-lettered with its
+// cause, the others counted. A record far in the future moves stream time
+// there: the records after it, with their true times, are late (the
+// documented hazard, which an extractor refusing such times avoids).
+func TestEventTimeFaultsAreTheRecords(t *testing.T) {
+	t.Parallel()
+	spec := window.Tumbling(time.Minute, 0)
+	spec.Retention = 24 * 365 * 2 * time.Hour
+	extract := func(r *kgo.Record) (time.Time, error) {
+		switch string(r.Key) {
+		case "unreadable":
+			return time.Time{}, errors.New("no reported_at field")
+		case "before-epoch":
+			return time.UnixMilli(-5), nil
+		}
+		return r.Timestamp, nil
+	}
+	got := runWindowed(t, spec, []report{
+		{"a", at("10s")},
+		{"unreadable", at("20s")},
+		{"before-epoch", at("30s")},
+		{"future", at("8760h")},
+		{"a", at("40s")}, // late: stream time is a year ahead
+	}, eos.EventTime(extract))
+	want := map[string][]string{"a": {"12-01T00:00=1"}, "future": {"12-01T00:00=1"}}
+	want["future"] = []string{at("8760h").UTC().Format("01-02T15:04") + "=1"}
+	if !equalWindows(got.windows, want) {
+		t.Fatalf("the store holds %v, want %v", got.windows, want)
+	}
+	var causes []string
+	for _, r := range got.deadLetters {
+		causes = append(causes, string(r.Key)+": "+headerOf(r, "eoskit-error"))
+	}
+	if len(causes) != 2 || !strings.Contains(causes[0], "no reported_at field") || !strings.Contains(causes[1], "before the Unix epoch") {
+		t.Fatalf("dead letters %q; want the unreadable and the before-epoch records, each with its cause", causes)
+	}
+	if got.late != 1 {
+		t.Fatalf("%v late, want 1 (the record after the future one)", got.late)
+	}
+}
+
+// An invalid spec is a ConfigError from the constructor.
+func TestWindowedSpecIsChecked(t *testing.T) {
+	_, err := eos.WindowedCount(window.Spec{Size: time.Minute, Grace: time.Minute, Retention: time.Minute})
+	var cfg *eoskit.ConfigError
+	if !errors.As(err, &cfg) || cfg.Setting != "WindowedSum" || !errors.Is(err, window.ErrSpec) {
+		t.Fatalf("%v; want a ConfigError wrapping window.ErrSpec", err)
+	}
+}
+
+func equalWindows(a, b map[string][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w := b[k]
+		if len(v) != len(w) {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, x := range v {
+			seen[x] = true
+		}
+		for _, x := range w {
+			if !seen[x] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func headerOf(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// describe lists recs' keys and headers, for a failure's message.
+func describe(recs []*kgo.Record) string {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "[%s", r.Key)
+		for _, h := range r.Headers {
+			fmt.Fprintf(&b, " %s=%q", h.Key, h.Value)
+		}
+		b.WriteString("] ")
+	}
+	return b.String()
+}
+
+// Under Concurrency a windowed aggregation would see a partition's
+// records out of order (stream time follows them): Run ends at the first
+// record with a ConfigError naming Concurrency, whatever the error policy
+// (DeadLetter here), and nothing is dead-lettered or committed.
+func TestWindowedUnderConcurrencyIsAConfigError(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "dead-letters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	if err := seed.ProduceSync(context.Background(), &kgo.Record{Key: []byte("a")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := eos.WindowedCount(window.Tumbling(time.Minute, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	txnID, _ := eos.StableTransactionalID("windows", "0")
+	p, err := eos.NewProcessor(h, eos.Brokers(brokers...), eos.Group("windows"), eos.Topics("reports"), eos.TransactionalID(txnID),
+		eos.Concurrency(4, eos.KeyOrder), eos.OnHandlerError(eos.DeadLetter("dead-letters")),
+		eos.Changelog("windows-changelog", eos.CreateChangelog()), eos.Logger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Run(ctx)
+	var cfg *eoskit.ConfigError
+	if !errors.As(err, &cfg) || cfg.Setting != "Concurrency" {
+		t.Fatalf("Run returned %v; want a ConfigError naming Concurrency", err)
+	}
+	if dl := readCommitted(t, brokers, "dead-letters"); len(dl) != 0 {
+		t.Fatalf("%d records dead-lettered", len(dl))
+	}
+}

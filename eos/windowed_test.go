@@ -1,0 +1,124 @@
+package eos_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/window"
+)
+
+// copierWindow is the windowed count the copier runs with
+// EOS_COPIER_WINDOW=1: per minute of report time, taking reports 20 s
+// late, kept a day (nothing expires within a test).
+var copierWindow = window.Spec{Size: time.Minute, Advance: time.Minute, Grace: 20 * time.Second, Retention: 24 * time.Hour}
+
+// reportTime is the time of report id: 10 ms apart in id order, but every
+// 7th 15 s behind (inside the grace period, or in an earlier window still
+// open) and every 11th 90 s behind (past it, most often: late). Aborted
+// reports are 50 minutes ahead (a broker refuses a record more than an
+// hour ahead of its clock, message.timestamp.after.max.ms): a processor
+// that saw one would move stream time there and find every later report
+// late.
+func reportTime(id string) time.Time {
+	n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+	t := time.Now().Truncate(time.Hour).Add(-2*time.Hour + time.Duration(n)*10*time.Millisecond)
+	switch {
+	case strings.HasPrefix(id, "aborted-"):
+		return t.Add(50 * time.Minute)
+	case n%11 == 0:
+		return t.Add(-90 * time.Second)
+	case n%7 == 0:
+		return t.Add(-15 * time.Second)
+	}
+	return t
+}
+
+// windowTruth computes, from the committed input read back (each
+// partition in offset order), the count per region and window that the
+// rules give: a report counts in its window unless its partition's stream
+// time, with it, has reached the window's end plus grace. Keys are
+// window.AppendKey's. It is written without package window's rules, and
+// returns how many reports were late, and the counts a design ignoring
+// lateness would give.
+func windowTruth(t *testing.T, k *integration.KafkaCluster, in string) (want map[string]string, late int, ignoringLateness map[string]string) {
+	t.Helper()
+	size, grace := copierWindow.Size.Milliseconds(), copierWindow.Grace.Milliseconds()
+	streamTime := map[int32]int64{}
+	counts, all := map[string]int{}, map[string]int{}
+	for _, r := range k.ReadAll(in, kgo.ReadCommitted(), verifyTimeout) {
+		ms := r.Timestamp.UnixMilli()
+		streamTime[r.Partition] = max(streamTime[r.Partition], ms)
+		start := ms - ms%size
+		key := string(window.AppendKey(nil, r.Key, time.UnixMilli(start)))
+		all[key]++
+		if streamTime[r.Partition] >= start+size+grace {
+			late++
+			continue
+		}
+		counts[key]++
+	}
+	text := func(m map[string]int) map[string]string {
+		out := map[string]string{}
+		for k, n := range m {
+			out[k] = strconv.Itoa(n)
+		}
+		return out
+	}
+	return text(counts), late, text(all)
+}
+
+// The dashboard's per-minute counts by report time, with reports out of
+// order and some late, are exact through: a counter SIGKILLed while its
+// transaction holds changelog records, its replacement restoring each
+// partition's windows and stream time from the changelog, a second
+// instance joining and leaving (partitions revoked and restored
+// elsewhere). Inputs from a transactional producer that also aborts (its
+// aborted reports 50 minutes ahead), over four partitions. Checked from
+// outside against the truth computed from the committed input: the
+// updates and the changelog end at it, each window's counts only
+// growing; views never hold more. The truth has late reports and differs
+// from a count that ignores lateness, so a design that lost stream time
+// in a restore, or never had it, fails here.
+func TestWindowedCountIsExactThroughCrashesAndRebalances(t *testing.T) {
+	t.Parallel()
+	k := integration.Kafka(t)
+	in, updates := k.NewTopic(4), k.NewTopic(4)
+	changelog := newChangelog(t, k, 4)
+	group := integration.UniqueName(t, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, _, err := integration.SeedTransactional(ctx, k.Brokers, in, 20_000, 500, func(r *kgo.Record) {
+		r.Key = []byte(regionOf(string(r.Value)))
+		r.Timestamp = reportTime(string(r.Value))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want, late, ignoring := windowTruth(t, k, in)
+	if late == 0 || mapsEqual(want, ignoring) {
+		t.Fatalf("the input has %d late reports: the test could not tell a design that ignores lateness", late)
+	}
+	t.Logf("%d windows, %d late reports", len(want), late)
+
+	victim := startCopier(t, k, eos.ExactlyOnce, in, updates, group, group+"-0", "EOS_COPIER_CHANGELOG="+changelog, "EOS_COPIER_WINDOW=1")
+	waitFor(t, 2*time.Minute, "an open transaction with changelog records", func() bool {
+		hwm, lso := endOffsets(t, k.Admin, changelog)
+		return hwm > lso && lso > 0
+	})
+	victim.kill()
+
+	h, err := eos.WindowedCount(copierWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startProcessor(t, h, statefulOpts(k, group, in, changelog, updates, "0")...)
+	waitFor(t, 2*time.Minute, "the replacement to restore and count", func() bool { return len(a.p.State().Partitions()) > 0 })
+	b := startProcessor(t, h, statefulOpts(k, group, in, changelog, updates, "1")...)
+	countEndsAtTotals(t, k, a, b, want, updates, changelog)
+}

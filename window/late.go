@@ -1,0 +1,46 @@
+package window
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLate is wrapped by a [LateError].
+var ErrLate = errors.New("late record")
+
+// LateError is a record all of whose windows had closed when it came:
+// it changed none of them. The windowed aggregations return it when asked
+// to (so that the processor's error policy dead-letters it); it is the
+// record's fault.
+type LateError struct {
+	// Time is the record's time; StreamTime its partition's stream time.
+	Time, StreamTime time.Time
+	// Window is the last window Time falls in, closed at StreamTime.
+	Window Window
+	// Grace is the spec's grace period.
+	Grace time.Duration
+}
+
+func (e *LateError) Error() string {
+	return fmt.Sprintf("%v: its time %s is past the grace period (%s) of its last window %s at stream time %s",
+		ErrLate, e.Time.UTC().Format(time.RFC3339Nano), e.Grace, e.Window, e.StreamTime.UTC().Format(time.RFC3339Nano))
+}
+
+func (e *LateError) Unwrap() error { return ErrLate }
+
+// Open returns the windows t falls in that are open at streamTime, and a
+// *[LateError] when t falls in windows but none is open. s must be valid.
+func (s Spec) Open(t, streamTime time.Time) ([]Window, error) {
+	ws := s.For(t)
+	open := ws[:0:0]
+	for _, w := range ws {
+		if !s.Closed(w, streamTime) {
+			open = append(open, w)
+		}
+	}
+	if len(open) == 0 && len(ws) > 0 {
+		return nil, &LateError{Time: t, StreamTime: streamTime, Window: ws[len(ws)-1], Grace: s.Grace}
+	}
+	return open, nil
+}

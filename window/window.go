@@ -1,0 +1,147 @@
+package window
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Spec says which windows a record time falls in, how long after its end
+// a window still takes records, and how long it is kept. The zero Spec is
+// invalid; [Tumbling] and [Hopping] make valid ones.
+type Spec struct {
+	// Size is each window's length (at least a millisecond, in whole
+	// milliseconds: Kafka's timestamps are milliseconds).
+	Size time.Duration
+	// Advance is the distance between two windows' starts: Size (or 0)
+	// for tumbling windows, less for hopping ones. Whole milliseconds.
+	Advance time.Duration
+	// Grace is how long past its end a window still takes late records,
+	// by stream time (default 0: none).
+	Grace time.Duration
+	// Retention is how long past its start a window is kept, by stream
+	// time (default, and at least, Size + Grace).
+	Retention time.Duration
+}
+
+// Tumbling returns windows of size laid end to end, taking records up to
+// grace after their end: Kafka Streams'
+// TimeWindows.ofSizeAndGrace(size, grace).
+func Tumbling(size, grace time.Duration) Spec {
+	return Spec{Size: size, Advance: size, Grace: grace}
+}
+
+// Hopping returns windows of size starting every advance, taking records
+// up to grace after their end: Kafka Streams'
+// TimeWindows.ofSizeAndGrace(size, grace).advanceBy(advance).
+func Hopping(size, advance, grace time.Duration) Spec {
+	return Spec{Size: size, Advance: advance, Grace: grace}
+}
+
+// Window is one window: the times from Start (inclusive) to End
+// (exclusive).
+type Window struct {
+	Start, End time.Time
+}
+
+func (w Window) String() string {
+	return fmt.Sprintf("[%s, %s)", w.Start.UTC().Format(time.RFC3339Nano), w.End.UTC().Format(time.RFC3339Nano))
+}
+
+// ErrSpec is wrapped by what [Spec.Validate] returns.
+var ErrSpec = errors.New("window: invalid spec")
+
+// Validate returns an error wrapping [ErrSpec] naming what is wrong with
+// s, or nil.
+func (s Spec) Validate() error {
+	refuse := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrSpec}, args...)...)
+	}
+	switch {
+	case s.Size < time.Millisecond || s.Size%time.Millisecond != 0:
+		return refuse("size %s is not a positive whole number of milliseconds", s.Size)
+	case s.Advance < 0 || s.Advance > s.Size || s.Advance%time.Millisecond != 0:
+		return refuse("advance %s is not a whole number of milliseconds from 1 ms to the size %s", s.Advance, s.Size)
+	case s.Grace < 0:
+		return refuse("grace %s is negative", s.Grace)
+	case s.Retention != 0 && s.Retention < s.Size+s.Grace:
+		return refuse("retention %s is less than size + grace (%s): a window would leave the store while it still takes records", s.Retention, s.Size+s.Grace)
+	}
+	return nil
+}
+
+// advance is s.Advance, Size when unset.
+func (s Spec) advance() time.Duration {
+	if s.Advance == 0 {
+		return s.Size
+	}
+	return s.Advance
+}
+
+// retention is s.Retention, Size + Grace when unset.
+func (s Spec) retention() time.Duration {
+	return max(s.Retention, s.Size+s.Grace)
+}
+
+// For returns the windows t falls in, earliest first: one for tumbling
+// windows, up to Size/Advance (rounded up) for hopping ones. A time before
+// the Unix epoch falls in none. s must be valid.
+func (s Spec) For(t time.Time) []Window {
+	ms := t.UnixMilli()
+	if ms < 0 {
+		return nil
+	}
+	size, adv := s.Size.Milliseconds(), s.advance().Milliseconds()
+	last := ms - ms%adv // the latest start at or before t
+	var ws []Window
+	for start := max(0, last-(size-1)/adv*adv); start <= last; start += adv {
+		if ms < start+size {
+			ws = append(ws, s.window(start))
+		}
+	}
+	return ws
+}
+
+// Starting returns the window that starts at start (a multiple of
+// Advance since the epoch).
+func (s Spec) Starting(start time.Time) Window {
+	return s.window(start.UnixMilli())
+}
+
+func (s Spec) window(startMs int64) Window {
+	start := time.UnixMilli(startMs)
+	return Window{Start: start, End: start.Add(s.Size)}
+}
+
+// Closed reports whether w takes no more records at streamTime: stream
+// time has reached its end plus Grace (Kafka Streams' rule: a window
+// takes a record while stream time - grace is before its end).
+func (s Spec) Closed(w Window, streamTime time.Time) bool {
+	return !streamTime.Before(w.End.Add(s.Grace))
+}
+
+// Expired reports whether w leaves the store at streamTime: stream time
+// has reached its start plus Retention. An expired window is closed.
+func (s Spec) Expired(w Window, streamTime time.Time) bool {
+	return !streamTime.Before(w.Start.Add(s.retention()))
+}
+
+// Starts returns the starts of the windows that begin from from to to
+// (both included), earliest first, at most limit of them; more is an
+// error. s must be valid.
+func (s Spec) Starts(from, to time.Time, limit int) ([]time.Time, error) {
+	adv := s.advance().Milliseconds()
+	lo, hi := max(0, from.UnixMilli()), to.UnixMilli()
+	first := lo + (adv-lo%adv)%adv
+	if hi < first {
+		return nil, nil
+	}
+	if n := (hi-first)/adv + 1; n > int64(limit) {
+		return nil, fmt.Errorf("window: %d windows start from %s to %s, more than %d", n, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), limit)
+	}
+	var starts []time.Time
+	for ms := first; ms <= hi; ms += adv {
+		starts = append(starts, time.UnixMilli(ms))
+	}
+	return starts, nil
+}

@@ -1,0 +1,152 @@
+package window_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/eoskit/eoskit/window"
+)
+
+var t0 = time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+
+// For returns exactly the windows whose [start, end) holds the time, for
+// tumbling and hopping specs, checked against every aligned start near
+// the time.
+func TestForReturnsTheWindowsHoldingTheTime(t *testing.T) {
+	specs := []window.Spec{
+		window.Tumbling(time.Minute, 0),
+		window.Tumbling(24*time.Hour, time.Hour),
+		window.Hopping(10*time.Millisecond, 3*time.Millisecond, 0),
+		window.Hopping(time.Hour, 15*time.Minute, time.Minute),
+		{Size: 7 * time.Millisecond}, // Advance 0: tumbling
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, s := range specs {
+		if err := s.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		adv := s.Advance
+		if adv == 0 {
+			adv = s.Size
+		}
+		for range 2000 {
+			at := time.UnixMilli(rng.Int64N(1 << 42))
+			var want []window.Window
+			lo := max(0, at.UnixMilli()-s.Size.Milliseconds())
+			for start := lo - lo%adv.Milliseconds(); start <= at.UnixMilli(); start += adv.Milliseconds() {
+				w := window.Window{Start: time.UnixMilli(start), End: time.UnixMilli(start).Add(s.Size)}
+				if start >= 0 && !at.Before(w.Start) && at.Before(w.End) {
+					want = append(want, w)
+				}
+			}
+			got := s.For(at)
+			if !slices.EqualFunc(got, want, func(a, b window.Window) bool { return a.Start.Equal(b.Start) && a.End.Equal(b.End) }) {
+				t.Fatalf("%+v: For(%d) = %v, want %v", s, at.UnixMilli(), got, want)
+			}
+		}
+	}
+	if ws := window.Tumbling(time.Minute, 0).For(time.UnixMilli(-1)); ws != nil {
+		t.Fatalf("a time before the epoch falls in %v", ws)
+	}
+	if ws := window.Hopping(10*time.Millisecond, 3*time.Millisecond, 0).For(time.UnixMilli(1)); len(ws) != 1 || ws[0].Start.UnixMilli() != 0 {
+		t.Fatalf("a time just after the epoch falls in %v, want only the window starting at 0", ws)
+	}
+}
+
+// A window closes when stream time reaches its end plus grace, not a
+// millisecond before; it expires when stream time reaches its start plus
+// retention (size + grace by default).
+func TestClosedAndExpiredAtTheirBoundaries(t *testing.T) {
+	s := window.Tumbling(24*time.Hour, time.Hour)
+	w := s.For(t0.Add(time.Hour))[0]
+	if !w.Start.Equal(t0) || !w.End.Equal(t0.Add(24*time.Hour)) {
+		t.Fatalf("window %v", w)
+	}
+	closeAt := t0.Add(25 * time.Hour)
+	if s.Closed(w, closeAt.Add(-time.Millisecond)) || !s.Closed(w, closeAt) {
+		t.Fatal("the window does not close exactly at end + grace")
+	}
+	if s.Expired(w, closeAt.Add(-time.Millisecond)) || !s.Expired(w, closeAt) {
+		t.Fatal("the window does not expire exactly at start + size + grace (the default retention)")
+	}
+	s.Retention = 7 * 24 * time.Hour
+	if s.Expired(w, t0.Add(7*24*time.Hour-time.Millisecond)) || !s.Expired(w, t0.Add(7*24*time.Hour)) {
+		t.Fatal("the window does not expire exactly at start + retention")
+	}
+}
+
+// Open gives the windows still taking records, and a LateError naming the
+// last window when none is.
+func TestOpenRefusesALateRecord(t *testing.T) {
+	s := window.Hopping(time.Hour, 30*time.Minute, 10*time.Minute)
+	at := t0.Add(50 * time.Minute) // in [0:00, 1:00) and [0:30, 1:30)
+	if ws, err := s.Open(at, at); err != nil || len(ws) != 2 {
+		t.Fatalf("at its own time: %v, %v", ws, err)
+	}
+	ws, err := s.Open(at, t0.Add(70*time.Minute)) // the first closed at 1:10
+	if err != nil || len(ws) != 1 || !ws[0].Start.Equal(t0.Add(30*time.Minute)) {
+		t.Fatalf("with the first window closed: %v, %v", ws, err)
+	}
+	_, err = s.Open(at, t0.Add(100*time.Minute)) // the second closed at 1:40
+	var late *window.LateError
+	if !errors.As(err, &late) || !errors.Is(err, window.ErrLate) || !late.Window.Start.Equal(t0.Add(30*time.Minute)) {
+		t.Fatalf("with both closed: %v, want a LateError naming the window from 0:30", err)
+	}
+	if ws, err := s.Open(time.UnixMilli(-5), t0); ws != nil || err != nil {
+		t.Fatalf("a time before the epoch: %v, %v; want no window and no LateError (the caller refuses it)", ws, err)
+	}
+}
+
+func TestValidateRefusesWhatCannotWork(t *testing.T) {
+	for _, s := range []window.Spec{
+		{},
+		{Size: -time.Minute},
+		{Size: 1500 * time.Microsecond},
+		{Size: time.Minute, Advance: 2 * time.Minute},
+		{Size: time.Minute, Advance: -time.Second},
+		{Size: time.Minute, Advance: 1500 * time.Microsecond},
+		{Size: time.Minute, Grace: -time.Second},
+		{Size: time.Minute, Grace: time.Minute, Retention: 90 * time.Second},
+	} {
+		if err := s.Validate(); !errors.Is(err, window.ErrSpec) {
+			t.Errorf("%+v: %v, want ErrSpec", s, err)
+		}
+	}
+	if err := (window.Spec{Size: time.Minute, Grace: time.Minute, Retention: 2 * time.Minute}).Validate(); err != nil {
+		t.Errorf("retention of exactly size + grace: %v", err)
+	}
+}
+
+func TestKeysRoundTrip(t *testing.T) {
+	for _, key := range [][]byte{nil, {}, []byte("region-7"), {0, 0xff, 0}} {
+		b := window.AppendKey(nil, key, t0)
+		got, start, err := window.SplitKey(b)
+		if err != nil || string(got) != string(key) || !start.Equal(t0) {
+			t.Fatalf("%q: %q %v %v", key, got, start, err)
+		}
+	}
+	if _, _, err := window.SplitKey([]byte("short")); !errors.Is(err, window.ErrShortKey) {
+		t.Fatalf("a short key: %v", err)
+	}
+}
+
+func TestStartsListsAlignedStartsWithinALimit(t *testing.T) {
+	s := window.Hopping(time.Hour, 15*time.Minute, 0)
+	got, err := s.Starts(t0.Add(time.Minute), t0.Add(time.Hour), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Time{t0.Add(15 * time.Minute), t0.Add(30 * time.Minute), t0.Add(45 * time.Minute), t0.Add(time.Hour)}
+	if !slices.EqualFunc(got, want, time.Time.Equal) {
+		t.Fatalf("%v, want %v", got, want)
+	}
+	if _, err := s.Starts(t0, t0.Add(24*time.Hour), 10); err == nil {
+		t.Fatal("97 starts passed a limit of 10")
+	}
+	if got, err := s.Starts(t0.Add(time.Minute), t0.Add(2*time.Minute), 10); err != nil || got != nil {
+		t.Fatalf("no start in range: %v, %v", got, err)
+	}
+}
