@@ -217,6 +217,9 @@ func MaxRecordsPerCommit(n int) ProcessorOption {
 // not committed). DeadLetter writes the record to its topic in the same
 // transaction, which commits its offset and goes on (see [DeadLetter]). NewProcessor refuses a dead letter without a topic
 // (offsetstore's and dedup's park in a table) with a *[eoskit.ConfigError].
+// A handler error wrapping [eoskit.ErrInvalidConfig] (a *[eoskit.ConfigError]:
+// an aggregation without [Changelog], a windowed one under KeyOrder lanes)
+// is no record's fault: Run ends with it, whatever the policy.
 func OnHandlerError(p eoskit.ErrorPolicy) ProcessorOption {
 	return processorOpt(func(c *config) { c.onError = p })
 }

@@ -240,8 +240,8 @@ func lateRecorded(ctx context.Context) {
 }
 
 // errNoState is what an aggregation returns when its processor has no
-// changelog.
-var errNoState = errors.New("eos: an aggregation handler needs Changelog")
+// changelog: a configuration error, which ends Run (no record's fault).
+var errNoState = &eoskit.ConfigError{Package: "eos", Setting: "Changelog", Reason: "an aggregation handler needs Changelog"}
 
 // Count counts the input records per key: the handler of a processor
 // given [Changelog] and, for the stream of counts, [EmitUpdates]. A
@@ -295,6 +295,8 @@ func aggregating(ctx context.Context, r *kgo.Record) (state.KV, error) {
 		return nil, errNoState
 	case r.Key == nil:
 		return nil, errors.New("eos: a record without a key cannot be aggregated by key")
+	case state.IsReserved(r.Key):
+		return nil, fmt.Errorf("eos: a record whose key begins with %q (state.ReservedPrefix) cannot be aggregated: eoskit keeps its own keys there", state.ReservedPrefix)
 	}
 	return kv, nil
 }

@@ -64,8 +64,10 @@ type LateMetrics interface {
 // partition's store, so it commits, restores and moves with the state. A
 // record counts in its windows still open at the stream time it leaves
 // (the window's end plus spec.Grace not reached); a record whose windows
-// all closed is late (see [ReturnLate]). A record without a key, or
-// without a time (before the Unix epoch), is the record's fault.
+// all closed is late (see [ReturnLate]). A record without a key, with a
+// key beginning with [state.ReservedPrefix], or with a time no window
+// holds (before the Unix epoch, after [window.MaxTime]) is the record's
+// fault.
 //
 // The aggregation owns its processor's store: a handler writing keys of
 // its own beside it would have them taken for windows. An invalid spec is
@@ -153,8 +155,8 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 		if err != nil {
 			return nil, fmt.Errorf("eos: the record's event time: %w", err)
 		}
-		if at.UnixMilli() < 0 {
-			return nil, fmt.Errorf("eos: the record has no time (%s is before the Unix epoch): it falls in no window", at.UTC().Format(time.RFC3339Nano))
+		if !window.InRange(at) {
+			return nil, fmt.Errorf("eos: the record's time %s is before the Unix epoch or after year 9999: it falls in no window", at.UTC().Format(time.RFC3339Nano))
 		}
 		was, err := streamTime(kv)
 		if err != nil {
@@ -186,7 +188,7 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 				return nil, err
 			}
 		}
-		if crossed(spec, was, now) {
+		if spec.ExpiresBetween(was, now) {
 			return nil, expire(kv, spec, now)
 		}
 		return nil, nil
@@ -207,27 +209,14 @@ func streamTime(kv state.KV) (time.Time, error) {
 	return time.UnixMilli(ms), nil
 }
 
-// crossed reports whether stream time, moving from was to now, passed a
-// window start: only then can a window have expired. (The first record
-// of a partition, was the zero time, crosses.)
-func crossed(spec window.Spec, was, now time.Time) bool {
-	if !now.After(was) {
-		return false
-	}
-	adv := spec.Advance
-	if adv == 0 {
-		adv = spec.Size
-	}
-	return was.IsZero() || now.UnixMilli()/adv.Milliseconds() > was.UnixMilli()/adv.Milliseconds()
-}
-
 // errNoKeys is returned when a windowed aggregation's state cannot list
 // its keys (a KV other than the processor's).
 var errNoKeys = errors.New("eos: a windowed aggregation's state cannot list its keys")
 
 // expire deletes every window of kv expired at streamTime. It reads every
-// key of the store: it runs only when stream time passes a window start
-// (see crossed), once per Advance of event time per partition.
+// key of the store: it runs only when stream time passes an expiry point
+// (a window start plus Retention, see window.Spec.ExpiresBetween), once
+// per Advance of event time per partition.
 func expire(kv state.KV, spec window.Spec, streamTime time.Time) error {
 	lister, ok := kv.(state.KeyLister)
 	if !ok {

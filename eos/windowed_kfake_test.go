@@ -40,18 +40,37 @@ type report struct {
 
 func runWindowed(t *testing.T, spec window.Spec, reports []report, opts ...eos.WindowOption) windowedRun {
 	t.Helper()
+	return runWindowedOn(t, windowCluster(t), spec, reports, opts...)
+}
+
+// windowCluster is a kfake cluster with the topics runWindowedOn uses.
+func windowCluster(t *testing.T) []string {
+	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "updates", "dead-letters"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	t.Cleanup(cluster.Close)
+	return cluster.ListenAddrs()
+}
+
+// runWindowedOn is runWindowed on brokers, whose reports topic may hold
+// reports of an earlier run (its changelog their state).
+func runWindowedOn(t *testing.T, brokers []string, spec window.Spec, reports []report, opts ...eos.WindowOption) windowedRun {
+	t.Helper()
 	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer seed.Close()
 	ctx := context.Background()
+	adm := kadm.NewClient(seed)
+	ends, err := adm.ListEndOffsets(ctx, "reports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup("reports", 0)
+	total := end.Offset + int64(len(reports))
 	for _, r := range reports {
 		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(r.key), Timestamp: r.at}).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -76,15 +95,14 @@ func runWindowed(t *testing.T, spec window.Spec, reports []report, opts ...eos.W
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
-	adm := kadm.NewClient(seed)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		offsets, err := adm.FetchOffsets(ctx, "windows")
-		if o, ok := offsets.Lookup("reports", 0); err == nil && ok && o.At == int64(len(reports)) {
+		if o, ok := offsets.Lookup("reports", 0); err == nil && ok && o.At == total {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the processor did not commit the %d reports within 30 s", len(reports))
+			t.Fatalf("the processor did not commit the reports up to offset %d within 30 s", total)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -233,6 +251,41 @@ func TestWindowsExpireByStreamTime(t *testing.T) {
 	}
 	if got.late != 1 || len(got.deadLetters) != 0 {
 		t.Fatalf("%v late, %d dead letters; want 1 late and none dead-lettered", got.late, len(got.deadLetters))
+	}
+}
+
+// A window expires when stream time passes its start plus retention, even
+// when no window start lies in between: Tumbling(1m, 20s) keeps a window
+// 80 s, so the window of 00:00 goes at 01:20, between two starts.
+func TestWindowsExpireBetweenWindowStarts(t *testing.T) {
+	t.Parallel()
+	got := runWindowed(t, window.Tumbling(time.Minute, 20*time.Second), []report{
+		{"a", at("10s")},
+		{"b", at("1m5s")},  // window 00:00 open until 01:20
+		{"b", at("1m25s")}, // window 00:00 expires at 01:20
+	})
+	want := map[string][]string{"b": {"12-01T00:01=2"}}
+	if !equalWindows(got.windows, want) {
+		t.Fatalf("the store holds %v, want %v", got.windows, want)
+	}
+}
+
+// Stream time restores with the state: a processor started after another
+// committed (its store restored from the changelog) finds late a report
+// that is late only against the stream time the first one left.
+func TestStreamTimeRestoresWithTheState(t *testing.T) {
+	t.Parallel()
+	spec := window.Tumbling(time.Minute, 0)
+	spec.Retention = time.Hour
+	brokers := windowCluster(t)
+	first := runWindowedOn(t, brokers, spec, []report{{"a", at("10s")}, {"a", at("5m")}})
+	if first.late != 0 {
+		t.Fatalf("the first run found %v late", first.late)
+	}
+	second := runWindowedOn(t, brokers, spec, []report{{"a", at("20s")}}) // late against 00:05
+	want := map[string][]string{"a": {"12-01T00:00=1", "12-01T00:05=1"}}
+	if second.late != 1 || !equalWindows(second.windows, want) {
+		t.Fatalf("after a restart: %v late, the store holds %v; want the report of 00:00:20 late and %v", second.late, second.windows, want)
 	}
 }
 

@@ -1,6 +1,8 @@
 package eos
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/eoskit/eoskit/window"
@@ -15,12 +17,18 @@ type WindowValue struct {
 // maxWindowsQueried bounds what one [StateView.Windows] call reads.
 const maxWindowsQueried = 100_000
 
+// ErrNotHeld is returned by [StateView.Windows] for a partition this
+// instance does not hold, or is restoring: its answer would be empty, not
+// true.
+var ErrNotHeld = errors.New("eos: the partition's state is not held here, or is restoring")
+
 // Windows returns the committed windows of key in partition's store that
-// a windowed aggregation of spec keeps, those starting from from to to
-// (both included), earliest first; windows without a value (never opened,
-// or expired) are left out. A partition this instance does not hold, or
-// is restoring, has none (see [StateView.Partitions]). A range of more
-// than 100,000 window starts is an error.
+// a windowed aggregation of spec (the same spec: the view cannot tell)
+// keeps, those starting from from to to (both included), earliest first;
+// windows without a value (never opened, or deleted as expired) are left
+// out. A partition this instance does not hold, or is restoring, is
+// [ErrNotHeld]. A range of more than 100,000 window starts is an error.
+// The processor's transactions wait while it reads: keep ranges short.
 func (v *StateView) Windows(spec window.Spec, partition int32, key []byte, from, to time.Time) ([]WindowValue, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -33,7 +41,7 @@ func (v *StateView) Windows(spec window.Spec, partition int32, key []byte, from,
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[partition]
 	if !ok || v.ks.restoring[partition] {
-		return nil, nil
+		return nil, fmt.Errorf("%w: partition %d", ErrNotHeld, partition)
 	}
 	var out []WindowValue
 	wkey := make([]byte, 0, len(key)+window.KeyLen)

@@ -29,9 +29,15 @@ func (e *LateError) Error() string {
 
 func (e *LateError) Unwrap() error { return ErrLate }
 
-// Open returns the windows t falls in that are open at streamTime, and a
-// *[LateError] when t falls in windows but none is open. s must be valid.
+// ErrOutOfRange is returned by [Spec.Open] for a time no window holds.
+var ErrOutOfRange = errors.New("window: a time before the Unix epoch or after year 9999 falls in no window")
+
+// Open returns the windows t falls in that are open at streamTime, a
+// *[LateError] when none is, or [ErrOutOfRange]. s must be valid.
 func (s Spec) Open(t, streamTime time.Time) ([]Window, error) {
+	if !InRange(t) {
+		return nil, ErrOutOfRange
+	}
 	ws := s.For(t)
 	open := ws[:0:0]
 	for _, w := range ws {
@@ -39,7 +45,7 @@ func (s Spec) Open(t, streamTime time.Time) ([]Window, error) {
 			open = append(open, w)
 		}
 	}
-	if len(open) == 0 && len(ws) > 0 {
+	if len(open) == 0 {
 		return nil, &LateError{Time: t, StreamTime: streamTime, Window: ws[len(ws)-1], Grace: s.Grace}
 	}
 	return open, nil

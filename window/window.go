@@ -51,6 +51,15 @@ func (w Window) String() string {
 // ErrSpec is wrapped by what [Spec.Validate] returns.
 var ErrSpec = errors.New("window: invalid spec")
 
+// MaxTime is the latest time a window may hold: the end of year 9999.
+// Later times (a Kafka timestamp may be up to 2^63-1 ms) are refused by
+// the windowed aggregations, so that no window's arithmetic overflows.
+var MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+
+// maxSpan bounds a spec's durations (a century each), so that size,
+// grace and retention add up without overflow.
+const maxSpan = 100 * 365 * 24 * time.Hour
+
 // Validate returns an error wrapping [ErrSpec] naming what is wrong with
 // s, or nil.
 func (s Spec) Validate() error {
@@ -60,6 +69,8 @@ func (s Spec) Validate() error {
 	switch {
 	case s.Size < time.Millisecond || s.Size%time.Millisecond != 0:
 		return refuse("size %s is not a positive whole number of milliseconds", s.Size)
+	case s.Size > maxSpan || s.Grace > maxSpan || s.Retention > maxSpan:
+		return refuse("size, grace and retention are each at most a century")
 	case s.Advance < 0 || s.Advance > s.Size || s.Advance%time.Millisecond != 0:
 		return refuse("advance %s is not a whole number of milliseconds from 1 ms to the size %s", s.Advance, s.Size)
 	case s.Grace < 0:
@@ -85,12 +96,12 @@ func (s Spec) retention() time.Duration {
 
 // For returns the windows t falls in, earliest first: one for tumbling
 // windows, up to Size/Advance (rounded up) for hopping ones. A time before
-// the Unix epoch falls in none. s must be valid.
+// the Unix epoch or after [MaxTime] falls in none. s must be valid.
 func (s Spec) For(t time.Time) []Window {
-	ms := t.UnixMilli()
-	if ms < 0 {
+	if !InRange(t) {
 		return nil
 	}
+	ms := t.UnixMilli()
 	size, adv := s.Size.Milliseconds(), s.advance().Milliseconds()
 	last := ms - ms%adv // the latest start at or before t
 	var ws []Window
@@ -131,7 +142,16 @@ func (s Spec) Expired(w Window, streamTime time.Time) bool {
 // error. s must be valid.
 func (s Spec) Starts(from, to time.Time, limit int) ([]time.Time, error) {
 	adv := s.advance().Milliseconds()
-	lo, hi := max(0, from.UnixMilli()), to.UnixMilli()
+	if from.Before(time.UnixMilli(0)) {
+		from = time.UnixMilli(0)
+	}
+	if to.After(MaxTime) {
+		to = MaxTime
+	}
+	if from.After(to) {
+		return nil, nil
+	}
+	lo, hi := from.UnixMilli(), to.UnixMilli()
 	first := lo + (adv-lo%adv)%adv
 	if hi < first {
 		return nil, nil
@@ -144,4 +164,33 @@ func (s Spec) Starts(from, to time.Time, limit int) ([]time.Time, error) {
 		starts = append(starts, time.UnixMilli(ms))
 	}
 	return starts, nil
+}
+
+// InRange reports whether t is a time windows hold: from the Unix epoch
+// to [MaxTime].
+func InRange(t time.Time) bool {
+	return !t.Before(time.UnixMilli(0)) && !t.After(MaxTime)
+}
+
+// ExpiresBetween reports whether a window may expire as stream time moves
+// from was (exclusive) to now (inclusive): whether a window start plus
+// Retention lies in between. The zero was (no stream time yet) says yes.
+func (s Spec) ExpiresBetween(was, now time.Time) bool {
+	if !now.After(was) {
+		return false
+	}
+	if was.IsZero() {
+		return true
+	}
+	adv, ret := s.advance().Milliseconds(), s.retention().Milliseconds()
+	// Expiry points are k*adv + ret: count those at or before each time.
+	return floorDiv(now.UnixMilli()-ret, adv) > floorDiv(was.UnixMilli()-ret, adv)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }

@@ -95,8 +95,10 @@ func TestOpenRefusesALateRecord(t *testing.T) {
 	if !errors.As(err, &late) || !errors.Is(err, window.ErrLate) || !late.Window.Start.Equal(t0.Add(30*time.Minute)) {
 		t.Fatalf("with both closed: %v, want a LateError naming the window from 0:30", err)
 	}
-	if ws, err := s.Open(time.UnixMilli(-5), t0); ws != nil || err != nil {
-		t.Fatalf("a time before the epoch: %v, %v; want no window and no LateError (the caller refuses it)", ws, err)
+	for _, out := range []time.Time{time.UnixMilli(-5), window.MaxTime.Add(time.Millisecond), time.UnixMilli(1<<63 - 1)} {
+		if ws, err := s.Open(out, t0); ws != nil || !errors.Is(err, window.ErrOutOfRange) {
+			t.Fatalf("%s: %v, %v; want ErrOutOfRange", out, ws, err)
+		}
 	}
 }
 
@@ -114,6 +116,9 @@ func TestValidateRefusesWhatCannotWork(t *testing.T) {
 		if err := s.Validate(); !errors.Is(err, window.ErrSpec) {
 			t.Errorf("%+v: %v, want ErrSpec", s, err)
 		}
+	}
+	if err := (window.Spec{Size: time.Minute, Grace: 1<<63 - 1}).Validate(); !errors.Is(err, window.ErrSpec) {
+		t.Errorf("a grace that would overflow size + grace: %v", err)
 	}
 	if err := (window.Spec{Size: time.Minute, Grace: time.Minute, Retention: 2 * time.Minute}).Validate(); err != nil {
 		t.Errorf("retention of exactly size + grace: %v", err)
@@ -146,7 +151,46 @@ func TestStartsListsAlignedStartsWithinALimit(t *testing.T) {
 	if _, err := s.Starts(t0, t0.Add(24*time.Hour), 10); err == nil {
 		t.Fatal("97 starts passed a limit of 10")
 	}
+	if got, err := s.Starts(time.UnixMilli(1<<63-1-1000), time.UnixMilli(1<<63-1), 10); err != nil || got != nil {
+		t.Fatalf("a range past MaxTime: %d starts, %v; want none", len(got), err)
+	}
 	if got, err := s.Starts(t0.Add(time.Minute), t0.Add(2*time.Minute), 10); err != nil || got != nil {
 		t.Fatalf("no start in range: %v, %v", got, err)
+	}
+}
+
+// ExpiresBetween says yes exactly when a window start plus retention lies
+// in (was, now], checked against every window near the times, for
+// retentions that are and are not multiples of the advance.
+func TestExpiresBetweenFindsEveryExpiryPoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, s := range []window.Spec{
+		window.Tumbling(time.Minute, 20*time.Second), // retention 80 s, advance 60 s
+		window.Hopping(time.Hour, 15*time.Minute, time.Minute),
+		{Size: time.Minute, Advance: time.Minute, Retention: 2 * time.Minute},
+	} {
+		for range 2000 {
+			was := time.UnixMilli(rng.Int64N(1<<36) + 1)
+			now := was.Add(time.Duration(rng.Int64N(int64(2 * s.Size))))
+			want := false
+			adv := s.Advance
+			if adv == 0 {
+				adv = s.Size
+			}
+			ret := max(s.Retention, s.Size+s.Grace)
+			lo := max(0, was.Add(-ret-adv).UnixMilli())
+			for start := lo - lo%adv.Milliseconds(); start <= now.UnixMilli(); start += adv.Milliseconds() {
+				w := s.Starting(time.UnixMilli(start))
+				if !s.Expired(w, was) && s.Expired(w, now) {
+					want = true
+				}
+			}
+			if got := s.ExpiresBetween(was, now); got != want {
+				t.Fatalf("%+v: ExpiresBetween(%d, %d) = %v, want %v", s, was.UnixMilli(), now.UnixMilli(), got, want)
+			}
+		}
+	}
+	if !window.Tumbling(time.Minute, 0).ExpiresBetween(time.Time{}, t0) {
+		t.Fatal("the first stream time does not ask for an expiry")
 	}
 }
