@@ -128,7 +128,8 @@
 // [WindowedCount], [WindowedSum] and [WindowedAggregate] aggregate by key
 // and event-time window (package window: tumbling and hopping windows,
 // grace, retention), each partition's stream time kept in its store;
-// [StateView.Windows] reads a key's windows. See docs/state.md.
+// [EmitFinal] emits a window's result once it closes; [StateView.Windows]
+// reads a key's windows. See docs/state.md.
 //
 // What holds: a handler reads its own transaction's writes; a record that
 // fails leaves none (its call's writes are dropped, see [StateOf]); an

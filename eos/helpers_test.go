@@ -206,7 +206,8 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 
 // copier is a copy processor in a child process of the test binary (with
 // EOS_COPIER_CHANGELOG=topic in env, a counter: eos.Count (with
-// EOS_COPIER_WINDOW=1, eos.WindowedCount of copierWindow) with that
+// EOS_COPIER_WINDOW=finals, eos.WindowedCount of copierWindow emitting
+// its finals there) with that
 // changelog, its updates to out).
 type copier struct {
 	cmd *exec.Cmd
@@ -284,8 +285,8 @@ func copierMain() int {
 		// transaction half a second once its first changelog records
 		// are produced, so that a kill lands there.
 		handle = eos.Count()
-		if os.Getenv("EOS_COPIER_WINDOW") == "1" {
-			h, err := eos.WindowedCount(copierWindow)
+		if finals := os.Getenv("EOS_COPIER_WINDOW"); finals != "" {
+			h, err := eos.WindowedCount(copierWindow, eos.EmitFinal(finals))
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "copier:", err)
 				return 2

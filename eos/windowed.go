@@ -1,9 +1,11 @@
 package eos
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,6 +27,7 @@ func (o windowOpt) applyWindow(c *windowConfig) { o(c) }
 type windowConfig struct {
 	eventTime  func(*kgo.Record) (time.Time, error)
 	returnLate bool
+	final      string
 }
 
 // EventTime sets a record's time (default: its timestamp). An error it
@@ -42,6 +45,20 @@ func EventTime(fn func(*kgo.Record) (time.Time, error)) WindowOption {
 // changes nothing and the handler returns nil. Either way it is counted
 // (see [LateMetrics]).
 func ReturnLate() WindowOption { return windowOpt(func(c *windowConfig) { c.returnLate = true }) }
+
+// EmitFinal produces each window's final aggregate to topic once, when
+// the window closes (stream time reaches its end plus grace: Kafka
+// Streams' suppress(untilWindowCloses)), keyed as the store keys it
+// ([window.AppendKey]), in the transaction that moves stream time there
+// and commits the input offsets: never before the window closed, never
+// twice (a transaction that aborts takes its finals with it; a restore
+// brings back the stream time that emitted them). Nothing is emitted for
+// a window whose aggregate was deleted. Give it beside, or instead of,
+// [EmitUpdates]. A partition whose stream time stops moving (no records)
+// closes nothing.
+func EmitFinal(topic string) WindowOption {
+	return windowOpt(func(c *windowConfig) { c.final = topic })
+}
 
 // LateMetrics is implemented by an [eoskit.Metrics] that also counts the
 // late records of windowed aggregations (eosprom's does). A record is
@@ -188,10 +205,19 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 				return nil, err
 			}
 		}
-		if spec.ExpiresBetween(was, now) {
-			return nil, expire(kv, spec, now)
+		var finals []*kgo.Record
+		if c.final != "" && spec.ClosesBetween(was, now) {
+			// Before the expiry: a window may close and expire at once.
+			if finals, err = closing(kv, spec, was, now, c.final); err != nil {
+				return nil, err
+			}
 		}
-		return nil, nil
+		if spec.ExpiresBetween(was, now) {
+			if err := expire(kv, spec, now); err != nil {
+				return nil, err
+			}
+		}
+		return finals, nil
 	}, nil
 }
 
@@ -218,23 +244,11 @@ var errNoKeys = errors.New("eos: a windowed aggregation's state cannot list its 
 // (a window start plus Retention, see window.Spec.ExpiresBetween), once
 // per Advance of event time per partition.
 func expire(kv state.KV, spec window.Spec, streamTime time.Time) error {
-	lister, ok := kv.(state.KeyLister)
-	if !ok {
-		return errNoKeys
-	}
 	var expired [][]byte
-	err := lister.Keys(func(key []byte) bool {
-		if state.IsReserved(key) {
-			return true
-		}
-		_, start, err := window.SplitKey(key)
-		if err != nil {
-			return true // too short to be a window's: not the aggregation's
-		}
-		if spec.Expired(spec.Starting(start), streamTime) {
+	err := forWindows(kv, spec, func(key []byte, w window.Window) {
+		if spec.Expired(w, streamTime) {
 			expired = append(expired, key)
 		}
-		return true
 	})
 	if err != nil {
 		return err
@@ -243,6 +257,59 @@ func expire(kv state.KV, spec window.Spec, streamTime time.Time) error {
 		if err := kv.Delete(key); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// closing returns a record to topic for each window of kv that closes as
+// stream time moves from was to now, with its aggregate as the
+// transaction sees it, in window-key order.
+func closing(kv state.KV, spec window.Spec, was, now time.Time, topic string) ([]*kgo.Record, error) {
+	var keys [][]byte
+	err := forWindows(kv, spec, func(key []byte, w window.Window) {
+		if spec.Closed(w, now) && !spec.Closed(w, was) {
+			keys = append(keys, key)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	finals := make([]*kgo.Record, 0, len(keys))
+	for _, key := range keys {
+		v, ok, err := kv.Get(key)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			finals = append(finals, &kgo.Record{Topic: topic, Key: key, Value: v})
+		}
+	}
+	return finals, nil
+}
+
+// forWindows calls fn with each window key of kv and its window of spec,
+// after reading every key of the store (fn may read kv).
+func forWindows(kv state.KV, spec window.Spec, fn func(key []byte, w window.Window)) error {
+	lister, ok := kv.(state.KeyLister)
+	if !ok {
+		return errNoKeys
+	}
+	var keys [][]byte
+	if err := lister.Keys(func(key []byte) bool {
+		if !state.IsReserved(key) {
+			keys = append(keys, key)
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	for _, key := range keys {
+		_, start, err := window.SplitKey(key)
+		if err != nil {
+			continue // too short to be a window's: not the aggregation's
+		}
+		fn(key, spec.Starting(start))
 	}
 	return nil
 }

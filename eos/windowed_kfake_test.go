@@ -28,7 +28,7 @@ var day0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 // returns the processor's state view as it stopped, the records of the
 // updates and dead-letter topics, and the late records counted.
 type windowedRun struct {
-	updates, deadLetters []*kgo.Record
+	updates, deadLetters, finals []*kgo.Record
 	windows              map[string][]string // key → "start=count" of its windows in the store
 	late                 float64
 }
@@ -46,7 +46,7 @@ func runWindowed(t *testing.T, spec window.Spec, reports []report, opts ...eos.W
 // windowCluster is a kfake cluster with the topics runWindowedOn uses.
 func windowCluster(t *testing.T) []string {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "updates", "dead-letters"))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "updates", "dead-letters", "finals"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +123,7 @@ func runWindowedOn(t *testing.T, brokers []string, spec window.Spec, reports []r
 	out.late = testutil.ToFloat64(lateCounter(t, reg))
 	out.updates = readCommitted(t, brokers, "updates")
 	out.deadLetters = readCommitted(t, brokers, "dead-letters")
+	out.finals = readCommitted(t, brokers, "finals")
 	return out
 }
 
@@ -287,6 +288,47 @@ func TestStreamTimeRestoresWithTheState(t *testing.T) {
 	if second.late != 1 || !equalWindows(second.windows, want) {
 		t.Fatalf("after a restart: %v late, the store holds %v; want the report of 00:00:20 late and %v", second.late, second.windows, want)
 	}
+}
+
+// With EmitFinal, each window's final count goes out once, when stream
+// time reaches its end plus grace, not before; a restarted processor
+// (stream time and windows restored) emits the windows that close after,
+// and none again.
+func TestFinalResultsOnceWhenWindowsClose(t *testing.T) {
+	t.Parallel()
+	spec := window.Tumbling(time.Minute, 30*time.Second)
+	spec.Retention = time.Hour
+	brokers := windowCluster(t)
+	first := runWindowedOn(t, brokers, spec, []report{
+		{"a", at("10s")},
+		{"a", at("50s")},
+		{"b", at("1m5s")},
+		{"a", at("40s")},
+		{"a", at("2m")},    // window 00:00 closed at 01:30: final a=3
+		{"b", at("1m31s")}, // window 00:01 open until 02:30
+		{"c", at("3m")},    // window 00:01 closed: final b=2; 00:02 open until 03:30
+	}, eos.EmitFinal("finals"))
+	if got := describeFinals(t, first.finals); got != "a@12-01T00:00=3 b@12-01T00:01=2" {
+		t.Fatalf("finals after the first run: %s", got)
+	}
+	second := runWindowedOn(t, brokers, spec, []report{{"d", at("3m40s")}}, eos.EmitFinal("finals"))
+	if got := describeFinals(t, second.finals); got != "a@12-01T00:00=3 b@12-01T00:01=2 a@12-01T00:02=1" {
+		t.Fatalf("finals after the restart: %s; want the window of 00:02 added, nothing again", got)
+	}
+}
+
+// describeFinals lists finals as key@window=count, in order.
+func describeFinals(t *testing.T, finals []*kgo.Record) string {
+	t.Helper()
+	var out []string
+	for _, r := range finals {
+		k, start, err := window.SplitKey(r.Key)
+		if err != nil {
+			t.Fatalf("a final keyed %q", r.Key)
+		}
+		out = append(out, fmt.Sprintf("%s@%s=%s", k, start.UTC().Format("01-02T15:04"), r.Value))
+	}
+	return strings.Join(out, " ")
 }
 
 // A record whose time cannot be had (the extractor fails, or gives a time

@@ -15,7 +15,7 @@ import (
 )
 
 // copierWindow is the windowed count the copier runs with
-// EOS_COPIER_WINDOW=1: per minute of report time, taking reports 20 s
+// EOS_COPIER_WINDOW set: per minute of report time, taking reports 20 s
 // late, kept a day (nothing expires within a test).
 var copierWindow = window.Spec{Size: time.Minute, Advance: time.Minute, Grace: 20 * time.Second, Retention: 24 * time.Hour}
 
@@ -45,19 +45,23 @@ func reportTime(id string) time.Time {
 // rules give: a report counts in its window unless its partition's stream
 // time, with it, has reached the window's end plus grace. Keys are
 // window.AppendKey's. It is written without package window's rules, and
-// returns how many reports were late, and the counts a design ignoring
-// lateness would give.
-func windowTruth(t *testing.T, k *integration.KafkaCluster, in string) (want map[string]string, late int, ignoringLateness map[string]string) {
+// returns how many reports were late, the counts a design ignoring
+// lateness would give, and the counts of the windows closed at the end
+// (their partition's stream time past their end plus grace): the finals.
+func windowTruth(t *testing.T, k *integration.KafkaCluster, in string) (want map[string]string, late int, ignoringLateness, closed map[string]string) {
 	t.Helper()
 	size, grace := copierWindow.Size.Milliseconds(), copierWindow.Grace.Milliseconds()
 	streamTime := map[int32]int64{}
 	counts, all := map[string]int{}, map[string]int{}
+	ends := map[string]int64{}   // a window's end plus grace
+	partOf := map[string]int32{} // a window's partition
 	for _, r := range k.ReadAll(in, kgo.ReadCommitted(), verifyTimeout) {
 		ms := r.Timestamp.UnixMilli()
 		streamTime[r.Partition] = max(streamTime[r.Partition], ms)
 		start := ms - ms%size
 		key := string(window.AppendKey(nil, r.Key, time.UnixMilli(start)))
 		all[key]++
+		ends[key], partOf[key] = start+size+grace, r.Partition
 		if streamTime[r.Partition] >= start+size+grace {
 			late++
 			continue
@@ -71,7 +75,14 @@ func windowTruth(t *testing.T, k *integration.KafkaCluster, in string) (want map
 		}
 		return out
 	}
-	return text(counts), late, text(all)
+	want = text(counts)
+	closed = map[string]string{}
+	for key, end := range ends {
+		if c, ok := want[key]; ok && streamTime[partOf[key]] >= end {
+			closed[key] = c
+		}
+	}
+	return want, late, text(all), closed
 }
 
 // The dashboard's per-minute counts by report time, with reports out of
@@ -83,7 +94,8 @@ func windowTruth(t *testing.T, k *integration.KafkaCluster, in string) (want map
 // aborted reports 50 minutes ahead), over four partitions. Checked from
 // outside against the truth computed from the committed input: the
 // updates and the changelog end at it, each window's counts only
-// growing; views never hold more. The truth has late reports and differs
+// growing; views never hold more; each window closed at the end has its
+// final count on the finals topic once (EmitFinal), and no other window. The truth has late reports and differs
 // from a count that ignores lateness, so a design that lost stream time
 // in a restore, or never had it, fails here.
 func TestWindowedCountIsExactThroughCrashesAndRebalances(t *testing.T) {
@@ -100,20 +112,21 @@ func TestWindowedCountIsExactThroughCrashesAndRebalances(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want, late, ignoring := windowTruth(t, k, in)
+	want, late, ignoring, closed := windowTruth(t, k, in)
 	if late == 0 || mapsEqual(want, ignoring) {
 		t.Fatalf("the input has %d late reports: the test could not tell a design that ignores lateness", late)
 	}
-	t.Logf("%d windows, %d late reports", len(want), late)
+	t.Logf("%d windows, %d late reports, %d closed at the end", len(want), late, len(closed))
+	finals := k.NewTopic(4)
 
-	victim := startCopier(t, k, eos.ExactlyOnce, in, updates, group, group+"-0", "EOS_COPIER_CHANGELOG="+changelog, "EOS_COPIER_WINDOW=1")
+	victim := startCopier(t, k, eos.ExactlyOnce, in, updates, group, group+"-0", "EOS_COPIER_CHANGELOG="+changelog, "EOS_COPIER_WINDOW="+finals)
 	waitFor(t, 2*time.Minute, "an open transaction with changelog records", func() bool {
 		hwm, lso := endOffsets(t, k.Admin, changelog)
 		return hwm > lso && lso > 0
 	})
 	victim.kill()
 
-	h, err := eos.WindowedCount(copierWindow)
+	h, err := eos.WindowedCount(copierWindow, eos.EmitFinal(finals))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,4 +134,15 @@ func TestWindowedCountIsExactThroughCrashesAndRebalances(t *testing.T) {
 	waitFor(t, 2*time.Minute, "the replacement to restore and count", func() bool { return len(a.p.State().Partitions()) > 0 })
 	b := startProcessor(t, h, statefulOpts(k, group, in, changelog, updates, "1")...)
 	countEndsAtTotals(t, k, a, b, want, updates, changelog)
+	// Each closed window's final count once, and no other.
+	got := map[string]string{}
+	for _, r := range k.ReadAll(finals, kgo.ReadCommitted(), verifyTimeout) {
+		if prev, twice := got[string(r.Key)]; twice {
+			t.Fatalf("window %q emitted twice: %s, then %s", r.Key, prev, r.Value)
+		}
+		got[string(r.Key)] = string(r.Value)
+	}
+	if !mapsEqual(got, closed) {
+		t.Fatalf("%d finals, want the %d windows closed at the end with their counts", len(got), len(closed))
+	}
 }

@@ -176,15 +176,29 @@ func InRange(t time.Time) bool {
 // from was (exclusive) to now (inclusive): whether a window start plus
 // Retention lies in between. The zero was (no stream time yet) says yes.
 func (s Spec) ExpiresBetween(was, now time.Time) bool {
+	if was.IsZero() && now.After(was) {
+		return true
+	}
+	return s.pointBetween(was, now, s.retention())
+}
+
+// ClosesBetween reports whether a window may close as stream time moves
+// from was (exclusive) to now (inclusive): whether a window start plus
+// Size plus Grace lies in between. The zero was (no stream time yet, so
+// no window yet) says no.
+func (s Spec) ClosesBetween(was, now time.Time) bool {
+	return !was.IsZero() && s.pointBetween(was, now, s.Size+s.Grace)
+}
+
+// pointBetween reports whether a window start plus offset lies in
+// (was, now].
+func (s Spec) pointBetween(was, now time.Time, offset time.Duration) bool {
 	if !now.After(was) {
 		return false
 	}
-	if was.IsZero() {
-		return true
-	}
-	adv, ret := s.advance().Milliseconds(), s.retention().Milliseconds()
-	// Expiry points are k*adv + ret: count those at or before each time.
-	return floorDiv(now.UnixMilli()-ret, adv) > floorDiv(was.UnixMilli()-ret, adv)
+	adv, off := s.advance().Milliseconds(), offset.Milliseconds()
+	// The points are k*adv + off: count those at or before each time.
+	return floorDiv(now.UnixMilli()-off, adv) > floorDiv(was.UnixMilli()-off, adv)
 }
 
 func floorDiv(a, b int64) int64 {

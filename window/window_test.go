@@ -159,10 +159,10 @@ func TestStartsListsAlignedStartsWithinALimit(t *testing.T) {
 	}
 }
 
-// ExpiresBetween says yes exactly when a window start plus retention lies
-// in (was, now], checked against every window near the times, for
+// ExpiresBetween (ClosesBetween) says yes exactly when a window start
+// plus retention (plus size and grace) lies in (was, now], checked against every window near the times, for
 // retentions that are and are not multiples of the advance.
-func TestExpiresBetweenFindsEveryExpiryPoint(t *testing.T) {
+func TestBetweenFindsEveryExpiryAndClosePoint(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, s := range []window.Spec{
 		window.Tumbling(time.Minute, 20*time.Second), // retention 80 s, advance 60 s
@@ -187,6 +187,16 @@ func TestExpiresBetweenFindsEveryExpiryPoint(t *testing.T) {
 			}
 			if got := s.ExpiresBetween(was, now); got != want {
 				t.Fatalf("%+v: ExpiresBetween(%d, %d) = %v, want %v", s, was.UnixMilli(), now.UnixMilli(), got, want)
+			}
+			wantClose := false
+			for start := lo - lo%adv.Milliseconds(); start <= now.UnixMilli(); start += adv.Milliseconds() {
+				w := s.Starting(time.UnixMilli(start))
+				if !s.Closed(w, was) && s.Closed(w, now) {
+					wantClose = true
+				}
+			}
+			if got := s.ClosesBetween(was, now); got != wantClose {
+				t.Fatalf("%+v: ClosesBetween(%d, %d) = %v, want %v", s, was.UnixMilli(), now.UnixMilli(), got, wantClose)
 			}
 		}
 	}
