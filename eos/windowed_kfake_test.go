@@ -29,8 +29,8 @@ var day0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 // updates and dead-letter topics, and the late records counted.
 type windowedRun struct {
 	updates, deadLetters, finals []*kgo.Record
-	windows              map[string][]string // key → "start=count" of its windows in the store
-	late                 float64
+	windows                      map[string][]string // key → "start=count" of its windows in the store
+	late                         float64
 }
 
 type report struct {
