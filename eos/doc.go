@@ -129,7 +129,9 @@
 // and event-time window (package window: tumbling and hopping windows,
 // grace, retention), each partition's stream time kept in its store;
 // [EmitFinal] emits a window's result once it closes; [StateView.Windows]
-// reads a key's windows. See docs/state.md.
+// reads a key's windows. A [GlobalTable] ([WithGlobalTables]) holds a small
+// compacted topic whole on every instance for lookups, restored before
+// the first record. See docs/state.md.
 //
 // What holds: a handler reads its own transaction's writes; a record that
 // fails leaves none (its call's writes are dropped, see [StateOf]); an

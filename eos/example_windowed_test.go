@@ -72,3 +72,55 @@ func ExampleWindowedCount() {
 	// Dec 5 3
 	// <nil>
 }
+
+// Reports enriched with their region's name from a global table: every
+// instance holds the whole table, restored before Run handles a record.
+func ExampleGlobalTable() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "named"), kfake.SeedTopics(2, "regions"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	seed, _ := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	defer seed.Close()
+	for code, name := range map[string]string{"n": "North", "s": "South"} {
+		seed.Produce(context.Background(), &kgo.Record{Topic: "regions", Key: []byte(code), Value: []byte(name)}, nil)
+	}
+	for _, code := range []string{"n", "s", "n"} {
+		seed.Produce(context.Background(), &kgo.Record{Topic: "reports", Key: []byte(code)}, nil)
+	}
+	_ = seed.Flush(context.Background())
+
+	regions := eos.NewGlobalTable("regions")
+	name := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		n, _, err := regions.Get(r.Key)
+		return []*kgo.Record{{Topic: "named", Key: r.Key, Value: n}}, err
+	}
+	txnID, _ := eos.StableTransactionalID("namer", "0")
+	p, err := eos.NewProcessor(name, eos.Brokers(brokers...), eos.Group("namer"), eos.Topics("reports"),
+		eos.TransactionalID(txnID), eos.CommitInterval(50*time.Millisecond), eos.WithGlobalTables(regions),
+		eos.Logger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	reader, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("named"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	defer reader.Close()
+	for n := 0; n < 3; {
+		reader.PollFetches(context.Background()).EachRecord(func(r *kgo.Record) {
+			fmt.Println(string(r.Key), string(r.Value))
+			n++
+		})
+	}
+	cancel()
+	fmt.Println(<-done)
+	// Output:
+	// n North
+	// s South
+	// n North
+	// <nil>
+}

@@ -99,6 +99,7 @@ type config struct {
 	metrics        eoskit.Metrics
 	clientOpts     []kgo.Opt
 	state          *stateConfig // nil: stateless (see Changelog)
+	tables         []*GlobalTable
 
 	// consumerProtocol: ConsumerProtocol was given; Run checks the
 	// cluster serves it.

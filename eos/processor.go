@@ -44,6 +44,9 @@ type Processor struct {
 	obs *loop.Observer
 	// state is the keyed state (nil: stateless; see Changelog).
 	state *keyedState
+	// stopTables stops the global tables' refresh (set by start, called
+	// when Run returns; Run's goroutine alone uses it).
+	stopTables func()
 	// wake ends an idle poll when the group's callbacks leave the loop
 	// something to do; rearm is set by a revoke (or loss) since the
 	// session's last End, which an idle session makes (session.rearm).
@@ -200,6 +203,9 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 			return err
 		}
 	}
+	if err := validateTables(c); err != nil {
+		return err
+	}
 	return c.requireBrokers()
 }
 
@@ -242,12 +248,19 @@ func (p *Processor) Run(ctx context.Context) error {
 		// from the broker and re-registers the transactional id, which
 		// bumps the epoch and aborts anything left open.
 		Restarts: loop.Restarts{Base: time.Second, Limit: 30 * time.Second, InARow: maxSessionRestarts},
-		Stopped:  func(error) { p.deadLetterLog.Flush() },
+		Stopped: func(error) {
+			p.deadLetterLog.Flush()
+			if p.stopTables != nil {
+				p.stopTables()
+				p.stopTables = nil
+			}
+		},
 	})
 }
 
 // start checks, once per Run, what a session cannot fix: the connection
-// and the consumer protocol, the dead-letter topic and the changelog.
+// and the consumer protocol, the dead-letter topic and the changelog; and
+// restores the global tables, which it keeps current until Run returns.
 func (p *Processor) start(ctx context.Context) error {
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
 	if err := loop.StartChecks(ctx, "eos", p.cfg.connOpts(), p.cfg.consumerProtocol, p.logger); err != nil {
@@ -256,7 +269,15 @@ func (p *Processor) start(ctx context.Context) error {
 	if err := p.checkDeadLetterTopic(ctx); err != nil {
 		return err
 	}
-	return p.checkChangelog(ctx)
+	if err := p.checkChangelog(ctx); err != nil {
+		return err
+	}
+	stop, err := p.restoreTables(ctx)
+	if err != nil {
+		return err
+	}
+	p.stopTables = stop
+	return nil
 }
 
 // maxSessionRestarts bounds the restarts in a row, without a commit in

@@ -1,0 +1,242 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/changelog"
+	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/topiccheck"
+	"github.com/eoskit/eoskit/state"
+)
+
+// GlobalTable is every partition of a small compacted topic, held in
+// memory on every instance for lookups (region code → region name), as
+// Kafka Streams' GlobalKTable: a processor given it ([WithGlobalTables])
+// restores it whole, read_committed, before its first record is handled,
+// and keeps it current while it runs. Safe for concurrent use (handlers,
+// HTTP handlers).
+//
+// What holds: a lookup sees the table's committed records only, never
+// one of an aborted transaction; each key's latest committed value (a
+// nil value deletes it) as of the last refresh. What it does not give: a
+// lookup is not synchronized with the stream's time or offsets: a record
+// handled again after a restart may see a newer value than the first
+// time (Kafka Streams' global tables behave the same). A table updated in
+// the same transaction as a stream's records is no join; see issue 45's
+// co-partitioned tables for that. Partitions added to the topic after Run
+// started are not read.
+type GlobalTable struct {
+	topic   string
+	refresh time.Duration
+	timeout time.Duration
+
+	inUse atomic.Bool
+	mu    sync.RWMutex
+	parts []*state.Memory // by partition; nil until restored
+	// refreshed is when every partition last caught up.
+	refreshed atomic.Int64
+}
+
+// TableOption configures a [GlobalTable].
+type TableOption interface{ applyTable(*GlobalTable) }
+
+type tableOpt func(*GlobalTable)
+
+func (o tableOpt) applyTable(t *GlobalTable) { o(t) }
+
+// RefreshInterval sets how often a running processor reads what was
+// committed to the table's topic since (default 1 s).
+func RefreshInterval(d time.Duration) TableOption {
+	return tableOpt(func(t *GlobalTable) { t.refresh = d })
+}
+
+// TableRestoreTimeout bounds how long the table's restore (at Run, or a
+// refresh) may go without progress (default 5 minutes; a transaction
+// left open on the topic holds it until the broker aborts it).
+func TableRestoreTimeout(d time.Duration) TableOption {
+	return tableOpt(func(t *GlobalTable) { t.timeout = d })
+}
+
+// NewGlobalTable returns the table of topic, empty until a processor's Run
+// restored it.
+func NewGlobalTable(topic string, opts ...TableOption) *GlobalTable {
+	t := &GlobalTable{topic: topic, refresh: time.Second, timeout: changelog.DefaultTimeout}
+	for _, o := range opts {
+		o.applyTable(t)
+	}
+	return t
+}
+
+// ErrTableNotRestored is returned by [GlobalTable.Get] before a Run
+// restored the table.
+var ErrTableNotRestored = errors.New("eos: the global table is not restored yet")
+
+// Topic returns the table's topic.
+func (t *GlobalTable) Topic() string { return t.topic }
+
+// Get returns key's latest committed value, and whether it has one. A
+// key is looked up in every partition (the table's producer chose one).
+func (t *GlobalTable) Get(key []byte) ([]byte, bool, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.parts == nil {
+		return nil, false, ErrTableNotRestored
+	}
+	for _, s := range t.parts {
+		v, ok, err := s.Get(key)
+		if err != nil || ok {
+			return v, ok, err
+		}
+	}
+	return nil, false, nil
+}
+
+// Refreshed returns when the table last caught up with its topic (the
+// zero time before its restore).
+func (t *GlobalTable) Refreshed() time.Time {
+	if ns := t.refreshed.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// WithGlobalTables gives a processor tables to restore before its first
+// record and keep current (see [GlobalTable]). A table missing is a
+// *[eoskit.ConfigError] from Run; a table given to two processors running
+// at once is refused by the second's Run. The processor needs Describe
+// and Read on each table's topic.
+func WithGlobalTables(tables ...*GlobalTable) ProcessorOption {
+	return processorOpt(func(c *config) { c.tables = append(c.tables, tables...) })
+}
+
+// validateTables checks the tables' settings.
+func validateTables(c *config) error {
+	for _, t := range c.tables {
+		refuse := func(reason string) error {
+			return &eoskit.ConfigError{Package: "eos", Setting: "WithGlobalTables", Semantics: checkedAgainst(c.semantics), Reason: reason}
+		}
+		switch {
+		case t == nil:
+			return refuse("a nil table")
+		case t.topic == "":
+			return refuse("a table without a topic")
+		case t.refresh <= 0 || t.timeout <= 0:
+			return refuse(fmt.Sprintf("table %q: its refresh interval and restore timeout must be positive", t.topic))
+		case slices.Contains(c.inputTopics, t.topic):
+			return refuse(fmt.Sprintf("table %q is also an input topic", t.topic))
+		}
+	}
+	return nil
+}
+
+// restoreTables restores every table before the first session, and keeps
+// them current until stop is called (when Run returns).
+func (p *Processor) restoreTables(ctx context.Context) (stop func(), err error) {
+	if len(p.cfg.tables) == 0 {
+		return func() {}, nil
+	}
+	var taken []*GlobalTable
+	release := func() {
+		for _, t := range taken {
+			t.inUse.Store(false)
+		}
+	}
+	for _, t := range p.cfg.tables {
+		if !t.inUse.CompareAndSwap(false, true) {
+			release()
+			return nil, &eoskit.ConfigError{Package: "eos", Setting: "WithGlobalTables", Semantics: checkedAgainst(p.cfg.semantics),
+				Reason: fmt.Sprintf("table %q is in use by another processor's Run", t.topic)}
+		}
+		taken = append(taken, t)
+	}
+	r, err := changelog.NewRestorer(p.cfg.connOpts())
+	if err != nil {
+		release()
+		return nil, err
+	}
+	for _, t := range p.cfg.tables {
+		if err := p.restoreTable(ctx, r, t); err != nil {
+			r.Close()
+			release()
+			return nil, err
+		}
+	}
+	followCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		quiet := slog.New(slog.DiscardHandler) // a line per refresh would drown the log
+		every := p.cfg.tables[0].refresh
+		for _, t := range p.cfg.tables {
+			every = min(every, t.refresh)
+		}
+		for loop.Sleep(followCtx, every) {
+			for _, t := range p.cfg.tables {
+				if err := t.catchUp(followCtx, r, quiet); err != nil && followCtx.Err() == nil {
+					p.logger.Warn("eos: a global table's refresh failed; its lookups answer from the last one", "topic", t.topic, "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		r.Close()
+		release()
+	}, nil
+}
+
+// restoreTable checks that t's topic exists and restores its partitions.
+func (p *Processor) restoreTable(ctx context.Context, r *changelog.Restorer, t *GlobalTable) error {
+	tds, err := topiccheck.Describe(ctx, p.cfg.connOpts(), t.topic)
+	if err != nil {
+		return fmt.Errorf("eos: describe the global table %q: %w", t.topic, err)
+	}
+	td, ok := tds[t.topic]
+	switch {
+	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		return &eoskit.ConfigError{Package: "eos", Setting: "WithGlobalTables", Semantics: checkedAgainst(p.cfg.semantics),
+			Reason: fmt.Sprintf("the global table's topic %q does not exist", t.topic)}
+	case td.Err != nil:
+		return fmt.Errorf("eos: describe the global table %q: %w", t.topic, td.Err)
+	}
+	parts := make([]*state.Memory, len(td.Partitions))
+	for i := range parts {
+		parts[i] = state.NewMemory()
+	}
+	t.mu.Lock()
+	t.parts = parts
+	t.mu.Unlock()
+	start := time.Now()
+	if err := t.catchUp(ctx, r, p.logger); err != nil {
+		return fmt.Errorf("eos: restore the global table %q: %w", t.topic, err)
+	}
+	p.logger.Info("eos: global table restored", "topic", t.topic, "partitions", len(parts), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// catchUp reads each partition of t from where it is to the committed
+// end.
+func (t *GlobalTable) catchUp(ctx context.Context, r *changelog.Restorer, logger *slog.Logger) error {
+	t.mu.RLock()
+	parts := t.parts
+	t.mu.RUnlock()
+	for i, s := range parts {
+		if _, err := r.Restore(ctx, t.topic, int32(i), s, changelog.Options{Timeout: t.timeout, Logger: logger}); err != nil {
+			return err
+		}
+	}
+	t.refreshed.Store(time.Now().UnixNano())
+	return nil
+}
+
