@@ -239,4 +239,3 @@ func (t *GlobalTable) catchUp(ctx context.Context, r *changelog.Restorer, logger
 	t.refreshed.Store(time.Now().UnixNano())
 	return nil
 }
-
