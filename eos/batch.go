@@ -205,7 +205,7 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record, bef
 		cctx := hctx
 		if rn.p.state != nil {
 			kv = rn.p.state.scope(r.Partition)
-			cctx = withKV(hctx, kv, rn.p.lateRecord, rn.p.cfg.concurrency > 1 && rn.p.cfg.order == KeyOrder)
+			cctx = withKV(hctx, kv, rn.p.handlerState)
 		}
 		a.outs, a.took, a.err = rn.callHandler(cctx, r)
 		a.shutdown = ctx.Err() != nil

@@ -43,8 +43,13 @@ type GlobalTable struct {
 	inUse atomic.Bool
 	mu    sync.RWMutex
 	parts []*state.Memory // by partition; nil until restored
-	// refreshed is when every partition last caught up.
+	// refreshed is when the last refresh that caught up every partition
+	// started: what was committed before then is in the table.
 	refreshed atomic.Int64
+	// failing is the last refresh's error text ("" when it caught up),
+	// so that a failure is logged when it starts or changes, not on
+	// every refresh. Only the refresh's goroutine uses it.
+	failing string
 }
 
 // TableOption configures a [GlobalTable].
@@ -101,8 +106,9 @@ func (t *GlobalTable) Get(key []byte) ([]byte, bool, error) {
 	return nil, false, nil
 }
 
-// Refreshed returns when the table last caught up with its topic (the
-// zero time before its restore).
+// Refreshed returns when the last refresh that caught up with the whole
+// topic started: every record committed before then is in the table (the
+// zero time before its restore). Lookups are as stale as now less this.
 func (t *GlobalTable) Refreshed() time.Time {
 	if ns := t.refreshed.Load(); ns != 0 {
 		return time.Unix(0, ns)
@@ -121,7 +127,7 @@ func WithGlobalTables(tables ...*GlobalTable) ProcessorOption {
 
 // validateTables checks the tables' settings.
 func validateTables(c *config) error {
-	for _, t := range c.tables {
+	for i, t := range c.tables {
 		refuse := func(reason string) error {
 			return &eoskit.ConfigError{Package: "eos", Setting: "WithGlobalTables", Semantics: checkedAgainst(c.semantics), Reason: reason}
 		}
@@ -134,6 +140,8 @@ func validateTables(c *config) error {
 			return refuse(fmt.Sprintf("table %q: its refresh interval and restore timeout must be positive", t.topic))
 		case slices.Contains(c.inputTopics, t.topic):
 			return refuse(fmt.Sprintf("table %q is also an input topic", t.topic))
+		case slices.Contains(c.tables[i+1:], t):
+			return refuse(fmt.Sprintf("table %q is given twice", t.topic))
 		}
 	}
 	return nil
@@ -175,16 +183,20 @@ func (p *Processor) restoreTables(ctx context.Context) (stop func(), err error) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		quiet := slog.New(slog.DiscardHandler) // a line per refresh would drown the log
-		every := p.cfg.tables[0].refresh
-		for _, t := range p.cfg.tables {
-			every = min(every, t.refresh)
+		// The restorer's Warn lines (a table wiped: its topic created
+		// again) matter; its line per restore would drown the log.
+		quiet := slog.New(warnOnly{p.logger.Handler()})
+		due := make([]time.Time, len(p.cfg.tables))
+		for i, t := range p.cfg.tables {
+			due[i] = time.Now().Add(t.refresh)
 		}
-		for loop.Sleep(followCtx, every) {
-			for _, t := range p.cfg.tables {
-				if err := t.catchUp(followCtx, r, quiet); err != nil && followCtx.Err() == nil {
-					p.logger.Warn("eos: a global table's refresh failed; its lookups answer from the last one", "topic", t.topic, "err", err)
+		for loop.Sleep(followCtx, time.Until(slices.MinFunc(due, time.Time.Compare))) {
+			for i, t := range p.cfg.tables {
+				if time.Now().Before(due[i]) {
+					continue
 				}
+				t.refreshOnce(followCtx, r, quiet, p.logger)
+				due[i] = time.Now().Add(t.refresh)
 			}
 		}
 	}()
@@ -207,35 +219,75 @@ func (p *Processor) restoreTable(ctx context.Context, r *changelog.Restorer, t *
 	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
 		return &eoskit.ConfigError{Package: "eos", Setting: "WithGlobalTables", Semantics: checkedAgainst(p.cfg.semantics),
 			Reason: fmt.Sprintf("the global table's topic %q does not exist", t.topic)}
+	case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
+		return &eoskit.AuthorizationError{Permission: fmt.Sprintf("Describe and Read on the global table's topic %q", t.topic), Err: td.Err}
 	case td.Err != nil:
 		return fmt.Errorf("eos: describe the global table %q: %w", t.topic, td.Err)
 	}
-	parts := make([]*state.Memory, len(td.Partitions))
-	for i := range parts {
-		parts[i] = state.NewMemory()
+	// A table a former Run restored catches up where it is, answering
+	// from what it held meanwhile; a new one (or one whose partition
+	// count changed) is restored aside and shown once whole.
+	t.mu.RLock()
+	parts := t.parts
+	t.mu.RUnlock()
+	if len(parts) != len(td.Partitions) {
+		parts = make([]*state.Memory, len(td.Partitions))
+		for i := range parts {
+			parts[i] = state.NewMemory()
+		}
+	}
+	start := time.Now()
+	if err := t.catchUp(ctx, r, parts, p.logger); err != nil {
+		return fmt.Errorf("eos: restore the global table %q: %w", t.topic, err)
 	}
 	t.mu.Lock()
 	t.parts = parts
 	t.mu.Unlock()
-	start := time.Now()
-	if err := t.catchUp(ctx, r, p.logger); err != nil {
-		return fmt.Errorf("eos: restore the global table %q: %w", t.topic, err)
-	}
+	t.refreshed.Store(start.UnixNano())
 	p.logger.Info("eos: global table restored", "topic", t.topic, "partitions", len(parts), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// catchUp reads each partition of t from where it is to the committed
-// end.
-func (t *GlobalTable) catchUp(ctx context.Context, r *changelog.Restorer, logger *slog.Logger) error {
+// refreshOnce reads what was committed to t's topic since its last
+// refresh, logging a failure when it starts or changes, and when it ends.
+func (t *GlobalTable) refreshOnce(ctx context.Context, r *changelog.Restorer, quiet, logger *slog.Logger) {
+	start := time.Now()
 	t.mu.RLock()
 	parts := t.parts
 	t.mu.RUnlock()
+	err := t.catchUp(ctx, r, parts, quiet)
+	switch {
+	case ctx.Err() != nil:
+	case err == nil:
+		t.refreshed.Store(start.UnixNano())
+		if t.failing != "" {
+			logger.Info("eos: a global table's refresh caught up again", "topic", t.topic)
+		}
+		t.failing = ""
+	case err.Error() != t.failing:
+		t.failing = err.Error()
+		logger.Warn("eos: a global table's refresh failed; lookups answer from what it holds (see Refreshed)", "topic", t.topic, "err", err)
+	}
+}
+
+// catchUp reads each partition of t into parts from where it is to the
+// committed end, going on past a partition that fails.
+func (t *GlobalTable) catchUp(ctx context.Context, r *changelog.Restorer, parts []*state.Memory, logger *slog.Logger) error {
+	var errs []error
 	for i, s := range parts {
 		if _, err := r.Restore(ctx, t.topic, int32(i), s, changelog.Options{Timeout: t.timeout, Logger: logger}); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			errs = append(errs, err)
 		}
 	}
-	t.refreshed.Store(time.Now().UnixNano())
-	return nil
+	return errors.Join(errs...)
+}
+
+// warnOnly passes on what its handler takes at Warn and above.
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
 }

@@ -44,6 +44,9 @@ type Processor struct {
 	obs *loop.Observer
 	// state is the keyed state (nil: stateless; see Changelog).
 	state *keyedState
+	// handlerState is what each handler call's context carries beside its
+	// keyed state (see withKV).
+	handlerState handlerState
 	// stopTables stops the global tables' refresh (set by start, called
 	// when Run returns; Run's goroutine alone uses it).
 	stopTables func()
@@ -147,6 +150,8 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		deadLetterLog: loop.NewDeadLetterLog(logger, "eos: handler failed; sending input to dead-letter topic", loop.DeadLetterLogEvery)}
 	if c.state != nil {
 		p.state = newKeyedState(c.state, c.inputTopics[0], logger)
+		p.handlerState = handlerState{late: p.lateRecord, keyLanes: c.concurrency > 1 && c.order == KeyOrder,
+			changelog: c.state.changelog, deadLetters: c.onError.DeadLetterTopics()}
 	}
 	return p, nil
 }

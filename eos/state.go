@@ -219,17 +219,14 @@ type handlerState struct {
 	// keyLanes: records of one partition may be handled side by side
 	// (Concurrency above 1 under KeyOrder).
 	keyLanes bool
+	// changelog and deadLetters are topics a handler may not write.
+	changelog   string
+	deadLetters []string
 }
 
-func withKV(ctx context.Context, kv state.KV, late func(), keyLanes bool) context.Context {
-	return context.WithValue(ctx, kvKey{}, handlerState{kv: kv, late: late, keyLanes: keyLanes})
-}
-
-// keyLanes reports whether the handler call of ctx may run beside
-// another of the same partition (Concurrency under KeyOrder).
-func keyLanes(ctx context.Context) bool {
-	hs, _ := ctx.Value(kvKey{}).(handlerState)
-	return hs.keyLanes
+func withKV(ctx context.Context, kv state.KV, hs handlerState) context.Context {
+	hs.kv = kv
+	return context.WithValue(ctx, kvKey{}, hs)
 }
 
 // lateRecorded counts a late record of the handler call of ctx.

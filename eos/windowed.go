@@ -28,6 +28,7 @@ type windowConfig struct {
 	eventTime  func(*kgo.Record) (time.Time, error)
 	returnLate bool
 	final      string
+	finalSet   bool // EmitFinal given (its topic may be empty: refused)
 }
 
 // EventTime sets a record's time (default: its timestamp). An error it
@@ -55,9 +56,13 @@ func ReturnLate() WindowOption { return windowOpt(func(c *windowConfig) { c.retu
 // brings back the stream time that emitted them). Nothing is emitted for
 // a window whose aggregate was deleted. Give it beside, or instead of,
 // [EmitUpdates]. A partition whose stream time stops moving (no records)
-// closes nothing.
+// closes nothing. The finals are partitioned by the producer's
+// partitioner on their windowed key (not by the record key, as Kafka
+// Streams does), and timestamped when produced. A topic that is the
+// input, the changelog or a dead-letter topic is a *[eoskit.ConfigError]
+// at the first record; an empty one from the constructor.
 func EmitFinal(topic string) WindowOption {
-	return windowOpt(func(c *windowConfig) { c.final = topic })
+	return windowOpt(func(c *windowConfig) { c.final, c.finalSet = topic, true })
 }
 
 // LateMetrics is implemented by an [eoskit.Metrics] that also counts the
@@ -157,12 +162,12 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 	for _, o := range opts {
 		o.applyWindow(&c)
 	}
+	if c.finalSet && c.final == "" {
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "EmitFinal", Reason: "the finals topic is empty"}
+	}
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		if keyLanes(ctx) {
-			// Stream time follows the partition's order: records
-			// handled side by side would each see another's.
-			return nil, &eoskit.ConfigError{Package: "eos", Setting: "Concurrency", Reason: setting +
-				" handles a partition's records in order (its stream time follows them): use PartitionOrder, not KeyOrder"}
+		if err := refusedSetting(ctx, setting, c.final, r.Topic); err != nil {
+			return nil, err
 		}
 		kv, err := aggregating(ctx, r)
 		if err != nil {
@@ -205,20 +210,33 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 				return nil, err
 			}
 		}
-		var finals []*kgo.Record
-		if c.final != "" && spec.ClosesBetween(was, now) {
-			// Before the expiry: a window may close and expire at once.
-			if finals, err = closing(kv, spec, was, now, c.final); err != nil {
-				return nil, err
-			}
+		closes := c.final != "" && spec.ClosesBetween(was, now)
+		if !closes && !spec.ExpiresBetween(was, now) {
+			return nil, nil
 		}
-		if spec.ExpiresBetween(was, now) {
-			if err := expire(kv, spec, now); err != nil {
-				return nil, err
-			}
-		}
-		return finals, nil
+		return sweep(kv, spec, was, now, c.final)
 	}, nil
+}
+
+// refusedSetting returns the *eoskit.ConfigError of a windowed handler
+// the processor cannot run as it is configured (which ends Run: no
+// record's fault): under KeyOrder lanes, or with its finals topic one the
+// processor reads or keeps for itself.
+func refusedSetting(ctx context.Context, setting, final, input string) error {
+	hs, _ := ctx.Value(kvKey{}).(handlerState)
+	switch {
+	case hs.keyLanes:
+		// Stream time follows the partition's order: records handled
+		// side by side would each see another's.
+		return &eoskit.ConfigError{Package: "eos", Setting: "Concurrency", Reason: setting +
+			" handles a partition's records in order (its stream time follows them): use PartitionOrder, not KeyOrder"}
+	case final == "":
+		return nil
+	case final == input, final == hs.changelog, slices.Contains(hs.deadLetters, final):
+		return &eoskit.ConfigError{Package: "eos", Setting: "EmitFinal", Reason: fmt.Sprintf(
+			"the finals topic %q is the processor's input, changelog or dead-letter topic", final)}
+	}
+	return nil
 }
 
 // streamTime returns the stream time kv keeps, the zero time before its
@@ -239,50 +257,39 @@ func streamTime(kv state.KV) (time.Time, error) {
 // its keys (a KV other than the processor's).
 var errNoKeys = errors.New("eos: a windowed aggregation's state cannot list its keys")
 
-// expire deletes every window of kv expired at streamTime. It reads every
-// key of the store: it runs only when stream time passes an expiry point
-// (a window start plus Retention, see window.Spec.ExpiresBetween), once
-// per Advance of event time per partition.
-func expire(kv state.KV, spec window.Spec, streamTime time.Time) error {
-	var expired [][]byte
+// sweep runs when stream time, moving from was to now, passes a close or
+// an expiry point (see window.Spec.ClosesBetween and ExpiresBetween): in
+// one read of every key of the store, it returns a record to the finals
+// topic (if any) for each window that closes, with its aggregate as the
+// transaction sees it, in window-key order, and deletes each window that
+// expired (after its final: a window may close and expire at once).
+func sweep(kv state.KV, spec window.Spec, was, now time.Time, final string) ([]*kgo.Record, error) {
+	var closed, expired [][]byte
 	err := forWindows(kv, spec, func(key []byte, w window.Window) {
-		if spec.Expired(w, streamTime) {
+		if final != "" && spec.Closed(w, now) && !spec.Closed(w, was) {
+			closed = append(closed, key)
+		}
+		if spec.Expired(w, now) {
 			expired = append(expired, key)
-		}
-	})
-	if err != nil {
-		return err
-	}
-	for _, key := range expired {
-		if err := kv.Delete(key); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// closing returns a record to topic for each window of kv that closes as
-// stream time moves from was to now, with its aggregate as the
-// transaction sees it, in window-key order.
-func closing(kv state.KV, spec window.Spec, was, now time.Time, topic string) ([]*kgo.Record, error) {
-	var keys [][]byte
-	err := forWindows(kv, spec, func(key []byte, w window.Window) {
-		if spec.Closed(w, now) && !spec.Closed(w, was) {
-			keys = append(keys, key)
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(keys, bytes.Compare)
-	finals := make([]*kgo.Record, 0, len(keys))
-	for _, key := range keys {
+	slices.SortFunc(closed, bytes.Compare)
+	finals := make([]*kgo.Record, 0, len(closed))
+	for _, key := range closed {
 		v, ok, err := kv.Get(key)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			finals = append(finals, &kgo.Record{Topic: topic, Key: key, Value: v})
+			finals = append(finals, &kgo.Record{Topic: final, Key: key, Value: v})
+		}
+	}
+	for _, key := range expired {
+		if err := kv.Delete(key); err != nil {
+			return nil, err
 		}
 	}
 	return finals, nil

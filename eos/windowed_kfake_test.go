@@ -317,6 +317,24 @@ func TestFinalResultsOnceWhenWindowsClose(t *testing.T) {
 	}
 }
 
+// Hopping windows with the default retention (size + grace): windows
+// close and expire in the same jump of stream time, and each final still
+// goes out once, before its window leaves the store.
+func TestFinalsOfHoppingWindowsThatCloseAndExpireAtOnce(t *testing.T) {
+	t.Parallel()
+	got := runWindowed(t, window.Hopping(2*time.Minute, time.Minute, 0), []report{
+		{"a", at("30s")},   // windows 23:59 and 00:00
+		{"a", at("2m10s")}, // both close and expire; windows 00:01 and 00:02
+		{"b", at("4m30s")}, // 00:01 and 00:02 close and expire; b's 00:03 and 00:04
+	}, eos.EmitFinal("finals"))
+	if f := describeFinals(t, got.finals); f != "a@11-30T23:59=1 a@12-01T00:00=1 a@12-01T00:01=1 a@12-01T00:02=1" {
+		t.Fatalf("finals %s", f)
+	}
+	if want := map[string][]string{"b": {"12-01T00:03=1", "12-01T00:04=1"}}; !equalWindows(got.windows, want) {
+		t.Fatalf("the store holds %v, want %v", got.windows, want)
+	}
+}
+
 // describeFinals lists finals as key@window=count, in order.
 func describeFinals(t *testing.T, finals []*kgo.Record) string {
 	t.Helper()
@@ -373,12 +391,16 @@ func TestEventTimeFaultsAreTheRecords(t *testing.T) {
 	}
 }
 
-// An invalid spec is a ConfigError from the constructor.
+// An invalid spec, or an empty finals topic, is a ConfigError from the
+// constructor.
 func TestWindowedSpecIsChecked(t *testing.T) {
 	_, err := eos.WindowedCount(window.Spec{Size: time.Minute, Grace: time.Minute, Retention: time.Minute})
 	var cfg *eoskit.ConfigError
 	if !errors.As(err, &cfg) || cfg.Setting != "WindowedSum" || !errors.Is(err, window.ErrSpec) {
 		t.Fatalf("%v; want a ConfigError wrapping window.ErrSpec", err)
+	}
+	if _, err := eos.WindowedCount(window.Tumbling(time.Minute, 0), eos.EmitFinal("")); !errors.As(err, &cfg) || cfg.Setting != "EmitFinal" {
+		t.Fatalf("an empty finals topic: %v", err)
 	}
 }
 
@@ -438,45 +460,59 @@ func describe(recs []*kgo.Record) string {
 	return b.String()
 }
 
-// Under Concurrency a windowed aggregation would see a partition's
-// records out of order (stream time follows them): Run ends at the first
-// record with a ConfigError naming Concurrency, whatever the error policy
-// (DeadLetter here), and nothing is dead-lettered or committed.
-func TestWindowedUnderConcurrencyIsAConfigError(t *testing.T) {
+// What a windowed aggregation cannot run under ends Run at the first
+// record with a ConfigError naming the setting, whatever the error
+// policy (DeadLetter here), and nothing is dead-lettered: KeyOrder lanes
+// (a partition's records out of order, which stream time follows), and a
+// finals topic that is the input or the dead-letter topic.
+func TestWindowedMisconfigurationIsAConfigError(t *testing.T) {
 	t.Parallel()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "dead-letters"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
-	if err := seed.ProduceSync(context.Background(), &kgo.Record{Key: []byte("a")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	h, err := eos.WindowedCount(window.Tumbling(time.Minute, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	txnID, _ := eos.StableTransactionalID("windows", "0")
-	p, err := eos.NewProcessor(h, eos.Brokers(brokers...), eos.Group("windows"), eos.Topics("reports"), eos.TransactionalID(txnID),
-		eos.Concurrency(4, eos.KeyOrder), eos.OnHandlerError(eos.DeadLetter("dead-letters")),
-		eos.Changelog("windows-changelog", eos.CreateChangelog()), eos.Logger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = p.Run(ctx)
-	var cfg *eoskit.ConfigError
-	if !errors.As(err, &cfg) || cfg.Setting != "Concurrency" {
-		t.Fatalf("Run returned %v; want a ConfigError naming Concurrency", err)
-	}
-	if dl := readCommitted(t, brokers, "dead-letters"); len(dl) != 0 {
-		t.Fatalf("%d records dead-lettered", len(dl))
+	for _, c := range []struct {
+		name, setting string
+		window        []eos.WindowOption
+		processor     []eos.ProcessorOption
+	}{
+		{"KeyOrder lanes", "Concurrency", nil, []eos.ProcessorOption{eos.Concurrency(4, eos.KeyOrder)}},
+		{"finals to the input", "EmitFinal", []eos.WindowOption{eos.EmitFinal("reports")}, nil},
+		{"finals to the dead letters", "EmitFinal", []eos.WindowOption{eos.EmitFinal("dead-letters")}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "dead-letters"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cluster.Close()
+			brokers := cluster.ListenAddrs()
+			seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer seed.Close()
+			if err := seed.ProduceSync(context.Background(), &kgo.Record{Key: []byte("a")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			h, err := eos.WindowedCount(window.Tumbling(time.Minute, 0), c.window...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			txnID, _ := eos.StableTransactionalID("windows", "0")
+			p, err := eos.NewProcessor(h, append([]eos.ProcessorOption{eos.Brokers(brokers...), eos.Group("windows"), eos.Topics("reports"),
+				eos.TransactionalID(txnID), eos.OnHandlerError(eos.DeadLetter("dead-letters")),
+				eos.Changelog("windows-changelog", eos.CreateChangelog()), eos.Logger(slog.New(slog.DiscardHandler))}, c.processor...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = p.Run(ctx)
+			var cfg *eoskit.ConfigError
+			if !errors.As(err, &cfg) || cfg.Setting != c.setting {
+				t.Fatalf("Run returned %v; want a ConfigError naming %s", err, c.setting)
+			}
+			if dl := readCommitted(t, brokers, "dead-letters"); len(dl) != 0 {
+				t.Fatalf("%d records dead-lettered", len(dl))
+			}
+		})
 	}
 }

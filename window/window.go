@@ -184,10 +184,13 @@ func (s Spec) ExpiresBetween(was, now time.Time) bool {
 
 // ClosesBetween reports whether a window may close as stream time moves
 // from was (exclusive) to now (inclusive): whether a window start plus
-// Size plus Grace lies in between. The zero was (no stream time yet, so
-// no window yet) says no.
+// Size plus Grace lies in between. The zero was (no stream time yet) says
+// yes.
 func (s Spec) ClosesBetween(was, now time.Time) bool {
-	return !was.IsZero() && s.pointBetween(was, now, s.Size+s.Grace)
+	if was.IsZero() && now.After(was) {
+		return true
+	}
+	return s.pointBetween(was, now, s.Size+s.Grace)
 }
 
 // pointBetween reports whether a window start plus offset lies in

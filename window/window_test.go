@@ -200,7 +200,7 @@ func TestBetweenFindsEveryExpiryAndClosePoint(t *testing.T) {
 			}
 		}
 	}
-	if !window.Tumbling(time.Minute, 0).ExpiresBetween(time.Time{}, t0) {
-		t.Fatal("the first stream time does not ask for an expiry")
+	if s := window.Tumbling(time.Minute, 0); !s.ExpiresBetween(time.Time{}, t0) || !s.ClosesBetween(time.Time{}, t0) {
+		t.Fatal("the first stream time does not ask for a sweep")
 	}
 }
