@@ -17,10 +17,10 @@ type Spec struct {
 	// for tumbling windows, less for hopping ones. Whole milliseconds.
 	Advance time.Duration
 	// Grace is how long past its end a window still takes late records,
-	// by stream time (default 0: none).
+	// by stream time (default 0: none). Whole milliseconds.
 	Grace time.Duration
 	// Retention is how long past its start a window is kept, by stream
-	// time (default, and at least, Size + Grace).
+	// time (default, and at least, Size + Grace). Whole milliseconds.
 	Retention time.Duration
 }
 
@@ -73,8 +73,10 @@ func (s Spec) Validate() error {
 		return refuse("size, grace and retention are each at most a century")
 	case s.Advance < 0 || s.Advance > s.Size || s.Advance%time.Millisecond != 0:
 		return refuse("advance %s is not a whole number of milliseconds from 1 ms to the size %s", s.Advance, s.Size)
-	case s.Grace < 0:
-		return refuse("grace %s is negative", s.Grace)
+	case s.Grace < 0 || s.Grace%time.Millisecond != 0:
+		return refuse("grace %s is not a whole number of milliseconds from 0", s.Grace)
+	case s.Retention%time.Millisecond != 0:
+		return refuse("retention %s is not a whole number of milliseconds", s.Retention)
 	case s.Retention != 0 && s.Retention < s.Size+s.Grace:
 		return refuse("retention %s is less than size + grace (%s): a window would leave the store while it still takes records", s.Retention, s.Size+s.Grace)
 	}

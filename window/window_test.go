@@ -111,6 +111,8 @@ func TestValidateRefusesWhatCannotWork(t *testing.T) {
 		{Size: time.Minute, Advance: -time.Second},
 		{Size: time.Minute, Advance: 1500 * time.Microsecond},
 		{Size: time.Minute, Grace: -time.Second},
+		{Size: time.Minute, Grace: time.Minute / 3 * 2 / 7},
+		{Size: time.Minute, Retention: time.Hour + time.Microsecond},
 		{Size: time.Minute, Grace: time.Minute, Retention: 90 * time.Second},
 	} {
 		if err := s.Validate(); !errors.Is(err, window.ErrSpec) {

@@ -15,6 +15,7 @@ import (
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/state"
 	"github.com/eoskit/eoskit/state/pebblestore"
+	"github.com/eoskit/eoskit/window"
 )
 
 // countInputs is the stateful path: eos.Count by key, its store (memory or
@@ -23,7 +24,7 @@ import (
 // map instead, outside the transaction, and emits every new count to out
 // with no changelog: a restart or a partition moved starts its keys from
 // zero again, and an aborted transaction's counts stay counted.
-func countInputs(ctx context.Context, opts []eos.ProcessorOption, store, stateDir, changelog, out, instance string, naive bool, delay, restoreDelay time.Duration) error {
+func countInputs(ctx context.Context, opts []eos.ProcessorOption, st stateful, out, instance string, naive bool, delay time.Duration) error {
 	var handler eos.HandlerFunc
 	if naive {
 		var mu sync.Mutex
@@ -38,26 +39,34 @@ func countInputs(ctx context.Context, opts []eos.ProcessorOption, store, stateDi
 		}
 	} else {
 		var stores state.Factory
-		switch store {
+		switch st.store {
 		case "memory":
 			stores = state.MemoryFactory()
 		case "pebble":
-			if stateDir == "" {
+			if st.dir == "" {
 				return fmt.Errorf("-store pebble needs -state-dir")
 			}
-			stores = pebblestore.Factory(stateDir, nil)
+			stores = pebblestore.Factory(st.dir, nil)
 		default:
-			return fmt.Errorf("unknown store %q (memory or pebble)", store)
+			return fmt.Errorf("unknown store %q (memory or pebble)", st.store)
 		}
-		if restoreDelay > 0 {
-			stores = slowResets(stores, restoreDelay)
+		if st.restoreDelay > 0 {
+			stores = slowResets(stores, st.restoreDelay)
 		}
 		count := eos.Count()
+		if st.window > 0 {
+			spec := window.Tumbling(st.window, (st.window / 3).Truncate(time.Millisecond))
+			spec.Retention = 24 * time.Hour
+			var err error
+			if count, err = eos.WindowedCount(spec); err != nil {
+				return err
+			}
+		}
 		handler = func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			time.Sleep(delay)
 			return count(ctx, r)
 		}
-		opts = append(opts, eos.Changelog(changelog, eos.EmitUpdates(out), eos.Stores(stores)))
+		opts = append(opts, eos.Changelog(st.changelog, eos.EmitUpdates(out), eos.Stores(stores)))
 	}
 	p, err := eos.NewProcessor(handler, opts...)
 	if err != nil {

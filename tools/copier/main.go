@@ -7,7 +7,7 @@
 //	copier -path dedup       -brokers B -group G -in T -database-url U -table rows
 //	copier -path raw         -brokers B -group G -in T -out T2 -instance 0
 //	copier -path outbox      -brokers B -database-url U -in POSITIONS -instance 0
-//	copier -path count       -brokers B -group G -in T -out T2 -changelog C -store memory|pebble [-state-dir D] [-restore-delay 8s] -instance 0
+//	copier -path count       -brokers B -group G -in T -out T2 -changelog C -store memory|pebble [-state-dir D] [-restore-delay 8s] [-window 1m] -instance 0
 //	copier -path count-naive -brokers B -group G -in T -out T2 -instance 0
 //
 // count counts the input by key (eos.Count), its store restored from the
@@ -15,7 +15,9 @@
 // update per changed key per transaction to -out (eos.EmitUpdates); a pebble
 // store lives in D/<instance>. It prints "copier: restoring [partitions]"
 // to stderr whenever the partitions it restores change; -restore-delay
-// slows each restore from the changelog's start. count-naive, the
+// slows each restore from the changelog's start. With -window, count
+// counts per key and tumbling window of that size by record time, with a
+// third of it as grace (eos.WindowedCount, kept a day). count-naive, the
 // negative control, keeps its counts in a Go map outside the transaction
 // and emits each new count to -out.
 // outbox relays the outbox of the database at U (outbox.Relay, its default
@@ -71,6 +73,7 @@ func main() {
 	verbose := flag.Bool("v", false, "log eoskit (debug) and kgo (info) to stderr")
 	repair := flag.Bool("repair", true, "eos: write the markers of hanging transactions (single broker, KAFKA-20734); false keeps the default, detect and stop")
 	delay := flag.Duration("record-delay", 0, "time the handler spends on each record, so that a run lasts long enough for its faults")
+	windowSize := flag.Duration("window", 0, "count: count per tumbling window of this size by record time (grace: a third of it)")
 	restoreDelay := flag.Duration("restore-delay", 0, "count: time a store's Reset takes more, so that a restore from the changelog's start lasts long enough for a rebalance to strike it")
 	consumerProtocol := flag.Bool("consumer-protocol", false, "eos, offsetstore, dedup, count: join with Kafka's consumer group protocol (KIP-848)")
 	concurrency := flag.Int("concurrency", 1, "handler calls at once: eos, one lane per input partition (eos.Concurrency); offsetstore and dedup, a transaction per partition")
@@ -95,7 +98,7 @@ func main() {
 			With("copier", *instance, "pid", os.Getpid())
 		clientOpts = append(clientOpts, kgo.WithLogger(kslog.New(kgoLog)))
 	}
-	st := stateful{changelog: *changelog, store: *store, dir: stateDirOf(*stateDir, *instance), restoreDelay: *restoreDelay}
+	st := stateful{changelog: *changelog, store: *store, dir: stateDirOf(*stateDir, *instance), restoreDelay: *restoreDelay, window: *windowSize}
 	err := run(ctx, *path, strings.Split(*brokers, ","), *dbURL, *group, *in, *out, *table, *instance, *delay, *repair, *concurrency, *consumerProtocol, st, logger, clientOpts)
 	switch {
 	case errors.Is(err, eos.ErrFenced):
@@ -111,6 +114,7 @@ func main() {
 type stateful struct {
 	changelog, store, dir string
 	restoreDelay          time.Duration
+	window                time.Duration // 0: by key alone
 }
 
 func run(ctx context.Context, path string, brokers []string, dbURL, group, in, out, table, instance string, delay time.Duration, repair bool, concurrency int, consumerProtocol bool, st stateful, logger *slog.Logger, clientOpts []kgo.Opt) error {
@@ -138,7 +142,7 @@ func run(ctx context.Context, path string, brokers []string, dbURL, group, in, o
 			opts = append(opts, eos.ConsumerProtocol())
 		}
 		if path != "eos" {
-			return countInputs(ctx, opts, st.store, st.dir, st.changelog, out, instance, path == "count-naive", delay, st.restoreDelay)
+			return countInputs(ctx, opts, st, out, instance, path == "count-naive", delay)
 		}
 		p, err := eos.NewProcessor(func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			time.Sleep(delay)

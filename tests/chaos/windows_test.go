@@ -1,0 +1,62 @@
+package chaos_test
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/window"
+)
+
+// countsByKey is the true count per region of the committed inputs: what
+// the by-key counting paths must end at.
+func countsByKey(inputs []string) map[string]int64 {
+	want := map[string]int64{}
+	for _, id := range inputs {
+		want[regionOf(id)]++
+	}
+	return want
+}
+
+// reportTime is count-window's record time for input id: 5 ms apart in id
+// order from base, but every 7th 3 s behind (inside the grace period, or
+// in an earlier window still open) and every 11th 15 s behind (past it,
+// most often: late). Aborted inputs are 50 minutes ahead (under the
+// broker's hour, message.timestamp.after.max.ms): seen, one would move
+// stream time there and make every later input late.
+func reportTime(base time.Time, id string) time.Time {
+	n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+	t := base.Add(time.Duration(n) * 5 * time.Millisecond)
+	switch {
+	case strings.HasPrefix(id, "aborted-"):
+		return t.Add(50 * time.Minute)
+	case n%11 == 0:
+		return t.Add(-15 * time.Second)
+	case n%7 == 0:
+		return t.Add(-3 * time.Second)
+	}
+	return t
+}
+
+// windowTruth is the true count per region and window of count-window's
+// committed input, read back (each partition in offset order) and counted
+// by the rules written apart from package window's: an input counts in
+// its window unless its partition's stream time, with it, reached the
+// window's end plus grace. Keys are window.AppendKey's.
+func windowTruth(k *integration.KafkaCluster, in string) map[string]int64 {
+	size, grace := windowSize.Milliseconds(), (windowSize / 3).Milliseconds() // the copier's grace, truncated to ms as it is
+	streamTime := map[int32]int64{}
+	want := map[string]int64{}
+	for _, r := range k.ReadAll(in, kgo.ReadCommitted(), 2*time.Minute) {
+		ms := r.Timestamp.UnixMilli()
+		streamTime[r.Partition] = max(streamTime[r.Partition], ms)
+		start := ms - ms%size
+		if streamTime[r.Partition] < start+size+grace {
+			want[string(window.AppendKey(nil, r.Key, time.UnixMilli(start)))]++
+		}
+	}
+	return want
+}
