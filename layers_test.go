@@ -19,14 +19,15 @@ func goList(t *testing.T, args ...string) []string {
 // A dependency is linked only into what uses it: a program that imports
 // a runner, and not package state/pebblestore, links no pebble (as only
 // pgxpool imports puddle); and no package of the library links the test
-// beds, the tools, the test-only suites or the users' test kit.
+// beds, the tools, the test-only suites, the users' test kit, or go-jose.
 func TestLibraryLinksOnlyWhatItUses(t *testing.T) {
 	const mod = "github.com/eoskit/eoskit"
-	library := []string{".", "./eos", "./eos/eosprom", "./probe", "./state", "./offsetstore", "./dedup", "./outbox", "./topics", "./verify"}
+	library := []string{".", "./eos", "./eos/eosprom", "./probe", "./state", "./window", "./offsetstore", "./dedup", "./outbox", "./topics", "./verify"}
 	for _, pkg := range library {
 		for _, dep := range goList(t, "-deps", pkg) {
 			switch {
 			case strings.HasPrefix(dep, "github.com/cockroachdb/pebble"),
+				strings.HasPrefix(dep, "github.com/go-jose/"), // signs the test bed's OAUTHBEARER tokens
 				strings.HasPrefix(dep, mod+"/state/pebblestore"),
 				strings.HasPrefix(dep, mod+"/testsupport"),
 				strings.HasPrefix(dep, mod+"/tools"),
