@@ -18,9 +18,12 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.WindowStore;
 
 import sun.misc.Signal;
 
@@ -31,6 +34,15 @@ import sun.misc.Signal;
  *
  * <pre>
  *   builder.stream(in).groupByKey().count().toStream().to(out)
+ * </pre>
+ *
+ * or, given window-ms (and grace-ms, default 0), per key and tumbling
+ * window of record time, the output keyed by the record key:
+ *
+ * <pre>
+ *   builder.stream(in).groupByKey()
+ *       .windowedBy(TimeWindows.ofSizeAndGrace(window, grace)).count()
+ *       .toStream((w, n) -> w.key()).to(out)
  * </pre>
  *
  * Keys are Bytes (compared by content), values opaque bytes; the count's
@@ -45,7 +57,7 @@ import sun.misc.Signal;
  * Run it through scripts/streams.sh run; arguments, as name=value:
  * bootstrap, application-id, input, output, replication-factor (all
  * required), threads (num.stream.threads, default 1), commit-interval-ms
- * (default: Streams' own).
+ * (default: Streams' own), window-ms and grace-ms.
  */
 public final class CountByKey {
     public static void main(String[] argv) throws Exception {
@@ -66,13 +78,24 @@ public final class CountByKey {
         }
 
         StreamsBuilder builder = new StreamsBuilder();
-        builder.stream(in, Consumed.with(Serdes.Bytes(), Serdes.ByteArray()))
-                .groupByKey(Grouped.with(Serdes.Bytes(), Serdes.ByteArray()))
-                .count(Materialized.<Bytes, Long, KeyValueStore<Bytes, byte[]>>as("counts")
-                        .withKeySerde(Serdes.Bytes())
-                        .withValueSerde(Serdes.Long()))
-                .toStream()
-                .to(out, Produced.with(Serdes.Bytes(), Serdes.Long()));
+        KGroupedStream<Bytes, byte[]> grouped = builder.stream(in, Consumed.with(Serdes.Bytes(), Serdes.ByteArray()))
+                .groupByKey(Grouped.with(Serdes.Bytes(), Serdes.ByteArray()));
+        if (args.containsKey("window-ms")) {
+            Duration size = Duration.ofMillis(Long.parseLong(args.get("window-ms")));
+            Duration grace = Duration.ofMillis(Long.parseLong(args.getOrDefault("grace-ms", "0")));
+            grouped.windowedBy(TimeWindows.ofSizeAndGrace(size, grace))
+                    .count(Materialized.<Bytes, Long, WindowStore<Bytes, byte[]>>as("counts")
+                            .withKeySerde(Serdes.Bytes())
+                            .withValueSerde(Serdes.Long()))
+                    .toStream((w, n) -> w.key())
+                    .to(out, Produced.with(Serdes.Bytes(), Serdes.Long()));
+        } else {
+            grouped.count(Materialized.<Bytes, Long, KeyValueStore<Bytes, byte[]>>as("counts")
+                            .withKeySerde(Serdes.Bytes())
+                            .withValueSerde(Serdes.Long()))
+                    .toStream()
+                    .to(out, Produced.with(Serdes.Bytes(), Serdes.Long()));
+        }
 
         CountDownLatch done = new CountDownLatch(1);
         AtomicReference<Throwable> failure = new AtomicReference<>();
@@ -133,7 +156,7 @@ public final class CountByKey {
 
     private static void usage(String why) {
         System.err.println("CountByKey: " + why + "\nusage: CountByKey bootstrap=HOST:PORT application-id=ID input=TOPIC output=TOPIC "
-                + "replication-factor=N [threads=1] [commit-interval-ms=MS]");
+                + "replication-factor=N [threads=1] [commit-interval-ms=MS] [window-ms=MS [grace-ms=MS]]");
         System.exit(2);
     }
 

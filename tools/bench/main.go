@@ -61,9 +61,11 @@
 //     scripts/streams.sh, run as a process of its own; its group is its
 //     application.id; -streams-threads, default 1, as eos.Processor has one
 //     poll loop), and eos.Processor's stateless copy at 100 ms of the same
-//     input, each as a ratio to both. eoskit's own count by key gets its
-//     row here once it exists (the TODO in stateTable); issue 27's goals
-//     for it: ≥ 1.0x Kafka Streams, ≥ 0.8x the copy. Its warm-up is
+//     input, each as a ratio to both, beside eoskit's count by key
+//     (eos.Count; issue 27's goals for it: ≥ 1.0x Kafka Streams, ≥ 0.8x
+//     the copy), and the windowed count of both (tumbling one minute of
+//     record time, grace 10 s: Kafka Streams' windowedBy(...).count()
+//     and eos.WindowedCount; issue 45's goal: ≥ 2.0x). Its warm-up is
 //     -state-warmup (default 10s: the JVM takes about 6 s after its first
 //     commit to reach its pace), its CPU column the worker's (the JVM's
 //     for Kafka Streams, from /proc). Unless -check=false, it then checks

@@ -21,6 +21,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/testsupport/srctree"
+	"github.com/eoskit/eoskit/window"
 )
 
 // The state part (issue 27, keyed state): count by key over 100 B records,
@@ -32,7 +33,11 @@ import (
 // roles of the state table's variants.
 const (
 	roleStreams = "streams" // Kafka Streams' count: ratio base
-	roleCopy    = "copy"    // eos.Processor's stateless copy: ratio base
+	// roleStreamsWindow is Kafka Streams' windowed count (ratio base),
+	// roleWindowGoal eoskit's, which issue 45's goal is about.
+	roleStreamsWindow = "streams-window"
+	roleWindowGoal    = "window-goal"
+	roleCopy          = "copy" // eos.Processor's stateless copy: ratio base
 )
 
 // stateKeys is how many distinct keys the state part's records carry.
@@ -48,9 +53,12 @@ func stateTable(script string, threads int) wtable {
 		variants: func(int) []wvariant {
 			return []wvariant{
 				{name: fmt.Sprintf("Kafka Streams 4.4.0 groupByKey().count(), exactly_once_v2, %d thread(s)", threads),
-					start: streamsCount(script, threads), role: roleStreams},
+					start: streamsCount(script, threads, window.Spec{}), role: roleStreams},
 				{name: "eos.Processor stateless copy, 100ms", start: processor(eos.ExactlyOnce, 100*time.Millisecond), role: roleCopy},
 				{name: "eos.Processor count by key (eos.Count, memory store), 100ms", start: countByKey(100 * time.Millisecond), role: roleGoal},
+				{name: fmt.Sprintf("Kafka Streams 4.4.0 windowedBy(TimeWindows.ofSizeAndGrace(1m, 10s)).count(), exactly_once_v2, %d thread(s)", threads),
+					start: streamsCount(script, threads, benchWindow), role: roleStreamsWindow},
+				{name: "eos.Processor windowed count (eos.WindowedCount, tumbling 1m, grace 10s, memory store), 100ms", start: windowedCount(100 * time.Millisecond), role: roleWindowGoal},
 			}
 		},
 	}
@@ -60,6 +68,8 @@ func stateTable(script string, threads int) wtable {
 const (
 	goalVsStreams = 1.0
 	goalVsCopy    = 0.8
+	// issue 45's goal for the windowed count.
+	goalWindowVsStreams = 2.0
 )
 
 // printState writes the keyed-state table: every row as a ratio to Kafka
@@ -68,17 +78,20 @@ const (
 func printState(w io.Writer, rows []wrow, b *bench) {
 	fmt.Fprintf(w, "\nstate, count by key: %d B records, 6 partitions, %d keys: input records committed per second (the group's committed offsets) during a %s window after a %s warm-up, from a backlog; median of %d interleaved runs (min-max; spread = (max-min)/median). CPU is the worker process's: the JVM's for Kafka Streams, the benchmark process's for eos. Goals for eoskit's count by key: ≥ %.2fx Kafka Streams, ≥ %.2fx eos's stateless copy\n\n",
 		rows[0].size, stateKeys, b.window, b.warmup, b.runs, goalVsStreams, goalVsCopy)
-	fmt.Fprintln(w, "| variant | records/s | min-max | spread | vs Kafka Streams count | vs eos copy | CPU µs per record | goals |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| variant | records/s | min-max | spread | vs Kafka Streams count | vs Kafka Streams windowed count | vs eos copy | CPU µs per record | goals |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range rows {
-		vs := ratiosTo(rows, r, roleStreams, roleCopy)
-		fmt.Fprintf(w, "| %s | %s | %.2fx | %.2fx | %s | %s |\n", r.v.name, rateCells(r.rates()), vs[0], vs[1], cpuCell(r), stateGoals(r, vs[0], vs[1]))
+		vs := ratiosTo(rows, r, roleStreams, roleStreamsWindow, roleCopy)
+		fmt.Fprintf(w, "| %s | %s | %.2fx | %.2fx | %.2fx | %s | %s |\n", r.v.name, rateCells(r.rates()), vs[0], vs[1], vs[2], cpuCell(r), stateGoals(r, vs[0], vs[1], vs[2]))
 	}
 }
 
 // stateGoals is the goals cell of a state row: issue 27's, on the row of
 // eoskit's count by key only.
-func stateGoals(r wrow, vsStreams, vsCopy float64) string {
+func stateGoals(r wrow, vsStreams, vsStreamsWindow, vsCopy float64) string {
+	if r.v.role == roleWindowGoal {
+		return fmt.Sprintf("≥ %.2fx Kafka Streams windowed: %s", goalWindowVsStreams, metOrMissed(vsStreamsWindow >= goalWindowVsStreams))
+	}
 	if r.v.role != roleGoal {
 		return ""
 	}
@@ -104,12 +117,15 @@ func buildStreams(ctx context.Context, script string) error {
 // When ctx ends it gets SIGTERM (Streams closes, committing what it
 // processed, and the peer exits 0); wait then deletes the internal topics
 // Streams made (the count's changelog).
-func streamsCount(script string, threads int) func(context.Context, *env) (running, error) {
+func streamsCount(script string, threads int, w window.Spec) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
-		cmd := exec.CommandContext(ctx, script, "run",
-			"bootstrap="+strings.Join(e.brokers, ","), "application-id="+e.group,
-			"input="+e.in, "output="+e.out,
-			"replication-factor="+strconv.Itoa(replicationFactor), "threads="+strconv.Itoa(threads))
+		args := []string{"run", "bootstrap=" + strings.Join(e.brokers, ","), "application-id=" + e.group,
+			"input=" + e.in, "output=" + e.out,
+			"replication-factor=" + strconv.Itoa(replicationFactor), "threads=" + strconv.Itoa(threads)}
+		if w.Size > 0 {
+			args = append(args, "window-ms="+strconv.FormatInt(w.Size.Milliseconds(), 10), "grace-ms="+strconv.FormatInt(w.Grace.Milliseconds(), 10))
+		}
+		cmd := exec.CommandContext(ctx, script, args...)
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 		cmd.WaitDelay = 90 * time.Second // Streams' close is given 60 s
 		logs := &tail{max: 8 << 10}
@@ -142,6 +158,32 @@ func streamsCount(script string, threads int) func(context.Context, *env) (runni
 func countByKey(interval time.Duration) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
 		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
+			eos.TransactionalID(e.group+"-0"), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet),
+			eos.Changelog(e.group+"-changelog", eos.CreateChangelog(), eos.EmitUpdates(e.out)))
+		if err != nil {
+			return running{}, err
+		}
+		return running{wait: background(func() error {
+			return errors.Join(p.Run(ctx), deleteInternalTopics(e.brokers, e.group))
+		})}, nil
+	}
+}
+
+// benchWindow is the windowed rows' window: tumbling one minute of record
+// time, ten seconds of grace (issue 45's goal).
+var benchWindow = window.Tumbling(time.Minute, 10*time.Second)
+
+// windowedCount is eos.Processor counting e.in per key and benchWindow
+// (eos.WindowedCount, a changelog it creates, the in-memory store), one
+// update per changed window per transaction to e.out, committing every
+// interval; wait then deletes the changelog.
+func windowedCount(interval time.Duration) func(context.Context, *env) (running, error) {
+	return func(ctx context.Context, e *env) (running, error) {
+		count, err := eos.WindowedCount(benchWindow)
+		if err != nil {
+			return running{}, err
+		}
+		p, err := eos.NewProcessor(count, eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
 			eos.TransactionalID(e.group+"-0"), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet),
 			eos.Changelog(e.group+"-changelog", eos.CreateChangelog(), eos.EmitUpdates(e.out)))
 		if err != nil {
@@ -233,7 +275,7 @@ func (b *bench) checkStreams(ctx context.Context, script string, n int) (summary
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	run, err := streamsCount(script, 1)(runCtx, e)
+	run, err := streamsCount(script, 1, window.Spec{})(runCtx, e)
 	if err != nil {
 		return "", err
 	}
