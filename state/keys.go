@@ -23,8 +23,8 @@ func (s *Scope) Keys(fn func(key []byte) bool) error {
 	}
 	s.txn.mu.RUnlock()
 	s.mu.Lock()
-	for k, v := range s.writes {
-		pending[k] = v != nil
+	for _, w := range s.writes {
+		pending[w.k] = w.v != nil
 	}
 	s.mu.Unlock()
 	var stored [][]byte

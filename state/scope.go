@@ -16,10 +16,28 @@ import (
 // A Scope belongs to one handler call (one goroutine at a time); the Txn
 // under it may be shared by lanes handling other keys.
 type Scope struct {
-	txn    *Txn
-	mu     sync.Mutex
-	writes map[string][]byte // nil: deleted
-	order  []string          // keys in the order first written
+	txn *Txn
+	mu  sync.Mutex
+	// writes are the call's writes, each key once, in the order first
+	// written: a handler writes few keys, so a slice searched from its
+	// end costs less than a map made for every call.
+	writes []scopeWrite
+}
+
+// scopeWrite is one key's write in a Scope (v nil: deleted).
+type scopeWrite struct {
+	k string
+	v []byte
+}
+
+// find returns the index of key's write in s, or -1; s.mu is held.
+func (s *Scope) find(key string) int {
+	for i := len(s.writes) - 1; i >= 0; i-- {
+		if s.writes[i].k == key {
+			return i
+		}
+	}
+	return -1
 }
 
 var _ KV = (*Scope)(nil)
@@ -31,9 +49,13 @@ func (t *Txn) Scope() *Scope { return &Scope{txn: t} }
 // transaction's view.
 func (s *Scope) Get(key []byte) ([]byte, bool, error) {
 	s.mu.Lock()
-	v, ok := s.writes[string(key)]
+	i := s.find(string(key))
+	var v []byte
+	if i >= 0 {
+		v = s.writes[i].v
+	}
 	s.mu.Unlock()
-	if ok {
+	if i >= 0 {
 		if v == nil {
 			return nil, false, nil
 		}
@@ -64,14 +86,11 @@ func (s *Scope) Delete(key []byte) error {
 func (s *Scope) set(key, v []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.writes == nil {
-		s.writes = map[string][]byte{}
+	if i := s.find(string(key)); i >= 0 {
+		s.writes[i].v = v
+		return
 	}
-	k := string(key)
-	if _, ok := s.writes[k]; !ok {
-		s.order = append(s.order, k)
-	}
-	s.writes[k] = v
+	s.writes = append(s.writes, scopeWrite{k: string(key), v: v})
 }
 
 // Keep moves the call's writes into the transaction, and empties s.
@@ -82,17 +101,17 @@ func (s *Scope) Keep() {
 		return
 	}
 	s.txn.mu.Lock()
-	for _, k := range s.order {
-		s.txn.dirty[k] = s.writes[k]
+	for _, w := range s.writes {
+		s.txn.dirty[w.k] = w.v
 	}
 	s.txn.mu.Unlock()
-	s.writes, s.order = nil, nil
+	s.writes = nil
 }
 
 // Drop discards the call's writes: the transaction is as before the
 // call.
 func (s *Scope) Drop() {
 	s.mu.Lock()
-	s.writes, s.order = nil, nil
+	s.writes = nil
 	s.mu.Unlock()
 }

@@ -39,7 +39,7 @@ func (s Spec) Open(t, streamTime time.Time) ([]Window, error) {
 		return nil, ErrOutOfRange
 	}
 	ws := s.For(t)
-	open := ws[:0:0]
+	open := ws[:0] // For's slice is the caller's: filtered in place
 	for _, w := range ws {
 		if !s.Closed(w, streamTime) {
 			open = append(open, w)
