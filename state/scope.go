@@ -19,10 +19,16 @@ type Scope struct {
 	txn *Txn
 	mu  sync.Mutex
 	// writes are the call's writes, each key once, in the order first
-	// written: a handler writes few keys, so a slice searched from its
-	// end costs less than a map made for every call.
+	// written: a handler mostly writes few keys, so a slice searched from
+	// its end costs less than a map made for every call; past
+	// indexAbove writes (a windowed aggregation deleting the windows
+	// that expired), index finds them.
 	writes []scopeWrite
+	index  map[string]int
 }
+
+// indexAbove is how many writes a Scope searches before it indexes them.
+const indexAbove = 16
 
 // scopeWrite is one key's write in a Scope (v nil: deleted).
 type scopeWrite struct {
@@ -32,6 +38,12 @@ type scopeWrite struct {
 
 // find returns the index of key's write in s, or -1; s.mu is held.
 func (s *Scope) find(key string) int {
+	if s.index != nil {
+		if i, ok := s.index[key]; ok {
+			return i
+		}
+		return -1
+	}
 	for i := len(s.writes) - 1; i >= 0; i-- {
 		if s.writes[i].k == key {
 			return i
@@ -91,6 +103,15 @@ func (s *Scope) set(key, v []byte) {
 		return
 	}
 	s.writes = append(s.writes, scopeWrite{k: string(key), v: v})
+	switch {
+	case s.index != nil:
+		s.index[string(key)] = len(s.writes) - 1
+	case len(s.writes) > indexAbove:
+		s.index = make(map[string]int, 2*len(s.writes))
+		for i, w := range s.writes {
+			s.index[w.k] = i
+		}
+	}
 }
 
 // Keep moves the call's writes into the transaction, and empties s.
@@ -105,13 +126,13 @@ func (s *Scope) Keep() {
 		s.txn.dirty[w.k] = w.v
 	}
 	s.txn.mu.Unlock()
-	s.writes = nil
+	s.writes, s.index = nil, nil
 }
 
 // Drop discards the call's writes: the transaction is as before the
 // call.
 func (s *Scope) Drop() {
 	s.mu.Lock()
-	s.writes = nil
+	s.writes, s.index = nil, nil
 	s.mu.Unlock()
 }

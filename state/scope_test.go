@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/eoskit/eoskit/state"
@@ -64,4 +65,41 @@ func TestScopeRefusesAWriteTooLargeForTheChangelog(t *testing.T) {
 		t.Fatalf("Put of 150 bytes under a 200-byte limit: %v, want ErrTooLarge", err)
 	}
 	must(t, sc.Put([]byte("k"), make([]byte, 50)))
+}
+
+// A call writing many keys (a windowed aggregation deleting its expired
+// windows) and some twice reads its own latest write of each and keeps
+// each key once, whether the Scope searches its writes or indexes them.
+func TestScopeWithManyWritesKeepsEachKeyOnce(t *testing.T) {
+	for _, n := range []int{3, 16, 17, 500} {
+		s := state.NewMemory()
+		tx := state.NewTxn(s, 0)
+		sc := tx.Scope()
+		for round := range 2 {
+			for i := range n {
+				key := []byte(fmt.Sprintf("k%d", i))
+				switch {
+				case round == 1 && i%3 == 0:
+					must(t, sc.Delete(key))
+				default:
+					must(t, sc.Put(key, []byte(fmt.Sprintf("%d-%d", round, i))))
+				}
+			}
+		}
+		for i := range n {
+			v, ok, err := sc.Get([]byte(fmt.Sprintf("k%d", i)))
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case i%3 == 0 && ok:
+				t.Fatalf("n=%d: k%d deleted, reads %q", n, i, v)
+			case i%3 != 0 && string(v) != fmt.Sprintf("1-%d", i):
+				t.Fatalf("n=%d: k%d reads %q, want its last write", n, i, v)
+			}
+		}
+		sc.Keep()
+		if got := tx.Len(); got != n {
+			t.Fatalf("n=%d: the transaction holds %d keys, want each once", n, got)
+		}
+	}
 }
