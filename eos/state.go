@@ -206,10 +206,7 @@ type kvKey struct{}
 // records'. A write too large for the changelog fails with an error
 // wrapping [state.ErrTooLarge]; returned by the handler, it is the
 // record's fault (see [OnHandlerError]).
-func StateOf(ctx context.Context) state.KV {
-	hs, _ := ctx.Value(kvKey{}).(handlerState)
-	return hs.kv
-}
+func StateOf(ctx context.Context) state.KV { return handlerStateOf(ctx).kv }
 
 // handlerState is what a handler call's context carries for its keyed
 // state: its KV, and what counts a late record.
@@ -229,11 +226,11 @@ func withKV(ctx context.Context, kv state.KV, hs handlerState) context.Context {
 	return context.WithValue(ctx, kvKey{}, hs)
 }
 
-// lateRecorded counts a late record of the handler call of ctx.
-func lateRecorded(ctx context.Context) {
-	if hs, _ := ctx.Value(kvKey{}).(handlerState); hs.late != nil {
-		hs.late()
-	}
+// handlerStateOf returns what ctx carries (the zero handlerState outside
+// a handler of a processor given Changelog).
+func handlerStateOf(ctx context.Context) handlerState {
+	hs, _ := ctx.Value(kvKey{}).(handlerState)
+	return hs
 }
 
 // errNoState is what an aggregation returns when its processor has no
@@ -286,7 +283,12 @@ func Reduce(fn func(old, value []byte) []byte) HandlerFunc {
 }
 
 func aggregating(ctx context.Context, r *kgo.Record) (state.KV, error) {
-	kv := StateOf(ctx)
+	return aggregatingOn(StateOf(ctx), r)
+}
+
+// aggregatingOn returns kv, the store r is aggregated in, or why r
+// cannot be.
+func aggregatingOn(kv state.KV, r *kgo.Record) (state.KV, error) {
 	switch {
 	case kv == nil:
 		return nil, errNoState

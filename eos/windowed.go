@@ -166,10 +166,11 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 		return nil, &eoskit.ConfigError{Package: "eos", Setting: "EmitFinal", Reason: "the finals topic is empty"}
 	}
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		if err := refusedSetting(ctx, setting, c.final, r.Topic); err != nil {
+		hs := handlerStateOf(ctx) // once: this runs for every record
+		if err := refusedSetting(hs, setting, c.final, r.Topic); err != nil {
 			return nil, err
 		}
-		kv, err := aggregating(ctx, r)
+		kv, err := aggregatingOn(hs.kv, r)
 		if err != nil {
 			return nil, err
 		}
@@ -177,8 +178,8 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 		if err != nil {
 			return nil, fmt.Errorf("eos: the record's event time: %w", err)
 		}
-		if !window.InRange(at) {
-			return nil, fmt.Errorf("eos: the record's time %s is before the Unix epoch or after year 9999: it falls in no window", at.UTC().Format(time.RFC3339Nano))
+		if !window.InRange(at) { // before it moves stream time
+			return nil, fmt.Errorf("eos: the record's time %s: %w", at.UTC().Format(time.RFC3339Nano), window.ErrOutOfRange)
 		}
 		was, err := streamTime(kv)
 		if err != nil {
@@ -193,7 +194,9 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 		}
 		open, err := spec.Open(at, now)
 		if err != nil {
-			lateRecorded(ctx)
+			if hs.late != nil {
+				hs.late()
+			}
 			if c.returnLate {
 				return nil, err
 			}
@@ -222,8 +225,7 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 // the processor cannot run as it is configured (which ends Run: no
 // record's fault): under KeyOrder lanes, or with its finals topic one the
 // processor reads or keeps for itself.
-func refusedSetting(ctx context.Context, setting, final, input string) error {
-	hs, _ := ctx.Value(kvKey{}).(handlerState)
+func refusedSetting(hs handlerState, setting, final, input string) error {
 	switch {
 	case hs.keyLanes:
 		// Stream time follows the partition's order: records handled

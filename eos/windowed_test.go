@@ -11,6 +11,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/verify"
 	"github.com/eoskit/eoskit/window"
 )
 
@@ -40,49 +41,18 @@ func reportTime(id string) time.Time {
 	return t
 }
 
-// windowTruth computes, from the committed input read back (each
-// partition in offset order), the count per region and window that the
-// rules give: a report counts in its window unless its partition's stream
-// time, with it, has reached the window's end plus grace. Keys are
-// window.AppendKey's. It is written without package window's rules, and
-// returns how many reports were late, the counts a design ignoring
-// lateness would give, and the counts of the windows closed at the end
-// (their partition's stream time past their end plus grace): the finals.
+// windowTruth is verify.CountWindows of in's committed input, as text.
 func windowTruth(t *testing.T, k *integration.KafkaCluster, in string) (want map[string]string, late int, ignoringLateness, closed map[string]string) {
 	t.Helper()
-	size, grace := copierWindow.Size.Milliseconds(), copierWindow.Grace.Milliseconds()
-	streamTime := map[int32]int64{}
-	counts, all := map[string]int{}, map[string]int{}
-	ends := map[string]int64{}   // a window's end plus grace
-	partOf := map[string]int32{} // a window's partition
-	for _, r := range k.ReadAll(in, kgo.ReadCommitted(), verifyTimeout) {
-		ms := r.Timestamp.UnixMilli()
-		streamTime[r.Partition] = max(streamTime[r.Partition], ms)
-		start := ms - ms%size
-		key := string(window.AppendKey(nil, r.Key, time.UnixMilli(start)))
-		all[key]++
-		ends[key], partOf[key] = start+size+grace, r.Partition
-		if streamTime[r.Partition] >= start+size+grace {
-			late++
-			continue
-		}
-		counts[key]++
-	}
-	text := func(m map[string]int) map[string]string {
+	wc := verify.CountWindows(k.ReadAll(in, kgo.ReadCommitted(), verifyTimeout), copierWindow.Size, copierWindow.Grace)
+	text := func(m map[string]int64) map[string]string {
 		out := map[string]string{}
 		for k, n := range m {
-			out[k] = strconv.Itoa(n)
+			out[k] = strconv.FormatInt(n, 10)
 		}
 		return out
 	}
-	want = text(counts)
-	closed = map[string]string{}
-	for key, end := range ends {
-		if c, ok := want[key]; ok && streamTime[partOf[key]] >= end {
-			closed[key] = c
-		}
-	}
-	return want, late, text(all), closed
+	return text(wc.Counts), wc.Late, text(wc.IgnoringLateness), text(wc.Closed)
 }
 
 // The dashboard's per-minute counts by report time, with reports out of

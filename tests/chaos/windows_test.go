@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/integration"
-	"github.com/eoskit/eoskit/window"
+	"github.com/eoskit/eoskit/verify"
 )
 
 // countsByKey is the true count per region of the committed inputs: what
@@ -42,21 +42,9 @@ func reportTime(base time.Time, id string) time.Time {
 }
 
 // windowTruth is the true count per region and window of count-window's
-// committed input, read back (each partition in offset order) and counted
-// by the rules written apart from package window's: an input counts in
-// its window unless its partition's stream time, with it, reached the
-// window's end plus grace. Keys are window.AppendKey's.
+// committed input (verify.CountWindows, whose rules are written apart
+// from package window's); the copier's grace is truncated to
+// milliseconds, as here.
 func windowTruth(k *integration.KafkaCluster, in string) map[string]int64 {
-	size, grace := windowSize.Milliseconds(), (windowSize / 3).Milliseconds() // the copier's grace, truncated to ms as it is
-	streamTime := map[int32]int64{}
-	want := map[string]int64{}
-	for _, r := range k.ReadAll(in, kgo.ReadCommitted(), 2*time.Minute) {
-		ms := r.Timestamp.UnixMilli()
-		streamTime[r.Partition] = max(streamTime[r.Partition], ms)
-		start := ms - ms%size
-		if streamTime[r.Partition] < start+size+grace {
-			want[string(window.AppendKey(nil, r.Key, time.UnixMilli(start)))]++
-		}
-	}
-	return want
+	return verify.CountWindows(k.ReadAll(in, kgo.ReadCommitted(), 2*time.Minute), windowSize, (windowSize / 3).Truncate(time.Millisecond)).Counts
 }

@@ -55,10 +55,10 @@ func stateTable(script string, threads int) wtable {
 				{name: fmt.Sprintf("Kafka Streams 4.4.0 groupByKey().count(), exactly_once_v2, %d thread(s)", threads),
 					start: streamsCount(script, threads, window.Spec{}), role: roleStreams},
 				{name: "eos.Processor stateless copy, 100ms", start: processor(eos.ExactlyOnce, 100*time.Millisecond), role: roleCopy},
-				{name: "eos.Processor count by key (eos.Count, memory store), 100ms", start: countByKey(100 * time.Millisecond), role: roleGoal},
+				{name: "eos.Processor count by key (eos.Count, memory store), 100ms", start: counting(eos.Count(), 100*time.Millisecond), role: roleGoal},
 				{name: fmt.Sprintf("Kafka Streams 4.4.0 windowedBy(TimeWindows.ofSizeAndGrace(1m, 10s)).count(), exactly_once_v2, %d thread(s)", threads),
 					start: streamsCount(script, threads, benchWindow), role: roleStreamsWindow},
-				{name: "eos.Processor windowed count (eos.WindowedCount, tumbling 1m, grace 10s, memory store), 100ms", start: windowedCount(100 * time.Millisecond), role: roleWindowGoal},
+				{name: "eos.Processor windowed count (eos.WindowedCount, tumbling 1m, grace 10s, memory store), 100ms", start: counting(windowedCount(), 100*time.Millisecond), role: roleWindowGoal},
 			}
 		},
 	}
@@ -151,13 +151,18 @@ func streamsCount(script string, threads int, w window.Spec) func(context.Contex
 	}
 }
 
-// countByKey is eos.Processor counting e.in by key with its keyed state
-// (eos.Count, a changelog it creates, the in-memory store), one update
-// per changed key per transaction to e.out, committing every interval;
-// wait then deletes the changelog.
-func countByKey(interval time.Duration) func(context.Context, *env) (running, error) {
+// benchWindow is the windowed rows' window: tumbling one minute of record
+// time, ten seconds of grace (issue 45's goal).
+var benchWindow = window.Tumbling(time.Minute, 10*time.Second)
+
+// counting is eos.Processor counting e.in with the aggregation count
+// (eos.Count, or eos.WindowedCount of benchWindow) in its keyed state (a
+// changelog it creates, the in-memory store), one update per changed key
+// per transaction to e.out, committing every interval; wait then deletes
+// the changelog.
+func counting(count eos.HandlerFunc, interval time.Duration) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
-		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
+		p, err := eos.NewProcessor(count, eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
 			eos.TransactionalID(e.group+"-0"), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet),
 			eos.Changelog(e.group+"-changelog", eos.CreateChangelog(), eos.EmitUpdates(e.out)))
 		if err != nil {
@@ -169,30 +174,13 @@ func countByKey(interval time.Duration) func(context.Context, *env) (running, er
 	}
 }
 
-// benchWindow is the windowed rows' window: tumbling one minute of record
-// time, ten seconds of grace (issue 45's goal).
-var benchWindow = window.Tumbling(time.Minute, 10*time.Second)
-
-// windowedCount is eos.Processor counting e.in per key and benchWindow
-// (eos.WindowedCount, a changelog it creates, the in-memory store), one
-// update per changed window per transaction to e.out, committing every
-// interval; wait then deletes the changelog.
-func windowedCount(interval time.Duration) func(context.Context, *env) (running, error) {
-	return func(ctx context.Context, e *env) (running, error) {
-		count, err := eos.WindowedCount(benchWindow)
-		if err != nil {
-			return running{}, err
-		}
-		p, err := eos.NewProcessor(count, eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
-			eos.TransactionalID(e.group+"-0"), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet),
-			eos.Changelog(e.group+"-changelog", eos.CreateChangelog(), eos.EmitUpdates(e.out)))
-		if err != nil {
-			return running{}, err
-		}
-		return running{wait: background(func() error {
-			return errors.Join(p.Run(ctx), deleteInternalTopics(e.brokers, e.group))
-		})}, nil
+// windowedCount is eos.WindowedCount of benchWindow.
+func windowedCount() eos.HandlerFunc {
+	h, err := eos.WindowedCount(benchWindow)
+	if err != nil {
+		panic(err) // benchWindow is valid
 	}
+	return h
 }
 
 // deleteInternalTopics deletes the topics a stateful variant made for

@@ -1,0 +1,67 @@
+package verify
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/window"
+)
+
+// WindowCounts is what a count per key and tumbling window of record time
+// must end at, computed by [CountWindows] from the committed input.
+// Windows are keyed by [window.AppendKey] of the record key and the
+// window's start.
+type WindowCounts struct {
+	// Counts is each window's true count: its records that came while
+	// it was open.
+	Counts map[string]int64
+	// Late is how many records came after all their windows closed.
+	Late int
+	// IgnoringLateness is what a count that takes late records anyway
+	// ends at: a truth that equals Counts cannot tell the two apart.
+	IgnoringLateness map[string]int64
+	// Closed is the counts of the windows closed at the end (their
+	// partition's stream time past their end plus grace): the finals a
+	// count emitting them once must have written, and no other.
+	Closed map[string]int64
+}
+
+// CountWindows counts recs (a topic's committed records) per key and
+// tumbling window of size by their timestamps, as the rules say and
+// without package window's own: each partition's records in offset order,
+// its stream time the largest timestamp so far, a record counted in its
+// window unless that stream time, with it, reached the window's end plus
+// grace. recs may come in any order.
+func CountWindows(recs []*kgo.Record, size, grace time.Duration) WindowCounts {
+	recs = slices.Clone(recs)
+	slices.SortStableFunc(recs, func(a, b *kgo.Record) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	sizeMs, graceMs := size.Milliseconds(), grace.Milliseconds()
+	wc := WindowCounts{Counts: map[string]int64{}, IgnoringLateness: map[string]int64{}, Closed: map[string]int64{}}
+	streamTime := map[int32]int64{}
+	closesAt := map[string]int64{}  // a window's end plus grace
+	partition := map[string]int32{} // a window's partition
+	for _, r := range recs {
+		ms := r.Timestamp.UnixMilli()
+		streamTime[r.Partition] = max(streamTime[r.Partition], ms)
+		start := ms - ms%sizeMs
+		key := string(window.AppendKey(nil, r.Key, time.UnixMilli(start)))
+		wc.IgnoringLateness[key]++
+		closesAt[key], partition[key] = start+sizeMs+graceMs, r.Partition
+		if streamTime[r.Partition] >= closesAt[key] {
+			wc.Late++
+			continue
+		}
+		wc.Counts[key]++
+	}
+	for key, n := range wc.Counts {
+		if streamTime[partition[key]] >= closesAt[key] {
+			wc.Closed[key] = n
+		}
+	}
+	return wc
+}

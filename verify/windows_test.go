@@ -1,0 +1,40 @@
+package verify_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/verify"
+	"github.com/eoskit/eoskit/window"
+)
+
+// CountWindows follows each partition's offsets whatever order the
+// records come in: a record is late against its own partition's stream
+// time only, and the windows closed at the end are those its partition's
+// stream time passed.
+func TestCountWindowsFollowsEachPartitionsStreamTime(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	rec := func(p int32, off int64, key string, d time.Duration) *kgo.Record {
+		return &kgo.Record{Partition: p, Offset: off, Key: []byte(key), Timestamp: t0.Add(d)}
+	}
+	wk := func(key string, start time.Duration) string { return string(window.AppendKey(nil, []byte(key), t0.Add(start))) }
+	// Given out of order: partition 1's records first, offsets reversed.
+	wc := verify.CountWindows([]*kgo.Record{
+		rec(1, 1, "b", 10*time.Second), // partition 1's stream time is 00:00:20 (offset 0): not late
+		rec(1, 0, "b", 20*time.Second),
+		rec(0, 2, "a", 30*time.Second), // after 00:02:00 on partition 0: window 00:00 closed at 01:10, late
+		rec(0, 1, "a", 2*time.Minute),
+		rec(0, 0, "a", 5*time.Second),
+	}, time.Minute, 10*time.Second)
+	if wc.Late != 1 || wc.Counts[wk("a", 0)] != 1 || wc.Counts[wk("a", 2*time.Minute)] != 1 || wc.Counts[wk("b", 0)] != 2 {
+		t.Fatalf("late %d, counts %v", wc.Late, wc.Counts)
+	}
+	if wc.IgnoringLateness[wk("a", 0)] != 2 {
+		t.Fatalf("ignoring lateness: %v", wc.IgnoringLateness)
+	}
+	if len(wc.Closed) != 1 || wc.Closed[wk("a", 0)] != 1 {
+		t.Fatalf("closed %v; want only partition 0's window of 00:00 (partition 1's stream time never passed 01:10)", wc.Closed)
+	}
+}
