@@ -19,7 +19,9 @@ func TestCountWindowsFollowsEachPartitionsStreamTime(t *testing.T) {
 	rec := func(p int32, off int64, key string, d time.Duration) *kgo.Record {
 		return &kgo.Record{Partition: p, Offset: off, Key: []byte(key), Timestamp: t0.Add(d)}
 	}
-	wk := func(key string, start time.Duration) string { return string(window.AppendKey(nil, []byte(key), t0.Add(start))) }
+	wk := func(key string, start time.Duration) string {
+		return string(window.AppendKey(nil, []byte(key), t0.Add(start)))
+	}
 	// Given out of order: partition 1's records first, offsets reversed.
 	wc := verify.CountWindows([]*kgo.Record{
 		rec(1, 1, "b", 10*time.Second), // partition 1's stream time is 00:00:20 (offset 0): not late
