@@ -10,8 +10,9 @@ import (
 	"github.com/eoskit/eoskit/window"
 )
 
-// WindowCounts is what a count per key and tumbling window of record time
-// must end at, computed by [CountWindows] from the committed input.
+// WindowCounts is what a count or a sum per key and tumbling window of
+// record time must end at, computed by [CountWindows] or [SumWindows]
+// from the committed input.
 // Windows are keyed by [window.AppendKey] of the record key and the
 // window's start.
 type WindowCounts struct {
@@ -30,12 +31,21 @@ type WindowCounts struct {
 }
 
 // CountWindows counts recs (a topic's committed records) per key and
-// tumbling window of size by their timestamps, as the rules say and
-// without package window's own: each partition's records in offset order,
-// its stream time the largest timestamp so far, a record counted in its
-// window unless that stream time, with it, reached the window's end plus
-// grace. recs may come in any order.
+// tumbling window of size by their timestamps: [SumWindows] with each
+// record's timestamp and 1.
 func CountWindows(recs []*kgo.Record, size, grace time.Duration) WindowCounts {
+	return SumWindows(recs, size, grace, func(r *kgo.Record) (time.Time, int64, bool) { return r.Timestamp, 1, true })
+}
+
+// SumWindows sums recs (a topic's committed records) per key and tumbling
+// window of size by the time and value of returns for each, as the rules
+// say and without package window's own: each partition's records in
+// offset order, its stream time the largest record time so far, a record
+// added to its window unless that stream time, with it, reached the
+// window's end plus grace. A record of returns false is left out, as a
+// processor parks a record it cannot use (it moves no stream time). recs
+// may come in any order. Late counts the records left out as late.
+func SumWindows(recs []*kgo.Record, size, grace time.Duration, of func(*kgo.Record) (at time.Time, value int64, ok bool)) WindowCounts {
 	recs = slices.Clone(recs)
 	slices.SortStableFunc(recs, func(a, b *kgo.Record) int {
 		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
@@ -46,17 +56,21 @@ func CountWindows(recs []*kgo.Record, size, grace time.Duration) WindowCounts {
 	closesAt := map[string]int64{}  // a window's end plus grace
 	partition := map[string]int32{} // a window's partition
 	for _, r := range recs {
-		ms := r.Timestamp.UnixMilli()
+		at, v, ok := of(r)
+		if !ok {
+			continue
+		}
+		ms := at.UnixMilli()
 		streamTime[r.Partition] = max(streamTime[r.Partition], ms)
 		start := ms - ms%sizeMs
 		key := string(window.AppendKey(nil, r.Key, time.UnixMilli(start)))
-		wc.IgnoringLateness[key]++
+		wc.IgnoringLateness[key] += v
 		closesAt[key], partition[key] = start+sizeMs+graceMs, r.Partition
 		if streamTime[r.Partition] >= closesAt[key] {
 			wc.Late++
 			continue
 		}
-		wc.Counts[key]++
+		wc.Counts[key] += v
 	}
 	for key, n := range wc.Counts {
 		if streamTime[partition[key]] >= closesAt[key] {

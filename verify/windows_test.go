@@ -40,3 +40,27 @@ func TestCountWindowsFollowsEachPartitionsStreamTime(t *testing.T) {
 		t.Fatalf("closed %v; want only partition 0's window of 00:00 (partition 1's stream time never passed 01:10)", wc.Closed)
 	}
 }
+
+// SumWindows adds each record's value by the time it gives, and a record
+// it is told to leave out moves no stream time: had the far-future one
+// counted, the window of 00:00 would have closed before the last record.
+func TestSumWindowsAddsValuesAndSkipsWhatItIsToldTo(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	type v struct {
+		at    time.Duration
+		value int64
+		ok    bool
+	}
+	vals := []v{{0, 3, true}, {time.Hour, 0, false}, {30 * time.Second, 4, true}}
+	var recs []*kgo.Record
+	for i := range vals {
+		recs = append(recs, &kgo.Record{Offset: int64(i), Key: []byte("a"), Value: []byte{byte(i)}})
+	}
+	wc := verify.SumWindows(recs, time.Minute, 0, func(r *kgo.Record) (time.Time, int64, bool) {
+		x := vals[r.Value[0]]
+		return t0.Add(x.at), x.value, x.ok
+	})
+	if got := wc.Counts[string(window.AppendKey(nil, []byte("a"), t0))]; got != 7 || wc.Late != 0 || len(wc.Closed) != 0 {
+		t.Fatalf("sum %d, late %d, closed %v; want 7, 0 and none", got, wc.Late, wc.Closed)
+	}
+}

@@ -46,8 +46,12 @@ func TestEmbeddedLabShowsAllNineRows(t *testing.T) {
 				t.Errorf("%s should lose reports and get the totals wrong", o.Pattern)
 			}
 		case strings.Contains(o.Pattern, "totals in a map"):
-			if o.Lost != 0 || o.Duplicated != 0 || o.TotalsVerdict != "no" {
-				t.Errorf("%s should be exactly once in its outputs, and get the totals wrong (totals %v)", o.Pattern, o.Totals)
+			if o.Lost != 0 || o.Duplicated != 0 || o.TotalsVerdict != "no" || o.DaysVerdict != "no" {
+				t.Errorf("%s should be exactly once in its outputs, and get the totals and days wrong (totals %v, days %q)", o.Pattern, o.Totals, o.DaysVerdict)
+			}
+		case o.Pattern == "exactly-once kafka→kafka":
+			if o.Lost != 0 || o.Duplicated != 0 || o.TotalsVerdict != "yes" || o.DaysVerdict != "yes" || o.Finals == 0 || o.LateReports == 0 {
+				t.Errorf("%s should be exactly once with correct totals and days (days %q: %d wrong, %d finals, %d late)", o.Pattern, o.DaysVerdict, o.DaysWrong, o.Finals, o.LateReports)
 			}
 		case strings.HasPrefix(o.Pattern, "at-least-once"):
 			if o.Lost != 0 || o.Duplicated == 0 || o.TotalsCorrect {

@@ -139,7 +139,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func printTable(w io.Writer, outcomes []eoslab.Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pattern\tinput\toutput\tlost\tduplicated\taborted-visible\tout-of-order\ttotals correct\t")
+	fmt.Fprintln(tw, "pattern\tinput\toutput\tlost\tduplicated\taborted-visible\tout-of-order\ttotals correct\tdays correct\t")
 	var notes []string
 	for _, o := range outcomes {
 		if o.Skipped != "" {
@@ -147,16 +147,24 @@ func printTable(w io.Writer, outcomes []eoslab.Outcome) {
 			if o.Failed {
 				verdict = "FAILED"
 			}
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t\n", o.Pattern, verdict)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t-\t\n", o.Pattern, verdict)
 			notes = append(notes, o.Pattern+": "+o.Skipped)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", o.Pattern, o.Input, o.Output, o.Lost, o.Duplicated, o.AbortedVisible, o.OutOfOrder, o.TotalsVerdict)
+		days := o.DaysVerdict
+		if days == "" {
+			days = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", o.Pattern, o.Input, o.Output, o.Lost, o.Duplicated, o.AbortedVisible, o.OutOfOrder, o.TotalsVerdict, days)
 	}
 	_ = tw.Flush()
 	for _, o := range outcomes {
 		if o.TotalsVerdict == "not shown" {
 			notes = append(notes, o.Pattern+": a control whose totals came out right in this run: its faults missed, which proves nothing about it")
+		}
+		if o.DaysVerdict != "" {
+			notes = append(notes, fmt.Sprintf("%s: %d region-days, %d late reports (after their day closed: in no day), %d finals published, %d days or finals wrong",
+				o.Pattern, o.Days, o.LateReports, o.Finals, o.DaysWrong))
 		}
 	}
 	for _, n := range notes {

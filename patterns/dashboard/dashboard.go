@@ -5,11 +5,16 @@
 // shows in the numbers the dashboard prints.
 //
 // A report travels as a Kafka record keyed by its region (so that one
-// region's reports keep their order) with the value "id|region|cases". In
+// region's reports keep their order) with the value "id|region|cases", or
+// "id|region|cases|reported_at" (RFC 3339) when it says when it was
+// reported. In
 // PostgreSQL it is a row of <tables>_reports, and its cases are added to its
 // region's row of <tables>_totals in the same transaction. In Kafka, the
 // totals are a stateful eos.Processor's sums ([Cases] per region), each a
-// record keyed by its region with the total as decimal text.
+// record keyed by its region with the total as decimal text; the counts
+// per region per day are a windowed one's (eos.WindowedSum of [Cases] by
+// [ReportedAt] over [Days]), each keyed by the region and the day's start
+// (window.AppendKey).
 package dashboard
 
 import (
@@ -17,10 +22,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/window"
 )
 
 // DefaultTables is the prefix of the dashboard's tables when a pattern's
@@ -32,10 +40,28 @@ type Report struct {
 	ID     string
 	Region string
 	Cases  int
+	// ReportedAt is when the case was reported (the zero time: not
+	// said; [ReportedAt] then takes the record's timestamp). A report
+	// may arrive long after it: the day it counts in is this one's.
+	ReportedAt time.Time
 }
 
-// Value encodes r as a record value: "id|region|cases".
-func (r Report) Value() []byte { return fmt.Appendf(nil, "%s|%s|%d", r.ID, r.Region, r.Cases) }
+// Days are the windows the dashboard counts cases in: a day each, by
+// [ReportedAt] in UTC, taking reports up to an hour after the day ends
+// (later ones are late, and counted in no day), kept 31 days (what the
+// dashboard shows).
+var Days = window.Spec{Size: 24 * time.Hour, Advance: 24 * time.Hour, Grace: time.Hour, Retention: 31 * 24 * time.Hour}
+
+// Value encodes r as a record value: "id|region|cases", with
+// "|reported_at" (RFC 3339, milliseconds) when r has a ReportedAt.
+func (r Report) Value() []byte {
+	v := fmt.Appendf(nil, "%s|%s|%d", r.ID, r.Region, r.Cases)
+	if !r.ReportedAt.IsZero() {
+		v = append(v, '|')
+		v = r.ReportedAt.UTC().AppendFormat(v, "2006-01-02T15:04:05.000Z07:00")
+	}
+	return v
+}
 
 // Record returns r as a record for topic, keyed by its region.
 func (r Report) Record(topic string) *kgo.Record {
@@ -45,14 +71,35 @@ func (r Report) Record(topic string) *kgo.Record {
 // Parse decodes [Report.Value].
 func Parse(b []byte) (Report, error) {
 	parts := strings.Split(string(b), "|")
-	if len(parts) != 3 {
-		return Report{}, fmt.Errorf("dashboard: %q is not id|region|cases", b)
+	if len(parts) != 3 && len(parts) != 4 {
+		return Report{}, fmt.Errorf("dashboard: %q is not id|region|cases[|reported_at]", b)
 	}
 	cases, err := strconv.Atoi(parts[2])
 	if err != nil {
 		return Report{}, fmt.Errorf("dashboard: %q: %w", b, err)
 	}
-	return Report{ID: parts[0], Region: parts[1], Cases: cases}, nil
+	rep := Report{ID: parts[0], Region: parts[1], Cases: cases}
+	if len(parts) == 4 {
+		if rep.ReportedAt, err = time.Parse(time.RFC3339Nano, parts[3]); err != nil {
+			return Report{}, fmt.Errorf("dashboard: %q: reported_at: %w", b, err)
+		}
+	}
+	return rep, nil
+}
+
+// ReportedAt returns when the report in rec was reported: its ReportedAt,
+// or rec's timestamp for a report that does not say. It is the event time
+// the counts per day go by (eos.EventTime(dashboard.ReportedAt)). A
+// record that is not a report is an error.
+func ReportedAt(rec *kgo.Record) (time.Time, error) {
+	rep, err := Parse(rec.Value)
+	switch {
+	case err != nil:
+		return time.Time{}, err
+	case rep.ReportedAt.IsZero():
+		return rec.Timestamp, nil
+	}
+	return rep.ReportedAt, nil
 }
 
 // Cases returns the cases of the report in rec: the number an aggregation

@@ -14,6 +14,7 @@ import (
 	"github.com/eoskit/eoskit/patterns/dashboard"
 	"github.com/eoskit/eoskit/patterns/kafkatokafka"
 	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/window"
 )
 
 // The handler alone, without a broker: one report in, the same report out
@@ -82,4 +83,70 @@ func ExampleRun_totals() {
 	stop()
 	fmt.Println("north", totals["north"], "south", totals["south"], <-done)
 	// Output: north 7 south 2 <nil>
+}
+
+// The counts per region per day, on kfake: a report of 1 December; one
+// of the 2nd at 00:30; one of the 1st at 23:00 coming after it (counted
+// in the 1st: the day takes reports for an hour past its end); one of the
+// 2nd at 01:00, which closes the 1st; and one of the 1st, too late to
+// change it. The dashboard reads the 1st's final count, published once.
+func ExampleRun_days() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "case-reports", "dashboard-feed", "dashboard-days-final"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		panic(err)
+	}
+	defer cl.Close()
+	compact := "compact"
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": &compact}, "dashboard-days-changelog"); err != nil {
+		panic(err)
+	}
+	dec1 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, r := range []dashboard.Report{
+		{ID: "r1", Region: "north", Cases: 4, ReportedAt: dec1.Add(9 * time.Hour)},
+		{ID: "r2", Region: "north", Cases: 2, ReportedAt: dec1.Add(24*time.Hour + 30*time.Minute)},
+		{ID: "r3", Region: "north", Cases: 3, ReportedAt: dec1.Add(23 * time.Hour)}, // within the 1st's grace
+		{ID: "r4", Region: "north", Cases: 1, ReportedAt: dec1.Add(25 * time.Hour)}, // the 1st closes at 01:00
+		{ID: "r5", Region: "north", Cases: 5, ReportedAt: dec1.Add(12 * time.Hour)}, // late
+	} {
+		if err := cl.ProduceSync(ctx, r.Record("case-reports")).FirstErr(); err != nil {
+			panic(err)
+		}
+	}
+
+	cfg := kafkatokafka.Config{Brokers: brokers, Group: "dashboard", Instance: "0",
+		Input: "case-reports", Output: "dashboard-feed",
+		DailyFinal: "dashboard-days-final", DailyChangelog: "dashboard-days-changelog",
+		Logger: slog.New(slog.DiscardHandler), Options: []eos.ProcessorOption{eos.CommitInterval(50 * time.Millisecond)}}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- kafkatokafka.Run(runCtx, cfg) }()
+
+	reader, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("dashboard-days-final"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		panic(err)
+	}
+	defer reader.Close()
+	for final := false; !final && ctx.Err() == nil; {
+		reader.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			region, day, _ := window.SplitKey(r.Key)
+			cases, _ := state.Int64(r.Value)
+			fmt.Println(string(region), day.UTC().Format(time.DateOnly), cases)
+			final = true
+		})
+	}
+	stop()
+	fmt.Println(<-done)
+	// Output:
+	// north 2026-12-01 7
+	// <nil>
 }

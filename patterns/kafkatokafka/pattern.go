@@ -24,6 +24,17 @@
 //		eos.Brokers(b), eos.Group("dashboard"), eos.Topics("case-reports"), eos.TransactionalID(id),
 //		eos.Changelog("dashboard-totals-changelog", eos.EmitUpdates("dashboard-totals")))
 //
+// With Config.Daily or Config.DailyFinal it also counts the cases per
+// region per day, by when each case was reported (dashboard.ReportedAt),
+// in a second processor beside the first ([NewDaily]): a day's count takes
+// reports up to an hour after the day ends, a later report is late and
+// changes no day (counted in eos.LateMetrics), and a day's final count is
+// published once when it closes, in the transaction that closed it. The
+// counts alone are eos's:
+//
+//	sum, err := eos.WindowedSum(dashboard.Days, dashboard.Cases,
+//		eos.EventTime(dashboard.ReportedAt), eos.EmitFinal("dashboard-days-final"))
+//
 // Totals kept anywhere else (a map in the handler, a counter in a cache)
 // are updated outside the transaction: an aborted batch, handled again,
 // adds twice, and a restarted instance starts from nothing. cmd/eoslab
@@ -42,11 +53,13 @@ package kafkatokafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/patterns/dashboard"
 )
@@ -76,6 +89,22 @@ type Config struct {
 	// partition count (Run refuses another, or a missing one, with a
 	// *eoskit.ConfigError). Required with Totals.
 	Changelog string
+	// Daily, when set, is the topic of the live counts of cases per
+	// region per day (dashboard.Days by dashboard.ReportedAt): in each
+	// transaction, each day's count it changed, keyed by
+	// window.AppendKey(region, the day's start), as decimal text; a
+	// tombstone for a day past retention. Default "": none.
+	Daily string
+	// DailyFinal, when set, is the topic each day's final count is
+	// published to, once, when the day closes (stream time an hour past
+	// its end): never before, never twice. Keyed as Daily's. Default "":
+	// none.
+	DailyFinal string
+	// DailyChangelog is where the counts per day are logged: as
+	// Changelog, a topic of its own. Required with Daily or DailyFinal,
+	// which make Run run a second processor ([NewDaily]) beside the
+	// first, in group Group+"-daily".
+	DailyChangelog string
 	// DeadLetterTopic, when set, takes a report the handler cannot use
 	// (one that does not parse, say), written in the batch's transaction
 	// with headers that say why (eos.DeadLetter), and the processor goes
@@ -158,14 +187,89 @@ func New(cfg Config) (*eos.Processor, error) {
 	return eos.NewProcessor(handler, append(opts, cfg.Options...)...)
 }
 
+// NewDaily returns the processor of the counts per region per day that
+// cfg describes (Daily, DailyFinal, DailyChangelog): eos.WindowedSum of
+// the reports' cases over dashboard.Days by dashboard.ReportedAt, in group
+// Group+"-daily" with its own transactional id, reading Input. A record
+// that is not a report goes where New sends it (DeadLetterTopic, or it
+// stops Run). Run runs it beside New's.
+func NewDaily(cfg Config) (*eos.Processor, error) {
+	if cfg.Daily == "" && cfg.DailyFinal == "" {
+		return nil, &eoskit.ConfigError{Package: "kafkatokafka", Setting: "Daily", Reason: "neither Daily nor DailyFinal is set"}
+	}
+	group := cfg.Group + "-daily"
+	txnID, err := eos.StableTransactionalID(group, cfg.Instance)
+	if err != nil {
+		return nil, fmt.Errorf("kafkatokafka: %w", err)
+	}
+	wopts := []eos.WindowOption{eos.EventTime(dashboard.ReportedAt)}
+	if cfg.DailyFinal != "" {
+		wopts = append(wopts, eos.EmitFinal(cfg.DailyFinal))
+	}
+	sum, err := eos.WindowedSum(dashboard.Days, dashboard.Cases, wopts...)
+	if err != nil {
+		return nil, err
+	}
+	var sopts []eos.StateOption
+	if cfg.Daily != "" {
+		sopts = append(sopts, eos.EmitUpdates(cfg.Daily))
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	opts := []eos.ProcessorOption{
+		eos.Brokers(cfg.Brokers...),
+		eos.Group(group),
+		eos.Topics(cfg.Input),
+		eos.WithSemantics(eos.ExactlyOnce),
+		eos.TransactionalID(txnID),
+		eos.Logger(logger.With("processor", "daily")),
+		eos.Changelog(cfg.DailyChangelog, sopts...),
+	}
+	if cfg.DeadLetterTopic != "" {
+		opts = append(opts, eos.OnHandlerError(eos.DeadLetter(cfg.DeadLetterTopic)))
+	}
+	return eos.NewProcessor(sum, append(opts, cfg.Options...)...)
+}
+
 // Run runs the processor until ctx ends, then drains: it lets the batch in
 // hand finish and commits it (eos.DrainTimeout bounds that), and returns
 // nil. It returns eos.ErrFenced when a newer instance with the same Group
-// and Instance took over.
+// and Instance took over. With Daily or DailyFinal it runs NewDaily's
+// processor beside it: the first of the two to end ends the other, and
+// Run returns both's errors (errors.Join).
 func Run(ctx context.Context, cfg Config) error {
 	proc, err := New(cfg)
 	if err != nil {
 		return err
 	}
-	return proc.Run(ctx)
+	if cfg.Daily == "" && cfg.DailyFinal == "" {
+		return proc.Run(ctx)
+	}
+	daily, err := NewDaily(cfg)
+	if err != nil {
+		return err
+	}
+	return RunTogether(ctx, proc, daily)
+}
+
+// RunTogether runs procs side by side until ctx ends: the first to end
+// ends the others, and it returns all their errors (errors.Join).
+func RunTogether(ctx context.Context, procs ...*eos.Processor) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(procs))
+	for _, p := range procs {
+		go func() {
+			err := p.Run(ctx)
+			cancel()
+			errs <- err
+		}()
+	}
+	var all []error
+	for range procs {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/eoskit/eoskit/patterns/producerresume"
 	"github.com/eoskit/eoskit/state"
 	"github.com/eoskit/eoskit/verify"
+	"github.com/eoskit/eoskit/window"
 )
 
 // The Kafka rows: three weaker designs (controls), at-most-once,
@@ -46,13 +47,15 @@ func atLeastOnce() Pattern {
 }
 
 // mapTotalsKafka is the control for the totals: the pattern kafkatokafka,
-// its outputs exactly once, but with the totals kept the way a first
-// attempt keeps them, in a Go map the handler updates, outside the
-// transaction, each new total published as an output.
+// its outputs exactly once, but with the totals, and the counts per day,
+// kept the way a first attempt keeps them, in Go maps the handler
+// updates, outside the transaction, each new total published as an
+// output. Its days are also wrong without faults: a map has no grace, and
+// counts the late reports in days long closed.
 func mapTotalsKafka() Pattern {
 	return Pattern{
 		Name:      "kafka→kafka, totals in a map",
-		Guarantee: "outputs in the transaction; totals in a Go map outside it",
+		Guarantee: "outputs in the transaction; totals and days in Go maps outside it",
 		Control:   true,
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
 			return l.kafkaPipeline(ctx, p, eos.ExactlyOnce, resume, totalsInMap)
@@ -63,7 +66,7 @@ func mapTotalsKafka() Pattern {
 func exactlyOnceKafka() Pattern {
 	return Pattern{
 		Name:      "exactly-once kafka→kafka",
-		Guarantee: "eos.Processor: outputs, offsets and the totals' state in one transaction",
+		Guarantee: "eos.Processor: outputs, offsets and the totals' and days' state in one transaction",
 		run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
 			return l.kafkaPipeline(ctx, p, eos.ExactlyOnce, resume, totalsInState)
 		},
@@ -81,11 +84,13 @@ const (
 	// totalsInState: the processor sums the cases per region in its keyed
 	// state, whose changelog commits in its transaction, and emits each
 	// changed total (kafkatokafka's Config.Totals); the dashboard reads
-	// each region's last total.
+	// each region's last total. A second processor sums them per region
+	// per day (Config.Daily, Config.DailyFinal), and the dashboard reads
+	// each day's last count and its final.
 	totalsInState
-	// totalsInMap: the handler sums them in a Go map, outside the
-	// transaction, and emits each new total; the dashboard reads each
-	// region's last total.
+	// totalsInMap: the handler sums them, and per day, in Go maps,
+	// outside the transaction, and emits each new total and day's count;
+	// the dashboard reads each region's last total and day's count.
 	totalsInMap
 )
 
@@ -118,22 +123,27 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	}
 	defer closeAdm()
 	name := runName(p)
-	in, out, totalsTopic, changelog := name+"-in", name+"-out", "", ""
+	in, out := name+"-in", name+"-out"
+	var totalsTopic, changelog, days, daysFinal, daysChangelog string
 	topics := []string{in, out}
 	if kept != totalsOfFeed {
-		totalsTopic = name + "-totals"
-		topics = append(topics, totalsTopic)
+		totalsTopic, days = name+"-totals", name+"-days"
+		topics = append(topics, totalsTopic, days)
+	}
+	if kept == totalsInState {
+		daysFinal = name + "-days-final"
+		topics = append(topics, daysFinal)
 	}
 	if err := l.newTopics(ctx, adm, topics...); err != nil {
 		return result{}, err
 	}
 	if kept == totalsInState {
-		changelog = name + "-changelog"
+		changelog, daysChangelog = name+"-changelog", name+"-days-changelog"
 		compact := "compact"
-		if err := l.newTopicsWith(ctx, adm, map[string]*string{"cleanup.policy": &compact}, changelog); err != nil {
+		if err := l.newTopicsWith(ctx, adm, map[string]*string{"cleanup.policy": &compact}, changelog, daysChangelog); err != nil {
 			return result{}, err
 		}
-		topics = append(topics, changelog)
+		topics = append(topics, changelog, daysChangelog)
 	}
 	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topics...) }()
 
@@ -155,7 +165,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 		// empty in it.
 		forward := kafkatokafka.Forward(out)
 		if kept == totalsInMap {
-			forward = mapTotals(forward, totalsTopic)
+			forward = mapTotals(forward, totalsTopic, days)
 		}
 		cfg := kafkatokafka.Config{
 			Brokers: l.Brokers, Group: name, Instance: instance, Input: in, Output: out,
@@ -173,6 +183,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 		}
 		if kept == totalsInState {
 			cfg.Totals, cfg.Changelog = totalsTopic, changelog
+			cfg.Daily, cfg.DailyFinal, cfg.DailyChangelog = days, daysFinal, daysChangelog
 		}
 		err := run(ctx, cfg)
 		if errors.Is(err, eos.ErrFenced) {
@@ -188,18 +199,22 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	if err != nil || totalsTopic == "" {
 		return res, err
 	}
-	res.totals, err = l.readTotals(ctx, totalsTopic)
+	if res.totals, err = l.readTotals(ctx, totalsTopic); err != nil {
+		return res, err
+	}
+	res.days, err = l.checkDays(ctx, in, days, daysFinal)
 	return res, err
 }
 
 // mapTotals is the totals' control: h, whose outputs are followed by the
-// report's region's new total, kept in a map of the process, outside the
-// transaction. A batch that aborts and is handled again adds its reports
-// twice; an instance that restarts, or is given a partition, starts that
-// region from nothing.
-func mapTotals(h eos.HandlerFunc, topic string) eos.HandlerFunc {
+// report's region's new total and its day's new count, kept in maps of
+// the process, outside the transaction. A batch that aborts and is
+// handled again adds its reports twice; an instance that restarts, or is
+// given a partition, starts that region from nothing; and a report is
+// added to its day however late it comes.
+func mapTotals(h eos.HandlerFunc, topic, daysTopic string) eos.HandlerFunc {
 	var mu sync.Mutex
-	sums := map[string]int64{}
+	sums, days := map[string]int64{}, map[string]int64{}
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		out, err := h(ctx, r)
 		if err != nil {
@@ -209,30 +224,117 @@ func mapTotals(h eos.HandlerFunc, topic string) eos.HandlerFunc {
 		if err != nil {
 			return nil, err
 		}
+		day := window.AppendKey(nil, []byte(rep.Region), rep.ReportedAt.Truncate(24*time.Hour))
 		mu.Lock()
 		sums[rep.Region] += int64(rep.Cases)
-		total := sums[rep.Region]
+		days[string(day)] += int64(rep.Cases)
+		total, inDay := sums[rep.Region], days[string(day)]
 		mu.Unlock()
-		return append(out, &kgo.Record{Topic: topic, Key: []byte(rep.Region), Value: state.AppendInt64(nil, total)}), nil
+		return append(out, &kgo.Record{Topic: topic, Key: []byte(rep.Region), Value: state.AppendInt64(nil, total)},
+			&kgo.Record{Topic: daysTopic, Key: day, Value: state.AppendInt64(nil, inDay)}), nil
 	}
 }
 
 // readTotals reads a totals topic as the dashboard does, read_committed,
 // and returns each region's last total.
 func (l *Lab) readTotals(ctx context.Context, topic string) (map[string]int, error) {
+	last, err := l.lastValues(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	totals := make(map[string]int, len(last))
+	for k, n := range last {
+		totals[k] = int(n)
+	}
+	return totals, nil
+}
+
+// lastValues reads topic read_committed and returns each key's last value,
+// a number as decimal text (a key whose last record is a tombstone left
+// out).
+func (l *Lab) lastValues(ctx context.Context, topic string) (map[string]int64, error) {
 	recs, err := verify.ReadTopic(ctx, l.Brokers, topic, kgo.ReadCommitted(), true, time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	totals := map[string]int{}
+	last := map[string]int64{}
 	for _, r := range recs {
+		if r.Value == nil {
+			delete(last, string(r.Key))
+			continue
+		}
 		n, err := state.Int64(r.Value)
 		if err != nil {
-			return nil, fmt.Errorf("%s[%d]@%d: total of %s: %w", topic, r.Partition, r.Offset, r.Key, err)
+			return nil, fmt.Errorf("%s[%d]@%d: value of %q: %w", topic, r.Partition, r.Offset, r.Key, err)
 		}
-		totals[string(r.Key)] = int(n)
+		last[string(r.Key)] = n
 	}
-	return totals, nil
+	return last, nil
+}
+
+// daysResult is what the lab found of a row's counts per region per day.
+type daysResult struct {
+	checked bool
+	// wrong counts the days whose last count is not the truth's, the
+	// closed days without exactly one final equal to it, and the finals
+	// of days not closed.
+	wrong int
+	// days is how many days the truth has, late how many reports came
+	// after their day closed, finals how many finals the row published.
+	days, late, finals int
+}
+
+// checkDays checks a row's counts per region per day against the truth
+// its committed input gives (verify.SumWindows over dashboard.Days by
+// each report's time, rules written apart from eos's): each day's last
+// count on the topic days, and, with a finals topic, each closed day's
+// final, once and equal to its count, and no other.
+func (l *Lab) checkDays(ctx context.Context, in, days, finals string) (daysResult, error) {
+	input, err := verify.ReadTopic(ctx, l.Brokers, in, kgo.ReadCommitted(), true, time.Minute)
+	if err != nil {
+		return daysResult{}, err
+	}
+	truth := verify.SumWindows(input, dashboard.Days.Size, dashboard.Days.Grace, func(r *kgo.Record) (time.Time, int64, bool) {
+		rep, err := dashboard.Parse(r.Value)
+		return rep.ReportedAt, int64(rep.Cases), err == nil && !rep.ReportedAt.IsZero()
+	})
+	res := daysResult{checked: true, days: len(truth.Counts), late: truth.Late}
+	live, err := l.lastValues(ctx, days)
+	if err != nil {
+		return daysResult{}, err
+	}
+	for key, n := range truth.Counts {
+		if live[key] != n {
+			res.wrong++
+		}
+	}
+	for key := range live {
+		if _, ok := truth.Counts[key]; !ok {
+			res.wrong++
+		}
+	}
+	if finals == "" {
+		return res, nil
+	}
+	recs, err := verify.ReadTopic(ctx, l.Brokers, finals, kgo.ReadCommitted(), true, time.Minute)
+	if err != nil {
+		return daysResult{}, err
+	}
+	res.finals = len(recs)
+	seen := map[string]int{}
+	for _, r := range recs {
+		n, err := state.Int64(r.Value)
+		want, closed := truth.Closed[string(r.Key)]
+		if seen[string(r.Key)]++; err != nil || !closed || n != want || seen[string(r.Key)] > 1 {
+			res.wrong++
+		}
+	}
+	for key := range truth.Closed {
+		if seen[key] == 0 {
+			res.wrong++
+		}
+	}
+	return res, nil
 }
 
 // readKafkaOutput reads the output topic as a read_committed reader, and its

@@ -168,9 +168,20 @@ type Outcome struct {
 	// (correct), "no", or, for a control whose totals came out right in
 	// this run, "not shown": the faults did not break it this time, which
 	// proves nothing about the design.
-	TotalsVerdict string        `json:"totals_verdict"`
-	Report        verify.Report `json:"-"`
-	Duration      time.Duration `json:"duration_ns"`
+	TotalsVerdict string `json:"totals_verdict"`
+	// DaysVerdict is the same for the counts per region per day, of the
+	// rows that keep them ("" for the others): "yes" when each day's
+	// last count, and each closed day's one final, equal the truth
+	// computed from the committed input.
+	DaysVerdict string `json:"days_verdict,omitempty"`
+	// DaysWrong counts the days (and finals) that did not; Days and
+	// LateReports are the truth's days and late reports.
+	DaysWrong   int           `json:"days_wrong,omitempty"`
+	Days        int           `json:"days,omitempty"`
+	LateReports int           `json:"late_reports,omitempty"`
+	Finals      int           `json:"finals,omitempty"`
+	Report      verify.Report `json:"-"`
+	Duration    time.Duration `json:"duration_ns"`
 }
 
 // Pattern is one row of the lab's table: a reference pattern, or a weaker
@@ -195,6 +206,7 @@ type result struct {
 	outputs []verify.Output
 	aborted map[verify.Position]bool
 	totals  map[string]int
+	days    daysResult
 }
 
 // All returns the patterns in the order the table lists them.
@@ -234,6 +246,10 @@ func (l *Lab) Run(ctx context.Context, p Pattern) (Outcome, error) {
 	out.Totals = res.totals
 	out.TotalsCorrect = maps.Equal(res.totals, totals(l.Reports))
 	out.TotalsVerdict = totalsVerdict(out.TotalsCorrect, p.Control)
+	if res.days.checked {
+		out.DaysVerdict = totalsVerdict(res.days.wrong == 0, p.Control)
+		out.DaysWrong, out.Days, out.LateReports, out.Finals = res.days.wrong, res.days.days, res.days.late, res.days.finals
+	}
 	out.Report = rep
 	out.Duration = time.Since(start)
 	return out, nil

@@ -55,8 +55,8 @@ func checkPattern(t *testing.T, lab *eoslab.Lab, p eoslab.Pattern) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%-30s input=%d output=%d lost=%d duplicated=%d aborted-visible=%d out-of-order=%d totals-correct=%v faults=%q in %s",
-		out.Pattern, out.Input, out.Output, out.Lost, out.Duplicated, out.AbortedVisible, out.OutOfOrder, out.TotalsCorrect, out.Faults, out.Duration)
+	t.Logf("%-30s input=%d output=%d lost=%d duplicated=%d aborted-visible=%d out-of-order=%d totals-correct=%v days=%q (%d wrong) faults=%q in %s",
+		out.Pattern, out.Input, out.Output, out.Lost, out.Duplicated, out.AbortedVisible, out.OutOfOrder, out.TotalsCorrect, out.DaysVerdict, out.DaysWrong, out.Faults, out.Duration)
 	if out.Skipped != "" {
 		t.Fatalf("%s did not run: %s", p.Name, out.Skipped)
 	}
@@ -78,13 +78,22 @@ func checkPattern(t *testing.T, lab *eoslab.Lab, p eoslab.Pattern) {
 			t.Errorf("the at-least-once relay should never lose, and duplicate the batches its crashes left unconfirmed: %v", out.Report)
 		}
 	case "kafka→kafka, totals in a map":
-		// Its outputs are the pattern's, exactly once; its totals are not.
-		if !out.Report.OK() || out.TotalsCorrect || out.TotalsVerdict != "no" {
-			t.Errorf("totals in a map should be exactly once in its outputs and wrong in its totals: %v (totals %v, verdict %q)", out.Report, out.Totals, out.TotalsVerdict)
+		// Its outputs are the pattern's, exactly once; its totals and
+		// days are not.
+		if !out.Report.OK() || out.TotalsCorrect || out.TotalsVerdict != "no" || out.DaysVerdict != "no" {
+			t.Errorf("totals in a map should be exactly once in its outputs and wrong in its totals and days: %v (totals %v, verdict %q, days %q)",
+				out.Report, out.Totals, out.TotalsVerdict, out.DaysVerdict)
 		}
 	case "at-least-once":
 		if out.Lost != 0 || out.Duplicated <= ackLost || out.TotalsCorrect {
 			t.Errorf("at-least-once should never lose, and duplicate more than the %d reports its source resent: %v", ackLost, out.Report)
+		}
+	case "exactly-once kafka→kafka":
+		// The days: late reports among the input, days that closed
+		// (finals published), and every count and final right.
+		if !out.Report.OK() || !out.TotalsCorrect || out.TotalsVerdict != "yes" || out.DaysVerdict != "yes" || out.LateReports == 0 || out.Finals == 0 {
+			t.Errorf("%s should be exactly once with correct totals and days: %v (totals %v; days %q: %d wrong of %d, %d late, %d finals)",
+				p.Name, out.Report, out.Totals, out.DaysVerdict, out.DaysWrong, out.Days, out.LateReports, out.Finals)
 		}
 	default:
 		if !out.Report.OK() || !out.TotalsCorrect || out.TotalsVerdict != "yes" {

@@ -1,6 +1,9 @@
 // Command kafkatokafka runs one instance of the exactly-once Kafka→Kafka
 // pattern (package kafkatokafka): case reports in, the dashboard's feed
-// out, and with -totals the per-region totals kept in Kafka. Run one per
+// out, with -totals the per-region totals kept in Kafka, and with -daily
+// or -daily-final the counts per region per day (a second processor, in
+// group -group plus "-daily"; the probes answer for the worse of the
+// two). Run one per
 // slot, each with its own stable -instance, which is required: a name
 // that stays the same across restarts, such as a StatefulSet pod's
 // (kafkatokafka-0, kafkatokafka-1, ...). A host name will not do: in a
@@ -22,6 +25,7 @@
 //	# (env: - name: POD_NAME, valueFrom: fieldRef: fieldPath: metadata.name)
 //	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME"
 //	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME" -totals dashboard-totals -changelog dashboard-totals-changelog
+//	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME" -daily dashboard-days -daily-final dashboard-days-final -daily-changelog dashboard-days-changelog
 //	kafkatokafka -brokers kafka:9092 -instance "$POD_NAME" -dead-letter-topic case-reports-dead-letters
 package main
 
@@ -40,6 +44,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/eos/eosprom"
 	"github.com/eoskit/eoskit/patterns/kafkatokafka"
@@ -56,6 +61,9 @@ func main() {
 	flag.StringVar(&cfg.Output, "output", "dashboard-feed", "the dashboard's feed topic")
 	flag.StringVar(&cfg.Totals, "totals", "", "topic of the per-region totals, kept in Kafka (default: none)")
 	flag.StringVar(&cfg.Changelog, "changelog", "dashboard-totals-changelog", "the totals' compacted changelog, with the input's partition count (with -totals)")
+	flag.StringVar(&cfg.Daily, "daily", "", "topic of the live counts per region per day, by when each case was reported (default: none)")
+	flag.StringVar(&cfg.DailyFinal, "daily-final", "", "topic of each day's final count per region, published once when the day closes (default: none)")
+	flag.StringVar(&cfg.DailyChangelog, "daily-changelog", "dashboard-days-changelog", "the counts per day's compacted changelog, with the input's partition count (with -daily or -daily-final)")
 	flag.StringVar(&cfg.DeadLetterTopic, "dead-letter-topic", "", "topic for reports that cannot be used, instead of stopping (default: none)")
 	flag.Parse()
 	cfg.Brokers = strings.Split(*brokers, ",")
@@ -84,8 +92,27 @@ func run(ctx context.Context, httpAddr string, cfg kafkatokafka.Config) error {
 	if err != nil {
 		return err
 	}
+	procs := []*eos.Processor{p}
+	if cfg.Daily != "" || cfg.DailyFinal != "" {
+		daily, err := kafkatokafka.NewDaily(cfg)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, daily)
+	}
 	mux := http.NewServeMux()
-	probe.Routes(mux, p.Health)
+	probe.Routes(mux, func() eoskit.Health { return worst(procs) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return probe.Serve(ctx, httpAddr, mux, p.Run)
+	return probe.Serve(ctx, httpAddr, mux, func(ctx context.Context) error { return kafkatokafka.RunTogether(ctx, procs...) })
+}
+
+// worst is the Health the probes answer for procs: the first that is not
+// ready or not healthy, else the first's.
+func worst(procs []*eos.Processor) eoskit.Health {
+	for _, p := range procs {
+		if h := p.Health(); !h.Ready() || !h.Healthy() {
+			return h
+		}
+	}
+	return procs[0].Health()
 }
