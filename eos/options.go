@@ -419,6 +419,9 @@ func (c *config) kgoOpts(roles ...Role) []kgo.Opt {
 	if c.state != nil && c.state.others != nil { // set by NewProcessor
 		opts = append(opts, kgo.RecordPartitioner(changelogPartitioner{c.state.changelog, c.state.others}))
 	}
+	if c.state != nil && c.state.limits != nil { // set by NewProcessor
+		opts = append(opts, kgo.ProducerBatchMaxBytesFn(c.state.limits.limit))
+	}
 	return opts
 }
 

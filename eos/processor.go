@@ -124,6 +124,9 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 			c.state.others = kgo.UniformBytesPartitioner(64<<10, true, true, nil) // franz-go's default
 		}
 		c.state.batchMax, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
+		if c.state.batchMax != nil {
+			c.state.limits = newBatchLimits(c.state.batchMax)
+		}
 		c.state.requestMax = produceRequestMax(cl)
 	}
 	cl.Close()

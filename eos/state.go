@@ -41,6 +41,9 @@ type stateConfig struct {
 	others     kgo.Partitioner
 	batchMax   func(topic string) int32
 	requestMax int
+	// limits caps the producer's batches to the changelog and updates
+	// topics at what they take (set by NewProcessor, learnt by Run).
+	limits *batchLimits
 }
 
 // recordLimit is the largest state record the producer sends to topic:
@@ -92,7 +95,9 @@ func produceRequestMax(cl *kgo.Client) int {
 // from the input's, or whose cleanup.policy is not compact alone
 // (compact,delete would let retention delete a key not written within
 // retention.ms). A stateful processor reads one input topic, under
-// ExactlyOnce.
+// ExactlyOnce. Run caps the producer's batches to the changelog (and the
+// [EmitUpdates] topic) at the max.message.bytes it reads there, so that
+// writes that each fit are never refused together.
 func Changelog(topic string, opts ...StateOption) ProcessorOption {
 	return processorOpt(func(c *config) {
 		s := &stateConfig{changelog: topic, stores: state.MemoryFactory(), restoreTimeout: changelog.DefaultTimeout}

@@ -109,6 +109,9 @@ func (ks *keyedState) check(ctx context.Context, conn []kgo.Opt, inputPartitions
 	// A record larger than the producer's batch limit for the topic
 	// fails in franz-go (MessageTooLarge) whatever the topic allows.
 	ks.maxRecord = min(sh.MaxMessageBytes, ks.cfg.recordLimit(ks.cfg.changelog))
+	if ks.cfg.limits != nil {
+		ks.cfg.limits.learn(ks.cfg.changelog, sh.MaxMessageBytes)
+	}
 	ks.partitions = inputPartitions
 	return nil
 }
@@ -511,6 +514,9 @@ func (p *Processor) checkChangelog(ctx context.Context) error {
 		switch {
 		case err == nil:
 			p.state.maxRecord = min(p.state.maxRecord, limit, p.state.cfg.recordLimit(u))
+			if p.state.cfg.limits != nil {
+				p.state.cfg.limits.learn(u, limit)
+			}
 		case !authz.Refused(err):
 			return fmt.Errorf("eos: describe the configs of the updates topic %q: %w", u, err)
 		case p.state.cfg.requireConfigs:
