@@ -123,7 +123,9 @@
 // applied to the store only once it committed. [Count], [Sum] and
 // [Reduce] are the aggregations, and [EmitUpdates] their output: one
 // record per changed key per transaction. [Processor.State] reads the
-// committed state while Run works (an HTTP handler may call it).
+// committed state while Run works (an HTTP handler may call it). [TTL]
+// deletes keys no record has written for a while of stream time, in the
+// transaction.
 //
 // [WindowedCount], [WindowedSum] and [WindowedAggregate] aggregate by key
 // and event-time window (package window: tumbling and hopping windows,

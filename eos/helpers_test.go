@@ -207,8 +207,8 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 // copier is a copy processor in a child process of the test binary (with
 // EOS_COPIER_CHANGELOG=topic in env, a counter: eos.Count (with
 // EOS_COPIER_WINDOW=finals, eos.WindowedCount of copierWindow emitting
-// its finals there) with that
-// changelog, its updates to out).
+// its finals there; with EOS_COPIER_TTL=duration, under eos.TTL) with
+// that changelog, its updates to out).
 type copier struct {
 	cmd *exec.Cmd
 }
@@ -293,7 +293,16 @@ func copierMain() int {
 			}
 			handle = h
 		}
-		opts = append(opts, eos.Changelog(cl, eos.EmitUpdates(out)), eos.ClientOptions(kgo.WithHooks(&holdChangelog{updates: out})))
+		stateOpts := []eos.StateOption{eos.EmitUpdates(out)}
+		if ttl := os.Getenv("EOS_COPIER_TTL"); ttl != "" {
+			d, err := time.ParseDuration(ttl)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "copier:", err)
+				return 2
+			}
+			stateOpts = append(stateOpts, eos.TTL(d))
+		}
+		opts = append(opts, eos.Changelog(cl, stateOpts...), eos.ClientOptions(kgo.WithHooks(&holdChangelog{updates: out})))
 	}
 	slow := func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 		time.Sleep(200 * time.Microsecond) // keeps the run long enough to kill it mid-way

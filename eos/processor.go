@@ -154,7 +154,10 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 	if c.state != nil {
 		p.state = newKeyedState(c.state, c.inputTopics[0], logger)
 		p.handlerState = handlerState{late: p.lateRecord, keyLanes: c.concurrency > 1 && c.order == KeyOrder,
-			changelog: c.state.changelog, deadLetters: c.onError.DeadLetterTopics()}
+			changelog: c.state.changelog, deadLetters: c.onError.DeadLetterTopics(), ttl: c.state.ttlSet}
+		if c.state.ttlSet {
+			p.handler = withTTL(handler, c.state.ttl)
+		}
 	}
 	return p, nil
 }

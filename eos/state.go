@@ -32,6 +32,8 @@ type stateConfig struct {
 	restoreTimeout time.Duration
 	restoreSet     bool // RestoreTimeout given: refused below the floor, not raised to it
 	updates        string
+	ttl            time.Duration
+	ttlSet         bool // TTL given
 	// others is the partitioner of every record but the changelog's (see
 	// changelogPartitioner), batchMax the producer's batch limit per
 	// topic (kgo.ProducerBatchMaxBytesFn), and requestMax what of a
@@ -187,6 +189,13 @@ func (s *stateConfig) validate(c *config) error {
 		return refuse("Stores", "no store factory")
 	case s.restoreTimeout <= 0:
 		return refuse("RestoreTimeout", fmt.Sprintf("%s is not a positive duration", s.restoreTimeout))
+	case s.ttlSet && c.concurrency > 1 && c.order == KeyOrder:
+		return refuse("TTL", "keys expire by their partition's stream time, which follows the partition's order: use PartitionOrder, not KeyOrder")
+	}
+	if s.ttlSet {
+		if err := validateTTL(s.ttl); err != nil {
+			return refuse("TTL", err.Error())
+		}
 	}
 	return nil
 }
@@ -224,6 +233,9 @@ type handlerState struct {
 	// changelog and deadLetters are topics a handler may not write.
 	changelog   string
 	deadLetters []string
+	// ttl: the store's keys expire (TTL), which a windowed aggregation
+	// refuses.
+	ttl bool
 }
 
 func withKV(ctx context.Context, kv state.KV, hs handlerState) context.Context {

@@ -69,9 +69,10 @@ func newChangelog(t *testing.T, k *integration.KafkaCluster, partitions int32) s
 }
 
 // lastValues reads topic read_committed and returns each key's last
-// value, failing the test if a key's counts ever fail to grow (an update
-// of an aborted transaction, or one counted twice, shows as a count
-// repeated or going back).
+// value (none for a key whose last record is a tombstone), failing the
+// test, if strict, when a key's counts ever fail to grow (an update of an
+// aborted transaction, or one counted twice, shows as a count repeated
+// or going back).
 func lastValues(t *testing.T, k *integration.KafkaCluster, topic string, strict bool) map[string]string {
 	t.Helper()
 	last := map[string]string{}
@@ -81,6 +82,11 @@ func lastValues(t *testing.T, k *integration.KafkaCluster, topic string, strict 
 			continue // a windowed count's stream time, per partition
 		}
 		key := string(r.Key)
+		if r.Value == nil { // deleted (a TTL's expiry)
+			delete(last, key)
+			delete(prev, key)
+			continue
+		}
 		n, err := state.Int64(r.Value)
 		if err != nil {
 			t.Fatalf("%s: key %s holds %q: %v", topic, key, r.Value, err)
@@ -178,6 +184,11 @@ func waitForTotals(t *testing.T, k *integration.KafkaCluster, updates string, wa
 	for key, w := range want {
 		if got[key] != w {
 			diff = append(diff, fmt.Sprintf("%s: %s, want %s", key, got[key], w))
+		}
+	}
+	for key, g := range got {
+		if _, ok := want[key]; !ok {
+			diff = append(diff, fmt.Sprintf("%s: %s, want none", key, g))
 		}
 	}
 	slices.Sort(diff)

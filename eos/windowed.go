@@ -232,6 +232,9 @@ func refusedSetting(hs handlerState, setting, final, input string) error {
 		// side by side would each see another's.
 		return &eoskit.ConfigError{Package: "eos", Setting: "Concurrency", Reason: setting +
 			" handles a partition's records in order (its stream time follows them): use PartitionOrder, not KeyOrder"}
+	case hs.ttl:
+		return &eoskit.ConfigError{Package: "eos", Setting: "TTL", Reason: setting +
+			"'s windows expire by its spec's retention: give the processor no TTL"}
 	case final == "":
 		return nil
 	case final == input, final == hs.changelog, slices.Contains(hs.deadLetters, final):
