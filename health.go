@@ -79,3 +79,19 @@ func (h Health) Healthy() bool {
 func (h Health) Ready() bool {
 	return h.Healthy() && (h.Joined || h.Standby)
 }
+
+// Worst returns the Health a probe should answer for several runners
+// that work together (a grouped aggregation's two processors, say): the
+// first of hs that is not ready or not healthy, else the first. It
+// returns the zero Health for none.
+func Worst(hs ...Health) Health {
+	for _, h := range hs {
+		if !h.Ready() || !h.Healthy() {
+			return h
+		}
+	}
+	if len(hs) == 0 {
+		return Health{}
+	}
+	return hs[0]
+}

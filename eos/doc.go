@@ -125,7 +125,10 @@
 // record per changed key per transaction. [Processor.State] reads the
 // committed state while Run works (an HTTP handler may call it). [TTL]
 // deletes keys no record has written for a while of stream time, in the
-// transaction.
+// transaction. The aggregations count a key whole only when the input is
+// partitioned by it: [NewGrouped] aggregates by a key derived from each
+// record through a repartition topic, and [RequireKeyPartitioning]
+// refuses input that is not partitioned by its keys.
 //
 // [WindowedCount], [WindowedSum] and [WindowedAggregate] aggregate by key
 // and event-time window (package window: tumbling and hopping windows,

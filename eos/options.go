@@ -82,6 +82,8 @@ func (o processorOpt) apply(c *config) { o(c) }
 func (processorOpt) processorOption()  {}
 
 type config struct {
+	// keyPartitioner: RequireKeyPartitioning's (nil: no check).
+	keyPartitioner kgo.Partitioner
 	brokers        []string
 	txnID          string
 	semantics      Semantics

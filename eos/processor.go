@@ -87,7 +87,11 @@ type Processor struct {
 // [OnHandlerError], [Concurrency], [HangingTransactionCheck], [Logger], [WithMetrics],
 // [ClientOptions].
 func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, error) {
-	c := newConfig(opts)
+	return newProcessor(newConfig(opts), handler)
+}
+
+// newProcessor is NewProcessor of c, a config no other processor holds.
+func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 	if err := c.validateProcessor(handler); err != nil {
 		return nil, err
 	}
@@ -156,8 +160,11 @@ func NewProcessor(handler HandlerFunc, opts ...ProcessorOption) (*Processor, err
 		p.handlerState = handlerState{late: p.lateRecord, keyLanes: c.concurrency > 1 && c.order == KeyOrder,
 			changelog: c.state.changelog, deadLetters: c.onError.DeadLetterTopics(), ttl: c.state.ttlSet}
 		if c.state.ttlSet {
-			p.handler = withTTL(handler, c.state.ttl)
+			p.handler = withTTL(p.handler, c.state.ttl)
 		}
+	}
+	if c.keyPartitioner != nil { // validated: with state
+		p.handler = withKeyPartitioning(p.handler, c.keyPartitioner, func() int32 { return p.state.partitions })
 	}
 	return p, nil
 }
@@ -213,6 +220,9 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 		if err := c.state.validate(c); err != nil {
 			return err
 		}
+	}
+	if c.keyPartitioner != nil && c.state == nil {
+		return fail("RequireKeyPartitioning", "the check is for aggregations by key, which need Changelog")
 	}
 	if err := validateTables(c); err != nil {
 		return err

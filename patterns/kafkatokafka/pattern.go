@@ -53,7 +53,6 @@ package kafkatokafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -238,7 +237,7 @@ func NewDaily(cfg Config) (*eos.Processor, error) {
 // nil. It returns eos.ErrFenced when a newer instance with the same Group
 // and Instance took over. With Daily or DailyFinal it runs NewDaily's
 // processor beside it: the first of the two to end ends the other, and
-// Run returns both's errors (errors.Join).
+// Run returns both's errors (eos.RunTogether).
 func Run(ctx context.Context, cfg Config) error {
 	proc, err := New(cfg)
 	if err != nil {
@@ -251,25 +250,5 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return RunTogether(ctx, proc, daily)
-}
-
-// RunTogether runs procs side by side until ctx ends: the first to end
-// ends the others, and it returns all their errors (errors.Join).
-func RunTogether(ctx context.Context, procs ...*eos.Processor) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(procs))
-	for _, p := range procs {
-		go func() {
-			err := p.Run(ctx)
-			cancel()
-			errs <- err
-		}()
-	}
-	var all []error
-	for range procs {
-		all = append(all, <-errs)
-	}
-	return errors.Join(all...)
+	return eos.RunTogether(ctx, proc, daily)
 }

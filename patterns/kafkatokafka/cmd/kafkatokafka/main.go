@@ -101,18 +101,13 @@ func run(ctx context.Context, httpAddr string, cfg kafkatokafka.Config) error {
 		procs = append(procs, daily)
 	}
 	mux := http.NewServeMux()
-	probe.Routes(mux, func() eoskit.Health { return worst(procs) })
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return probe.Serve(ctx, httpAddr, mux, func(ctx context.Context) error { return kafkatokafka.RunTogether(ctx, procs...) })
-}
-
-// worst is the Health the probes answer for procs: the first that is not
-// ready or not healthy, else the first's.
-func worst(procs []*eos.Processor) eoskit.Health {
-	for _, p := range procs {
-		if h := p.Health(); !h.Ready() || !h.Healthy() {
-			return h
+	probe.Routes(mux, func() eoskit.Health {
+		hs := make([]eoskit.Health, len(procs))
+		for i, p := range procs {
+			hs[i] = p.Health()
 		}
-	}
-	return procs[0].Health()
+		return eoskit.Worst(hs...)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return probe.Serve(ctx, httpAddr, mux, func(ctx context.Context) error { return eos.RunTogether(ctx, procs...) })
 }
