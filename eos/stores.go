@@ -525,6 +525,9 @@ func (p *Processor) checkChangelog(ctx context.Context) error {
 			p.logger.Warn("eos: may not describe the updates topic's configs: Kafka's default record limit is assumed for it; grant DescribeConfigs on the topic to verify it",
 				"topic", u, "assumed_max_message_bytes", changelog.DefaultMaxMessageBytes)
 			p.state.maxRecord = min(p.state.maxRecord, changelog.DefaultMaxMessageBytes, p.state.cfg.recordLimit(u))
+			if p.state.cfg.limits != nil {
+				p.state.cfg.limits.learn(u, changelog.DefaultMaxMessageBytes)
+			}
 		}
 	}
 	return nil

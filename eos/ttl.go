@@ -3,6 +3,7 @@ package eos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 // TTL deletes each key of the keyed state that no record has written for
 // d of its partition's stream time (the largest record timestamp the
-// processor has handled there, kept in the store as a windowed
+// processor has handled there with success, kept in the store as a windowed
 // aggregation keeps it), so that a state whose keys keep coming (users,
 // sessions, devices) stays bounded. The delete is a tombstone in the
 // changelog, and in the [EmitUpdates] topic, in the transaction of the
@@ -37,8 +38,14 @@ import (
 // receives no records expires nothing, and a record timestamped far
 // ahead expires every key it passes (a Kafka 4 broker refuses timestamps
 // more than message.timestamp.after.max.ms ahead, an hour by default);
-// a record without a usable timestamp (after [window.MaxTime]) is the
-// record's fault. d must be whole milliseconds, at least one, at most a
+// a record without a usable timestamp (none, -1; before the epoch; after
+// [window.MaxTime]) is the record's fault. Running the processor without
+// TTL for a while, then with it again, leaves the stamps of that while
+// unwritten: a key written only meanwhile expires by its older stamp. A
+// handler may not write reserved keys under TTL (the record's fault).
+// The sweep reads every key of the partition's store in one record's
+// handling, and the first sweep on a store of many keys without stamps
+// writes one per key in that transaction. d must be whole milliseconds, at least one, at most a
 // century (a *[eoskit.ConfigError] from NewProcessor), and TTL cannot be
 // given under [KeyOrder] with [Concurrency] above 1 (stream time follows
 // each partition's order) or to a windowed aggregation (windows expire
@@ -121,19 +128,32 @@ func sweepTTL(kv state.KV, now time.Time, ttl time.Duration) error {
 	}); err != nil {
 		return err
 	}
+	stamp := strconv.AppendInt(nil, now.UnixMilli(), 10)
 	for key := range keys {
 		if !stamped[key] {
-			if err := kv.Put([]byte(ttlPrefix+key), strconv.AppendInt(nil, now.UnixMilli(), 10)); err != nil {
+			// A key too large for the changelog with its stamp's 12 more
+			// bytes is not stamped, and never expires: not the fault of
+			// the record under way.
+			if err := kv.Put([]byte(ttlPrefix+key), stamp); err != nil && !errors.Is(err, state.ErrTooLarge) {
 				return err
 			}
 		}
 	}
 	for key := range stamped {
+		if !keys[key] { // its key is gone: the stamp alone
+			if err := kv.Delete([]byte(ttlPrefix + key)); err != nil {
+				return err
+			}
+			continue
+		}
 		expired, err := stampExpired(kv, []byte(key), now, ttl)
+		if errors.Is(err, errBadStamp) { // stamped anew
+			err = kv.Put([]byte(ttlPrefix+key), stamp)
+		}
 		if err != nil {
 			return err
 		}
-		if expired || !keys[key] {
+		if expired {
 			if err := kv.Delete([]byte(key)); err != nil {
 				return err
 			}
@@ -145,6 +165,10 @@ func sweepTTL(kv state.KV, now time.Time, ttl time.Duration) error {
 	return nil
 }
 
+// errBadStamp is what stampExpired returns for a stamp that is not a
+// time in range (eoskit never writes one).
+var errBadStamp = errors.New("eos: a key's write time is not a time")
+
 // stampExpired reports whether key's stamp in kv is ttl or more before
 // now (false for a key without one).
 func stampExpired(kv state.KV, key []byte, now time.Time, ttl time.Duration) (bool, error) {
@@ -153,8 +177,8 @@ func stampExpired(kv state.KV, key []byte, now time.Time, ttl time.Duration) (bo
 		return false, err
 	}
 	ms, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
-		return false, fmt.Errorf("eos: the store's write time of %q, %q: %w", key, v, err)
+	if err != nil || !window.InRange(time.UnixMilli(ms)) {
+		return false, fmt.Errorf("%w: %q", errBadStamp, v)
 	}
 	return now.UnixMilli()-ms >= ttl.Milliseconds(), nil
 }
@@ -169,38 +193,79 @@ type ttlKV struct {
 
 var _ state.KeyLister = (*ttlKV)(nil)
 
+// errReservedTTL is what a handler under TTL gets for a write of a
+// reserved key: eoskit keeps its stream time and write times there.
+var errReservedTTL = fmt.Errorf("eos: under TTL, a handler may not write keys beginning with %q (state.ReservedPrefix)", state.ReservedPrefix)
+
+// Get implements [state.KV]: nothing for a reserved key, or one expired.
+// A stamp that is not a time counts as not expired (the next sweep
+// stamps it anew).
 func (t *ttlKV) Get(key []byte) ([]byte, bool, error) {
+	if state.IsReserved(key) {
+		return nil, false, nil
+	}
 	v, ok, err := t.kv.Get(key)
-	if err != nil || !ok || state.IsReserved(key) {
+	if err != nil || !ok {
 		return v, ok, err
 	}
 	expired, err := stampExpired(t.kv, key, t.now, t.ttl)
-	if err != nil || expired {
+	switch {
+	case errors.Is(err, errBadStamp):
+		return v, true, nil
+	case err != nil || expired:
 		return nil, false, err
 	}
 	return v, true, nil
 }
 
+// Put implements [state.KV], stamping key; a reserved key is refused
+// (the record's fault).
 func (t *ttlKV) Put(key, value []byte) error {
-	if err := t.kv.Put(key, value); err != nil || state.IsReserved(key) {
+	if state.IsReserved(key) {
+		return errReservedTTL
+	}
+	if err := t.kv.Put(key, value); err != nil {
 		return err
 	}
 	return t.kv.Put(append([]byte(ttlPrefix), key...), strconv.AppendInt(nil, t.now.UnixMilli(), 10))
 }
 
+// Delete implements [state.KV], with key's stamp; a reserved key is
+// refused (the record's fault).
 func (t *ttlKV) Delete(key []byte) error {
-	if err := t.kv.Delete(key); err != nil || state.IsReserved(key) {
+	if state.IsReserved(key) {
+		return errReservedTTL
+	}
+	if err := t.kv.Delete(key); err != nil {
 		return err
 	}
 	return t.kv.Delete(append([]byte(ttlPrefix), key...))
 }
 
-// Keys implements [state.KeyLister]: the store's keys, those that expired
-// and are not yet swept included.
+// Keys implements [state.KeyLister]: the keys Get finds (neither
+// reserved nor expired).
 func (t *ttlKV) Keys(fn func(key []byte) bool) error {
 	lister, ok := t.kv.(state.KeyLister)
 	if !ok {
 		return errNoKeys
 	}
-	return lister.Keys(fn)
+	var keys [][]byte
+	if err := lister.Keys(func(key []byte) bool {
+		if !state.IsReserved(key) {
+			keys = append(keys, key)
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	for _, key := range keys {
+		expired, err := stampExpired(t.kv, key, t.now, t.ttl)
+		if err != nil && !errors.Is(err, errBadStamp) {
+			return err
+		}
+		if !expired && !fn(key) {
+			return nil
+		}
+	}
+	return nil
 }

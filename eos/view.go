@@ -41,8 +41,11 @@ func (v *StateView) Partitions() []int32 {
 
 // Get returns key's committed value in partition's store, and whether it
 // has one there; a partition this instance does not hold (or is
-// restoring) has none.
+// restoring) has none, nor has a reserved key ([state.ReservedPrefix]).
 func (v *StateView) Get(partition int32, key []byte) ([]byte, bool, error) {
+	if state.IsReserved(key) {
+		return nil, false, nil
+	}
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[partition]
