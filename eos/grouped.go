@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -117,22 +118,63 @@ func (g *Grouped) State() *StateView { return g.agg.State() }
 func (g *Grouped) Processors() (rekey, aggregate *Processor) { return g.rekey, g.agg }
 
 // RunTogether runs procs side by side until ctx ends: the first to return
-// ends the others, and it returns all their errors (errors.Join: errors.Is
-// finds [ErrFenced] in it).
+// ends the others. It returns nil when each returned nil, else a
+// *[TogetherError] with each one's error.
 func RunTogether(ctx context.Context, procs ...*Processor) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(procs))
-	for _, p := range procs {
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(procs))
+	for i, p := range procs {
 		go func() {
 			err := p.Run(ctx)
 			cancel()
-			errs <- err
+			results <- result{i, err}
 		}()
 	}
-	var all []error
+	te := &TogetherError{Errs: make([]error, len(procs))}
+	failed := false
 	for range procs {
-		all = append(all, <-errs)
+		r := <-results
+		te.Errs[r.i] = r.err
+		failed = failed || r.err != nil
 	}
-	return errors.Join(all...)
+	if !failed {
+		return nil
+	}
+	return te
+}
+
+// TogetherError is what [RunTogether] returns when a processor's Run
+// returned an error: each processor's error, in the order given (nil for
+// one that returned nil). errors.Is and errors.As look into each, so
+// errors.Is(err, ErrFenced) holds when any was fenced: look at Errs to
+// tell an instance replaced whole (each error nil or ErrFenced) from one
+// that also failed.
+type TogetherError struct {
+	Errs []error
+}
+
+func (e *TogetherError) Error() string {
+	var msgs []string
+	for i, err := range e.Errs {
+		if err != nil {
+			msgs = append(msgs, fmt.Sprintf("processor %d: %v", i, err))
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Unwrap returns the errors of Errs that are not nil.
+func (e *TogetherError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }

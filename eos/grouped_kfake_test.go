@@ -162,3 +162,40 @@ func TestGroupedRefusesWhatWouldSplitAKey(t *testing.T) {
 		}
 	}
 }
+
+// RunTogether ends the others when one processor returns, and reports
+// each one's error in order: here the first's handler meets a
+// configuration error at its first record, and the second, idle, ends
+// without one.
+func TestRunTogetherEndsTheOthersAndSaysWhoFailed(t *testing.T) {
+	brokers := groupedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte("a")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	refuse := func(context.Context, *kgo.Record) ([]*kgo.Record, error) {
+		return nil, &eoskit.ConfigError{Package: "test", Setting: "x", Reason: "refused"}
+	}
+	failing, err := eos.NewProcessor(refuse, eos.Brokers(brokers...), eos.Group("a"), eos.Topics("reports"), eos.TransactionalID("a"),
+		eos.Logger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := eos.NewProcessor(copyHandler("counts"), eos.Brokers(brokers...), eos.Group("b"), eos.Topics("by-region"), eos.TransactionalID("b"),
+		eos.Logger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = eos.RunTogether(ctx, failing, idle)
+	var te *eos.TogetherError
+	var ce *eoskit.ConfigError
+	if !errors.As(err, &te) || len(te.Errs) != 2 || !errors.As(te.Errs[0], &ce) || te.Errs[1] != nil || ctx.Err() != nil {
+		t.Fatalf("RunTogether: %v; want a *TogetherError with the first's ConfigError and nothing from the second, before the deadline", err)
+	}
+}

@@ -28,13 +28,18 @@ type WindowCounts struct {
 	// partition's stream time past their end plus grace): the finals a
 	// count emitting them once must have written, and no other.
 	Closed map[string]int64
+	// Expired holds the windows of Counts past their retention at the
+	// end (their partition's stream time reached their start plus
+	// retention): deleted from the store and its outputs (a tombstone),
+	// their finals written before.
+	Expired map[string]bool
 }
 
 // CountWindows counts recs (a topic's committed records) per key and
 // tumbling window of size by their timestamps: [SumWindows] with each
-// record's timestamp and 1.
+// record's timestamp and 1, and no retention.
 func CountWindows(recs []*kgo.Record, size, grace time.Duration) WindowCounts {
-	return SumWindows(recs, size, grace, func(r *kgo.Record) (time.Time, int64, bool) { return r.Timestamp, 1, true })
+	return SumWindows(recs, size, grace, 0, func(r *kgo.Record) (time.Time, int64, bool) { return r.Timestamp, 1, true })
 }
 
 // SumWindows sums recs (a topic's committed records) per key and tumbling
@@ -44,14 +49,17 @@ func CountWindows(recs []*kgo.Record, size, grace time.Duration) WindowCounts {
 // added to its window unless that stream time, with it, reached the
 // window's end plus grace. A record of returns false is left out, as a
 // processor parks a record it cannot use (it moves no stream time). recs
-// may come in any order. Late counts the records left out as late.
-func SumWindows(recs []*kgo.Record, size, grace time.Duration, of func(*kgo.Record) (at time.Time, value int64, ok bool)) WindowCounts {
+// may come in any order. Late counts the records left out as late. A
+// window is expired once its partition's stream time reaches its start
+// plus retention (0: never); times must be past the epoch.
+func SumWindows(recs []*kgo.Record, size, grace, retention time.Duration, of func(*kgo.Record) (at time.Time, value int64, ok bool)) WindowCounts {
 	recs = slices.Clone(recs)
 	slices.SortStableFunc(recs, func(a, b *kgo.Record) int {
 		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
 	})
 	sizeMs, graceMs := size.Milliseconds(), grace.Milliseconds()
-	wc := WindowCounts{Counts: map[string]int64{}, IgnoringLateness: map[string]int64{}, Closed: map[string]int64{}}
+	wc := WindowCounts{Counts: map[string]int64{}, IgnoringLateness: map[string]int64{}, Closed: map[string]int64{}, Expired: map[string]bool{}}
+	starts := map[string]int64{}
 	streamTime := map[int32]int64{}
 	closesAt := map[string]int64{}  // a window's end plus grace
 	partition := map[string]int32{} // a window's partition
@@ -65,7 +73,7 @@ func SumWindows(recs []*kgo.Record, size, grace time.Duration, of func(*kgo.Reco
 		start := ms - ms%sizeMs
 		key := string(window.AppendKey(nil, r.Key, time.UnixMilli(start)))
 		wc.IgnoringLateness[key] += v
-		closesAt[key], partition[key] = start+sizeMs+graceMs, r.Partition
+		closesAt[key], partition[key], starts[key] = start+sizeMs+graceMs, r.Partition, start
 		if streamTime[r.Partition] >= closesAt[key] {
 			wc.Late++
 			continue
@@ -75,6 +83,9 @@ func SumWindows(recs []*kgo.Record, size, grace time.Duration, of func(*kgo.Reco
 	for key, n := range wc.Counts {
 		if streamTime[partition[key]] >= closesAt[key] {
 			wc.Closed[key] = n
+		}
+		if retention > 0 && streamTime[partition[key]] >= starts[key]+retention.Milliseconds() {
+			wc.Expired[key] = true
 		}
 	}
 	return wc

@@ -56,11 +56,31 @@ func TestSumWindowsAddsValuesAndSkipsWhatItIsToldTo(t *testing.T) {
 	for i := range vals {
 		recs = append(recs, &kgo.Record{Offset: int64(i), Key: []byte("a"), Value: []byte{byte(i)}})
 	}
-	wc := verify.SumWindows(recs, time.Minute, 0, func(r *kgo.Record) (time.Time, int64, bool) {
+	wc := verify.SumWindows(recs, time.Minute, 0, 0, func(r *kgo.Record) (time.Time, int64, bool) {
 		x := vals[r.Value[0]]
 		return t0.Add(x.at), x.value, x.ok
 	})
 	if got := wc.Counts[string(window.AppendKey(nil, []byte("a"), t0))]; got != 7 || wc.Late != 0 || len(wc.Closed) != 0 {
 		t.Fatalf("sum %d, late %d, closed %v; want 7, 0 and none", got, wc.Late, wc.Closed)
+	}
+}
+
+// A window is expired once its partition's stream time reaches its start
+// plus retention, and with no retention never.
+func TestSumWindowsExpiresByRetention(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	recs := []*kgo.Record{
+		{Offset: 0, Key: []byte("a"), Timestamp: t0},
+		{Offset: 1, Key: []byte("a"), Timestamp: t0.Add(70 * time.Second)},
+		{Offset: 2, Key: []byte("b"), Timestamp: t0.Add(2 * time.Minute)},
+	}
+	of := func(r *kgo.Record) (time.Time, int64, bool) { return r.Timestamp, 1, true }
+	wc := verify.SumWindows(recs, time.Minute, 0, 2*time.Minute, of)
+	first, second := string(window.AppendKey(nil, []byte("a"), t0)), string(window.AppendKey(nil, []byte("a"), t0.Add(time.Minute)))
+	if !wc.Expired[first] || wc.Expired[second] || len(wc.Expired) != 1 {
+		t.Fatalf("expired %v; want only a's window of 00:00 (00:01's expires at 00:03)", wc.Expired)
+	}
+	if wc := verify.SumWindows(recs, time.Minute, 0, 0, of); len(wc.Expired) != 0 {
+		t.Fatalf("expired %v without retention", wc.Expired)
 	}
 }

@@ -87,10 +87,18 @@ func Parse(b []byte) (Report, error) {
 	return rep, nil
 }
 
+// MaxAhead is how far after its record's timestamp a report may say it
+// was reported (clocks disagree): [ReportedAt] refuses a later time, as
+// Kafka 4 refuses a record timestamped more than an hour ahead. A time
+// far ahead would move its partition's stream time there, close every
+// day of the region at once and make every later report late.
+const MaxAhead = time.Hour
+
 // ReportedAt returns when the report in rec was reported: its ReportedAt,
 // or rec's timestamp for a report that does not say. It is the event time
 // the counts per day go by (eos.EventTime(dashboard.ReportedAt)). A
-// record that is not a report is an error.
+// record that is not a report, or a time before 1970 or more than
+// MaxAhead after rec's timestamp, is an error (the record's fault).
 func ReportedAt(rec *kgo.Record) (time.Time, error) {
 	rep, err := Parse(rec.Value)
 	switch {
@@ -98,6 +106,11 @@ func ReportedAt(rec *kgo.Record) (time.Time, error) {
 		return time.Time{}, err
 	case rep.ReportedAt.IsZero():
 		return rec.Timestamp, nil
+	case rep.ReportedAt.Before(time.Unix(0, 0)):
+		return time.Time{}, fmt.Errorf("dashboard: report %s was reported at %s, before 1970", rep.ID, rep.ReportedAt.Format(time.RFC3339))
+	case !rec.Timestamp.IsZero() && rep.ReportedAt.After(rec.Timestamp.Add(MaxAhead)):
+		return time.Time{}, fmt.Errorf("dashboard: report %s says it was reported at %s, more than %s after its record was written (%s)",
+			rep.ID, rep.ReportedAt.Format(time.RFC3339), MaxAhead, rec.Timestamp.UTC().Format(time.RFC3339))
 	}
 	return rep.ReportedAt, nil
 }

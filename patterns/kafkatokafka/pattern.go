@@ -122,14 +122,17 @@ type Config struct {
 	Options []eos.ProcessorOption
 }
 
-// Forward is the pattern's handler: it checks each input is a report and
-// publishes it to topic, keyed by its region. A record that is not a report
-// is an error, which stops the processor (Config.DeadLetterTopic parks it
-// instead).
+// Forward is the pattern's handler: it checks each input is a report, with
+// a time the counts per day can take (dashboard.ReportedAt), and publishes
+// it to topic, keyed by its region. A record that is not one is an error,
+// which stops the processor (Config.DeadLetterTopic parks it instead).
 func Forward(topic string) eos.HandlerFunc {
 	return func(_ context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 		rep, err := dashboard.Parse(in.Value)
 		if err != nil {
+			return nil, err
+		}
+		if _, err := dashboard.ReportedAt(in); err != nil {
 			return nil, err
 		}
 		return []*kgo.Record{rep.Record(topic)}, nil
@@ -190,8 +193,10 @@ func New(cfg Config) (*eos.Processor, error) {
 // cfg describes (Daily, DailyFinal, DailyChangelog): eos.WindowedSum of
 // the reports' cases over dashboard.Days by dashboard.ReportedAt, in group
 // Group+"-daily" with its own transactional id, reading Input. A record
-// that is not a report goes where New sends it (DeadLetterTopic, or it
-// stops Run). Run runs it beside New's.
+// that is not a report with a usable time is skipped here, counted in no
+// day: New's processor is the one that parks it (DeadLetterTopic) or
+// stops on it, so that it is dead-lettered once, and a replay of it
+// reaches both. Run runs it beside New's.
 func NewDaily(cfg Config) (*eos.Processor, error) {
 	if cfg.Daily == "" && cfg.DailyFinal == "" {
 		return nil, &eoskit.ConfigError{Package: "kafkatokafka", Setting: "Daily", Reason: "neither Daily nor DailyFinal is set"}
@@ -208,6 +213,12 @@ func NewDaily(cfg Config) (*eos.Processor, error) {
 	sum, err := eos.WindowedSum(dashboard.Days, dashboard.Cases, wopts...)
 	if err != nil {
 		return nil, err
+	}
+	daily := func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+		if _, err := dashboard.ReportedAt(in); err != nil {
+			return nil, nil // New's processor parks it, or stops on it
+		}
+		return sum(ctx, in)
 	}
 	var sopts []eos.StateOption
 	if cfg.Daily != "" {
@@ -229,7 +240,7 @@ func NewDaily(cfg Config) (*eos.Processor, error) {
 	if cfg.DeadLetterTopic != "" {
 		opts = append(opts, eos.OnHandlerError(eos.DeadLetter(cfg.DeadLetterTopic)))
 	}
-	return eos.NewProcessor(sum, append(opts, cfg.Options...)...)
+	return eos.NewProcessor(daily, append(opts, cfg.Options...)...)
 }
 
 // Run runs the processor until ctx ends, then drains: it lets the batch in
@@ -237,7 +248,7 @@ func NewDaily(cfg Config) (*eos.Processor, error) {
 // nil. It returns eos.ErrFenced when a newer instance with the same Group
 // and Instance took over. With Daily or DailyFinal it runs NewDaily's
 // processor beside it: the first of the two to end ends the other, and
-// Run returns both's errors (eos.RunTogether).
+// Run returns an *eos.TogetherError with both's errors (eos.RunTogether).
 func Run(ctx context.Context, cfg Config) error {
 	proc, err := New(cfg)
 	if err != nil {

@@ -185,13 +185,13 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 			cfg.Totals, cfg.Changelog = totalsTopic, changelog
 			cfg.Daily, cfg.DailyFinal, cfg.DailyChangelog = days, daysFinal, daysChangelog
 		}
-		err := run(ctx, cfg)
-		if errors.Is(err, eos.ErrFenced) {
-			return nil // the zombie, stopped as it must be
-		}
-		return err
+		return onlyFenced(run(ctx, cfg))
 	}
-	faults, err := l.churn(ctx, p, start, feed, groupProgress(adm, name, in), describeGroup(adm, name, in), groupOffsets(adm, name, in))
+	progress := groupProgress(adm, name, in)
+	if kept == totalsInState { // the instances also run the daily group: wait for both
+		progress = slowest(progress, groupProgress(adm, name+"-daily", in))
+	}
+	faults, err := l.churn(ctx, p, start, feed, progress, describeGroup(adm, name, in), groupOffsets(adm, name, in))
 	if err != nil {
 		return result{}, err
 	}
@@ -204,6 +204,41 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	}
 	res.days, err = l.checkDays(ctx, in, days, daysFinal)
 	return res, err
+}
+
+// onlyFenced is nil for an instance's error that is ErrFenced alone (the
+// zombie, stopped as it must be: each of its processors fenced, or ended
+// by the other's fence), else err.
+func onlyFenced(err error) error {
+	var te *eos.TogetherError
+	if errors.As(err, &te) {
+		for _, e := range te.Errs {
+			if e != nil && !errors.Is(e, eos.ErrFenced) {
+				return err
+			}
+		}
+		return nil
+	}
+	if errors.Is(err, eos.ErrFenced) {
+		return nil
+	}
+	return err
+}
+
+// slowest is the progress of two groups reading the same topic: the
+// smaller of their committed offsets.
+func slowest(a, b func(context.Context) (int64, int64, error)) func(context.Context) (int64, int64, error) {
+	return func(ctx context.Context) (int64, int64, error) {
+		doneA, total, err := a(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		doneB, _, err := b(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		return min(doneA, doneB), total, nil
+	}
 }
 
 // mapTotals is the totals' control: h, whose outputs are followed by the
@@ -224,7 +259,11 @@ func mapTotals(h eos.HandlerFunc, topic, daysTopic string) eos.HandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		day := window.AppendKey(nil, []byte(rep.Region), rep.ReportedAt.Truncate(24*time.Hour))
+		at, err := dashboard.ReportedAt(r)
+		if err != nil {
+			return nil, err
+		}
+		day := window.AppendKey(nil, []byte(rep.Region), at.Truncate(24*time.Hour))
 		mu.Lock()
 		sums[rep.Region] += int64(rep.Cases)
 		days[string(day)] += int64(rep.Cases)
@@ -294,17 +333,23 @@ func (l *Lab) checkDays(ctx context.Context, in, days, finals string) (daysResul
 	if err != nil {
 		return daysResult{}, err
 	}
-	truth := verify.SumWindows(input, dashboard.Days.Size, dashboard.Days.Grace, func(r *kgo.Record) (time.Time, int64, bool) {
+	truth := verify.SumWindows(input, dashboard.Days.Size, dashboard.Days.Grace, dashboard.Days.Retention, func(r *kgo.Record) (time.Time, int64, bool) {
 		rep, err := dashboard.Parse(r.Value)
-		return rep.ReportedAt, int64(rep.Cases), err == nil && !rep.ReportedAt.IsZero()
+		at := rep.ReportedAt
+		if at.IsZero() {
+			at = r.Timestamp
+		}
+		return at, int64(rep.Cases), err == nil && at.After(time.Unix(0, 0)) && !at.After(r.Timestamp.Add(dashboard.MaxAhead))
 	})
 	res := daysResult{checked: true, days: len(truth.Counts), late: truth.Late}
 	live, err := l.lastValues(ctx, days)
 	if err != nil {
 		return daysResult{}, err
 	}
+	// A day past retention is deleted: the live topic ends with its
+	// tombstone.
 	for key, n := range truth.Counts {
-		if live[key] != n {
+		if got, ok := live[key]; truth.Expired[key] && ok || !truth.Expired[key] && got != n {
 			res.wrong++
 		}
 	}

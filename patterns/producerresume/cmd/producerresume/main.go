@@ -1,6 +1,6 @@
 // Command producerresume is one region's source of case reports (package
-// producerresume): it reads reports from stdin, one "id|region|cases" a
-// line in a fixed order, and writes each once to its partition, the only
+// producerresume): it reads reports from stdin, one "id|region|cases" (or
+// "id|region|cases|reported_at") a line in a fixed order, and writes each once to its partition, the only
 // writer there. Started again after a crash, with the same input, it goes
 // on after the last report the partition holds. SIGTERM or Ctrl-C stops it
 // between two reports.
