@@ -150,3 +150,60 @@ func ExampleRun_days() {
 	// north 2026-12-01 7
 	// <nil>
 }
+
+// Region names from a table: the feed's reports carry their region's
+// name, looked up in a small compacted topic held whole on every
+// instance (restored before the first report).
+func ExampleRun_names() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "case-reports", "dashboard-feed", "regions"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		panic(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx,
+		&kgo.Record{Topic: "regions", Key: []byte("north"), Value: []byte("Northern Region")},
+		dashboard.Report{ID: "r1", Region: "north", Cases: 4}.Record("case-reports"),
+		dashboard.Report{ID: "r2", Region: "atlantis", Cases: 1}.Record("case-reports"),
+	).FirstErr(); err != nil {
+		panic(err)
+	}
+	cfg := kafkatokafka.Config{Brokers: brokers, Group: "dashboard", Instance: "0",
+		Input: "case-reports", Output: "dashboard-feed", RegionNames: "regions",
+		Logger: slog.New(slog.DiscardHandler), Options: []eos.ProcessorOption{eos.CommitInterval(50 * time.Millisecond)}}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- kafkatokafka.Run(runCtx, cfg) }()
+
+	reader, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("dashboard-feed"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		panic(err)
+	}
+	defer reader.Close()
+	for seen := 0; seen < 2 && ctx.Err() == nil; {
+		reader.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			name := "(no name)"
+			for _, h := range r.Headers {
+				if h.Key == kafkatokafka.RegionNameHeader {
+					name = string(h.Value)
+				}
+			}
+			fmt.Printf("%s: %s\n", r.Value, name)
+			seen++
+		})
+	}
+	stop()
+	fmt.Println(<-done)
+	// Output:
+	// r1|north|4: Northern Region
+	// r2|atlantis|1: (no name)
+	// <nil>
+}

@@ -35,6 +35,11 @@
 //	sum, err := eos.WindowedSum(dashboard.Days, dashboard.Cases,
 //		eos.EventTime(dashboard.ReportedAt), eos.EmitFinal("dashboard-days-final"))
 //
+// With Config.RegionNames each report on the feed carries its region's
+// name (header "region-name"), looked up in a small compacted topic held
+// whole on every instance (eos.GlobalTable): as current as its last
+// refresh, a second or so, not as of the report's time.
+//
 // Totals kept anywhere else (a map in the handler, a counter in a cache)
 // are updated outside the transaction: an aborted batch, handled again,
 // adds twice, and a restarted instance starts from nothing. cmd/eoslab
@@ -104,6 +109,13 @@ type Config struct {
 	// which make Run run a second processor ([NewDaily]) beside the
 	// first, in group Group+"-daily".
 	DailyChangelog string
+	// RegionNames, when set, is a small compacted topic of region names
+	// keyed by region code, held whole on every instance (an
+	// eos.GlobalTable, restored before the first report): each report on
+	// the feed carries its region's name in the header "region-name"
+	// ([WithNames]). A region the table does not name gets no header.
+	// Default "": none.
+	RegionNames string
 	// DeadLetterTopic, when set, takes a report the handler cannot use
 	// (one that does not parse, say), written in the batch's transaction
 	// with headers that say why (eos.DeadLetter), and the processor goes
@@ -157,6 +169,33 @@ func WithTotals(h eos.HandlerFunc) eos.HandlerFunc {
 	}
 }
 
+// RegionNameHeader is the header [WithNames] names a report's region in.
+const RegionNameHeader = "region-name"
+
+// WithNames returns h whose outputs each carry their key's name from
+// names (region code to name), in the header RegionNameHeader; a key the
+// table does not hold gets none. A table not restored yet, or that
+// cannot be read, is an error (the processor restores its tables before
+// the first record, so this is a table given to no processor).
+func WithNames(h eos.HandlerFunc, names *eos.GlobalTable) eos.HandlerFunc {
+	return func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range out {
+			name, ok, err := names.Get(r.Key)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: RegionNameHeader, Value: name})
+			}
+		}
+		return out, nil
+	}
+}
+
 // New returns the processor cfg describes: Run it, and serve its Health
 // to probes (package probe).
 func New(cfg Config) (*eos.Processor, error) {
@@ -178,6 +217,11 @@ func New(cfg Config) (*eos.Processor, error) {
 		eos.WithSemantics(eos.ExactlyOnce), // the default, said aloud
 		eos.TransactionalID(txnID),
 		eos.Logger(logger),
+	}
+	if cfg.RegionNames != "" {
+		names := eos.NewGlobalTable(cfg.RegionNames)
+		handler = WithNames(handler, names)
+		opts = append(opts, eos.WithGlobalTables(names))
 	}
 	if cfg.Totals != "" {
 		handler = WithTotals(handler)

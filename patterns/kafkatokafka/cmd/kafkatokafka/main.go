@@ -64,6 +64,7 @@ func main() {
 	flag.StringVar(&cfg.Daily, "daily", "", "topic of the live counts per region per day, by when each case was reported (default: none)")
 	flag.StringVar(&cfg.DailyFinal, "daily-final", "", "topic of each day's final count per region, published once when the day closes (default: none)")
 	flag.StringVar(&cfg.DailyChangelog, "daily-changelog", "dashboard-days-changelog", "the counts per day's compacted changelog, with the input's partition count (with -daily or -daily-final)")
+	flag.StringVar(&cfg.RegionNames, "region-names", "", "compacted topic of region names keyed by region code: each report on the feed carries its region's name in the header region-name (default: none)")
 	flag.StringVar(&cfg.DeadLetterTopic, "dead-letter-topic", "", "topic for reports that cannot be used, instead of stopping (default: none)")
 	flag.Parse()
 	cfg.Brokers = strings.Split(*brokers, ",")
