@@ -82,11 +82,16 @@ func (h Health) Ready() bool {
 
 // Worst returns the Health a probe should answer for several runners
 // that work together (a grouped aggregation's two processors, say): the
-// first of hs that is not ready or not healthy, else the first. It
-// returns the zero Health for none.
+// first of hs that is not healthy, else the first not ready, else the
+// first. It returns the zero Health for none.
 func Worst(hs ...Health) Health {
 	for _, h := range hs {
-		if !h.Ready() || !h.Healthy() {
+		if !h.Healthy() {
+			return h
+		}
+	}
+	for _, h := range hs {
+		if !h.Ready() {
 			return h
 		}
 	}

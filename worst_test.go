@@ -19,7 +19,8 @@ func TestWorstAnswersTheFirstRunnerNotReady(t *testing.T) {
 		want string
 	}{
 		{[]eoskit.Health{ready, ready}, "a"},
-		{[]eoskit.Health{ready, joining, stopped}, "b"},
+		{[]eoskit.Health{ready, joining, stopped}, "c"}, // not healthy before not ready
+		{[]eoskit.Health{ready, joining}, "b"},
 		{[]eoskit.Health{ready, stopped}, "c"},
 		{[]eoskit.Health{ready, failing}, "d"},
 		{nil, ""},

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/authz"
+	"github.com/eoskit/eoskit/internal/changelog"
 )
 
 // Grouped is an aggregation by a key derived from each record rather than
@@ -31,7 +34,10 @@ import (
 // another partition than its key's, as after partitions were added to
 // the topic or another writer wrote there ([RequireKeyPartitioning]).
 type Grouped struct {
-	rekey, agg *Processor
+	rekey, agg  *Processor
+	conn        []kgo.Opt
+	repartition string
+	logger      *slog.Logger
 }
 
 // NewGrouped returns the grouped aggregation of handler by key, through
@@ -39,13 +45,21 @@ type Grouped struct {
 // takes them: [Topics] the input, [Group], [TransactionalID] and
 // [Changelog] (required; its partition count the repartition topic's),
 // and the others ([OnHandlerError], [ClientOptions], ...), which apply to
-// both processors. The re-keying processor runs in group Group+
-// "-repartition" with transactional id TransactionalID+"-repartition".
-// The repartition topic must exist (eos creates none), with the
-// changelog's partition count, and be no input; the processors need
-// Write on it, and Read in the aggregating one's group. A re-keyed
-// record keeps its value, headers and timestamp (a windowed aggregation
-// sees its event time). An error from key, or a nil key, is the record's
+// both processors, but [WithGlobalTables] (the aggregating one's only)
+// and [RequireKeyPartitioning] (refused: the aggregating processor checks
+// its input itself). The re-keying processor runs in group Group+
+// "-repartition" with transactional id TransactionalID+"-repartition":
+// the principal needs Read on that group and Write on that id as on the
+// others. The repartition topic must exist (eos creates none), with the
+// changelog's partition count, and be no input, nor compacted (Run
+// refuses it; keep retention.ms=-1, or longer than any outage: a record
+// deleted before it is counted is lost); the re-keying processor needs
+// Write on it, the aggregating one Read. A partitioner in ClientOptions
+// that does not place records by key is refused. A re-keyed record keeps
+// its value, headers and timestamp (a windowed aggregation sees its
+// event time; not on a repartition topic of
+// message.timestamp.type=LogAppendTime). The user's partition callbacks
+// and hooks serve both processors' clients. An error from key, or a nil key, is the record's
 // fault (see [OnHandlerError]). Records re-keyed from several input
 // partitions interleave in a repartition partition: a windowed
 // aggregation may find more of them late than it would in the input.
@@ -65,6 +79,10 @@ func NewGrouped(key func(r *kgo.Record) ([]byte, error), repartition string, han
 		return nil, refuse(fmt.Sprintf("the repartition topic %q is an input", repartition))
 	case repartition == c.state.changelog || repartition == c.state.updates:
 		return nil, refuse(fmt.Sprintf("the repartition topic %q is the changelog or the updates topic", repartition))
+	case slices.Contains(c.inputTopics, c.state.changelog) || slices.Contains(c.inputTopics, c.state.updates):
+		return nil, refuse("the changelog or the updates topic is an input: every update would be counted again")
+	case c.keyPartitioner != nil:
+		return nil, refuse("RequireKeyPartitioning: the aggregating processor checks its repartition topic against the re-keying producer's partitioner itself")
 	}
 	rk := *c
 	rk.state, rk.keyPartitioner, rk.tables = nil, nil, nil // the aggregation's
@@ -80,14 +98,50 @@ func NewGrouped(key func(r *kgo.Record) ([]byte, error), repartition string, han
 	ag := *c
 	ag.inputTopics = []string{repartition}
 	ag.logger = c.logger.With("stage", "aggregate")
+	// A new group starts at the topic's start, whatever the options say:
+	// the re-keying processor may commit records before it joins.
+	ag.clientOpts = append(slices.Clone(c.clientOpts), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	agg, err := newProcessor(&ag, handler)
 	if err != nil {
 		return nil, err
 	}
-	if ag.keyPartitioner == nil { // the re-keying processor's, learnt by newProcessor
-		agg.handler = withKeyPartitioning(agg.handler, ag.state.others, func() int32 { return agg.state.partitions })
+	// The re-keying producer's partitioner (the client options', or
+	// franz-go's default), learnt by newProcessor.
+	if !keyConsistent(ag.state.others.ForTopic(repartition)) {
+		return nil, refuse("the producer's partitioner (ClientOptions) does not place records by their keys: a key's records would be counted in several partitions")
 	}
-	return &Grouped{rekey: rekey, agg: agg}, nil
+	agg.handler = withKeyPartitioning(agg.handler, ag.state.others, func() int32 { return agg.state.partitions })
+	return &Grouped{rekey: rekey, agg: agg, conn: c.connOpts(), repartition: repartition, logger: c.logger}, nil
+}
+
+// keyConsistent reports whether tp places a keyed record by its key alone:
+// it must keep a key's records together, and not follow the partition a
+// record names (kgo.ManualPartitioner).
+func keyConsistent(tp kgo.TopicPartitioner) bool {
+	a := &kgo.Record{Key: []byte("eoskit"), Partition: 0}
+	b := &kgo.Record{Key: []byte("eoskit"), Partition: 1}
+	return tp.RequiresConsistency(a) && partitionOf(tp, a, 2) == partitionOf(tp, b, 2)
+}
+
+// checkRepartition refuses a repartition topic that would drop records
+// before they are counted (compacted: records of one key compacted
+// away), and warns of one whose retention may.
+func (g *Grouped) checkRepartition(ctx context.Context) error {
+	sh, err := changelog.Configs(ctx, g.conn, g.repartition)
+	switch {
+	case authz.Refused(err):
+		g.logger.Warn("eos: may not describe the repartition topic's configs: its cleanup policy and retention are unchecked; grant DescribeConfigs on it to check them", "topic", g.repartition)
+		return nil
+	case err != nil:
+		return fmt.Errorf("eos: describe the repartition topic %q: %w", g.repartition, err)
+	case strings.Contains(sh.CleanupPolicy, "compact"):
+		return &eoskit.ConfigError{Package: "eos", Setting: "NewGrouped", Reason: fmt.Sprintf(
+			"the repartition topic %q is compacted (cleanup.policy=%s): records of one key would be compacted away before they are counted; use cleanup.policy=delete", g.repartition, sh.CleanupPolicy)}
+	case sh.RetentionMs >= 0:
+		g.logger.Warn("eos: the repartition topic deletes records by age: an aggregating processor stopped longer than its retention, or records re-keyed with old timestamps, lose records uncounted; retention.ms=-1 keeps them",
+			"topic", g.repartition, "retention_ms", sh.RetentionMs)
+	}
+	return nil
 }
 
 // rekeyBy is the re-keying processor's handler.
@@ -100,12 +154,19 @@ func rekeyBy(key func(*kgo.Record) ([]byte, error), topic string) HandlerFunc {
 		case k == nil:
 			return nil, errors.New("eos: the record's grouping key is nil: a record is grouped under a key")
 		}
-		return []*kgo.Record{{Topic: topic, Key: k, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}}, nil
+		return []*kgo.Record{{Topic: topic, Key: k, Value: r.Value, Headers: slices.Clone(r.Headers), Timestamp: r.Timestamp}}, nil
 	}
 }
 
-// Run runs both processors until ctx ends ([RunTogether]).
-func (g *Grouped) Run(ctx context.Context) error { return RunTogether(ctx, g.rekey, g.agg) }
+// Run checks the repartition topic (a compacted one is a
+// *[eoskit.ConfigError]; one that deletes records by age is logged), then
+// runs both processors until ctx ends ([RunTogether]).
+func (g *Grouped) Run(ctx context.Context) error {
+	if err := g.checkRepartition(ctx); err != nil {
+		return err
+	}
+	return RunTogether(ctx, g.rekey, g.agg)
+}
 
 // Health is the worse of the two processors' ([eoskit.Worst]).
 func (g *Grouped) Health() eoskit.Health { return eoskit.Worst(g.rekey.Health(), g.agg.Health()) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,6 +157,18 @@ func TestGroupedRefusesWhatWouldSplitAKey(t *testing.T) {
 		"no changelog": func() (*eos.Grouped, error) {
 			return eos.NewGrouped(regionOfValue, "by-region", eos.Count(), base[:len(base)-1]...)
 		},
+		"round robin": func() (*eos.Grouped, error) {
+			return eos.NewGrouped(regionOfValue, "by-region", eos.Count(), append(base, eos.ClientOptions(kgo.RecordPartitioner(kgo.RoundRobinPartitioner())))...)
+		},
+		"manual": func() (*eos.Grouped, error) {
+			return eos.NewGrouped(regionOfValue, "by-region", eos.Count(), append(base, eos.ClientOptions(kgo.RecordPartitioner(kgo.ManualPartitioner())))...)
+		},
+		"updates to the input": func() (*eos.Grouped, error) {
+			return eos.NewGrouped(regionOfValue, "by-region", eos.Count(), append(base, eos.Changelog("grouped-changelog", eos.EmitUpdates("reports")))...)
+		},
+		"RequireKeyPartitioning": func() (*eos.Grouped, error) {
+			return eos.NewGrouped(regionOfValue, "by-region", eos.Count(), append(base, eos.RequireKeyPartitioning(kgo.StickyKeyPartitioner(nil)))...)
+		},
 	} {
 		if _, err := build(); !errors.As(err, &ce) {
 			t.Errorf("%s: %v; want a *eoskit.ConfigError", name, err)
@@ -197,5 +210,30 @@ func TestRunTogetherEndsTheOthersAndSaysWhoFailed(t *testing.T) {
 	var ce *eoskit.ConfigError
 	if !errors.As(err, &te) || len(te.Errs) != 2 || !errors.As(te.Errs[0], &ce) || te.Errs[1] != nil || ctx.Err() != nil {
 		t.Fatalf("RunTogether: %v; want a *TogetherError with the first's ConfigError and nothing from the second, before the deadline", err)
+	}
+}
+
+// A compacted repartition topic would compact a key's records away before
+// they are counted: Run refuses it at once.
+func TestGroupedRefusesACompactedRepartitionTopic(t *testing.T) {
+	brokers := groupedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	compact := "compact"
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 1, map[string]*string{"cleanup.policy": &compact}, "compacted"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := eos.NewGrouped(regionOfValue, "compacted", eos.Count(), groupedOpts(t, brokers)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *eoskit.ConfigError
+	if err := g.Run(ctx); !errors.As(err, &ce) || !strings.Contains(ce.Reason, "compacted") || ctx.Err() != nil {
+		t.Fatalf("Run: %v; want a *eoskit.ConfigError naming the compacted repartition topic, at once", err)
 	}
 }

@@ -34,6 +34,9 @@ type Shape struct {
 	ConfigsRead     bool
 	CleanupPolicy   string
 	MaxMessageBytes int
+	// RetentionMs is the topic's retention.ms (-1: none; 0 when the
+	// configs were not read).
+	RetentionMs int64
 	// Created is true when Check created the topic.
 	Created bool
 }
@@ -211,6 +214,19 @@ func RecordLimit(ctx context.Context, conn []kgo.Opt, topic string) (int, error)
 	return sh.MaxMessageBytes, nil
 }
 
+// Configs reads topic's configs into a Shape (its partitions left 0): an
+// error for a principal that may not describe them (see authz.Refused).
+func Configs(ctx context.Context, conn []kgo.Opt, topic string) (Shape, error) {
+	cl, err := kgo.NewClient(conn...)
+	if err != nil {
+		return Shape{}, fmt.Errorf("changelog: new client: %w", err)
+	}
+	defer cl.Close()
+	var sh Shape
+	err = readConfigs(ctx, kadm.NewClient(cl), topic, &sh)
+	return sh, err
+}
+
 func refuse(topic, reason string) error {
 	return &eoskit.ConfigError{Package: "state", Setting: "changelog " + topic, Reason: reason}
 }
@@ -242,6 +258,10 @@ func readConfigs(ctx context.Context, adm *kadm.Client, topic string, sh *Shape)
 		case "max.message.bytes":
 			if n, err := strconv.Atoi(*c.Value); err == nil {
 				sh.MaxMessageBytes = n
+			}
+		case "retention.ms":
+			if n, err := strconv.ParseInt(*c.Value, 10, 64); err == nil {
+				sh.RetentionMs = n
 			}
 		}
 	}
