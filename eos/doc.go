@@ -134,7 +134,9 @@
 // and event-time window (package window: tumbling and hopping windows,
 // grace, retention), each partition's stream time kept in its store;
 // [EmitFinal] emits a window's result once it closes; [StateView.Windows]
-// reads a key's windows. A [GlobalTable] ([WithGlobalTables]) holds a small
+// reads a key's windows. [SessionCount], [SessionSum] and
+// [SessionAggregate] do the same per session of activity (window.Sessions:
+// an inactivity gap and a grace), merging sessions a record bridges. A [GlobalTable] ([WithGlobalTables]) holds a small
 // compacted topic whole on every instance for lookups, restored before
 // the first record. See docs/state.md.
 //

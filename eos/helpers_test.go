@@ -207,7 +207,8 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 // copier is a copy processor in a child process of the test binary (with
 // EOS_COPIER_CHANGELOG=topic in env, a counter: eos.Count (with
 // EOS_COPIER_WINDOW=finals, eos.WindowedCount of copierWindow emitting
-// its finals there; with EOS_COPIER_TTL=duration, under eos.TTL) with
+// its finals there; with EOS_COPIER_SESSIONS=finals, eos.SessionCount of
+// copierSessions; with EOS_COPIER_TTL=duration, under eos.TTL) with
 // that changelog, its updates to out).
 type copier struct {
 	cmd *exec.Cmd
@@ -285,6 +286,14 @@ func copierMain() int {
 		// transaction half a second once its first changelog records
 		// are produced, so that a kill lands there.
 		handle = eos.Count()
+		if finals := os.Getenv("EOS_COPIER_SESSIONS"); finals != "" {
+			h, err := eos.SessionCount(copierSessions, eos.EmitFinal(finals))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "copier:", err)
+				return 2
+			}
+			handle = h
+		}
 		if finals := os.Getenv("EOS_COPIER_WINDOW"); finals != "" {
 			h, err := eos.WindowedCount(copierWindow, eos.EmitFinal(finals))
 			if err != nil {

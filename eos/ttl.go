@@ -86,26 +86,25 @@ func withTTL(h HandlerFunc, ttl time.Duration) HandlerFunc {
 		if !window.InRange(r.Timestamp) {
 			return nil, fmt.Errorf("eos: the record's timestamp %s, by which its state expires: %w", r.Timestamp.UTC().Format(time.RFC3339Nano), window.ErrOutOfRange)
 		}
-		was, err := streamTime(kv)
+		was, now, err := moveStreamTime(kv, r.Timestamp)
 		if err != nil {
 			return nil, err
 		}
-		now := was
-		if r.Timestamp.After(was) {
-			now = r.Timestamp.Truncate(time.Millisecond)
-			if err := kv.Put([]byte(streamTimeKey), strconv.AppendInt(nil, now.UnixMilli(), 10)); err != nil {
+		if crossed(was, now, every) {
+			if err := sweepTTL(kv, now, ttl); err != nil {
 				return nil, err
-			}
-			// Times are past the epoch (window.InRange): a division floors.
-			if was.IsZero() || was.UnixMilli()/every != now.UnixMilli()/every {
-				if err := sweepTTL(kv, now, ttl); err != nil {
-					return nil, err
-				}
 			}
 		}
 		ctx = withKV(ctx, &ttlKV{kv: kv, now: now, ttl: ttl}, hs)
 		return h(ctx, r)
 	}
+}
+
+// crossed reports whether stream time, moving from was to now, crossed a
+// multiple of every milliseconds (or first moved: was zero). Times are
+// past the epoch (window.InRange): a division floors.
+func crossed(was, now time.Time, every int64) bool {
+	return now.After(was) && (was.IsZero() || was.UnixMilli()/every != now.UnixMilli()/every)
 }
 
 // sweepTTL deletes, in kv, each key whose stamp expired at now, with its

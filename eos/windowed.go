@@ -181,16 +181,9 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 		if !window.InRange(at) { // before it moves stream time
 			return nil, fmt.Errorf("eos: the record's time %s: %w", at.UTC().Format(time.RFC3339Nano), window.ErrOutOfRange)
 		}
-		was, err := streamTime(kv)
+		was, now, err := moveStreamTime(kv, at)
 		if err != nil {
 			return nil, err
-		}
-		now := was
-		if at.After(was) {
-			now = at.Truncate(time.Millisecond)
-			if err := kv.Put([]byte(streamTimeKey), strconv.AppendInt(nil, now.UnixMilli(), 10)); err != nil {
-				return nil, err
-			}
 		}
 		open, err := spec.Open(at, now)
 		if err != nil {
@@ -242,6 +235,19 @@ func refusedSetting(hs handlerState, setting, final, input string) error {
 			"the finals topic %q is the processor's input, changelog or dead-letter topic", final)}
 	}
 	return nil
+}
+
+// moveStreamTime moves the stream time kv keeps to at, if at is later,
+// and returns it as it was and as it is now.
+func moveStreamTime(kv state.KV, at time.Time) (was, now time.Time, err error) {
+	if was, err = streamTime(kv); err != nil {
+		return was, was, err
+	}
+	if !at.After(was) {
+		return was, was, nil
+	}
+	now = at.Truncate(time.Millisecond)
+	return was, now, kv.Put([]byte(streamTimeKey), strconv.AppendInt(nil, now.UnixMilli(), 10))
 }
 
 // streamTime returns the stream time kv keeps, the zero time before its

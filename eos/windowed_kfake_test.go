@@ -58,6 +58,24 @@ func windowCluster(t *testing.T) []string {
 // reports of an earlier run (its changelog their state).
 func runWindowedOn(t *testing.T, brokers []string, spec window.Spec, reports []report, opts ...eos.WindowOption) windowedRun {
 	t.Helper()
+	h, err := eos.WindowedCount(spec, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runAggregationOn(t, brokers, h, reports, windowOf)
+}
+
+// windowOf names a windowed key of the store as "start=" (its value
+// follows), or fails.
+func windowOf(key []byte) (string, string, error) {
+	k, start, err := window.SplitKey(key)
+	return string(k), start.UTC().Format("01-02T15:04"), err
+}
+
+// runAggregationOn runs h, a windowed aggregation, as runWindowedOn does;
+// name splits the store's keys into the key and its window's name.
+func runAggregationOn(t *testing.T, brokers []string, h eos.HandlerFunc, reports []report, name func([]byte) (string, string, error)) windowedRun {
+	t.Helper()
 	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
 	if err != nil {
 		t.Fatal(err)
@@ -75,10 +93,6 @@ func runWindowedOn(t *testing.T, brokers []string, spec window.Spec, reports []r
 		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(r.key), Timestamp: r.at}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	h, err := eos.WindowedCount(spec, opts...)
-	if err != nil {
-		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	m, err := eosprom.New(reg)
@@ -108,12 +122,12 @@ func runWindowedOn(t *testing.T, brokers []string, spec window.Spec, reports []r
 	}
 	out := windowedRun{windows: map[string][]string{}}
 	_ = p.State().Range(func(_ int32, key, value []byte) bool {
-		k, start, err := window.SplitKey(key)
+		k, w, err := name(key)
 		if err != nil {
 			t.Errorf("the store holds %q, no window's key", key)
 			return true
 		}
-		out.windows[string(k)] = append(out.windows[string(k)], fmt.Sprintf("%s=%s", start.UTC().Format("01-02T15:04"), value))
+		out.windows[k] = append(out.windows[k], fmt.Sprintf("%s=%s", w, value))
 		return true
 	})
 	cancel()

@@ -84,3 +84,29 @@ func TestSumWindowsExpiresByRetention(t *testing.T) {
 		t.Fatalf("expired %v without retention", wc.Expired)
 	}
 }
+
+// CountSessions extends, merges and closes sessions by each partition's
+// stream time, and finds a record late that would reach a closed session.
+func TestCountSessionsFollowsTheRules(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var off int64
+	rec := func(key string, d time.Duration) *kgo.Record {
+		off++
+		return &kgo.Record{Offset: off, Key: []byte(key), Timestamp: t0.Add(d)}
+	}
+	wc := verify.CountSessions([]*kgo.Record{
+		rec("b", 0), rec("b", 8*time.Minute), rec("b", 4*time.Minute), // merged: 00:00-00:08
+		rec("a", 20*time.Minute), // b closed at 00:18
+		rec("b", 9*time.Minute),  // late
+		rec("a", 21*time.Minute),
+	}, 5*time.Minute, 5*time.Minute)
+	sk := func(key string, s, e time.Duration) string {
+		return string(window.AppendSessionKey(nil, []byte(key), window.Session{Start: t0.Add(s), End: t0.Add(e)}))
+	}
+	if wc.Late != 1 || len(wc.Counts) != 2 || wc.Counts[sk("b", 0, 8*time.Minute)] != 3 || wc.Counts[sk("a", 20*time.Minute, 21*time.Minute)] != 2 {
+		t.Fatalf("counts %v, late %d", wc.Counts, wc.Late)
+	}
+	if len(wc.Closed) != 1 || wc.Closed[sk("b", 0, 8*time.Minute)] != 3 {
+		t.Fatalf("closed %v; want b's session only", wc.Closed)
+	}
+}

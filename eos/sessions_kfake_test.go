@@ -1,0 +1,98 @@
+package eos_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/window"
+)
+
+// sessionOf names a session's key of the store as "HH:MM-HH:MM".
+func sessionOf(key []byte) (string, string, error) {
+	k, ss, err := window.SplitSessionKey(key)
+	return string(k), ss.Start.UTC().Format("15:04") + "-" + ss.End.UTC().Format("15:04"), err
+}
+
+// lastBySession is each session key's last value in recs ("nil" for a
+// tombstone), as "key@HH:MM-HH:MM".
+func lastBySession(t *testing.T, recs []*kgo.Record) map[string]string {
+	t.Helper()
+	last := map[string]string{}
+	for _, r := range recs {
+		k, s, err := sessionOf(r.Key)
+		if err != nil {
+			t.Fatalf("a record keyed %q, no session's", r.Key)
+		}
+		v := string(r.Value)
+		if r.Value == nil {
+			v = "nil"
+		}
+		last[k+"@"+s] = v
+	}
+	return last
+}
+
+// Sessions of five minutes' gap and five of grace (closed ten minutes
+// of stream time after their last record), on one partition: records
+// extend a session, open a new one past the gap, merge two they both
+// reach (the two deleted, the merged one written), and one that would
+// extend a closed session is late. Each session closed is emitted once,
+// with its count; a restart restores the sessions and the stream time, so
+// a record reaching a session closed before it is still late, and one
+// extending an open session extends it.
+func TestSessionsExtendMergeAndClose(t *testing.T) {
+	spec := window.Sessions{Gap: 5 * time.Minute, Grace: 5 * time.Minute, Retention: time.Hour}
+	h, err := eos.SessionCount(spec, eos.EmitFinal("finals"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokers := windowCluster(t)
+	first := runAggregationOn(t, brokers, h, []report{
+		{"a", at("0m")},
+		{"b", at("0m")},
+		{"b", at("8m")},  // past b's gap: a second session
+		{"b", at("4m")},  // reaches both: merged into 00:00-00:08
+		{"a", at("3m")},  // extends a's 00:00
+		{"a", at("20m")}, // a new session; a sweep: a's 00:00-00:03 and b's closed
+		{"a", at("16m")}, // extends a's 00:20 back to 00:16
+		{"a", at("7m")},  // reaches a's 00:00-00:03, closed at 00:13: late
+		{"c", at("31m")}, // a sweep: a's 00:16-00:20 closed at 00:30
+	}, sessionOf)
+	for _, ws := range first.windows {
+		slices.Sort(ws)
+	}
+	want := map[string][]string{"a": {"00:00-00:03=2", "00:16-00:20=2"}, "b": {"00:00-00:08=3"}, "c": {"00:31-00:31=1"}}
+	if !maps.EqualFunc(first.windows, want, slices.Equal) {
+		t.Fatalf("the store holds %v, want %v", first.windows, want)
+	}
+	live := lastBySession(t, first.updates)
+	maps.DeleteFunc(live, func(_, v string) bool { return v == "nil" })
+	if want := map[string]string{"a@00:00-00:03": "2", "a@00:16-00:20": "2", "b@00:00-00:08": "3", "c@00:31-00:31": "1"}; !maps.Equal(live, want) {
+		t.Fatalf("the updates leave %v, want %v (the sessions merged or extended deleted)", live, want)
+	}
+	var finals []string
+	for _, r := range first.finals {
+		k, s, _ := sessionOf(r.Key)
+		finals = append(finals, fmt.Sprintf("%s@%s=%s", k, s, r.Value))
+	}
+	if want := []string{"a@00:00-00:03=2", "b@00:00-00:08=3", "a@00:16-00:20=2"}; !slices.Equal(finals, want) || first.late != 1 {
+		t.Fatalf("finals %v (late %v); want %v, once each, in the order they closed, and one late", finals, first.late, want)
+	}
+
+	second := runAggregationOn(t, brokers, h, []report{
+		{"a", at("25m")}, // reaches a's 00:16-00:20, closed before the restart: late
+		{"c", at("33m")}, // extends c's 00:31
+	}, sessionOf)
+	if got := second.windows["c"]; !slices.Equal(got, []string{"00:31-00:33=2"}) || second.late != 1 {
+		t.Fatalf("after the restart, c's sessions %v (late %v); want 00:31-00:33=2 and a's report late", got, second.late)
+	}
+	if len(second.finals) != len(first.finals) {
+		t.Fatalf("%d finals after the restart, want the %d of the first run and no other", len(second.finals), len(first.finals))
+	}
+}
