@@ -18,6 +18,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
+	"github.com/eoskit/eoskit/state/pebblestore"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -208,7 +209,7 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 // EOS_COPIER_CHANGELOG=topic in env, a counter: eos.Count (with
 // EOS_COPIER_WINDOW=finals, eos.WindowedCount of copierWindow emitting
 // its finals there; with EOS_COPIER_SESSIONS=finals, eos.SessionCount of
-// copierSessions; with EOS_COPIER_TTL=duration, under eos.TTL) with
+// copierSessions; with EOS_COPIER_PEBBLE=dir, its stores on disk there; with EOS_COPIER_TTL=duration, under eos.TTL) with
 // that changelog, its updates to out).
 type copier struct {
 	cmd *exec.Cmd
@@ -303,6 +304,9 @@ func copierMain() int {
 			handle = h
 		}
 		stateOpts := []eos.StateOption{eos.EmitUpdates(out)}
+		if dir := os.Getenv("EOS_COPIER_PEBBLE"); dir != "" {
+			stateOpts = append(stateOpts, eos.Stores(pebblestore.Factory(dir, nil)))
+		}
 		if ttl := os.Getenv("EOS_COPIER_TTL"); ttl != "" {
 			d, err := time.ParseDuration(ttl)
 			if err != nil {

@@ -1,6 +1,11 @@
 package eos
 
-import "github.com/eoskit/eoskit"
+import (
+	"time"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/changelog"
+)
 
 // HangingMetrics is implemented by an [eoskit.Metrics] that also counts the hanging
 // transactions a [Processor] found (eosprom's does). outcome is
@@ -15,6 +20,23 @@ type hangMetrics struct{ m eoskit.Metrics }
 func (h hangMetrics) hanging(outcome string) {
 	if hm, ok := h.m.(HangingMetrics); ok {
 		hm.HangingTransaction(outcome)
+	}
+}
+
+// RestoreMetrics is implemented by an [eoskit.Metrics] that also observes
+// the restores of keyed state (eosprom's does): one call per changelog
+// partition restored before its partition's first record, with the
+// offset the restore read from (its store's checkpoint: 0 for a whole
+// restore), the records it applied and how long it took.
+type RestoreMetrics interface {
+	Restored(topic string, partition int32, from int64, records int, took time.Duration)
+}
+
+// restored reports a restore of the changelog's partition, when the
+// metrics take it.
+func (p *Processor) restored(partition int32, r changelog.Result) {
+	if rm, ok := p.obs.Metrics.(RestoreMetrics); ok {
+		rm.Restored(p.cfg.state.changelog, partition, r.From, r.Records, r.Took)
 	}
 }
 

@@ -157,6 +157,7 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 		deadLetterLog: loop.NewDeadLetterLog(logger, "eos: handler failed; sending input to dead-letter topic", loop.DeadLetterLogEvery)}
 	if c.state != nil {
 		p.state = newKeyedState(c.state, c.inputTopics[0], logger)
+		p.state.restored = p.restored
 		p.handlerState = handlerState{late: p.lateRecord, keyLanes: c.concurrency > 1 && c.order == KeyOrder,
 			changelog: c.state.changelog, deadLetters: c.onError.DeadLetterTopics(), ttl: c.state.ttlSet}
 		if c.state.ttlSet {

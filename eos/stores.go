@@ -44,6 +44,9 @@ type keyedState struct {
 	cfg    *stateConfig
 	input  string
 	logger *slog.Logger
+	// restored reports each partition's restore (the processor's
+	// metrics; set by NewProcessor).
+	restored func(partition int32, r changelog.Result)
 
 	// Set by open, for a session.
 	restorer  *changelog.Restorer
@@ -287,7 +290,7 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 		ks.parts[p] = ps
 		ks.restoring[p] = true
 		ks.mu.Unlock()
-		_, err := ks.restorer.Restore(ctx, ks.cfg.changelog, p, ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
+		res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, p, ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
 		ks.mu.Lock()
 		delete(ks.restoring, p)
 		ks.mu.Unlock()
@@ -296,6 +299,9 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 				return ctx.Err()
 			}
 			return err
+		}
+		if ks.restored != nil {
+			ks.restored(p, res)
 		}
 		// Only with nothing polled: the re-arm's End rewinds the
 		// client to the committed offsets, and polled records would

@@ -20,6 +20,8 @@
 //	handlers_in_flight                                         gauge
 //	dead_letters_total                                         counter
 //	late_records_total                                         counter (windowed aggregations' late records, each time handled)
+//	restored_records_total{topic}                              counter (changelog records applied by restores of keyed state)
+//	restores_total{topic}                                      counter (restores of a changelog partition)
 //	lag{group, topic, partition}                               gauge (as of the partition's last poll; removed on revoke)
 //
 // For the franz-go client's own metrics (bytes, requests, buffered records),
@@ -52,6 +54,8 @@ type Metrics struct {
 	inFlight     *prometheus.GaugeVec
 	deadLetters  *prometheus.CounterVec
 	late         *prometheus.CounterVec
+	restored     *prometheus.CounterVec
+	restores     *prometheus.CounterVec
 	lag          *prometheus.GaugeVec
 	eos          *path
 }
@@ -117,10 +121,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		inFlight:    gauge("handlers_in_flight", "Handler calls under way."),
 		deadLetters: counter("dead_letters_total", "Records dead-lettered in committed work."),
 		late:        counter("late_records_total", "Records a windowed aggregation found late (all their windows closed), each time handled."),
+		restored:    counter("restored_records_total", "Changelog records applied by restores of keyed state.", "topic"),
+		restores:    counter("restores_total", "Restores of a changelog partition (a store made current before its partition's first record).", "topic"),
 		lag:         gauge("lag", "Records after the last one polled, per partition, as of its last poll.", "group", "topic", "partition"),
 	}
 	for _, col := range []prometheus.Collector{m.transactions, m.recordsIn, m.recordsOut, m.rebalances, m.fencings, m.hanging, m.duration,
-		m.handler, m.inFlight, m.deadLetters, m.late, m.lag} {
+		m.handler, m.inFlight, m.deadLetters, m.late, m.restored, m.restores, m.lag} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
@@ -212,3 +218,9 @@ func (m *Metrics) HangingTransaction(outcome string) { m.eos.HangingTransaction(
 
 // LateRecord implements eos.LateMetrics.
 func (m *Metrics) LateRecord() { m.eos.LateRecord() }
+
+// Restored implements eos.RestoreMetrics.
+func (m *Metrics) Restored(topic string, _ int32, _ int64, records int, _ time.Duration) {
+	m.restores.WithLabelValues("eos", topic).Inc()
+	m.restored.WithLabelValues("eos", topic).Add(float64(records))
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -36,15 +37,22 @@ const checkpointVersion = 1
 // that says so; a restart restores only the changelog's tail, from the
 // checkpoint on.
 //
-// Batches are written without an fsync (pebble.NoSync): Kafka, not the
-// disk, is the source of truth. A machine crash may lose the last
-// batches, but pebble's write-ahead log comes back as a prefix of them,
-// checkpoint included, and the restore reads again what was lost. A
-// store is never ahead of what committed in Kafka, since a runner applies
-// a transaction only once it committed.
+// Batches are written without an fsync (pebble.NoSync) but one a second
+// (see [SyncEvery]), which makes the write-ahead log durable up to it:
+// Kafka, not the disk, is the source of truth. pebble keeps an unsynced
+// batch in its own buffer until a 32 KiB block of its log fills, so a
+// process killed (SIGKILL, an OOM kill) loses the batches since the last
+// sync or full block, and a machine crash those since the last sync; the
+// log comes back as a prefix of the batches, checkpoint included, and the
+// restore reads again what was lost: the changelog past the last second
+// or so, not the whole of it. A store is never ahead of what committed in
+// Kafka, since a runner applies a transaction only once it committed.
 type Store struct {
 	dir string
-	wo  *pebble.WriteOptions
+	// syncEvery is SyncEvery's; lastSync when an Apply last synced (under
+	// wmu).
+	syncEvery time.Duration
+	lastSync  time.Time
 
 	// mu is held for reading by every use of db, for writing by Close
 	// alone; wmu serializes Apply and Reset. A Range does not hold up an
@@ -65,7 +73,11 @@ var _ state.Store = (*Store)(nil)
 // for a new store). o is passed to pebble.Open (nil: pebble's defaults,
 // with its informational logging off); o.Logger receives pebble's own
 // messages. One process at a time may open a directory (pebble locks it).
-func Open(dir string, o *pebble.Options) (*Store, error) {
+func Open(dir string, o *pebble.Options, opts ...Option) (*Store, error) {
+	c := config{syncEvery: DefaultSyncEvery}
+	for _, opt := range opts {
+		opt(&c)
+	}
 	if o == nil {
 		o = &pebble.Options{Logger: quietLogger{}}
 	} else {
@@ -83,7 +95,7 @@ func Open(dir string, o *pebble.Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("pebblestore: pebble store %s: %w", dir, err)
 	}
-	p := &Store{dir: dir, db: db, wo: pebble.NoSync}
+	p := &Store{dir: dir, db: db, syncEvery: c.syncEvery, lastSync: time.Now()}
 	p.cp.Store(&cp)
 	return p, nil
 }
@@ -92,11 +104,30 @@ func Open(dir string, o *pebble.Options) (*Store, error) {
 // directory per partition: root/<topic>/<partition>. A partition revoked
 // and assigned again, or a process restarted, finds its store there and
 // restores only the changelog's tail.
-func Factory(root string, o *pebble.Options) state.Factory {
+func Factory(root string, o *pebble.Options, opts ...Option) state.Factory {
 	return func(topic string, partition int32) (state.Store, error) {
-		return Open(Dir(root, topic, partition), o)
+		return Open(Dir(root, topic, partition), o, opts...)
 	}
 }
+
+// DefaultSyncEvery is how often a store syncs its log by default.
+const DefaultSyncEvery = time.Second
+
+// Option configures a store ([Open], [Factory]).
+type Option func(*config)
+
+type config struct {
+	syncEvery time.Duration
+}
+
+// SyncEvery makes an Apply (or Reset) sync pebble's log (an fsync) when d
+// has passed since the last one did (default [DefaultSyncEvery]): a
+// process killed then restores at most the changelog records of the last
+// d or so. 0 syncs every Apply (each transaction durable, an fsync per
+// transaction and partition); a negative d never syncs (a kill loses
+// everything since the last 32 KiB of log, which for a quiet partition
+// is everything since it opened: a whole restore).
+func SyncEvery(d time.Duration) Option { return func(c *config) { c.syncEvery = d } }
 
 // Dir is the directory [Factory] keeps a partition's store in.
 // Kafka topic names are safe as directory names ("." and ".." are not
@@ -253,8 +284,16 @@ func (p *Store) commit(b *pebble.Batch, cp state.Checkpoint) error {
 	if err := b.Set(metaCheckpoint, encodeCheckpoint(cp), nil); err != nil {
 		return fmt.Errorf("pebblestore: pebble batch: %w", err)
 	}
-	if err := b.Commit(p.wo); err != nil {
+	wo := pebble.NoSync
+	now := time.Now()
+	if p.syncEvery >= 0 && now.Sub(p.lastSync) >= p.syncEvery {
+		wo = pebble.Sync
+	}
+	if err := b.Commit(wo); err != nil {
 		return fmt.Errorf("pebblestore: pebble commit: %w", err)
+	}
+	if wo == pebble.Sync {
+		p.lastSync = now
 	}
 	p.cp.Store(&cp)
 	return nil
