@@ -26,12 +26,22 @@ import (
 // in the transaction. A record that would extend or merge a closed
 // session (stream time past its end plus gap plus grace), or whose own
 // session would be closed at once, is late: counted nowhere, counted as
-// late, and with [ReturnLate] the record's fault. [EmitFinal] emits each
-// session's final count once it closed, at the first sweep after: sweeps
-// run when stream time crosses a multiple of an eighth of the gap, and
-// read every key of the partition's store. A session leaves the store
-// once stream time passes its end plus spec.Retention. The options,
-// refusals and what breaks it are [WindowedCount]'s.
+// late, and with [ReturnLate] the record's fault. This is stricter than
+// Kafka Streams, which merges a closed session into an open one a record
+// bridges: a closed session's final may have been emitted, and is never
+// changed. [EmitFinal] emits each session's final count once it closed,
+// at the first sweep after: sweeps run when stream time crosses a
+// multiple of an eighth of the gap (so a final comes up to that much
+// stream time after the close, and a partition whose stream time stops
+// before then emits it when it moves on), and read every key of the
+// partition's store. A session leaves the store at the first sweep once
+// stream time passed its end plus spec.Retention (at least twice the gap
+// plus grace). Each key's sessions are indexed under one reserved key,
+// read and written whole by each of its records: a key with many sessions
+// kept (a long retention, a short gap) makes each of its records cost
+// more, and an index too large for the changelog fails its records with
+// [state.ErrTooLarge]. The other options, refusals and what breaks it are
+// [WindowedCount]'s.
 func SessionCount(spec window.Sessions, opts ...WindowOption) (HandlerFunc, error) {
 	return SessionSum(spec, func(*kgo.Record) (int64, error) { return 1, nil }, opts...)
 }
@@ -208,7 +218,7 @@ func sessionRecord(kv state.KV, spec window.Sessions, r *kgo.Record, at, now tim
 			hs.late()
 		}
 		if returnLate {
-			return &window.LateError{Time: at, StreamTime: now, Window: window.Window{Start: joined.Start, End: joined.End}, Grace: spec.Grace}
+			return &window.LateError{Time: at, StreamTime: now, Session: &joined, Grace: spec.Grace}
 		}
 		return nil
 	}

@@ -96,3 +96,29 @@ func TestSessionsExtendMergeAndClose(t *testing.T) {
 		t.Fatalf("%d finals after the restart, want the %d of the first run and no other", len(second.finals), len(first.finals))
 	}
 }
+
+// With the default retention (twice the gap plus grace), a session swept
+// after it closed stays indexed while a record may still reach it: such a
+// record is late, whether or not a sweep ran, and opens no session beside
+// the closed one. A session past retention is deleted at the next sweep.
+func TestSessionsKeptWhileARecordMayReachThem(t *testing.T) {
+	h, err := eos.SessionCount(window.SessionsOf(5*time.Minute, 0), eos.EmitFinal("finals"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := runAggregationOn(t, windowCluster(t), h, []report{
+		{"a", at("0m")},
+		{"b", at("6m")},  // a sweep: a's 00:00 closed (final), still kept
+		{"a", at("4m")},  // reaches it: late
+		{"b", at("11m")}, // extends b; a's 00:00 expired at 00:10: deleted
+	}, sessionOf)
+	if got := run.windows["a"]; len(got) != 0 || run.late != 1 {
+		t.Fatalf("a's sessions %v (late %v); want none kept and the 00:04 report late", got, run.late)
+	}
+	if got := run.windows["b"]; !slices.Equal(got, []string{"00:06-00:11=2"}) {
+		t.Fatalf("b's sessions %v; want 00:06-00:11=2", got)
+	}
+	if len(run.finals) != 1 {
+		t.Fatalf("%d finals, want a's 00:00 once", len(run.finals))
+	}
+}

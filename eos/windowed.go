@@ -39,7 +39,8 @@ func EventTime(fn func(*kgo.Record) (time.Time, error)) WindowOption {
 	return windowOpt(func(c *windowConfig) { c.eventTime = fn })
 }
 
-// ReturnLate makes a late record (all its windows closed) fail in its
+// ReturnLate makes a late record (all its windows closed, or its session)
+// fail in its
 // handler with a *[window.LateError], the record's fault, so that the
 // processor's [OnHandlerError] policy decides: [DeadLetter] sends it to
 // the dead-letter topic with that reason. By default a late record
@@ -50,7 +51,8 @@ func ReturnLate() WindowOption { return windowOpt(func(c *windowConfig) { c.retu
 // EmitFinal produces each window's final aggregate to topic once, when
 // the window closes (stream time reaches its end plus grace: Kafka
 // Streams' suppress(untilWindowCloses)), keyed as the store keys it
-// ([window.AppendKey]), in the transaction that moves stream time there
+// ([window.AppendKey]; a session's [window.AppendSessionKey]; see
+// [SessionCount] for when a session's final comes), in the transaction that moves stream time there
 // and commits the input offsets: never before the window closed, never
 // twice (a transaction that aborts takes its finals with it; a restore
 // brings back the stream time that emitted them). Nothing is emitted for

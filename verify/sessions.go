@@ -11,8 +11,9 @@ import (
 )
 
 // CountSessions counts recs (a topic's committed records) per key and
-// session of their timestamps, as the rules of Kafka Streams' session
-// windows say and without eos's or package window's own: each
+// session of their timestamps, as eos's rules say (Kafka Streams' but
+// stricter on lateness: see eos.SessionCount) and without eos's or
+// package window's code: each
 // partition's records in offset order, its stream time the largest
 // timestamp so far (with the record); a key's records no more than gap
 // apart make one session, a record within gap of two merging them; a

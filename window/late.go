@@ -20,9 +20,16 @@ type LateError struct {
 	Window Window
 	// Grace is the spec's grace period.
 	Grace time.Duration
+	// Session, for a session aggregation, is the session the record
+	// reaches, closed at StreamTime (Window is then unset).
+	Session *Session
 }
 
 func (e *LateError) Error() string {
+	if e.Session != nil {
+		return fmt.Sprintf("%v: its time %s reaches the session %s, closed at stream time %s (grace %s)",
+			ErrLate, e.Time.UTC().Format(time.RFC3339Nano), e.Session, e.StreamTime.UTC().Format(time.RFC3339Nano), e.Grace)
+	}
 	return fmt.Sprintf("%v: its time %s is past the grace period (%s) of its last window %s at stream time %s",
 		ErrLate, e.Time.UTC().Format(time.RFC3339Nano), e.Grace, e.Window, e.StreamTime.UTC().Format(time.RFC3339Nano))
 }

@@ -21,8 +21,9 @@ type Sessions struct {
 	// records, by stream time (default 0). Whole milliseconds.
 	Grace time.Duration
 	// Retention is how long past its last record a session is kept, by
-	// stream time (default, and at least, Gap + Grace). Whole
-	// milliseconds.
+	// stream time (default, and at least, 2 × Gap + Grace: until then a
+	// record may still reach it, and is late; gone, it would open a
+	// session beside one closed). Whole milliseconds.
 	Retention time.Duration
 }
 
@@ -54,14 +55,14 @@ func (s Sessions) Validate() error {
 		return refuse("grace %s is not a whole number of milliseconds from 0", s.Grace)
 	case s.Retention%time.Millisecond != 0:
 		return refuse("retention %s is not a whole number of milliseconds", s.Retention)
-	case s.Retention != 0 && s.Retention < s.Gap+s.Grace:
-		return refuse("retention %s is less than gap + grace (%s): a session would leave the store while it still takes records", s.Retention, s.Gap+s.Grace)
+	case s.Retention != 0 && s.Retention < 2*s.Gap+s.Grace:
+		return refuse("retention %s is less than twice the gap plus grace (%s): a session would leave the store while a record may still reach it", s.Retention, 2*s.Gap+s.Grace)
 	}
 	return nil
 }
 
-// retention is s.Retention, Gap + Grace when unset.
-func (s Sessions) retention() time.Duration { return max(s.Retention, s.Gap+s.Grace) }
+// retention is s.Retention, 2 × Gap + Grace when unset.
+func (s Sessions) retention() time.Duration { return max(s.Retention, 2*s.Gap+s.Grace) }
 
 // Reaches reports whether a record at t belongs with ss: t is within Gap
 // of it (Kafka Streams finds a record's sessions from t - gap to t + gap).

@@ -14,7 +14,7 @@ import (
 // end plus retention.
 func TestSessionBoundaries(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	s := window.Sessions{Gap: 5 * time.Minute, Grace: time.Minute, Retention: 10 * time.Minute}
+	s := window.Sessions{Gap: 5 * time.Minute, Grace: time.Minute, Retention: 11 * time.Minute}
 	ss := window.Session{Start: t0, End: t0.Add(2 * time.Minute)}
 	ms := time.Millisecond
 	for _, c := range []struct {
@@ -28,8 +28,10 @@ func TestSessionBoundaries(t *testing.T) {
 		{"reaches past end + gap", s.Reaches(ss, t0.Add(7*time.Minute+ms)), false},
 		{"closed at end + gap + grace", s.Closed(ss, t0.Add(8*time.Minute)), false},
 		{"closed past it", s.Closed(ss, t0.Add(8*time.Minute+ms)), true},
-		{"expired at end + retention", s.Expired(ss, t0.Add(12*time.Minute)), false},
-		{"expired past it", s.Expired(ss, t0.Add(12*time.Minute+ms)), true},
+		{"expired at end + retention", s.Expired(ss, t0.Add(13*time.Minute)), false},
+		{"expired past it", s.Expired(ss, t0.Add(13*time.Minute+ms)), true},
+		{"default retention: 2 gap + grace", window.SessionsOf(5*time.Minute, time.Minute).Expired(ss, t0.Add(13*time.Minute+ms)), true},
+		{"not before", window.SessionsOf(5*time.Minute, time.Minute).Expired(ss, t0.Add(13*time.Minute)), false},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
@@ -51,7 +53,7 @@ func TestSessionsValidate(t *testing.T) {
 		{},
 		{Gap: 1500 * time.Microsecond},
 		{Gap: time.Minute, Grace: -time.Second},
-		{Gap: time.Minute, Grace: time.Minute, Retention: 90 * time.Second},
+		{Gap: time.Minute, Grace: time.Minute, Retention: 150 * time.Second},
 		{Gap: 101 * 365 * 24 * time.Hour},
 	} {
 		if err := s.Validate(); !errors.Is(err, window.ErrSpec) {
