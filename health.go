@@ -31,7 +31,8 @@ type Health struct {
 	Joined bool `json:"joined"`
 	// Restoring holds the input partitions whose keyed state a stateful
 	// eos processor is restoring from its changelog (eos.Changelog):
-	// assigned, with their records waiting until the restore ends.
+	// assigned, with their records waiting until the restore ends. The
+	// runner is not Ready meanwhile.
 	Restoring map[string][]int32 `json:"restoring,omitempty"`
 	// Standby is true while an outbox relay stands by behind another
 	// relay that holds its slot: healthy, with nothing to do.
@@ -72,12 +73,15 @@ func (h Health) Healthy() bool {
 }
 
 // Ready reports whether a readiness probe should send the runner work:
-// it is Healthy, and the group has given it its assignment in this
-// session (Joined) or it is a relay standing by. Healthy alone holds
-// while a new session waits to be assigned anything, which after a
-// restart lasts the session timeout of the member it replaces.
+// it is Healthy, the group has given it its assignment in this session
+// (Joined) or it is a relay standing by, and no partition's state is
+// restoring (Restoring is empty: a state view would leave those
+// partitions out, and an endpoint serving it would answer with partial
+// totals). Healthy alone holds while a new session waits to be assigned
+// anything, which after a restart lasts the session timeout of the
+// member it replaces, and while state restores.
 func (h Health) Ready() bool {
-	return h.Healthy() && (h.Joined || h.Standby)
+	return h.Healthy() && (h.Joined || h.Standby) && len(h.Restoring) == 0
 }
 
 // Worst returns the Health a probe should answer for several runners

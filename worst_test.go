@@ -7,6 +7,19 @@ import (
 	"github.com/eoskit/eoskit"
 )
 
+// A runner restoring state is healthy but not ready: a view of its state
+// would leave the restoring partitions out.
+func TestARunnerRestoringIsNotReady(t *testing.T) {
+	h := eoskit.Health{Running: true, Joined: true, Restoring: map[string][]int32{"in": {2}}}
+	if !h.Healthy() || h.Ready() {
+		t.Fatalf("healthy %v, ready %v; want healthy and not ready", h.Healthy(), h.Ready())
+	}
+	h.Restoring = nil
+	if !h.Ready() {
+		t.Fatal("not ready once restored")
+	}
+}
+
 // Worst answers the first runner that is not ready or not healthy, else
 // the first.
 func TestWorstAnswersTheFirstRunnerNotReady(t *testing.T) {
