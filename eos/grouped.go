@@ -110,7 +110,7 @@ func NewGrouped(key func(r *kgo.Record) ([]byte, error), repartition string, han
 	if !keyConsistent(ag.state.others.ForTopic(repartition)) {
 		return nil, refuse("the producer's partitioner (ClientOptions) does not place records by their keys: a key's records would be counted in several partitions")
 	}
-	agg.handler = withKeyPartitioning(agg.handler, ag.state.others, func() int32 { return agg.state.partitions })
+	agg.handler = withKeyPartitioning(agg.handler, ag.state.others, agg.state.partitionCount)
 	return &Grouped{rekey: rekey, agg: agg, conn: c.connOpts(), repartition: repartition, logger: c.logger}, nil
 }
 

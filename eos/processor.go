@@ -165,7 +165,7 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 		}
 	}
 	if c.keyPartitioner != nil { // validated: with state
-		p.handler = withKeyPartitioning(p.handler, c.keyPartitioner, func() int32 { return p.state.partitions })
+		p.handler = withKeyPartitioning(p.handler, c.keyPartitioner, p.state.partitionCount)
 	}
 	return p, nil
 }

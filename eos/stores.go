@@ -58,7 +58,7 @@ type keyedState struct {
 
 	// partitions is how many partitions the input had when Run checked
 	// the changelog against it.
-	partitions int32
+	partitions atomic.Int32
 	// headers is the most a record produced has carried in headers the
 	// producer's hooks added (kotel's traceparent): the stores' writes
 	// must leave room for it (see learnHeaders).
@@ -115,7 +115,7 @@ func (ks *keyedState) check(ctx context.Context, conn []kgo.Opt, inputPartitions
 	if ks.cfg.limits != nil {
 		ks.cfg.limits.learn(ks.cfg.changelog, sh.MaxMessageBytes)
 	}
-	ks.partitions = inputPartitions
+	ks.partitions.Store(inputPartitions)
 	return nil
 }
 
@@ -154,13 +154,13 @@ func (ks *keyedState) learnHeaders(hs []kgo.RecordHeader) {
 // partitions Run found (and sized the changelog by): partitions were
 // added to the input.
 func (ks *keyedState) grown(p int32) error {
-	if p < ks.partitions {
+	if p < ks.partitions.Load() {
 		return nil
 	}
 	return &eoskit.ConfigError{Package: "eos", Setting: "Changelog", Semantics: checkedAgainst(ExactlyOnce),
 		Reason: fmt.Sprintf("the input topic %q grew to at least %d partitions (partition %d was assigned), while its changelog %q has %d: keyed state lives per input partition, "+
 			"and partitions added move keys to partitions whose stores never saw them (a count would start again at zero). Stop every processor of the group, then re-key the state: "+
-			"a new input topic of the partitions wanted, with a changelog of as many, fed from the old one", ks.input, p+1, p, ks.cfg.changelog, ks.partitions)}
+			"a new input topic of the partitions wanted, with a changelog of as many, fed from the old one", ks.input, p+1, p, ks.cfg.changelog, ks.partitions.Load())}
 }
 
 // open starts a session: a restorer of its own (read_committed raw
@@ -550,3 +550,6 @@ func (p *Processor) prepareState(ctx context.Context, fetches kgo.Fetches) error
 	}
 	return nil
 }
+
+// partitionCount is the input's partition count, 0 before Run's check.
+func (ks *keyedState) partitionCount() int32 { return ks.partitions.Load() }

@@ -1,8 +1,11 @@
 package eos
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/state"
 )
@@ -81,4 +84,42 @@ func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) erro
 		}
 	}
 	return nil
+}
+
+// PartitionOf returns the input partition key's records are in, and its
+// state with them: where franz-go's default partitioner puts key (murmur2,
+// as the Java client does), or the partitioner given in [ClientOptions],
+// over the input's partitions. The input must be partitioned so
+// ([RequireKeyPartitioning] checks it). Before Run learnt the input's
+// partition count, it returns [ErrNotHeld].
+func (v *StateView) PartitionOf(key []byte) (int32, error) {
+	n := v.ks.partitionCount()
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: the processor has not read the input's partitions yet", ErrNotHeld)
+	}
+	tp := v.ks.cfg.others.ForTopic(v.ks.input)
+	return int32(partitionOf(tp, &kgo.Record{Topic: v.ks.input, Key: key}, int(n))), nil
+}
+
+// Lookup returns key's committed value, from the partition its records
+// are in ([StateView.PartitionOf]), and whether it has one. A partition
+// this instance does not hold (another instance owns it) or is restoring
+// is [ErrNotHeld], not an absent key: an endpoint serving the view
+// answers "ask elsewhere" or "not ready", never a wrong "none". A
+// reserved key ([state.ReservedPrefix]) has no value.
+func (v *StateView) Lookup(key []byte) ([]byte, bool, error) {
+	p, err := v.PartitionOf(key)
+	if err != nil {
+		return nil, false, err
+	}
+	if state.IsReserved(key) {
+		return nil, false, nil
+	}
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	ps, ok := v.ks.parts[p]
+	if !ok || v.ks.restoring[p] {
+		return nil, false, fmt.Errorf("%w: partition %d", ErrNotHeld, p)
+	}
+	return ps.store.Get(key)
 }
