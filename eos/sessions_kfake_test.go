@@ -1,6 +1,7 @@
 package eos_test
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,7 +64,19 @@ func TestSessionsExtendMergeAndClose(t *testing.T) {
 		{"a", at("16m")}, // extends a's 00:20 back to 00:16
 		{"a", at("7m")},  // reaches a's 00:00-00:03, closed at 00:13: late
 		{"c", at("31m")}, // a sweep: a's 00:16-00:20 closed at 00:30
-	}, sessionOf)
+	}, sessionOf, func(v *eos.StateView) {
+		// The query: a's sessions overlapping 00:02 to 00:16.
+		got, err := v.Sessions(0, []byte("a"), at("2m"), at("16m"))
+		if err != nil || len(got) != 2 || !got[0].Session.End.Equal(at("3m")) || string(got[1].Value) != "2" || !got[1].Session.Start.Equal(at("16m")) {
+			t.Errorf("State().Sessions(a, 00:02, 00:16) = %v, %v; want 00:00-00:03 and 00:16-00:20", got, err)
+		}
+		if got, err := v.Sessions(0, []byte("a"), at("4m"), at("15m")); err != nil || len(got) != 0 {
+			t.Errorf("State().Sessions(a, 00:04, 00:15) = %v, %v; want none", got, err)
+		}
+		if _, err := v.Sessions(7, []byte("a"), at("0m"), at("1h")); !errors.Is(err, eos.ErrNotHeld) {
+			t.Errorf("State().Sessions of a partition not held: %v, want ErrNotHeld", err)
+		}
+	})
 	for _, ws := range first.windows {
 		slices.Sort(ws)
 	}

@@ -73,8 +73,9 @@ func windowOf(key []byte) (string, string, error) {
 }
 
 // runAggregationOn runs h, a windowed aggregation, as runWindowedOn does;
-// name splits the store's keys into the key and its window's name.
-func runAggregationOn(t *testing.T, brokers []string, h eos.HandlerFunc, reports []report, name func([]byte) (string, string, error)) windowedRun {
+// name splits the store's keys into the key and its window's name;
+// inspect, if any, reads the state view before the processor stops.
+func runAggregationOn(t *testing.T, brokers []string, h eos.HandlerFunc, reports []report, name func([]byte) (string, string, error), inspect ...func(*eos.StateView)) windowedRun {
 	t.Helper()
 	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
 	if err != nil {
@@ -119,6 +120,9 @@ func runAggregationOn(t *testing.T, brokers []string, h eos.HandlerFunc, reports
 			t.Fatalf("the processor did not commit the reports up to offset %d within 30 s", total)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	for _, fn := range inspect {
+		fn(p.State())
 	}
 	out := windowedRun{windows: map[string][]string{}}
 	_ = p.State().Range(func(_ int32, key, value []byte) bool {

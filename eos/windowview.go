@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/eoskit/eoskit/state"
 	"github.com/eoskit/eoskit/window"
 )
 
@@ -57,3 +58,51 @@ func (v *StateView) Windows(spec window.Spec, partition int32, key []byte, from,
 	}
 	return out, nil
 }
+
+// SessionValue is one session of a key and its committed aggregate.
+type SessionValue struct {
+	Session window.Session
+	Value   []byte
+}
+
+// Sessions returns the committed sessions of key in partition's store
+// that a session aggregation keeps, those overlapping from to to (both
+// included), earliest first. A partition this instance does not hold, or
+// is restoring, is [ErrNotHeld]. It reads the key's session index, so its
+// cost grows with the key's sessions kept.
+func (v *StateView) Sessions(partition int32, key []byte, from, to time.Time) ([]SessionValue, error) {
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	ps, ok := v.ks.parts[partition]
+	if !ok || v.ks.restoring[partition] {
+		return nil, fmt.Errorf("%w: partition %d", ErrNotHeld, partition)
+	}
+	es, err := readSessions(storeKV{ps.store}, key)
+	if err != nil {
+		return nil, err
+	}
+	var out []SessionValue
+	for _, e := range es {
+		if e.s.End.Before(from) || e.s.Start.After(to) {
+			continue
+		}
+		val, ok, err := ps.store.Get(window.AppendSessionKey(nil, key, e.s))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, SessionValue{Session: e.s, Value: val})
+		}
+	}
+	return out, nil
+}
+
+// storeKV reads a committed store as a state.KV (for readSessions); it
+// writes nothing.
+type storeKV struct{ s state.Store }
+
+func (k storeKV) Get(key []byte) ([]byte, bool, error) { return k.s.Get(key) }
+func (storeKV) Put([]byte, []byte) error               { return errReadOnly }
+func (storeKV) Delete([]byte) error                    { return errReadOnly }
+
+var errReadOnly = errors.New("eos: a state view is read-only")
