@@ -25,9 +25,10 @@ func (h hangMetrics) hanging(outcome string) {
 
 // RestoreMetrics is implemented by an [eoskit.Metrics] that also observes
 // the restores of keyed state (eosprom's does): one call per changelog
-// partition restored before its partition's first record, with the
-// offset the restore read from (its store's checkpoint: 0 for a whole
-// restore), the records it applied and how long it took.
+// partition restored (at each assignment, and after a session restart),
+// with the offset the restore read from (the store's checkpoint; the
+// log's start when the store had none or was wiped), the records it
+// applied and how long it took. A restore that failed is not reported.
 type RestoreMetrics interface {
 	Restored(topic string, partition int32, from int64, records int, took time.Duration)
 }

@@ -158,6 +158,10 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 	if c.state != nil {
 		p.state = newKeyedState(c.state, c.inputTopics[0], logger)
 		p.state.restored = p.restored
+		p.state.keys = &keyLocator{input: c.inputTopics[0], p: c.state.others}
+		if c.keyPartitioner != nil {
+			p.state.keys.p = c.keyPartitioner
+		}
 		p.handlerState = handlerState{late: p.lateRecord, keyLanes: c.concurrency > 1 && c.order == KeyOrder,
 			changelog: c.state.changelog, deadLetters: c.onError.DeadLetterTopics(), ttl: c.state.ttlSet}
 		if c.state.ttlSet {

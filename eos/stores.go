@@ -45,8 +45,10 @@ type keyedState struct {
 	input  string
 	logger *slog.Logger
 	// restored reports each partition's restore (the processor's
-	// metrics; set by NewProcessor).
+	// metrics), keys finds a key's partition (the views'): set by
+	// NewProcessor.
 	restored func(partition int32, r changelog.Result)
+	keys     *keyLocator
 
 	// Set by open, for a session.
 	restorer  *changelog.Restorer
@@ -476,11 +478,58 @@ func (ks *keyedState) closeLocked(p int32, ps *partState) {
 	}
 }
 
-// restoringNow lists the partitions being restored.
+// restoringNow lists the partitions being restored, or assigned and
+// waiting for their restore.
 func (ks *keyedState) restoringNow() []int32 {
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
-	return slices.Sorted(maps.Keys(ks.restoring))
+	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
+	ps := slices.Collect(maps.Keys(ks.restoring))
+	for p := range ks.restore {
+		if !ks.restoring[p] {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// keyLocator finds a key's input partition for the views: the
+// partitioner's topic partitioner for the input, used one call at a time.
+type keyLocator struct {
+	mu    sync.Mutex
+	input string
+	p     kgo.Partitioner
+	tp    kgo.TopicPartitioner // made at the first call
+}
+
+func (l *keyLocator) partition(key []byte, n int32) (int32, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tp == nil {
+		l.tp = l.p.ForTopic(l.input)
+	}
+	if !keyConsistent(l.tp) {
+		return 0, errors.New("eos: the processor's partitioner does not place records by key: give RequireKeyPartitioning the input's")
+	}
+	p := partitionOf(l.tp, &kgo.Record{Topic: l.input, Key: key}, int(n))
+	if p < 0 || p >= int(n) {
+		return 0, fmt.Errorf("eos: the partitioner put key in partition %d of %d", p, n)
+	}
+	return int32(p), nil
+}
+
+// unreadyLocked reports whether p's store is not to be read: restoring,
+// or assigned since its last restore (another owner may have changed
+// it). ks.mu is held.
+func (ks *keyedState) unreadyLocked(p int32) bool {
+	if ks.restoring[p] {
+		return true
+	}
+	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
+	return ks.restore[p]
 }
 
 // checkChangelog refuses, at Run, a changelog that does not fit the input

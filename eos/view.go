@@ -1,11 +1,10 @@
 package eos
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/state"
 )
@@ -34,7 +33,7 @@ func (v *StateView) Partitions() []int32 {
 	defer v.ks.mu.RUnlock()
 	var ps []int32
 	for p := range v.ks.parts {
-		if !v.ks.restoring[p] {
+		if !v.ks.unreadyLocked(p) {
 			ps = append(ps, p)
 		}
 	}
@@ -52,7 +51,7 @@ func (v *StateView) Get(partition int32, key []byte) ([]byte, bool, error) {
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[partition]
-	if !ok || v.ks.restoring[partition] {
+	if !ok || v.ks.unreadyLocked(partition) {
 		return nil, false, nil
 	}
 	return ps.store.Get(key)
@@ -68,7 +67,7 @@ func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) erro
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
 	for _, p := range slices.Sorted(maps.Keys(v.ks.parts)) {
-		if v.ks.restoring[p] {
+		if v.ks.unreadyLocked(p) {
 			continue
 		}
 		more := true
@@ -87,18 +86,22 @@ func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) erro
 }
 
 // PartitionOf returns the input partition key's records are in, and its
-// state with them: where franz-go's default partitioner puts key (murmur2,
-// as the Java client does), or the partitioner given in [ClientOptions],
-// over the input's partitions. The input must be partitioned so
-// ([RequireKeyPartitioning] checks it). Before Run learnt the input's
-// partition count, it returns [ErrNotHeld].
+// state with them: where the partitioner given to
+// [RequireKeyPartitioning] puts key, else the processor's producer
+// partitioner (franz-go's default: murmur2, as the Java client; or the
+// one given in [ClientOptions]), over the input's partitions as Run found
+// them. The input must be partitioned so. A nil key, or a partitioner
+// that does not place records by key, is an error; before Run learnt
+// the input's partition count, it returns [ErrNotHeld].
 func (v *StateView) PartitionOf(key []byte) (int32, error) {
 	n := v.ks.partitionCount()
-	if n <= 0 {
+	switch {
+	case key == nil:
+		return 0, errors.New("eos: a nil key has no partition")
+	case n <= 0:
 		return 0, fmt.Errorf("%w: the processor has not read the input's partitions yet", ErrNotHeld)
 	}
-	tp := v.ks.cfg.others.ForTopic(v.ks.input)
-	return int32(partitionOf(tp, &kgo.Record{Topic: v.ks.input, Key: key}, int(n))), nil
+	return v.ks.keys.partition(key, n)
 }
 
 // Lookup returns key's committed value, from the partition its records
@@ -118,7 +121,7 @@ func (v *StateView) Lookup(key []byte) ([]byte, bool, error) {
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[p]
-	if !ok || v.ks.restoring[p] {
+	if !ok || v.ks.unreadyLocked(p) {
 		return nil, false, fmt.Errorf("%w: partition %d", ErrNotHeld, p)
 	}
 	return ps.store.Get(key)

@@ -35,13 +35,13 @@ func (v *StateView) Windows(spec window.Spec, partition int32, key []byte, from,
 		return nil, err
 	}
 	starts, err := spec.Starts(from, to, maxWindowsQueried)
-	if err != nil {
+	if err != nil || state.IsReserved(key) {
 		return nil, err
 	}
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[partition]
-	if !ok || v.ks.restoring[partition] {
+	if !ok || v.ks.unreadyLocked(partition) {
 		return nil, fmt.Errorf("%w: partition %d", ErrNotHeld, partition)
 	}
 	var out []WindowValue
@@ -71,10 +71,13 @@ type SessionValue struct {
 // is restoring, is [ErrNotHeld]. It reads the key's session index, so its
 // cost grows with the key's sessions kept.
 func (v *StateView) Sessions(partition int32, key []byte, from, to time.Time) ([]SessionValue, error) {
+	if state.IsReserved(key) {
+		return nil, nil
+	}
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[partition]
-	if !ok || v.ks.restoring[partition] {
+	if !ok || v.ks.unreadyLocked(partition) {
 		return nil, fmt.Errorf("%w: partition %d", ErrNotHeld, partition)
 	}
 	es, err := readSessions(storeKV{ps.store}, key)

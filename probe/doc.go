@@ -1,7 +1,8 @@
 // Package probe answers a runner's probes over HTTP: /livez while Run runs
 // (a liveness probe), /healthz while it also makes progress
 // ([eoskit.Health.Healthy]: for alerts and dashboards), /readyz while it is
-// also assigned its work ([eoskit.Health.Ready]: a readiness probe), each
+// also assigned its work and restores no keyed state
+// ([eoskit.Health.Ready]: a readiness probe), each
 // 200 or 503 with the runner's Health as JSON. It serves an eos.Processor,
 // an offsetstore.Runner, a dedup.Consumer and an outbox.Relay alike:
 // anything with a Health method.
@@ -20,7 +21,8 @@
 //
 // What breaks it: a liveness probe on /healthz or /readyz. A runner riding
 // out an outage of Kafka or PostgreSQL is not Healthy until it commits
-// again, and a member waiting for its assignment after a restart is not
-// Ready; a restart cures neither, and killing the pod in a loop delays
-// both. Point liveness at /livez.
+// again, and a member waiting for its assignment after a restart, or
+// restoring its state (a memory store reads its whole changelog after
+// every assignment), is not Ready; a restart cures neither, and killing
+// the pod in a loop delays both. Point liveness at /livez.
 package probe

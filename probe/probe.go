@@ -16,7 +16,8 @@ import (
 // Routes adds GET /livez, GET /healthz and GET /readyz to mux, answered
 // from health (a runner's Health method): /livez holds while Run runs
 // (Running), /healthz while it also makes progress ([eoskit.Health.Healthy]),
-// /readyz while it is also assigned its work ([eoskit.Health.Ready]).
+// /readyz while it is also assigned its work and restores no keyed state
+// ([eoskit.Health.Ready]).
 func Routes(mux *http.ServeMux, health func() eoskit.Health) {
 	mux.Handle("GET /livez", Handler(health, running))
 	mux.Handle("GET /healthz", Handler(health, eoskit.Health.Healthy))

@@ -20,8 +20,8 @@
 //	handlers_in_flight                                         gauge
 //	dead_letters_total                                         counter
 //	late_records_total                                         counter (windowed aggregations' late records, each time handled)
-//	restored_records_total{topic}                              counter (changelog records applied by restores of keyed state)
-//	restores_total{topic}                                      counter (restores of a changelog partition)
+//	restored_records_total{topic}                              counter (changelog records applied by restores of keyed state; topic: the changelog)
+//	restores_total{topic}                                      counter (restores of a changelog partition, at each assignment: a memory store reads its whole changelog each time)
 //	lag{group, topic, partition}                               gauge (as of the partition's last poll; removed on revoke)
 //
 // For the franz-go client's own metrics (bytes, requests, buffered records),
@@ -67,6 +67,10 @@ var (
 	_ eos.HangingMetrics = (*path)(nil)
 	_ eos.LateMetrics    = (*Metrics)(nil)
 	_ eos.LateMetrics    = (*path)(nil)
+	// A processor reports through ForPath's view (internal/loop's
+	// observer), so the view must take what the processor reports.
+	_ eos.RestoreMetrics = (*Metrics)(nil)
+	_ eos.RestoreMetrics = (*path)(nil)
 )
 
 // Option configures New.
@@ -220,7 +224,12 @@ func (m *Metrics) HangingTransaction(outcome string) { m.eos.HangingTransaction(
 func (m *Metrics) LateRecord() { m.eos.LateRecord() }
 
 // Restored implements eos.RestoreMetrics.
-func (m *Metrics) Restored(topic string, _ int32, _ int64, records int, _ time.Duration) {
-	m.restores.WithLabelValues("eos", topic).Inc()
-	m.restored.WithLabelValues("eos", topic).Add(float64(records))
+func (m *Metrics) Restored(topic string, partition int32, from int64, records int, took time.Duration) {
+	m.eos.Restored(topic, partition, from, records, took)
+}
+
+// Restored implements eos.RestoreMetrics for the path's view.
+func (p *path) Restored(topic string, _ int32, _ int64, records int, _ time.Duration) {
+	p.m.restores.WithLabelValues(p.name, topic).Inc()
+	p.m.restored.WithLabelValues(p.name, topic).Add(float64(records))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/eos/eosprom"
 )
 
@@ -48,6 +49,20 @@ eoskit_processor_fencings_total{app="test",path="eos"} 1
 	}
 	if n := testutil.CollectAndCount(reg, "eoskit_processor_transaction_duration_seconds"); n != 2 {
 		t.Fatalf("duration histogram has %d series, want 2 (committed, aborted)", n)
+	}
+
+	// Restores, as the processor reports them: through the path's view.
+	m.ForPath("eos", "g").(eos.RestoreMetrics).Restored("counts-changelog", 0, 10, 90, time.Second)
+	m.Restored("counts-changelog", 1, 0, 10, time.Second)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP eoskit_processor_restored_records_total Changelog records applied by restores of keyed state.
+# TYPE eoskit_processor_restored_records_total counter
+eoskit_processor_restored_records_total{app="test",path="eos",topic="counts-changelog"} 100
+# HELP eoskit_processor_restores_total Restores of a changelog partition (a store made current before its partition's first record).
+# TYPE eoskit_processor_restores_total counter
+eoskit_processor_restores_total{app="test",path="eos",topic="counts-changelog"} 2
+`), "eoskit_processor_restored_records_total", "eoskit_processor_restores_total"); err != nil {
+		t.Fatal(err)
 	}
 
 	// The other paths report through their own view, labelled.

@@ -11,9 +11,10 @@
 //	p, err := eos.NewProcessor(handler, /* ... */
 //		eos.Changelog("counts-changelog", eos.Stores(pebblestore.Factory("/var/lib/counts", nil))))
 //
-// Its log is synced once a second ([SyncEvery]): a process killed, or a
-// machine that crashes, leaves the checkpoint of a transaction at most a
-// second or so old, and a restart restores the changelog from there.
+// Its log is synced once a second while transactions come ([SyncEvery]),
+// from a goroutine of each store: a process killed, or a machine that
+// crashes, leaves the checkpoint of a transaction at most a second or so
+// old, and a restart restores the changelog from there.
 //
 // What it guarantees and what breaks it is the state package's doc: a
 // store is never ahead of what committed in Kafka; a checkpoint older

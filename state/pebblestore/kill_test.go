@@ -54,20 +54,22 @@ func killChild(dir string) int {
 			}
 		}
 		if i > applies {
-			time.Sleep(time.Millisecond)
+			time.Sleep(30 * time.Millisecond) // a few bytes a second: no block of pebble's log fills
 		}
 	}
 }
 
 // A process SIGKILLed after applying its transactions leaves a checkpoint
-// a restart restores from: every transaction's under SyncEvery(0); all
-// but the last second's or so under the default (here the child goes on
-// applying 1.5 s after the 20,000th, which must survive; the first case
-// applies 500, an fsync each). Negative
-// control: never synced, pebble kept the last batches in its own buffer
-// (its log is written by 32 KiB blocks), and the kill lost them: the
-// checkpoint is behind the last transaction, which is what made a
-// SIGKILLed processor restore far more than the tail (issue 46).
+// a restart restores from: every transaction's under SyncEvery(0) (500,
+// an fsync each); under the default, the child goes on applying a
+// transaction every 30 ms for 1.5 s after the 20,000th (too few bytes to
+// fill a block of pebble's log), and the store's syncing goroutine must
+// have made one of them durable. Never synced, pebble may keep such
+// batches in its own buffer, and a kill loses them (which made a
+// SIGKILLed processor restore its partitions from 0, issue 46): not
+// asserted here, since pebble's flusher may also write a partial block;
+// eos's TestPebbleRestoresOnlyTheTailAfterASIGKILL fails with the sync
+// turned off.
 func TestACheckpointSurvivesAKill(t *testing.T) {
 	for _, c := range []struct {
 		name      string
@@ -78,8 +80,7 @@ func TestACheckpointSurvivesAKill(t *testing.T) {
 		want      string
 	}{
 		{"every apply", 0, 500, false, func(o, n int64) bool { return o == n }, "the last transaction's"},
-		{"default", pebblestore.DefaultSyncEvery, 20_000, true, func(o, n int64) bool { return o >= n }, "at least the 20,000th"},
-		{"never (control)", -1, 20_000, false, func(o, n int64) bool { return o < n }, "behind the last transaction"},
+		{"default", pebblestore.DefaultSyncEvery, 20_000, true, func(o, n int64) bool { return o > n }, "past the 20,000th"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

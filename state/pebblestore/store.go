@@ -37,22 +37,29 @@ const checkpointVersion = 1
 // that says so; a restart restores only the changelog's tail, from the
 // checkpoint on.
 //
-// Batches are written without an fsync (pebble.NoSync) but one a second
-// (see [SyncEvery]), which makes the write-ahead log durable up to it:
-// Kafka, not the disk, is the source of truth. pebble keeps an unsynced
-// batch in its own buffer until a 32 KiB block of its log fills, so a
-// process killed (SIGKILL, an OOM kill) loses the batches since the last
-// sync or full block, and a machine crash those since the last sync; the
-// log comes back as a prefix of the batches, checkpoint included, and the
-// restore reads again what was lost: the changelog past the last second
-// or so, not the whole of it. A store is never ahead of what committed in
-// Kafka, since a runner applies a transaction only once it committed.
+// Batches are written without an fsync (pebble.NoSync), and a goroutine
+// of the store syncs the write-ahead log once a second while batches
+// came (see [SyncEvery]): Kafka, not the disk, is the source of truth.
+// pebble may keep an unsynced batch in its own buffer (its log is written
+// by 32 KiB blocks, and the rest when its flusher next runs), so a
+// process killed (SIGKILL, an OOM kill) or a machine that crashes loses
+// at most the batches since the last sync; the log comes back as a prefix
+// of the batches, checkpoint included, and the restore reads again what
+// was lost: the changelog past the last second or so, not the whole of
+// it. A store is never ahead of what committed in Kafka, since a runner
+// applies a transaction only once it committed. pebble.Options with
+// DisableWAL void this: a kill then loses everything since the last
+// flush of the memtable.
 type Store struct {
 	dir string
-	// syncEvery is SyncEvery's; lastSync when an Apply last synced (under
-	// wmu).
+	// syncEvery is SyncEvery's; dirty is set by each batch and cleared
+	// by the sync that covers it; stop ends the syncing goroutine, which
+	// closes synced when it returned.
 	syncEvery time.Duration
-	lastSync  time.Time
+	dirty     atomic.Bool
+	stop      chan struct{}
+	stopOnce  sync.Once
+	synced    chan struct{}
 
 	// mu is held for reading by every use of db, for writing by Close
 	// alone; wmu serializes Apply and Reset. A Range does not hold up an
@@ -95,8 +102,13 @@ func Open(dir string, o *pebble.Options, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("pebblestore: pebble store %s: %w", dir, err)
 	}
-	p := &Store{dir: dir, db: db, syncEvery: c.syncEvery, lastSync: time.Now()}
+	p := &Store{dir: dir, db: db, syncEvery: c.syncEvery, stop: make(chan struct{}), synced: make(chan struct{})}
 	p.cp.Store(&cp)
+	if c.syncEvery > 0 {
+		go p.syncLoop()
+	} else {
+		close(p.synced)
+	}
 	return p, nil
 }
 
@@ -120,13 +132,15 @@ type config struct {
 	syncEvery time.Duration
 }
 
-// SyncEvery makes an Apply (or Reset) sync pebble's log (an fsync) when d
-// has passed since the last one did (default [DefaultSyncEvery]): a
-// process killed then restores at most the changelog records of the last
-// d or so. 0 syncs every Apply (each transaction durable, an fsync per
-// transaction and partition); a negative d never syncs (a kill loses
-// everything since the last 32 KiB of log, which for a quiet partition
-// is everything since it opened: a whole restore).
+// SyncEvery sets how often the store syncs pebble's log (an fsync), from
+// a goroutine of its own, when batches came since the last sync (default
+// [DefaultSyncEvery]): a process killed, or a machine that crashes, then
+// loses at most the last d or so of transactions, which the restart
+// restores again from the changelog. 0 syncs in each Apply (each
+// transaction durable before Apply returns: an fsync per transaction and
+// partition, under the processor's commit); a negative d never syncs (a
+// kill loses what pebble still held in its buffer: for a store that
+// opened empty and stayed small, everything, and so a whole restore).
 func SyncEvery(d time.Duration) Option { return func(c *config) { c.syncEvery = d } }
 
 // Dir is the directory [Factory] keeps a partition's store in.
@@ -285,23 +299,53 @@ func (p *Store) commit(b *pebble.Batch, cp state.Checkpoint) error {
 		return fmt.Errorf("pebblestore: pebble batch: %w", err)
 	}
 	wo := pebble.NoSync
-	now := time.Now()
-	if p.syncEvery >= 0 && now.Sub(p.lastSync) >= p.syncEvery {
+	if p.syncEvery == 0 {
 		wo = pebble.Sync
 	}
 	if err := b.Commit(wo); err != nil {
 		return fmt.Errorf("pebblestore: pebble commit: %w", err)
 	}
-	if wo == pebble.Sync {
-		p.lastSync = now
-	}
+	p.dirty.Store(true)
 	p.cp.Store(&cp)
 	return nil
+}
+
+// syncLoop syncs the log every syncEvery while batches came, until Close.
+// A sync that fails is tried again at the next tick (Close reports what
+// pebble's own close finds).
+func (p *Store) syncLoop() {
+	defer close(p.synced)
+	t := time.NewTicker(p.syncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		if p.dirty.Swap(false) && p.syncLog() != nil {
+			p.dirty.Store(true)
+		}
+	}
+}
+
+// syncLog makes pebble's log durable up to its last batch: a log-only
+// batch committed with Sync (pebble writes and syncs its log in order).
+func (p *Store) syncLog() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return state.ErrClosed
+	}
+	return p.db.LogData(nil, pebble.Sync)
 }
 
 // Close implements [state.Store]: it flushes nothing it need not (the
 // write-ahead log holds every batch) and releases the directory.
 func (p *Store) Close() error {
+	// The syncing goroutine first: it takes mu to sync.
+	p.stopOnce.Do(func() { close(p.stop) })
+	<-p.synced
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
