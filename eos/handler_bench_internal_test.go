@@ -66,3 +66,36 @@ func BenchmarkCountHandler(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWindowSweep is one sweep (the read of every key a window's
+// close or expiry point triggers, see sweep) over a committed store of
+// 1,000 keys' windows, b.N times: what a record that moves stream time
+// past such a point pays, by the store's windows (go test -bench Sweep
+// ./eos).
+func BenchmarkWindowSweep(b *testing.B) {
+	for _, windows := range []int{10_000, 100_000} {
+		b.Run(strconv.Itoa(windows)+" windows", func(b *testing.B) {
+			spec := window.Spec{Size: time.Minute, Advance: time.Minute, Retention: 24 * time.Hour}
+			store := state.NewMemory()
+			base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+			var ws []state.Write
+			for i := range windows {
+				key := window.AppendKey(nil, []byte("k"+strconv.Itoa(i%1000)), base.Add(time.Duration(i/1000)*time.Minute))
+				ws = append(ws, state.Write{Key: key, Value: []byte("1")})
+			}
+			if err := store.Apply(ws, state.Checkpoint{Offset: 1}); err != nil {
+				b.Fatal(err)
+			}
+			txn := state.NewTxn(store, 0)
+			was, now := base.Add(time.Hour), base.Add(time.Hour+time.Minute)
+			b.ReportAllocs()
+			for b.Loop() {
+				sc := txn.Scope()
+				if _, err := sweep(sc, spec, was, now, "finals"); err != nil {
+					b.Fatal(err)
+				}
+				sc.Drop()
+			}
+		})
+	}
+}

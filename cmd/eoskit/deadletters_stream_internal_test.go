@@ -48,7 +48,11 @@ func TestListReadsOnlyAsFarAsItsLimit(t *testing.T) {
 	if len(got) != 5 {
 		t.Fatalf("listed %d, want 5", len(got))
 	}
-	if f := fetched.n.Load(); f > n/10 {
+	// franz-go fetches on in the background until the client closes: a
+	// few 16 KiB fetches (about 800 records each) past the first may land
+	// on a loaded machine (3,260 seen once in make test); the whole topic
+	// must not.
+	if f := fetched.n.Load(); f > n/4 {
 		t.Fatalf("fetched %d of the topic's %d records to list 5", f, n)
 	}
 	t.Logf("fetched %d records to list 5", fetched.n.Load())
