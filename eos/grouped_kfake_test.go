@@ -38,6 +38,18 @@ func groupedCluster(t *testing.T) []string {
 	return cluster.ListenAddrs()
 }
 
+// reportsClient is a client of brokers producing to "reports" (the kfake
+// tests' input), closed when t ends.
+func reportsClient(t *testing.T, brokers []string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 func groupedOpts(t *testing.T, brokers []string) []eos.ProcessorOption {
 	return []eos.ProcessorOption{eos.Brokers(brokers...), eos.Group("grouped"), eos.Topics("reports"), eos.TransactionalID("grouped-0"),
 		eos.CommitInterval(20 * time.Millisecond), eos.Logger(testLogger(t)),
@@ -54,11 +66,7 @@ func TestGroupedCountsByADerivedKey(t *testing.T) {
 	brokers := groupedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
+	seed := reportsClient(t, brokers)
 	want := map[string]string{}
 	counts := map[string]int{}
 	for i := range 300 {
@@ -184,11 +192,7 @@ func TestRunTogetherEndsTheOthersAndSaysWhoFailed(t *testing.T) {
 	brokers := groupedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
+	seed := reportsClient(t, brokers)
 	if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte("a")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

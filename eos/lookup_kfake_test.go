@@ -20,11 +20,7 @@ func TestLookupFindsTheKeysPartition(t *testing.T) {
 	brokers := groupedCluster(t) // three partitions
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
+	seed := reportsClient(t, brokers)
 	want := map[string]int{}
 	for i := range 90 {
 		key := "region-" + strconv.Itoa(i%9)

@@ -151,32 +151,16 @@ func writeSessions(kv state.KV, key []byte, es []sessionEntry) error {
 
 // sessions builds a session aggregation's handler.
 func sessions(setting string, spec window.Sessions, add func([]byte, *kgo.Record) ([]byte, error), merge func(a, b []byte) ([]byte, error), opts []WindowOption) (HandlerFunc, error) {
-	if err := spec.Validate(); err != nil {
-		return nil, &eoskit.ConfigError{Package: "eos", Setting: setting, Reason: err.Error(), Err: err}
-	}
-	c := windowConfig{eventTime: func(r *kgo.Record) (time.Time, error) { return r.Timestamp, nil }}
-	for _, o := range opts {
-		o.applyWindow(&c)
-	}
-	if c.finalSet && c.final == "" {
-		return nil, &eoskit.ConfigError{Package: "eos", Setting: "EmitFinal", Reason: "the finals topic is empty"}
+	c, err := newWindowConfig(setting, spec.Validate(), opts)
+	if err != nil {
+		return nil, err
 	}
 	every := max(spec.Gap/8, time.Millisecond).Truncate(time.Millisecond).Milliseconds()
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		hs := handlerStateOf(ctx)
-		if err := refusedSetting(hs, setting, c.final, r.Topic); err != nil {
-			return nil, err
-		}
-		kv, err := aggregatingOn(hs.kv, r)
+		kv, at, err := c.prepareRecord(hs, setting, r)
 		if err != nil {
 			return nil, err
-		}
-		at, err := c.eventTime(r)
-		if err != nil {
-			return nil, fmt.Errorf("eos: the record's event time: %w", err)
-		}
-		if !window.InRange(at) {
-			return nil, fmt.Errorf("eos: the record's time %s: %w", at.UTC().Format(time.RFC3339Nano), window.ErrOutOfRange)
 		}
 		at = at.Truncate(time.Millisecond)
 		was, now, err := moveStreamTime(kv, at)

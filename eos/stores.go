@@ -187,6 +187,7 @@ func (ks *keyedState) close() {
 	for p, ps := range ks.parts {
 		ks.closeLocked(p, ps)
 	}
+	clear(ks.restoring) // a restore that failed leaves its mark
 	// The next session's group assigns anew: no mark of this one's may
 	// open a store there.
 	ks.marksMu.Lock()
@@ -260,17 +261,27 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 		ks.marksMu.Lock()
 		again := ks.restore[p]
 		gone := ks.taken[p] && !slices.Contains(polled, p) // taken while an earlier one restored
-		delete(ks.restore, p)
+		if gone {
+			delete(ks.restore, p)
+		}
 		ks.marksMu.Unlock()
 		if gone {
 			continue
 		}
-		ks.mu.RLock()
+		ks.mu.Lock()
 		ps := ks.parts[p]
-		ks.mu.RUnlock()
 		if ps != nil && !again {
+			ks.mu.Unlock()
 			continue
 		}
+		// p restores: the views and Health show it restoring, not
+		// ready, from its mark until the restore succeeded (a failed
+		// one leaves it so until the session's stores close).
+		ks.restoring[p] = true
+		ks.marksMu.Lock()
+		delete(ks.restore, p)
+		ks.marksMu.Unlock()
+		ks.mu.Unlock()
 		if ps == nil {
 			if err := ks.grown(p); err != nil {
 				return err
@@ -290,18 +301,17 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 		}
 		ks.mu.Lock()
 		ks.parts[p] = ps
-		ks.restoring[p] = true
 		ks.mu.Unlock()
 		res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, p, ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
-		ks.mu.Lock()
-		delete(ks.restoring, p)
-		ks.mu.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
 		}
+		ks.mu.Lock()
+		delete(ks.restoring, p)
+		ks.mu.Unlock()
 		if ks.restored != nil {
 			ks.restored(p, res)
 		}
@@ -501,7 +511,10 @@ type keyLocator struct {
 	mu    sync.Mutex
 	input string
 	p     kgo.Partitioner
-	tp    kgo.TopicPartitioner // made at the first call
+	// tp and keyed (whether tp places records by key) are made at the
+	// first call.
+	tp    kgo.TopicPartitioner
+	keyed bool
 }
 
 func (l *keyLocator) partition(key []byte, n int32) (int32, error) {
@@ -509,8 +522,9 @@ func (l *keyLocator) partition(key []byte, n int32) (int32, error) {
 	defer l.mu.Unlock()
 	if l.tp == nil {
 		l.tp = l.p.ForTopic(l.input)
+		l.keyed = keyConsistent(l.tp)
 	}
-	if !keyConsistent(l.tp) {
+	if !l.keyed {
 		return 0, errors.New("eos: the processor's partitioner does not place records by key: give RequireKeyPartitioning the input's")
 	}
 	p := partitionOf(l.tp, &kgo.Record{Topic: l.input, Key: key}, int(n))

@@ -244,17 +244,8 @@ func (t *ttlKV) Delete(key []byte) error {
 // Keys implements [state.KeyLister]: the keys Get finds (neither
 // reserved nor expired).
 func (t *ttlKV) Keys(fn func(key []byte) bool) error {
-	lister, ok := t.kv.(state.KeyLister)
-	if !ok {
-		return errNoKeys
-	}
-	var keys [][]byte
-	if err := lister.Keys(func(key []byte) bool {
-		if !state.IsReserved(key) {
-			keys = append(keys, key)
-		}
-		return true
-	}); err != nil {
+	keys, err := userKeys(t.kv)
+	if err != nil {
 		return err
 	}
 	for _, key := range keys {

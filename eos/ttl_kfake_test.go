@@ -31,11 +31,7 @@ func runTTL(t *testing.T, brokers []string, ttl time.Duration, reports []report)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
+	seed := reportsClient(t, brokers)
 	for _, r := range reports {
 		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(r.key), Timestamp: r.at}).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -137,11 +133,7 @@ func TestTTLIsChecked(t *testing.T) {
 	}
 
 	brokers := windowCluster(t)
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
+	seed := reportsClient(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte("a"), Timestamp: day0}).FirstErr(); err != nil {

@@ -157,31 +157,15 @@ const streamTimeKey = state.ReservedPrefix + "stream-time"
 // record into what to do to each of its open windows' keys.
 func windowed(setting string, spec window.Spec, opts []WindowOption,
 	prepare func(r *kgo.Record) (func(kv state.KV, key []byte) error, error)) (HandlerFunc, error) {
-	if err := spec.Validate(); err != nil {
-		return nil, &eoskit.ConfigError{Package: "eos", Setting: setting, Reason: err.Error(), Err: err}
-	}
-	c := windowConfig{eventTime: func(r *kgo.Record) (time.Time, error) { return r.Timestamp, nil }}
-	for _, o := range opts {
-		o.applyWindow(&c)
-	}
-	if c.finalSet && c.final == "" {
-		return nil, &eoskit.ConfigError{Package: "eos", Setting: "EmitFinal", Reason: "the finals topic is empty"}
+	c, err := newWindowConfig(setting, spec.Validate(), opts)
+	if err != nil {
+		return nil, err
 	}
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		hs := handlerStateOf(ctx) // once: this runs for every record
-		if err := refusedSetting(hs, setting, c.final, r.Topic); err != nil {
-			return nil, err
-		}
-		kv, err := aggregatingOn(hs.kv, r)
+		kv, at, err := c.prepareRecord(hs, setting, r)
 		if err != nil {
 			return nil, err
-		}
-		at, err := c.eventTime(r)
-		if err != nil {
-			return nil, fmt.Errorf("eos: the record's event time: %w", err)
-		}
-		if !window.InRange(at) { // before it moves stream time
-			return nil, fmt.Errorf("eos: the record's time %s: %w", at.UTC().Format(time.RFC3339Nano), window.ErrOutOfRange)
 		}
 		was, now, err := moveStreamTime(kv, at)
 		if err != nil {
@@ -308,20 +292,68 @@ func sweep(kv state.KV, spec window.Spec, was, now time.Time, final string) ([]*
 	return finals, nil
 }
 
-// forWindows calls fn with each window key of kv and its window of spec,
-// after reading every key of the store (fn may read kv).
-func forWindows(kv state.KV, spec window.Spec, fn func(key []byte, w window.Window)) error {
+// newWindowConfig is a windowed or session aggregation's options, or the
+// *eoskit.ConfigError of its invalid spec (invalid: Validate's error) or
+// options.
+func newWindowConfig(setting string, invalid error, opts []WindowOption) (windowConfig, error) {
+	if invalid != nil {
+		return windowConfig{}, &eoskit.ConfigError{Package: "eos", Setting: setting, Reason: invalid.Error(), Err: invalid}
+	}
+	c := windowConfig{eventTime: func(r *kgo.Record) (time.Time, error) { return r.Timestamp, nil }}
+	for _, o := range opts {
+		o.applyWindow(&c)
+	}
+	if c.finalSet && c.final == "" {
+		return windowConfig{}, &eoskit.ConfigError{Package: "eos", Setting: "EmitFinal", Reason: "the finals topic is empty"}
+	}
+	return c, nil
+}
+
+// prepareRecord is what a windowed or session aggregation does first with
+// r: it refuses a setting the processor cannot run it under, and returns
+// the store r is aggregated in and r's event time, or r's fault (no key,
+// a reserved one, an extractor's error, a time no window holds: checked
+// before it moves stream time).
+func (c windowConfig) prepareRecord(hs handlerState, setting string, r *kgo.Record) (state.KV, time.Time, error) {
+	if err := refusedSetting(hs, setting, c.final, r.Topic); err != nil {
+		return nil, time.Time{}, err
+	}
+	kv, err := aggregatingOn(hs.kv, r)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	at, err := c.eventTime(r)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("eos: the record's event time: %w", err)
+	}
+	if !window.InRange(at) {
+		return nil, time.Time{}, fmt.Errorf("eos: the record's time %s: %w", at.UTC().Format(time.RFC3339Nano), window.ErrOutOfRange)
+	}
+	return kv, at, nil
+}
+
+// userKeys returns the keys kv holds but the reserved ones, after reading
+// every key of the store (the caller may then read kv).
+func userKeys(kv state.KV) ([][]byte, error) {
 	lister, ok := kv.(state.KeyLister)
 	if !ok {
-		return errNoKeys
+		return nil, errNoKeys
 	}
 	var keys [][]byte
-	if err := lister.Keys(func(key []byte) bool {
+	err := lister.Keys(func(key []byte) bool {
 		if !state.IsReserved(key) {
 			keys = append(keys, key)
 		}
 		return true
-	}); err != nil {
+	})
+	return keys, err
+}
+
+// forWindows calls fn with each window key of kv and its window of spec,
+// after reading every key of the store (fn may read kv).
+func forWindows(kv state.KV, spec window.Spec, fn func(key []byte, w window.Window)) error {
+	keys, err := userKeys(kv)
+	if err != nil {
 		return err
 	}
 	for _, key := range keys {

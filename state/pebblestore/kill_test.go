@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/eoskit/eoskit/state"
 	"github.com/eoskit/eoskit/state/pebblestore"
 )
@@ -124,4 +126,19 @@ func TestACheckpointSurvivesAKill(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pebble without its log leaves nothing to sync, and a kill loses every
+// batch since the last memtable flush: refused unless the caller gives up
+// the sync.
+func TestDisableWALIsRefusedUnlessTheSyncIsGivenUp(t *testing.T) {
+	if s, err := pebblestore.Open(t.TempDir(), &pebble.Options{DisableWAL: true}); err == nil {
+		s.Close()
+		t.Fatal("a store without its log opened with the sync on")
+	}
+	s, err := pebblestore.Open(t.TempDir(), &pebble.Options{DisableWAL: true}, pebblestore.SyncEvery(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }

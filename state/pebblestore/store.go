@@ -57,6 +57,7 @@ type Store struct {
 	// closes synced when it returned.
 	syncEvery time.Duration
 	dirty     atomic.Bool
+	logger    pebble.Logger
 	stop      chan struct{}
 	stopOnce  sync.Once
 	synced    chan struct{}
@@ -90,6 +91,12 @@ func Open(dir string, o *pebble.Options, opts ...Option) (*Store, error) {
 	} else {
 		o = o.Clone()
 	}
+	switch {
+	case o.DisableWAL && c.syncEvery >= 0:
+		return nil, fmt.Errorf("pebblestore: pebble store %s: DisableWAL leaves nothing to sync, and a kill loses every batch since the last memtable flush: give SyncEvery(-1) to accept that", dir)
+	case c.syncEvery > 0:
+		c.syncEvery = max(c.syncEvery, minSyncEvery)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pebblestore: pebble store %s: %w", dir, err)
 	}
@@ -102,7 +109,7 @@ func Open(dir string, o *pebble.Options, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("pebblestore: pebble store %s: %w", dir, err)
 	}
-	p := &Store{dir: dir, db: db, syncEvery: c.syncEvery, stop: make(chan struct{}), synced: make(chan struct{})}
+	p := &Store{dir: dir, db: db, syncEvery: c.syncEvery, logger: o.Logger, stop: make(chan struct{}), synced: make(chan struct{})}
 	p.cp.Store(&cp)
 	if c.syncEvery > 0 {
 		go p.syncLoop()
@@ -125,6 +132,9 @@ func Factory(root string, o *pebble.Options, opts ...Option) state.Factory {
 // DefaultSyncEvery is how often a store syncs its log by default.
 const DefaultSyncEvery = time.Second
 
+// minSyncEvery is the least positive SyncEvery a store takes.
+const minSyncEvery = 10 * time.Millisecond
+
 // Option configures a store ([Open], [Factory]).
 type Option func(*config)
 
@@ -134,13 +144,15 @@ type config struct {
 
 // SyncEvery sets how often the store syncs pebble's log (an fsync), from
 // a goroutine of its own, when batches came since the last sync (default
-// [DefaultSyncEvery]): a process killed, or a machine that crashes, then
-// loses at most the last d or so of transactions, which the restart
-// restores again from the changelog. 0 syncs in each Apply (each
+// [DefaultSyncEvery]; at least 10 ms): a process killed, or a machine
+// that crashes, then loses at most the last d (plus an fsync's time) of
+// transactions, which the restart restores again from the changelog.
+// pebble.Options with DisableWAL are refused unless d is negative. 0 syncs in each Apply (each
 // transaction durable before Apply returns: an fsync per transaction and
 // partition, under the processor's commit); a negative d never syncs (a
 // kill loses what pebble still held in its buffer: for a store that
-// opened empty and stayed small, everything, and so a whole restore).
+// opened empty and stayed small, everything, and so a whole restore;
+// pebble still syncs its log when the store closes).
 func SyncEvery(d time.Duration) Option { return func(c *config) { c.syncEvery = d } }
 
 // Dir is the directory [Factory] keeps a partition's store in.
@@ -311,8 +323,8 @@ func (p *Store) commit(b *pebble.Batch, cp state.Checkpoint) error {
 }
 
 // syncLoop syncs the log every syncEvery while batches came, until Close.
-// A sync that fails is tried again at the next tick (Close reports what
-// pebble's own close finds).
+// A sync that fails is logged (pebble's logger) and tried again at the
+// next tick; a failing fsync is fatal inside pebble itself.
 func (p *Store) syncLoop() {
 	defer close(p.synced)
 	t := time.NewTicker(p.syncEvery)
@@ -323,8 +335,14 @@ func (p *Store) syncLoop() {
 			return
 		case <-t.C:
 		}
-		if p.dirty.Swap(false) && p.syncLog() != nil {
+		if !p.dirty.Swap(false) {
+			continue
+		}
+		if err := p.syncLog(); err != nil && !errors.Is(err, state.ErrClosed) {
 			p.dirty.Store(true)
+			if p.logger != nil {
+				p.logger.Errorf("pebblestore: sync the log of %s: %v", p.dir, err)
+			}
 		}
 	}
 }
