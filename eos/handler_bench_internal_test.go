@@ -102,7 +102,7 @@ func BenchmarkWindowSweep(b *testing.B) {
 }
 
 // BenchmarkWindowHeap reports the memory store's heap per window kept by
-// a windowed count: 1,000 keys of 4 to 5 bytes, one record per key per
+// a windowed count: 1,000 keys of 2 to 4 bytes, one record per key per
 // minute for 100 minutes of event time (100,000 windows, none expired),
 // through the handler and committed transactions (go test -run '^$'
 // -bench WindowHeap ./eos).
