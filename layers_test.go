@@ -22,7 +22,7 @@ func goList(t *testing.T, args ...string) []string {
 // beds, the tools, the test-only suites, the users' test kit, or go-jose.
 func TestLibraryLinksOnlyWhatItUses(t *testing.T) {
 	const mod = "github.com/eoskit/eoskit"
-	library := []string{".", "./eos", "./eos/eosprom", "./probe", "./state", "./window", "./offsetstore", "./dedup", "./outbox", "./topics", "./verify"}
+	library := []string{".", "./eos", "./eos/eosprom", "./eos/eoshttp", "./probe", "./state", "./window", "./offsetstore", "./dedup", "./outbox", "./topics", "./verify"}
 	for _, pkg := range library {
 		for _, dep := range goList(t, "-deps", pkg) {
 			switch {
