@@ -535,9 +535,20 @@ func (l *keyLocator) partition(key []byte, n int32) (int32, error) {
 }
 
 // unreadyLocked reports whether p's store is not to be read: restoring,
-// or assigned since its last restore (another owner may have changed
-// it). ks.mu is held.
+// assigned since its last restore (another owner may have changed it),
+// or taken away (its new owner may be changing it). ks.mu is held.
 func (ks *keyedState) unreadyLocked(p int32) bool {
+	if ks.restoring[p] {
+		return true
+	}
+	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
+	return ks.restore[p] || ks.taken[p]
+}
+
+// restoringLocked reports whether p restores here, or waits to: ks.mu is
+// held.
+func (ks *keyedState) restoringLocked(p int32) bool {
 	if ks.restoring[p] {
 		return true
 	}

@@ -106,10 +106,10 @@ func (v *StateView) PartitionOf(key []byte) (int32, error) {
 
 // Lookup returns key's committed value, from the partition its records
 // are in ([StateView.PartitionOf]), and whether it has one. A partition
-// this instance does not hold (another instance owns it) or is restoring
-// is [ErrNotHeld], not an absent key: an endpoint serving the view
-// answers "ask elsewhere" or "not ready", never a wrong "none". A
-// reserved key ([state.ReservedPrefix]) has no value.
+// this instance does not hold, was revoked from it, or is restoring is a
+// *[NotHeldError] (wrapping [ErrNotHeld]), not an absent key: an endpoint
+// serving the view answers "ask elsewhere" or "not ready", never a wrong
+// "none". A reserved key ([state.ReservedPrefix]) has no value.
 func (v *StateView) Lookup(key []byte) ([]byte, bool, error) {
 	p, err := v.PartitionOf(key)
 	if err != nil {
@@ -122,7 +122,25 @@ func (v *StateView) Lookup(key []byte) ([]byte, bool, error) {
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[p]
 	if !ok || v.ks.unreadyLocked(p) {
-		return nil, false, fmt.Errorf("%w: partition %d", ErrNotHeld, p)
+		return nil, false, &NotHeldError{Partition: p, Restoring: v.ks.restoringLocked(p)}
 	}
 	return ps.store.Get(key)
 }
+
+// NotHeldError is what [StateView.Lookup] returns for a key whose
+// partition this instance cannot answer for: Restoring when it holds the
+// partition and restores it (ask again soon), else another instance holds
+// it, or none does yet. It wraps [ErrNotHeld].
+type NotHeldError struct {
+	Partition int32
+	Restoring bool
+}
+
+func (e *NotHeldError) Error() string {
+	if e.Restoring {
+		return fmt.Sprintf("%v: partition %d is restoring", ErrNotHeld, e.Partition)
+	}
+	return fmt.Sprintf("%v: partition %d", ErrNotHeld, e.Partition)
+}
+
+func (e *NotHeldError) Unwrap() error { return ErrNotHeld }

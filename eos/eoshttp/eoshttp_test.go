@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -22,7 +23,9 @@ import (
 // keys of the partitions it holds with their counts (200), a key with
 // none there as absent (404), and the keys of the other's partitions as
 // misdirected (421, naming the partition), never as absent; before Run
-// learnt the input's partitions, it answers 503.
+// learnt the input's partitions, and once it returned, it answers 503 (it
+// cannot tell whose a key is). A key with a "/" is asked escaped; a POST
+// is refused.
 func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "reports"))
 	if err != nil {
@@ -39,7 +42,7 @@ func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
 	defer seed.Close()
 	want := map[string]int{}
 	for i := range 120 {
-		key := "region-" + strconv.Itoa(i%12)
+		key := "region/" + strconv.Itoa(i%12)
 		want[key]++
 		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(key)}).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -55,12 +58,19 @@ func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
 		return p
 	}
 	procs := []*eos.Processor{newProc("a"), newProc("b")}
-	get := func(p *eos.Processor, key string) *httptest.ResponseRecorder {
+	serve := func(p *eos.Processor, method, key string) *httptest.ResponseRecorder {
 		mux := http.NewServeMux()
-		mux.Handle("GET /state/{key...}", eoshttp.Handler(p))
+		mux.Handle("/state/{key...}", eoshttp.Handler(p))
 		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/state/"+key, nil))
+		mux.ServeHTTP(rec, httptest.NewRequest(method, "/state/"+url.PathEscape(key), nil))
+		if rec.Header().Get("Cache-Control") != "no-store" {
+			t.Errorf("%s %s: Cache-Control %q, want no-store", method, key, rec.Header().Get("Cache-Control"))
+		}
 		return rec
+	}
+	get := func(p *eos.Processor, key string) *httptest.ResponseRecorder { return serve(p, http.MethodGet, key) }
+	if rec := serve(procs[0], http.MethodPost, "region/1"); rec.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("POST: %d, want 405", rec.Code)
 	}
 	if rec := get(procs[0], "region-1"); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("before Run: %d %q, want 503 with Retry-After", rec.Code, rec.Body)
@@ -123,6 +133,11 @@ func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
 	for range procs {
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
+		}
+	}
+	for key := range want {
+		if rec := get(procs[0], key); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("after Run returned, %s: %d %q, want 503", key, rec.Code, rec.Body)
 		}
 	}
 }
