@@ -70,20 +70,13 @@ func SessionSum(spec window.Sessions, value func(*kgo.Record) (int64, error), op
 	return sessions("SessionSum", spec, add, merge, opts)
 }
 
-// addInt64 is agg (decimal text, nil for 0) plus n.
+// addInt64 is agg (decimal text, nil for 0) plus n, as decimal text.
 func addInt64(agg []byte, n int64) ([]byte, error) {
-	var sum int64
-	if agg != nil {
-		v, err := state.Int64(agg)
-		if err != nil {
-			return nil, err
-		}
-		sum = v
+	sum, err := state.AddInt64(agg, n)
+	if err != nil {
+		return nil, fmt.Errorf("eos: a session's sum: %w", err)
 	}
-	if (n > 0 && sum > (1<<63-1)-n) || (n < 0 && sum < (-1<<63)-n) {
-		return nil, fmt.Errorf("eos: a session's sum %d + %d overflows an int64", sum, n)
-	}
-	return state.AppendInt64(nil, sum+n), nil
+	return state.AppendInt64(nil, sum), nil
 }
 
 // SessionAggregate sets r's session to add(agg, r), agg being the

@@ -538,23 +538,23 @@ func (l *keyLocator) partition(key []byte, n int32) (int32, error) {
 // assigned since its last restore (another owner may have changed it),
 // or taken away (its new owner may be changing it). ks.mu is held.
 func (ks *keyedState) unreadyLocked(p int32) bool {
-	if ks.restoring[p] {
-		return true
-	}
-	ks.marksMu.Lock()
-	defer ks.marksMu.Unlock()
-	return ks.restore[p] || ks.taken[p]
+	restoring, taken := ks.marksLocked(p)
+	return restoring || taken
 }
 
 // restoringLocked reports whether p restores here, or waits to: ks.mu is
 // held.
 func (ks *keyedState) restoringLocked(p int32) bool {
-	if ks.restoring[p] {
-		return true
-	}
+	restoring, _ := ks.marksLocked(p)
+	return restoring
+}
+
+// marksLocked reports whether p restores here (or waits to) and whether
+// it was taken away: ks.mu is held.
+func (ks *keyedState) marksLocked(p int32) (restoring, taken bool) {
 	ks.marksMu.Lock()
 	defer ks.marksMu.Unlock()
-	return ks.restore[p]
+	return ks.restoring[p] || ks.restore[p], ks.taken[p]
 }
 
 // checkChangelog refuses, at Run, a changelog that does not fit the input

@@ -35,21 +35,33 @@ func Count(kv KV, key []byte) (int64, error) { return Sum(kv, key, 1) }
 // none). A sum that would overflow an int64 is an error wrapping
 // [ErrOverflow], and changes nothing.
 func Sum(kv KV, key []byte, n int64) (int64, error) {
-	old, ok, err := kv.Get(key)
+	old, _, err := kv.Get(key)
 	if err != nil {
 		return 0, err
 	}
-	var sum int64
-	if ok {
-		if sum, err = Int64(old); err != nil {
-			return 0, fmt.Errorf("state: sum of a key of %d bytes: %w", len(key), err)
-		}
+	sum, err := AddInt64(old, n)
+	if err != nil {
+		return 0, fmt.Errorf("state: sum of a key of %d bytes: %w", len(key), err)
 	}
-	if n > 0 && sum > math.MaxInt64-n || n < 0 && sum < math.MinInt64-n {
-		return 0, fmt.Errorf("state: sum of a key of %d bytes: %d + %d: %w", len(key), sum, n, ErrOverflow)
-	}
-	sum += n
 	return sum, kv.Put(key, AppendInt64(nil, sum))
+}
+
+// AddInt64 returns sum (a sum as decimal text, nil for none: 0) plus n.
+// A sum that is not decimal text is an error, and one that would
+// overflow an int64 an error wrapping [ErrOverflow].
+func AddInt64(sum []byte, n int64) (int64, error) {
+	var s int64
+	if sum != nil {
+		v, err := Int64(sum)
+		if err != nil {
+			return 0, err
+		}
+		s = v
+	}
+	if n > 0 && s > math.MaxInt64-n || n < 0 && s < math.MinInt64-n {
+		return 0, fmt.Errorf("%d + %d: %w", s, n, ErrOverflow)
+	}
+	return s + n, nil
 }
 
 // Reduce sets key's value to fn(old, value), old being key's current

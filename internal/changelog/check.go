@@ -202,16 +202,8 @@ func missingOp(ops []kadm.ACLOperation, topic string) error {
 // authz.Refused), for the caller to assume DefaultMaxMessageBytes or to
 // refuse to run.
 func RecordLimit(ctx context.Context, conn []kgo.Opt, topic string) (int, error) {
-	cl, err := kgo.NewClient(conn...)
-	if err != nil {
-		return 0, fmt.Errorf("changelog: new client: %w", err)
-	}
-	defer cl.Close()
-	var sh Shape
-	if err := readConfigs(ctx, kadm.NewClient(cl), topic, &sh); err != nil {
-		return 0, err
-	}
-	return sh.MaxMessageBytes, nil
+	sh, err := Configs(ctx, conn, topic)
+	return sh.MaxMessageBytes, err
 }
 
 // Configs reads topic's configs into a Shape (its partitions left 0): an
