@@ -136,9 +136,12 @@
 // [EmitFinal] emits a window's result once it closes; [StateView.Windows]
 // reads a key's windows. [SessionCount], [SessionSum] and
 // [SessionAggregate] do the same per session of activity (window.Sessions:
-// an inactivity gap and a grace), merging sessions a record bridges. A [GlobalTable] ([WithGlobalTables]) holds a small
-// compacted topic whole on every instance for lookups, restored before
-// the first record. See docs/state.md.
+// an inactivity gap and a grace), merging sessions a record bridges. A
+// [GlobalTable] ([WithGlobalTables]) holds a small compacted topic whole
+// on every instance for lookups, restored before the first record. A
+// co-partitioned [Table] ([WithTables]) is materialized in each
+// partition's state, and [JoinTable] joins each record with it as of the
+// record's time, exactly once (the stream–table join). See docs/state.md.
 //
 // What holds: a handler reads its own transaction's writes; a record that
 // fails leaves none (its call's writes are dropped, see [StateOf]); an

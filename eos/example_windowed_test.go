@@ -124,3 +124,63 @@ func ExampleGlobalTable() {
 	// n North
 	// <nil>
 }
+
+// Reports joined with their region's name as of each report's time: the
+// region table's partition is materialized in the report partition's
+// state, and advances to each report's time before it is joined.
+func ExampleJoinTable() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "reports", "regions", "named"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	seed, _ := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	defer seed.Close()
+	noon := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	at := func(hours int) time.Time { return noon.Add(time.Duration(hours) * time.Hour) }
+	// The table first: the north is renamed at 14:00.
+	_ = seed.ProduceSync(context.Background(),
+		&kgo.Record{Topic: "regions", Key: []byte("n"), Value: []byte("North"), Timestamp: at(0)},
+		&kgo.Record{Topic: "regions", Key: []byte("n"), Value: []byte("Northern Region"), Timestamp: at(2)}).FirstErr()
+	for _, hour := range []int{1, 3, 1} { // the third report is late
+		seed.Produce(context.Background(), &kgo.Record{Topic: "reports", Key: []byte("n"), Timestamp: at(hour)}, nil)
+	}
+	seed.Produce(context.Background(), &kgo.Record{Topic: "reports", Key: []byte("w"), Timestamp: at(4)}, nil)
+	_ = seed.Flush(context.Background())
+
+	regions := eos.NewTable("regions")
+	name := eos.JoinTable(regions, func(_ context.Context, r *kgo.Record, name []byte, ok bool) ([]*kgo.Record, error) {
+		if !ok {
+			name = []byte("unknown")
+		}
+		return []*kgo.Record{{Topic: "named", Key: r.Key, Value: fmt.Appendf(nil, "%s %s", r.Timestamp.UTC().Format("15:04"), name)}}, nil
+	})
+	txnID, _ := eos.StableTransactionalID("namer", "0")
+	p, err := eos.NewProcessor(name, eos.Brokers(brokers...), eos.Group("namer"), eos.Topics("reports"),
+		eos.TransactionalID(txnID), eos.CommitInterval(50*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
+		eos.Changelog("namer-state", eos.CreateChangelog()), eos.WithTables(regions))
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	reader, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("named"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	defer reader.Close()
+	for n := 0; n < 4; {
+		reader.PollFetches(context.Background()).EachRecord(func(r *kgo.Record) {
+			fmt.Println(string(r.Key), string(r.Value))
+			n++
+		})
+	}
+	cancel()
+	fmt.Println(<-done)
+	// Output:
+	// n 13:00 North
+	// n 15:00 Northern Region
+	// n 13:00 Northern Region
+	// w 16:00 unknown
+	// <nil>
+}

@@ -151,6 +151,12 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 		// aggregation under Concurrency): Run ends with its error.
 		return err
 	}
+	if restart := (*loop.RestartError)(nil); errors.As(err, &restart) {
+		// A handler that waited in vain for what is no record's fault
+		// (a co-partitioned table's records not fetched): the session
+		// restarts with backoff.
+		return err
+	}
 	return p.applyPolicy(ctx, at, err)
 }
 

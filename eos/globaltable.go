@@ -36,9 +36,7 @@ import (
 // co-partitioned tables for that. Partitions added to the topic after Run
 // started are not read.
 type GlobalTable struct {
-	topic   string
-	refresh time.Duration
-	timeout time.Duration
+	tableSettings
 
 	inUse atomic.Bool
 	mu    sync.RWMutex
@@ -52,34 +50,49 @@ type GlobalTable struct {
 	failing string
 }
 
-// TableOption configures a [GlobalTable].
-type TableOption interface{ applyTable(*GlobalTable) }
+// TableOption configures a [GlobalTable] or a co-partitioned [Table].
+type TableOption interface{ applyTable(*tableSettings) }
 
-type tableOpt func(*GlobalTable)
+// tableSettings is what the table options set.
+type tableSettings struct {
+	topic      string
+	refresh    time.Duration
+	refreshSet bool // RefreshInterval given (a Table refuses it)
+	timeout    time.Duration
+}
 
-func (o tableOpt) applyTable(t *GlobalTable) { o(t) }
+type tableOpt func(*tableSettings)
+
+func (o tableOpt) applyTable(t *tableSettings) { o(t) }
 
 // RefreshInterval sets how often a running processor reads what was
-// committed to the table's topic since (default 1 s).
+// committed to a global table's topic since (default 1 s). A
+// co-partitioned [Table] follows its topic as it runs and refuses it.
 func RefreshInterval(d time.Duration) TableOption {
-	return tableOpt(func(t *GlobalTable) { t.refresh = d })
+	return tableOpt(func(t *tableSettings) { t.refresh, t.refreshSet = d, true })
 }
 
 // TableRestoreTimeout bounds how long the table's restore (at Run, or a
 // refresh) may go without progress (default 5 minutes; a transaction
-// left open on the topic holds it until the broker aborts it).
+// left open on the topic holds it until the broker aborts it). For a
+// co-partitioned [Table], it bounds how long a record waits for table
+// records known to be committed but not fetched yet.
 func TableRestoreTimeout(d time.Duration) TableOption {
-	return tableOpt(func(t *GlobalTable) { t.timeout = d })
+	return tableOpt(func(t *tableSettings) { t.timeout = d })
+}
+
+func newTableSettings(topic string, opts []TableOption) tableSettings {
+	s := tableSettings{topic: topic, refresh: time.Second, timeout: changelog.DefaultTimeout}
+	for _, o := range opts {
+		o.applyTable(&s)
+	}
+	return s
 }
 
 // NewGlobalTable returns the table of topic, empty until a processor's Run
 // restored it.
 func NewGlobalTable(topic string, opts ...TableOption) *GlobalTable {
-	t := &GlobalTable{topic: topic, refresh: time.Second, timeout: changelog.DefaultTimeout}
-	for _, o := range opts {
-		o.applyTable(t)
-	}
-	return t
+	return &GlobalTable{tableSettings: newTableSettings(topic, opts)}
 }
 
 // ErrTableNotRestored is returned by [GlobalTable.Get] before a Run

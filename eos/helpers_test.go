@@ -209,8 +209,10 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 // EOS_COPIER_CHANGELOG=topic in env, a counter: eos.Count (with
 // EOS_COPIER_WINDOW=finals, eos.WindowedCount of copierWindow emitting
 // its finals there; with EOS_COPIER_SESSIONS=finals, eos.SessionCount of
-// copierSessions; with EOS_COPIER_PEBBLE=dir, its stores on disk there; with EOS_COPIER_TTL=duration, under eos.TTL) with
-// that changelog, its updates to out).
+// copierSessions; with EOS_COPIER_PEBBLE=dir, its stores on disk there; with EOS_COPIER_TTL=duration, under eos.TTL;
+// with EOS_COPIER_JOIN=table and EOS_COPIER_DEAD=topic, joinCasesTo(out) of
+// that table, dead-lettering there) with that changelog, its updates to
+// out).
 type copier struct {
 	cmd *exec.Cmd
 }
@@ -304,6 +306,14 @@ func copierMain() int {
 			handle = h
 		}
 		stateOpts := []eos.StateOption{eos.EmitUpdates(out)}
+		if topic := os.Getenv("EOS_COPIER_JOIN"); topic != "" {
+			// Joins the cases with the table of topic instead, the
+			// joins to out.
+			table := eos.NewTable(topic)
+			handle = eos.JoinTable(table, joinCasesTo(out))
+			stateOpts = nil
+			opts = append(opts, eos.WithTables(table), eos.OnHandlerError(eos.DeadLetter(os.Getenv("EOS_COPIER_DEAD"))))
+		}
 		if dir := os.Getenv("EOS_COPIER_PEBBLE"); dir != "" {
 			stateOpts = append(stateOpts, eos.Stores(pebblestore.Factory(dir, nil)))
 		}

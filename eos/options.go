@@ -102,6 +102,7 @@ type config struct {
 	clientOpts     []kgo.Opt
 	state          *stateConfig // nil: stateless (see Changelog)
 	tables         []*GlobalTable
+	joined         []*Table // WithTables
 
 	// consumerProtocol: ConsumerProtocol was given; Run checks the
 	// cluster serves it.

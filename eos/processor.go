@@ -50,6 +50,9 @@ type Processor struct {
 	// stopTables stops the global tables' refresh (set by start, called
 	// when Run returns; Run's goroutine alone uses it).
 	stopTables func()
+	// stopJoins stops following the co-partitioned tables (as
+	// stopTables).
+	stopJoins func()
 	// wake ends an idle poll when the group's callbacks leave the loop
 	// something to do; rearm is set by a revoke (or loss) since the
 	// session's last End, which an idle session makes (session.rearm).
@@ -163,7 +166,8 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 			p.state.keys.p = c.keyPartitioner
 		}
 		p.handlerState = handlerState{late: p.lateRecord, keyLanes: c.concurrency > 1 && c.order == KeyOrder,
-			changelog: c.state.changelog, deadLetters: c.onError.DeadLetterTopics(), ttl: c.state.ttlSet}
+			changelog: c.state.changelog, deadLetters: c.onError.DeadLetterTopics(), ttl: c.state.ttlSet, joins: &joinedTables{}}
+		p.state.joins = p.handlerState.joins
 		if c.state.ttlSet {
 			p.handler = withTTL(p.handler, c.state.ttl)
 		}
@@ -232,6 +236,9 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 	if err := validateTables(c); err != nil {
 		return err
 	}
+	if err := validateJoined(c); err != nil {
+		return err
+	}
 	return c.requireBrokers()
 }
 
@@ -280,13 +287,18 @@ func (p *Processor) Run(ctx context.Context) error {
 				p.stopTables()
 				p.stopTables = nil
 			}
+			if p.stopJoins != nil {
+				p.stopJoins()
+				p.stopJoins = nil
+			}
 		},
 	})
 }
 
 // start checks, once per Run, what a session cannot fix: the connection
 // and the consumer protocol, the dead-letter topic and the changelog; and
-// restores the global tables, which it keeps current until Run returns.
+// restores the global tables, which it keeps current until Run returns,
+// and starts following the co-partitioned tables.
 func (p *Processor) start(ctx context.Context) error {
 	p.refused = &authz.Watch{Group: p.cfg.group, Grace: authz.DefaultGrace}
 	if err := loop.StartChecks(ctx, "eos", p.cfg.connOpts(), p.cfg.consumerProtocol, p.logger); err != nil {
@@ -298,8 +310,14 @@ func (p *Processor) start(ctx context.Context) error {
 	if err := p.checkChangelog(ctx); err != nil {
 		return err
 	}
+	var err error
+	if p.stopJoins, err = p.followTables(ctx); err != nil {
+		return err
+	}
 	stop, err := p.restoreTables(ctx)
 	if err != nil {
+		p.stopJoins()
+		p.stopJoins = nil
 		return err
 	}
 	p.stopTables = stop

@@ -236,6 +236,9 @@ type handlerState struct {
 	// ttl: the store's keys expire (TTL), which a windowed aggregation
 	// refuses.
 	ttl bool
+	// joins is what Run follows of the co-partitioned tables (see
+	// JoinTable).
+	joins *joinedTables
 }
 
 func withKV(ctx context.Context, kv state.KV, hs handlerState) context.Context {

@@ -49,6 +49,9 @@ type keyedState struct {
 	// NewProcessor.
 	restored func(partition int32, r changelog.Result)
 	keys     *keyLocator
+	// joins are the co-partitioned tables followed, told of each
+	// partition's commits and closes (set by NewProcessor).
+	joins *joinedTables
 
 	// Set by open, for a session.
 	restorer  *changelog.Restorer
@@ -456,6 +459,10 @@ func (ks *keyedState) ended(committed bool) {
 			ks.logger.Warn("eos: applying a committed transaction to a partition's store failed; it is restored from the changelog before its next record",
 				"partition", p, "err", err)
 			ks.closeLocked(p, ps)
+			continue
+		}
+		if ks.joins != nil {
+			ks.joins.each(func(f *tableFollower) { f.committed(p, ps.store) })
 		}
 	}
 	ks.closeTakenLocked(nil)
@@ -483,6 +490,9 @@ func (ks *keyedState) closeTakenLocked(keep []int32) {
 func (ks *keyedState) closeLocked(p int32, ps *partState) {
 	ps.txn.Abort()
 	delete(ks.parts, p)
+	if ks.joins != nil {
+		ks.joins.each(func(f *tableFollower) { f.closed(p) })
+	}
 	if err := ps.store.Close(); err != nil {
 		ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
 	}

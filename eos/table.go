@@ -1,0 +1,273 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/topiccheck"
+	"github.com/eoskit/eoskit/state"
+)
+
+// Table is a co-partitioned table, Kafka Streams' KTable of a
+// stream–table join: a compacted topic keyed as the input is, with as
+// many partitions, whose partition p is materialized in the keyed state of
+// input partition p. A processor given it ([WithTables]) joins each
+// input record with the table as of the record's time ([JoinTable]).
+//
+// What holds:
+//   - Timestamp order. Before a record of input partition p is handled,
+//     the table's partition p advances, in offset order, through every
+//     committed table record whose timestamp is at or before the
+//     record's (a tie goes to the table), and stops at the first that is
+//     later. Input records out of order never move the table back: it
+//     stands at the latest input time seen.
+//   - Exactly once. The table's records are written to the processor's
+//     changelog, with the table's position, in the transaction that
+//     commits the input's offsets: after a crash, a rebalance or a
+//     fencing, the records handled again see the table exactly as the
+//     aborted attempt did, given the same table records.
+//   - Committed records only (read_committed): a table record of an
+//     aborted transaction is never seen.
+//
+// The idle rule (Kafka Streams' max.task.idle.ms of 0): a record waits
+// for the table records known to be committed when it is handled (the
+// committed end listed when the partition is assigned, or read from the
+// last fetch) to be fetched, for up to [TableRestoreTimeout] without
+// progress, after which the session restarts (and Run ends after
+// restarts in a row); it does not wait for table records not yet
+// written. A table update produced after the stream's record it should
+// join is a race the join cannot see: write the table first, or give it
+// earlier timestamps and a moment to be fetched.
+//
+// What breaks it: a table topic whose partition count differs from the
+// input's (a *[eoskit.ConfigError] at Run), or keyed by another
+// partitioner than the input; a table topic created again (its offsets
+// restart, and Run ends with a *[eoskit.ConfigError]). The table doubles
+// in the changelog: each table record is written there once more, in
+// the transaction of the first input record that reaches its time.
+type Table struct {
+	tableSettings
+	inUse atomic.Bool
+}
+
+// NewTable returns the co-partitioned table of topic, for [WithTables]
+// and [JoinTable]. Of the [TableOption]s, it takes [TableRestoreTimeout].
+func NewTable(topic string, opts ...TableOption) *Table {
+	return &Table{tableSettings: newTableSettings(topic, opts)}
+}
+
+// Topic returns the table's topic.
+func (t *Table) Topic() string { return t.topic }
+
+// WithTables gives a stateful processor ([Changelog]) co-partitioned
+// tables to follow, for [JoinTable]. Run refuses, with a
+// *[eoskit.ConfigError], a table topic that does not exist or whose
+// partition count differs from the input's; a table given to two
+// processors running at once is refused by the second's Run. The
+// processor needs Describe and Read on each table's topic.
+func WithTables(tables ...*Table) ProcessorOption {
+	return processorOpt(func(c *config) { c.joined = append(c.joined, tables...) })
+}
+
+// JoinTable is a handler joining each record with t (a stream–table
+// join): join gets the record and the value of its key in t as of the
+// record's time (see [Table]), ok false for a key the table does not
+// hold (or a record without a key). It returns join's outputs; join's
+// error is the record's fault (see [OnHandlerError]). The processor
+// must be given t ([WithTables]) and handle each partition in order
+// (not [KeyOrder] under [Concurrency]).
+func JoinTable(t *Table, join func(ctx context.Context, r *kgo.Record, value []byte, ok bool) ([]*kgo.Record, error)) HandlerFunc {
+	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		hs := handlerStateOf(ctx)
+		refuse := func(reason string) error {
+			return &eoskit.ConfigError{Package: "eos", Setting: "JoinTable", Reason: reason}
+		}
+		var f *tableFollower
+		if hs.joins != nil {
+			f = hs.joins.of(t)
+		}
+		switch {
+		case hs.kv == nil:
+			return nil, refuse("a join needs Changelog: the table is materialized in the keyed state")
+		case hs.keyLanes:
+			return nil, refuse("the table follows each partition in order: use PartitionOrder, not KeyOrder")
+		case f == nil:
+			return nil, refuse(fmt.Sprintf("table %q is not given to the processor (WithTables)", t.topic))
+		}
+		if err := f.advance(ctx, hs.kv, r.Partition, r.Timestamp); err != nil {
+			return nil, err
+		}
+		var value []byte
+		var ok bool
+		if r.Key != nil {
+			var err error
+			if value, ok, err = hs.kv.Get(tableKey(t.topic, r.Key)); err != nil {
+				return nil, err
+			}
+		}
+		return join(ctx, r, value, ok)
+	}
+}
+
+// tableKey is where key's value in the table of topic lives in the
+// keyed state, and tablePositionKey where the offset of the next table
+// record to apply does.
+func tableKey(topic string, key []byte) []byte {
+	return slices.Concat([]byte(state.ReservedPrefix+"table/"+topic+"\x00"), key)
+}
+
+func tablePositionKey(topic string) []byte {
+	return []byte(state.ReservedPrefix + "table-position/" + topic)
+}
+
+// tablePosition reads the position of topic's table in kv (0 before its
+// first record).
+func tablePosition(kv interface {
+	Get(key []byte) ([]byte, bool, error)
+}, topic string) (int64, error) {
+	v, ok, err := kv.Get(tablePositionKey(topic))
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("eos: table %q: a position %q that is no offset in the keyed state", topic, v)
+	}
+	return n, nil
+}
+
+// validateJoined checks the co-partitioned tables' settings.
+func validateJoined(c *config) error {
+	for i, t := range c.joined {
+		refuse := func(reason string) error {
+			return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Semantics: checkedAgainst(c.semantics), Reason: reason}
+		}
+		switch {
+		case t == nil:
+			return refuse("a nil table")
+		case t.topic == "":
+			return refuse("a table without a topic")
+		case c.state == nil:
+			return refuse(fmt.Sprintf("table %q: a co-partitioned table is materialized in the keyed state: give the processor Changelog", t.topic))
+		case t.refreshSet:
+			return refuse(fmt.Sprintf("table %q: RefreshInterval is a global table's; a co-partitioned table follows its topic as records come", t.topic))
+		case t.timeout <= 0:
+			return refuse(fmt.Sprintf("table %q: its restore timeout must be positive", t.topic))
+		case c.state.ttlSet:
+			return refuse(fmt.Sprintf("table %q: TTL would expire the table's keys", t.topic))
+		case c.concurrency > 1 && c.order == KeyOrder:
+			return refuse(fmt.Sprintf("table %q: the table follows each partition in order: use PartitionOrder, not KeyOrder", t.topic))
+		case slices.Contains(c.inputTopics, t.topic):
+			return refuse(fmt.Sprintf("table %q is also an input topic", t.topic))
+		case t.topic == c.state.changelog || t.topic == c.state.updates:
+			return refuse(fmt.Sprintf("table %q is the processor's changelog or updates topic", t.topic))
+		case slices.Contains(c.onError.DeadLetterTopics(), t.topic):
+			return refuse(fmt.Sprintf("table %q is a dead-letter topic", t.topic))
+		case slices.Contains(c.joined[i+1:], t):
+			return refuse(fmt.Sprintf("table %q is given twice", t.topic))
+		case slices.ContainsFunc(c.tables, func(g *GlobalTable) bool { return g != nil && g.topic == t.topic }):
+			return refuse(fmt.Sprintf("table %q is also a global table", t.topic))
+		}
+	}
+	return nil
+}
+
+// joinedTables is what a Run follows of its processor's co-partitioned
+// tables: set by start, read by the handlers and the keyed state.
+type joinedTables struct {
+	mu        sync.RWMutex
+	followers map[*Table]*tableFollower
+}
+
+func (j *joinedTables) of(t *Table) *tableFollower {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	return j.followers[t]
+}
+
+func (j *joinedTables) each(fn func(*tableFollower)) {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	for _, f := range j.followers {
+		fn(f)
+	}
+}
+
+// followTables checks the co-partitioned tables against the input and
+// starts following them, until stop is called (when Run returns).
+func (p *Processor) followTables(ctx context.Context) (stop func(), err error) {
+	if len(p.cfg.joined) == 0 {
+		return func() {}, nil
+	}
+	followers := map[*Table]*tableFollower{}
+	stop = func() {
+		p.handlerState.joins.mu.Lock()
+		p.handlerState.joins.followers = nil
+		p.handlerState.joins.mu.Unlock()
+		for t, f := range followers {
+			f.close()
+			t.inUse.Store(false)
+		}
+	}
+	for _, t := range p.cfg.joined {
+		if err := p.checkTable(ctx, t); err != nil {
+			stop()
+			return nil, err
+		}
+		if !t.inUse.CompareAndSwap(false, true) {
+			stop()
+			return nil, &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Semantics: checkedAgainst(p.cfg.semantics),
+				Reason: fmt.Sprintf("table %q is in use by another processor's Run", t.topic)}
+		}
+		f, err := newTableFollower(p.cfg.connOpts(), t, p.logger)
+		if err != nil {
+			t.inUse.Store(false)
+			stop()
+			return nil, err
+		}
+		followers[t] = f
+	}
+	p.handlerState.joins.mu.Lock()
+	p.handlerState.joins.followers = followers
+	p.handlerState.joins.mu.Unlock()
+	return stop, nil
+}
+
+// checkTable refuses a table topic missing, unreadable, or with another
+// partition count than the input's.
+func (p *Processor) checkTable(ctx context.Context, t *Table) error {
+	refuse := func(reason string) error {
+		return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Semantics: checkedAgainst(p.cfg.semantics), Reason: reason}
+	}
+	tds, err := topiccheck.Describe(ctx, p.cfg.connOpts(), t.topic)
+	if err != nil {
+		return fmt.Errorf("eos: describe the table %q: %w", t.topic, err)
+	}
+	td, ok := tds[t.topic]
+	switch {
+	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		return refuse(fmt.Sprintf("the table's topic %q does not exist", t.topic))
+	case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
+		return &eoskit.AuthorizationError{Permission: fmt.Sprintf("Describe and Read on the table's topic %q", t.topic), Err: td.Err}
+	case td.Err != nil:
+		return fmt.Errorf("eos: describe the table %q: %w", t.topic, td.Err)
+	case int32(len(td.Partitions)) != p.state.partitionCount():
+		return refuse(fmt.Sprintf("the table's topic %q has %d partitions and the input %q has %d: a co-partitioned table has the input's",
+			t.topic, len(td.Partitions), p.state.input, p.state.partitionCount()))
+	}
+	return nil
+}
+
+// tableWaitStep is how often a record waiting for table records looks
+// again without news (a fetch wakes it at once).
+const tableWaitStep = 100 * time.Millisecond
