@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,9 @@ func TestLookupFindsTheKeysPartition(t *testing.T) {
 	want := map[string]int{}
 	for i := range 90 {
 		key := "region-" + strconv.Itoa(i%9)
+		if i%10 == 9 {
+			key = "zone-" + strconv.Itoa(i%4)
+		}
 		want[key]++
 		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(key)}).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -65,6 +69,43 @@ func TestLookupFindsTheKeysPartition(t *testing.T) {
 	}
 	if _, ok, err := p.State().Lookup([]byte("nowhere")); ok || err != nil {
 		t.Errorf("Lookup of a key never counted: %v, %v; want none, no error", ok, err)
+	}
+
+	// Prefix and Scan read the keys of a range alone, each partition's
+	// in key order, never a reserved key.
+	scanned := func(scan func(fn func(int32, []byte, []byte) bool) error) map[string]string {
+		got := map[string]string{}
+		last := map[int32]string{}
+		if err := scan(func(part int32, k, v []byte) bool {
+			if string(k) <= last[part] {
+				t.Errorf("partition %d: key %q after %q", part, k, last[part])
+			}
+			last[part] = string(k)
+			got[string(k)] = string(v)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	regions := scanned(func(fn func(int32, []byte, []byte) bool) error { return p.State().Prefix([]byte("region-"), fn) })
+	middle := scanned(func(fn func(int32, []byte, []byte) bool) error {
+		return p.State().Scan([]byte("region-3"), []byte("region-6"), fn)
+	})
+	for key, n := range want {
+		r, inRegions := regions[key]
+		m, inMiddle := middle[key]
+		isRegion := strings.HasPrefix(key, "region-")
+		isMiddle := isRegion && key >= "region-3" && key < "region-6"
+		switch {
+		case inRegions != isRegion || (isRegion && r != strconv.Itoa(n)):
+			t.Errorf("Prefix(region-): %s = %q (listed %t)", key, r, inRegions)
+		case inMiddle != isMiddle || (isMiddle && m != strconv.Itoa(n)):
+			t.Errorf("Scan(region-3, region-6): %s = %q (listed %t)", key, m, inMiddle)
+		}
+	}
+	if len(regions) != 9 || len(middle) != 3 {
+		t.Errorf("Prefix(region-) listed %d keys, want 9; Scan(region-3, region-6) %d, want 3", len(regions), len(middle))
 	}
 	stop()
 	if err := <-done; err != nil {

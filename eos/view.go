@@ -85,6 +85,43 @@ func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) erro
 	return nil
 }
 
+// Scan calls fn on the committed keys from start (inclusive; nil: the
+// first) to end (exclusive; nil: past the last) and their values, of the
+// partitions this instance holds ready (but the reserved keys, see
+// [state.ReservedPrefix]), partition by partition in order, each in key
+// order, until fn returns false. Keys are spread over partitions by
+// their hash, so a range read from one instance holds its partitions'
+// keys only: [StateView.Partitions] says which. A pebble store reads the
+// range alone; the memory store is read whole for each partition (see
+// [state.Scan]). The slices are valid during the call only; fn must not
+// call the view or the processor.
+func (v *StateView) Scan(start, end []byte, fn func(partition int32, key, value []byte) bool) error {
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	for _, p := range slices.Sorted(maps.Keys(v.ks.parts)) {
+		if v.ks.unreadyLocked(p) {
+			continue
+		}
+		more := true
+		err := state.Scan(v.ks.parts[p].store, start, end, func(k, val []byte) bool {
+			if state.IsReserved(k) {
+				return true
+			}
+			more = fn(p, k, val)
+			return more
+		})
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// Prefix is [StateView.Scan] of the keys beginning with prefix.
+func (v *StateView) Prefix(prefix []byte, fn func(partition int32, key, value []byte) bool) error {
+	return v.Scan(prefix, state.PrefixEnd(prefix), fn)
+}
+
 // PartitionOf returns the input partition key's records are in, and its
 // state with them: where the partitioner given to
 // [RequireKeyPartitioning] puts key, else the processor's producer

@@ -19,6 +19,8 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.TimeWindows;
@@ -45,6 +47,13 @@ import sun.misc.Signal;
  *       .toStream((w, n) -> w.key()).to(out)
  * </pre>
  *
+ * or, given table, a stream–table join, each record's output the table's
+ * value of its key (records of keys the table lacks have none):
+ *
+ * <pre>
+ *   builder.stream(in).join(builder.table(table), (v, t) -> t).to(out)
+ * </pre>
+ *
  * Keys are Bytes (compared by content), values opaque bytes; the count's
  * store is named "counts" (its changelog: APPLICATION_ID-counts-changelog,
  * which Streams creates). Everything not
@@ -57,7 +66,7 @@ import sun.misc.Signal;
  * Run it through scripts/streams.sh run; arguments, as name=value:
  * bootstrap, application-id, input, output, replication-factor (all
  * required), threads (num.stream.threads, default 1), commit-interval-ms
- * (default: Streams' own), window-ms and grace-ms.
+ * (default: Streams' own), window-ms and grace-ms, table.
  */
 public final class CountByKey {
     public static void main(String[] argv) throws Exception {
@@ -78,9 +87,12 @@ public final class CountByKey {
         }
 
         StreamsBuilder builder = new StreamsBuilder();
-        KGroupedStream<Bytes, byte[]> grouped = builder.stream(in, Consumed.with(Serdes.Bytes(), Serdes.ByteArray()))
-                .groupByKey(Grouped.with(Serdes.Bytes(), Serdes.ByteArray()));
-        if (args.containsKey("window-ms")) {
+        KStream<Bytes, byte[]> stream = builder.stream(in, Consumed.with(Serdes.Bytes(), Serdes.ByteArray()));
+        if (args.containsKey("table")) {
+            KTable<Bytes, byte[]> table = builder.table(args.get("table"), Consumed.with(Serdes.Bytes(), Serdes.ByteArray()));
+            stream.join(table, (v, t) -> t).to(out, Produced.with(Serdes.Bytes(), Serdes.ByteArray()));
+        } else if (args.containsKey("window-ms")) {
+            KGroupedStream<Bytes, byte[]> grouped = stream.groupByKey(Grouped.with(Serdes.Bytes(), Serdes.ByteArray()));
             Duration size = Duration.ofMillis(Long.parseLong(args.get("window-ms")));
             Duration grace = Duration.ofMillis(Long.parseLong(args.getOrDefault("grace-ms", "0")));
             grouped.windowedBy(TimeWindows.ofSizeAndGrace(size, grace))
@@ -90,7 +102,7 @@ public final class CountByKey {
                     .toStream((w, n) -> w.key())
                     .to(out, Produced.with(Serdes.Bytes(), Serdes.Long()));
         } else {
-            grouped.count(Materialized.<Bytes, Long, KeyValueStore<Bytes, byte[]>>as("counts")
+            stream.groupByKey(Grouped.with(Serdes.Bytes(), Serdes.ByteArray())).count(Materialized.<Bytes, Long, KeyValueStore<Bytes, byte[]>>as("counts")
                             .withKeySerde(Serdes.Bytes())
                             .withValueSerde(Serdes.Long()))
                     .toStream()
@@ -156,7 +168,7 @@ public final class CountByKey {
 
     private static void usage(String why) {
         System.err.println("CountByKey: " + why + "\nusage: CountByKey bootstrap=HOST:PORT application-id=ID input=TOPIC output=TOPIC "
-                + "replication-factor=N [threads=1] [commit-interval-ms=MS] [window-ms=MS [grace-ms=MS]]");
+                + "replication-factor=N [threads=1] [commit-interval-ms=MS] [window-ms=MS [grace-ms=MS] | table=TOPIC]");
         System.exit(2);
     }
 

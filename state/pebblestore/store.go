@@ -1,6 +1,7 @@
 package pebblestore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -226,12 +227,31 @@ func (p *Store) Get(key []byte) ([]byte, bool, error) {
 // Range implements [state.Reader], in key order, over a snapshot: Apply does
 // not wait for it.
 func (p *Store) Range(fn func(key, value []byte) bool) error {
+	return p.Scan(nil, nil, fn)
+}
+
+var _ state.Scanner = (*Store)(nil)
+
+// Scan implements [state.Scanner]: the keys from start to end, in key
+// order, over a snapshot (Apply does not wait for it), reading only the
+// range.
+func (p *Store) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
 		return state.ErrClosed
 	}
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: dataLower, UpperBound: dataUpper})
+	if start != nil && end != nil && bytes.Compare(start, end) >= 0 {
+		return nil // an empty range
+	}
+	lower, upper := dataLower, dataUpper
+	if start != nil {
+		lower = dataKey(start)
+	}
+	if end != nil {
+		upper = dataKey(end)
+	}
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("pebblestore: pebble iterate: %w", err)
 	}

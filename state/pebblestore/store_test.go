@@ -174,3 +174,43 @@ func TestPebbleDirectoriesAreTheOwnersAlone(t *testing.T) {
 		}
 	}
 }
+
+// Scan reads a range in key order, as state.Scan does over any store.
+func TestPebbleScansARange(t *testing.T) {
+	s, err := pebblestore.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var writes []state.Write
+	for _, k := range []string{"b", "a", "ab", "abc", "b\xff", "c", "\xff\xff"} {
+		writes = append(writes, state.Write{Key: []byte(k), Value: []byte("v" + k)})
+	}
+	if err := s.Apply(writes, state.Checkpoint{TopicID: topicA, Offset: 7}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		start, end []byte
+		want       []string
+	}{
+		{nil, nil, []string{"a", "ab", "abc", "b", "b\xff", "c", "\xff\xff"}},
+		{[]byte("ab"), []byte("b"), []string{"ab", "abc"}},
+		{[]byte("a"), state.PrefixEnd([]byte("a")), []string{"a", "ab", "abc"}},
+		{[]byte("\xff"), state.PrefixEnd([]byte("\xff")), []string{"\xff\xff"}},
+		{[]byte("c"), []byte("a"), nil},
+	} {
+		var got []string
+		if err := state.Scan(s, c.start, c.end, func(k, v []byte) bool {
+			if string(v) != "v"+string(k) {
+				t.Errorf("key %q with value %q", k, v)
+			}
+			got = append(got, string(k))
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Scan(%q, %q) = %q, want %q", c.start, c.end, got, c.want)
+		}
+	}
+}

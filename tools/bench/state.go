@@ -38,6 +38,10 @@ const (
 	roleStreamsWindow = "streams-window"
 	roleWindowGoal    = "window-goal"
 	roleCopy          = "copy" // eos.Processor's stateless copy: ratio base
+	// roleStreamsJoin is Kafka Streams' stream–table join (ratio base),
+	// roleJoinGoal eoskit's, which issue 45's goal is about.
+	roleStreamsJoin = "streams-join"
+	roleJoinGoal    = "join-goal"
 )
 
 // stateKeys is how many distinct keys the state part's records carry.
@@ -45,8 +49,10 @@ const stateKeys = 1000
 
 // stateTable is the keyed-state table: Kafka Streams' count by key (the
 // Java peer, scripts/streams.sh) and eos.Processor's stateless copy at
-// 100 ms, on one backlog of 100 B records over 1,000 keys.
-func stateTable(script string, threads int) wtable {
+// 100 ms, on one backlog of 100 B records over 1,000 keys; and both
+// joining that backlog with table, a topic of a 100 B value for each of
+// the 1,000 keys (see seedJoinTable).
+func stateTable(script string, threads int, table string) wtable {
 	return wtable{
 		name: "state", partitions: 6, sizes: []int{100}, keys: stateKeys,
 		guess: func(int) float64 { return 300_000 },
@@ -59,6 +65,9 @@ func stateTable(script string, threads int) wtable {
 				{name: fmt.Sprintf("Kafka Streams 4.4.0 windowedBy(TimeWindows.ofSizeAndGrace(1m, 10s)).count(), exactly_once_v2, %d thread(s)", threads),
 					start: streamsCount(script, threads, benchWindow), role: roleStreamsWindow},
 				{name: "eos.Processor windowed count (eos.WindowedCount, tumbling 1m, grace 10s, memory store), 100ms", start: counting(windowedCount(), 100*time.Millisecond), role: roleWindowGoal},
+				{name: fmt.Sprintf("Kafka Streams 4.4.0 stream.join(table), exactly_once_v2, %d thread(s)", threads),
+					start: streamsJoin(script, threads, table), role: roleStreamsJoin},
+				{name: "eos.Processor stream–table join (eos.JoinTable, memory store), 100ms", start: joining(table, 100*time.Millisecond), role: roleJoinGoal},
 			}
 		},
 	}
@@ -68,8 +77,9 @@ func stateTable(script string, threads int) wtable {
 const (
 	goalVsStreams = 1.0
 	goalVsCopy    = 0.8
-	// issue 45's goal for the windowed count.
+	// issue 45's goals for the windowed count and the stream–table join.
 	goalWindowVsStreams = 2.0
+	goalJoinVsStreams   = 2.0
 )
 
 // printState writes the keyed-state table: every row as a ratio to Kafka
@@ -78,19 +88,22 @@ const (
 func printState(w io.Writer, rows []wrow, b *bench) {
 	fmt.Fprintf(w, "\nstate, count by key: %d B records, 6 partitions, %d keys: input records committed per second (the group's committed offsets) during a %s window after a %s warm-up, from a backlog; median of %d interleaved runs (min-max; spread = (max-min)/median). CPU is the worker process's: the JVM's for Kafka Streams, the benchmark process's for eos. Goals for eoskit's count by key: ≥ %.2fx Kafka Streams, ≥ %.2fx eos's stateless copy\n\n",
 		rows[0].size, stateKeys, b.window, b.warmup, b.runs, goalVsStreams, goalVsCopy)
-	fmt.Fprintln(w, "| variant | records/s | min-max | spread | vs Kafka Streams count | vs Kafka Streams windowed count | vs eos copy | CPU µs per record | goals |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| variant | records/s | min-max | spread | vs Kafka Streams count | vs Kafka Streams windowed count | vs Kafka Streams join | vs eos copy | CPU µs per record | goals |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range rows {
-		vs := ratiosTo(rows, r, roleStreams, roleStreamsWindow, roleCopy)
-		fmt.Fprintf(w, "| %s | %s | %.2fx | %.2fx | %.2fx | %s | %s |\n", r.v.name, rateCells(r.rates()), vs[0], vs[1], vs[2], cpuCell(r), stateGoals(r, vs[0], vs[1], vs[2]))
+		vs := ratiosTo(rows, r, roleStreams, roleStreamsWindow, roleStreamsJoin, roleCopy)
+		fmt.Fprintf(w, "| %s | %s | %.2fx | %.2fx | %.2fx | %.2fx | %s | %s |\n", r.v.name, rateCells(r.rates()), vs[0], vs[1], vs[2], vs[3], cpuCell(r), stateGoals(r, vs[0], vs[1], vs[2], vs[3]))
 	}
 }
 
-// stateGoals is the goals cell of a state row: issue 27's, on the row of
-// eoskit's count by key only.
-func stateGoals(r wrow, vsStreams, vsStreamsWindow, vsCopy float64) string {
-	if r.v.role == roleWindowGoal {
+// stateGoals is the goals cell of a state row: issue 27's on the row of
+// eoskit's count by key, issue 45's on its windowed count's and join's.
+func stateGoals(r wrow, vsStreams, vsStreamsWindow, vsStreamsJoin, vsCopy float64) string {
+	switch r.v.role {
+	case roleWindowGoal:
 		return fmt.Sprintf("≥ %.2fx Kafka Streams windowed: %s", goalWindowVsStreams, metOrMissed(vsStreamsWindow >= goalWindowVsStreams))
+	case roleJoinGoal:
+		return fmt.Sprintf("≥ %.2fx Kafka Streams join: %s", goalJoinVsStreams, metOrMissed(vsStreamsJoin >= goalJoinVsStreams))
 	}
 	if r.v.role != roleGoal {
 		return ""
@@ -118,13 +131,26 @@ func buildStreams(ctx context.Context, script string) error {
 // processed, and the peer exits 0); wait then deletes the internal topics
 // Streams made (the count's changelog).
 func streamsCount(script string, threads int, w window.Spec) func(context.Context, *env) (running, error) {
+	var extra []string
+	if w.Size > 0 {
+		extra = []string{"window-ms=" + strconv.FormatInt(w.Size.Milliseconds(), 10), "grace-ms=" + strconv.FormatInt(w.Grace.Milliseconds(), 10)}
+	}
+	return streamsPeer(script, threads, extra...)
+}
+
+// streamsJoin starts the Kafka Streams peer joining e.in with table
+// (stream.join(table)), as streamsCount.
+func streamsJoin(script string, threads int, table string) func(context.Context, *env) (running, error) {
+	return streamsPeer(script, threads, "table="+table)
+}
+
+// streamsPeer starts the Kafka Streams peer with extra arguments (see
+// streamsCount).
+func streamsPeer(script string, threads int, extra ...string) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
-		args := []string{"run", "bootstrap=" + strings.Join(e.brokers, ","), "application-id=" + e.group,
+		args := append([]string{"run", "bootstrap=" + strings.Join(e.brokers, ","), "application-id=" + e.group,
 			"input=" + e.in, "output=" + e.out,
-			"replication-factor=" + strconv.Itoa(replicationFactor), "threads=" + strconv.Itoa(threads)}
-		if w.Size > 0 {
-			args = append(args, "window-ms="+strconv.FormatInt(w.Size.Milliseconds(), 10), "grace-ms="+strconv.FormatInt(w.Grace.Milliseconds(), 10))
-		}
+			"replication-factor=" + strconv.Itoa(replicationFactor), "threads=" + strconv.Itoa(threads)}, extra...)
 		cmd := exec.CommandContext(ctx, script, args...)
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 		cmd.WaitDelay = 90 * time.Second // Streams' close is given 60 s
@@ -172,6 +198,56 @@ func counting(count eos.HandlerFunc, interval time.Duration) func(context.Contex
 			return errors.Join(p.Run(ctx), deleteInternalTopics(e.brokers, e.group))
 		})}, nil
 	}
+}
+
+// joining is eos.Processor joining e.in with table (eos.JoinTable, its
+// table in the keyed state: a changelog it creates, the in-memory store),
+// each record's output the table's value of its key, committing every
+// interval; wait then deletes the changelog.
+func joining(table string, interval time.Duration) func(context.Context, *env) (running, error) {
+	return func(ctx context.Context, e *env) (running, error) {
+		t := eos.NewTable(table)
+		join := eos.JoinTable(t, func(_ context.Context, r *kgo.Record, value []byte, ok bool) ([]*kgo.Record, error) {
+			if !ok {
+				return nil, nil // an inner join, as Streams'
+			}
+			return []*kgo.Record{{Topic: e.out, Key: r.Key, Value: value}}, nil
+		})
+		p, err := eos.NewProcessor(join, eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
+			eos.TransactionalID(e.group+"-0"), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet),
+			eos.Changelog(e.group+"-changelog", eos.CreateChangelog()), eos.WithTables(t))
+		if err != nil {
+			return running{}, err
+		}
+		return running{wait: background(func() error {
+			return errors.Join(p.Run(ctx), deleteInternalTopics(e.brokers, e.group))
+		})}, nil
+	}
+}
+
+// seedJoinTable creates the join rows' table: 6 partitions, a random 100 B
+// value for each of the stateKeys keys, stamped an hour ago so that every
+// input record (stamped as it is written) meets the whole table.
+func (b *bench) seedJoinTable(ctx context.Context) (string, error) {
+	table := fmt.Sprintf("bench-state-%d-table", time.Now().UnixNano())
+	if err := b.createTopics(ctx, 6, table); err != nil {
+		return "", err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.DefaultProduceTopic(table))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	values := randomValues(stateKeys, 100)
+	at := time.Now().Add(-time.Hour)
+	recs := make([]*kgo.Record, stateKeys)
+	for k := range recs {
+		recs[k] = &kgo.Record{Key: fmt.Appendf(nil, "k%d", k), Value: values[k], Timestamp: at}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return "", fmt.Errorf("seeding the join's table: %w", err)
+	}
+	return table, nil
 }
 
 // windowedCount is eos.WindowedCount of benchWindow.
@@ -379,7 +455,12 @@ func (b *bench) state(ctx context.Context, w io.Writer, threads int, check bool)
 	if err := buildStreams(ctx, script); err != nil {
 		return err
 	}
-	rows, err := b.windowed(ctx, stateTable(script, threads))
+	table, err := b.seedJoinTable(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), table) }()
+	rows, err := b.windowed(ctx, stateTable(script, threads, table))
 	if err != nil {
 		return err
 	}
