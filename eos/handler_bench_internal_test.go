@@ -141,3 +141,42 @@ func BenchmarkWindowHeap(b *testing.B) {
 		runtime.KeepAlive(store)
 	}
 }
+
+// BenchmarkJoinTableHandler is JoinTable's handler over a table of 1,000
+// keys already in the state, its follower caught up: what joining a
+// record costs beyond the join itself.
+func BenchmarkJoinTableHandler(b *testing.B) {
+	t := NewTable("table")
+	f := &tableFollower{topic: "table", wait: time.Second, changed: make(chan struct{}),
+		parts: map[int32]*tableBuffer{0: {from: 0, next: 1000, end: 1000, ready: 1000}}}
+	hs := handlerState{joins: &joinedTables{followers: map[*Table]*tableFollower{t: f}}}
+	h := JoinTable(t, func(_ context.Context, r *kgo.Record, v []byte, ok bool) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: "out", Key: r.Key, Value: v}}, nil
+	})
+	store := state.NewMemory()
+	keys := make([][]byte, 1000)
+	var writes []state.Write
+	for i := range keys {
+		keys[i] = []byte("k" + strconv.Itoa(i))
+		writes = append(writes, state.Write{Key: tableKey("table", keys[i]), Value: make([]byte, 100)})
+	}
+	writes = append(writes, state.Write{Key: tablePositionKey("table"), Value: []byte("1000")})
+	if err := store.Apply(writes, state.Checkpoint{Offset: 1}); err != nil {
+		b.Fatal(err)
+	}
+	txn := state.NewTxn(store, 0)
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		sc := txn.Scope()
+		ctx := withKV(context.Background(), sc, hs)
+		r := &kgo.Record{Key: keys[i%1000], Timestamp: now}
+		if _, err := h(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+		sc.Keep()
+		if i%5000 == 4999 {
+			_ = txn.Commit(int64(i))
+		}
+	}
+}

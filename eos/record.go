@@ -122,9 +122,11 @@ func decide(a attempt, policy eoskit.ErrorPolicy, budget time.Duration) recordOu
 		return recordOutcome{kind: recordFailed, err: err}
 	case a.err == nil:
 		return recordOutcome{kind: produceOutputs, outs: a.outs}
-	case errors.Is(a.err, eoskit.ErrInvalidConfig):
-		// The handler refused the processor's configuration: no
-		// record's fault, whatever the policy (afterFailure ends Run).
+	case errors.Is(a.err, eoskit.ErrInvalidConfig) || errors.As(a.err, new(*loop.RestartError)):
+		// The handler refused the processor's configuration, or asked
+		// for a new session (a co-partitioned table not fetched): no
+		// record's fault, whatever the policy (afterFailure ends Run, or
+		// the session).
 		return recordOutcome{kind: recordFailed, err: a.err}
 	}
 	pol := policy.For(a.err)

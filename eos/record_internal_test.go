@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/loop"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -22,6 +23,7 @@ func TestDecideRecordOutcomeUnit(t *testing.T) {
 	retryThenDeadLetter := eoskit.Retry(time.Millisecond, 3).Then(eoskit.DeadLetterTo("retry-dlq"))
 	gaveUp := fmt.Errorf("call: %w", context.DeadlineExceeded)
 	refusedConfig := fmt.Errorf("handler: %w", &eoskit.ConfigError{Package: "eos", Setting: "Concurrency"})
+	stalled := fmt.Errorf("handler: %w", loop.Restart(&TableStallError{Topic: "regions"}))
 	for _, c := range []struct {
 		name   string
 		a      attempt
@@ -44,6 +46,8 @@ func TestDecideRecordOutcomeUnit(t *testing.T) {
 			want: recordOutcome{kind: sendDeadLetter, err: boom}, deadLetterTo: "dlq"},
 		{name: "handler refused the configuration under DeadLetter: no record's fault", a: attempt{err: refusedConfig}, policy: deadLetter,
 			want: recordOutcome{kind: recordFailed, err: refusedConfig}},
+		{name: "handler asked for a new session under DeadLetter: no record's fault", a: attempt{err: stalled}, policy: deadLetter,
+			want: recordOutcome{kind: recordFailed, err: stalled}},
 		{name: "poisoned as a Retry's fallback", a: attempt{poisoned: true, err: boom}, policy: retryThenDeadLetter,
 			want: recordOutcome{kind: sendDeadLetter, err: boom}, deadLetterTo: "retry-dlq"},
 		{name: "shut down while the handler failed", a: attempt{shutdown: true, err: boom}, policy: deadLetter,

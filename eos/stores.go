@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -327,7 +328,46 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			}
 		}
 	}
-	return nil
+	return ks.prepareJoins(ctx, fetches, polled)
+}
+
+// prepareJoins has each co-partitioned table (see JoinTable) fetch what
+// the polled partitions' records may meet, from the position committed in
+// their stores, before the handlers run.
+func (ks *keyedState) prepareJoins(ctx context.Context, fetches kgo.Fetches, polled []int32) error {
+	if ks.joins == nil || len(polled) == 0 {
+		return nil
+	}
+	latest := map[int32]time.Time{}
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if fp.Topic != ks.input {
+			return
+		}
+		for _, r := range fp.Records {
+			if r.Timestamp.After(latest[fp.Partition]) {
+				latest[fp.Partition] = r.Timestamp
+			}
+		}
+	})
+	var err error
+	ks.joins.each(func(f *tableFollower) {
+		for _, p := range polled {
+			if err != nil {
+				return
+			}
+			ks.mu.RLock()
+			ps := ks.parts[p]
+			ks.mu.RUnlock()
+			if ps == nil {
+				continue // taken away meanwhile: not handled
+			}
+			var pos int64
+			if pos, err = tablePosition(ps.store, f.topic); err == nil {
+				err = f.prepare(ctx, p, pos, latest[p])
+			}
+		}
+	})
+	return err
 }
 
 // moreAssigned reports whether the group assigned partitions since
@@ -461,9 +501,7 @@ func (ks *keyedState) ended(committed bool) {
 			ks.closeLocked(p, ps)
 			continue
 		}
-		if ks.joins != nil {
-			ks.joins.each(func(f *tableFollower) { f.committed(p, ps.store) })
-		}
+
 	}
 	ks.closeTakenLocked(nil)
 }
@@ -490,9 +528,6 @@ func (ks *keyedState) closeTakenLocked(keep []int32) {
 func (ks *keyedState) closeLocked(p int32, ps *partState) {
 	ps.txn.Abort()
 	delete(ks.parts, p)
-	if ks.joins != nil {
-		ks.joins.each(func(f *tableFollower) { f.closed(p) })
-	}
 	if err := ps.store.Close(); err != nil {
 		ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
 	}

@@ -34,27 +34,31 @@ import (
 //   - Exactly once. The table's records are written to the processor's
 //     changelog, with the table's position, in the transaction that
 //     commits the input's offsets: after a crash, a rebalance or a
-//     fencing, the records handled again see the table exactly as the
-//     aborted attempt did, given the same table records.
+//     fencing, the records handled again start from the table the last
+//     commit left and meet what the aborted attempt met, unless table
+//     records their times reach were committed since (the idle rule).
 //   - Committed records only (read_committed): a table record of an
 //     aborted transaction is never seen.
 //
-// The idle rule (Kafka Streams' max.task.idle.ms of 0): a record waits
-// for the table records known to be committed when it is handled (the
-// committed end listed when the partition is assigned, or read from the
-// last fetch) to be fetched, for up to [TableRestoreTimeout] without
-// progress, after which the session restarts (and Run ends after
-// restarts in a row); it does not wait for table records not yet
-// written. A table update produced after the stream's record it should
-// join is a race the join cannot see: write the table first, or give it
-// earlier timestamps and a moment to be fetched.
+// The idle rule (Kafka Streams' max.task.idle.ms of 0): before a
+// transaction handles a partition's polled records (outside the handlers
+// and their budget), the table's partition is fetched up to a record
+// later than the latest of them, or to its committed end known (listed
+// when the partition is first met, then read from each fetch), waiting
+// up to [TableRestoreTimeout] without a record fetched; then the session
+// restarts with a *[TableStallError] (Run ends after restarts in a row).
+// It does not wait for table records not yet written: a table update
+// produced after the stream's record it should join is a race the join
+// cannot see. Write the table first, or give it earlier timestamps.
 //
 // What breaks it: a table topic whose partition count differs from the
 // input's (a *[eoskit.ConfigError] at Run), or keyed by another
-// partitioner than the input; a table topic created again (its offsets
-// restart, and Run ends with a *[eoskit.ConfigError]). The table doubles
-// in the changelog: each table record is written there once more, in
-// the transaction of the first input record that reaches its time.
+// partitioner than the input; a table topic created again or truncated
+// so that it ends before the position the state holds (Run ends with a
+// *[eoskit.ConfigError]). The table doubles in the changelog: each table
+// record is written there once more, in the transaction of the first
+// input record that reaches its time, and a newly met partition's
+// catch-up is one transaction (see docs/state.md for its limit).
 type Table struct {
 	tableSettings
 	inUse atomic.Bool
@@ -104,7 +108,7 @@ func JoinTable(t *Table, join func(ctx context.Context, r *kgo.Record, value []b
 		case f == nil:
 			return nil, refuse(fmt.Sprintf("table %q is not given to the processor (WithTables)", t.topic))
 		}
-		if err := f.advance(ctx, hs.kv, r.Partition, r.Timestamp); err != nil {
+		if err := f.advance(hs.kv, r.Partition, r.Timestamp); err != nil {
 			return nil, err
 		}
 		var value []byte

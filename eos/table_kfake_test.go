@@ -41,7 +41,10 @@ func joinCasesTo(topic string) func(context.Context, *kgo.Record, []byte, bool) 
 var joinCases = joinCasesTo("joined")
 
 // seedJoin writes the region table (every region renamed four times, one
-// deleted, at times spread over the cases') and then the cases, out of
+// deleted, at times spread over the cases', a region's name up to 59 s
+// after its version's start, so that a partition's table records are not
+// in time order: the advance must stop at the first later one) and then
+// the cases, out of
 // order in time by up to 10 s either way, some of regions the table never
 // holds, some bad.
 func seedJoin(t *testing.T, ctx context.Context, produce func(...*kgo.Record) error, base time.Time, cases int) {
@@ -50,7 +53,7 @@ func seedJoin(t *testing.T, ctx context.Context, produce func(...*kgo.Record) er
 	for v := range 4 {
 		for k := range 8 {
 			table = append(table, &kgo.Record{Topic: "regions", Key: fmt.Appendf(nil, "r%d", k),
-				Value: fmt.Appendf(nil, "region %d v%d", k, v), Timestamp: base.Add(time.Duration(v*50+k) * time.Second)})
+				Value: fmt.Appendf(nil, "region %d v%d", k, v), Timestamp: base.Add(time.Duration(v*50+k*13%60) * time.Second)})
 		}
 	}
 	table = append(table, &kgo.Record{Topic: "regions", Key: []byte("r3"), Timestamp: base.Add(120 * time.Second)})

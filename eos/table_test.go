@@ -27,7 +27,10 @@ func seedRegions(t *testing.T, ctx context.Context, k *integration.KafkaCluster,
 		n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
 		v, region := n/8, n%8
 		r.Key = fmt.Appendf(nil, "r%d", region)
-		r.Timestamp = base.Add(time.Duration(v)*5*time.Second + time.Duration(region)*500*time.Millisecond)
+		// Up to 12 s after its version's start: a partition's records
+		// are not in time order, and the advance must stop at the
+		// first later one.
+		r.Timestamp = base.Add(time.Duration(v)*5*time.Second + time.Duration(region)*1700*time.Millisecond)
 		switch {
 		case strings.HasPrefix(id, "aborted-"):
 			r.Value = []byte("ABORTED")

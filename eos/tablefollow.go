@@ -15,31 +15,34 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
 	"github.com/eoskit/eoskit/state"
 )
 
 // tableFollower fetches a co-partitioned table's partitions, read_committed,
 // for the input partitions whose records reach them, into one buffer per
-// partition, from which the handlers advance the table in the keyed
-// state (advance). A buffer keeps its records until the transaction that
-// applied them committed (committed), so that an aborted one applies
-// them again.
+// partition. Before a transaction handles a partition's polled records
+// (prepare, outside the handlers and their budget), it waits until the
+// buffer holds what those records may meet; the handlers then advance the
+// table in the keyed state from the buffer without waiting (advance). A
+// buffer keeps its records until the committed position passed them, so
+// that an aborted transaction applies them again.
 type tableFollower struct {
 	topic  string
 	wait   time.Duration
-	cl     *kgo.Client
-	adm    *kadm.Client
+	conn   []kgo.Opt
 	logger *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
 
 	mu sync.Mutex
+	// cl fetches the table; reset replaces it (and its goroutine, which
+	// stops once its client is no longer cl).
+	cl   *kgo.Client
+	adm  *kadm.Client
+	done chan struct{} // closed when cl's goroutine returned
 	// changed is closed, and replaced, when a buffer took records.
 	changed chan struct{}
 	parts   map[int32]*tableBuffer
-	// fetchErr is the last fetch error, which a stall names.
-	fetchErr error
 }
 
 // tableBuffer is one table partition's fetched records.
@@ -50,67 +53,101 @@ type tableBuffer struct {
 	from int64
 	// next is the offset after the last record fetched (control records
 	// included: a transaction's marker takes an offset); end the
-	// committed end last known (-1 until listed).
-	next, end int64
-	paused    bool
+	// committed end last known (-1 until listed); ready the end prepare
+	// saw fetched (-1: none), which the handlers' advance may count on.
+	next, end, ready int64
+	paused           bool
+	// err is the partition's last fetch error (nil once it fetches).
+	err error
 }
 
-// tableFetchWait is how long a table's fetch waits for records.
+// tableFetchWait is how long a table's fetch waits for records: a
+// partition added waits for the fetch under way to its leader to return,
+// so a short wait bounds how long its first records wait, at the cost of
+// four fetches a second per broker while the table is idle.
 const tableFetchWait = 250 * time.Millisecond
 
 // maxTableBuffered is how many fetched records a table partition's
-// buffer holds before its fetching pauses (records later than the input's
-// time wait there).
+// buffer holds before its fetching pauses (records later than the
+// input's time wait there); prepare resumes it when it needs more.
 const maxTableBuffered = 1 << 16
 
 func newTableFollower(conn []kgo.Opt, t *Table, logger *slog.Logger) (*tableFollower, error) {
-	// A partition added waits for the fetch under way to its leader to
-	// return: a short wait bounds how long a newly assigned partition's
-	// first record waits for its table, at the cost of four fetches a
-	// second per broker while the table is idle.
-	opts := append(slices.Clone(conn), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(tableFetchWait))
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("eos: the table %q's client: %w", t.topic, err)
+	f := &tableFollower{topic: t.topic, wait: t.timeout, conn: conn, logger: logger.With("table", t.topic),
+		changed: make(chan struct{}), parts: map[int32]*tableBuffer{}}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.startLocked(); err != nil {
+		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f := &tableFollower{topic: t.topic, wait: t.timeout, cl: cl, adm: kadm.NewClient(cl), logger: logger.With("table", t.topic),
-		cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}), parts: map[int32]*tableBuffer{}}
-	go f.fetch(ctx)
 	return f, nil
 }
 
-func (f *tableFollower) close() {
-	f.cancel()
-	f.cl.Close()
-	<-f.done
+// startLocked starts a client and its fetching goroutine (f.mu held).
+func (f *tableFollower) startLocked() error {
+	cl, err := kgo.NewClient(append(slices.Clone(f.conn), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(tableFetchWait),
+		// franz-go v1.22.3's Close kills a fetch session while a fetch
+		// may be building its request from it (a data race -race
+		// reports); a session saves little for a few partitions.
+		kgo.DisableFetchSessions())...)
+	if err != nil {
+		return fmt.Errorf("eos: the table %q's client: %w", f.topic, err)
+	}
+	f.cl, f.adm, f.done = cl, kadm.NewClient(cl), make(chan struct{})
+	go f.fetch(cl, f.done)
+	return nil
 }
 
-// fetch polls the table's partitions until ctx ends, adding what comes to
-// their buffers.
-func (f *tableFollower) fetch(ctx context.Context) {
-	defer close(f.done)
+// close closes the client and waits for its goroutine.
+func (f *tableFollower) close() {
+	f.mu.Lock()
+	cl, done := f.cl, f.done
+	f.cl = nil
+	f.mu.Unlock()
+	cl.Close()
+	<-done
+}
+
+// reset drops every buffer and fetches afresh with a new client: the
+// position in the keyed state went back before a buffer's start (a
+// changelog restored from further back), which a client fetching forward
+// cannot serve. A new client has no fetch of the former one in flight.
+func (f *tableFollower) resetLocked() error {
+	f.cl.Close() // its goroutine returns: its client is no longer f.cl
+	f.parts = map[int32]*tableBuffer{}
+	return f.startLocked()
+}
+
+// fetch polls cl until it is closed, adding what comes to the buffers.
+func (f *tableFollower) fetch(cl *kgo.Client, done chan struct{}) {
+	defer close(done)
 	for {
-		fs := f.cl.PollFetches(ctx)
-		if ctx.Err() != nil || fs.IsClientClosed() {
+		fs := cl.PollFetches(context.Background())
+		if fs.IsClientClosed() {
 			return
 		}
 		f.mu.Lock()
-		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				f.fetchErr = fmt.Errorf("partition %d: %w", p, err)
+		if f.cl != cl {
+			f.mu.Unlock()
+			return
+		}
+		fs.EachError(func(_ string, p int32, err error) {
+			if b := f.parts[p]; b != nil {
+				b.err = err
 			}
 		})
 		took := false
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if b := f.parts[fp.Partition]; b != nil && len(fp.Records) > 0 {
-				b.take(fp)
-				took = true
-				if len(b.recs) > maxTableBuffered && !b.paused {
-					f.cl.PauseFetchPartitions(map[string][]int32{f.topic: {fp.Partition}})
-					b.paused = true
-				}
+			b := f.parts[fp.Partition]
+			if b == nil || len(fp.Records) == 0 {
+				return
+			}
+			b.take(fp)
+			took = true
+			if len(b.recs) > maxTableBuffered && !b.paused {
+				cl.PauseFetchPartitions(map[string][]int32{f.topic: {fp.Partition}})
+				b.paused = true
 			}
 		})
 		if took {
@@ -121,100 +158,99 @@ func (f *tableFollower) fetch(ctx context.Context) {
 	}
 }
 
-// take adds a fetch's records. A record before next means consumption
-// started again there (the partition was dropped and taken again while a
-// fetch of the former consumption was under way): what the buffer holds
-// from it on is replaced, as the new consumption brings it all again.
+// take adds a fetch's records (their client is the buffer's: records
+// come once each, in offset order).
 func (b *tableBuffer) take(fp kgo.FetchTopicPartition) {
+	b.err = nil
 	if fp.LastStableOffset > b.end {
 		b.end = fp.LastStableOffset
 	}
 	for _, r := range fp.Records {
-		if r.Offset < b.from {
+		if r.Offset < b.next {
 			continue
 		}
-		if r.Offset < b.next {
-			i := sort.Search(len(b.recs), func(i int) bool { return b.recs[i].Offset >= r.Offset })
-			b.recs = b.recs[:i]
-		}
 		b.next = r.Offset + 1
-		if !r.Attrs.IsControl() {
+		if !r.Attrs.IsControl() && r.Offset >= b.from {
 			b.recs = append(b.recs, r)
 		}
 	}
 }
 
-// advance applies to kv, the keyed state of input partition p, the table
-// records of p from kv's position on whose time is at or before at,
-// stopping at the first later one, or at the committed end known (see
-// [Table]). It waits for records known to be committed but not fetched
-// for up to the table's timeout without progress.
-func (f *tableFollower) advance(ctx context.Context, kv state.KV, p int32, at time.Time) error {
-	pos, err := tablePosition(kv, f.topic)
-	if err != nil {
-		return err
+// after returns the index of the first buffered record at or after
+// offset pos.
+func (b *tableBuffer) after(pos int64) int {
+	return sort.Search(len(b.recs), func(i int) bool { return b.recs[i].Offset >= pos })
+}
+
+// later reports whether a buffered record from offset pos on is later
+// than at: the table's advance to any time up to at stops there.
+func (b *tableBuffer) later(pos int64, at time.Time) bool {
+	for _, r := range b.recs[b.after(pos):] {
+		if r.Timestamp.After(at) {
+			return true
+		}
 	}
-	start := pos
-	deadline := time.Now().Add(f.wait)
+	return false
+}
+
+// prepare waits, before input partition p's polled records (the latest
+// of them at latest) are handled, until the buffer of table partition p
+// holds every record they may meet: from pos, the committed position in
+// the keyed state, to a record later than latest or to the committed end
+// known. It drops what the committed position passed. It waits for up to
+// the table's timeout without a record fetched, then asks for a new
+// session with a *TableStallError; a refused Read is an
+// *eoskit.AuthorizationError, a topic whose end lies before pos (created
+// again) an *eoskit.ConfigError.
+func (f *tableFollower) prepare(ctx context.Context, p int32, pos int64, latest time.Time) error {
+	start := time.Now()
+	deadline := start.Add(f.wait)
+	var lastNext int64 = -1
 	for {
 		f.mu.Lock()
 		b := f.parts[p]
+		if b != nil && pos < b.from {
+			if err := f.resetLocked(); err != nil {
+				f.mu.Unlock()
+				return loop.Restart(err)
+			}
+			b = nil
+		}
 		if b == nil {
-			b = &tableBuffer{from: pos, next: pos, end: -1}
+			b = &tableBuffer{from: pos, next: pos, end: -1, ready: -1}
 			f.parts[p] = b
 			f.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{f.topic: {p: kgo.NewOffset().At(pos)}})
 		}
-		if pos < b.from {
-			// Never: the buffer keeps what was not committed (see
-			// committed), and kv's position is at least the committed
-			// one. Should it happen, the buffer is dropped and fetched
-			// again from pos.
-			f.dropLocked(p)
+		if i := b.after(pos); i > 0 {
+			b.recs = slices.Clone(b.recs[i:])
+		}
+		b.from = pos
+		if b.end < 0 {
 			f.mu.Unlock()
+			if err := f.listEnd(ctx, p, pos); err != nil {
+				return err
+			}
 			continue
 		}
-		i := sort.Search(len(b.recs), func(i int) bool { return b.recs[i].Offset >= pos })
-		var apply []*kgo.Record
-		later := false
-		for ; i < len(b.recs); i++ {
-			if b.recs[i].Timestamp.After(at) {
-				later = true
-				break
-			}
-			apply = append(apply, b.recs[i])
+		if b.later(pos, latest) || max(b.next, pos) >= b.end {
+			b.ready = max(b.ready, b.end)
+			f.mu.Unlock()
+			return nil
 		}
-		caughtUp := b.end >= 0 && b.next >= b.end
-		unknownEnd := b.end < 0
-		if !later && !caughtUp && b.paused {
+		if b.paused {
 			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {p}})
 			b.paused = false
 		}
-		changed, fetchErr := f.changed, f.fetchErr
+		if b.next != lastNext {
+			lastNext, deadline = b.next, time.Now().Add(f.wait)
+		}
+		changed, next, end, fetchErr := f.changed, b.next, b.end, b.err
 		f.mu.Unlock()
-
-		for _, r := range apply {
-			if err := f.put(kv, p, r); err != nil {
-				return err
-			}
-			pos = r.Offset + 1
-		}
-		if len(apply) > 0 {
-			deadline = time.Now().Add(f.wait)
-		}
-		if later || caughtUp {
-			if pos == start {
-				return nil
-			}
-			return kv.Put(tablePositionKey(f.topic), strconv.AppendInt(nil, pos, 10))
-		}
-		if unknownEnd {
-			if err := f.listEnd(ctx, p); err != nil && time.Now().After(deadline) {
-				return loop.Restart(fmt.Errorf("eos: table %q partition %d: listing its committed end: %w", f.topic, p, err))
-			}
-			continue
+		if authz.Refused(fetchErr) {
+			return &eoskit.AuthorizationError{Permission: fmt.Sprintf("Read on the table's topic %q", f.topic), Err: fetchErr}
 		}
 		if time.Now().After(deadline) {
-			return loop.Restart(&TableStallError{Topic: f.topic, Partition: p, Waited: f.wait, At: pos, End: b.end, Err: fetchErr})
+			return loop.Restart(&TableStallError{Topic: f.topic, Partition: p, Waited: time.Since(start).Round(time.Millisecond), At: next, End: end, Err: fetchErr})
 		}
 		wait := time.NewTimer(tableWaitStep)
 		select {
@@ -226,6 +262,94 @@ func (f *tableFollower) advance(ctx context.Context, kv state.KV, p int32, at ti
 		}
 		wait.Stop()
 	}
+}
+
+// listEnd learns partition p's committed end (its last stable offset),
+// refusing one before pos: the topic was created again (or truncated),
+// and the table the keyed state holds is not the topic's.
+func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64) error {
+	deadline := time.Now().Add(f.wait)
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lo, err := f.adm.ListCommittedOffsets(lctx, f.topic)
+		cancel()
+		l, ok := lo.Lookup(f.topic, p)
+		switch {
+		case ok && l.Err != nil:
+			err = l.Err
+		case ok:
+			err = nil
+		case err == nil:
+			err = errors.New("no offset listed")
+		}
+		switch {
+		case err == nil && l.Offset < pos:
+			return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Reason: fmt.Sprintf(
+				"the table %q's partition %d ends at offset %d, before the position %d the keyed state holds: the topic was created again or truncated; reset the processor's state (its changelog) to read it afresh", f.topic, p, l.Offset, pos)}
+		case err == nil:
+			f.mu.Lock()
+			if b := f.parts[p]; b != nil && l.Offset > b.end {
+				b.end = l.Offset
+			}
+			f.mu.Unlock()
+			return nil
+		case authz.Refused(err):
+			return &eoskit.AuthorizationError{Permission: fmt.Sprintf("Describe on the table's topic %q", f.topic), Err: err}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case time.Now().After(deadline):
+			return loop.Restart(&TableStallError{Topic: f.topic, Partition: p, Waited: f.wait, At: pos, End: -1, Err: err})
+		}
+		loop.Sleep(ctx, tableWaitStep)
+	}
+}
+
+// advance applies to kv, the keyed state of input partition p, the table
+// records of p from kv's position on whose time is at or before at,
+// stopping at the first later one (see [Table]). It never waits: prepare
+// fetched what the record may meet. Should the buffer not hold it, the
+// session restarts (no record's fault).
+func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
+	pos, err := tablePosition(kv, f.topic)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	b := f.parts[p]
+	var apply []*kgo.Record
+	later, ready := false, false
+	if b != nil && pos >= b.from {
+		for _, r := range b.recs[b.after(pos):] {
+			if r.Timestamp.After(at) {
+				later = true
+				break
+			}
+			apply = append(apply, r)
+		}
+		last := pos
+		if len(apply) > 0 {
+			last = apply[len(apply)-1].Offset + 1
+		}
+		ready = later || max(b.next, last) >= b.ready && b.ready >= 0
+	}
+	var next, end int64 = -1, -1
+	if b != nil {
+		next, end = b.next, b.ready
+	}
+	f.mu.Unlock()
+	if !ready {
+		return loop.Restart(&TableStallError{Topic: f.topic, Partition: p, At: next, End: end,
+			Err: errors.New("the table's buffer does not hold what the record may meet (not prepared)")})
+	}
+	for _, r := range apply {
+		if err := f.put(kv, p, r); err != nil {
+			return err
+		}
+	}
+	if len(apply) == 0 {
+		return nil
+	}
+	return kv.Put(tablePositionKey(f.topic), strconv.AppendInt(nil, apply[len(apply)-1].Offset+1, 10))
 }
 
 // put writes the table record r to kv: its value, or its key's deletion
@@ -249,88 +373,23 @@ func (f *tableFollower) put(kv state.KV, p int32, r *kgo.Record) error {
 	return err
 }
 
-// listEnd learns partition p's committed end (the last stable offset).
-func (f *tableFollower) listEnd(ctx context.Context, p int32) error {
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	lo, err := f.adm.ListCommittedOffsets(lctx, f.topic)
-	l, ok := lo.Lookup(f.topic, p)
-	switch {
-	case ok && l.Err != nil:
-		err = l.Err
-	case ok:
-		err = nil
-	case err == nil:
-		err = errors.New("no offset listed")
-	}
-	if err != nil {
-		loop.Sleep(ctx, tableWaitStep)
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if b := f.parts[p]; b != nil && l.Offset > b.end {
-		b.end = l.Offset
-	}
-	return nil
-}
-
-// committed drops from partition p's buffer the records a committed
-// transaction applied (those before the position s holds), and resumes
-// its fetching once the buffer has room.
-func (f *tableFollower) committed(p int32, s state.Reader) {
-	pos, err := tablePosition(s, f.topic)
-	if err != nil {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	b := f.parts[p]
-	if b == nil || pos <= b.from {
-		return
-	}
-	i := sort.Search(len(b.recs), func(i int) bool { return b.recs[i].Offset >= pos })
-	b.recs = append([]*kgo.Record(nil), b.recs[i:]...)
-	b.from = pos
-	if b.paused && len(b.recs) < maxTableBuffered/2 {
-		f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {p}})
-		b.paused = false
-	}
-}
-
-// closed stops fetching partition p, whose store was closed (revoked,
-// lost, or to be restored again).
-func (f *tableFollower) closed(p int32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.dropLocked(p)
-}
-
-func (f *tableFollower) dropLocked(p int32) {
-	if _, ok := f.parts[p]; !ok {
-		return
-	}
-	delete(f.parts, p)
-	f.cl.RemoveConsumePartitions(map[string][]int32{f.topic: {p}})
-}
-
-// TableStallError is why a record of a processor joining a [Table]
-// waited in vain: table records known to be committed were not fetched
-// within the table's [TableRestoreTimeout]. The session restarts; Run
-// returns it after restarts in a row.
+// TableStallError is why a processor joining a [Table] could not go on:
+// table records known to be committed were not fetched within the table's
+// [TableRestoreTimeout]. The session restarts; Run returns it after
+// restarts in a row.
 type TableStallError struct {
 	Topic     string
 	Partition int32
 	Waited    time.Duration
-	// At is the table's position in the keyed state, End the committed
-	// end listed.
+	// At is the offset the table's partition was fetched to, End its
+	// committed end listed (-1: not listed).
 	At, End int64
-	// Err is the last fetch error, if any.
+	// Err is the partition's last fetch (or listing) error, if any.
 	Err error
 }
 
 func (e *TableStallError) Error() string {
-	s := fmt.Sprintf("eos: table %q partition %d: no table record fetched for %s at offset %d with records committed up to %d", e.Topic, e.Partition, e.Waited, e.At, e.End)
+	s := fmt.Sprintf("eos: table %q partition %d: fetched to offset %d of %d, no record fetched for %s", e.Topic, e.Partition, e.At, e.End, e.Waited)
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
