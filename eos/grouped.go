@@ -85,7 +85,7 @@ func NewGrouped(key func(r *kgo.Record) ([]byte, error), repartition string, han
 		return nil, refuse("RequireKeyPartitioning: the aggregating processor checks its repartition topic against the re-keying producer's partitioner itself")
 	}
 	rk := *c
-	rk.state, rk.keyPartitioner, rk.tables, rk.joined = nil, nil, nil, nil // the aggregation's
+	rk.state, rk.keyPartitioner, rk.tables, rk.joined, rk.endpointSet = nil, nil, nil, nil, false // the aggregation's
 	rk.group = c.group + "-repartition"
 	if c.txnID != "" {
 		rk.txnID = c.txnID + "-repartition"

@@ -103,6 +103,9 @@ type config struct {
 	state          *stateConfig // nil: stateless (see Changelog)
 	tables         []*GlobalTable
 	joined         []*Table // WithTables
+	// endpoint is Endpoint's URL (endpointSet: it was given).
+	endpoint    string
+	endpointSet bool
 
 	// consumerProtocol: ConsumerProtocol was given; Run checks the
 	// cluster serves it.

@@ -125,6 +125,13 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 		return nil, err
 	}
 	txnTimeout := transactionTimeout(cl)
+	userClientID, _ := cl.OptValue(kgo.ClientID).(string)
+	advertise, err := endpointOpts(c, userClientID)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	c.clientOpts = append(slices.Clip(c.clientOpts), advertise...)
 	if c.state != nil {
 		c.state.others, _ = cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
 		if c.state.others == nil {
@@ -170,6 +177,9 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 		p.state.joins = p.handlerState.joins
 		if c.state.ttlSet {
 			p.handler = withTTL(p.handler, c.state.ttl)
+		}
+		if c.endpointSet {
+			p.state.owners = &owners{conn: c.connOpts(), group: c.group, input: c.inputTopics[0], consumerProtocol: c.consumerProtocol}
 		}
 	}
 	if c.keyPartitioner != nil { // validated: with state
@@ -232,6 +242,9 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 	}
 	if c.keyPartitioner != nil && c.state == nil {
 		return fail("RequireKeyPartitioning", "the check is for aggregations by key, which need Changelog")
+	}
+	if c.endpointSet && c.state == nil {
+		return fail("Endpoint", "an endpoint serves the keyed state, which needs Changelog")
 	}
 	if err := validateTables(c); err != nil {
 		return err

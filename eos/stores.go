@@ -50,9 +50,11 @@ type keyedState struct {
 	// NewProcessor.
 	restored func(partition int32, r changelog.Result)
 	keys     *keyLocator
-	// joins are the co-partitioned tables followed, told of each
-	// partition's commits and closes (set by NewProcessor).
-	joins *joinedTables
+	// joins are the co-partitioned tables followed (set by
+	// NewProcessor); owners, given an Endpoint, learns which member
+	// holds each partition.
+	joins  *joinedTables
+	owners *owners
 
 	// Set by open, for a session.
 	restorer  *changelog.Restorer

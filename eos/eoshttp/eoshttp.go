@@ -26,17 +26,31 @@
 // the processor's store holds it: a windowed or session aggregation keeps
 // its windows under window.AppendKey or AppendSessionKey, so read those
 // with StateView.Windows and Sessions (a GET of the plain key answers
-// 404). What it does not do yet (issue 46): learn which instance owns
-// each partition and forward the request there; serve ranges or
-// prefixes. Serve it where the probes are, or behind the application's
-// own authentication: it answers every key's value.
+// 404). Serve it where the probes are, or behind the application's own
+// authentication: it answers every key's value.
+//
+// With [Forward], an instance asked for a key of a partition another
+// holds forwards the request to that instance's endpoint (eos.Endpoint:
+// the base URL the owner serves this same path under), found in the
+// group's description (eos.StateView.Owner), and relays its answer with
+// the header Eoskit-Forwarded naming the owner. The owner checks again:
+// a description a rebalance made stale yields a 421 or a 503, never
+// another instance's value as current. A forwarded request carries
+// Eoskit-Forwarded itself and is never forwarded again. Without a known
+// owner (a rebalance, an owner without an endpoint), the answer is the
+// 421 above. What it does not do yet (issue 46): serve ranges or
+// prefixes over HTTP (eos.StateView.Scan and Prefix read them), or read
+// from standby replicas.
 package eoshttp
 
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
@@ -45,6 +59,31 @@ import (
 // PartitionHeader names the key's input partition in every answer that
 // knows it.
 const PartitionHeader = "Eoskit-Partition"
+
+// ForwardedHeader marks a request forwarded to its key's owner (it is
+// never forwarded again), and names the owner on the answer relayed.
+const ForwardedHeader = "Eoskit-Forwarded"
+
+// Option configures a Handler.
+type Option func(*options)
+
+type options struct {
+	forward bool
+	client  *http.Client
+}
+
+// Forward makes the handler forward a key's read to the instance that
+// holds its partition (see the package's doc), with client (nil: a
+// client whose requests time out after 5 s).
+func Forward(client *http.Client) Option {
+	return func(o *options) {
+		o.forward = true
+		o.client = client
+		if o.client == nil {
+			o.client = &http.Client{Timeout: 5 * time.Second}
+		}
+	}
+}
 
 // Source is what Handler serves: an *eos.Processor, or an *eos.Grouped
 // (its aggregating processor's state, the worse of its two Healths).
@@ -58,9 +97,13 @@ type Source interface {
 // panics if src keeps no state (a processor without eos.Changelog), as
 // http.Handle does for a bad pattern: a programming error, found when
 // the program starts.
-func Handler(src Source) http.Handler {
+func Handler(src Source, opts ...Option) http.Handler {
 	if src.State() == nil {
 		panic("eoshttp: the processor keeps no state (give it eos.Changelog)")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
@@ -97,6 +140,12 @@ func Handler(src Source) http.Handler {
 				unavailable(w, "eoshttp: the processor does not run, or waits for its assignment")
 				return
 			}
+			if o.forward && r.Header.Get(ForwardedHeader) == "" {
+				if owner, err := view.Owner(r.Context(), []byte(key)); err == nil && !owner.Self && owner.Endpoint != "" {
+					o.relay(w, r, owner.Endpoint)
+					return
+				}
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusMisdirectedRequest)
 			_ = json.NewEncoder(w).Encode(struct {
@@ -111,6 +160,34 @@ func Handler(src Source) http.Handler {
 			_, _ = w.Write(value)
 		}
 	})
+}
+
+// relay forwards r to the owner at endpoint and writes its answer.
+func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string) {
+	target := strings.TrimSuffix(endpoint, "/") + r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, target, nil)
+	if err != nil {
+		http.Error(w, "eoshttp: the owner's endpoint is no URL", http.StatusBadGateway)
+		return
+	}
+	req.Header.Set(ForwardedHeader, "1")
+	resp, err := o.client.Do(req)
+	if err != nil {
+		unavailable(w, "eoshttp: the key's owner did not answer")
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range []string{"Content-Type", "Retry-After", PartitionHeader} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.Header().Set(ForwardedHeader, endpoint)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }
 
 func unavailable(w http.ResponseWriter, msg string) {

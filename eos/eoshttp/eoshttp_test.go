@@ -3,10 +3,13 @@ package eoshttp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/eos/eoshttp"
 )
@@ -138,6 +142,151 @@ func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
 	for key := range want {
 		if rec := get(procs[0], key); rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("after Run returned, %s: %d %q, want 503", key, rec.Code, rec.Body)
+		}
+	}
+}
+
+// Two instances advertising their endpoints (eos.Endpoint), each serving
+// with Forward: every key is answered by either, with its count, the
+// instance that does not hold its partition forwarding to the one that
+// does (named in the answer's Eoskit-Forwarded); a request already
+// forwarded is never forwarded again (421), so two instances disagreeing
+// about an owner cannot loop.
+func TestAnyInstanceAnswersEveryKeyByForwarding(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	want := map[string]int{}
+	for i := range 120 {
+		key := "region/" + strconv.Itoa(i%12)
+		want[key]++
+		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(key)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type instance struct {
+		p   *eos.Processor
+		srv *httptest.Server
+	}
+	var insts []instance
+	for _, name := range []string{"a", "b"} {
+		mux := http.NewServeMux()
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
+			eos.TransactionalID("counts-"+name), eos.CommitInterval(20*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
+			eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(srv.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux.Handle("GET /state/{key...}", eoshttp.Handler(p, eoshttp.Forward(nil)))
+		insts = append(insts, instance{p, srv})
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, len(insts))
+	for _, in := range insts {
+		go func() { done <- in.p.Run(runCtx) }()
+	}
+	adm := kadm.NewClient(seed)
+	for {
+		offsets, err := adm.FetchOffsets(ctx, "counts")
+		var at int64
+		offsets.Each(func(o kadm.OffsetResponse) { at += o.At })
+		a, b := len(insts[0].p.State().Partitions()), len(insts[1].p.State().Partitions())
+		if err == nil && at == 120 && a > 0 && b > 0 && a+b == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the two instances did not split the partitions and count every report")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	get := func(in instance, key string, forwarded bool) (*http.Response, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, in.srv.URL+"/state/"+url.PathEscape(key), nil)
+		if forwarded {
+			req.Header.Set(eoshttp.ForwardedHeader, "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp, string(body)
+	}
+	forwardedAnswers := 0
+	for key, n := range want {
+		owner := -1
+		for i, in := range insts {
+			if slices.Contains(in.p.State().Partitions(), mustPartition(t, in.p, key)) {
+				owner = i
+			}
+		}
+		for i, in := range insts {
+			resp, body := get(in, key, false)
+			if resp.StatusCode != http.StatusOK || body != strconv.Itoa(n) {
+				t.Errorf("instance %d, %s: %d %q, want 200 %d", i, key, resp.StatusCode, body, n)
+				continue
+			}
+			switch fwd := resp.Header.Get(eoshttp.ForwardedHeader); {
+			case i == owner && fwd != "":
+				t.Errorf("instance %d owns %s but forwarded it to %s", i, key, fwd)
+			case i != owner && fwd != insts[owner].srv.URL:
+				t.Errorf("instance %d, %s: forwarded to %q, want its owner %s", i, key, fwd, insts[owner].srv.URL)
+			case i != owner:
+				forwardedAnswers++
+			}
+			if i != owner {
+				if resp, _ := get(in, key, true); resp.StatusCode != http.StatusMisdirectedRequest {
+					t.Errorf("instance %d, %s already forwarded: %d, want 421 (never forwarded again)", i, key, resp.StatusCode)
+				}
+			}
+		}
+	}
+	if forwardedAnswers != len(want) {
+		t.Errorf("%d keys answered by forwarding, want every key's once (%d)", forwardedAnswers, len(want))
+	}
+	stop()
+	for range insts {
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+}
+
+func mustPartition(t *testing.T, p *eos.Processor, key string) int32 {
+	t.Helper()
+	part, err := p.State().PartitionOf([]byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return part
+}
+
+// Endpoint refuses what cannot be advertised: no http(s) URL, a client id
+// of one's own beside it, no state to serve.
+func TestEndpointRefusals(t *testing.T) {
+	base := []eos.ProcessorOption{eos.Brokers("localhost:1"), eos.Group("g"), eos.Topics("in"), eos.TransactionalID("x")}
+	for name, opts := range map[string][]eos.ProcessorOption{
+		"not a URL":    {eos.Changelog("c"), eos.Endpoint("10.0.0.5:8080")},
+		"no host":      {eos.Changelog("c"), eos.Endpoint("http://")},
+		"a client id":  {eos.Changelog("c"), eos.Endpoint("http://10.0.0.5:8080"), eos.ClientOptions(kgo.ClientID("mine"))},
+		"no changelog": {eos.Endpoint("http://10.0.0.5:8080")},
+	} {
+		_, err := eos.NewProcessor(eos.Count(), append(slices.Clone(base), opts...)...)
+		var ce *eoskit.ConfigError
+		if !errors.As(err, &ce) || ce.Setting != "Endpoint" {
+			t.Errorf("%s: %v, want a ConfigError for Endpoint", name, err)
 		}
 	}
 }

@@ -1,0 +1,207 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+)
+
+// Endpoint advertises where this instance serves its state, as Kafka
+// Streams' application.server: an absolute http or https URL, such as
+// "http://10.0.0.5:8080", which the other instances of the group forward
+// a key's read to when this one owns its partition ([StateView.Owner],
+// package eos/eoshttp's Forward). The processor's Kafka client id
+// carries it ("eoskit endpoint=" and the URL), so that the group's
+// description shows every member's (DescribeGroups, or
+// ConsumerGroupDescribe under [ConsumerProtocol]: Describe on the group,
+// which Read on it grants). It cannot be given with a kgo.ClientID of
+// one's own (a *[eoskit.ConfigError]). Default: none; the instance owns
+// partitions no other can forward to.
+func Endpoint(rawURL string) ProcessorOption {
+	return processorOpt(func(c *config) { c.endpoint, c.endpointSet = rawURL, true })
+}
+
+// endpointPrefix begins the client id of a processor given an Endpoint.
+const endpointPrefix = "eoskit endpoint="
+
+// validateEndpoint refuses an endpoint that is no absolute http(s) URL
+// without spaces.
+func validateEndpoint(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q is not an http or https URL", raw)
+	case u.Host == "":
+		return fmt.Errorf("%q names no host", raw)
+	case strings.ContainsAny(raw, " \t\r\n"):
+		return fmt.Errorf("%q holds spaces", raw)
+	}
+	return nil
+}
+
+// endpointOf returns the endpoint a member's client id advertises ("" for
+// none).
+func endpointOf(clientID string) string {
+	ep, ok := strings.CutPrefix(clientID, endpointPrefix)
+	if !ok {
+		return ""
+	}
+	return ep
+}
+
+// ErrOwnerUnknown is what [StateView.Owner] returns when no member of
+// the group holds the key's partition with an endpoint: the group
+// rebalances, its owner advertises none ([Endpoint]), or the group could
+// not be described.
+var ErrOwnerUnknown = errors.New("eos: the partition's owner is not known")
+
+// ownersRefresh is how old the group's description may be before an
+// Owner reads it again.
+const ownersRefresh = time.Second
+
+// owners learns, from the group's description, which member holds each
+// input partition and the endpoint it advertises.
+type owners struct {
+	conn             []kgo.Opt
+	group, input     string
+	consumerProtocol bool
+
+	mu     sync.Mutex
+	at     time.Time
+	byPart map[int32]string
+	err    error
+}
+
+// endpoint returns the endpoint of partition p's owner, from a
+// description at most ownersRefresh old.
+func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if time.Since(o.at) > ownersRefresh {
+		o.byPart, o.err = o.describe(ctx)
+		o.at = time.Now()
+	}
+	if o.err != nil {
+		return "", fmt.Errorf("%w: describing the group %q: %w", ErrOwnerUnknown, o.group, o.err)
+	}
+	ep, ok := o.byPart[p]
+	if !ok || ep == "" {
+		return "", fmt.Errorf("%w: no member of %q holds partition %d with an endpoint", ErrOwnerUnknown, o.group, p)
+	}
+	return ep, nil
+}
+
+// describe reads the group's members' assignments and endpoints.
+func (o *owners) describe(ctx context.Context) (map[int32]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(o.conn...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	byPart := map[int32]string{}
+	if o.consumerProtocol {
+		gs, err := adm.DescribeConsumerGroups(ctx, o.group)
+		if err != nil {
+			return nil, err
+		}
+		g := gs[o.group]
+		if g.Err != nil {
+			return nil, g.Err
+		}
+		for _, m := range g.Members {
+			for p := range m.Assignment[o.input] {
+				byPart[p] = endpointOf(m.ClientID)
+			}
+		}
+		return byPart, nil
+	}
+	gs, err := adm.DescribeGroups(ctx, o.group)
+	if err != nil {
+		return nil, err
+	}
+	g := gs[o.group]
+	if g.Err != nil {
+		return nil, g.Err
+	}
+	for _, m := range g.Members {
+		a, ok := m.Assigned.AsConsumer()
+		if !ok {
+			continue
+		}
+		for _, t := range a.Topics {
+			if t.Topic == o.input {
+				for _, p := range t.Partitions {
+					byPart[p] = endpointOf(m.ClientID)
+				}
+			}
+		}
+	}
+	return byPart, nil
+}
+
+// Owner says where key's partition is served: Self when this instance
+// holds it (ready or restoring: ask [StateView.Lookup]); else the
+// endpoint ([Endpoint]) of the member the group's description, at most a
+// second old, shows holding it, or an error wrapping [ErrOwnerUnknown].
+// The description may be stale by a rebalance: the owner it names
+// checks again, and answers only for a partition it holds (a forwarded
+// read never returns another instance's value as current).
+func (v *StateView) Owner(ctx context.Context, key []byte) (Owner, error) {
+	p, err := v.PartitionOf(key)
+	if err != nil {
+		return Owner{}, err
+	}
+	v.ks.mu.RLock()
+	_, held := v.ks.parts[p]
+	v.ks.mu.RUnlock()
+	if held {
+		return Owner{Partition: p, Self: true}, nil
+	}
+	if v.ks.owners == nil {
+		return Owner{Partition: p}, fmt.Errorf("%w: the processor was given no Endpoint, so it reads no other's", ErrOwnerUnknown)
+	}
+	ep, err := v.ks.owners.endpoint(ctx, p)
+	return Owner{Partition: p, Endpoint: ep}, err
+}
+
+// Owner is where a key's partition is served (see [StateView.Owner]).
+type Owner struct {
+	Partition int32
+	// Self: this instance holds the partition.
+	Self bool
+	// Endpoint is the owner's advertised URL when another instance
+	// holds it.
+	Endpoint string
+}
+
+// endpointOpts checks an Endpoint against the client options given and
+// returns the client id option that advertises it.
+func endpointOpts(c *config, userClientID string) ([]kgo.Opt, error) {
+	if !c.endpointSet {
+		return nil, nil
+	}
+	refuse := func(reason string) error {
+		return &eoskit.ConfigError{Package: "eos", Setting: "Endpoint", Semantics: checkedAgainst(c.semantics), Reason: reason}
+	}
+	if err := validateEndpoint(c.endpoint); err != nil {
+		return nil, refuse(err.Error())
+	}
+	if userClientID != "" && userClientID != "kgo" {
+		return nil, refuse(fmt.Sprintf("the client id carries the endpoint; a kgo.ClientID (%q) cannot be given with it", userClientID))
+	}
+	return []kgo.Opt{kgo.ClientID(endpointPrefix + c.endpoint)}, nil
+}
