@@ -67,8 +67,12 @@ func endpointOf(clientID string) string {
 var ErrOwnerUnknown = errors.New("eos: the partition's owner is not known")
 
 // ownersRefresh is how old the group's description may be before an
-// Owner reads it again.
-const ownersRefresh = time.Second
+// Owner reads it again; ownersRetry, when it shows nobody holding the
+// partition asked (a rebalance under way).
+const (
+	ownersRefresh = time.Second
+	ownersRetry   = 100 * time.Millisecond
+)
 
 // owners learns, from the group's description, which member holds each
 // input partition and the endpoint it advertises.
@@ -88,7 +92,7 @@ type owners struct {
 func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if time.Since(o.at) > ownersRefresh {
+	if age := time.Since(o.at); age > ownersRefresh || (age > ownersRetry && (o.err != nil || o.byPart[p] == "")) {
 		o.byPart, o.err = o.describe(ctx)
 		o.at = time.Now()
 	}
@@ -156,7 +160,8 @@ func (o *owners) describe(ctx context.Context) (map[int32]string, error) {
 // Owner says where key's partition is served: Self when this instance
 // holds it (ready or restoring: ask [StateView.Lookup]); else the
 // endpoint ([Endpoint]) of the member the group's description, at most a
-// second old, shows holding it, or an error wrapping [ErrOwnerUnknown].
+// second old (a tenth of one when the last showed nobody holding it),
+// shows holding it, or an error wrapping [ErrOwnerUnknown].
 // The description may be stale by a rebalance: the owner it names
 // checks again, and answers only for a partition it holds (a forwarded
 // read never returns another instance's value as current).
