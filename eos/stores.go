@@ -40,7 +40,11 @@ import (
 //     topic), in the transaction;
 //   - after it ended (ended): applied to the store if it committed, else
 //     dropped;
-//   - revoked or lost: closed once the transaction under way ended.
+//   - revoked or lost: set aside (parked) once the transaction under way
+//     ended; if the group gives it back soon (an eager rebalance revokes
+//     every partition, then assigns most back), its store is restored
+//     from its checkpoint, the changelog's tail only, rather than opened
+//     and restored anew; else closed.
 type keyedState struct {
 	cfg    *stateConfig
 	input  string
@@ -75,6 +79,9 @@ type keyedState struct {
 	mu        sync.RWMutex
 	parts     map[int32]*partState
 	restoring map[int32]bool
+	// parked holds the stores of partitions taken away (see the
+	// lifecycle above).
+	parked map[int32]parkedStore
 
 	marksMu sync.Mutex
 	restore map[int32]bool // assigned since the last prepare
@@ -105,7 +112,7 @@ type partState struct {
 
 func newKeyedState(cfg *stateConfig, input string, logger *slog.Logger) *keyedState {
 	return &keyedState{cfg: cfg, input: input, logger: logger,
-		parts: map[int32]*partState{}, restoring: map[int32]bool{},
+		parts: map[int32]*partState{}, restoring: map[int32]bool{}, parked: map[int32]parkedStore{},
 		restore: map[int32]bool{}, taken: map[int32]bool{}}
 }
 
@@ -193,6 +200,7 @@ func (ks *keyedState) close() {
 	for p, ps := range ks.parts {
 		ks.closeLocked(p, ps)
 	}
+	ks.closeParkedLocked(func(int32, parkedStore) bool { return true })
 	clear(ks.restoring) // a restore that failed leaves its mark
 	// The next session's group assigns anew: no mark of this one's may
 	// open a store there.
@@ -260,6 +268,9 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 		ks.marksMu.Unlock()
 		ks.mu.Lock()
 		ks.closeTakenLocked(polled)
+		ks.marksMu.Lock()
+		ks.closeStaleParkedLocked()
+		ks.marksMu.Unlock()
 		ks.mu.Unlock()
 	}
 	slices.Sort(ready)
@@ -292,7 +303,13 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			if err := ks.grown(p); err != nil {
 				return err
 			}
-			s, err := ks.cfg.stores(ks.cfg.changelog, p)
+			ks.mu.Lock()
+			s, ok := ks.unparkLocked(p)
+			ks.mu.Unlock()
+			var err error
+			if !ok {
+				s, err = ks.cfg.stores(ks.cfg.changelog, p)
+			}
 			if err != nil {
 				// A store another owner still holds (a pebble
 				// directory's lock) or a passing failure: a new session
@@ -521,9 +538,59 @@ func (ks *keyedState) closeTakenLocked(keep []int32) {
 		}
 		delete(ks.taken, p)
 		if ps, ok := ks.parts[p]; ok {
-			ks.closeLocked(p, ps)
+			ps.txn.Abort()
+			delete(ks.parts, p)
+			ks.parked[p] = parkedStore{store: ps.store, assignments: ks.assignments.Load(), until: time.Now().Add(parkFor)}
 		}
 	}
+}
+
+// parkedStore is the store of a partition taken away, kept for a while
+// should the group give the partition back.
+type parkedStore struct {
+	store state.Store
+	// assignments is the group's assignments' count when it was parked;
+	// until is when it is closed at the latest.
+	assignments int64
+	until       time.Time
+}
+
+// parkFor is how long a partition's store is kept once taken away: an
+// eager rebalance's assignment comes within the rebalance timeout (60 s by
+// default), and an assignment that does not give it back closes it at once.
+const parkFor = time.Minute
+
+// unparkLocked returns p's parked store, if any, for its restore to take
+// up from its checkpoint (ks.mu held).
+func (ks *keyedState) unparkLocked(p int32) (state.Store, bool) {
+	pk, ok := ks.parked[p]
+	if ok {
+		delete(ks.parked, p)
+	}
+	return pk.store, ok
+}
+
+// closeParkedLocked closes the parked stores close says to (ks.mu held).
+func (ks *keyedState) closeParkedLocked(close func(int32, parkedStore) bool) {
+	for p, pk := range ks.parked {
+		if !close(p, pk) {
+			continue
+		}
+		delete(ks.parked, p)
+		if err := pk.store.Close(); err != nil {
+			ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
+		}
+	}
+}
+
+// closeStaleParkedLocked closes the parked stores the group did not give
+// back: an assignment came since without them, or they waited parkFor
+// (ks.mu and marksMu held).
+func (ks *keyedState) closeStaleParkedLocked() {
+	now, assignments := time.Now(), ks.assignments.Load()
+	ks.closeParkedLocked(func(p int32, pk parkedStore) bool {
+		return !ks.restore[p] && (assignments != pk.assignments || now.After(pk.until))
+	})
 }
 
 // closeLocked drops p's transaction and closes its store (ks.mu held).

@@ -1,0 +1,121 @@
+package eos_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/eos"
+)
+
+// restoreLog records each restore's partition and the records it read.
+type restoreLog struct {
+	eoskit.Metrics
+	mu    sync.Mutex
+	reads []int // records read per restore, in order
+	parts []int32
+}
+
+func (r *restoreLog) Restored(_ string, partition int32, _ int64, records int, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads = append(r.reads, records)
+	r.parts = append(r.parts, partition)
+}
+
+func (r *restoreLog) since(i int) (parts []int32, read int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for j := i; j < len(r.reads); j++ {
+		parts = append(parts, r.parts[j])
+		read += r.reads[j]
+	}
+	return parts, read
+}
+
+// Under an eager balancer (range) a second member's join revokes every
+// partition of the first, then gives it some back: their memory stores,
+// set aside rather than closed, are restored from their checkpoints (the
+// changelog's tail: nothing, no record came since) instead of from the
+// changelog's start. The counts stay exact through it.
+func TestAnEagerRebalanceKeepsTheStoresGivenBack(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "reports", "counts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seed := reportsClient(t, brokers)
+	want := map[string]int{}
+	var recs []*kgo.Record
+	for i := range 4_000 {
+		key := "region-" + strconv.Itoa(i%40)
+		want[key]++
+		recs = append(recs, &kgo.Record{Key: []byte(key)})
+	}
+	if err := seed.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(seed)
+	start := func(instance string, m eoskit.Metrics) (*eos.Processor, context.CancelFunc, chan error) {
+		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("eager"), eos.Topics("reports"), eos.TransactionalID("eager-"+instance),
+			eos.CommitInterval(20*time.Millisecond), eos.MaxRecordsPerCommit(100), eos.Logger(testLogger(t)), eos.WithMetrics(m),
+			eos.ClientOptions(kgo.Balancers(kgo.RangeBalancer())), eos.Changelog("eager-changelog", eos.CreateChangelog(), eos.EmitUpdates("counts")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		return p, stop, done
+	}
+	logA := &restoreLog{Metrics: eoskit.NopMetrics{}}
+	a, stopA, doneA := start("a", logA)
+	waitCommitted(t, ctx, adm, "eager", "reports")
+	for len(a.State().Partitions()) != 4 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := len(logA.reads)
+
+	b, stopB, doneB := start("b", &restoreLog{Metrics: eoskit.NopMetrics{}})
+	for (len(a.State().Partitions()) != 2 || len(b.State().Partitions()) != 2) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the two members did not split the four partitions: a holds %v, b %v", a.State().Partitions(), b.State().Partitions())
+	}
+	parts, read := logA.since(before)
+	if len(parts) < 2 {
+		t.Fatalf("a restored %v after the rebalance, want the two partitions it got back", parts)
+	}
+	if read != 0 {
+		t.Fatalf("a read %d changelog records restoring the partitions given back, want 0 (their stores kept, no record since)", read)
+	}
+	for key, n := range want {
+		var got []byte
+		for _, p := range []*eos.Processor{a, b} {
+			if v, ok, err := p.State().Lookup([]byte(key)); err == nil && ok {
+				got = v
+			}
+		}
+		if string(got) != strconv.Itoa(n) {
+			t.Errorf("%s: %q after the rebalance, want %d", key, got, n)
+		}
+	}
+	stopB()
+	stopA()
+	for _, done := range []chan error{doneA, doneB} {
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+}
