@@ -37,6 +37,12 @@
 //     a crash, to decide whether to resend. Choose it for the source that
 //     feeds kafkatokafka or kafkatopostgres.
 //
+// [github.com/eoskit/eoskit/patterns/application] is not a pattern of its
+// own but a whole service built from two: a count with keyed state served
+// over HTTP from any instance, and its totals copied into PostgreSQL; a
+// single main package, the program docs/build-your-application.md walks
+// through.
+//
 // [github.com/eoskit/eoskit/patterns/dashboard] is the domain they share:
 // the report, its encoding, the two tables and the one update that keeps a
 // total.
