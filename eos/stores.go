@@ -347,13 +347,18 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			}
 		}
 	}
-	return ks.prepareJoins(ctx, fetches, polled)
+	return ks.prepareJoins(ctx, fetches, polled, between)
 }
+
+// inTxnTableWait bounds how long a poll inside a transaction waits for a
+// co-partitioned table (between transactions, TableRestoreTimeout does):
+// the transaction's timeout runs meanwhile.
+const inTxnTableWait = 2 * time.Second
 
 // prepareJoins has each co-partitioned table (see JoinTable) fetch what
 // the polled partitions' records may meet, from the position committed in
 // their stores, before the handlers run.
-func (ks *keyedState) prepareJoins(ctx context.Context, fetches kgo.Fetches, polled []int32) error {
+func (ks *keyedState) prepareJoins(ctx context.Context, fetches kgo.Fetches, polled []int32, between bool) error {
 	if ks.joins == nil || len(polled) == 0 {
 		return nil
 	}
@@ -380,10 +385,18 @@ func (ks *keyedState) prepareJoins(ctx context.Context, fetches kgo.Fetches, pol
 			if ps == nil {
 				continue // taken away meanwhile: not handled
 			}
-			var pos int64
-			if pos, err = tablePosition(ps.store, f.topic); err == nil {
-				err = f.prepare(ctx, p, pos, latest[p])
+			wait := f.wait
+			if !between {
+				wait = min(wait, inTxnTableWait)
 			}
+			var pos, at int64
+			if pos, err = tablePosition(ps.store, f.topic); err != nil {
+				return
+			}
+			if at, err = tablePosition(ps.txn, f.topic); err != nil {
+				return
+			}
+			err = f.prepare(ctx, p, pos, at, latest[p], wait)
 		}
 	})
 	return err
@@ -545,6 +558,14 @@ func (ks *keyedState) closeTakenLocked(keep []int32) {
 	}
 }
 
+// tablesClosed tells the co-partitioned tables that p's store closed: its
+// table buffers go.
+func (ks *keyedState) tablesClosed(p int32) {
+	if ks.joins != nil {
+		ks.joins.each(func(f *tableFollower) { f.closed(p) })
+	}
+}
+
 // parkedStore is the store of a partition taken away, kept for a while
 // should the group give the partition back.
 type parkedStore struct {
@@ -577,6 +598,7 @@ func (ks *keyedState) closeParkedLocked(close func(int32, parkedStore) bool) {
 			continue
 		}
 		delete(ks.parked, p)
+		ks.tablesClosed(p)
 		if err := pk.store.Close(); err != nil {
 			ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
 		}
@@ -597,6 +619,7 @@ func (ks *keyedState) closeStaleParkedLocked() {
 func (ks *keyedState) closeLocked(p int32, ps *partState) {
 	ps.txn.Abort()
 	delete(ks.parts, p)
+	ks.tablesClosed(p)
 	if err := ps.store.Close(); err != nil {
 		ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
 	}

@@ -33,6 +33,8 @@ type tableFollower struct {
 	wait   time.Duration
 	conn   []kgo.Opt
 	logger *slog.Logger
+	// maxBuffered is maxTableBuffered (tests lower it).
+	maxBuffered int
 
 	mu sync.Mutex
 	// cl fetches the table; reset replaces it (and its goroutine, which
@@ -43,6 +45,10 @@ type tableFollower struct {
 	// changed is closed, and replaced, when a buffer took records.
 	changed chan struct{}
 	parts   map[int32]*tableBuffer
+	// dropped are the partitions cl stopped fetching: taking one up
+	// again replaces the client (a fetch of the former consumption may
+	// be in the fetching goroutine's hands).
+	dropped map[int32]bool
 }
 
 // tableBuffer is one table partition's fetched records.
@@ -74,7 +80,7 @@ const maxTableBuffered = 1 << 16
 
 func newTableFollower(conn []kgo.Opt, t *Table, logger *slog.Logger) (*tableFollower, error) {
 	f := &tableFollower{topic: t.topic, wait: t.timeout, conn: conn, logger: logger.With("table", t.topic),
-		changed: make(chan struct{}), parts: map[int32]*tableBuffer{}}
+		changed: make(chan struct{}), parts: map[int32]*tableBuffer{}, dropped: map[int32]bool{}, maxBuffered: maxTableBuffered}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.startLocked(); err != nil {
@@ -115,8 +121,21 @@ func (f *tableFollower) close() {
 // cannot serve. A new client has no fetch of the former one in flight.
 func (f *tableFollower) resetLocked() error {
 	f.cl.Close() // its goroutine returns: its client is no longer f.cl
-	f.parts = map[int32]*tableBuffer{}
+	f.parts, f.dropped = map[int32]*tableBuffer{}, map[int32]bool{}
 	return f.startLocked()
+}
+
+// closed stops fetching partition p, whose store was closed (moved to
+// another instance, or the session ended), and drops its buffer.
+func (f *tableFollower) closed(p int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.parts[p]; !ok || f.cl == nil {
+		return
+	}
+	delete(f.parts, p)
+	f.dropped[p] = true
+	f.cl.RemoveConsumePartitions(map[string][]int32{f.topic: {p}})
 }
 
 // fetch polls cl until it is closed, adding what comes to the buffers.
@@ -145,7 +164,7 @@ func (f *tableFollower) fetch(cl *kgo.Client, done chan struct{}) {
 			}
 			b.take(fp)
 			took = true
-			if len(b.recs) > maxTableBuffered && !b.paused {
+			if len(b.recs) > f.maxBuffered && !b.paused {
 				cl.PauseFetchPartitions(map[string][]int32{f.topic: {fp.Partition}})
 				b.paused = true
 			}
@@ -195,16 +214,16 @@ func (b *tableBuffer) later(pos int64, at time.Time) bool {
 
 // prepare waits, before input partition p's polled records (the latest
 // of them at latest) are handled, until the buffer of table partition p
-// holds every record they may meet: from pos, the committed position in
-// the keyed state, to a record later than latest or to the committed end
-// known. It drops what the committed position passed. It waits for up to
-// the table's timeout without a record fetched, then asks for a new
-// session with a *TableStallError; a refused Read is an
-// *eoskit.AuthorizationError, a topic whose end lies before pos (created
-// again) an *eoskit.ConfigError.
-func (f *tableFollower) prepare(ctx context.Context, p int32, pos int64, latest time.Time) error {
+// holds every record they may meet: from at, the position of the
+// transaction under way (pos, the committed one, between transactions),
+// to a record later than latest or to the committed end known. It drops
+// what the committed position passed. It waits for up to wait without a
+// record fetched, then asks for a new session with a *TableStallError; a
+// refused Read is an *eoskit.AuthorizationError, a topic whose end lies
+// before pos (created again) an *eoskit.ConfigError.
+func (f *tableFollower) prepare(ctx context.Context, p int32, pos, at int64, latest time.Time, wait time.Duration) error {
 	start := time.Now()
-	deadline := start.Add(f.wait)
+	deadline := start.Add(wait)
 	var lastNext int64 = -1
 	for {
 		f.mu.Lock()
@@ -216,6 +235,12 @@ func (f *tableFollower) prepare(ctx context.Context, p int32, pos int64, latest 
 			}
 			b = nil
 		}
+		if b == nil && f.dropped[p] {
+			if err := f.resetLocked(); err != nil {
+				f.mu.Unlock()
+				return loop.Restart(err)
+			}
+		}
 		if b == nil {
 			b = &tableBuffer{from: pos, next: pos, end: -1, ready: -1}
 			f.parts[p] = b
@@ -225,24 +250,31 @@ func (f *tableFollower) prepare(ctx context.Context, p int32, pos int64, latest 
 			b.recs = slices.Clone(b.recs[i:])
 		}
 		b.from = pos
+		later := b.later(max(pos, at), latest)
+		if b.paused && (!later || len(b.recs) < f.maxBuffered/2) {
+			// A paused partition's end is stale (only fetches move it):
+			// fetch again, and list the end anew.
+			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {p}})
+			b.paused, b.end = false, -1
+		}
 		if b.end < 0 {
 			f.mu.Unlock()
-			if err := f.listEnd(ctx, p, pos); err != nil {
+			if err := f.listEnd(ctx, p, pos, wait); err != nil {
 				return err
 			}
 			continue
 		}
-		if b.later(pos, latest) || max(b.next, pos) >= b.end {
+		if later {
+			f.mu.Unlock()
+			return nil
+		}
+		if max(b.next, pos, at) >= b.end {
 			b.ready = max(b.ready, b.end)
 			f.mu.Unlock()
 			return nil
 		}
-		if b.paused {
-			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {p}})
-			b.paused = false
-		}
 		if b.next != lastNext {
-			lastNext, deadline = b.next, time.Now().Add(f.wait)
+			lastNext, deadline = b.next, time.Now().Add(wait)
 		}
 		changed, next, end, fetchErr := f.changed, b.next, b.end, b.err
 		f.mu.Unlock()
@@ -266,14 +298,21 @@ func (f *tableFollower) prepare(ctx context.Context, p int32, pos int64, latest 
 
 // listEnd learns partition p's committed end (its last stable offset),
 // refusing one before pos: the topic was created again (or truncated),
-// and the table the keyed state holds is not the topic's.
-func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64) error {
-	deadline := time.Now().Add(f.wait)
+// and the table the keyed state holds is not the topic's. Records before
+// the log's start are gone (retention): the buffer counts them fetched.
+func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		lo, err := f.adm.ListCommittedOffsets(lctx, f.topic)
+		starts, startErr := f.adm.ListStartOffsets(lctx, f.topic)
 		cancel()
+		err = errors.Join(err, startErr)
 		l, ok := lo.Lookup(f.topic, p)
+		s, sok := starts.Lookup(f.topic, p)
+		if ok && sok && s.Err != nil && l.Err == nil {
+			l.Err = s.Err
+		}
 		switch {
 		case ok && l.Err != nil:
 			err = l.Err
@@ -288,8 +327,11 @@ func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64) error {
 				"the table %q's partition %d ends at offset %d, before the position %d the keyed state holds: the topic was created again or truncated; reset the processor's state (its changelog) to read it afresh", f.topic, p, l.Offset, pos)}
 		case err == nil:
 			f.mu.Lock()
-			if b := f.parts[p]; b != nil && l.Offset > b.end {
-				b.end = l.Offset
+			if b := f.parts[p]; b != nil {
+				b.end = max(b.end, l.Offset)
+				if sok {
+					b.next = max(b.next, s.Offset)
+				}
 			}
 			f.mu.Unlock()
 			return nil
@@ -298,7 +340,7 @@ func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case time.Now().After(deadline):
-			return loop.Restart(&TableStallError{Topic: f.topic, Partition: p, Waited: f.wait, At: pos, End: -1, Err: err})
+			return loop.Restart(&TableStallError{Topic: f.topic, Partition: p, Waited: wait, At: pos, End: -1, Err: err})
 		}
 		loop.Sleep(ctx, tableWaitStep)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestATableThatCannotBeFetchedStallsBeforeTheHandlers(t *testing.T) {
 	// The empty topic is caught up at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := f.prepare(ctx, 0, 0, time.Now()); err != nil {
+	if err := f.prepare(ctx, 0, 0, 0, time.Now(), time.Second); err != nil {
 		t.Fatalf("prepare of an empty table: %v", err)
 	}
 	// Records said committed up to offset 100 that never come.
@@ -43,7 +44,7 @@ func TestATableThatCannotBeFetchedStallsBeforeTheHandlers(t *testing.T) {
 	f.parts[0].end = 100
 	f.mu.Unlock()
 	start := time.Now()
-	err = f.prepare(ctx, 0, 0, time.Now())
+	err = f.prepare(ctx, 0, 0, 0, time.Now(), time.Second)
 	var stall *TableStallError
 	if !errors.As(err, new(*loop.RestartError)) || !errors.As(err, &stall) || stall.Partition != 0 || stall.End != 100 {
 		t.Fatalf("prepare with records never fetched: %v, want a RestartError of a TableStallError", err)
@@ -54,7 +55,7 @@ func TestATableThatCannotBeFetchedStallsBeforeTheHandlers(t *testing.T) {
 
 	// A position past the topic's end (the topic created again) is a
 	// configuration error, at once.
-	if err := f.prepare(ctx, 1, 50, time.Now()); !errors.Is(err, eoskit.ErrInvalidConfig) {
+	if err := f.prepare(ctx, 1, 50, 50, time.Now(), time.Second); !errors.Is(err, eoskit.ErrInvalidConfig) {
 		t.Fatalf("prepare at a position past the table's end: %v, want a ConfigError", err)
 	}
 
@@ -63,5 +64,62 @@ func TestATableThatCannotBeFetchedStallsBeforeTheHandlers(t *testing.T) {
 	kv := state.NewTxn(state.NewMemory(), 0).Scope()
 	if err := f.advance(kv, 3, time.Now()); !errors.As(err, new(*loop.RestartError)) {
 		t.Fatalf("advance of a partition never prepared: %v, want a RestartError", err)
+	}
+}
+
+// A table partition paused with its buffer full is fetched again when
+// the stream's time passes what it holds: records written since are met,
+// not a table frozen at the pause.
+func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "regions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("regions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	base := time.Now().Add(-time.Hour)
+	write := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte("r"), Value: []byte(strconv.Itoa(i)), Timestamp: base.Add(time.Duration(i) * time.Second)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(0, 20)
+	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	f.maxBuffered = 4
+	store := state.NewMemory()
+	txn := state.NewTxn(store, 0)
+	join := func(at time.Time) string {
+		t.Helper()
+		pos, _ := tablePosition(txn, "regions")
+		if err := f.prepare(ctx, 0, pos, pos, at, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		sc := txn.Scope()
+		if err := f.advance(sc, 0, at); err != nil {
+			t.Fatal(err)
+		}
+		sc.Keep()
+		v, _, _ := sc.Get(tableKey("regions", []byte("r")))
+		return string(v)
+	}
+	if got := join(base.Add(2 * time.Second)); got != "2" {
+		t.Fatalf("at 2 s: %q, want 2", got)
+	}
+	// The stream's time passes all 20; meanwhile 20 more were written.
+	write(20, 40)
+	if got := join(base.Add(time.Hour)); got != "39" {
+		t.Fatalf("past every record: %q, want 39 (the table fetched again after its pause)", got)
 	}
 }
