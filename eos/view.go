@@ -64,6 +64,13 @@ func (v *StateView) Get(partition int32, key []byte) ([]byte, bool, error) {
 // processor's transactions wait while it runs: keep fn short, and call
 // neither the view nor the processor from it (copy what you need).
 func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) error {
+	return v.each(func(s state.Reader, f func(k, v []byte) bool) error { return s.Range(f) }, fn)
+}
+
+// each calls read on the store of every partition held ready, in
+// partition order, passing fn what it reads but the reserved keys,
+// until fn returns false.
+func (v *StateView) each(read func(s state.Reader, f func(k, v []byte) bool) error, fn func(partition int32, key, value []byte) bool) error {
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
 	for _, p := range slices.Sorted(maps.Keys(v.ks.parts)) {
@@ -71,7 +78,7 @@ func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) erro
 			continue
 		}
 		more := true
-		err := v.ks.parts[p].store.Range(func(k, val []byte) bool {
+		err := read(v.ks.parts[p].store, func(k, val []byte) bool {
 			if state.IsReserved(k) {
 				return true
 			}
@@ -96,25 +103,7 @@ func (v *StateView) Range(fn func(partition int32, key, value []byte) bool) erro
 // [state.Scan]). The slices are valid during the call only; fn must not
 // call the view or the processor.
 func (v *StateView) Scan(start, end []byte, fn func(partition int32, key, value []byte) bool) error {
-	v.ks.mu.RLock()
-	defer v.ks.mu.RUnlock()
-	for _, p := range slices.Sorted(maps.Keys(v.ks.parts)) {
-		if v.ks.unreadyLocked(p) {
-			continue
-		}
-		more := true
-		err := state.Scan(v.ks.parts[p].store, start, end, func(k, val []byte) bool {
-			if state.IsReserved(k) {
-				return true
-			}
-			more = fn(p, k, val)
-			return more
-		})
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return v.each(func(s state.Reader, f func(k, v []byte) bool) error { return state.Scan(s, start, end, f) }, fn)
 }
 
 // Prefix is [StateView.Scan] of the keys beginning with prefix.

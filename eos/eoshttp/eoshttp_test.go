@@ -31,27 +31,9 @@ import (
 // cannot tell whose a key is). A key with a "/" is asked escaped; a POST
 // is refused.
 func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
-	want := map[string]int{}
-	for i := range 120 {
-		key := "region/" + strconv.Itoa(i%12)
-		want[key]++
-		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(key)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	brokers, seed, want := reportsCluster(t, ctx)
 	newProc := func(instance string) *eos.Processor {
 		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
 			eos.TransactionalID("counts-"+instance), eos.CommitInterval(20*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
@@ -153,27 +135,9 @@ func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
 // forwarded is never forwarded again (421), so two instances disagreeing
 // about an owner cannot loop.
 func TestAnyInstanceAnswersEveryKeyByForwarding(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
-	want := map[string]int{}
-	for i := range 120 {
-		key := "region/" + strconv.Itoa(i%12)
-		want[key]++
-		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(key)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	brokers, seed, want := reportsCluster(t, ctx)
 	type instance struct {
 		p   *eos.Processor
 		srv *httptest.Server
@@ -289,4 +253,31 @@ func TestEndpointRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want a ConfigError for Endpoint", name, err)
 		}
 	}
+}
+
+// reportsCluster is a kfake cluster whose three-partition topic "reports"
+// holds 120 reports over 12 regions, keys with a "/"; with a client of it
+// and each region's count.
+func reportsCluster(t *testing.T, ctx context.Context) (brokers []string, seed *kgo.Client, want map[string]int) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers = cluster.ListenAddrs()
+	seed, err = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(seed.Close)
+	want = map[string]int{}
+	for i := range 120 {
+		key := "region/" + strconv.Itoa(i%12)
+		want[key]++
+		if err := seed.ProduceSync(ctx, &kgo.Record{Key: []byte(key)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return brokers, seed, want
 }
