@@ -13,6 +13,7 @@ import (
 
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/state"
 )
 
 // restoreLog records each restore's partition and the records it read.
@@ -118,4 +119,93 @@ func TestAnEagerRebalanceKeepsTheStoresGivenBack(t *testing.T) {
 			t.Fatalf("Run: %v", err)
 		}
 	}
+}
+
+// slowStores makes memory stores whose Apply takes 50 ms, noting how
+// many run at once.
+type slowStores struct {
+	mu            sync.Mutex
+	inFlight, top int
+}
+
+type slowStore struct {
+	state.Store
+	s *slowStores
+}
+
+func (s *slowStores) factory() state.Factory {
+	return func(string, int32) (state.Store, error) { return slowStore{state.NewMemory(), s}, nil }
+}
+
+func (st slowStore) Apply(ws []state.Write, cp state.Checkpoint) error {
+	st.s.mu.Lock()
+	st.s.inFlight++
+	st.s.top = max(st.s.top, st.s.inFlight)
+	st.s.mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	st.s.mu.Lock()
+	st.s.inFlight--
+	st.s.mu.Unlock()
+	return st.Store.Apply(ws, cp)
+}
+
+// A member given four partitions restores them side by side (at most
+// maxParallelRestores at once), not one after another; the counts are
+// exact after.
+func TestPartitionsRestoreSideBySide(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "reports", "counts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seed := reportsClient(t, brokers)
+	want := map[string]int{}
+	var recs []*kgo.Record
+	for i := range 2_000 {
+		key := "region-" + strconv.Itoa(i%40)
+		want[key]++
+		recs = append(recs, &kgo.Record{Key: []byte(key)})
+	}
+	if err := seed.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(seed)
+	run := func(stores state.Factory, until func(*eos.Processor) bool) {
+		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("side"), eos.Topics("reports"), eos.TransactionalID("side-0"),
+			eos.CommitInterval(20*time.Millisecond), eos.MaxRecordsPerCommit(50), eos.Logger(testLogger(t)),
+			eos.Changelog("side-changelog", eos.CreateChangelog(), eos.Stores(stores)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		for !until(p) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		for key, n := range want {
+			if v, _, err := p.State().Lookup([]byte(key)); err != nil || string(v) != strconv.Itoa(n) {
+				t.Errorf("%s: %q, %v; want %d", key, v, err, n)
+			}
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	run(state.MemoryFactory(), func(*eos.Processor) bool {
+		offsets, err := adm.FetchOffsets(ctx, "side")
+		var at int64
+		offsets.Each(func(o kadm.OffsetResponse) { at += o.At })
+		return err == nil && at == 2_000
+	})
+	slow := &slowStores{}
+	run(slow.factory(), func(p *eos.Processor) bool { return len(p.State().Partitions()) == 4 })
+	if slow.top < 2 {
+		t.Fatalf("at most %d restore applied at once: the partitions restored one after another", slow.top)
+	}
+	t.Logf("up to %d partitions' restores applied at once", slow.top)
 }

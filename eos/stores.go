@@ -274,6 +274,9 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 		ks.mu.Unlock()
 	}
 	slices.Sort(ready)
+	// Open what must be restored, in partition order; then restore it
+	// all, several partitions at once.
+	var todo []restoreJob
 	for _, p := range ready {
 		ks.marksMu.Lock()
 		again := ks.restore[p]
@@ -319,32 +322,31 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			ps = &partState{store: s, txn: state.NewTxn(s, ks.recordLimit())}
 			ps.last.Store(-1)
 		}
-		if quiesce != nil {
-			quiesce()
+		todo = append(todo, restoreJob{p, ps})
+	}
+	if len(todo) == 0 {
+		return ks.prepareJoins(ctx, fetches, polled, between)
+	}
+	if quiesce != nil {
+		quiesce()
+	}
+	ks.mu.Lock()
+	for _, j := range todo {
+		ks.parts[j.p] = j.ps
+	}
+	ks.mu.Unlock()
+	if err := ks.restoreAll(ctx, todo); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		ks.mu.Lock()
-		ks.parts[p] = ps
-		ks.mu.Unlock()
-		res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, p, ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		return err
+	}
+	// Only with nothing polled: the re-arm's End rewinds the client to
+	// the committed offsets, and polled records would then be handled
+	// with their offsets left uncommitted.
+	if between && fetches.NumRecords() == 0 && ks.betweenRestores != nil {
+		if err := ks.betweenRestores(ctx); err != nil {
 			return err
-		}
-		ks.mu.Lock()
-		delete(ks.restoring, p)
-		ks.mu.Unlock()
-		if ks.restored != nil {
-			ks.restored(p, res)
-		}
-		// Only with nothing polled: the re-arm's End rewinds the
-		// client to the committed offsets, and polled records would
-		// then be handled with their offsets left uncommitted.
-		if between && fetches.NumRecords() == 0 && ks.betweenRestores != nil {
-			if err := ks.betweenRestores(ctx); err != nil {
-				return err
-			}
 		}
 	}
 	return ks.prepareJoins(ctx, fetches, polled, between)
@@ -354,6 +356,55 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 // co-partitioned table (between transactions, TableRestoreTimeout does):
 // the transaction's timeout runs meanwhile.
 const inTxnTableWait = 2 * time.Second
+
+// restoreJob is a partition whose store a prepare restores.
+type restoreJob struct {
+	p  int32
+	ps *partState
+}
+
+// maxParallelRestores bounds how many partitions restore at once: each
+// reads its changelog partition with fetches of its own (to its leader),
+// and applies them to its own store.
+const maxParallelRestores = 4
+
+// restoreAll restores the jobs' stores from the changelog, up to
+// maxParallelRestores at once; each partition is marked restored, and
+// reported, as its restore succeeds. The first failure cancels the
+// others and is returned.
+func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, maxParallelRestores)
+	var wg sync.WaitGroup
+	for _, j := range todo {
+		sem <- struct{}{}
+		if ctx.Err() != nil {
+			<-sem
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
+			if err != nil {
+				cancel(err)
+				return
+			}
+			ks.mu.Lock()
+			delete(ks.restoring, j.p)
+			ks.mu.Unlock()
+			if ks.restored != nil {
+				ks.restored(j.p, res)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
 
 // prepareJoins has each co-partitioned table (see JoinTable) fetch what
 // the polled partitions' records may meet, from the position committed in
