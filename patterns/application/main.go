@@ -98,12 +98,12 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := migrate(ctx, pool); err != nil {
 		return err
 	}
-	// The copy reads the updates topic: each record is a region's total
-	// as a committed transaction left it, so the table follows Kafka's
-	// totals exactly, and the offsets commit with the rows.
+	// The copy reads the updates topic (read_committed, as offsetstore
+	// always does): each record is a region's total as a committed
+	// transaction left it, so the table follows Kafka's totals exactly,
+	// and the offsets commit with the rows.
 	copier, err := offsetstore.NewRunner(pool, copyTotals, offsetstore.Brokers(cfg.Brokers...),
-		offsetstore.Group("region-totals-copy"), offsetstore.Topics(cfg.Totals), offsetstore.Logger(logger),
-		offsetstore.ClientOptions(kgo.FetchIsolationLevel(kgo.ReadCommitted())))
+		offsetstore.Group("region-totals-copy"), offsetstore.Topics(cfg.Totals), offsetstore.Logger(logger))
 	if err != nil {
 		return err
 	}
