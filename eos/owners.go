@@ -24,8 +24,16 @@ import (
 // description shows every member's (DescribeGroups, or
 // ConsumerGroupDescribe under [ConsumerProtocol]: Describe on the group,
 // which Read on it grants). It cannot be given with a kgo.ClientID of
-// one's own (a *[eoskit.ConfigError]). Default: none; the instance owns
-// partitions no other can forward to.
+// one's own (a *[eoskit.ConfigError]), nor hold credentials, a query or
+// a fragment. Default: none; the instance owns partitions no other can
+// forward to, and forwards to none.
+//
+// Give a name that outlives the instance's address (a StatefulSet pod's
+// DNS name through its headless service, not the pod's IP): under the
+// classic protocol a static member ([InstanceID]) that restarts within
+// its session timeout keeps its former client id, and so the endpoint it
+// advertised before. Every member of the group is trusted: a read is
+// forwarded to whatever URL the owner's client id names.
 func Endpoint(rawURL string) ProcessorOption {
 	return processorOpt(func(c *config) { c.endpoint, c.endpointSet = rawURL, true })
 }
@@ -44,6 +52,10 @@ func validateEndpoint(raw string) error {
 		return fmt.Errorf("%q is not an http or https URL", raw)
 	case u.Host == "":
 		return fmt.Errorf("%q names no host", raw)
+	case u.User != nil:
+		return fmt.Errorf("%q holds credentials, which the group's description would show anyone", raw)
+	case u.RawQuery != "" || u.Fragment != "" || strings.Contains(raw, "?") || strings.Contains(raw, "#"):
+		return fmt.Errorf("%q holds a query or a fragment: give the base URL the handlers are served under", raw)
 	case strings.ContainsAny(raw, " \t\r\n"):
 		return fmt.Errorf("%q holds spaces", raw)
 	}
@@ -51,10 +63,10 @@ func validateEndpoint(raw string) error {
 }
 
 // endpointOf returns the endpoint a member's client id advertises ("" for
-// none).
+// none, or for one that is no valid endpoint).
 func endpointOf(clientID string) string {
 	ep, ok := strings.CutPrefix(clientID, endpointPrefix)
-	if !ok {
+	if !ok || validateEndpoint(ep) != nil {
 		return ""
 	}
 	return ep
@@ -92,9 +104,12 @@ type owners struct {
 func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if age := time.Since(o.at); age > ownersRefresh || (age > ownersRetry && (o.err != nil || o.byPart[p] == "")) {
-		o.byPart, o.err = o.describe(ctx)
-		o.at = time.Now()
+	_, listed := o.byPart[p]
+	if age := time.Since(o.at); age > ownersRefresh || (age > ownersRetry && (o.err != nil || !listed)) {
+		// The description serves every caller: a caller's own end
+		// neither cuts nor fails it.
+		byPart, err := o.describe(context.WithoutCancel(ctx))
+		o.byPart, o.err, o.at = byPart, err, time.Now()
 	}
 	if o.err != nil {
 		return "", fmt.Errorf("%w: describing the group %q: %w", ErrOwnerUnknown, o.group, o.err)
@@ -172,8 +187,9 @@ func (v *StateView) Owner(ctx context.Context, key []byte) (Owner, error) {
 	}
 	v.ks.mu.RLock()
 	_, held := v.ks.parts[p]
+	_, taken := v.ks.marksLocked(p)
 	v.ks.mu.RUnlock()
-	if held {
+	if held && !taken {
 		return Owner{Partition: p, Self: true}, nil
 	}
 	if v.ks.owners == nil {

@@ -142,6 +142,11 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 			c.state.limits = newBatchLimits(c.state.batchMax)
 		}
 		c.state.requestMax = produceRequestMax(cl)
+		if len(advertise) > 0 && c.state.requestMax > 0 {
+			// The running client's id is the endpoint's, longer than
+			// the one the check client measured.
+			c.state.requestMax -= len(endpointPrefix+c.endpoint) - len(userClientID)
+		}
 	}
 	cl.Close()
 	if c.state != nil {

@@ -86,6 +86,9 @@ type keyedState struct {
 	marksMu sync.Mutex
 	restore map[int32]bool // assigned since the last prepare
 	taken   map[int32]bool // revoked or lost since the last ended
+	// takenAt is the assignments' count when each partition of taken
+	// was taken (see parkedStore).
+	takenAt map[int32]int64
 	// assignments counts the group's assignments, so that a transaction
 	// stops polling more records once one came (see moreAssigned); the
 	// group's callback also wakes the poll under way (idleWake), so that
@@ -113,7 +116,7 @@ type partState struct {
 func newKeyedState(cfg *stateConfig, input string, logger *slog.Logger) *keyedState {
 	return &keyedState{cfg: cfg, input: input, logger: logger,
 		parts: map[int32]*partState{}, restoring: map[int32]bool{}, parked: map[int32]parkedStore{},
-		restore: map[int32]bool{}, taken: map[int32]bool{}}
+		restore: map[int32]bool{}, taken: map[int32]bool{}, takenAt: map[int32]int64{}}
 }
 
 // check refuses a changelog that does not fit the input (see Changelog),
@@ -207,6 +210,7 @@ func (ks *keyedState) close() {
 	ks.marksMu.Lock()
 	clear(ks.restore)
 	clear(ks.taken)
+	clear(ks.takenAt)
 	ks.marksMu.Unlock()
 	if ks.restorer != nil {
 		ks.restorer.Close()
@@ -234,20 +238,25 @@ func (ks *keyedState) takenAway(ps []int32) {
 	defer ks.marksMu.Unlock()
 	for _, p := range ps {
 		ks.taken[p] = true
+		ks.takenAt[p] = ks.assignments.Load()
 		delete(ks.restore, p)
 	}
 }
 
 // prepare makes the stores ready. Between transactions (between), after
 // every poll (so that an idle instance's view is ready too): the stores of
-// partitions taken away are closed; those of partitions assigned since,
-// and of every partition fetches holds records of, are opened if need be
-// and restored if assigned since (or never restored in this session).
+// partitions taken away are parked (and those parked too long, or not
+// given back by an assignment since, closed); those of partitions
+// assigned since, and of every partition fetches holds records of, are
+// opened (or taken back from the parked ones) if need be and restored if
+// assigned since (or never restored in this session), up to
+// maxParallelRestores at once, then the co-partitioned tables fetched for
+// the records polled.
 // Inside a transaction (collect's later polls), only the partitions
 // fetches holds records of: a restore there counts against the
 // transaction, and the others wait for the next one. A restore that
 // makes no progress for RestoreTimeout is a *state.RestoreError naming
-// the partition. quiesce, if not nil, runs before each restore: lanes fed
+// the partition. quiesce, if not nil, runs before the restores: lanes fed
 // across polls wait there for their handlers, so that a store is never
 // restored beside handlers using it.
 func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between bool, quiesce func()) error {
@@ -304,6 +313,7 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 		ks.mu.Unlock()
 		if ps == nil {
 			if err := ks.grown(p); err != nil {
+				ks.adopt(todo)
 				return err
 			}
 			ks.mu.Lock()
@@ -316,7 +326,9 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			if err != nil {
 				// A store another owner still holds (a pebble
 				// directory's lock) or a passing failure: a new session
-				// tries again.
+				// tries again (the stores opened before this one close
+				// with the session's).
+				ks.adopt(todo)
 				return loop.Restart(fmt.Errorf("open the store of %s[%d]: %w", ks.cfg.changelog, p, err))
 			}
 			ps = &partState{store: s, txn: state.NewTxn(s, ks.recordLimit())}
@@ -330,24 +342,20 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 	if quiesce != nil {
 		quiesce()
 	}
-	ks.mu.Lock()
-	for _, j := range todo {
-		ks.parts[j.p] = j.ps
+	ks.adopt(todo)
+	// After each restore an idle poll brought, the session re-arms (only
+	// with nothing polled: the re-arm's End rewinds the client to the
+	// committed offsets, and polled records would then be handled with
+	// their offsets left uncommitted).
+	var rearm func(context.Context) error
+	if between && fetches.NumRecords() == 0 {
+		rearm = ks.betweenRestores
 	}
-	ks.mu.Unlock()
-	if err := ks.restoreAll(ctx, todo); err != nil {
+	if err := ks.restoreAll(ctx, todo, rearm); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return err
-	}
-	// Only with nothing polled: the re-arm's End rewinds the client to
-	// the committed offsets, and polled records would then be handled
-	// with their offsets left uncommitted.
-	if between && fetches.NumRecords() == 0 && ks.betweenRestores != nil {
-		if err := ks.betweenRestores(ctx); err != nil {
-			return err
-		}
 	}
 	return ks.prepareJoins(ctx, fetches, polled, between)
 }
@@ -368,40 +376,59 @@ type restoreJob struct {
 // and applies them to its own store.
 const maxParallelRestores = 4
 
+// adopt puts the stores of todo in parts: where the views find them once
+// restored, and where the session's end closes them.
+func (ks *keyedState) adopt(todo []restoreJob) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for _, j := range todo {
+		ks.parts[j.p] = j.ps
+	}
+}
+
 // restoreAll restores the jobs' stores from the changelog, up to
 // maxParallelRestores at once; each partition is marked restored, and
-// reported, as its restore succeeds. The first failure cancels the
-// others and is returned.
-func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob) error {
+// reported, as its restore succeeds, and after each, on this goroutine,
+// rearm runs (if not nil). The first failure cancels the others and is
+// returned.
+func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob, rearm func(context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sem := make(chan struct{}, maxParallelRestores)
-	var wg sync.WaitGroup
-	for _, j := range todo {
-		sem <- struct{}{}
-		if ctx.Err() != nil {
-			<-sem
-			break
+	done := make(chan error, len(todo))
+	next, running := 0, 0
+	var first error
+	for next < len(todo) || running > 0 {
+		for ; next < len(todo) && running < maxParallelRestores && first == nil; next++ {
+			j := todo[next]
+			running++
+			go func() {
+				res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
+				if err == nil {
+					ks.mu.Lock()
+					delete(ks.restoring, j.p)
+					ks.mu.Unlock()
+					if ks.restored != nil {
+						ks.restored(j.p, res)
+					}
+				}
+				done <- err
+			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
-			if err != nil {
-				cancel(err)
-				return
-			}
-			ks.mu.Lock()
-			delete(ks.restoring, j.p)
-			ks.mu.Unlock()
-			if ks.restored != nil {
-				ks.restored(j.p, res)
-			}
-		}()
+		if running == 0 {
+			break // a failure stopped the starts
+		}
+		err := <-done
+		running--
+		if err == nil && first == nil && rearm != nil {
+			err = rearm(ctx)
+		}
+		if err != nil && first == nil {
+			first = err
+			cancel(err)
+		}
 	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
+	if first != nil {
+		return first
 	}
 	return ctx.Err()
 }
@@ -604,8 +631,9 @@ func (ks *keyedState) closeTakenLocked(keep []int32) {
 		if ps, ok := ks.parts[p]; ok {
 			ps.txn.Abort()
 			delete(ks.parts, p)
-			ks.parked[p] = parkedStore{store: ps.store, assignments: ks.assignments.Load(), until: time.Now().Add(parkFor)}
+			ks.parked[p] = parkedStore{store: ps.store, assignments: ks.takenAt[p], until: time.Now().Add(parkFor)}
 		}
+		delete(ks.takenAt, p)
 	}
 }
 
@@ -621,8 +649,8 @@ func (ks *keyedState) tablesClosed(p int32) {
 // should the group give the partition back.
 type parkedStore struct {
 	store state.Store
-	// assignments is the group's assignments' count when it was parked;
-	// until is when it is closed at the latest.
+	// assignments is the group's assignments' count when it was taken
+	// away; until is when it is closed at the latest.
 	assignments int64
 	until       time.Time
 }

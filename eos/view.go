@@ -100,8 +100,9 @@ func (v *StateView) each(read func(s state.Reader, f func(k, v []byte) bool) err
 // their hash, so a range read from one instance holds its partitions'
 // keys only: [StateView.Partitions] says which. A pebble store reads the
 // range alone; the memory store is read whole for each partition (see
-// [state.Scan]). The slices are valid during the call only; fn must not
-// call the view or the processor.
+// [state.Scan]). The slices are valid during the call only. The
+// processor's transactions wait while it runs: keep fn short, and call
+// neither the view nor the processor from it.
 func (v *StateView) Scan(start, end []byte, fn func(partition int32, key, value []byte) bool) error {
 	return v.each(func(s state.Reader, f func(k, v []byte) bool) error { return state.Scan(s, start, end, f) }, fn)
 }

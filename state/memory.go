@@ -3,8 +3,9 @@ package state
 import "sync"
 
 // Memory is the in-memory [Store], the default: a map behind a
-// read-write lock. It starts empty at checkpoint zero, so each assignment
-// of its partition restores the whole changelog. Its heap per key is about
+// read-write lock. It starts empty at checkpoint zero, so a newly opened
+// one restores the whole changelog (a partition given back soon after it
+// was taken keeps its store, and restores only the tail). Its heap per key is about
 // 90 bytes plus the key's and the value's lengths (see the package doc).
 type Memory struct {
 	mu     sync.RWMutex

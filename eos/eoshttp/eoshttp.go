@@ -80,7 +80,10 @@ func Forward(client *http.Client) Option {
 		o.forward = true
 		o.client = client
 		if o.client == nil {
-			o.client = &http.Client{Timeout: 5 * time.Second}
+			o.client = &http.Client{Timeout: 5 * time.Second,
+				// The owner answers itself: a redirect is relayed, not
+				// followed.
+				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		}
 	}
 }

@@ -244,6 +244,8 @@ func TestEndpointRefusals(t *testing.T) {
 	for name, opts := range map[string][]eos.ProcessorOption{
 		"not a URL":    {eos.Changelog("c"), eos.Endpoint("10.0.0.5:8080")},
 		"no host":      {eos.Changelog("c"), eos.Endpoint("http://")},
+		"credentials":  {eos.Changelog("c"), eos.Endpoint("http://user:secret@10.0.0.5:8080")},
+		"a query":      {eos.Changelog("c"), eos.Endpoint("http://10.0.0.5:8080/?x=1")},
 		"a client id":  {eos.Changelog("c"), eos.Endpoint("http://10.0.0.5:8080"), eos.ClientOptions(kgo.ClientID("mine"))},
 		"no changelog": {eos.Endpoint("http://10.0.0.5:8080")},
 	} {

@@ -55,7 +55,7 @@ func main() {
 	flag.StringVar(&cfg.Database, "database", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default: $DATABASE_URL)")
 	flag.StringVar(&cfg.Instance, "instance", "", "this instance's stable name, the same across restarts; required")
 	flag.StringVar(&cfg.HTTP, "http", ":8080", "address to serve /state/{region}, /readyz and /livez on")
-	flag.StringVar(&cfg.Endpoint, "endpoint", "", "the URL the other instances reach this one's HTTP at (default: none, no forwarding to this instance)")
+	flag.StringVar(&cfg.Endpoint, "endpoint", "", "the URL the other instances reach this one's HTTP at, by a name that outlives the pod's address (default: none, and no forwarding to or from this instance)")
 	flag.StringVar(&cfg.Reports, "reports", "case-reports", "input topic of reports keyed by region")
 	flag.StringVar(&cfg.Totals, "totals", "region-totals", "topic of the totals' updates")
 	flag.StringVar(&cfg.Changelog, "changelog", "region-totals-changelog", "the count's compacted changelog")
@@ -103,7 +103,10 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	// transaction left it, so the table follows Kafka's totals exactly,
 	// and the offsets commit with the rows.
 	copier, err := offsetstore.NewRunner(pool, copyTotals, offsetstore.Brokers(cfg.Brokers...),
-		offsetstore.Group("region-totals-copy"), offsetstore.Topics(cfg.Totals), offsetstore.Logger(logger))
+		offsetstore.Group("region-totals-copy"), offsetstore.Topics(cfg.Totals), offsetstore.Logger(logger),
+		// A total PostgreSQL refuses (a region key that is no text)
+		// waits in the dead-letter table rather than stop the service.
+		offsetstore.OnHandlerError(offsetstore.DeadLetter()))
 	if err != nil {
 		return err
 	}
