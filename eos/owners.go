@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,7 +98,10 @@ type owners struct {
 	mu     sync.Mutex
 	at     time.Time
 	byPart map[int32]string
-	err    error
+	// members are the endpoints the group's members advertise, sorted
+	// (members without one left out).
+	members []string
+	err     error
 }
 
 // endpoint returns the endpoint of partition p's owner, from a
@@ -108,8 +113,7 @@ func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
 	if age := time.Since(o.at); age > ownersRefresh || (age > ownersRetry && (o.err != nil || !listed)) {
 		// The description serves every caller: a caller's own end
 		// neither cuts nor fails it.
-		byPart, err := o.describe(context.WithoutCancel(ctx))
-		o.byPart, o.err, o.at = byPart, err, time.Now()
+		o.refreshLocked(ctx)
 	}
 	if o.err != nil {
 		return "", fmt.Errorf("%w: describing the group %q: %w", ErrOwnerUnknown, o.group, o.err)
@@ -121,55 +125,79 @@ func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
 	return ep, nil
 }
 
+// refreshLocked describes the group again (o.mu held).
+func (o *owners) refreshLocked(ctx context.Context) {
+	byPart, members, err := o.describe(context.WithoutCancel(ctx))
+	o.byPart, o.members, o.err, o.at = byPart, members, err, time.Now()
+}
+
+// snapshot returns each partition's owner and the members' endpoints,
+// from a description at most ownersRefresh old.
+func (o *owners) snapshot(ctx context.Context) (map[int32]string, []string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if time.Since(o.at) > ownersRefresh {
+		o.refreshLocked(ctx)
+	}
+	return maps.Clone(o.byPart), slices.Clone(o.members), o.err
+}
+
 // describe reads the group's members' assignments and endpoints.
-func (o *owners) describe(ctx context.Context) (map[int32]string, error) {
+func (o *owners) describe(ctx context.Context) (map[int32]string, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cl, err := kgo.NewClient(o.conn...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	byPart := map[int32]string{}
+	var members []string
+	member := func(clientID string, ps []int32) {
+		ep := endpointOf(clientID)
+		if ep != "" && !slices.Contains(members, ep) {
+			members = append(members, ep)
+		}
+		for _, p := range ps {
+			byPart[p] = ep
+		}
+	}
 	if o.consumerProtocol {
 		gs, err := adm.DescribeConsumerGroups(ctx, o.group)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		g := gs[o.group]
 		if g.Err != nil {
-			return nil, g.Err
+			return nil, nil, g.Err
 		}
 		for _, m := range g.Members {
-			for p := range m.Assignment[o.input] {
-				byPart[p] = endpointOf(m.ClientID)
-			}
+			member(m.ClientID, slices.Collect(maps.Keys(m.Assignment[o.input])))
 		}
-		return byPart, nil
-	}
-	gs, err := adm.DescribeGroups(ctx, o.group)
-	if err != nil {
-		return nil, err
-	}
-	g := gs[o.group]
-	if g.Err != nil {
-		return nil, g.Err
-	}
-	for _, m := range g.Members {
-		a, ok := m.Assigned.AsConsumer()
-		if !ok {
-			continue
+	} else {
+		gs, err := adm.DescribeGroups(ctx, o.group)
+		if err != nil {
+			return nil, nil, err
 		}
-		for _, t := range a.Topics {
-			if t.Topic == o.input {
-				for _, p := range t.Partitions {
-					byPart[p] = endpointOf(m.ClientID)
+		g := gs[o.group]
+		if g.Err != nil {
+			return nil, nil, g.Err
+		}
+		for _, m := range g.Members {
+			var ps []int32
+			if a, ok := m.Assigned.AsConsumer(); ok {
+				for _, t := range a.Topics {
+					if t.Topic == o.input {
+						ps = append(ps, t.Partitions...)
+					}
 				}
 			}
+			member(m.ClientID, ps)
 		}
 	}
-	return byPart, nil
+	slices.Sort(members)
+	return byPart, members, nil
 }
 
 // Owner says where key's partition is served: Self when this instance

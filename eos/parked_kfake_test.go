@@ -2,6 +2,7 @@ package eos_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -29,6 +30,12 @@ func (r *restoreLog) Restored(_ string, partition int32, _ int64, records int, _
 	defer r.mu.Unlock()
 	r.reads = append(r.reads, records)
 	r.parts = append(r.parts, partition)
+}
+
+func (r *restoreLog) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.reads)
 }
 
 func (r *restoreLog) since(i int) (parts []int32, read int) {
@@ -85,7 +92,7 @@ func TestAnEagerRebalanceKeepsTheStoresGivenBack(t *testing.T) {
 	for len(a.State().Partitions()) != 4 && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
-	before := len(logA.reads)
+	before := logA.count()
 
 	b, stopB, doneB := start("b", &restoreLog{Metrics: eoskit.NopMetrics{}})
 	for (len(a.State().Partitions()) != 2 || len(b.State().Partitions()) != 2) && ctx.Err() == nil {
@@ -208,4 +215,98 @@ func TestPartitionsRestoreSideBySide(t *testing.T) {
 		t.Fatalf("at most %d restore applied at once: the partitions restored one after another", slow.top)
 	}
 	t.Logf("up to %d partitions' restores applied at once", slow.top)
+}
+
+// With a standby each (eos.Standbys(1)), two members keep each other's
+// partitions warm; when one leaves, the other's restore of the partitions
+// it takes over reads nothing again (its standby stores had caught up
+// with what the leaver counted), where without standbys it reads what
+// the leaver wrote since (or the whole changelog). Counts exact.
+func TestAStandbyTakesOverWithTheTailOnly(t *testing.T) {
+	for _, standbys := range []int{1, 0} {
+		t.Run("standbys="+strconv.Itoa(standbys), func(t *testing.T) {
+			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "reports"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cluster.Close()
+			brokers := cluster.ListenAddrs()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			seed := reportsClient(t, brokers)
+			want := map[string]int{}
+			produce := func(n int) {
+				var recs []*kgo.Record
+				for i := range n {
+					key := "region-" + strconv.Itoa(i%40)
+					want[key]++
+					recs = append(recs, &kgo.Record{Key: []byte(key)})
+				}
+				if err := seed.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			produce(1_000)
+			adm := kadm.NewClient(seed)
+			start := func(instance string, m eoskit.Metrics) (*eos.Processor, context.CancelFunc, chan error) {
+				p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("standby"), eos.Topics("reports"), eos.TransactionalID("standby-"+instance),
+					eos.CommitInterval(20*time.Millisecond), eos.MaxRecordsPerCommit(50), eos.Logger(testLogger(t)), eos.WithMetrics(m),
+					eos.Endpoint("http://"+instance+".example:8080"), eos.Changelog("standby-changelog", eos.CreateChangelog(), eos.Standbys(standbys)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				runCtx, stop := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- p.Run(runCtx) }()
+				return p, stop, done
+			}
+			logA := &restoreLog{Metrics: eoskit.NopMetrics{}}
+			a, stopA, doneA := start("a", logA)
+			b, stopB, doneB := start("b", &restoreLog{Metrics: eoskit.NopMetrics{}})
+			for (len(a.State().Partitions()) != 2 || len(b.State().Partitions()) != 2) && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+			// b counts these: the changelog of its partitions grows
+			// past what a kept when it held them.
+			produce(1_000)
+			waitCommitted(t, ctx, adm, "standby", "reports")
+			if standbys > 0 {
+				for !slices.Equal(a.State().Standbys(), b.State().Partitions()) && ctx.Err() == nil {
+					time.Sleep(10 * time.Millisecond)
+				}
+				time.Sleep(2500 * time.Millisecond) // two catch-ups past the last commit
+			}
+			taken := b.State().Partitions()
+			before := logA.count()
+			stopB()
+			if err := <-doneB; err != nil {
+				t.Fatalf("b: %v", err)
+			}
+			for len(a.State().Partitions()) != 4 && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+			parts, read := logA.since(before)
+			for _, p := range taken {
+				if !slices.Contains(parts, p) {
+					t.Fatalf("a restored %v taking over, want b's %v among them", parts, taken)
+				}
+			}
+			switch {
+			case standbys > 0 && read != 0:
+				t.Fatalf("a read %d changelog records taking over b's partitions %v, want 0: its standby stores were current", read, taken)
+			case standbys == 0 && read == 0:
+				t.Fatalf("without standbys a read nothing taking over: the test cannot tell standbys apart")
+			}
+			t.Logf("standbys %d: taking over %v read %d changelog records", standbys, taken, read)
+			for key, n := range want {
+				if v, _, err := a.State().Lookup([]byte(key)); err != nil || string(v) != strconv.Itoa(n) {
+					t.Errorf("%s: %q, %v; want %d", key, v, err, n)
+				}
+			}
+			stopA()
+			if err := <-doneA; err != nil {
+				t.Fatalf("a: %v", err)
+			}
+		})
+	}
 }

@@ -53,6 +53,8 @@ type Processor struct {
 	// stopJoins stops following the co-partitioned tables (as
 	// stopTables).
 	stopJoins func()
+	// stopStandbys stops keeping the standby stores (as stopTables).
+	stopStandbys func()
 	// wake ends an idle poll when the group's callbacks leave the loop
 	// something to do; rearm is set by a revoke (or loss) since the
 	// session's last End, which an idle session makes (session.rearm).
@@ -309,6 +311,10 @@ func (p *Processor) Run(ctx context.Context) error {
 				p.stopJoins()
 				p.stopJoins = nil
 			}
+			if p.stopStandbys != nil {
+				p.stopStandbys()
+				p.stopStandbys = nil
+			}
 		},
 	})
 }
@@ -339,6 +345,9 @@ func (p *Processor) start(ctx context.Context) error {
 		return err
 	}
 	p.stopTables = stop
+	if p.stopStandbys, err = p.followStandbys(ctx); err != nil {
+		return err
+	}
 	return nil
 }
 

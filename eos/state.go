@@ -34,6 +34,7 @@ type stateConfig struct {
 	updates        string
 	ttl            time.Duration
 	ttlSet         bool // TTL given
+	standbys       int  // Standbys
 	// others is the partitioner of every record but the changelog's (see
 	// changelogPartitioner), batchMax the producer's batch limit per
 	// topic (kgo.ProducerBatchMaxBytesFn), and requestMax what of a
@@ -189,6 +190,10 @@ func (s *stateConfig) validate(c *config) error {
 		return refuse("Stores", "no store factory")
 	case s.restoreTimeout <= 0:
 		return refuse("RestoreTimeout", fmt.Sprintf("%s is not a positive duration", s.restoreTimeout))
+	case s.standbys < 0:
+		return refuse("Standbys", fmt.Sprintf("%d is negative", s.standbys))
+	case s.standbys > 0 && !c.endpointSet:
+		return refuse("Standbys", "standbys are placed by the members' endpoints: give Endpoint")
 	case s.ttlSet && c.concurrency > 1 && c.order == KeyOrder:
 		return refuse("TTL", "keys expire by their partition's stream time, which follows the partition's order: use PartitionOrder, not KeyOrder")
 	}

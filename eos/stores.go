@@ -80,8 +80,10 @@ type keyedState struct {
 	parts     map[int32]*partState
 	restoring map[int32]bool
 	// parked holds the stores of partitions taken away (see the
-	// lifecycle above).
-	parked map[int32]parkedStore
+	// lifecycle above), standbys those kept warm for partitions others
+	// own (see Standbys).
+	parked   map[int32]parkedStore
+	standbys map[int32]*standby
 
 	marksMu sync.Mutex
 	restore map[int32]bool // assigned since the last prepare
@@ -115,7 +117,7 @@ type partState struct {
 
 func newKeyedState(cfg *stateConfig, input string, logger *slog.Logger) *keyedState {
 	return &keyedState{cfg: cfg, input: input, logger: logger,
-		parts: map[int32]*partState{}, restoring: map[int32]bool{}, parked: map[int32]parkedStore{},
+		parts: map[int32]*partState{}, restoring: map[int32]bool{}, parked: map[int32]parkedStore{}, standbys: map[int32]*standby{},
 		restore: map[int32]bool{}, taken: map[int32]bool{}, takenAt: map[int32]int64{}}
 }
 
@@ -319,6 +321,9 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			ks.mu.Lock()
 			s, ok := ks.unparkLocked(p)
 			ks.mu.Unlock()
+			if !ok {
+				s, ok = ks.takeStandby(p)
+			}
 			var err error
 			if !ok {
 				s, err = ks.cfg.stores(ks.cfg.changelog, p)
