@@ -24,10 +24,14 @@ import (
 //
 // Placement: the members that advertise an [Endpoint] (which Standbys
 // needs), in the order of their endpoints; a partition's standbys are the
-// n members after its owner, wrapping around, whatever the balancer
-// (KIP-848 included). What it costs: each standby reads its partitions'
-// changelog as the owner writes it, and holds their state (memory, or
-// disk with pebble) beside its own. Default 0.
+// n members after its owner, wrapping around, under any balancer (KIP-848
+// included). The balancer does not know of them: a partition moved goes
+// where the balancer puts it, a standby only if it lands there (always
+// with two members and one standby; with more, give more standbys). A
+// membership change moves the standbys along the ring. What it costs:
+// each standby reads its partitions' changelog as the owner writes it (a
+// catch-up a second, a few admin requests each), and holds their state
+// (memory, or disk with pebble) beside its own. Default 0.
 func Standbys(n int) StateOption {
 	return stateOpt(func(c *stateConfig) { c.standbys = n })
 }
@@ -60,10 +64,12 @@ func standbyPartitions(owners map[int32]string, members []string, self string, n
 }
 
 // standby is a store kept warm for a partition another member owns; mu
-// is held while it catches up, and by prepare taking it over.
+// is held while it catches up, and by prepare taking it over, which
+// first cancels the catch-up under way (cancel, set under ks.mu).
 type standby struct {
-	mu    sync.Mutex
-	store state.Store
+	mu     sync.Mutex
+	store  state.Store
+	cancel context.CancelFunc
 }
 
 // followStandbys keeps the standby stores current until stop is called
@@ -82,8 +88,17 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 	quiet := slog.New(warnOnly{p.logger.Handler()})
 	go func() {
 		defer close(done)
+		failing := ""
 		for loop.Sleep(followCtx, standbyEvery) {
-			ks.followStandbysOnce(followCtx, r, p.cfg.endpoint, quiet)
+			err := ks.followStandbysOnce(followCtx, r, p.cfg.endpoint, quiet)
+			switch {
+			case err != nil && err.Error() != failing:
+				failing = err.Error()
+				p.logger.Warn("eos: standbys are not placed: the group cannot be described (Describe on the group?)", "err", err)
+			case err == nil && failing != "":
+				failing = ""
+				p.logger.Info("eos: standbys are placed again")
+			}
 		}
 	}()
 	return func() {
@@ -104,58 +119,78 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 // followStandbysOnce places this instance's standbys from the group's
 // description, opens the stores of the partitions it newly keeps, closes
 // those it no longer keeps, and catches each up with the changelog.
-func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Restorer, self string, logger *slog.Logger) {
+func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Restorer, self string, logger *slog.Logger) error {
 	owners, members, err := ks.owners.snapshot(ctx)
 	if err != nil {
-		return // the group could not be described: try again next time
+		return err
+	}
+	if !slices.Contains(members, self) {
+		// Without this instance (a session restart left the group for
+		// a moment): keep what is kept, and look again next time.
+		return nil
 	}
 	want := standbyPartitions(owners, members, self, ks.cfg.standbys)
+	var drop []*standby
 	ks.mu.Lock()
+	ks.marksMu.Lock()
+	busy := func(part int32) bool { // this instance owns it, or is about to
+		_, held := ks.parts[part]
+		return held || ks.restoring[part] || ks.restore[part]
+	}
 	for part, sb := range ks.standbys {
 		// A partition nobody holds (a rebalance under way: maybe this
 		// instance's next) keeps its standby; one another member holds
 		// without this one among its standbys loses it.
 		if owner := owners[part]; owner != "" && owner != self && !slices.Contains(want, part) {
 			delete(ks.standbys, part)
-			go func() { // a catch-up may hold it
-				sb.mu.Lock()
-				defer sb.mu.Unlock()
-				_ = sb.store.Close()
-			}()
+			drop = append(drop, sb)
 		}
 	}
 	var open []int32
 	for _, part := range want {
-		_, held := ks.parts[part]
 		pk, parked := ks.parked[part]
 		_, kept := ks.standbys[part]
 		switch {
-		case parked:
+		case parked && !kept:
 			// Taken away from this instance, which now keeps it warm:
-			// its store goes on from its checkpoint.
+			// its store goes on from its checkpoint (its tables are
+			// not followed any more).
 			delete(ks.parked, part)
 			ks.standbys[part] = &standby{store: pk.store}
-		case !held && !kept:
+			ks.tablesClosed(part)
+		case !parked && !kept && !busy(part):
 			open = append(open, part)
 		}
 	}
+	ks.marksMu.Unlock()
 	ks.mu.Unlock()
+	// No catch-up runs now (they run on this goroutine), and the stores
+	// dropped left the map: nobody else reaches them.
+	for _, sb := range drop {
+		_ = sb.store.Close()
+	}
 	for _, part := range open {
+		if ctx.Err() != nil {
+			return nil
+		}
 		s, err := ks.cfg.stores(ks.cfg.changelog, part)
 		if err != nil {
 			logger.Warn("eos: opening a standby store failed", "partition", part, "err", err)
 			continue
 		}
 		ks.mu.Lock()
-		_, held := ks.parts[part]
+		ks.marksMu.Lock()
 		_, parked := ks.parked[part]
-		if held || parked {
-			ks.mu.Unlock()
-			_ = s.Close()
-			continue
+		_, kept := ks.standbys[part]
+		taken := parked || kept || busy(part)
+		if !taken {
+			ks.standbys[part] = &standby{store: s}
 		}
-		ks.standbys[part] = &standby{store: s}
+		ks.marksMu.Unlock()
 		ks.mu.Unlock()
+		if taken {
+			_ = s.Close()
+		}
 	}
 	ks.mu.RLock()
 	kept := make(map[int32]*standby, len(ks.standbys))
@@ -165,16 +200,22 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 	ks.mu.RUnlock()
 	for part, sb := range kept {
 		sb.mu.Lock()
-		ks.mu.RLock()
+		catchUp, cancel := context.WithCancel(ctx)
+		ks.mu.Lock()
 		current := ks.standbys[part] == sb
-		ks.mu.RUnlock()
 		if current {
-			if _, err := r.Restore(ctx, ks.cfg.changelog, part, sb.store, changelog.Options{Timeout: 30 * time.Second, Logger: logger}); err != nil && ctx.Err() == nil {
+			sb.cancel = cancel
+		}
+		ks.mu.Unlock()
+		if current {
+			if _, err := r.Restore(catchUp, ks.cfg.changelog, part, sb.store, changelog.Options{Timeout: 30 * time.Second, Logger: logger}); err != nil && catchUp.Err() == nil {
 				logger.Warn("eos: a standby's catch-up failed; it tries again", "partition", part, "err", err)
 			}
 		}
+		cancel()
 		sb.mu.Unlock()
 	}
+	return nil
 }
 
 // takeStandby hands p's standby store, if this instance keeps one, to
@@ -184,11 +225,14 @@ func (ks *keyedState) takeStandby(p int32) (state.Store, bool) {
 	ks.mu.Lock()
 	sb, ok := ks.standbys[p]
 	delete(ks.standbys, p)
+	if ok && sb.cancel != nil {
+		sb.cancel() // the restore takes up from where the catch-up got
+	}
 	ks.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
-	sb.mu.Lock() // waits for a catch-up: the next one finds it taken
+	sb.mu.Lock() // waits for the cancelled catch-up to settle its apply
 	defer sb.mu.Unlock()
 	return sb.store, true
 }

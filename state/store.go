@@ -91,8 +91,10 @@ type Store interface {
 }
 
 // Factory opens the store of one partition of a changelog topic. A runner
-// calls it when the partition is assigned and closes the store when it is
-// revoked.
+// calls it when the partition is assigned, or (eos.Standbys) when it keeps
+// the partition warm for another instance, from more than one goroutine,
+// and closes the store when it no longer needs it: at most one store of a
+// partition is open at a time on one runner.
 type Factory func(topic string, partition int32) (Store, error)
 
 // MemoryFactory is a [Factory] of [NewMemory] stores: each assignment
