@@ -54,26 +54,11 @@ func (r *restoreLog) since(i int) (parts []int32, read int) {
 // changelog's tail: nothing, no record came since) instead of from the
 // changelog's start. The counts stay exact through it.
 func TestAnEagerRebalanceKeepsTheStoresGivenBack(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "reports", "counts"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	seed := reportsClient(t, brokers)
-	want := map[string]int{}
-	var recs []*kgo.Record
-	for i := range 4_000 {
-		key := "region-" + strconv.Itoa(i%40)
-		want[key]++
-		recs = append(recs, &kgo.Record{Key: []byte(key)})
-	}
-	if err := seed.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(seed)
+	rr := newRegionReports(t, ctx)
+	rr.produce(4_000)
+	brokers, want, adm := rr.brokers, rr.want, rr.adm
 	start := func(instance string, m eoskit.Metrics) (*eos.Processor, context.CancelFunc, chan error) {
 		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("eager"), eos.Topics("reports"), eos.TransactionalID("eager-"+instance),
 			eos.CommitInterval(20*time.Millisecond), eos.MaxRecordsPerCommit(100), eos.Logger(testLogger(t)), eos.WithMetrics(m),
@@ -160,26 +145,11 @@ func (st slowStore) Apply(ws []state.Write, cp state.Checkpoint) error {
 // maxParallelRestores at once), not one after another; the counts are
 // exact after.
 func TestPartitionsRestoreSideBySide(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "reports", "counts"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	seed := reportsClient(t, brokers)
-	want := map[string]int{}
-	var recs []*kgo.Record
-	for i := range 2_000 {
-		key := "region-" + strconv.Itoa(i%40)
-		want[key]++
-		recs = append(recs, &kgo.Record{Key: []byte(key)})
-	}
-	if err := seed.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(seed)
+	rr := newRegionReports(t, ctx)
+	rr.produce(2_000)
+	brokers, want, adm := rr.brokers, rr.want, rr.adm
 	run := func(stores state.Factory, until func(*eos.Processor) bool) {
 		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("side"), eos.Topics("reports"), eos.TransactionalID("side-0"),
 			eos.CommitInterval(20*time.Millisecond), eos.MaxRecordsPerCommit(50), eos.Logger(testLogger(t)),
@@ -225,29 +195,11 @@ func TestPartitionsRestoreSideBySide(t *testing.T) {
 func TestAStandbyTakesOverWithTheTailOnly(t *testing.T) {
 	for _, standbys := range []int{1, 0} {
 		t.Run("standbys="+strconv.Itoa(standbys), func(t *testing.T) {
-			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "reports"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cluster.Close()
-			brokers := cluster.ListenAddrs()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			seed := reportsClient(t, brokers)
-			want := map[string]int{}
-			produce := func(n int) {
-				var recs []*kgo.Record
-				for i := range n {
-					key := "region-" + strconv.Itoa(i%40)
-					want[key]++
-					recs = append(recs, &kgo.Record{Key: []byte(key)})
-				}
-				if err := seed.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			rr := newRegionReports(t, ctx)
+			brokers, want, adm, produce := rr.brokers, rr.want, rr.adm, rr.produce
 			produce(1_000)
-			adm := kadm.NewClient(seed)
 			start := func(instance string, m eoskit.Metrics) (*eos.Processor, context.CancelFunc, chan error) {
 				p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("standby"), eos.Topics("reports"), eos.TransactionalID("standby-"+instance),
 					eos.CommitInterval(20*time.Millisecond), eos.MaxRecordsPerCommit(50), eos.Logger(testLogger(t)), eos.WithMetrics(m),
@@ -309,4 +261,38 @@ func TestAStandbyTakesOverWithTheTailOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// regionReports is a kfake cluster with a four-partition "reports" topic
+// (and "counts"), and what writes reports over 40 regions to it,
+// counting them in want.
+type regionReports struct {
+	brokers []string
+	adm     *kadm.Client
+	want    map[string]int
+	produce func(n int)
+}
+
+func newRegionReports(t *testing.T, ctx context.Context) *regionReports {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "reports", "counts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	rr := &regionReports{brokers: cluster.ListenAddrs(), want: map[string]int{}}
+	seed := reportsClient(t, rr.brokers)
+	rr.adm = kadm.NewClient(seed)
+	rr.produce = func(n int) {
+		var recs []*kgo.Record
+		for i := range n {
+			key := "region-" + strconv.Itoa(i%40)
+			rr.want[key]++
+			recs = append(recs, &kgo.Record{Key: []byte(key)})
+		}
+		if err := seed.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rr
 }
