@@ -146,16 +146,8 @@ func (p *Processor) afterFailure(ctx context.Context, rn *runner, b *batch) erro
 			return loop.Restart(fmt.Errorf("produce failed, not because of the input %s[%d]@%d: %w", at.topic, at.partition, at.offset, err))
 		}
 	}
-	if errors.Is(err, eoskit.ErrInvalidConfig) {
-		// A handler that refused the configuration (a windowed
-		// aggregation under Concurrency): Run ends with its error.
-		return err
-	}
-	if restart := (*loop.RestartError)(nil); errors.As(err, &restart) {
-		// A handler that waited in vain for what is no record's fault
-		// (a co-partitioned table's records not fetched): the session
-		// restarts with backoff.
-		return err
+	if notTheRecords(err) {
+		return err // a ConfigError ends Run, a RestartError the session
 	}
 	return p.applyPolicy(ctx, at, err)
 }

@@ -47,14 +47,11 @@ type Processor struct {
 	// handlerState is what each handler call's context carries beside its
 	// keyed state (see withKV).
 	handlerState handlerState
-	// stopTables stops the global tables' refresh (set by start, called
-	// when Run returns; Run's goroutine alone uses it).
-	stopTables func()
-	// stopJoins stops following the co-partitioned tables (as
-	// stopTables).
-	stopJoins func()
-	// stopStandbys stops keeping the standby stores (as stopTables).
-	stopStandbys func()
+	// stops end what start began for the Run (the global tables'
+	// refresh, the co-partitioned tables' fetching, the standbys'
+	// catch-ups), in reverse order, when Run returns; Run's goroutine
+	// alone uses it.
+	stops []func()
 	// wake ends an idle poll when the group's callbacks leave the loop
 	// something to do; rearm is set by a revoke (or loss) since the
 	// session's last End, which an idle session makes (session.rearm).
@@ -303,18 +300,10 @@ func (p *Processor) Run(ctx context.Context) error {
 		Restarts: loop.Restarts{Base: time.Second, Limit: 30 * time.Second, InARow: maxSessionRestarts},
 		Stopped: func(error) {
 			p.deadLetterLog.Flush()
-			if p.stopTables != nil {
-				p.stopTables()
-				p.stopTables = nil
+			for i := len(p.stops) - 1; i >= 0; i-- {
+				p.stops[i]()
 			}
-			if p.stopJoins != nil {
-				p.stopJoins()
-				p.stopJoins = nil
-			}
-			if p.stopStandbys != nil {
-				p.stopStandbys()
-				p.stopStandbys = nil
-			}
+			p.stops = nil
 		},
 	})
 }
@@ -334,19 +323,14 @@ func (p *Processor) start(ctx context.Context) error {
 	if err := p.checkChangelog(ctx); err != nil {
 		return err
 	}
-	var err error
-	if p.stopJoins, err = p.followTables(ctx); err != nil {
-		return err
-	}
-	stop, err := p.restoreTables(ctx)
-	if err != nil {
-		p.stopJoins()
-		p.stopJoins = nil
-		return err
-	}
-	p.stopTables = stop
-	if p.stopStandbys, err = p.followStandbys(ctx); err != nil {
-		return err
+	// What each starts is stopped when Run returns, a later one failing
+	// included.
+	for _, follow := range []func(context.Context) (func(), error){p.followTables, p.restoreTables, p.followStandbys} {
+		stop, err := follow(ctx)
+		if err != nil {
+			return err
+		}
+		p.stops = append(p.stops, stop)
 	}
 	return nil
 }

@@ -122,11 +122,8 @@ func decide(a attempt, policy eoskit.ErrorPolicy, budget time.Duration) recordOu
 		return recordOutcome{kind: recordFailed, err: err}
 	case a.err == nil:
 		return recordOutcome{kind: produceOutputs, outs: a.outs}
-	case errors.Is(a.err, eoskit.ErrInvalidConfig) || errors.As(a.err, new(*loop.RestartError)):
-		// The handler refused the processor's configuration, or asked
-		// for a new session (a co-partitioned table not fetched): no
-		// record's fault, whatever the policy (afterFailure ends Run, or
-		// the session).
+	case notTheRecords(a.err):
+		// Whatever the policy: afterFailure ends Run, or the session.
 		return recordOutcome{kind: recordFailed, err: a.err}
 	}
 	pol := policy.For(a.err)
@@ -136,6 +133,14 @@ func decide(a attempt, policy eoskit.ErrorPolicy, budget time.Duration) recordOu
 	// A poisoned input is dead-lettered whatever the policy: it was
 	// poisoned under DeadLetter, or as a Retry's fallback.
 	return recordOutcome{kind: sendDeadLetter, outs: []*kgo.Record{deadLetter(pol.DeadLetterTopic(), a.in, a.err)}, err: a.err}
+}
+
+// notTheRecords reports whether a handler's error is no record's fault:
+// it refused the processor's configuration (a windowed aggregation under
+// Concurrency), or asked for a new session (a co-partitioned table not
+// fetched). Run, or the session, ends with it, whatever the policy.
+func notTheRecords(err error) bool {
+	return errors.Is(err, eoskit.ErrInvalidConfig) || errors.As(err, new(*loop.RestartError))
 }
 
 // callHandler runs the handler, turning a panic and an output without a

@@ -318,16 +318,7 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 				ks.adopt(todo)
 				return err
 			}
-			ks.mu.Lock()
-			s, ok := ks.unparkLocked(p)
-			ks.mu.Unlock()
-			if !ok {
-				s, ok = ks.takeStandby(p)
-			}
-			var err error
-			if !ok {
-				s, err = ks.cfg.stores(ks.cfg.changelog, p)
-			}
+			s, err := ks.openStore(p)
 			if err != nil {
 				// A store another owner still holds (a pebble
 				// directory's lock) or a passing failure: a new session
@@ -442,7 +433,7 @@ func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob, rearm f
 // the polled partitions' records may meet, from the position committed in
 // their stores, before the handlers run.
 func (ks *keyedState) prepareJoins(ctx context.Context, fetches kgo.Fetches, polled []int32, between bool) error {
-	if ks.joins == nil || len(polled) == 0 {
+	if ks.joins == nil || len(polled) == 0 || !ks.joins.following() {
 		return nil
 	}
 	latest := map[int32]time.Time{}
@@ -614,9 +605,7 @@ func (ks *keyedState) ended(committed bool) {
 			ks.logger.Warn("eos: applying a committed transaction to a partition's store failed; it is restored from the changelog before its next record",
 				"partition", p, "err", err)
 			ks.closeLocked(p, ps)
-			continue
 		}
-
 	}
 	ks.closeTakenLocked(nil)
 }
@@ -665,14 +654,21 @@ type parkedStore struct {
 // default), and an assignment that does not give it back closes it at once.
 const parkFor = time.Minute
 
-// unparkLocked returns p's parked store, if any, for its restore to take
-// up from its checkpoint (ks.mu held).
-func (ks *keyedState) unparkLocked(p int32) (state.Store, bool) {
-	pk, ok := ks.parked[p]
-	if ok {
-		delete(ks.parked, p)
+// openStore returns the store p's restore takes up: the one parked when
+// p was taken away, or the standby kept warm for it (each restores from
+// its checkpoint), else a new one from the factory.
+func (ks *keyedState) openStore(p int32) (state.Store, error) {
+	ks.mu.Lock()
+	pk, parked := ks.parked[p]
+	delete(ks.parked, p)
+	ks.mu.Unlock()
+	if parked {
+		return pk.store, nil
 	}
-	return pk.store, ok
+	if s, ok := ks.takeStandby(p); ok {
+		return s, nil
+	}
+	return ks.cfg.stores(ks.cfg.changelog, p)
 }
 
 // closeParkedLocked closes the parked stores close says to (ks.mu held).

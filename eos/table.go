@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -199,6 +198,13 @@ func (j *joinedTables) of(t *Table) *tableFollower {
 	return j.followers[t]
 }
 
+// following reports whether Run follows any table.
+func (j *joinedTables) following() bool {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	return len(j.followers) > 0
+}
+
 func (j *joinedTables) each(fn func(*tableFollower)) {
 	j.mu.RLock()
 	defer j.mu.RUnlock()
@@ -271,7 +277,3 @@ func (p *Processor) checkTable(ctx context.Context, t *Table) error {
 	}
 	return nil
 }
-
-// tableWaitStep is how often a record waiting for table records looks
-// again without news (a fetch wakes it at once).
-const tableWaitStep = 100 * time.Millisecond

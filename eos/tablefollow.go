@@ -67,6 +67,10 @@ type tableBuffer struct {
 	err error
 }
 
+// tableWaitStep is how often a wait for table records looks again
+// without news (a fetch wakes it at once).
+const tableWaitStep = 100 * time.Millisecond
+
 // tableFetchWait is how long a table's fetch waits for records: a
 // partition added waits for the fetch under way to its leader to return,
 // so a short wait bounds how long its first records wait, at the cost of
@@ -201,15 +205,17 @@ func (b *tableBuffer) after(pos int64) int {
 	return sort.Search(len(b.recs), func(i int) bool { return b.recs[i].Offset >= pos })
 }
 
-// later reports whether a buffered record from offset pos on is later
-// than at: the table's advance to any time up to at stops there.
-func (b *tableBuffer) later(pos int64, at time.Time) bool {
-	for _, r := range b.recs[b.after(pos):] {
+// upTo returns the buffered records from offset pos on that the table's
+// advance to time at applies (the rule of [Table]: in offset order, up to
+// the first later than at), and whether such a later record stops it.
+func (b *tableBuffer) upTo(pos int64, at time.Time) (apply []*kgo.Record, later bool) {
+	recs := b.recs[b.after(pos):]
+	for i, r := range recs {
 		if r.Timestamp.After(at) {
-			return true
+			return recs[:i], true
 		}
 	}
-	return false
+	return recs, false
 }
 
 // prepare waits, before input partition p's polled records (the latest
@@ -250,7 +256,7 @@ func (f *tableFollower) prepare(ctx context.Context, p int32, pos, at int64, lat
 			b.recs = slices.Clone(b.recs[i:])
 		}
 		b.from = pos
-		later := b.later(max(pos, at), latest)
+		_, later := b.upTo(max(pos, at), latest)
 		if b.paused && (!later || len(b.recs) < f.maxBuffered/2) {
 			// A paused partition's end is stale (only fetches move it):
 			// fetch again, and list the end anew.
@@ -359,15 +365,10 @@ func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
 	f.mu.Lock()
 	b := f.parts[p]
 	var apply []*kgo.Record
-	later, ready := false, false
+	ready := false
 	if b != nil && pos >= b.from {
-		for _, r := range b.recs[b.after(pos):] {
-			if r.Timestamp.After(at) {
-				later = true
-				break
-			}
-			apply = append(apply, r)
-		}
+		var later bool
+		apply, later = b.upTo(pos, at)
 		last := pos
 		if len(apply) > 0 {
 			last = apply[len(apply)-1].Offset + 1
