@@ -213,6 +213,17 @@ func (v *StateView) Owner(ctx context.Context, key []byte) (Owner, error) {
 	if err != nil {
 		return Owner{}, err
 	}
+	return v.PartitionOwner(ctx, p)
+}
+
+// PartitionOwner is [StateView.Owner] of an input partition: where
+// partition's state is served (a partition of a range or a scan, say).
+func (v *StateView) PartitionOwner(ctx context.Context, p int32) (Owner, error) {
+	if n, err := v.InputPartitions(); err != nil {
+		return Owner{}, err
+	} else if p < 0 || p >= n {
+		return Owner{Partition: p}, fmt.Errorf("eos: the input has no partition %d (it has %d)", p, n)
+	}
 	v.ks.mu.RLock()
 	_, held := v.ks.parts[p]
 	_, taken := v.ks.marksLocked(p)

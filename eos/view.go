@@ -107,6 +107,36 @@ func (v *StateView) Scan(start, end []byte, fn func(partition int32, key, value 
 	return v.each(func(s state.Reader, f func(k, v []byte) bool) error { return state.Scan(s, start, end, f) }, fn)
 }
 
+// ScanPartition is [StateView.Scan] of one partition: fn gets the
+// committed keys of partition's store from start (inclusive; nil: the
+// first) to end (exclusive; nil: past the last), in key order, until it
+// returns false. A partition this instance does not hold, was revoked
+// from it, or is restoring is a *[NotHeldError] (wrapping [ErrNotHeld]),
+// before fn is called: never an empty answer that is not true. What
+// [StateView.Scan] says of cost and of fn holds here.
+func (v *StateView) ScanPartition(partition int32, start, end []byte, fn func(key, value []byte) bool) error {
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	ps, ok := v.ks.parts[partition]
+	if !ok || v.ks.unreadyLocked(partition) {
+		return &NotHeldError{Partition: partition, Restoring: v.ks.restoringLocked(partition)}
+	}
+	return state.Scan(ps.store, start, end, func(k, val []byte) bool {
+		return state.IsReserved(k) || fn(k, val)
+	})
+}
+
+// InputPartitions returns the input's partition count as Run found it: the
+// partitions [StateView.ScanPartition] and [StateView.PartitionOwner]
+// take, 0 to n-1. Before Run learnt it, it returns [ErrNotHeld].
+func (v *StateView) InputPartitions() (int32, error) {
+	n := v.ks.partitionCount()
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: the processor has not read the input's partitions yet", ErrNotHeld)
+	}
+	return n, nil
+}
+
 // Prefix is [StateView.Scan] of the keys beginning with prefix.
 func (v *StateView) Prefix(prefix []byte, fn func(partition int32, key, value []byte) bool) error {
 	return v.Scan(prefix, state.PrefixEnd(prefix), fn)
@@ -121,12 +151,12 @@ func (v *StateView) Prefix(prefix []byte, fn func(partition int32, key, value []
 // that does not place records by key, is an error; before Run learnt
 // the input's partition count, it returns [ErrNotHeld].
 func (v *StateView) PartitionOf(key []byte) (int32, error) {
-	n := v.ks.partitionCount()
-	switch {
-	case key == nil:
+	if key == nil {
 		return 0, errors.New("eos: a nil key has no partition")
-	case n <= 0:
-		return 0, fmt.Errorf("%w: the processor has not read the input's partitions yet", ErrNotHeld)
+	}
+	n, err := v.InputPartitions()
+	if err != nil {
+		return 0, err
 	}
 	return v.ks.keys.partition(key, n)
 }

@@ -38,9 +38,14 @@
 // another instance's value as current. A forwarded request carries
 // Eoskit-Forwarded itself and is never forwarded again. Without a known
 // owner (a rebalance, an owner without an endpoint), the answer is the
-// 421 above. What it does not do yet (issue 46): serve ranges or
-// prefixes over HTTP (eos.StateView.Scan and Prefix read them), or read
-// from standby replicas.
+// 421 above.
+//
+// [Partition] serves a whole input partition, rendered as JSON by a
+// function of the caller's (a partition's totals, say), with the same
+// answers: a page or a client adds up every partition's 200, and shows
+// nothing while one is missing (patterns/dashboard/web does). Ranges and
+// prefixes across partitions are read with eos.StateView.Scan and Prefix
+// on each owner; reads from standby replicas are not served yet.
 package eoshttp
 
 import (
@@ -134,26 +139,8 @@ func Handler(src Source, opts ...Option) http.Handler {
 		value, ok, err := view.Lookup([]byte(key))
 		var notHeld *eos.NotHeldError
 		switch {
-		case errors.As(err, &notHeld) && notHeld.Restoring:
-			unavailable(w, "eoshttp: the key's partition is restoring here")
 		case errors.As(err, &notHeld):
-			// Not held: another instance's, unless this one does not
-			// run or waits for its assignment (then it cannot tell).
-			if h := src.Health(); !h.Running || !h.Joined {
-				unavailable(w, "eoshttp: the processor does not run, or waits for its assignment")
-				return
-			}
-			if o.forward && r.Header.Get(ForwardedHeader) == "" {
-				if owner, err := view.Owner(r.Context(), []byte(key)); err == nil && !owner.Self && owner.Endpoint != "" {
-					o.relay(w, r, owner.Endpoint)
-					return
-				}
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusMisdirectedRequest)
-			_ = json.NewEncoder(w).Encode(struct {
-				Partition int32 `json:"partition"`
-			}{part})
+			o.notHeld(w, r, src, notHeld)
 		case err != nil:
 			http.Error(w, "eoshttp: the state could not be read", http.StatusInternalServerError)
 		case !ok:
@@ -163,6 +150,32 @@ func Handler(src Source, opts ...Option) http.Handler {
 			_, _ = w.Write(value)
 		}
 	})
+}
+
+// notHeld answers a request for a partition this instance cannot answer
+// for (nh): 503 while it restores here, or while the processor does not
+// run or waits for its assignment (then it cannot tell whose it is);
+// else, another instance's: relayed to its owner with Forward, or 421.
+func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh *eos.NotHeldError) {
+	if nh.Restoring {
+		unavailable(w, "eoshttp: the partition is restoring here")
+		return
+	}
+	if h := src.Health(); !h.Running || !h.Joined {
+		unavailable(w, "eoshttp: the processor does not run, or waits for its assignment")
+		return
+	}
+	if o.forward && r.Header.Get(ForwardedHeader) == "" {
+		if owner, err := src.State().PartitionOwner(r.Context(), nh.Partition); err == nil && !owner.Self && owner.Endpoint != "" {
+			o.relay(w, r, owner.Endpoint)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusMisdirectedRequest)
+	_ = json.NewEncoder(w).Encode(struct {
+		Partition int32 `json:"partition"`
+	}{nh.Partition})
 }
 
 // relay forwards r to the owner at endpoint and writes its answer.

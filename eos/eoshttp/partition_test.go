@@ -1,0 +1,139 @@
+package eoshttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/eos/eoshttp"
+)
+
+// counts renders a count's partition as {key: count}.
+func counts(view *eos.StateView, p int32) (any, error) {
+	out := map[string]int{}
+	var bad error
+	err := view.ScanPartition(p, nil, nil, func(k, v []byte) bool {
+		n, err := strconv.Atoi(string(v))
+		out[string(k)], bad = n, err
+		return err == nil
+	})
+	if err == nil {
+		err = bad
+	}
+	return out, err
+}
+
+// Two instances split a count's three partitions, each serving
+// /counts/{partition} with Forward: asked of one instance, every
+// partition is answered, its own from its state and the other's relayed
+// from the other (Eoskit-Forwarded names it), and the partitions' counts
+// add up to every region's. The same handler without Forward answers the
+// other's partitions 421; a partition that is no number is a 400, one the
+// input lacks a 404; before Run learnt the partitions, and after it
+// returned, a 503.
+func TestPartitionIsServedByItsOwnerFromAnyInstance(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	brokers, _, want := reportsCluster(t, ctx)
+	type instance struct {
+		p        *eos.Processor
+		srv      *httptest.Server
+		unrouted http.Handler
+	}
+	start := func(name string) *instance {
+		mux := http.NewServeMux()
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
+			eos.TransactionalID("counts-"+name), eos.CommitInterval(20*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
+			eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(srv.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux.Handle("GET /counts/{partition}", eoshttp.Partition(p, counts, eoshttp.Forward(nil)))
+		unrouted := http.NewServeMux()
+		unrouted.Handle("GET /counts/{partition}", eoshttp.Partition(p, counts))
+		return &instance{p: p, srv: srv, unrouted: unrouted}
+	}
+	a, b := start("a"), start("b")
+	get := func(path string) (*http.Response, []byte) {
+		resp, err := http.Get(a.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp, body
+	}
+	if resp, body := get("/counts/0"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("before Run: %d %q, want 503 with Retry-After", resp.StatusCode, body)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	for _, in := range []*instance{a, b} {
+		go func() { done <- in.p.Run(runCtx) }()
+	}
+	// Until both hold partitions and every report is counted.
+	for {
+		total := map[string]int{}
+		all := len(a.p.State().Partitions()) > 0 && len(b.p.State().Partitions()) > 0
+		for p := range 3 {
+			resp, body := get("/counts/" + strconv.Itoa(p))
+			var part map[string]int
+			if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &part) != nil {
+				all = false
+				continue
+			}
+			maps.Copy(total, part)
+		}
+		if all && maps.Equal(total, want) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the partitions read through one instance add up to %v, want %v", total, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	held := map[int32]bool{}
+	for _, p := range a.p.State().Partitions() {
+		held[p] = true
+	}
+	for p := range int32(3) {
+		resp, body := get("/counts/" + strconv.Itoa(int(p)))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(eoshttp.PartitionHeader) != strconv.Itoa(int(p)) {
+			t.Errorf("partition %d: %d %q, partition header %q", p, resp.StatusCode, body, resp.Header.Get(eoshttp.PartitionHeader))
+		}
+		if fwd := resp.Header.Get(eoshttp.ForwardedHeader); held[p] != (fwd == "") || (!held[p] && fwd != b.srv.URL) {
+			t.Errorf("partition %d (held by the instance asked: %v): forwarded from %q", p, held[p], fwd)
+		}
+		rec := httptest.NewRecorder()
+		a.unrouted.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/counts/"+strconv.Itoa(int(p)), nil))
+		if want := map[bool]int{true: http.StatusOK, false: http.StatusMisdirectedRequest}[held[p]]; rec.Code != want {
+			t.Errorf("partition %d without Forward: %d, want %d", p, rec.Code, want)
+		}
+	}
+	for path, code := range map[string]int{"/counts/x": http.StatusBadRequest, "/counts/-1": http.StatusBadRequest, "/counts/3": http.StatusNotFound} {
+		if resp, body := get(path); resp.StatusCode != code {
+			t.Errorf("%s: %d %q, want %d", path, resp.StatusCode, body, code)
+		}
+	}
+	stop()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	a.unrouted.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/counts/0", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("after Run returned: %d %q, want 503", rec.Code, rec.Body)
+	}
+}
