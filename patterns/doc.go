@@ -43,6 +43,11 @@
 // single main package, the program docs/build-your-application.md walks
 // through.
 //
+// [github.com/eoskit/eoskit/patterns/dashboard/web] is the dashboard as a
+// live web page: kafkatokafka's totals and counts per day, served from
+// any instance, which adds up every partition from its owner and shows
+// no numbers while one is missing.
+//
 // [github.com/eoskit/eoskit/patterns/dashboard] is the domain they share:
 // the report, its encoding, the two tables and the one update that keeps a
 // total.

@@ -13,6 +13,11 @@ if [ "${1:-}" != "--inside" ]; then
 	exec scripts/with-services.sh "$0" --inside
 fi
 
+# The dashboard page's browser test needs a Chromium: installed meanwhile.
+mkdir -p .eoskit
+scripts/chromium.sh install >.eoskit/chromium.log 2>&1 &
+chromium=$!
+
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
 	echo "test.sh: not gofmt-formatted:" >&2
@@ -60,6 +65,7 @@ for p in $slow; do
 	grep -qxF "$p" <<<"$all" || { echo "test.sh: $p is not among the packages" >&2; exit 1; }
 done
 mapfile -t rest < <(grep -vxF -f <(echo "$slow") <<<"$all")
+wait "$chromium" || { echo "test.sh: installing Chromium failed:" >&2; cat .eoskit/chromium.log >&2; }
 go test -race -count=1 -parallel 4 -timeout 25m $slow "${rest[@]}" || rc=$?
 # The containers suite: the test kit's container tests and a subset of the tests with every service
 # in a Docker container (testcontainers-go), on images built here.
