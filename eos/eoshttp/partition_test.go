@@ -14,6 +14,7 @@ import (
 
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/eos/eoshttp"
+	"github.com/eoskit/eoskit/state"
 )
 
 // counts renders a count's partition as {key: count}.
@@ -136,4 +137,96 @@ func TestPartitionIsServedByItsOwnerFromAnyInstance(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("after Run returned: %d %q, want 503", rec.Code, rec.Body)
 	}
+}
+
+// gatedStore holds every Apply until its gate opens: a restore that takes
+// as long as the test wants.
+type gatedStore struct {
+	state.Store
+	gate chan struct{}
+}
+
+func (g gatedStore) Apply(ws []state.Write, cp state.Checkpoint) error {
+	<-g.gate
+	return g.Store.Apply(ws, cp)
+}
+
+// A count is restored from its changelog by a second processor whose
+// stores hold the restore's writes: while they restore, a key and a
+// partition are answered 503 with Retry-After (never a 404 or an empty
+// partition), and Health is not ready; once the restore goes on, the
+// counts are answered whole.
+func TestARestoringPartitionIsAnswered503(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	brokers, _, want := reportsCluster(t, ctx)
+	newProc := func(name string, stores state.Factory) *eos.Processor {
+		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
+			eos.TransactionalID("counts-"+name), eos.CommitInterval(20*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
+			eos.Changelog("counts-changelog", eos.CreateChangelog(), eos.Stores(stores)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	runUntil := func(p *eos.Processor, until func() bool) (stop func()) {
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		for !until() {
+			if ctx.Err() != nil {
+				t.Fatal("timed out")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first := newProc("first", state.MemoryFactory())
+	runUntil(first, func() bool {
+		v, ok, _ := first.State().Lookup([]byte("region/0"))
+		return ok && string(v) == strconv.Itoa(want["region/0"]) && len(first.State().Partitions()) == 3
+	})()
+
+	gate := make(chan struct{})
+	second := newProc("second", func(string, int32) (state.Store, error) { return gatedStore{state.NewMemory(), gate}, nil })
+	mux := http.NewServeMux()
+	mux.Handle("GET /state/{key...}", eoshttp.Handler(second))
+	mux.Handle("GET /counts/{partition}", eoshttp.Partition(second, counts))
+	get := func(path string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec
+	}
+	stop := runUntil(second, func() bool { return second.Health().Running && len(second.Health().Assigned) > 0 })
+	for _, path := range []string{"/state/region%2F0", "/counts/0", "/counts/1", "/counts/2"} {
+		if rec := get(path); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+			t.Errorf("%s while restoring: %d %q, want 503 with Retry-After", path, rec.Code, rec.Body)
+		}
+	}
+	if second.Health().Ready() {
+		t.Error("ready while restoring")
+	}
+	close(gate)
+	for {
+		total := map[string]int{}
+		for p := range 3 {
+			var part map[string]int
+			if rec := get("/counts/" + strconv.Itoa(p)); rec.Code == http.StatusOK && json.Unmarshal(rec.Body.Bytes(), &part) == nil {
+				maps.Copy(total, part)
+			}
+		}
+		if maps.Equal(total, want) && second.Health().Ready() {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("after the restore: %v, want %v", total, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
 }
