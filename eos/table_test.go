@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,19 +65,7 @@ func TestJoinTableIsExactThroughACrash(t *testing.T) {
 	defer cancel()
 	base := time.Now().Add(-30 * time.Minute)
 	seedRegions(t, ctx, k, regions, base)
-	const n = 8_000
-	if _, _, err := integration.SeedTransactional(ctx, k.Brokers, cases, n, 400, func(r *kgo.Record) {
-		id := string(r.Value)
-		i, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
-		r.Key = fmt.Appendf(nil, "r%d", i%10)
-		// Over 220 s in order, each case up to 10 s early or late.
-		r.Timestamp = base.Add(time.Duration(i)*220*time.Second/n + time.Duration(i*7919%20_000-10_000)*time.Millisecond)
-		if i%997 == 13 {
-			r.Value = []byte("bad")
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	seedCases(t, ctx, k, cases, base, 8_000)
 
 	victim := startCopier(t, k, eos.ExactlyOnce, cases, joined, group, group+"-0",
 		"EOS_COPIER_CHANGELOG="+changelog, "EOS_COPIER_JOIN="+regions, "EOS_COPIER_DEAD="+dead)
@@ -109,4 +98,78 @@ func TestJoinTableIsExactThroughACrash(t *testing.T) {
 		t.Fatalf("instance 0 stopped with %v", err)
 	}
 	checkJoin(t, []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, cases, regions, joined)
+}
+
+// seedCases writes n cases over ten regions to topic from a transactional
+// producer that also aborts: over 220 s of time from base in order, each
+// up to 10 s early or late; every 997th bad.
+func seedCases(t *testing.T, ctx context.Context, k *integration.KafkaCluster, topic string, base time.Time, n int) {
+	t.Helper()
+	if _, _, err := integration.SeedTransactional(ctx, k.Brokers, topic, n, 400, func(r *kgo.Record) {
+		id := string(r.Value)
+		i, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+		r.Key = fmt.Appendf(nil, "r%d", i%10)
+		r.Timestamp = base.Add(time.Duration(i)*220*time.Second/time.Duration(n) + time.Duration(i*7919%20_000-10_000)*time.Millisecond)
+		if i%997 == 13 {
+			r.Value = []byte("bad")
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The join while a second instance joins mid-stream and leaves, under
+// range (eager: every partition revoked, its table buffer dropped and its
+// position restored with the state) and under KIP-848's consumer
+// protocol: every good case joined once with the table as of its time.
+func TestJoinTableIsExactUnderEachRebalanceProtocol(t *testing.T) {
+	t.Parallel()
+	for name, opt := range map[string]eos.ProcessorOption{
+		"range":   eos.ClientOptions(kgo.Balancers(kgo.RangeBalancer())),
+		"kip-848": eos.ConsumerProtocol(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := integration.Kafka(t)
+			if name == "kip-848" {
+				consumerProtocolServed(t, k)
+			}
+			cases, regions, joined, dead := k.NewTopic(4), k.NewTopic(4), k.NewTopic(4), k.NewTopic(4)
+			changelog := newChangelog(t, k, 4)
+			group := integration.UniqueName(t, "join-"+name)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			base := time.Now().Add(-30 * time.Minute)
+			seedRegions(t, ctx, k, regions, base)
+			const n = 6_000
+			seedCases(t, ctx, k, cases, base, n)
+			var handled atomic.Int64
+			start := func(instance string) *running {
+				table := eos.NewTable(regions)
+				join := eos.JoinTable(table, joinCasesTo(joined))
+				paced := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+					time.Sleep(300 * time.Microsecond) // so that the join lands mid-stream
+					handled.Add(1)
+					return join(ctx, r)
+				}
+				return startProcessor(t, paced, append(processorOpts(k, group, cases, instance), opt,
+					eos.WithTables(table), eos.Changelog(changelog), eos.OnHandlerError(eos.DeadLetter(dead)), eos.MaxRecordsPerCommit(500))...)
+			}
+			a := start("0")
+			waitFor(t, 2*time.Minute, "the first instance to join", func() bool { return len(a.p.State().Partitions()) > 0 })
+			b := start("1")
+			waitFor(t, 2*time.Minute, "the second instance to hold partitions", func() bool { return len(b.p.State().Partitions()) > 0 })
+			if handled.Load() >= n {
+				t.Fatal("every case was joined before the second instance held a partition: no rebalance mid-stream")
+			}
+			if err := b.stop(t); err != nil {
+				t.Fatalf("instance 1 stopped with %v", err)
+			}
+			k.WaitCaughtUp(group, cases, 3*time.Minute)
+			if err := a.stop(t); err != nil {
+				t.Fatalf("instance 0 stopped with %v", err)
+			}
+			checkJoin(t, []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, cases, regions, joined)
+		})
+	}
 }
