@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -211,8 +212,9 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 // its finals there; with EOS_COPIER_SESSIONS=finals, eos.SessionCount of
 // copierSessions; with EOS_COPIER_PEBBLE=dir, its stores on disk there; with EOS_COPIER_TTL=duration, under eos.TTL;
 // with EOS_COPIER_JOIN=table and EOS_COPIER_DEAD=topic, joinCasesTo(out) of
-// that table, dead-lettering there) with that changelog, its updates to
-// out).
+// that table, dead-lettering there; with EOS_COPIER_STANDBYS=n, keeping n
+// standbys, advertising copierEndpoint) with that changelog, its updates
+// to out).
 type copier struct {
 	cmd *exec.Cmd
 }
@@ -266,6 +268,10 @@ func (h *holdChangelog) OnProduceRecordBuffered(r *kgo.Record) {
 	}
 }
 
+// copierEndpoint is the endpoint a copier with EOS_COPIER_STANDBYS
+// advertises (it serves nothing: the standbys' placement reads it).
+func copierEndpoint(txnID string) string { return "http://" + txnID + ".copier.example:8080" }
+
 // copierMain runs one copy processor with long transactions (so that a kill
 // lands inside one) until it is killed.
 func copierMain() int {
@@ -316,6 +322,11 @@ func copierMain() int {
 		}
 		if dir := os.Getenv("EOS_COPIER_PEBBLE"); dir != "" {
 			stateOpts = append(stateOpts, eos.Stores(pebblestore.Factory(dir, nil)))
+		}
+		if n := os.Getenv("EOS_COPIER_STANDBYS"); n != "" {
+			standbys, _ := strconv.Atoi(n)
+			stateOpts = append(stateOpts, eos.Standbys(standbys))
+			opts = append(opts, eos.Endpoint(copierEndpoint(os.Getenv("EOS_COPIER_TXN_ID"))))
 		}
 		if ttl := os.Getenv("EOS_COPIER_TTL"); ttl != "" {
 			d, err := time.ParseDuration(ttl)
