@@ -146,8 +146,9 @@
 // What holds: a handler reads its own transaction's writes; a record that
 // fails leaves none (its call's writes are dropped, see [StateOf]); an
 // aborted transaction leaves the store as the last committed one left it;
-// before a newly assigned partition's first record is handled, its store
-// is restored from the changelog, read_committed, up to the high watermark
+// before a newly assigned partition's first record is handled (its
+// records are not fetched meanwhile, while the other partitions go on),
+// its store is restored from the changelog, read_committed, up to the high watermark
 // listed when the restore starts, once the transactions open below it
 // ended (the previous owner's last commit may reach the changelog after
 // its offsets). A changelog missing, not compacted or with another

@@ -172,6 +172,7 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 	if c.state != nil {
 		p.state = newKeyedState(c.state, c.inputTopics[0], logger)
 		p.state.restored = p.restored
+		p.state.wake = p.wake.signal
 		p.state.keys = &keyLocator{input: c.inputTopics[0], p: c.state.others}
 		if c.keyPartitioner != nil {
 			p.state.keys.p = c.keyPartitioner

@@ -67,7 +67,7 @@ func (p *Processor) runTransactional(ctx, stop context.Context) error {
 	s := &session{p: p, gts: sess, cl: sess.Client(), rn: rn, check: check, adm: kadm.NewClient(sess.Client()),
 		timeout: txnTimeout, revoked: &revoked}
 	if ks := p.state; ks != nil {
-		if err := ks.open(p.cfg.connOpts(), s.rearm); err != nil {
+		if err := ks.open(p.cfg.connOpts(), sess.Client()); err != nil {
 			return err
 		}
 		defer ks.close()
@@ -425,9 +425,9 @@ func (p *Processor) groupHooks(revoked *revokes) []kgo.Opt {
 			p.logger.Info("eos: partitions "+what, "partitions", parts)
 		}
 	}
-	assigned := func(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	assigned := func(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
 		if p.state != nil && len(parts[p.state.input]) > 0 {
-			p.state.assigned(parts[p.state.input])
+			p.state.assigned(cl, parts[p.state.input])
 			p.wake.signal() // an idle session restores them
 		}
 		p.obs.Assigned(parts)

@@ -29,10 +29,13 @@ import (
 // ([StateView]) read the committed stores under mu.
 //
 // The lifecycle of a partition's store:
-//   - assigned (the group's callback): marked for a restore;
-//   - its records polled (prepare, before the transaction begins): opened
-//     if need be and restored from the changelog's tail (from the store's
-//     checkpoint; a memory store has none, so the whole changelog);
+//   - assigned (the group's callback): marked for a restore, and its
+//     fetching paused;
+//   - at the loop's next prepare, between transactions: opened if need be
+//     and restored from the changelog's tail (from the store's
+//     checkpoint; a memory store has none, so the whole changelog) in the
+//     background, while the partitions restored go on (restores.go); then
+//     fetched again;
 //   - handled: each handler call writes through a [state.Scope], kept in
 //     the partition's [state.Txn] if the call succeeded;
 //   - before the transaction ends (flush): each Txn's writes produced to
@@ -60,13 +63,18 @@ type keyedState struct {
 	joins  *joinedTables
 	owners *owners
 
-	// Set by open, for a session.
+	// wake ends the loop's idle poll (set by NewProcessor): a background
+	// restore returned.
+	wake func()
+
+	// Set by open, for a session: the restorer, the session's client
+	// (which fetches a restored partition again), and the context of
+	// its background restores.
 	restorer  *changelog.Restorer
+	cl        *kgo.Client
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
 	maxRecord int
-	// betweenRestores runs after each restore an idle poll brought (the
-	// session's re-arm after a revoke, see session.rearm): a long
-	// restore must not hold franz-go's revoke callback disarmed.
-	betweenRestores func(context.Context) error
 
 	// partitions is how many partitions the input had when Run checked
 	// the changelog against it.
@@ -86,6 +94,12 @@ type keyedState struct {
 	standbys map[int32]*standby
 
 	marksMu sync.Mutex
+	// tasks are the background restores under way, queued those waiting
+	// for one of maxParallelRestores; bgErr the first that failed (see
+	// restores.go).
+	tasks   map[int32]*restoreTask
+	queued  []restoreJob
+	bgErr   error
 	restore map[int32]bool // assigned since the last prepare
 	taken   map[int32]bool // revoked or lost since the last ended
 	// takenAt is the assignments' count when each partition of taken
@@ -118,7 +132,7 @@ type partState struct {
 func newKeyedState(cfg *stateConfig, input string, logger *slog.Logger) *keyedState {
 	return &keyedState{cfg: cfg, input: input, logger: logger,
 		parts: map[int32]*partState{}, restoring: map[int32]bool{}, parked: map[int32]parkedStore{}, standbys: map[int32]*standby{},
-		restore: map[int32]bool{}, taken: map[int32]bool{}, takenAt: map[int32]int64{}}
+		restore: map[int32]bool{}, taken: map[int32]bool{}, takenAt: map[int32]int64{}, tasks: map[int32]*restoreTask{}}
 }
 
 // check refuses a changelog that does not fit the input (see Changelog),
@@ -183,16 +197,20 @@ func (ks *keyedState) grown(p int32) error {
 			"a new input topic of the partitions wanted, with a changelog of as many, fed from the old one", ks.input, p+1, p, ks.cfg.changelog, ks.partitions.Load())}
 }
 
-// open starts a session: a restorer of its own (read_committed raw
+// open starts a session on cl: a restorer of its own (read_committed raw
 // fetches) on conn. The previous session closed every store, so each
 // partition is restored before it is handled in this one: that session
 // may have ended on a commit whose outcome it did not learn.
-func (ks *keyedState) open(conn []kgo.Opt, betweenRestores func(context.Context) error) error {
+func (ks *keyedState) open(conn []kgo.Opt, cl *kgo.Client) error {
 	r, err := changelog.NewRestorer(conn)
 	if err != nil {
 		return fmt.Errorf("eos: changelog restorer: %w", err)
 	}
-	ks.restorer, ks.betweenRestores = r, betweenRestores
+	ks.restorer, ks.cl = r, cl
+	ks.marksMu.Lock()
+	ks.bgCtx, ks.bgCancel = context.WithCancel(context.Background())
+	ks.bgErr = nil
+	ks.marksMu.Unlock()
 	ks.takeErr()
 	return nil
 }
@@ -200,6 +218,7 @@ func (ks *keyedState) open(conn []kgo.Opt, betweenRestores func(context.Context)
 // close ends a session: the transaction under way dropped, every store
 // closed (a pebble store keeps its checkpoint on disk).
 func (ks *keyedState) close() {
+	ks.stopRestores()
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	for p, ps := range ks.parts {
@@ -216,21 +235,23 @@ func (ks *keyedState) close() {
 	ks.marksMu.Unlock()
 	if ks.restorer != nil {
 		ks.restorer.Close()
-		ks.restorer, ks.betweenRestores = nil, nil
+		ks.restorer, ks.cl = nil, nil
 	}
 }
 
 // assigned and taken are the group's callbacks' part: marks the loop acts
 // on between transactions.
-func (ks *keyedState) assigned(ps []int32) {
+func (ks *keyedState) assigned(cl *kgo.Client, ps []int32) {
 	if len(ps) == 0 {
 		return // nothing to restore: the transaction in flight goes on
 	}
+	ks.pause(cl, ps)
 	ks.assignments.Add(1)
 	ks.marksMu.Lock()
 	for _, p := range ps {
 		ks.restore[p] = true
 		delete(ks.taken, p)
+		ks.cancelRestoreLocked(p) // another owner may have written since: restored again
 	}
 	ks.marksMu.Unlock()
 }
@@ -242,6 +263,7 @@ func (ks *keyedState) takenAway(ps []int32) {
 		ks.taken[p] = true
 		ks.takenAt[p] = ks.assignments.Load()
 		delete(ks.restore, p)
+		ks.cancelRestoreLocked(p)
 	}
 }
 
@@ -249,34 +271,49 @@ func (ks *keyedState) takenAway(ps []int32) {
 // every poll (so that an idle instance's view is ready too): the stores of
 // partitions taken away are parked (and those parked too long, or not
 // given back by an assignment since, closed); those of partitions
-// assigned since, and of every partition fetches holds records of, are
-// opened (or taken back from the parked ones) if need be and restored if
-// assigned since (or never restored in this session), up to
-// maxParallelRestores at once, then the co-partitioned tables fetched for
-// the records polled.
-// Inside a transaction (collect's later polls), only the partitions
-// fetches holds records of: a restore there counts against the
-// transaction, and the others wait for the next one. A restore that
-// makes no progress for RestoreTimeout is a *state.RestoreError naming
-// the partition. quiesce, if not nil, runs before the restores: lanes fed
-// across polls wait there for their handlers, so that a store is never
-// restored beside handlers using it.
+// assigned since are opened (or taken back from the parked ones) and
+// restored in the background (restores.go), their records unfetched
+// meanwhile, while the others' records are handled. The polled
+// partitions' stores are made ready here, before their records are
+// handled: opened and restored if never restored in this session (or
+// assigned again as their records came), or waited for if a background
+// restore holds them; then the co-partitioned tables fetched for the
+// records polled. Inside a transaction (collect's later polls), only the
+// polled partitions: a restore there counts against the transaction. A
+// restore that makes no progress for RestoreTimeout is a
+// *state.RestoreError naming the partition, returned here (a background
+// one at the next prepare). quiesce, if not nil, runs before a restore
+// here: lanes fed across polls wait there for their handlers, so that a
+// store is never restored beside handlers using it.
 func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between bool, quiesce func()) error {
+	if err := ks.restoreFailed(); err != nil {
+		return err
+	}
 	var polled []int32
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) > 0 && p.Topic == ks.input {
 			polled = append(polled, p.Partition)
 		}
 	})
-	ready := slices.Clone(polled)
+	slices.Sort(polled)
+	for _, p := range polled {
+		if err := ks.waitRestored(ctx, p); err != nil {
+			return err
+		}
+	}
+	if err := ks.restoreFailed(); err != nil {
+		return err
+	}
+	var background []int32
 	if between {
 		ks.marksMu.Lock()
 		for p := range ks.restore {
-			if !slices.Contains(ready, p) && !ks.taken[p] {
-				ready = append(ready, p)
+			if !slices.Contains(polled, p) && !ks.taken[p] && !ks.runningLocked(p) {
+				background = append(background, p)
 			}
 		}
 		ks.marksMu.Unlock()
+		slices.Sort(background)
 		ks.mu.Lock()
 		ks.closeTakenLocked(polled)
 		ks.marksMu.Lock()
@@ -284,11 +321,43 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 		ks.marksMu.Unlock()
 		ks.mu.Unlock()
 	}
-	slices.Sort(ready)
-	// Open what must be restored, in partition order; then restore it
-	// all, several partitions at once.
+	todo, err := ks.openForRestore(polled, polled)
+	if err != nil {
+		return err
+	}
+	if len(todo) > 0 {
+		if quiesce != nil {
+			quiesce()
+		}
+		ks.adopt(todo)
+		if err := ks.restoreAll(ctx, todo); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+	}
+	if len(background) > 0 {
+		jobs, err := ks.openForRestore(background, polled)
+		if err != nil {
+			return err
+		}
+		ks.adopt(jobs)
+		ks.startRestores(jobs)
+	}
+	return ks.prepareJoins(ctx, fetches, polled, between)
+}
+
+// openForRestore opens (or takes back, see openStore) the stores of the
+// partitions of ps that must be restored: assigned since their last
+// restore, or without a store in this session; each marked restoring
+// (the views and Health show it so until its restore succeeded; a failed
+// one leaves it so until the session's stores close). A partition taken
+// away meanwhile, and not among polled, is skipped. On an error, the
+// stores opened before it are adopted (the session's end closes them).
+func (ks *keyedState) openForRestore(ps, polled []int32) ([]restoreJob, error) {
 	var todo []restoreJob
-	for _, p := range ready {
+	for _, p := range ps {
 		ks.marksMu.Lock()
 		again := ks.restore[p]
 		gone := ks.taken[p] && !slices.Contains(polled, p) // taken while an earlier one restored
@@ -300,23 +369,20 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 			continue
 		}
 		ks.mu.Lock()
-		ps := ks.parts[p]
-		if ps != nil && !again {
+		st := ks.parts[p]
+		if st != nil && !again {
 			ks.mu.Unlock()
 			continue
 		}
-		// p restores: the views and Health show it restoring, not
-		// ready, from its mark until the restore succeeded (a failed
-		// one leaves it so until the session's stores close).
 		ks.restoring[p] = true
 		ks.marksMu.Lock()
 		delete(ks.restore, p)
 		ks.marksMu.Unlock()
 		ks.mu.Unlock()
-		if ps == nil {
+		if st == nil {
 			if err := ks.grown(p); err != nil {
 				ks.adopt(todo)
-				return err
+				return nil, err
 			}
 			s, err := ks.openStore(p)
 			if err != nil {
@@ -325,35 +391,14 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 				// tries again (the stores opened before this one close
 				// with the session's).
 				ks.adopt(todo)
-				return loop.Restart(fmt.Errorf("open the store of %s[%d]: %w", ks.cfg.changelog, p, err))
+				return nil, loop.Restart(fmt.Errorf("open the store of %s[%d]: %w", ks.cfg.changelog, p, err))
 			}
-			ps = &partState{store: s, txn: state.NewTxn(s, ks.recordLimit())}
-			ps.last.Store(-1)
+			st = &partState{store: s, txn: state.NewTxn(s, ks.recordLimit())}
+			st.last.Store(-1)
 		}
-		todo = append(todo, restoreJob{p, ps})
+		todo = append(todo, restoreJob{p, st})
 	}
-	if len(todo) == 0 {
-		return ks.prepareJoins(ctx, fetches, polled, between)
-	}
-	if quiesce != nil {
-		quiesce()
-	}
-	ks.adopt(todo)
-	// After each restore an idle poll brought, the session re-arms (only
-	// with nothing polled: the re-arm's End rewinds the client to the
-	// committed offsets, and polled records would then be handled with
-	// their offsets left uncommitted).
-	var rearm func(context.Context) error
-	if between && fetches.NumRecords() == 0 {
-		rearm = ks.betweenRestores
-	}
-	if err := ks.restoreAll(ctx, todo, rearm); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return err
-	}
-	return ks.prepareJoins(ctx, fetches, polled, between)
+	return todo, nil
 }
 
 // inTxnTableWait bounds how long a poll inside a transaction waits for a
@@ -383,11 +428,10 @@ func (ks *keyedState) adopt(todo []restoreJob) {
 }
 
 // restoreAll restores the jobs' stores from the changelog, up to
-// maxParallelRestores at once; each partition is marked restored, and
-// reported, as its restore succeeds, and after each, on this goroutine,
-// rearm runs (if not nil). The first failure cancels the others and is
-// returned.
-func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob, rearm func(context.Context) error) error {
+// maxParallelRestores at once, and waits for them; each partition is
+// marked restored, reported and fetched again as its restore succeeds.
+// The first failure cancels the others and is returned.
+func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan error, len(todo))
@@ -406,6 +450,7 @@ func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob, rearm f
 					if ks.restored != nil {
 						ks.restored(j.p, res)
 					}
+					ks.resume(j.p)
 				}
 				done <- err
 			}()
@@ -415,9 +460,6 @@ func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob, rearm f
 		}
 		err := <-done
 		running--
-		if err == nil && first == nil && rearm != nil {
-			err = rearm(ctx)
-		}
 		if err != nil && first == nil {
 			first = err
 			cancel(err)
@@ -610,21 +652,24 @@ func (ks *keyedState) ended(committed bool) {
 	ks.closeTakenLocked(nil)
 }
 
-// closeTakenLocked closes the stores of the partitions taken away, but
+// closeTakenLocked parks the stores of the partitions taken away, but
 // those of keep (records of which were polled: a transaction may still
-// hold them, and ended closes them after it), and forgets their marks
-// (ks.mu held).
+// hold them, and ended parks them after it) and those whose background
+// restore has not returned yet (a later call parks them), and forgets
+// their marks (ks.mu held).
 func (ks *keyedState) closeTakenLocked(keep []int32) {
 	ks.marksMu.Lock()
 	defer ks.marksMu.Unlock()
 	for p := range ks.taken {
-		if slices.Contains(keep, p) {
-			continue
+		if slices.Contains(keep, p) || ks.runningLocked(p) {
+			continue // a background restore, cancelled, returns first
 		}
 		delete(ks.taken, p)
+		ks.unqueueLocked(p)
 		if ps, ok := ks.parts[p]; ok {
 			ps.txn.Abort()
 			delete(ks.parts, p)
+			delete(ks.restoring, p) // its restore was cancelled: the next assignment restores it
 			ks.parked[p] = parkedStore{store: ps.store, assignments: ks.takenAt[p], until: time.Now().Add(parkFor)}
 		}
 		delete(ks.takenAt, p)

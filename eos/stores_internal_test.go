@@ -39,12 +39,12 @@ func TestARefusedStateRecordIsTheFailureThatCounts(t *testing.T) {
 func TestAnEmptyAssignmentLeavesTheTransactionInFlight(t *testing.T) {
 	ks := newKeyedState(&stateConfig{changelog: "counts"}, "in", slog.New(slog.DiscardHandler))
 	since := ks.assignments.Load()
-	ks.assigned(nil)
-	ks.assigned([]int32{})
+	ks.assigned(nil, nil)
+	ks.assigned(nil, []int32{})
 	if ks.moreAssigned(since) {
 		t.Fatal("an empty assignment ends the transaction in flight early")
 	}
-	ks.assigned([]int32{3})
+	ks.assigned(nil, []int32{3})
 	if !ks.moreAssigned(since) {
 		t.Fatal("a partition assigned does not end the transaction in flight, which must restore it first")
 	}

@@ -1,0 +1,171 @@
+package eos
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eoskit/eoskit/internal/changelog"
+)
+
+// Restores outside the loop. A partition the group assigns is paused at
+// once (the group's callback: its records are not fetched), and the loop's
+// next prepare opens its store and restores it in the background, up to
+// maxParallelRestores at once, while the partitions already restored go
+// on being handled in transactions; once restored it is resumed, and its
+// records come. A partition taken away while it restores has its restore
+// cancelled, and its store parked once the restore returned. A restore
+// that fails is the session's failure, returned by the loop's next
+// prepare. Records of a partition polled before its pause took hold wait
+// for its restore (prepare).
+
+// restoreTask is a background restore under way: cancel stops it, done
+// is closed once it returned and its marks were settled.
+type restoreTask struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// pause stops fetching ps of the input on cl (the session's client, from
+// the group's callback), until their restore resumes them.
+func (ks *keyedState) pause(cl *kgo.Client, ps []int32) {
+	if cl != nil && len(ps) > 0 {
+		cl.PauseFetchPartitions(map[string][]int32{ks.input: ps})
+	}
+}
+
+// resume fetches p again, restored.
+func (ks *keyedState) resume(p int32) {
+	if ks.cl != nil {
+		ks.cl.ResumeFetchPartitions(map[string][]int32{ks.input: {p}})
+	}
+}
+
+// startRestores queues the jobs' restores and starts what the bound
+// allows; the jobs' stores are in parts, marked restoring.
+func (ks *keyedState) startRestores(jobs []restoreJob) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
+	ks.queued = append(ks.queued, jobs...)
+	ks.launchLocked()
+}
+
+// launchLocked starts queued restores while fewer than
+// maxParallelRestores run (ks.mu and marksMu held); a queued partition
+// taken away meanwhile is left for closeTakenLocked to park.
+func (ks *keyedState) launchLocked() {
+	for len(ks.queued) > 0 && len(ks.tasks) < maxParallelRestores && ks.bgCtx != nil {
+		j := ks.queued[0]
+		ks.queued = ks.queued[1:]
+		if ks.taken[j.p] || ks.tasks[j.p] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(ks.bgCtx)
+		t := &restoreTask{cancel: cancel, done: make(chan struct{})}
+		ks.tasks[j.p] = t
+		go ks.runRestore(ctx, j, t)
+	}
+}
+
+// runRestore restores j's store; settles p's marks once it returned: a
+// restore not cancelled meanwhile (by a revoke, a new assignment, the
+// session's end) leaves p ready and fetched again, or fails the session.
+func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTask) {
+	res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
+	current := ctx.Err() == nil
+	ks.mu.Lock()
+	ks.marksMu.Lock()
+	delete(ks.tasks, j.p)
+	t.cancel()
+	switch {
+	case current && err == nil:
+		delete(ks.restoring, j.p)
+	case current && ks.bgErr == nil:
+		ks.bgErr = err
+	}
+	ks.launchLocked()
+	ks.marksMu.Unlock()
+	ks.mu.Unlock()
+	close(t.done)
+	if current && err == nil {
+		if ks.restored != nil {
+			ks.restored(j.p, res)
+		}
+		ks.resume(j.p)
+	}
+	if ks.wake != nil {
+		ks.wake() // an idle loop prepares again: a new restore, or this one's failure
+	}
+}
+
+// cancelRestoreLocked cancels p's background restore, if one runs
+// (marksMu held).
+func (ks *keyedState) cancelRestoreLocked(p int32) {
+	if t := ks.tasks[p]; t != nil {
+		t.cancel()
+	}
+}
+
+// unqueueLocked drops p's queued restore (marksMu held): its store is
+// parked or closed.
+func (ks *keyedState) unqueueLocked(p int32) {
+	kept := ks.queued[:0]
+	for _, j := range ks.queued {
+		if j.p != p {
+			kept = append(kept, j)
+		}
+	}
+	ks.queued = kept
+}
+
+// waitRestored waits until p's background restore, if one runs, returned:
+// records of p polled before its pause took hold are handled on its
+// store restored, never beside its restore.
+func (ks *keyedState) waitRestored(ctx context.Context, p int32) error {
+	ks.marksMu.Lock()
+	t := ks.tasks[p]
+	ks.marksMu.Unlock()
+	if t == nil {
+		return nil
+	}
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// restoreFailed returns, once, the failure of a background restore.
+func (ks *keyedState) restoreFailed() error {
+	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
+	err := ks.bgErr
+	ks.bgErr = nil
+	return err
+}
+
+// running reports whether p's background restore runs (marksMu held).
+func (ks *keyedState) runningLocked(p int32) bool { return ks.tasks[p] != nil }
+
+// stopRestores cancels the background restores and waits for them to
+// return (no lock held: they take ks.mu to settle), forgetting the
+// queued ones: the session ends.
+func (ks *keyedState) stopRestores() {
+	ks.marksMu.Lock()
+	if ks.bgCancel != nil {
+		ks.bgCancel()
+	}
+	ks.bgCtx, ks.bgCancel = nil, nil
+	ks.queued = nil
+	var tasks []*restoreTask
+	for _, t := range ks.tasks {
+		tasks = append(tasks, t)
+	}
+	ks.marksMu.Unlock()
+	for _, t := range tasks {
+		<-t.done
+	}
+}
