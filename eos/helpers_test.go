@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -164,8 +165,9 @@ func waitForWhat(t testing.TB, timeout time.Duration, what func() string, cond f
 	}
 }
 
-// endOffsets sums a topic's high watermarks and last stable offsets.
-func endOffsets(t testing.TB, adm *kadm.Client, topic string) (hwm, lso int64) {
+// endOffsets sums a topic's high watermarks and last stable offsets, of
+// the partitions given (none: all).
+func endOffsets(t testing.TB, adm *kadm.Client, topic string, partitions ...int32) (hwm, lso int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -183,8 +185,17 @@ func endOffsets(t testing.TB, adm *kadm.Client, topic string) (hwm, lso int64) {
 	if err != nil {
 		t.Fatalf("list committed offsets: %v", err)
 	}
-	h.Each(func(o kadm.ListedOffset) { hwm += o.Offset })
-	l.Each(func(o kadm.ListedOffset) { lso += o.Offset })
+	counted := func(p int32) bool { return len(partitions) == 0 || slices.Contains(partitions, p) }
+	h.Each(func(o kadm.ListedOffset) {
+		if counted(o.Partition) {
+			hwm += o.Offset
+		}
+	})
+	l.Each(func(o kadm.ListedOffset) {
+		if counted(o.Partition) {
+			lso += o.Offset
+		}
+	})
 	return hwm, lso
 }
 
@@ -214,7 +225,7 @@ func groupCommitted(t testing.TB, adm *kadm.Client, group, topic string) int64 {
 // with EOS_COPIER_JOIN=table and EOS_COPIER_DEAD=topic, joinCasesTo(out) of
 // that table, dead-lettering there; with EOS_COPIER_STANDBYS=n, keeping n
 // standbys, advertising copierEndpoint) with that changelog, its updates
-// to out).
+// to out; with EOS_COPIER_TXN_TIMEOUT=duration, its transaction timeout).
 type copier struct {
 	cmd *exec.Cmd
 }
@@ -284,6 +295,9 @@ func copierMain() int {
 		eos.CommitInterval(2 * time.Second),
 		eos.MaxRecordsPerCommit(1_000_000),
 		eos.ClientOptions(testClientOpts()...),
+	}
+	if d, err := time.ParseDuration(os.Getenv("EOS_COPIER_TXN_TIMEOUT")); err == nil {
+		opts = append(opts, eos.ClientOptions(kgo.TransactionTimeout(d)))
 	}
 	if id := os.Getenv("EOS_COPIER_TXN_ID"); id != "" {
 		opts = append(opts, eos.TransactionalID(id))

@@ -95,7 +95,10 @@ type owners struct {
 	group, input     string
 	consumerProtocol bool
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// cl describes the group while Run runs (start); outside, each
+	// description has a client of its own.
+	cl     *kgo.Client
 	at     time.Time
 	byPart map[int32]string
 	// members are the endpoints the group's members advertise, sorted
@@ -142,15 +145,19 @@ func (o *owners) snapshot(ctx context.Context) (map[int32]string, []string, erro
 	return maps.Clone(o.byPart), slices.Clone(o.members), o.err
 }
 
-// describe reads the group's members' assignments and endpoints.
+// describe reads the group's members' assignments and endpoints (o.mu
+// held).
 func (o *owners) describe(ctx context.Context) (map[int32]string, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(o.conn...)
-	if err != nil {
-		return nil, nil, err
+	cl := o.cl // o.mu is held (refreshLocked)
+	if cl == nil {
+		var err error
+		if cl, err = kgo.NewClient(o.conn...); err != nil {
+			return nil, nil, err
+		}
+		defer cl.Close()
 	}
-	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	byPart := map[int32]string{}
 	var members []string
@@ -264,4 +271,22 @@ func endpointOpts(c *config, userClientID string) ([]kgo.Opt, error) {
 		return nil, refuse(fmt.Sprintf("the client id carries the endpoint; a kgo.ClientID (%q) cannot be given with it", userClientID))
 	}
 	return []kgo.Opt{kgo.ClientID(endpointPrefix + c.endpoint)}, nil
+}
+
+// start gives the descriptions a client until the returned stop is
+// called (when Run returns).
+func (o *owners) start() (stop func(), err error) {
+	cl, err := kgo.NewClient(o.conn...)
+	if err != nil {
+		return nil, fmt.Errorf("eos: the group's describing client: %w", err)
+	}
+	o.mu.Lock()
+	o.cl = cl
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		o.cl = nil
+		o.mu.Unlock()
+		cl.Close()
+	}, nil
 }

@@ -326,7 +326,7 @@ func (p *Processor) start(ctx context.Context) error {
 	}
 	// What each starts is stopped when Run returns, a later one failing
 	// included.
-	for _, follow := range []func(context.Context) (func(), error){p.followTables, p.restoreTables, p.followStandbys} {
+	for _, follow := range []func(context.Context) (func(), error){p.describeOwners, p.followTables, p.restoreTables, p.followStandbys} {
 		stop, err := follow(ctx)
 		if err != nil {
 			return err
@@ -334,6 +334,15 @@ func (p *Processor) start(ctx context.Context) error {
 		p.stops = append(p.stops, stop)
 	}
 	return nil
+}
+
+// describeOwners gives the owners' descriptions (Endpoint) a client of
+// the Run's; nothing without an Endpoint.
+func (p *Processor) describeOwners(context.Context) (func(), error) {
+	if p.state == nil || p.state.owners == nil {
+		return func() {}, nil
+	}
+	return p.state.owners.start()
 }
 
 // maxSessionRestarts bounds the restarts in a row, without a commit in

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
@@ -69,11 +70,26 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 				}
 			}()
 
-			env := []string{"EOS_COPIER_CHANGELOG=" + changelog}
+			// A transaction the kill leaves open on the changelog holds
+			// the takeover's restore until the broker aborts it: 10 s.
+			env := []string{"EOS_COPIER_CHANGELOG=" + changelog, "EOS_COPIER_TXN_TIMEOUT=10s"}
 			if standbys > 0 {
 				env = append(env, "EOS_COPIER_STANDBYS="+strconv.Itoa(standbys))
 			}
 			victim := startCopier(t, k, eos.ExactlyOnce, in, updates, group, group+"-victim", env...)
+			// The victim holds every partition before the survivor
+			// joins: the survivor never held the victim's partitions, so
+			// no store of them is parked there (it would restore from it).
+			waitFor(t, time.Minute, "the victim to commit on every partition", func() bool {
+				offsets, err := k.Admin.FetchOffsets(ctx, group)
+				n := 0
+				offsets.Each(func(o kadm.OffsetResponse) {
+					if o.At > 0 {
+						n++
+					}
+				})
+				return err == nil && n == 4
+			})
 			restores := &restoreLog{Metrics: eoskit.NopMetrics{}}
 			stateOpts := []eos.StateOption{eos.Standbys(standbys)}
 			if c.pebble {
@@ -97,13 +113,22 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 			// The victim counts a while (its commits, two seconds apart,
 			// grow its partitions' changelog), and dies in a transaction.
 			time.Sleep(8 * time.Second)
+			// Its changelog partitions are its alone: a transaction open
+			// there is the victim's.
 			waitFor(t, time.Minute, "an open transaction of the victim", func() bool {
-				hwm, lso := endOffsets(t, k.Admin, updates)
+				hwm, lso := endOffsets(t, k.Admin, changelog, taken...)
 				return hwm > lso
 			})
 			before := restores.count()
 			killed := time.Now()
 			victim.kill()
+			// What the victim left in its partitions' changelog: all a
+			// whole restore reads (the survivor writes there once it
+			// took them over).
+			ends, err := k.Admin.ListEndOffsets(ctx, changelog)
+			if err != nil {
+				t.Fatal(err)
+			}
 			waitFor(t, time.Minute, "the survivor to take the victim's partitions", func() bool { return len(a.p.State().Partitions()) == 4 })
 			tookOver := time.Since(killed)
 			parts, read := restores.since(before)
@@ -112,16 +137,12 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 					t.Fatalf("the survivor restored %v taking over, want the victim's %v among them", parts, taken)
 				}
 			}
-			ends, err := k.Admin.ListEndOffsets(ctx, changelog)
-			if err != nil {
-				t.Fatal(err)
-			}
 			var whole int64
 			for _, p := range taken {
 				o, _ := ends.Lookup(changelog, p)
 				whole += o.Offset
 			}
-			t.Logf("standbys %d: taking over %v, %s after the kill (a 6 s session timeout), read %d changelog records of %d in those partitions",
+			t.Logf("standbys %d: taking over %v, %s after the kill (a 6 s session timeout; a 10 s transaction timeout for the one it left open), read %d changelog records of %d in those partitions",
 				standbys, taken, tookOver.Round(100*time.Millisecond), read, whole)
 			switch {
 			case standbys > 0 && int64(read)*4 > whole:

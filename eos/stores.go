@@ -804,11 +804,17 @@ func (ks *keyedState) unreadyLocked(p int32) bool {
 	return restoring || taken
 }
 
-// restoringLocked reports whether p restores here, or waits to: ks.mu is
-// held.
+// restoringLocked reports whether p restores here, or waits to, and was
+// not taken away meanwhile (its new owner answers then): ks.mu is held.
 func (ks *keyedState) restoringLocked(p int32) bool {
-	restoring, _ := ks.marksLocked(p)
-	return restoring
+	restoring, taken := ks.marksLocked(p)
+	return restoring && !taken
+}
+
+// notHeldLocked is the error of a read of p, not held here, taken away
+// or restoring (ks.mu held).
+func (ks *keyedState) notHeldLocked(p int32) *NotHeldError {
+	return &NotHeldError{Partition: p, Restoring: ks.restoringLocked(p)}
 }
 
 // marksLocked reports whether p restores here (or waits to) and whether

@@ -119,7 +119,7 @@ func (v *StateView) ScanPartition(partition int32, start, end []byte, fn func(ke
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[partition]
 	if !ok || v.ks.unreadyLocked(partition) {
-		return &NotHeldError{Partition: partition, Restoring: v.ks.restoringLocked(partition)}
+		return v.ks.notHeldLocked(partition)
 	}
 	return state.Scan(ps.store, start, end, func(k, val []byte) bool {
 		return state.IsReserved(k) || fn(k, val)
@@ -179,7 +179,7 @@ func (v *StateView) Lookup(key []byte) ([]byte, bool, error) {
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[p]
 	if !ok || v.ks.unreadyLocked(p) {
-		return nil, false, &NotHeldError{Partition: p, Restoring: v.ks.restoringLocked(p)}
+		return nil, false, v.ks.notHeldLocked(p)
 	}
 	return ps.store.Get(key)
 }

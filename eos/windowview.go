@@ -2,7 +2,6 @@ package eos
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/eoskit/eoskit/state"
@@ -18,17 +17,17 @@ type WindowValue struct {
 // maxWindowsQueried bounds what one [StateView.Windows] call reads.
 const maxWindowsQueried = 100_000
 
-// ErrNotHeld is returned by [StateView.Windows] for a partition this
-// instance does not hold, or is restoring: its answer would be empty, not
-// true.
+// ErrNotHeld is what the [StateView]'s reads of a partition wrap (in a
+// *[NotHeldError]) when this instance does not hold it, or restores it:
+// their answer would be empty, not true.
 var ErrNotHeld = errors.New("eos: the partition's state is not held here, or is restoring")
 
 // Windows returns the committed windows of key in partition's store that
 // a windowed aggregation of spec (the same spec: the view cannot tell)
 // keeps, those starting from from to to (both included), earliest first;
 // windows without a value (never opened, or deleted as expired) are left
-// out. A partition this instance does not hold, or is restoring, is
-// [ErrNotHeld]. A range of more than 100,000 window starts is an error.
+// out. A partition this instance does not hold, or is restoring, is a
+// *[NotHeldError] (wrapping [ErrNotHeld]). A range of more than 100,000 window starts is an error.
 // The processor's transactions wait while it reads: keep ranges short.
 func (v *StateView) Windows(spec window.Spec, partition int32, key []byte, from, to time.Time) ([]WindowValue, error) {
 	if err := spec.Validate(); err != nil {
@@ -42,7 +41,7 @@ func (v *StateView) Windows(spec window.Spec, partition int32, key []byte, from,
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[partition]
 	if !ok || v.ks.unreadyLocked(partition) {
-		return nil, fmt.Errorf("%w: partition %d", ErrNotHeld, partition)
+		return nil, v.ks.notHeldLocked(partition)
 	}
 	var out []WindowValue
 	wkey := make([]byte, 0, len(key)+window.KeyLen)
@@ -68,7 +67,7 @@ type SessionValue struct {
 // Sessions returns the committed sessions of key in partition's store
 // that a session aggregation keeps, those overlapping from to to (both
 // included), earliest first. A partition this instance does not hold, or
-// is restoring, is [ErrNotHeld]. It reads the key's session index, so its
+// is restoring, is a *[NotHeldError] (wrapping [ErrNotHeld]). It reads the key's session index, so its
 // cost grows with the key's sessions kept.
 func (v *StateView) Sessions(partition int32, key []byte, from, to time.Time) ([]SessionValue, error) {
 	if state.IsReserved(key) {
@@ -78,7 +77,7 @@ func (v *StateView) Sessions(partition int32, key []byte, from, to time.Time) ([
 	defer v.ks.mu.RUnlock()
 	ps, ok := v.ks.parts[partition]
 	if !ok || v.ks.unreadyLocked(partition) {
-		return nil, fmt.Errorf("%w: partition %d", ErrNotHeld, partition)
+		return nil, v.ks.notHeldLocked(partition)
 	}
 	es, err := readSessions(storeKV{ps.store}, key)
 	if err != nil {

@@ -157,6 +157,10 @@ func (c *Child) Stop(timeout time.Duration) error {
 	return nil
 }
 
+// Done is closed once the child exited, killed or not: a test waiting on
+// it fails at once, with [Child.Output], rather than at its deadline.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
 // Output returns what the child wrote so far.
 func (c *Child) Output() string { return c.out.String() }
 

@@ -13,10 +13,18 @@ if [ "${1:-}" != "--inside" ]; then
 	exec scripts/with-services.sh "$0" --inside
 fi
 
-# The dashboard page's browser test needs a Chromium: installed meanwhile.
+# The dashboard page's browser test needs a Chromium: installed during
+# the checks below, and waited for before anything else installs
+# packages (apt's locks) and before the tests.
 mkdir -p .eoskit
 scripts/chromium.sh install >.eoskit/chromium.log 2>&1 &
 chromium=$!
+chromium_ready() {
+	[ -n "$chromium" ] || return 0
+	wait "$chromium" || { echo "test.sh: installing Chromium failed:" >&2; cat .eoskit/chromium.log >&2; }
+	chromium=
+}
+trap chromium_ready EXIT
 
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
@@ -36,7 +44,7 @@ rc=0
 # two minutes of downloading and unpacking; the images at the lowest
 # priority); an engine it starts is stopped by scripts/containers.sh
 # below, or here if that never runs.
-mkdir -p .eoskit
+chromium_ready
 scripts/containers.sh prepare >.eoskit/containers-prepare.log 2>&1 &
 prepare=$!
 containers_ran=
@@ -65,7 +73,6 @@ for p in $slow; do
 	grep -qxF "$p" <<<"$all" || { echo "test.sh: $p is not among the packages" >&2; exit 1; }
 done
 mapfile -t rest < <(grep -vxF -f <(echo "$slow") <<<"$all")
-wait "$chromium" || { echo "test.sh: installing Chromium failed:" >&2; cat .eoskit/chromium.log >&2; }
 go test -race -count=1 -parallel 4 -timeout 25m $slow "${rest[@]}" || rc=$?
 # The containers suite: the test kit's container tests and a subset of the tests with every service
 # in a Docker container (testcontainers-go), on images built here.

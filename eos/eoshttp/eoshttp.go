@@ -40,6 +40,13 @@
 // owner (a rebalance, an owner without an endpoint), the answer is the
 // 421 above.
 //
+// What it cannot see: an instance that lost its partitions without
+// knowing it yet (stopped or cut off from the brokers past its session
+// timeout, while the group gave them to another) answers from its last
+// committed state until its client learns of the loss, at its next
+// heartbeat (a few seconds): a value current when it stopped, short of
+// what the new owner committed since.
+//
 // [Partition] serves a whole input partition, rendered as JSON by a
 // function of the caller's (a partition's totals, say), with the same
 // answers: a page or a client adds up every partition's 200, and shows
@@ -106,20 +113,7 @@ type Source interface {
 // http.Handle does for a bad pattern: a programming error, found when
 // the program starts.
 func Handler(src Source, opts ...Option) http.Handler {
-	if src.State() == nil {
-		panic("eoshttp: the processor keeps no state (give it eos.Changelog)")
-	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "eoshttp: GET or HEAD", http.StatusMethodNotAllowed)
-			return
-		}
+	return handler(src, opts, func(w http.ResponseWriter, r *http.Request, o *options) {
 		key := r.PathValue("key")
 		if key == "" {
 			http.Error(w, "eoshttp: no key (route the handler as GET /state/{key...})", http.StatusBadRequest)
@@ -149,6 +143,28 @@ func Handler(src Source, opts ...Option) http.Handler {
 			w.Header().Set("Content-Type", "application/octet-stream")
 			_, _ = w.Write(value)
 		}
+	})
+}
+
+// handler is what Handler and Partition share: src checked, opts applied,
+// Cache-Control: no-store on every answer, and methods but GET and HEAD
+// refused before serve is called.
+func handler(src Source, opts []Option, serve func(http.ResponseWriter, *http.Request, *options)) http.Handler {
+	if src.State() == nil {
+		panic("eoshttp: the processor keeps no state (give it eos.Changelog)")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "eoshttp: GET or HEAD", http.StatusMethodNotAllowed)
+			return
+		}
+		serve(w, r, &o)
 	})
 }
 

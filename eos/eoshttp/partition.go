@@ -5,14 +5,17 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/eoskit/eoskit/eos"
 )
 
 // RenderFunc turns one input partition of a processor's committed state
 // into the value Partition answers as JSON: it reads the partition with
-// view.ScanPartition (or Get, or Windows), and returns what that read
-// returned when it fails, a *eos.NotHeldError among them.
+// view.ScanPartition (or Windows, Sessions or Lookup), each of which
+// fails with a *eos.NotHeldError for a partition this instance does not
+// hold or restores, and returns that error as it came (not
+// StateView.Get, which answers "no value" there).
 type RenderFunc func(view *eos.StateView, partition int32) (any, error)
 
 // Partition answers GET and HEAD requests for one input partition of
@@ -25,36 +28,28 @@ type RenderFunc func(view *eos.StateView, partition int32) (any, error)
 //   - 200 with render's value, as JSON, when this instance holds the
 //     partition, restored (render returned no error);
 //   - 503 with Retry-After: 1 while it restores here, while the processor
-//     does not run or waits for its assignment, or before it learnt its
-//     input's partitions;
+//     does not run or waits for its assignment, before it learnt its
+//     input's partitions, or when the owner a request was forwarded to
+//     did not answer;
 //   - 421 (or, with [Forward], the owner's answer, relayed) when another
-//     instance holds it;
-//   - 400 for a partition that is no number, 404 for one the input does
-//     not have, 500 when render fails otherwise (the error is not shown:
-//     log it in render).
+//     instance holds it, or none is known to;
+//   - 400 for a partition that is not a decimal number, 404 for one the
+//     input does not have, 500 when render fails otherwise (the error is
+//     not shown: log it in render).
 //
-// Every answer carries the partition in the header Eoskit-Partition and
-// Cache-Control: no-store. Partitions spread keys by their hash, so a
-// page that adds them up must have every partition's 200 before it shows
-// a sum: one missing is a partial sum, not a smaller one. It panics if
-// src keeps no state, as Handler does.
+// Every answer for a partition number carries it in the header
+// Eoskit-Partition, and every answer Cache-Control: no-store. Partitions
+// spread keys by their hash, so a page that adds them up must have every
+// partition's 200 before it shows a sum: one missing is a partial sum,
+// not a smaller one. Each request reads the whole partition under the
+// view's read lock (commits wait meanwhile): serve it behind a cache or
+// a rate limit when many read it. It panics if src keeps no state, as
+// Handler does.
 func Partition(src Source, render RenderFunc, opts ...Option) http.Handler {
-	if src.State() == nil {
-		panic("eoshttp: the processor keeps no state (give it eos.Changelog)")
-	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "eoshttp: GET or HEAD", http.StatusMethodNotAllowed)
-			return
-		}
-		p, err := strconv.ParseInt(r.PathValue("partition"), 10, 32)
-		if err != nil || p < 0 {
+	return handler(src, opts, func(w http.ResponseWriter, r *http.Request, o *options) {
+		raw := r.PathValue("partition")
+		p, err := strconv.ParseInt(raw, 10, 32)
+		if err != nil || p < 0 || strings.TrimLeft(raw, "0123456789") != "" {
 			http.Error(w, "eoshttp: the partition is no number (route the handler as GET /path/{partition})", http.StatusBadRequest)
 			return
 		}
@@ -75,6 +70,8 @@ func Partition(src Source, render RenderFunc, opts ...Option) http.Handler {
 		switch {
 		case errors.As(err, &notHeld) && notHeld.Partition == part:
 			o.notHeld(w, r, src, notHeld)
+		case errors.Is(err, eos.ErrNotHeld):
+			o.notHeld(w, r, src, &eos.NotHeldError{Partition: part})
 		case err != nil:
 			http.Error(w, "eoshttp: the partition could not be read", http.StatusInternalServerError)
 		default:

@@ -27,8 +27,9 @@
 //   - GET /api/totals/{p}: {"region": cases, ...} of partition p;
 //   - GET /api/days/{p}: {"region": {"2026-12-01": cases, ...}, ...} of
 //     partition p, the days kept (dashboard.Days: 31 days);
-//   - each answers 503 (Retry-After) while p restores or its owner cannot
-//     be reached, and carries Eoskit-Partition (see eos/eoshttp);
+//   - each answers 503 (Retry-After) while p restores or its owner does
+//     not answer, 421 while no owner of p is known (a rebalance), and
+//     carries Eoskit-Partition (see eos/eoshttp);
 //   - GET /readyz: 200 once both processors hold their partitions
 //     restored (eos's Health), GET /livez: 200.
 //
@@ -119,6 +120,8 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	opts := append([]eos.ProcessorOption{eos.InstanceID(cfg.Instance)}, cfg.Options...)
 	if cfg.Endpoint != "" {
 		opts = append(opts, eos.Endpoint(cfg.Endpoint))
+	} else {
+		logger.Warn("web: no -endpoint: this instance forwards no partition to its owner, and none to it, so with more than one instance its page waits for partitions for ever")
 	}
 	kcfg := kafkatokafka.Config{Brokers: cfg.Brokers, Group: cfg.Group, Instance: cfg.Instance, Input: cfg.Reports,
 		Totals: cfg.Totals, Changelog: cfg.TotalsChangelog, Daily: cfg.Days, DailyChangelog: cfg.DaysChangelog,

@@ -31,7 +31,10 @@ func TestMain(m *testing.M) {
 		if err := cfg.parse(flag.NewFlagSet("web", flag.ContinueOnError), args); err != nil {
 			return err
 		}
-		cfg.Options = []eos.ProcessorOption{eos.CommitInterval(100 * time.Millisecond)}
+		// A short session, so that a member killed for good leaves the
+		// group within seconds.
+		cfg.Options = []eos.ProcessorOption{eos.CommitInterval(100 * time.Millisecond),
+			eos.ClientOptions(kgo.SessionTimeout(6*time.Second), kgo.RebalanceTimeout(10*time.Second))}
 		return run(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	}})
 	os.Exit(m.Run())
@@ -59,11 +62,12 @@ const readPage = `(() => ({
 // of order report times, some late past a day's grace, some that do not
 // parse) come from a transactional producer that aborts every other
 // transaction, over six partitions, while one instance is SIGKILLed
-// mid-stream and started again. The page is read from the other instance
-// all along (a load balancer's pick): while the killed instance's
-// partitions cannot be answered the page says it waits for them and
-// shows no numbers (never partial totals: a region once shown never
-// disappears or goes down); at the end, the totals and the per-day counts
+// mid-stream, left dead until the group gives its partitions to the
+// other, and started again (taking some back). The page is read from the
+// other instance all along (a load balancer's pick): while the killed
+// instance's partitions cannot be answered the page says it waits for
+// them and shows no numbers (never partial totals: a region once shown
+// never disappears or goes down); at the end, the totals and the per-day counts
 // on the page, from either instance, equal what the committed reports
 // give (the verifier's rules for days, written apart from eos's).
 func TestThePageShowsTheExactTotalsThroughAKill(t *testing.T) {
@@ -108,7 +112,7 @@ func TestThePageShowsTheExactTotalsThroughAKill(t *testing.T) {
 	}
 	a, b := newInstance("web-a"), newInstance("web-b")
 
-	page := browser(t)
+	page := browser(t, ctx)
 	if _, err := chromedp.Run(page, chromedp.Navigate(a.url)); err != nil {
 		t.Fatalf("open the page: %v", err)
 	}
@@ -146,8 +150,16 @@ func TestThePageShowsTheExactTotalsThroughAKill(t *testing.T) {
 		}
 		maps.Copy(highest, now)
 	}
+	var running []*instance // the instances that must not exit
 	waitFor := func(what string, ok func(shown) bool) shown {
 		for {
+			for _, in := range running {
+				select {
+				case <-in.child.Done():
+					t.Fatalf("%s exited while the page was awaited to show %s:\n%s", in.name, what, in.child.Output())
+				default:
+				}
+			}
 			s := read()
 			seen(s)
 			if ok(s) {
@@ -159,6 +171,7 @@ func TestThePageShowsTheExactTotalsThroughAKill(t *testing.T) {
 			time.Sleep(150 * time.Millisecond)
 		}
 	}
+	running = []*instance{a, b}
 	waitFor("every partition answered", func(s shown) bool { return s.State == "complete" })
 
 	// The reports: three and a half days of them, from 3 days ago at
@@ -192,10 +205,13 @@ func TestThePageShowsTheExactTotalsThroughAKill(t *testing.T) {
 	if err := b.child.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	running = []*instance{a}
 	waitFor("that it waits for the killed instance's partitions", func(s shown) bool { return s.State == "incomplete" })
-	time.Sleep(2 * time.Second) // the killed instance stays down a while
-	seen(read())
+	// The group gives the killed instance's partitions to the other
+	// (its session times out): the page is whole again from it alone.
+	waitFor("every partition answered by the instance left", func(s shown) bool { return s.State == "complete" })
 	b.child = integration.StartChild(t, "web", b.args...)
+	running = []*instance{a, b}
 	if err := <-seeded; err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +290,8 @@ func truthOf(t *testing.T, ctx context.Context, brokers []string, topic string) 
 }
 
 // browser starts a headless Chromium (Debian's, which scripts/chromium.sh
-// installs) and returns a tab of it.
-func browser(t *testing.T) context.Context {
+// installs) and returns a tab of it, whose actions end with ctx.
+func browser(t *testing.T, ctx context.Context) context.Context {
 	t.Helper()
 	path := os.Getenv("EOSKIT_CHROMIUM")
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -289,7 +305,7 @@ func browser(t *testing.T) context.Context {
 			fmt.Errorf("no chromium, chromium-browser or google-chrome on the PATH"))
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1000, 1000))
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	alloc, cancel := chromedp.NewExecAllocator(ctx, opts...)
 	t.Cleanup(cancel)
 	tab, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(cancel)
