@@ -189,7 +189,7 @@ func (f *feed) done(tp topicPartition) {
 	f.pending--
 	if fp.paused && fp.pending == 0 && !f.failed.Load() && f.rn.perRecord.Load() < int64(time.Until(f.deadline)) {
 		fp.paused = false
-		f.rn.pauser.ResumeFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
+		f.resume(map[string][]int32{tp.topic: {tp.partition}})
 	}
 	f.mu.Unlock()
 	select {
@@ -273,9 +273,18 @@ func (f *feed) finish() int {
 		}
 	}
 	if n > 0 {
-		f.rn.pauser.ResumeFetchPartitions(paused)
+		f.resume(paused)
 	}
 	return n
+}
+
+// resume fetches ps again, but the partitions a restore of the keyed
+// state holds paused (restores.go): they come once restored.
+func (f *feed) resume(ps map[string][]int32) {
+	if ks := f.rn.p.state; ks != nil {
+		ps = ks.resumable(ps)
+	}
+	f.rn.pauser.ResumeFetchPartitions(ps)
 }
 
 // collectFed is collect under Concurrency above 1: lanes fed across polls

@@ -2,10 +2,12 @@ package eos
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/changelog"
+	"github.com/eoskit/eoskit/internal/loop"
 )
 
 // Restores outside the loop. A partition the group assigns is paused at
@@ -14,10 +16,14 @@ import (
 // maxParallelRestores at once, while the partitions already restored go
 // on being handled in transactions; once restored it is resumed, and its
 // records come. A partition taken away while it restores has its restore
-// cancelled, and its store parked once the restore returned. A restore
-// that fails is the session's failure, returned by the loop's next
-// prepare. Records of a partition polled before its pause took hold wait
-// for its restore (prepare).
+// cancelled (or unqueued), and its store parked once the restore
+// returned. A restore that fails is the session's failure, returned by
+// the loop's next prepare between transactions. Whatever resumed a
+// partition early (the lanes of Concurrency resume what they paused, but
+// not a partition restoring: resumable), its records polled wait for its
+// restore between transactions, or have it restored there if it is
+// still queued; inside a transaction they restart the session (they
+// must not wait out a restore there).
 
 // restoreTask is a background restore under way: cancel stops it, done
 // is closed once it returned and its marks were settled.
@@ -34,11 +40,30 @@ func (ks *keyedState) pause(cl *kgo.Client, ps []int32) {
 	}
 }
 
-// resume fetches p again, restored.
-func (ks *keyedState) resume(p int32) {
-	if ks.cl != nil {
-		ks.cl.ResumeFetchPartitions(map[string][]int32{ks.input: {p}})
+// resumeOn fetches p again on cl, restored (cl nil: none, the session
+// ended).
+func (ks *keyedState) resumeOn(cl *kgo.Client, p int32) {
+	if cl != nil {
+		cl.ResumeFetchPartitions(map[string][]int32{ks.input: {p}})
 	}
+}
+
+// resumable drops from ps the input partitions a restore holds (marked,
+// queued or under way): what the lanes may resume of what they paused.
+func (ks *keyedState) resumable(ps map[string][]int32) map[string][]int32 {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
+	out := map[string][]int32{}
+	for t, parts := range ps {
+		for _, p := range parts {
+			if t != ks.input || (!ks.restoring[p] && !ks.restore[p]) {
+				out[t] = append(out[t], p)
+			}
+		}
+	}
+	return out
 }
 
 // startRestores queues the jobs' restores and starts what the bound
@@ -65,6 +90,7 @@ func (ks *keyedState) launchLocked() {
 		ctx, cancel := context.WithCancel(ks.bgCtx)
 		t := &restoreTask{cancel: cancel, done: make(chan struct{})}
 		ks.tasks[j.p] = t
+		ks.pause(ks.cl, []int32{j.p}) // whatever resumed it meanwhile
 		go ks.runRestore(ctx, j, t)
 	}
 }
@@ -74,9 +100,11 @@ func (ks *keyedState) launchLocked() {
 // session's end) leaves p ready and fetched again, or fails the session.
 func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTask) {
 	res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
-	current := ctx.Err() == nil
 	ks.mu.Lock()
 	ks.marksMu.Lock()
+	// Looked at under the locks: a revoke or an assignment (which cancel
+	// it) lands before or after, never between the look and the marks.
+	current := ctx.Err() == nil
 	delete(ks.tasks, j.p)
 	t.cancel()
 	switch {
@@ -85,16 +113,17 @@ func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTa
 	case current && ks.bgErr == nil:
 		ks.bgErr = err
 	}
+	cl := ks.cl
 	ks.launchLocked()
 	ks.marksMu.Unlock()
 	ks.mu.Unlock()
-	close(t.done)
 	if current && err == nil {
 		if ks.restored != nil {
 			ks.restored(j.p, res)
 		}
-		ks.resume(j.p)
+		ks.resumeOn(cl, j.p)
 	}
+	close(t.done)
 	if ks.wake != nil {
 		ks.wake() // an idle loop prepares again: a new restore, or this one's failure
 	}
@@ -120,22 +149,35 @@ func (ks *keyedState) unqueueLocked(p int32) {
 	ks.queued = kept
 }
 
-// waitRestored waits until p's background restore, if one runs, returned:
-// records of p polled before its pause took hold are handled on its
-// store restored, never beside its restore.
-func (ks *keyedState) waitRestored(ctx context.Context, p int32) error {
-	ks.marksMu.Lock()
-	t := ks.tasks[p]
-	ks.marksMu.Unlock()
-	if t == nil {
-		return nil
+// holdPolled makes the polled partitions' records wait for their
+// background restores: between transactions, it waits for those under
+// way and takes the queued ones out of the queue, marked for prepare to
+// restore at once; inside a transaction (between false), a polled
+// partition restoring restarts the session (the transaction must not
+// wait out a restore; its records are read again).
+func (ks *keyedState) holdPolled(ctx context.Context, polled []int32, between bool) error {
+	for _, p := range polled {
+		ks.mu.Lock()
+		ks.marksMu.Lock()
+		t, queued := ks.tasks[p], ks.restoring[p] && ks.tasks[p] == nil
+		if queued && between {
+			ks.unqueueLocked(p)
+			ks.restore[p] = true
+		}
+		ks.marksMu.Unlock()
+		ks.mu.Unlock()
+		switch {
+		case !between && (t != nil || queued):
+			return loop.Restart(fmt.Errorf("eos: records of partition %d came while its store restores", p))
+		case t != nil:
+			select {
+			case <-t.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 	}
-	select {
-	case <-t.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // restoreFailed returns, once, the failure of a background restore.

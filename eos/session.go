@@ -227,10 +227,10 @@ func (s *session) end(ctx context.Context, b *batch, handled bool) txnEnd {
 // listing partitions other members hold. Nothing was polled since the
 // last end, so the abort drops nothing; its End also rewinds the client
 // to the committed offsets, so it must never run with records polled and
-// not yet ended. It runs after an idle poll and between the restores that
-// poll brought; a revoke that comes while an earlier one waits for the
-// next of these (a transaction, the restores before it, the hanging
-// check holding the loop) is still dropped by franz-go.
+// not yet ended. It runs after each idle poll; a revoke that comes while
+// an earlier one waits for the next of these (a transaction, a restore of
+// polled partitions before it, the hanging check holding the loop) is
+// still dropped by franz-go.
 func (s *session) rearm(ctx context.Context) error {
 	if !s.p.rearm.Load() {
 		return nil // no revoke since the last End

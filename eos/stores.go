@@ -24,9 +24,11 @@ import (
 
 // keyedState is a stateful processor's stores, one per input partition it
 // handles, and what each transaction wrote to them. The processor's loop
-// alone opens, restores, ends and closes them, between transactions; the
-// group's callbacks only mark partitions assigned or taken, and readers
-// ([StateView]) read the committed stores under mu.
+// alone opens, ends and closes them, between transactions, and starts
+// their restores (run in the background, see restores.go); the group's
+// callbacks only mark partitions assigned or taken (and pause an
+// assigned one), and readers ([StateView]) read the committed stores
+// under mu.
 //
 // The lifecycle of a partition's store:
 //   - assigned (the group's callback): marked for a restore, and its
@@ -206,7 +208,9 @@ func (ks *keyedState) open(conn []kgo.Opt, cl *kgo.Client) error {
 	if err != nil {
 		return fmt.Errorf("eos: changelog restorer: %w", err)
 	}
+	ks.mu.Lock()
 	ks.restorer, ks.cl = r, cl
+	ks.mu.Unlock()
 	ks.marksMu.Lock()
 	ks.bgCtx, ks.bgCancel = context.WithCancel(context.Background())
 	ks.bgErr = nil
@@ -252,6 +256,7 @@ func (ks *keyedState) assigned(cl *kgo.Client, ps []int32) {
 		ks.restore[p] = true
 		delete(ks.taken, p)
 		ks.cancelRestoreLocked(p) // another owner may have written since: restored again
+		ks.unqueueLocked(p)
 	}
 	ks.marksMu.Unlock()
 }
@@ -264,6 +269,7 @@ func (ks *keyedState) takenAway(ps []int32) {
 		ks.takenAt[p] = ks.assignments.Load()
 		delete(ks.restore, p)
 		ks.cancelRestoreLocked(p)
+		ks.unqueueLocked(p)
 	}
 }
 
@@ -286,9 +292,6 @@ func (ks *keyedState) takenAway(ps []int32) {
 // here: lanes fed across polls wait there for their handlers, so that a
 // store is never restored beside handlers using it.
 func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between bool, quiesce func()) error {
-	if err := ks.restoreFailed(); err != nil {
-		return err
-	}
 	var polled []int32
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) > 0 && p.Topic == ks.input {
@@ -296,13 +299,13 @@ func (ks *keyedState) prepare(ctx context.Context, fetches kgo.Fetches, between 
 		}
 	})
 	slices.Sort(polled)
-	for _, p := range polled {
-		if err := ks.waitRestored(ctx, p); err != nil {
+	if err := ks.holdPolled(ctx, polled, between); err != nil {
+		return err
+	}
+	if between {
+		if err := ks.restoreFailed(); err != nil {
 			return err
 		}
-	}
-	if err := ks.restoreFailed(); err != nil {
-		return err
 	}
 	var background []int32
 	if between {
@@ -445,12 +448,19 @@ func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob) error {
 				res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
 				if err == nil {
 					ks.mu.Lock()
+					ks.marksMu.Lock()
 					delete(ks.restoring, j.p)
+					// Assigned again meanwhile: paused, restored again.
+					resume := !ks.restore[j.p] && !ks.taken[j.p]
+					ks.marksMu.Unlock()
+					cl := ks.cl
 					ks.mu.Unlock()
 					if ks.restored != nil {
 						ks.restored(j.p, res)
 					}
-					ks.resume(j.p)
+					if resume {
+						ks.resumeOn(cl, j.p)
+					}
 				}
 				done <- err
 			}()
@@ -751,13 +761,19 @@ func (ks *keyedState) closeLocked(p int32, ps *partState) {
 }
 
 // restoringNow lists the partitions being restored, or assigned and
-// waiting for their restore.
+// waiting for their restore (not those taken away meanwhile: their new
+// owner restores them).
 func (ks *keyedState) restoringNow() []int32 {
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
 	ks.marksMu.Lock()
 	defer ks.marksMu.Unlock()
-	ps := slices.Collect(maps.Keys(ks.restoring))
+	var ps []int32
+	for p := range ks.restoring {
+		if !ks.taken[p] {
+			ps = append(ps, p)
+		}
+	}
 	for p := range ks.restore {
 		if !ks.restoring[p] {
 			ps = append(ps, p)
