@@ -151,3 +151,24 @@ func consumerProtocolServed(t *testing.T, k *integration.KafkaCluster) {
 		t.Skipf("the consumer protocol is refused on this cluster: %s", refusal)
 	}
 }
+
+// underEachRebalanceProtocol runs test, in parallel subtests, under the
+// classic protocol's eager range balancer (every partition revoked at
+// each rebalance) and under KIP-848's consumer protocol, each with a
+// cluster and the processor option that selects the protocol.
+func underEachRebalanceProtocol(t *testing.T, test func(t *testing.T, k *integration.KafkaCluster, name string, protocol eos.ProcessorOption)) {
+	t.Helper()
+	for name, opt := range map[string]eos.ProcessorOption{
+		"range":   eos.ClientOptions(kgo.Balancers(kgo.RangeBalancer())),
+		"kip-848": eos.ConsumerProtocol(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := integration.Kafka(t)
+			if name == "kip-848" {
+				consumerProtocolServed(t, k)
+			}
+			test(t, k, name, opt)
+		})
+	}
+}

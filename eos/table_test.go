@@ -124,52 +124,42 @@ func seedCases(t *testing.T, ctx context.Context, k *integration.KafkaCluster, t
 // protocol: every good case joined once with the table as of its time.
 func TestJoinTableIsExactUnderEachRebalanceProtocol(t *testing.T) {
 	t.Parallel()
-	for name, opt := range map[string]eos.ProcessorOption{
-		"range":   eos.ClientOptions(kgo.Balancers(kgo.RangeBalancer())),
-		"kip-848": eos.ConsumerProtocol(),
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			k := integration.Kafka(t)
-			if name == "kip-848" {
-				consumerProtocolServed(t, k)
+	underEachRebalanceProtocol(t, func(t *testing.T, k *integration.KafkaCluster, name string, opt eos.ProcessorOption) {
+		cases, regions, joined, dead := k.NewTopic(4), k.NewTopic(4), k.NewTopic(4), k.NewTopic(4)
+		changelog := newChangelog(t, k, 4)
+		group := integration.UniqueName(t, "join-"+name)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		base := time.Now().Add(-30 * time.Minute)
+		seedRegions(t, ctx, k, regions, base)
+		const n = 6_000
+		seedCases(t, ctx, k, cases, base, n)
+		var handled atomic.Int64
+		start := func(instance string) *running {
+			table := eos.NewTable(regions)
+			join := eos.JoinTable(table, joinCasesTo(joined))
+			paced := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+				time.Sleep(300 * time.Microsecond) // so that the join lands mid-stream
+				handled.Add(1)
+				return join(ctx, r)
 			}
-			cases, regions, joined, dead := k.NewTopic(4), k.NewTopic(4), k.NewTopic(4), k.NewTopic(4)
-			changelog := newChangelog(t, k, 4)
-			group := integration.UniqueName(t, "join-"+name)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			base := time.Now().Add(-30 * time.Minute)
-			seedRegions(t, ctx, k, regions, base)
-			const n = 6_000
-			seedCases(t, ctx, k, cases, base, n)
-			var handled atomic.Int64
-			start := func(instance string) *running {
-				table := eos.NewTable(regions)
-				join := eos.JoinTable(table, joinCasesTo(joined))
-				paced := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-					time.Sleep(300 * time.Microsecond) // so that the join lands mid-stream
-					handled.Add(1)
-					return join(ctx, r)
-				}
-				return startProcessor(t, paced, append(processorOpts(k, group, cases, instance), opt,
-					eos.WithTables(table), eos.Changelog(changelog), eos.OnHandlerError(eos.DeadLetter(dead)), eos.MaxRecordsPerCommit(500))...)
-			}
-			a := start("0")
-			waitFor(t, 2*time.Minute, "the first instance to join", func() bool { return len(a.p.State().Partitions()) > 0 })
-			b := start("1")
-			waitFor(t, 2*time.Minute, "the second instance to hold partitions", func() bool { return len(b.p.State().Partitions()) > 0 })
-			if handled.Load() >= n {
-				t.Fatal("every case was joined before the second instance held a partition: no rebalance mid-stream")
-			}
-			if err := b.stop(t); err != nil {
-				t.Fatalf("instance 1 stopped with %v", err)
-			}
-			k.WaitCaughtUp(group, cases, 3*time.Minute)
-			if err := a.stop(t); err != nil {
-				t.Fatalf("instance 0 stopped with %v", err)
-			}
-			checkJoin(t, []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, cases, regions, joined)
-		})
-	}
+			return startProcessor(t, paced, append(processorOpts(k, group, cases, instance), opt,
+				eos.WithTables(table), eos.Changelog(changelog), eos.OnHandlerError(eos.DeadLetter(dead)), eos.MaxRecordsPerCommit(500))...)
+		}
+		a := start("0")
+		waitFor(t, 2*time.Minute, "the first instance to join", func() bool { return len(a.p.State().Partitions()) > 0 })
+		b := start("1")
+		waitFor(t, 2*time.Minute, "the second instance to hold partitions", func() bool { return len(b.p.State().Partitions()) > 0 })
+		if handled.Load() >= n {
+			t.Fatal("every case was joined before the second instance held a partition: no rebalance mid-stream")
+		}
+		if err := b.stop(t); err != nil {
+			t.Fatalf("instance 1 stopped with %v", err)
+		}
+		k.WaitCaughtUp(group, cases, 3*time.Minute)
+		if err := a.stop(t); err != nil {
+			t.Fatalf("instance 0 stopped with %v", err)
+		}
+		checkJoin(t, []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, cases, regions, joined)
+	})
 }

@@ -139,57 +139,47 @@ func finalsOnce(t *testing.T, k *integration.KafkaCluster, finals string, closed
 // over four partitions, late reports among them.
 func TestWindowedCountIsExactUnderEachRebalanceProtocol(t *testing.T) {
 	t.Parallel()
-	for name, opt := range map[string]eos.ProcessorOption{
-		"range":   eos.ClientOptions(kgo.Balancers(kgo.RangeBalancer())),
-		"kip-848": eos.ConsumerProtocol(),
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			k := integration.Kafka(t)
-			if name == "kip-848" {
-				consumerProtocolServed(t, k)
-			}
-			in, updates, finals := k.NewTopic(4), k.NewTopic(4), k.NewTopic(4)
-			changelog := newChangelog(t, k, 4)
-			group := integration.UniqueName(t, "windows-"+name)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			const reports = 12_000 // 120 s of report time: the first minute closes
-			if _, _, err := integration.SeedTransactional(ctx, k.Brokers, in, reports, 500, func(r *kgo.Record) {
-				r.Key = []byte(regionOf(string(r.Value)))
-				r.Timestamp = reportTime(string(r.Value))
-			}); err != nil {
-				t.Fatal(err)
-			}
-			want, late, _, closed := windowTruth(t, k, in)
-			if late == 0 || len(closed) == 0 {
-				t.Fatalf("the input has %d late reports and %d windows closed: it tests neither", late, len(closed))
-			}
-			count, err := eos.WindowedCount(copierWindow, eos.EmitFinal(finals))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var counted atomic.Int64
-			paced := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-				time.Sleep(300 * time.Microsecond) // so that the join lands mid-stream
-				out, err := count(ctx, r)
-				counted.Add(1)
-				return out, err
-			}
-			opts := func(instance string) []eos.ProcessorOption {
-				return append(statefulOpts(k, group, in, changelog, updates, instance), opt)
-			}
-			a := startProcessor(t, paced, opts("0")...)
-			waitFor(t, 2*time.Minute, "the first instance to restore and count", func() bool { return len(a.p.State().Partitions()) > 0 })
-			b := startProcessor(t, paced, opts("1")...)
-			waitFor(t, 2*time.Minute, "the second instance to hold partitions", func() bool { return len(b.p.State().Partitions()) > 0 })
-			if counted.Load() >= reports {
-				t.Fatal("every report was counted before the second instance held a partition: no rebalance mid-stream")
-			}
-			countEndsAtTotals(t, k, a, b, want, updates, changelog)
-			finalsOnce(t, k, finals, closed)
-		})
-	}
+	underEachRebalanceProtocol(t, func(t *testing.T, k *integration.KafkaCluster, name string, opt eos.ProcessorOption) {
+		in, updates, finals := k.NewTopic(4), k.NewTopic(4), k.NewTopic(4)
+		changelog := newChangelog(t, k, 4)
+		group := integration.UniqueName(t, "windows-"+name)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		const reports = 12_000 // 120 s of report time: the first minute closes
+		if _, _, err := integration.SeedTransactional(ctx, k.Brokers, in, reports, 500, func(r *kgo.Record) {
+			r.Key = []byte(regionOf(string(r.Value)))
+			r.Timestamp = reportTime(string(r.Value))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want, late, _, closed := windowTruth(t, k, in)
+		if late == 0 || len(closed) == 0 {
+			t.Fatalf("the input has %d late reports and %d windows closed: it tests neither", late, len(closed))
+		}
+		count, err := eos.WindowedCount(copierWindow, eos.EmitFinal(finals))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var counted atomic.Int64
+		paced := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			time.Sleep(300 * time.Microsecond) // so that the join lands mid-stream
+			out, err := count(ctx, r)
+			counted.Add(1)
+			return out, err
+		}
+		opts := func(instance string) []eos.ProcessorOption {
+			return append(statefulOpts(k, group, in, changelog, updates, instance), opt)
+		}
+		a := startProcessor(t, paced, opts("0")...)
+		waitFor(t, 2*time.Minute, "the first instance to restore and count", func() bool { return len(a.p.State().Partitions()) > 0 })
+		b := startProcessor(t, paced, opts("1")...)
+		waitFor(t, 2*time.Minute, "the second instance to hold partitions", func() bool { return len(b.p.State().Partitions()) > 0 })
+		if counted.Load() >= reports {
+			t.Fatal("every report was counted before the second instance held a partition: no rebalance mid-stream")
+		}
+		countEndsAtTotals(t, k, a, b, want, updates, changelog)
+		finalsOnce(t, k, finals, closed)
+	})
 }
 
 // A window whose aggregate grows too large for a changelog record is the

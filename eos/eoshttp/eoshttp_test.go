@@ -35,13 +35,7 @@ func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
 	defer cancel()
 	brokers, seed, want := reportsCluster(t, ctx)
 	newProc := func(instance string) *eos.Processor {
-		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
-			eos.TransactionalID("counts-"+instance), eos.CommitInterval(20*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
-			eos.Changelog("counts-changelog", eos.CreateChangelog()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return newCount(t, brokers, instance, eos.Changelog("counts-changelog", eos.CreateChangelog()))
 	}
 	procs := []*eos.Processor{newProc("a"), newProc("b")}
 	serve := func(p *eos.Processor, method, key string) *httptest.ResponseRecorder {
@@ -147,12 +141,7 @@ func TestAnyInstanceAnswersEveryKeyByForwarding(t *testing.T) {
 		mux := http.NewServeMux()
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)
-		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
-			eos.TransactionalID("counts-"+name), eos.CommitInterval(20*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
-			eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(srv.URL))
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := newCount(t, brokers, name, eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(srv.URL))
 		mux.Handle("GET /state/{key...}", eoshttp.Handler(p, eoshttp.Forward(nil)))
 		insts = append(insts, instance{p, srv})
 	}
@@ -282,4 +271,16 @@ func reportsCluster(t *testing.T, ctx context.Context) (brokers []string, seed *
 		}
 	}
 	return brokers, seed, want
+}
+
+// newCount is instance name's count of reportsCluster's reports, in group
+// "counts" with changelog "counts-changelog", with opts.
+func newCount(t *testing.T, brokers []string, name string, opts ...eos.ProcessorOption) *eos.Processor {
+	t.Helper()
+	p, err := eos.NewProcessor(eos.Count(), append([]eos.ProcessorOption{eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
+		eos.TransactionalID("counts-" + name), eos.CommitInterval(20 * time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

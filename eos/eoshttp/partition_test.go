@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -53,12 +52,7 @@ func TestPartitionIsServedByItsOwnerFromAnyInstance(t *testing.T) {
 		mux := http.NewServeMux()
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)
-		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
-			eos.TransactionalID("counts-"+name), eos.CommitInterval(20*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
-			eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(srv.URL))
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := newCount(t, brokers, name, eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(srv.URL))
 		mux.Handle("GET /counts/{partition}", eoshttp.Partition(p, counts, eoshttp.Forward(nil)))
 		unrouted := http.NewServeMux()
 		unrouted.Handle("GET /counts/{partition}", eoshttp.Partition(p, counts))
@@ -161,13 +155,7 @@ func TestARestoringPartitionIsAnswered503(t *testing.T) {
 	defer cancel()
 	brokers, _, want := reportsCluster(t, ctx)
 	newProc := func(name string, stores state.Factory) *eos.Processor {
-		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(brokers...), eos.Group("counts"), eos.Topics("reports"),
-			eos.TransactionalID("counts-"+name), eos.CommitInterval(20*time.Millisecond), eos.Logger(slog.New(slog.DiscardHandler)),
-			eos.Changelog("counts-changelog", eos.CreateChangelog(), eos.Stores(stores)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return newCount(t, brokers, name, eos.Changelog("counts-changelog", eos.CreateChangelog(), eos.Stores(stores)))
 	}
 	runUntil := func(p *eos.Processor, until func() bool) (stop func()) {
 		runCtx, cancel := context.WithCancel(ctx)
