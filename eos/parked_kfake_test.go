@@ -275,7 +275,13 @@ type regionReports struct {
 
 func newRegionReports(t *testing.T, ctx context.Context) *regionReports {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "reports", "counts"))
+	return newRegionReportsOf(t, ctx, 4)
+}
+
+// newRegionReportsOf is newRegionReports with topics of partitions.
+func newRegionReportsOf(t *testing.T, ctx context.Context, partitions int32) *regionReports {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "reports", "counts"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,9 @@
 // holds forwards the request to that instance's endpoint (eos.Endpoint:
 // the base URL the owner serves this same path under), found in the
 // group's description (eos.StateView.Owner), and relays its answer with
-// the header Eoskit-Forwarded naming the owner. The owner checks again:
+// the header Eoskit-Forwarded naming the owner; the request carries the
+// caller's headers (its credentials too, for an authentication in front
+// of the owner's handler) but those of its connection. The owner checks again:
 // a description a rebalance made stale yields a 421 or a 503, never
 // another instance's value as current. A forwarded request carries
 // Eoskit-Forwarded itself and is never forwarded again. Without a known
@@ -205,6 +207,7 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string)
 		http.Error(w, "eoshttp: the owner's endpoint is no URL", http.StatusBadGateway)
 		return
 	}
+	req.Header = endToEnd(r.Header)
 	req.Header.Set(ForwardedHeader, "1")
 	resp, err := o.client.Do(req)
 	if err != nil {
@@ -220,6 +223,26 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string)
 	w.Header().Set(ForwardedHeader, endpoint)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+}
+
+// hopByHop are the headers of one connection (RFC 9110, 7.6.1), never
+// relayed.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// endToEnd returns a copy of h for the request relayed to the owner: the
+// caller's headers (its credentials among them, for the owner's own
+// authentication), but those of its connection.
+func endToEnd(h http.Header) http.Header {
+	out := h.Clone()
+	for _, f := range out.Values("Connection") {
+		for name := range strings.SplitSeq(f, ",") {
+			out.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopByHop {
+		out.Del(name)
+	}
+	return out
 }
 
 func unavailable(w http.ResponseWriter, msg string) {

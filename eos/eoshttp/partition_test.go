@@ -34,7 +34,8 @@ func counts(view *eos.StateView, p int32) (any, error) {
 // Two instances split a count's three partitions, each serving
 // /counts/{partition} with Forward: asked of one instance, every
 // partition is answered, its own from its state and the other's relayed
-// from the other (Eoskit-Forwarded names it), and the partitions' counts
+// from the other (Eoskit-Forwarded names it; the caller's credentials
+// passed to the other's authentication), and the partitions' counts
 // add up to every region's. The same handler without Forward answers the
 // other's partitions 421; a partition that is no number is a 400, one the
 // input lacks a 404; before Run learnt the partitions, and after it
@@ -53,14 +54,29 @@ func TestPartitionIsServedByItsOwnerFromAnyInstance(t *testing.T) {
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)
 		p := newCount(t, brokers, name, eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(srv.URL))
-		mux.Handle("GET /counts/{partition}", eoshttp.Partition(p, counts, eoshttp.Forward(nil)))
+		// Behind an authentication of the application's: a request
+		// relayed to the owner carries the caller's credentials.
+		routed := eoshttp.Partition(p, counts, eoshttp.Forward(nil))
+		mux.Handle("GET /counts/{partition}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer reader" {
+				http.Error(w, "who are you", http.StatusUnauthorized)
+				return
+			}
+			routed.ServeHTTP(w, r)
+		}))
 		unrouted := http.NewServeMux()
 		unrouted.Handle("GET /counts/{partition}", eoshttp.Partition(p, counts))
 		return &instance{p: p, srv: srv, unrouted: unrouted}
 	}
 	a, b := start("a"), start("b")
 	get := func(path string) (*http.Response, []byte) {
-		resp, err := http.Get(a.srv.URL + path)
+		req, err := http.NewRequest(http.MethodGet, a.srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer reader")
+		req.Header.Set("Connection", "close, X-Hop")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
