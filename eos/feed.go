@@ -282,7 +282,8 @@ func (f *feed) finish() int {
 // state holds paused (restores.go): they come once restored.
 func (f *feed) resume(ps map[string][]int32) {
 	if ks := f.rn.p.state; ks != nil {
-		ps = ks.resumable(ps)
+		ks.resumeUnlessRestoring(f.rn.pauser, ps)
+		return
 	}
 	f.rn.pauser.ResumeFetchPartitions(ps)
 }

@@ -40,17 +40,21 @@ func (ks *keyedState) pause(cl *kgo.Client, ps []int32) {
 	}
 }
 
-// resumeOn fetches p again on cl, restored (cl nil: none, the session
-// ended).
-func (ks *keyedState) resumeOn(cl *kgo.Client, p int32) {
-	if cl != nil {
-		cl.ResumeFetchPartitions(map[string][]int32{ks.input: {p}})
+// resumeIfDoneLocked fetches p again, restored, unless it was assigned
+// again or taken away meanwhile (ks.mu and marksMu held: the decision and
+// the resume are one step against the group's callbacks, which pause
+// under marksMu).
+func (ks *keyedState) resumeIfDoneLocked(p int32) {
+	if ks.cl != nil && !ks.restore[p] && !ks.taken[p] && !ks.restoring[p] {
+		ks.cl.ResumeFetchPartitions(map[string][]int32{ks.input: {p}})
 	}
 }
 
-// resumable drops from ps the input partitions a restore holds (marked,
-// queued or under way): what the lanes may resume of what they paused.
-func (ks *keyedState) resumable(ps map[string][]int32) map[string][]int32 {
+// resumeUnlessRestoring resumes ps on cl (the lanes' resume of what they
+// paused), but the input partitions a restore holds (marked, queued or
+// under way): those come once restored. The decision and the resume are
+// one step under marksMu.
+func (ks *keyedState) resumeUnlessRestoring(cl pauser, ps map[string][]int32) {
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
 	ks.marksMu.Lock()
@@ -63,7 +67,9 @@ func (ks *keyedState) resumable(ps map[string][]int32) map[string][]int32 {
 			}
 		}
 	}
-	return out
+	if len(out) > 0 {
+		cl.ResumeFetchPartitions(out)
+	}
 }
 
 // startRestores queues the jobs' restores and starts what the bound
@@ -91,6 +97,7 @@ func (ks *keyedState) launchLocked() {
 		t := &restoreTask{cancel: cancel, done: make(chan struct{})}
 		ks.tasks[j.p] = t
 		ks.pause(ks.cl, []int32{j.p}) // whatever resumed it meanwhile
+		ks.bgWG.Add(1)
 		go ks.runRestore(ctx, j, t)
 	}
 }
@@ -99,6 +106,7 @@ func (ks *keyedState) launchLocked() {
 // restore not cancelled meanwhile (by a revoke, a new assignment, the
 // session's end) leaves p ready and fetched again, or fails the session.
 func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTask) {
+	defer ks.bgWG.Done()
 	res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
 	ks.mu.Lock()
 	ks.marksMu.Lock()
@@ -110,18 +118,15 @@ func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTa
 	switch {
 	case current && err == nil:
 		delete(ks.restoring, j.p)
+		ks.resumeIfDoneLocked(j.p)
 	case current && ks.bgErr == nil:
 		ks.bgErr = err
 	}
-	cl := ks.cl
 	ks.launchLocked()
 	ks.marksMu.Unlock()
 	ks.mu.Unlock()
-	if current && err == nil {
-		if ks.restored != nil {
-			ks.restored(j.p, res)
-		}
-		ks.resumeOn(cl, j.p)
+	if current && err == nil && ks.restored != nil {
+		ks.restored(j.p, res)
 	}
 	close(t.done)
 	if ks.wake != nil {
@@ -202,12 +207,6 @@ func (ks *keyedState) stopRestores() {
 	}
 	ks.bgCtx, ks.bgCancel = nil, nil
 	ks.queued = nil
-	var tasks []*restoreTask
-	for _, t := range ks.tasks {
-		tasks = append(tasks, t)
-	}
 	ks.marksMu.Unlock()
-	for _, t := range tasks {
-		<-t.done
-	}
+	ks.bgWG.Wait() // every restore goroutine returned, its reports made
 }

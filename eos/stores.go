@@ -102,6 +102,7 @@ type keyedState struct {
 	tasks   map[int32]*restoreTask
 	queued  []restoreJob
 	bgErr   error
+	bgWG    sync.WaitGroup // the restore goroutines (stopRestores waits)
 	restore map[int32]bool // assigned since the last prepare
 	taken   map[int32]bool // revoked or lost since the last ended
 	// takenAt is the assignments' count when each partition of taken
@@ -249,16 +250,19 @@ func (ks *keyedState) assigned(cl *kgo.Client, ps []int32) {
 	if len(ps) == 0 {
 		return // nothing to restore: the transaction in flight goes on
 	}
-	ks.pause(cl, ps)
 	ks.assignments.Add(1)
 	ks.marksMu.Lock()
+	defer ks.marksMu.Unlock()
 	for _, p := range ps {
 		ks.restore[p] = true
 		delete(ks.taken, p)
 		ks.cancelRestoreLocked(p) // another owner may have written since: restored again
 		ks.unqueueLocked(p)
 	}
-	ks.marksMu.Unlock()
+	// Paused with the marks set, under marksMu: a resume decided under it
+	// (resumeIfDone) comes wholly before or after (franz-go's pause and
+	// resume take only locks of their own).
+	ks.pause(cl, ps)
 }
 
 func (ks *keyedState) takenAway(ps []int32) {
@@ -450,16 +454,11 @@ func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob) error {
 					ks.mu.Lock()
 					ks.marksMu.Lock()
 					delete(ks.restoring, j.p)
-					// Assigned again meanwhile: paused, restored again.
-					resume := !ks.restore[j.p] && !ks.taken[j.p]
+					ks.resumeIfDoneLocked(j.p)
 					ks.marksMu.Unlock()
-					cl := ks.cl
 					ks.mu.Unlock()
 					if ks.restored != nil {
 						ks.restored(j.p, res)
-					}
-					if resume {
-						ks.resumeOn(cl, j.p)
 					}
 				}
 				done <- err

@@ -33,9 +33,10 @@
 // holds forwards the request to that instance's endpoint (eos.Endpoint:
 // the base URL the owner serves this same path under), found in the
 // group's description (eos.StateView.Owner), and relays its answer with
-// the header Eoskit-Forwarded naming the owner; the request carries the
-// caller's headers (its credentials too, for an authentication in front
-// of the owner's handler) but those of its connection. The owner checks again:
+// the header Eoskit-Forwarded naming the owner; the request carries none
+// of the caller's headers but those named with [ForwardHeaders] (its
+// credentials, for an authentication in front of the owner's handler:
+// read that option's warning). The owner checks again:
 // a description a rebalance made stale yields a 421 or a 503, never
 // another instance's value as current. A forwarded request carries
 // Eoskit-Forwarded itself and is never forwarded again. Without a known
@@ -62,6 +63,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +86,25 @@ type Option func(*options)
 type options struct {
 	forward bool
 	client  *http.Client
+	headers []string
+}
+
+// ForwardHeaders names the request headers a forwarded request carries to
+// the owner (with Forward): "Authorization", say, for an authentication
+// in front of the owner's handler. Default: none. An owner's endpoint is
+// what the member advertises of itself (eos.Endpoint, in its client id):
+// anyone who may join the group can advertise one of theirs, so forward
+// credentials only where only trusted instances join the group (its ACLs,
+// see docs/least-privilege.md), and over https. Connection headers
+// (RFC 9110, 7.6.1) are never forwarded, whatever is named.
+func ForwardHeaders(names ...string) Option {
+	return func(o *options) {
+		for _, n := range names {
+			if !slices.ContainsFunc(hopByHop, func(h string) bool { return strings.EqualFold(h, n) }) {
+				o.headers = append(o.headers, http.CanonicalHeaderKey(n))
+			}
+		}
+	}
 }
 
 // Forward makes the handler forward a key's read to the instance that
@@ -207,7 +228,11 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string)
 		http.Error(w, "eoshttp: the owner's endpoint is no URL", http.StatusBadGateway)
 		return
 	}
-	req.Header = endToEnd(r.Header)
+	for _, name := range o.headers {
+		for _, v := range r.Header.Values(name) {
+			req.Header.Add(name, v)
+		}
+	}
 	req.Header.Set(ForwardedHeader, "1")
 	resp, err := o.client.Do(req)
 	if err != nil {
@@ -215,7 +240,7 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string)
 		return
 	}
 	defer resp.Body.Close()
-	for _, h := range []string{"Content-Type", "Retry-After", PartitionHeader} {
+	for _, h := range []string{"Content-Type", "Retry-After", "Www-Authenticate", PartitionHeader} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
@@ -226,24 +251,8 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string)
 }
 
 // hopByHop are the headers of one connection (RFC 9110, 7.6.1), never
-// relayed.
+// forwarded.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// endToEnd returns a copy of h for the request relayed to the owner: the
-// caller's headers (its credentials among them, for the owner's own
-// authentication), but those of its connection.
-func endToEnd(h http.Header) http.Header {
-	out := h.Clone()
-	for _, f := range out.Values("Connection") {
-		for name := range strings.SplitSeq(f, ",") {
-			out.Del(strings.TrimSpace(name))
-		}
-	}
-	for _, name := range hopByHop {
-		out.Del(name)
-	}
-	return out
-}
 
 func unavailable(w http.ResponseWriter, msg string) {
 	w.Header().Set("Retry-After", "1")

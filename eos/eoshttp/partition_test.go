@@ -34,8 +34,9 @@ func counts(view *eos.StateView, p int32) (any, error) {
 // Two instances split a count's three partitions, each serving
 // /counts/{partition} with Forward: asked of one instance, every
 // partition is answered, its own from its state and the other's relayed
-// from the other (Eoskit-Forwarded names it; the caller's credentials
-// passed to the other's authentication), and the partitions' counts
+// from the other (Eoskit-Forwarded names it; the caller's credentials,
+// named by ForwardHeaders, passed to the other's authentication), and the
+// partitions' counts
 // add up to every region's. The same handler without Forward answers the
 // other's partitions 421; a partition that is no number is a 400, one the
 // input lacks a 404; before Run learnt the partitions, and after it
@@ -56,14 +57,19 @@ func TestPartitionIsServedByItsOwnerFromAnyInstance(t *testing.T) {
 		p := newCount(t, brokers, name, eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(srv.URL))
 		// Behind an authentication of the application's: a request
 		// relayed to the owner carries the caller's credentials.
-		routed := eoshttp.Partition(p, counts, eoshttp.Forward(nil))
-		mux.Handle("GET /counts/{partition}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Authorization") != "Bearer reader" {
-				http.Error(w, "who are you", http.StatusUnauthorized)
-				return
-			}
-			routed.ServeHTTP(w, r)
-		}))
+		authenticated := func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Authorization") != "Bearer reader" {
+					w.Header().Set("WWW-Authenticate", "Bearer")
+					http.Error(w, "who are you", http.StatusUnauthorized)
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
+		}
+		mux.Handle("GET /counts/{partition}", authenticated(eoshttp.Partition(p, counts, eoshttp.Forward(nil), eoshttp.ForwardHeaders("authorization", "Connection"))))
+		// Without ForwardHeaders, the caller's credentials stay here.
+		mux.Handle("GET /bare/{partition}", authenticated(eoshttp.Partition(p, counts, eoshttp.Forward(nil))))
 		unrouted := http.NewServeMux()
 		unrouted.Handle("GET /counts/{partition}", eoshttp.Partition(p, counts))
 		return &instance{p: p, srv: srv, unrouted: unrouted}
@@ -124,6 +130,9 @@ func TestPartitionIsServedByItsOwnerFromAnyInstance(t *testing.T) {
 		}
 		if fwd := resp.Header.Get(eoshttp.ForwardedHeader); held[p] != (fwd == "") || (!held[p] && fwd != b.srv.URL) {
 			t.Errorf("partition %d (held by the instance asked: %v): forwarded from %q", p, held[p], fwd)
+		}
+		if resp, body := get("/bare/" + strconv.Itoa(int(p))); !held[p] && (resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") != "Bearer") {
+			t.Errorf("partition %d forwarded without ForwardHeaders: %d %q (WWW-Authenticate %q), want the owner's 401", p, resp.StatusCode, body, resp.Header.Get("WWW-Authenticate"))
 		}
 		rec := httptest.NewRecorder()
 		a.unrouted.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/counts/"+strconv.Itoa(int(p)), nil))
