@@ -3,6 +3,7 @@ package eos
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -20,7 +21,7 @@ import (
 // returned. A restore that fails is the session's failure, returned by
 // the loop's next prepare between transactions. Whatever resumed a
 // partition early (the lanes of Concurrency resume what they paused, but
-// not a partition restoring: resumable), its records polled wait for its
+// not a partition restoring: resumeUnlessRestoring), its records polled wait for its
 // restore between transactions, or have it restored there if it is
 // still queued; inside a transaction they restart the session (they
 // must not wait out a restore there).
@@ -45,7 +46,7 @@ func (ks *keyedState) pause(cl *kgo.Client, ps []int32) {
 // the resume are one step against the group's callbacks, which pause
 // under marksMu).
 func (ks *keyedState) resumeIfDoneLocked(p int32) {
-	if ks.cl != nil && !ks.restore[p] && !ks.taken[p] && !ks.restoring[p] {
+	if restoring, taken := ks.marksOf(p); ks.cl != nil && !restoring && !taken {
 		ks.cl.ResumeFetchPartitions(map[string][]int32{ks.input: {p}})
 	}
 }
@@ -62,7 +63,7 @@ func (ks *keyedState) resumeUnlessRestoring(cl pauser, ps map[string][]int32) {
 	out := map[string][]int32{}
 	for t, parts := range ps {
 		for _, p := range parts {
-			if t != ks.input || (!ks.restoring[p] && !ks.restore[p]) {
+			if restoring, _ := ks.marksOf(p); t != ks.input || !restoring {
 				out[t] = append(out[t], p)
 			}
 		}
@@ -159,18 +160,21 @@ func (ks *keyedState) unqueueLocked(p int32) {
 // way and takes the queued ones out of the queue, marked for prepare to
 // restore at once; inside a transaction (between false), a polled
 // partition restoring restarts the session (the transaction must not
-// wait out a restore; its records are read again).
+// wait out a restore; its records are read again). It runs on every
+// poll: with no background restore it looks at nothing more.
 func (ks *keyedState) holdPolled(ctx context.Context, polled []int32, between bool) error {
 	for _, p := range polled {
-		ks.mu.Lock()
 		ks.marksMu.Lock()
-		t, queued := ks.tasks[p], ks.restoring[p] && ks.tasks[p] == nil
+		if len(ks.tasks) == 0 && len(ks.queued) == 0 {
+			ks.marksMu.Unlock()
+			return nil
+		}
+		t, queued := ks.tasks[p], slices.ContainsFunc(ks.queued, func(j restoreJob) bool { return j.p == p })
 		if queued && between {
 			ks.unqueueLocked(p)
 			ks.restore[p] = true
 		}
 		ks.marksMu.Unlock()
-		ks.mu.Unlock()
 		switch {
 		case !between && (t != nil || queued):
 			return loop.Restart(fmt.Errorf("eos: records of partition %d came while its store restores", p))
@@ -194,7 +198,8 @@ func (ks *keyedState) restoreFailed() error {
 	return err
 }
 
-// running reports whether p's background restore runs (marksMu held).
+// runningLocked reports whether p's background restore runs (marksMu
+// held).
 func (ks *keyedState) runningLocked(p int32) bool { return ks.tasks[p] != nil }
 
 // stopRestores cancels the background restores and waits for them to

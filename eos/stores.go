@@ -819,17 +819,17 @@ func (ks *keyedState) unreadyLocked(p int32) bool {
 	return restoring || taken
 }
 
-// restoringLocked reports whether p restores here, or waits to, and was
-// not taken away meanwhile (its new owner answers then): ks.mu is held.
-func (ks *keyedState) restoringLocked(p int32) bool {
+// heldLocked returns p's store for a view's read, or why it cannot be
+// read: not held here, or unready (see unreadyLocked); Restoring only
+// for a partition not taken away meanwhile (its new owner answers then).
+// ks.mu is held.
+func (ks *keyedState) heldLocked(p int32) (*partState, error) {
+	ps, ok := ks.parts[p]
 	restoring, taken := ks.marksLocked(p)
-	return restoring && !taken
-}
-
-// notHeldLocked is the error of a read of p, not held here, taken away
-// or restoring (ks.mu held).
-func (ks *keyedState) notHeldLocked(p int32) *NotHeldError {
-	return &NotHeldError{Partition: p, Restoring: ks.restoringLocked(p)}
+	if !ok || restoring || taken {
+		return nil, &NotHeldError{Partition: p, Restoring: restoring && !taken}
+	}
+	return ps, nil
 }
 
 // marksLocked reports whether p restores here (or waits to) and whether
@@ -837,6 +837,11 @@ func (ks *keyedState) notHeldLocked(p int32) *NotHeldError {
 func (ks *keyedState) marksLocked(p int32) (restoring, taken bool) {
 	ks.marksMu.Lock()
 	defer ks.marksMu.Unlock()
+	return ks.marksOf(p)
+}
+
+// marksOf is marksLocked with marksMu held.
+func (ks *keyedState) marksOf(p int32) (restoring, taken bool) {
 	return ks.restoring[p] || ks.restore[p], ks.taken[p]
 }
 

@@ -117,9 +117,9 @@ func (v *StateView) Scan(start, end []byte, fn func(partition int32, key, value 
 func (v *StateView) ScanPartition(partition int32, start, end []byte, fn func(key, value []byte) bool) error {
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
-	ps, ok := v.ks.parts[partition]
-	if !ok || v.ks.unreadyLocked(partition) {
-		return v.ks.notHeldLocked(partition)
+	ps, err := v.ks.heldLocked(partition)
+	if err != nil {
+		return err
 	}
 	return state.Scan(ps.store, start, end, func(k, val []byte) bool {
 		return state.IsReserved(k) || fn(k, val)
@@ -177,9 +177,9 @@ func (v *StateView) Lookup(key []byte) ([]byte, bool, error) {
 	}
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
-	ps, ok := v.ks.parts[p]
-	if !ok || v.ks.unreadyLocked(p) {
-		return nil, false, v.ks.notHeldLocked(p)
+	ps, err := v.ks.heldLocked(p)
+	if err != nil {
+		return nil, false, err
 	}
 	return ps.store.Get(key)
 }

@@ -39,9 +39,9 @@ func (v *StateView) Windows(spec window.Spec, partition int32, key []byte, from,
 	}
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
-	ps, ok := v.ks.parts[partition]
-	if !ok || v.ks.unreadyLocked(partition) {
-		return nil, v.ks.notHeldLocked(partition)
+	ps, err := v.ks.heldLocked(partition)
+	if err != nil {
+		return nil, err
 	}
 	var out []WindowValue
 	wkey := make([]byte, 0, len(key)+window.KeyLen)
@@ -75,9 +75,9 @@ func (v *StateView) Sessions(partition int32, key []byte, from, to time.Time) ([
 	}
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
-	ps, ok := v.ks.parts[partition]
-	if !ok || v.ks.unreadyLocked(partition) {
-		return nil, v.ks.notHeldLocked(partition)
+	ps, err := v.ks.heldLocked(partition)
+	if err != nil {
+		return nil, err
 	}
 	es, err := readSessions(storeKV{ps.store}, key)
 	if err != nil {
