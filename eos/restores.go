@@ -3,7 +3,6 @@ package eos
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -160,23 +159,29 @@ func (ks *keyedState) unqueueLocked(p int32) {
 // way and takes the queued ones out of the queue, marked for prepare to
 // restore at once; inside a transaction (between false), a polled
 // partition restoring restarts the session (the transaction must not
-// wait out a restore; its records are read again). It runs on every
-// poll: with no background restore it looks at nothing more.
+// wait out a restore; its records are read again). A partition marked
+// restoring with no restore under way (queued, or whose restore failed or
+// was cancelled) is held as a queued one. It runs on every poll: with
+// nothing restoring it looks no further, and it takes the views' lock
+// for reading only.
 func (ks *keyedState) holdPolled(ctx context.Context, polled []int32, between bool) error {
 	for _, p := range polled {
+		ks.mu.RLock()
 		ks.marksMu.Lock()
-		if len(ks.tasks) == 0 && len(ks.queued) == 0 {
+		if len(ks.tasks) == 0 && len(ks.restoring) == 0 {
 			ks.marksMu.Unlock()
+			ks.mu.RUnlock()
 			return nil
 		}
-		t, queued := ks.tasks[p], slices.ContainsFunc(ks.queued, func(j restoreJob) bool { return j.p == p })
-		if queued && between {
+		t, held := ks.tasks[p], ks.restoring[p] && ks.tasks[p] == nil
+		if held && between {
 			ks.unqueueLocked(p)
 			ks.restore[p] = true
 		}
 		ks.marksMu.Unlock()
+		ks.mu.RUnlock()
 		switch {
-		case !between && (t != nil || queued):
+		case !between && (t != nil || held):
 			return loop.Restart(fmt.Errorf("eos: records of partition %d came while its store restores", p))
 		case t != nil:
 			select {
