@@ -92,6 +92,7 @@ repro-kafka-20734:
 # GroupTransactSession, Kafka Streams' exactly-once count by key (a Java
 # peer that scripts/streams.sh builds from Maven Central's kafka-streams
 # 4.4.0 jars) against eos.Processor's copy of the same keyed input,
+# restores of a changelog (eos.Processor's and the peer's of one topic),
 # offsetstore against an auto-committing consumer, dedup against the same
 # consumer without the claim, outbox.Relay against an at-least-once relay
 # and an idempotent producer; then dedup's claim cost as the ids table

@@ -7,11 +7,14 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Stream;
 
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -24,7 +27,9 @@ import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.WindowStore;
 
 import sun.misc.Signal;
@@ -56,7 +61,16 @@ import sun.misc.Signal;
  *
  * Keys are Bytes (compared by content), values opaque bytes; the count's
  * store is named "counts" (its changelog: APPLICATION_ID-counts-changelog,
- * which Streams creates). Everything not
+ * which Streams creates), RocksDB unless store=memory (Streams'
+ * in-memory key-value store). Given restored-exit=N, the peer times the
+ * count's restore instead: once N changelog partitions have been restored
+ * (a StateRestoreListener's onRestoreEnd), it prints one line to stdout,
+ * "restored records=R span_ms=S from_start_ms=T" (the records restored;
+ * from the first partition's restore start to the last one's end; from
+ * just before KafkaStreams.start() to that end), then closes, leaving the
+ * group, and exits 0.
+ * tools/bench fills APPLICATION_ID-counts-changelog itself before the
+ * start, so that Streams finds it there. Everything not
  * given keeps Kafka Streams' default, commit.interval.ms included (100 ms
  * under exactly-once) and the record cache (10 MiB: a key's count is sent at
  * commit, once per commit). The state directory is a fresh temporary one,
@@ -66,7 +80,8 @@ import sun.misc.Signal;
  * Run it through scripts/streams.sh run; arguments, as name=value:
  * bootstrap, application-id, input, output, replication-factor (all
  * required), threads (num.stream.threads, default 1), commit-interval-ms
- * (default: Streams' own), window-ms and grace-ms, table.
+ * (default: Streams' own), window-ms and grace-ms, table, store,
+ * restored-exit.
  */
 public final class CountByKey {
     public static void main(String[] argv) throws Exception {
@@ -102,9 +117,11 @@ public final class CountByKey {
                     .toStream((w, n) -> w.key())
                     .to(out, Produced.with(Serdes.Bytes(), Serdes.Long()));
         } else {
-            stream.groupByKey(Grouped.with(Serdes.Bytes(), Serdes.ByteArray())).count(Materialized.<Bytes, Long, KeyValueStore<Bytes, byte[]>>as("counts")
-                            .withKeySerde(Serdes.Bytes())
-                            .withValueSerde(Serdes.Long()))
+            Materialized<Bytes, Long, KeyValueStore<Bytes, byte[]>> counts = "memory".equals(args.get("store"))
+                    ? Materialized.<Bytes, Long>as(Stores.inMemoryKeyValueStore("counts"))
+                    : Materialized.<Bytes, Long, KeyValueStore<Bytes, byte[]>>as("counts");
+            stream.groupByKey(Grouped.with(Serdes.Bytes(), Serdes.ByteArray()))
+                    .count(counts.withKeySerde(Serdes.Bytes()).withValueSerde(Serdes.Long()))
                     .toStream()
                     .to(out, Produced.with(Serdes.Bytes(), Serdes.Long()));
         }
@@ -129,9 +146,21 @@ public final class CountByKey {
         Signal.handle(new Signal("TERM"), s -> done.countDown());
         Signal.handle(new Signal("INT"), s -> done.countDown());
 
+        long start = System.nanoTime();
+        if (args.containsKey("restored-exit")) {
+            streams.setGlobalStateRestoreListener(restoreTimer(Integer.parseInt(args.get("restored-exit")), start, done));
+        }
         streams.start();
         done.await();
-        boolean closed = streams.close(Duration.ofSeconds(60));
+        // A timed restore leaves the group as it closes, so that the next
+        // run of the same application id is not held for the session
+        // timeout by a member gone; otherwise Streams' default (stay, for
+        // a restart to rejoin) holds.
+        CloseOptions close = CloseOptions.timeout(Duration.ofSeconds(60));
+        if (args.containsKey("restored-exit")) {
+            close = close.withGroupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP);
+        }
+        boolean closed = streams.close(close);
         deleteTree(stateDir);
         Throwable err = failure.get();
         if (err != null) {
@@ -144,6 +173,38 @@ public final class CountByKey {
             System.exit(1);
         }
         System.exit(0);
+    }
+
+    /**
+     * restoreTimer returns a listener that, once partitions changelog
+     * partitions have been restored, prints what restoring them took and
+     * counts done down.
+     */
+    private static StateRestoreListener restoreTimer(int partitions, long start, CountDownLatch done) {
+        AtomicLong first = new AtomicLong();
+        AtomicLong records = new AtomicLong();
+        AtomicLong ended = new AtomicLong();
+        return new StateRestoreListener() {
+            @Override
+            public void onRestoreStart(TopicPartition tp, String store, long startOffset, long endOffset) {
+                first.compareAndSet(0, System.nanoTime());
+            }
+
+            @Override
+            public void onBatchRestored(TopicPartition tp, String store, long batchEndOffset, long numRestored) {}
+
+            @Override
+            public void onRestoreEnd(TopicPartition tp, String store, long totalRestored) {
+                long now = System.nanoTime();
+                records.addAndGet(totalRestored);
+                if (ended.incrementAndGet() == partitions) {
+                    System.out.printf("restored records=%d span_ms=%.1f from_start_ms=%.1f%n",
+                            records.get(), (now - first.get()) / 1e6, (now - start) / 1e6);
+                    System.out.flush();
+                    done.countDown();
+                }
+            }
+        };
     }
 
     private static Map<String, String> parse(String[] argv) {
@@ -168,7 +229,7 @@ public final class CountByKey {
 
     private static void usage(String why) {
         System.err.println("CountByKey: " + why + "\nusage: CountByKey bootstrap=HOST:PORT application-id=ID input=TOPIC output=TOPIC "
-                + "replication-factor=N [threads=1] [commit-interval-ms=MS] [window-ms=MS [grace-ms=MS] | table=TOPIC]");
+                + "replication-factor=N [threads=1] [commit-interval-ms=MS] [window-ms=MS [grace-ms=MS] | table=TOPIC | store=memory] [restored-exit=PARTITIONS]");
         System.exit(2);
     }
 

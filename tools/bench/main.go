@@ -72,6 +72,14 @@
 //     the peer once: Kafka Streams counts 20,000 records, and a
 //     read_committed reader of its output must see every key's count grow
 //     to the input's count of that key.
+//   - restore (see restore.go and assigned.go): a compacted changelog of
+//     -restore-keys (default 1,000,000) keys over 6 partitions restored
+//     into each kind of store, against a plain read_committed consumer
+//     reading it; then a newly assigned partition set: one processor with
+//     nothing on its disk restoring every partition of a changelog, Kafka
+//     Streams 4.4 (RocksDB and its in-memory store) and eos.Processor
+//     (memory and pebble stores) restoring the same topic (issue 46's
+//     goal: ≥ 2x Kafka Streams' rate).
 //
 // -cpuprofile DIR writes a CPU profile of the benchmark process over each
 // window of the eos and single parts to DIR (go tool pprof).
@@ -250,6 +258,9 @@ func main() {
 	if want("restore") {
 		if err := b.restore(ctx, os.Stdout, *restoreKeys); err != nil {
 			fail(fmt.Errorf("restore: %w", err))
+		}
+		if err := b.assignedRestore(ctx, os.Stdout, *restoreKeys); err != nil {
+			fail(fmt.Errorf("restore of an assigned partition set: %w", err))
 		}
 	}
 

@@ -142,7 +142,7 @@ func (b *bench) restore(ctx context.Context, w io.Writer, keys int) error {
 		return rs
 	}
 	floor := median(rates(0))
-	fmt.Fprintf(w, "\nrestore: a compacted changelog of %d partitions, %d keys, %d B random values: each variant reads it all (a restore: partition after partition, as a processor's loop does), the first two again and again for at least %s a run; median of %d interleaved runs (min-max; spread = (max-min)/median). Goals: the memory store's restore ≥ %.2fx the plain consumer; a pebble restart under %s\n\n",
+	fmt.Fprintf(w, "\nrestore: a compacted changelog of %d partitions, %d keys, %d B random values: each variant reads it all (partition after partition through one restorer; a processor restores four at once, see the next table), the first two again and again for at least %s a run; median of %d interleaved runs (min-max; spread = (max-min)/median). Goals: the memory store's restore ≥ %.2fx the plain consumer; a pebble restart under %s\n\n",
 		restorePartitions, keys, restoreValue, restoreMinRun, b.runs, goalRestoreVsRead, goalPebbleRestart)
 	fmt.Fprintln(w, "| variant | records read a run | time a run (median) | records/s | min-max | spread | vs plain consumer | goals |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
