@@ -5,8 +5,8 @@
 //
 //	KAFKA_BROKERS=... DATABASE_URL=... go run ./tools/bench [-only eos] [-window 10s] [-runs 3] ...
 //
-// -only runs one part: eos, single, memory, state, restore, offsetstore, dedup,
-// outbox or io. By default all run, in that order (offsetstore, dedup and
+// -only runs one part: eos, single, memory, state, restore, restart,
+// offsetstore, dedup, outbox or io. By default all run, in that order (offsetstore, dedup and
 // outbox share one table), and then the cost of dedup's claim (which -only
 // dedup includes).
 //
@@ -80,6 +80,10 @@
 //     Streams 4.4 (RocksDB and its in-memory store) and eos.Processor
 //     (memory and pebble stores) restoring the same topic (issue 46's
 //     goal: ≥ 2x Kafka Streams' rate).
+//   - restart (see restart.go): a counter (a child process) SIGKILLed and
+//     started again, with eos.InstanceID on a pebble store (issue 46's
+//     goal: every partition's first commit within 3 s of the restart), on
+//     memory stores, and with no InstanceID.
 //
 // -cpuprofile DIR writes a CPU profile of the benchmark process over each
 // window of the eos and single parts to DIR (go tool pprof).
@@ -140,6 +144,9 @@ import (
 )
 
 func main() {
+	if what := os.Getenv(childEnv); what != "" {
+		os.Exit(runChild(what)) // the restart part's counter (restart.go)
+	}
 	sizesFlag := flag.String("sizes", "100,1024", "record value sizes in bytes (eos table and the database paths)")
 	runs := flag.Int("runs", 3, "runs per variant (the median is reported)")
 	window := flag.Duration("window", 10*time.Second, "eos and single parts: the window of work each run measures")
@@ -150,8 +157,8 @@ func main() {
 	cpuProfiles := flag.String("cpuprofile", "", "directory to write a CPU profile of each eos and single window to")
 	dbRecords := flag.Int("db-records", 100_000, "records per throughput run on the offsetstore and dedup paths")
 	outboxRecords := flag.Int("outbox-records", 500_000, "records per throughput run on the outbox path")
-	only := flag.String("only", "", "run only this part: eos, single, memory, state, restore, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
-	restoreKeys := flag.Int("restore-keys", 1_000_000, "restore part: the keys (records) of the changelog each variant reads")
+	only := flag.String("only", "", "run only this part: eos, single, memory, state, restore, restart, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
+	restoreKeys := flag.Int("restore-keys", 1_000_000, "restore and restart parts: the keys (records) of the changelog each variant reads, and of the restarted counter's input")
 	streamsThreads := flag.Int("streams-threads", 1, "state part: the Kafka Streams peer's num.stream.threads (1: one poll loop, as eos.Processor's)")
 	stateWarmup := flag.Duration("state-warmup", 10*time.Second, "state part: the warm-up after a run's first commit (Kafka Streams' JVM takes about 6 s to reach its pace)")
 	check := flag.Bool("check", true, "state part: after its runs, check once that the Kafka Streams peer's counts equal the input's")
@@ -164,7 +171,7 @@ func main() {
 		fail(err)
 	}
 
-	parts := []string{"eos", "single", "memory", "state", "restore", "offsetstore", "dedup", "outbox", "io"}
+	parts := []string{"eos", "single", "memory", "state", "restore", "restart", "offsetstore", "dedup", "outbox", "io"}
 	if *only != "" && !slices.Contains(parts, *only) {
 		fail(fmt.Errorf("-only %q: want one of %s", *only, strings.Join(parts, ", ")))
 	}
@@ -261,6 +268,11 @@ func main() {
 		}
 		if err := b.assignedRestore(ctx, os.Stdout, *restoreKeys); err != nil {
 			fail(fmt.Errorf("restore of an assigned partition set: %w", err))
+		}
+	}
+	if want("restart") {
+		if err := b.restart(ctx, os.Stdout, *restoreKeys); err != nil {
+			fail(fmt.Errorf("restart: %w", err))
 		}
 	}
 

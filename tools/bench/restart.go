@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/eoskit/eoskit"
+	"github.com/eoskit/eoskit/eos"
+	"github.com/eoskit/eoskit/state"
+	"github.com/eoskit/eoskit/state/pebblestore"
+)
+
+// The restart table (issue 46's goal): a counting instance SIGKILLed and
+// started again on the same machine. It counts by key (eos.Count) an
+// input of keys records, each with a key of its own, over 6 partitions,
+// while a producer adds 1,000 records a second; once it has counted the
+// backlog (its state holds every key) and run 2 s more, it is SIGKILLed
+// and started again at once, the same process with the same settings.
+// Timed from the restart (the process's start) to the first transaction
+// each partition commits after it (the group's committed offset past where
+// the kill left it): with the same InstanceID and pebble directory (the
+// goal: every partition within 3 s, its restore the changelog's tail past
+// the checkpoint the kill left); on memory stores (a whole restore); and
+// on pebble with no InstanceID (a dynamic member: the group first waits
+// out the dead member's session timeout, franz-go's default 45 s).
+const goalRestart = 3 * time.Second
+
+// restartRate is what the producer adds to the input while the instance
+// counts, is killed and restarts.
+const restartRate = 1000
+
+// childEnv names, in a child's environment, what the bench process runs as
+// a child: "count" (runChild).
+const childEnv = "EOSKIT_BENCH_CHILD"
+
+type restartVariant struct {
+	name     string
+	store    string // "memory" or "pebble"
+	instance bool   // eos.InstanceID
+	goal     bool
+}
+
+type restartRun struct {
+	first, all time.Duration // from the restart to the first and the last partition's first commit
+	restored   int           // changelog records the restart restored
+}
+
+// restart runs the restart table over an input of keys keys.
+func (b *bench) restart(ctx context.Context, w io.Writer, keys int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	app := "bench-restart-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	in := app + "-in"
+	if err := b.createTopics(ctx, restorePartitions, in); err != nil {
+		return err
+	}
+	defer func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), in) }()
+	if err := seed(ctx, b.brokers, in, keys, restoreValue, 0, false); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "eoskit-bench-restart-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	variants := []restartVariant{
+		{"pebble store, eos.InstanceID (a static member)", "pebble", true, true},
+		{"memory store, eos.InstanceID (a whole restore)", "memory", true, false},
+		{"pebble store, no InstanceID (a dynamic member)", "pebble", false, false},
+	}
+	runs := make([][]restartRun, len(variants))
+	for round := range b.runs {
+		for i, v := range variants {
+			group := fmt.Sprintf("%s-%s-%d", app, slug(v.name), round)
+			r, err := b.restartRun(ctx, self, v, in, group, filepath.Join(dir, group), keys)
+			if err != nil {
+				return fmt.Errorf("%s: %w", v.name, err)
+			}
+			runs[i] = append(runs[i], r)
+			fmt.Fprintf(os.Stderr, "bench: restart: %s: first partition %s, every partition %s, %d changelog records restored\n",
+				v.name, r.first.Round(time.Millisecond), r.all.Round(time.Millisecond), r.restored)
+		}
+	}
+
+	fmt.Fprintf(w, "\nrestart after a SIGKILL: an instance counting by key (eos.Count) an input of %d records with a key each over %d partitions, %d records a second coming, SIGKILLed 2 s after it has counted the backlog and started again at once with the same settings; from the restart to each partition's first committed transaction after it (the group's committed offsets, polled every 20 ms), and the changelog records the restart restored; median of %d interleaved runs (min-max). Goal: with eos.InstanceID and a pebble store, every partition within %s\n\n",
+		keys, restorePartitions, restartRate, b.runs, goalRestart)
+	fmt.Fprintln(w, "| variant | first partition (median) | every partition (median) | min-max | records restored (median) | goal |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- |")
+	for i, v := range variants {
+		var first, all []time.Duration
+		var restored []float64
+		for _, r := range runs[i] {
+			first, all, restored = append(first, r.first), append(all, r.all), append(restored, float64(r.restored))
+		}
+		goal := ""
+		if v.goal {
+			goal = fmt.Sprintf("≤ %s: %s", goalRestart, metOrMissed(medianDuration(all) <= goalRestart))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s-%s | %.0f | %s |\n", v.name, medianDuration(first).Round(time.Millisecond),
+			medianDuration(all).Round(time.Millisecond), slices.Min(all).Round(time.Millisecond), slices.Max(all).Round(time.Millisecond),
+			median(restored), goal)
+	}
+	return nil
+}
+
+// restartRun counts in with a child process in group, kills it once it
+// has counted the backlog, starts it again and times the restart.
+func (b *bench) restartRun(ctx context.Context, self string, v restartVariant, in, group, dir string, keys int) (restartRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	changelog := group + "-changelog"
+	defer func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), changelog) }()
+	produce, stopProducing := context.WithCancel(ctx)
+	produced := produceSteadily(produce, b.brokers, in, restartRate)
+	defer func() { stopProducing(); _ = produced() }()
+
+	env := append(os.Environ(), childEnv+"=count", "EOSKIT_BENCH_BROKERS="+strings.Join(b.brokers, ","),
+		"EOSKIT_BENCH_GROUP="+group, "EOSKIT_BENCH_IN="+in, "EOSKIT_BENCH_CHANGELOG="+changelog, "EOSKIT_BENCH_STORE="+v.store)
+	if v.store == "pebble" {
+		env = append(env, "EOSKIT_BENCH_DIR="+dir)
+	}
+	if v.instance {
+		env = append(env, "EOSKIT_BENCH_INSTANCE=0")
+	}
+	first, err := startChild(ctx, self, env)
+	if err != nil {
+		return restartRun{}, err
+	}
+	counted := func() (map[int32]int64, error) {
+		offsets, err := b.adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return nil, err
+		}
+		at := map[int32]int64{}
+		offsets.Each(func(o kadm.OffsetResponse) {
+			if o.Topic == in && o.Err == nil {
+				at[o.Partition] = o.At
+			}
+		})
+		return at, nil
+	}
+	for {
+		at, err := counted()
+		var sum int64
+		for _, o := range at {
+			sum += o
+		}
+		if err == nil && sum >= int64(keys) {
+			break
+		}
+		select {
+		case <-first.exited:
+			return restartRun{}, fmt.Errorf("the counter exited before it counted the backlog:\n%s", first.logs.String())
+		case <-ctx.Done():
+			first.kill()
+			return restartRun{}, fmt.Errorf("the counter committed %d of the %d records' offsets within 5 minutes (%v)", sum, keys, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	time.Sleep(2 * time.Second) // past a sync of each store's log, commits coming all along
+	first.kill()
+	atKill, err := counted()
+	if err != nil {
+		return restartRun{}, err
+	}
+
+	start := time.Now()
+	second, err := startChild(ctx, self, env)
+	if err != nil {
+		return restartRun{}, err
+	}
+	defer second.stop()
+	var r restartRun
+	moved := map[int32]bool{}
+	for len(moved) < restorePartitions {
+		select {
+		case <-second.exited:
+			return restartRun{}, fmt.Errorf("the restarted counter exited:\n%s", second.logs.String())
+		case <-ctx.Done():
+			return restartRun{}, fmt.Errorf("%d of %d partitions committed within 5 minutes of the restart", len(moved), restorePartitions)
+		case <-time.After(20 * time.Millisecond):
+		}
+		at, err := counted()
+		if err != nil {
+			continue
+		}
+		for p, o := range at {
+			if o > atKill[p] && !moved[p] {
+				moved[p] = true
+				if len(moved) == 1 {
+					r.first = time.Since(start)
+				}
+			}
+		}
+	}
+	r.all = time.Since(start)
+	if err := second.stop(); err != nil {
+		return restartRun{}, err
+	}
+	r.restored = second.restored()
+	return r, nil
+}
+
+// child is a counting child process of the bench.
+type child struct {
+	cmd    *exec.Cmd
+	logs   *tail
+	exited chan struct{}
+	err    error
+}
+
+func startChild(ctx context.Context, self string, env []string) (*child, error) {
+	c := &child{cmd: exec.CommandContext(ctx, self), logs: &tail{max: 64 << 10}, exited: make(chan struct{})}
+	c.cmd.Env = env
+	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
+	c.cmd.Cancel = func() error { return c.cmd.Process.Signal(syscall.SIGTERM) }
+	c.cmd.WaitDelay = time.Minute
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting a counter: %w", err)
+	}
+	go func() { c.err = c.cmd.Wait(); close(c.exited) }()
+	return c, nil
+}
+
+// kill SIGKILLs the child and waits for it to exit.
+func (c *child) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.exited
+}
+
+// stop SIGTERMs the child and waits for it to exit: an error unless it
+// exited 0.
+func (c *child) stop() error {
+	select {
+	case <-c.exited:
+	default:
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		<-c.exited
+	}
+	if c.err != nil {
+		return fmt.Errorf("the counter: %w:\n%s", c.err, c.logs.String())
+	}
+	return nil
+}
+
+// restored sums the records of the "restored" lines the child printed.
+func (c *child) restored() int {
+	n := 0
+	sc := bufio.NewScanner(strings.NewReader(c.logs.String()))
+	for sc.Scan() {
+		var p int32
+		var from int64
+		var records int
+		if _, err := fmt.Sscanf(sc.Text(), "restored partition=%d from=%d records=%d", &p, &from, &records); err == nil {
+			n += records
+		}
+	}
+	return n
+}
+
+// runChild runs what childEnv names (the bench's own binary started again
+// by restartRun) and returns the process's exit code.
+func runChild(what string) int {
+	if what != "count" {
+		fmt.Fprintf(os.Stderr, "bench child: unknown %s=%q\n", childEnv, what)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	group := os.Getenv("EOSKIT_BENCH_GROUP")
+	stores := state.MemoryFactory()
+	if os.Getenv("EOSKIT_BENCH_STORE") == "pebble" {
+		stores = pebblestore.Factory(os.Getenv("EOSKIT_BENCH_DIR"), nil)
+	}
+	opts := []eos.ProcessorOption{eos.Brokers(strings.Split(os.Getenv("EOSKIT_BENCH_BROKERS"), ",")...), eos.Group(group),
+		eos.Topics(os.Getenv("EOSKIT_BENCH_IN")), eos.TransactionalID(group + "-0"), eos.Logger(quiet),
+		eos.WithMetrics(restorePrinter{eoskit.NopMetrics{}}),
+		eos.Changelog(os.Getenv("EOSKIT_BENCH_CHANGELOG"), eos.CreateChangelog(), eos.Stores(stores))}
+	if id := os.Getenv("EOSKIT_BENCH_INSTANCE"); id != "" {
+		opts = append(opts, eos.InstanceID(id))
+	}
+	p, err := eos.NewProcessor(eos.Count(), opts...)
+	if err == nil {
+		err = p.Run(ctx)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "bench child:", err)
+		return 1
+	}
+	return 0
+}
+
+// restorePrinter prints each restore to stderr, for restartRun to read.
+type restorePrinter struct{ eoskit.NopMetrics }
+
+func (restorePrinter) Restored(_ string, partition int32, from int64, records int, took time.Duration) {
+	fmt.Fprintf(os.Stderr, "restored partition=%d from=%d records=%d took=%s\n", partition, from, records, took)
+}
