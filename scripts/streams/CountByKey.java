@@ -68,7 +68,12 @@ import sun.misc.Signal;
  * "restored records=R span_ms=S from_start_ms=T" (the records restored;
  * from the first partition's restore start to the last one's end; from
  * just before KafkaStreams.start() to that end), then closes, leaving the
- * group, and exits 0.
+ * group, and exits 0. Given log-restores=true, it prints each restored
+ * partition instead, "restored partition=P records=R took_ms=T".
+ * standbys sets num.standby.replicas, client-id client.id; given
+ * leave-group=true, a SIGTERM closes Streams leaving the group (as a
+ * rolling restart's instance should, rather than hold its partitions for
+ * the session timeout).
  * tools/bench fills APPLICATION_ID-counts-changelog itself before the
  * start, so that Streams finds it there. Everything not
  * given keeps Kafka Streams' default, commit.interval.ms included (100 ms
@@ -81,7 +86,7 @@ import sun.misc.Signal;
  * bootstrap, application-id, input, output, replication-factor (all
  * required), threads (num.stream.threads, default 1), commit-interval-ms
  * (default: Streams' own), window-ms and grace-ms, table, store,
- * restored-exit.
+ * restored-exit, log-restores, standbys, client-id, leave-group.
  */
 public final class CountByKey {
     public static void main(String[] argv) throws Exception {
@@ -99,6 +104,12 @@ public final class CountByKey {
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
         if (args.containsKey("commit-interval-ms")) {
             props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.parseLong(args.get("commit-interval-ms")));
+        }
+        if (args.containsKey("standbys")) {
+            props.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, Integer.parseInt(args.get("standbys")));
+        }
+        if (args.containsKey("client-id")) {
+            props.put(StreamsConfig.CLIENT_ID_CONFIG, args.get("client-id"));
         }
 
         StreamsBuilder builder = new StreamsBuilder();
@@ -149,6 +160,8 @@ public final class CountByKey {
         long start = System.nanoTime();
         if (args.containsKey("restored-exit")) {
             streams.setGlobalStateRestoreListener(restoreTimer(Integer.parseInt(args.get("restored-exit")), start, done));
+        } else if (args.containsKey("log-restores")) {
+            streams.setGlobalStateRestoreListener(restoreLogger());
         }
         streams.start();
         done.await();
@@ -157,7 +170,7 @@ public final class CountByKey {
         // timeout by a member gone; otherwise Streams' default (stay, for
         // a restart to rejoin) holds.
         CloseOptions close = CloseOptions.timeout(Duration.ofSeconds(60));
-        if (args.containsKey("restored-exit")) {
+        if (args.containsKey("restored-exit") || args.containsKey("leave-group")) {
             close = close.withGroupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP);
         }
         boolean closed = streams.close(close);
@@ -207,6 +220,30 @@ public final class CountByKey {
         };
     }
 
+    /**
+     * restoreLogger returns a listener that prints each restored changelog
+     * partition to stdout: "restored partition=P records=R took_ms=T".
+     */
+    private static StateRestoreListener restoreLogger() {
+        Map<TopicPartition, Long> started = new java.util.concurrent.ConcurrentHashMap<>();
+        return new StateRestoreListener() {
+            @Override
+            public void onRestoreStart(TopicPartition tp, String store, long startOffset, long endOffset) {
+                started.put(tp, System.nanoTime());
+            }
+
+            @Override
+            public void onBatchRestored(TopicPartition tp, String store, long batchEndOffset, long numRestored) {}
+
+            @Override
+            public void onRestoreEnd(TopicPartition tp, String store, long totalRestored) {
+                long took = System.nanoTime() - started.getOrDefault(tp, System.nanoTime());
+                System.out.printf("restored partition=%d records=%d took_ms=%.1f%n", tp.partition(), totalRestored, took / 1e6);
+                System.out.flush();
+            }
+        };
+    }
+
     private static Map<String, String> parse(String[] argv) {
         Map<String, String> args = new HashMap<>();
         for (String a : argv) {
@@ -229,7 +266,7 @@ public final class CountByKey {
 
     private static void usage(String why) {
         System.err.println("CountByKey: " + why + "\nusage: CountByKey bootstrap=HOST:PORT application-id=ID input=TOPIC output=TOPIC "
-                + "replication-factor=N [threads=1] [commit-interval-ms=MS] [window-ms=MS [grace-ms=MS] | table=TOPIC | store=memory] [restored-exit=PARTITIONS]");
+                + "replication-factor=N [threads=1] [commit-interval-ms=MS] [window-ms=MS [grace-ms=MS] | table=TOPIC | store=memory] [restored-exit=PARTITIONS | log-restores=true] [standbys=N] [client-id=ID] [leave-group=true]");
         System.exit(2);
     }
 

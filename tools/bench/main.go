@@ -6,7 +6,7 @@
 //	KAFKA_BROKERS=... DATABASE_URL=... go run ./tools/bench [-only eos] [-window 10s] [-runs 3] ...
 //
 // -only runs one part: eos, single, memory, state, restore, restart,
-// offsetstore, dedup, outbox or io. By default all run, in that order (offsetstore, dedup and
+// rolling, offsetstore, dedup, outbox or io. By default all run, in that order (offsetstore, dedup and
 // outbox share one table), and then the cost of dedup's claim (which -only
 // dedup includes).
 //
@@ -84,6 +84,12 @@
 //     started again, with eos.InstanceID on a pebble store (issue 46's
 //     goal: every partition's first commit within 3 s of the restart), on
 //     memory stores, and with no InstanceID.
+//   - rolling (see rolling.go): one of three counting instances leaves (a
+//     rolling restart's SIGTERM); the time until its partitions commit
+//     under their new owners, eos.Processor with and without Standbys
+//     against Kafka Streams with and without num.standby.replicas (issue
+//     46's goals: within 5 s with one standby, ≥ 5x faster than without,
+//     no slower than Kafka Streams).
 //
 // -cpuprofile DIR writes a CPU profile of the benchmark process over each
 // window of the eos and single parts to DIR (go tool pprof).
@@ -157,7 +163,7 @@ func main() {
 	cpuProfiles := flag.String("cpuprofile", "", "directory to write a CPU profile of each eos and single window to")
 	dbRecords := flag.Int("db-records", 100_000, "records per throughput run on the offsetstore and dedup paths")
 	outboxRecords := flag.Int("outbox-records", 500_000, "records per throughput run on the outbox path")
-	only := flag.String("only", "", "run only this part: eos, single, memory, state, restore, restart, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
+	only := flag.String("only", "", "run only this part: eos, single, memory, state, restore, restart, rolling, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
 	restoreKeys := flag.Int("restore-keys", 1_000_000, "restore and restart parts: the keys (records) of the changelog each variant reads, and of the restarted counter's input")
 	streamsThreads := flag.Int("streams-threads", 1, "state part: the Kafka Streams peer's num.stream.threads (1: one poll loop, as eos.Processor's)")
 	stateWarmup := flag.Duration("state-warmup", 10*time.Second, "state part: the warm-up after a run's first commit (Kafka Streams' JVM takes about 6 s to reach its pace)")
@@ -171,7 +177,7 @@ func main() {
 		fail(err)
 	}
 
-	parts := []string{"eos", "single", "memory", "state", "restore", "restart", "offsetstore", "dedup", "outbox", "io"}
+	parts := []string{"eos", "single", "memory", "state", "restore", "restart", "rolling", "offsetstore", "dedup", "outbox", "io"}
 	if *only != "" && !slices.Contains(parts, *only) {
 		fail(fmt.Errorf("-only %q: want one of %s", *only, strings.Join(parts, ", ")))
 	}
@@ -273,6 +279,11 @@ func main() {
 	if want("restart") {
 		if err := b.restart(ctx, os.Stdout, *restoreKeys); err != nil {
 			fail(fmt.Errorf("restart: %w", err))
+		}
+	}
+	if want("rolling") {
+		if err := b.rolling(ctx, os.Stdout, *restoreKeys); err != nil {
+			fail(fmt.Errorf("rolling: %w", err))
 		}
 	}
 

@@ -1,7 +1,8 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -217,18 +219,28 @@ func (b *bench) restartRun(ctx context.Context, self string, v restartVariant, i
 	return r, nil
 }
 
-// child is a counting child process of the bench.
+// child is a counting child process of the bench: the bench's own binary
+// (runChild) or the Kafka Streams peer.
 type child struct {
 	cmd    *exec.Cmd
 	logs   *tail
+	lines  *restoreLines
 	exited chan struct{}
 	err    error
 }
 
 func startChild(ctx context.Context, self string, env []string) (*child, error) {
-	c := &child{cmd: exec.CommandContext(ctx, self), logs: &tail{max: 64 << 10}, exited: make(chan struct{})}
-	c.cmd.Env = env
-	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = env
+	return startCmd(cmd)
+}
+
+// startCmd starts cmd as a child, its output kept and its restore lines
+// collected.
+func startCmd(cmd *exec.Cmd) (*child, error) {
+	c := &child{cmd: cmd, logs: &tail{max: 64 << 10}, lines: &restoreLines{}, exited: make(chan struct{})}
+	out := io.MultiWriter(c.logs, c.lines)
+	c.cmd.Stdout, c.cmd.Stderr = out, out
 	c.cmd.Cancel = func() error { return c.cmd.Process.Signal(syscall.SIGTERM) }
 	c.cmd.WaitDelay = time.Minute
 	if err := c.cmd.Start(); err != nil {
@@ -259,19 +271,91 @@ func (c *child) stop() error {
 	return nil
 }
 
-// restored sums the records of the "restored" lines the child printed.
+// restored sums the records of the restores the child reported.
 func (c *child) restored() int {
 	n := 0
-	sc := bufio.NewScanner(strings.NewReader(c.logs.String()))
-	for sc.Scan() {
-		var p int32
-		var from int64
-		var records int
-		if _, err := fmt.Sscanf(sc.Text(), "restored partition=%d from=%d records=%d", &p, &from, &records); err == nil {
-			n += records
-		}
+	for _, r := range c.lines.since(time.Time{}) {
+		n += r.records
 	}
 	return n
+}
+
+// restoreLine is a restore a child reported: "restored partition=P
+// records=R took_ms=T" (other fields between them ignored), and when the
+// bench read it.
+type restoreLine struct {
+	at        time.Time
+	partition int32
+	records   int
+	took      time.Duration
+}
+
+// restoreLines collects the restore lines written to it.
+type restoreLines struct {
+	mu    sync.Mutex
+	part  []byte
+	lines []restoreLine
+}
+
+func (l *restoreLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.part = append(l.part, p...)
+	for {
+		i := bytes.IndexByte(l.part, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if r, ok := parseRestoreLine(string(l.part[:i])); ok {
+			r.at = time.Now()
+			l.lines = append(l.lines, r)
+		}
+		l.part = l.part[i+1:]
+	}
+}
+
+// since returns the restores reported at t or after.
+func (l *restoreLines) since(t time.Time) []restoreLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []restoreLine
+	for _, r := range l.lines {
+		if !r.at.Before(t) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func parseRestoreLine(line string) (restoreLine, bool) {
+	fields, ok := strings.CutPrefix(line, "restored ")
+	if !ok {
+		return restoreLine{}, false
+	}
+	var r restoreLine
+	seen := 0
+	for _, f := range strings.Fields(fields) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "partition":
+			n, err := strconv.ParseInt(v, 10, 32)
+			r.partition, seen = int32(n), seen+btoi(err == nil)
+		case "records":
+			n, err := strconv.Atoi(v)
+			r.records, seen = n, seen+btoi(err == nil)
+		case "took_ms":
+			ms, err := strconv.ParseFloat(v, 64)
+			r.took, seen = time.Duration(ms*float64(time.Millisecond)), seen+btoi(err == nil)
+		}
+	}
+	return r, seen == 3
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // runChild runs what childEnv names (the bench's own binary started again
@@ -289,12 +373,19 @@ func runChild(what string) int {
 		stores = pebblestore.Factory(os.Getenv("EOSKIT_BENCH_DIR"), nil)
 	}
 	opts := []eos.ProcessorOption{eos.Brokers(strings.Split(os.Getenv("EOSKIT_BENCH_BROKERS"), ",")...), eos.Group(group),
-		eos.Topics(os.Getenv("EOSKIT_BENCH_IN")), eos.TransactionalID(group + "-0"), eos.Logger(quiet),
-		eos.WithMetrics(restorePrinter{eoskit.NopMetrics{}}),
-		eos.Changelog(os.Getenv("EOSKIT_BENCH_CHANGELOG"), eos.CreateChangelog(), eos.Stores(stores))}
+		eos.Topics(os.Getenv("EOSKIT_BENCH_IN")), eos.TransactionalID(cmp.Or(os.Getenv("EOSKIT_BENCH_TXN"), group+"-0")), eos.Logger(quiet),
+		eos.WithMetrics(restorePrinter{eoskit.NopMetrics{}})}
+	stateOpts := []eos.StateOption{eos.CreateChangelog(), eos.Stores(stores)}
 	if id := os.Getenv("EOSKIT_BENCH_INSTANCE"); id != "" {
 		opts = append(opts, eos.InstanceID(id))
 	}
+	if url := os.Getenv("EOSKIT_BENCH_ENDPOINT"); url != "" {
+		opts = append(opts, eos.Endpoint(url))
+	}
+	if n, _ := strconv.Atoi(os.Getenv("EOSKIT_BENCH_STANDBYS")); n > 0 {
+		stateOpts = append(stateOpts, eos.Standbys(n))
+	}
+	opts = append(opts, eos.Changelog(os.Getenv("EOSKIT_BENCH_CHANGELOG"), stateOpts...))
 	p, err := eos.NewProcessor(eos.Count(), opts...)
 	if err == nil {
 		err = p.Run(ctx)
@@ -310,5 +401,5 @@ func runChild(what string) int {
 type restorePrinter struct{ eoskit.NopMetrics }
 
 func (restorePrinter) Restored(_ string, partition int32, from int64, records int, took time.Duration) {
-	fmt.Fprintf(os.Stderr, "restored partition=%d from=%d records=%d took=%s\n", partition, from, records, took)
+	fmt.Fprintf(os.Stderr, "restored partition=%d from=%d records=%d took_ms=%.1f\n", partition, from, records, float64(took)/float64(time.Millisecond))
 }
