@@ -302,3 +302,100 @@ func newRegionReportsOf(t *testing.T, ctx context.Context, partitions int32) *re
 	}
 	return rr
 }
+
+// Three members, a standby each (eos.Standbys(1)): when one leaves, its
+// two partitions go one to each of the others, and each meets its
+// standby's store there, so the takeover restores read nothing again.
+// Before (standbys of an owner's partitions all on the member after it,
+// and a balancer that knew nothing of them), one of the two moved
+// partitions landed where no standby was and restored its whole
+// changelog, which this test fails on.
+func TestALeaversPartitionsGoToTheirStandbys(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rr := newRegionReportsOf(t, ctx, 6)
+	rr.produce(1_200)
+	type member struct {
+		p    *eos.Processor
+		log  *restoreLog
+		stop context.CancelFunc
+		done chan error
+	}
+	start := func(instance string) *member {
+		m := &member{log: &restoreLog{Metrics: eoskit.NopMetrics{}}, done: make(chan error, 1)}
+		var err error
+		m.p, err = eos.NewProcessor(eos.Count(), eos.Brokers(rr.brokers...), eos.Group("leaver"), eos.Topics("reports"), eos.TransactionalID("leaver-"+instance),
+			eos.CommitInterval(20*time.Millisecond), eos.MaxRecordsPerCommit(50), eos.Logger(testLogger(t)), eos.WithMetrics(m.log),
+			eos.Endpoint("http://"+instance+".example:8080"), eos.Changelog("leaver-changelog", eos.CreateChangelog(), eos.Standbys(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		m.stop = stop
+		go func() { m.done <- m.p.Run(runCtx) }()
+		return m
+	}
+	var members []*member
+	for _, name := range []string{"a", "b", "c"} {
+		members = append(members, start(name))
+	}
+	defer func() {
+		for _, m := range members {
+			m.stop()
+		}
+	}()
+	settled := func(held, kept int) bool {
+		for _, m := range members {
+			if len(m.p.State().Partitions()) != held || len(m.p.State().Standbys()) != kept {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 30*time.Second, "two partitions and two standbys on each member", func() bool { return settled(2, 2) })
+	rr.produce(1_200)
+	waitCommitted(t, ctx, rr.adm, "leaver", "reports")
+	time.Sleep(2500 * time.Millisecond) // two catch-ups past the last commit
+	leaver, stayers := members[2], members[:2]
+	taken := leaver.p.State().Partitions()
+	before := []int{stayers[0].log.count(), stayers[1].log.count()}
+	leaver.stop()
+	if err := <-leaver.done; err != nil {
+		t.Fatalf("the leaver: %v", err)
+	}
+	members = stayers
+	waitFor(t, 30*time.Second, "three partitions on each member left", func() bool {
+		return len(stayers[0].p.State().Partitions()) == 3 && len(stayers[1].p.State().Partitions()) == 3
+	})
+	read := map[int32]int{}
+	for i, m := range stayers {
+		parts, _ := m.log.since(before[i])
+		m.log.mu.Lock()
+		for j, p := range parts {
+			read[p] += m.log.reads[before[i]+j]
+		}
+		m.log.mu.Unlock()
+	}
+	for _, p := range taken {
+		n, restored := read[p]
+		if !restored {
+			t.Fatalf("partition %d (the leaver's) was not restored by the others: %v", p, read)
+		}
+		if n != 0 {
+			t.Errorf("partition %d read %d changelog records when taken over, want 0: it did not land on its standby", p, n)
+		}
+	}
+	t.Logf("the leaver's partitions %v taken over reading %v", taken, read)
+	for key, n := range rr.want {
+		var got []string
+		for _, m := range stayers {
+			if v, ok, err := m.p.State().Lookup([]byte(key)); err == nil && ok {
+				got = append(got, string(v))
+			}
+		}
+		if len(got) != 1 || got[0] != strconv.Itoa(n) {
+			t.Errorf("%s: %v, want %d on one member", key, got, n)
+		}
+	}
+}

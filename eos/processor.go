@@ -131,6 +131,10 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 		return nil, err
 	}
 	c.clientOpts = append(slices.Clip(c.clientOpts), advertise...)
+	if c.state != nil && c.state.standbys > 0 && !c.consumerProtocol && defaultBalancer(cl) {
+		c.state.warm = &atomic.Pointer[[]int32]{}
+		c.clientOpts = append(c.clientOpts, kgo.Balancers(&standbyBalancer{warm: c.state.warm}, kgo.CooperativeStickyBalancer()))
+	}
 	if c.state != nil {
 		c.state.others, _ = cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
 		if c.state.others == nil {

@@ -23,12 +23,18 @@ import (
 // partitions an instance owns.
 //
 // Placement: the members that advertise an [Endpoint] (which Standbys
-// needs), in the order of their endpoints; a partition's standbys are the
-// n members after its owner, wrapping around, under any balancer (KIP-848
-// included). The balancer does not know of them: a partition moved goes
-// where the balancer puts it, a standby only if it lands there (always
-// with two members and one standby; with more, give more standbys). A
-// membership change moves the standbys along the ring. What it costs:
+// needs), in the order of their endpoints; an owner's partitions spread
+// their standbys over the other members (the i-th one's first standby is
+// the (1+i)-th member after the owner, wrapping around, skipping it), under
+// any balancer (KIP-848 included). Under the classic protocol with
+// franz-go's default balancer (cooperative-sticky, left unset), the group
+// is balanced knowing of them: each member tells the group which
+// partitions it holds warm (its standbys, and the stores of partitions
+// taken away it still keeps), and a partition whose owner left goes to
+// one of those that hold it warm wherever the balance allows. Under
+// another balancer or KIP-848, a moved partition goes where the balancer
+// puts it, meeting a warm store only if it lands on one. A membership
+// change moves the standbys along the ring. What it costs:
 // each standby reads its partitions' changelog as the owner writes it (a
 // catch-up a second, a few admin requests each), and holds their state
 // (memory, or disk with pebble) beside its own. Default 0.
@@ -40,23 +46,38 @@ func Standbys(n int) StateOption {
 // its standby stores up.
 const standbyEvery = time.Second
 
-// standbyPartitions returns the partitions self keeps warm: each
-// partition whose owner is another member and among whose n followers,
-// in members' order (sorted, wrapping around), self is.
+// standbyPartitions returns the partitions self keeps warm. Each
+// owner's partitions, in order, spread their standbys over the other
+// members: the i-th one's n standbys are the members 1+(i+j)%(m-1)
+// places after its owner in members' order (sorted, wrapping around), j
+// < n, m the members. When an owner leaves, its partitions' warm stores
+// are then on several members, where a balance of the group can put
+// them (standbyBalancer), not all on the one after it.
 func standbyPartitions(owners map[int32]string, members []string, self string, n int) []int32 {
 	at := slices.Index(members, self)
-	if at < 0 || n <= 0 {
+	others := len(members) - 1
+	if at < 0 || n <= 0 || others <= 0 {
 		return nil
 	}
-	var out []int32
+	byOwner := map[string][]int32{}
 	for p, owner := range owners {
+		byOwner[owner] = append(byOwner[owner], p)
+	}
+	var out []int32
+	for owner, parts := range byOwner {
 		o := slices.Index(members, owner)
 		if o < 0 || o == at {
 			continue
 		}
-		// self is the k-th member after the owner.
-		if k := (at - o + len(members)) % len(members); k >= 1 && k <= n {
-			out = append(out, p)
+		k := (at - o + len(members)) % len(members) // self is the k-th member after the owner
+		slices.Sort(parts)
+		for i, p := range parts {
+			for j := range min(n, others) {
+				if 1+(i+j)%others == k {
+					out = append(out, p)
+					break
+				}
+			}
 		}
 	}
 	slices.Sort(out)
@@ -215,7 +236,28 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 		cancel()
 		sb.mu.Unlock()
 	}
+	ks.noteWarm()
 	return nil
+}
+
+// noteWarm records, for the group's next balance (standbyBalancer), the
+// partitions this instance holds warm: its standbys and the stores it
+// keeps of partitions taken away.
+func (ks *keyedState) noteWarm() {
+	if ks.cfg.warm == nil {
+		return
+	}
+	ks.mu.RLock()
+	warm := make([]int32, 0, len(ks.standbys)+len(ks.parked))
+	for p := range ks.standbys {
+		warm = append(warm, p)
+	}
+	for p := range ks.parked {
+		warm = append(warm, p)
+	}
+	ks.mu.RUnlock()
+	slices.Sort(warm)
+	ks.cfg.warm.Store(&warm)
 }
 
 // takeStandby hands p's standby store, if this instance keeps one, to

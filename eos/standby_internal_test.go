@@ -16,9 +16,9 @@ func TestStandbyPartitionsFollowTheOwnerUnit(t *testing.T) {
 		n    int
 		want []int32
 	}{
-		{"a", 1, []int32{3}},       // a follows c
-		{"b", 1, []int32{0, 1}},    // b follows a
-		{"c", 1, []int32{2}},       // c follows b
+		{"a", 1, []int32{3}},       // c's first partition: the 1st after c
+		{"b", 1, []int32{0}},       // a's first: the 1st after a
+		{"c", 1, []int32{1, 2}},    // a's second (the 2nd after a), b's first
 		{"a", 2, []int32{2, 3}},    // a is 2nd after b, 1st after c
 		{"b", 5, []int32{0, 1, 3}}, // n past the members: every other's
 		{"d", 1, nil},              // not a member

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,6 +48,10 @@ type stateConfig struct {
 	// limits caps the producer's batches to the changelog and updates
 	// topics at what they take (set by NewProcessor, learnt by Run).
 	limits *batchLimits
+	// warm, set by NewProcessor when the group is balanced by
+	// standbyBalancer, is what this instance holds warm, which the
+	// standbys' follower updates and the balancer's join tells.
+	warm *atomic.Pointer[[]int32]
 }
 
 // recordLimit is the largest state record the producer sends to topic:
