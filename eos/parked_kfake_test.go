@@ -303,13 +303,14 @@ func newRegionReportsOf(t *testing.T, ctx context.Context, partitions int32) *re
 	return rr
 }
 
-// Three members, a standby each (eos.Standbys(1)): when one leaves, its
-// two partitions go one to each of the others, and each meets its
-// standby's store there, so the takeover restores read nothing again.
-// Before (standbys of an owner's partitions all on the member after it,
-// and a balancer that knew nothing of them), one of the two moved
-// partitions landed where no standby was and restored its whole
-// changelog, which this test fails on.
+// Three members, a standby each (eos.Standbys(1)), the group balanced by
+// eoskit-standby-v1: when one leaves, its two partitions go one to each
+// of the others, each to the member that kept it warm, and the takeover
+// restores read only what the standbys had not caught up with, not the
+// partitions' changelog. Before (standbys of an owner's partitions all on
+// the member after it, and a balancer that knew nothing of them), one of
+// the two moved partitions landed where no standby was and restored its
+// whole changelog, which this test fails on.
 func TestALeaversPartitionsGoToTheirStandbys(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -359,31 +360,57 @@ func TestALeaversPartitionsGoToTheirStandbys(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond) // two catch-ups past the last commit
 	leaver, stayers := members[2], members[:2]
 	taken := leaver.p.State().Partitions()
+	warmOn := map[int32]int{} // partition: the stayer keeping it warm
+	for i, m := range stayers {
+		for _, p := range m.p.State().Standbys() {
+			warmOn[p] = i
+		}
+	}
+	described, err := rr.adm.DescribeGroups(ctx, "leaver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proto := described["leaver"].Protocol; proto != "eoskit-standby-v1" {
+		t.Fatalf("the group balances with %q, want eoskit-standby-v1", proto)
+	}
+	ends, err := rr.adm.ListEndOffsets(ctx, "leaver-changelog")
+	if err != nil {
+		t.Fatal(err)
+	}
 	before := []int{stayers[0].log.count(), stayers[1].log.count()}
 	leaver.stop()
 	if err := <-leaver.done; err != nil {
 		t.Fatalf("the leaver: %v", err)
 	}
 	members = stayers
-	waitFor(t, 30*time.Second, "three partitions on each member left", func() bool {
-		return len(stayers[0].p.State().Partitions()) == 3 && len(stayers[1].p.State().Partitions()) == 3
-	})
 	read := map[int32]int{}
-	for i, m := range stayers {
-		parts, _ := m.log.since(before[i])
-		m.log.mu.Lock()
-		for j, p := range parts {
-			read[p] += m.log.reads[before[i]+j]
+	on := map[int32]int{}
+	waitFor(t, 30*time.Second, "the leaver's partitions restored by the others", func() bool {
+		for i, m := range stayers {
+			m.log.mu.Lock()
+			for j := before[i]; j < len(m.log.reads); j++ {
+				read[m.log.parts[j]], on[m.log.parts[j]] = m.log.reads[j], i
+			}
+			m.log.mu.Unlock()
 		}
-		m.log.mu.Unlock()
-	}
+		for _, p := range taken {
+			if _, ok := read[p]; !ok {
+				return false
+			}
+		}
+		return true
+	})
 	for _, p := range taken {
-		n, restored := read[p]
-		if !restored {
-			t.Fatalf("partition %d (the leaver's) was not restored by the others: %v", p, read)
+		holder, kept := warmOn[p]
+		if !kept {
+			t.Fatalf("no stayer kept partition %d warm before the leave: %v", p, warmOn)
 		}
-		if n != 0 {
-			t.Errorf("partition %d read %d changelog records when taken over, want 0: it did not land on its standby", p, n)
+		if on[p] != holder {
+			t.Errorf("partition %d went to stayer %d, its standby was on %d", p, on[p], holder)
+		}
+		end, _ := ends.Lookup("leaver-changelog", p)
+		if int64(read[p]) >= end.Offset {
+			t.Errorf("partition %d read %d changelog records when taken over, its whole changelog (%d): no warm store", p, read[p], end.Offset)
 		}
 	}
 	t.Logf("the leaver's partitions %v taken over reading %v", taken, read)

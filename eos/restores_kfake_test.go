@@ -248,9 +248,15 @@ func TestABackgroundRestoreThatFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			const failing = 2
+			var mu sync.Mutex
+			var stores []*failingStore
 			second, done, stop := runCount(t, ctx, rr, "held-second", func(_ string, p int32) (state.Store, error) {
 				if p == failing {
-					return &failingStore{Store: state.NewMemory(), err: c.err, always: c.always}, nil
+					fs := &failingStore{Store: state.NewMemory(), err: c.err, always: c.always}
+					mu.Lock()
+					stores = append(stores, fs)
+					mu.Unlock()
+					return fs, nil
 				}
 				return state.NewMemory(), nil
 			})
@@ -260,6 +266,19 @@ func TestABackgroundRestoreThatFails(t *testing.T) {
 				waitFor(t, 30*time.Second, "every count, the failed apply read again", func() bool {
 					return h.exact(second, func(int32) bool { return true })
 				})
+				mu.Lock()
+				defer mu.Unlock()
+				if len(stores) != 1 || !stores[0].failed {
+					t.Fatalf("%d stores opened for partition %d, want one, whose apply failed once", len(stores), failing)
+				}
+				select {
+				case <-done:
+					t.Fatalf("Run ended: %v", stop())
+				default:
+				}
+				if err := stop(); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
 				return
 			}
 			select {

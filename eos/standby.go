@@ -134,6 +134,7 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 			_ = sb.store.Close()
 			sb.mu.Unlock()
 		}
+		ks.noteWarmLocked()
 	}, nil
 }
 
@@ -183,6 +184,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 			open = append(open, part)
 		}
 	}
+	ks.noteWarmLocked()
 	ks.marksMu.Unlock()
 	ks.mu.Unlock()
 	// No catch-up runs now (they run on this goroutine), and the stores
@@ -206,6 +208,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 		taken := parked || kept || busy(part)
 		if !taken {
 			ks.standbys[part] = &standby{store: s}
+			ks.noteWarmLocked()
 		}
 		ks.marksMu.Unlock()
 		ks.mu.Unlock()
@@ -236,18 +239,17 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 		cancel()
 		sb.mu.Unlock()
 	}
-	ks.noteWarm()
 	return nil
 }
 
-// noteWarm records, for the group's next balance (standbyBalancer), the
-// partitions this instance holds warm: its standbys and the stores it
-// keeps of partitions taken away.
-func (ks *keyedState) noteWarm() {
+// noteWarmLocked records, for the group's next balance (standbyBalancer),
+// the partitions this instance holds warm: its standbys and the stores it
+// keeps of partitions taken away. Every change to either calls it (ks.mu
+// held).
+func (ks *keyedState) noteWarmLocked() {
 	if ks.cfg.warm == nil {
 		return
 	}
-	ks.mu.RLock()
 	warm := make([]int32, 0, len(ks.standbys)+len(ks.parked))
 	for p := range ks.standbys {
 		warm = append(warm, p)
@@ -255,7 +257,6 @@ func (ks *keyedState) noteWarm() {
 	for p := range ks.parked {
 		warm = append(warm, p)
 	}
-	ks.mu.RUnlock()
 	slices.Sort(warm)
 	ks.cfg.warm.Store(&warm)
 }
@@ -267,6 +268,7 @@ func (ks *keyedState) takeStandby(p int32) (state.Store, bool) {
 	ks.mu.Lock()
 	sb, ok := ks.standbys[p]
 	delete(ks.standbys, p)
+	ks.noteWarmLocked()
 	if ok && sb.cancel != nil {
 		sb.cancel() // the restore takes up from where the catch-up got
 	}

@@ -63,13 +63,11 @@ func (b *standbyBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember)
 // withholds, for this round, the partitions that move from a member that
 // owns them (cooperative: it revokes them and rejoins first).
 func (b *standbyBalancer) Balance(cb *kgo.ConsumerBalancer, topics map[string]int32) kgo.IntoSyncAssignment {
-	var ids []string
 	byID := map[string]*kmsg.JoinGroupResponseMember{}
 	interested := map[string][]string{} // topic: its members
 	owned := map[string]map[int32]claim{}
 	warm := map[string][]int32{}
 	cb.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
-		ids = append(ids, m.MemberID)
 		byID[m.MemberID] = m
 		for _, t := range meta.Topics {
 			interested[t] = append(interested[t], m.MemberID)
@@ -168,10 +166,23 @@ func planWarm(n int32, members []string, owners map[int32]string, warm map[strin
 		}
 		return best
 	}
+	// The partitions left, those with the fewest warm holders first: a
+	// partition warm on one member only gets it before another warm on
+	// that member and elsewhere too fills it.
+	var left []int32
+	holders := map[int32]int{}
 	for p := range n {
-		if assigned[p] {
-			continue
+		if !assigned[p] {
+			left = append(left, p)
+			for _, m := range members {
+				if slices.Contains(warm[m], p) {
+					holders[p]++
+				}
+			}
 		}
+	}
+	slices.SortStableFunc(left, func(a, b int32) int { return holders[a] - holders[b] })
+	for _, p := range left {
 		m := fewest(func(m string) bool { return slices.Contains(warm[m], p) })
 		if m == "" {
 			m = fewest(func(string) bool { return true })
@@ -211,9 +222,16 @@ func decodeWarm(b []byte) []int32 {
 }
 
 // defaultBalancer reports whether cl balances its group with franz-go's
-// default, cooperative-sticky alone: the caller chose no balancer, which
-// a processor with standbys may then replace with standbyBalancer.
+// default, cooperative-sticky alone, with no rack-aware balancing
+// (kgo.BalanceRacks, which standbyBalancer does not do) nor the consumer
+// protocol asked for through the client's options (kgo.ServerSideBalancer,
+// which needs a sticky or range balancer first): a processor with
+// standbys may then replace it with standbyBalancer. An explicit
+// kgo.Balancers(kgo.CooperativeStickyBalancer()) cannot be told from the
+// default, and is replaced too.
 func defaultBalancer(cl *kgo.Client) bool {
 	bs, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer)
-	return len(bs) == 1 && bs[0].ProtocolName() == "cooperative-sticky" && bs[0].IsCooperative()
+	racks, _ := cl.OptValue(kgo.BalanceRacks).(bool)
+	serverSide, _ := cl.OptValue(kgo.ServerSideBalancer).(bool)
+	return len(bs) == 1 && bs[0].ProtocolName() == "cooperative-sticky" && bs[0].IsCooperative() && !racks && !serverSide
 }

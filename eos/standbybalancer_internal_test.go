@@ -22,6 +22,11 @@ func TestPlanWarmPutsALeaversPartitionsOnTheirWarmStoresUnit(t *testing.T) {
 	if want := []int32{2, 5, 0}; !slices.Equal(got["c"], want) {
 		t.Errorf("c: %v, want %v", got["c"], want)
 	}
+	// 4 is warm on both, 5 on a alone: 5 goes first, so both land warm.
+	got = planWarm(6, []string{"a", "b"}, map[int32]string{0: "a", 1: "a", 2: "b", 3: "b"}, map[string][]int32{"a": {4, 5}, "b": {4}})
+	if !slices.Contains(got["a"], 5) || !slices.Contains(got["b"], 4) {
+		t.Errorf("two warm on a, one of them on b too: %v, want 5 on a and 4 on b", got)
+	}
 	blind := planWarm(6, []string{"b", "c"}, owners, nil)
 	if !slices.Contains(blind["b"], 0) || !slices.Contains(blind["c"], 3) {
 		t.Errorf("without warm lists: %v, want 0 on b and 3 on c (the control differs from the warm plan)", blind)
@@ -176,6 +181,8 @@ func TestStandbysBalanceTheGroupUnlessABalancerIsGivenUnit(t *testing.T) {
 		{"no standbys", []ProcessorOption{Changelog("cl")}, "cooperative-sticky"},
 		{"range given", []ProcessorOption{Changelog("cl", Standbys(1)), ClientOptions(kgo.Balancers(kgo.RangeBalancer()))}, "range"},
 		{"KIP-848", []ProcessorOption{Changelog("cl", Standbys(1)), ConsumerProtocol()}, "cooperative-sticky"},
+		{"racks", []ProcessorOption{Changelog("cl", Standbys(1)), ClientOptions(kgo.Rack("r1"), kgo.BalanceRacks())}, "cooperative-sticky"},
+		{"server side", []ProcessorOption{Changelog("cl", Standbys(1)), ClientOptions(kgo.ServerSideBalancer())}, "cooperative-sticky"},
 	} {
 		p, err := NewProcessor(Count(), append(slices.Clone(base), c.opts...)...)
 		if err != nil {

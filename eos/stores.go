@@ -683,6 +683,7 @@ func (ks *keyedState) closeTakenLocked(keep []int32) {
 		}
 		delete(ks.takenAt, p)
 	}
+	ks.noteWarmLocked()
 }
 
 // tablesClosed tells the co-partitioned tables that p's store closed: its
@@ -715,6 +716,7 @@ func (ks *keyedState) openStore(p int32) (state.Store, error) {
 	ks.mu.Lock()
 	pk, parked := ks.parked[p]
 	delete(ks.parked, p)
+	ks.noteWarmLocked()
 	ks.mu.Unlock()
 	if parked {
 		return pk.store, nil
@@ -737,6 +739,7 @@ func (ks *keyedState) closeParkedLocked(close func(int32, parkedStore) bool) {
 			ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
 		}
 	}
+	ks.noteWarmLocked()
 }
 
 // closeStaleParkedLocked closes the parked stores the group did not give
