@@ -88,7 +88,8 @@ func (b *bench) restart(ctx context.Context, w io.Writer, keys int) error {
 	}
 	runs := make([][]restartRun, len(variants))
 	for round := range b.runs {
-		for i, v := range variants {
+		for _, i := range rotated(len(variants), round) {
+			v := variants[i]
 			group := fmt.Sprintf("%s-%s-%d", app, slug(v.name), round)
 			r, err := b.restartRun(ctx, self, v, in, group, filepath.Join(dir, group), keys)
 			if err != nil {
@@ -140,40 +141,21 @@ func (b *bench) restartRun(ctx context.Context, self string, v restartVariant, i
 	if v.instance {
 		env = append(env, "EOSKIT_BENCH_INSTANCE=0")
 	}
+	backlog, err := endOffsets(ctx, b.adm, in)
+	if err != nil {
+		return restartRun{}, err
+	}
 	first, err := startChild(ctx, self, env)
 	if err != nil {
 		return restartRun{}, err
 	}
-	counted := func() (map[int32]int64, error) {
-		offsets, err := b.adm.FetchOffsets(ctx, group)
-		if err != nil {
-			return nil, err
-		}
-		at := map[int32]int64{}
-		offsets.Each(func(o kadm.OffsetResponse) {
-			if o.Topic == in && o.Err == nil {
-				at[o.Partition] = o.At
-			}
-		})
-		return at, nil
-	}
-	for {
+	counted := func() (map[int32]int64, error) { return committedOffsets(ctx, b.adm, group, in) }
+	if err := waitUntil(ctx, []*child{first}, "the counter to count the backlog", func() bool {
 		at, err := counted()
-		var sum int64
-		for _, o := range at {
-			sum += o
-		}
-		if err == nil && sum >= int64(keys) {
-			break
-		}
-		select {
-		case <-first.exited:
-			return restartRun{}, fmt.Errorf("the counter exited before it counted the backlog:\n%s", first.logs.String())
-		case <-ctx.Done():
-			first.kill()
-			return restartRun{}, fmt.Errorf("the counter committed %d of the %d records' offsets within 5 minutes (%v)", sum, keys, err)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err == nil && reached(at, backlog)
+	}); err != nil {
+		first.kill()
+		return restartRun{}, err
 	}
 	time.Sleep(2 * time.Second) // past a sync of each store's log, commits coming all along
 	first.kill()
@@ -190,18 +172,8 @@ func (b *bench) restartRun(ctx context.Context, self string, v restartVariant, i
 	defer second.stop()
 	var r restartRun
 	moved := map[int32]bool{}
-	for len(moved) < restorePartitions {
-		select {
-		case <-second.exited:
-			return restartRun{}, fmt.Errorf("the restarted counter exited:\n%s", second.logs.String())
-		case <-ctx.Done():
-			return restartRun{}, fmt.Errorf("%d of %d partitions committed within 5 minutes of the restart", len(moved), restorePartitions)
-		case <-time.After(20 * time.Millisecond):
-		}
-		at, err := counted()
-		if err != nil {
-			continue
-		}
+	if err := waitUntil(ctx, []*child{second}, "every partition to commit after the restart", func() bool {
+		at, _ := counted()
 		for p, o := range at {
 			if o > atKill[p] && !moved[p] {
 				moved[p] = true
@@ -210,6 +182,9 @@ func (b *bench) restartRun(ctx context.Context, self string, v restartVariant, i
 				}
 			}
 		}
+		return len(moved) == restorePartitions
+	}); err != nil {
+		return restartRun{}, err
 	}
 	r.all = time.Since(start)
 	if err := second.stop(); err != nil {
@@ -217,6 +192,68 @@ func (b *bench) restartRun(ctx context.Context, self string, v restartVariant, i
 	}
 	r.restored = second.restored()
 	return r, nil
+}
+
+// endOffsets returns topic's end offsets, per partition.
+func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
+	listed, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	ends := map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	return ends, nil
+}
+
+// committedOffsets returns group's committed offsets of topic's
+// partitions, stable (kadm.RequireStable: not while a transaction that
+// commits offsets is pending, whose commit would show later), trying
+// again for up to 10 s while a partition's is not.
+func committedOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		offsets, err := adm.FetchOffsets(kadm.RequireStable(ctx), group)
+		if err == nil {
+			at := map[int32]int64{}
+			offsets.Each(func(o kadm.OffsetResponse) {
+				if o.Topic == topic {
+					if o.Err != nil {
+						err = o.Err
+					}
+					at[o.Partition] = o.At
+				}
+			})
+			if err == nil {
+				return at, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("fetching %s's committed offsets: %w", group, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reached reports whether at holds, for every partition of ends, at
+// least its offset there.
+func reached(at, ends map[int32]int64) bool {
+	for p, end := range ends {
+		if at[p] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// rotated returns xs's indexes starting at round's: interleaved runs
+// take the variants in another order each round, so that none always
+// runs last.
+func rotated(n, round int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = (round + i) % n
+	}
+	return out
 }
 
 // child is a counting child process of the bench: the bench's own binary

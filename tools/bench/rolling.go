@@ -10,10 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/eoskit/eoskit/testsupport/srctree"
 )
@@ -25,10 +22,12 @@ import (
 // group's committed offset past where the leaver's last commit left it),
 // with the restores the new owners made of the moved partitions (their
 // records, and the longest one's time: the rest of the time is the
-// leave, the group's rebalance and the first transaction). The input holds
-// keys records with a key each over 6 partitions, 1,000 records a second
-// coming; the instances have counted the backlog and run 5 s more (the
-// standbys caught up) before the leave. eos.Processor (dynamic members
+// leave, the group's rebalance and the first transaction). Each run has an
+// input of its own, filled once the three instances hold partitions:
+// keys records with a key each over 6 partitions, then 1,000 records a
+// second; the instances have counted the backlog and run 5 s more (the
+// standbys caught up) before the leave, that of the first instance
+// holding partitions. eos.Processor (dynamic members
 // with an Endpoint each, as Standbys needs; memory and pebble stores; no
 // standbys, one, two) against Kafka Streams 4.4's count by key (RocksDB,
 // num.standby.replicas 0 and 1, each instance closing with LEAVE_GROUP as
@@ -68,14 +67,6 @@ func (b *bench) rolling(ctx context.Context, w io.Writer, keys int) error {
 		return err
 	}
 	app := "bench-rolling-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	in := app + "-in"
-	if err := b.createTopics(ctx, restorePartitions, in); err != nil {
-		return err
-	}
-	defer func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), in) }()
-	if err := seed(ctx, b.brokers, in, keys, restoreValue, 0, false); err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "eoskit-bench-rolling-")
 	if err != nil {
 		return err
@@ -92,9 +83,10 @@ func (b *bench) rolling(ctx context.Context, w io.Writer, keys int) error {
 	}
 	runs := make([][]rollingRun, len(variants))
 	for round := range b.runs {
-		for i, v := range variants {
+		for _, i := range rotated(len(variants), round) {
+			v := variants[i]
 			group := fmt.Sprintf("%s-%d-%d", app, i, round)
-			r, err := b.rollingRun(ctx, self, script, v, in, group, filepath.Join(dir, group), keys)
+			r, err := b.rollingRun(ctx, self, script, v, group, filepath.Join(dir, group), keys)
 			if err != nil {
 				return fmt.Errorf("%s: %w", v.name, err)
 			}
@@ -117,7 +109,7 @@ func (b *bench) rolling(ctx context.Context, w io.Writer, keys int) error {
 		})
 	}
 	streamsOne := all(find(true, "", 1))
-	fmt.Fprintf(w, "\nrolling restart, one of three instances leaving: each counts by key (eos.Count; Kafka Streams' groupByKey().count()) an input of %d records with a key each over %d partitions, %d records a second coming; once the backlog is counted and 5 s more have passed, one instance gets SIGTERM and leaves the group; from the SIGTERM to the first transaction each of its partitions commits under its new owner (the group's committed offsets, polled every 20 ms), with what the new owners restored of those partitions; median of %d interleaved runs (min-max). Goals, with one standby: within %s, ≥ %.0fx faster than without, no slower than Kafka Streams with one\n\n",
+	fmt.Fprintf(w, "\nrolling restart, one of three instances leaving: each counts by key (eos.Count; Kafka Streams' groupByKey().count()) an input of %d records with a key each over %d partitions, %d records a second coming; each run on an input of its own, filled once all three hold partitions; once the backlog is counted and 5 s more have passed, one instance gets SIGTERM and leaves the group; from the SIGTERM to the first transaction each of its partitions commits under its new owner (the group's committed offsets, polled every 20 ms), with what the new owners restored of those partitions; median of %d interleaved runs (min-max). Goals, with one standby: within %s, ≥ %.0fx faster than without, no slower than Kafka Streams with one\n\n",
 		keys, restorePartitions, restartRate, b.runs, goalRollingWithin, goalRollingVsNone)
 	fmt.Fprintln(w, "| variant | leave to every moved partition's commit (median) | min-max | records restored (median) | longest restore (median) | vs no standby, same store | vs Kafka Streams, one standby | goals |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
@@ -143,21 +135,20 @@ func (b *bench) rolling(ctx context.Context, w io.Writer, keys int) error {
 }
 
 // rollingRun starts three instances of v in group, lets them count the
-// backlog, makes the first leave and times its partitions' move.
-func (b *bench) rollingRun(ctx context.Context, self, script string, v rollingVariant, in, group, dir string, keys int) (rollingRun, error) {
+// backlog, makes one leave and times its partitions' move.
+func (b *bench) rollingRun(ctx context.Context, self, script string, v rollingVariant, group, dir string, keys int) (rollingRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	defer func() { _ = deleteInternalTopics(b.brokers, group) }()
-	produce, stopProducing := context.WithCancel(ctx)
-	produced := produceSteadily(produce, b.brokers, in, restartRate)
-	defer func() { stopProducing(); _ = produced() }()
-
-	if v.streams { // the peer's output, which its count writes to
-		if err := b.createTopics(ctx, restorePartitions, group+"-out"); err != nil {
-			return rollingRun{}, err
-		}
-		defer func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), group+"-out") }()
+	// A fresh input per run, filled once the group is stable with its
+	// three members: Kafka Streams' assignor balances tasks whose state
+	// is empty at once, but gives a member that joins behind a caught-up
+	// one only warm-ups, for up to its probing interval (10 min).
+	in, out := group+"-in", group+"-out"
+	if err := b.createTopics(ctx, restorePartitions, in, out); err != nil {
+		return rollingRun{}, err
 	}
+	defer func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), in, out) }()
 	names := []string{"a", "b", "c"}
 	instances := make([]*child, 0, len(names))
 	defer func() {
@@ -177,7 +168,7 @@ func (b *bench) rollingRun(ctx context.Context, self, script string, v rollingVa
 		var cmd *exec.Cmd
 		if v.streams {
 			cmd = exec.CommandContext(ctx, script, "run", "bootstrap="+strings.Join(b.brokers, ","), "application-id="+group,
-				"input="+in, "output="+group+"-out", "replication-factor="+strconv.Itoa(replicationFactor),
+				"input="+in, "output="+out, "replication-factor="+strconv.Itoa(replicationFactor),
 				"client-id="+group+"-"+name, "standbys="+strconv.Itoa(v.standbys), "leave-group=true", "log-restores=true")
 		} else {
 			cmd = exec.CommandContext(ctx, self)
@@ -187,8 +178,6 @@ func (b *bench) rollingRun(ctx context.Context, self, script string, v rollingVa
 				"EOSKIT_BENCH_TXN="+group+"-"+name, "EOSKIT_BENCH_ENDPOINT=http:"+marker(name),
 				"EOSKIT_BENCH_STANDBYS="+strconv.Itoa(v.standbys))
 		}
-		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-		cmd.WaitDelay = 90 * time.Second
 		c, err := startCmd(cmd)
 		if err != nil {
 			return rollingRun{}, err
@@ -196,70 +185,81 @@ func (b *bench) rollingRun(ctx context.Context, self, script string, v rollingVa
 		instances = append(instances, c)
 	}
 
-	committed := func() (map[int32]int64, error) {
-		offsets, err := b.adm.FetchOffsets(ctx, group)
-		if err != nil {
-			return nil, err
-		}
-		at := map[int32]int64{}
-		offsets.Each(func(o kadm.OffsetResponse) {
-			if o.Topic == in && o.Err == nil {
-				at[o.Partition] = o.At
-			}
-		})
-		return at, nil
-	}
-	if err := waitUntil(ctx, instances, "the instances to count the backlog", func() bool {
-		at, err := committed()
-		var sum int64
-		for _, o := range at {
-			sum += o
-		}
-		return err == nil && sum >= int64(keys)
-	}); err != nil {
-		return rollingRun{}, err
-	}
-	time.Sleep(5 * time.Second) // the standbys catch up
-	var moved []int32
-	if err := waitUntil(ctx, instances, "the group to be stable with every instance holding partitions", func() bool {
-		moved = nil
+	holding := func() ([][]int32, bool) {
 		described, err := b.adm.DescribeGroups(ctx, group)
 		if err != nil {
-			return false
+			return nil, false
 		}
 		g := described[group]
 		if g.State != "Stable" || len(g.Members) != len(names) {
-			return false
+			return nil, false
 		}
-		holding := 0
+		held := make([][]int32, len(names))
 		for _, m := range g.Members {
 			ca, ok := m.Assigned.AsConsumer()
-			if !ok || len(ca.Topics) == 0 {
+			if !ok {
 				continue
 			}
-			holding++
-			if strings.Contains(m.ClientID, marker(names[0])) {
-				for _, t := range ca.Topics {
-					if t.Topic == in {
-						moved = append(moved, t.Partitions...)
+			for i, name := range names {
+				if strings.Contains(m.ClientID, marker(name)) {
+					for _, t := range ca.Topics {
+						if t.Topic == in {
+							held[i] = append(held[i], t.Partitions...)
+						}
 					}
 				}
 			}
 		}
-		return holding == len(names) && len(moved) > 0
+		return held, true
+	}
+	if err := waitUntil(ctx, instances, "the group to be stable with every member holding partitions", func() bool {
+		held, stable := holding()
+		return stable && !slices.ContainsFunc(held, func(ps []int32) bool { return len(ps) == 0 })
+	}); err != nil {
+		return rollingRun{}, err
+	}
+	if err := seed(ctx, b.brokers, in, keys, restoreValue, 0, false); err != nil {
+		return rollingRun{}, err
+	}
+	backlog, err := endOffsets(ctx, b.adm, in)
+	if err != nil {
+		return rollingRun{}, err
+	}
+	produce, stopProducing := context.WithCancel(ctx)
+	produced := produceSteadily(produce, b.brokers, in, restartRate)
+	defer func() { stopProducing(); _ = produced() }()
+	committed := func() (map[int32]int64, error) { return committedOffsets(ctx, b.adm, group, in) }
+	if err := waitUntil(ctx, instances, "the instances to count the backlog", func() bool {
+		at, err := committed()
+		return err == nil && reached(at, backlog)
+	}); err != nil {
+		return rollingRun{}, err
+	}
+	time.Sleep(5 * time.Second) // the standbys catch up
+	// The leaver: the first instance that holds partitions, the group
+	// stable (the counting moved nothing, or settled).
+	var moved []int32
+	leaver := -1
+	if err := waitUntil(ctx, instances, "the group to be stable with its three members", func() bool {
+		held, stable := holding()
+		leaver = slices.IndexFunc(held, func(ps []int32) bool { return len(ps) > 0 })
+		if stable && leaver >= 0 {
+			moved = held[leaver]
+		}
+		return stable && leaver >= 0
 	}); err != nil {
 		return rollingRun{}, err
 	}
 
 	leave := time.Now()
-	if err := instances[0].stop(); err != nil {
+	if err := instances[leaver].stop(); err != nil {
 		return rollingRun{}, fmt.Errorf("the leaving instance: %w", err)
 	}
 	atExit, err := committed()
 	if err != nil {
 		return rollingRun{}, err
 	}
-	survivors := instances[1:]
+	survivors := slices.Delete(slices.Clone(instances), leaver, leaver+1)
 	if err := waitUntil(ctx, survivors, "every moved partition to commit under its new owner", func() bool {
 		at, err := committed()
 		if err != nil {
