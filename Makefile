@@ -93,13 +93,16 @@ repro-kafka-20734:
 # peer that scripts/streams.sh builds from Maven Central's kafka-streams
 # 4.4.0 jars) against eos.Processor's copy of the same keyed input,
 # restores of a changelog (eos.Processor's and the peer's of one topic),
+# a counter SIGKILLed and restarted, one of three counting instances
+# leaving (with and without standbys, eos.Processor's and the peer's),
 # offsetstore against an auto-committing consumer, dedup against the same
 # consumer without the claim, outbox.Relay against an at-least-once relay
 # and an idempotent producer; then dedup's claim cost as the ids table
 # grows to 10 million. A run that passes puts its tables into
 # docs/results/performance.md, between the "make bench" markers
 # (scripts/results.sh); the progress lines go to stderr only. Takes about
-# 50 minutes (52 on 2026-12-04).
+# 65 minutes (52 on 2026-12-04, before the restart and rolling parts,
+# about 5 and 9 minutes).
 bench:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/bench.md
