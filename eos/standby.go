@@ -23,18 +23,20 @@ import (
 // partitions an instance owns.
 //
 // Placement: the members that advertise an [Endpoint] (which Standbys
-// needs), in the order of their endpoints; an owner's partitions spread
-// their standbys over the other members (the i-th one's first standby is
-// the (1+i)-th member after the owner, wrapping around, skipping it), under
-// any balancer (KIP-848 included). Under the classic protocol with
+// needs), in the order of their endpoints; partition p's first standby is
+// the member 1+p%(m-1) places after its owner, m the members, wrapping
+// around (so an owner's partitions spread their standbys over the
+// others), under any balancer (KIP-848 included). Under the classic protocol with
 // franz-go's default balancer (cooperative-sticky, left unset), the group
 // is balanced knowing of them: each member tells the group which
 // partitions it holds warm (its standbys, and the stores of partitions
 // taken away it still keeps), and a partition whose owner left goes to
 // one of those that hold it warm wherever the balance allows. Under
 // another balancer or KIP-848, a moved partition goes where the balancer
-// puts it, meeting a warm store only if it lands on one. A membership
-// change moves the standbys along the ring. What it costs:
+// puts it, meeting a warm store only if it lands on one. A standby moves
+// when its partition's owner, or the membership, changes. An explicit
+// kgo.Balancers(kgo.CooperativeStickyBalancer()) cannot be told from the
+// default and is replaced too; give any other balancer to keep your own. What it costs:
 // each standby reads its partitions' changelog as the owner writes it (a
 // catch-up a second, a few admin requests each), and holds their state
 // (memory, or disk with pebble) beside its own. Default 0.
@@ -46,37 +48,31 @@ func Standbys(n int) StateOption {
 // its standby stores up.
 const standbyEvery = time.Second
 
-// standbyPartitions returns the partitions self keeps warm. Each
-// owner's partitions, in order, spread their standbys over the other
-// members: the i-th one's n standbys are the members 1+(i+j)%(m-1)
-// places after its owner in members' order (sorted, wrapping around), j
-// < n, m the members. When an owner leaves, its partitions' warm stores
-// are then on several members, where a balance of the group can put
-// them (standbyBalancer), not all on the one after it.
+// standbyPartitions returns the partitions self keeps warm: partition
+// p's n standbys are the members 1+(p+j)%(m-1) places after its owner in
+// members' order (sorted, wrapping around), j < n, m the members. By the
+// partition's number, so that a standby moves only when its partition's
+// owner or the membership changes, not as the owner's other partitions
+// come and go; an owner's partitions of different numbers spread their
+// standbys over the other members, where a balance of the group can put
+// them when it leaves (standbyBalancer).
 func standbyPartitions(owners map[int32]string, members []string, self string, n int) []int32 {
 	at := slices.Index(members, self)
 	others := len(members) - 1
 	if at < 0 || n <= 0 || others <= 0 {
 		return nil
 	}
-	byOwner := map[string][]int32{}
-	for p, owner := range owners {
-		byOwner[owner] = append(byOwner[owner], p)
-	}
 	var out []int32
-	for owner, parts := range byOwner {
+	for p, owner := range owners {
 		o := slices.Index(members, owner)
 		if o < 0 || o == at {
 			continue
 		}
 		k := (at - o + len(members)) % len(members) // self is the k-th member after the owner
-		slices.Sort(parts)
-		for i, p := range parts {
-			for j := range min(n, others) {
-				if 1+(i+j)%others == k {
-					out = append(out, p)
-					break
-				}
+		for j := range min(n, others) {
+			if 1+(int(p)+j)%others == k {
+				out = append(out, p)
+				break
 			}
 		}
 	}
@@ -91,6 +87,9 @@ type standby struct {
 	mu     sync.Mutex
 	store  state.Store
 	cancel context.CancelFunc
+	// caught: a catch-up of it succeeded (or it was this instance's own
+	// store), so the group may be told it is warm (ks.mu).
+	caught bool
 }
 
 // followStandbys keeps the standby stores current until stop is called
@@ -178,7 +177,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 			// its store goes on from its checkpoint (its tables are
 			// not followed any more).
 			delete(ks.parked, part)
-			ks.standbys[part] = &standby{store: pk.store}
+			ks.standbys[part] = &standby{store: pk.store, caught: true}
 			ks.tablesClosed(part)
 		case !parked && !kept && !busy(part):
 			open = append(open, part)
@@ -232,8 +231,17 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 		}
 		ks.mu.Unlock()
 		if current {
-			if _, err := r.Restore(catchUp, ks.cfg.changelog, part, sb.store, changelog.Options{Timeout: 30 * time.Second, Logger: logger}); err != nil && catchUp.Err() == nil {
+			_, err := r.Restore(catchUp, ks.cfg.changelog, part, sb.store, changelog.Options{Timeout: 30 * time.Second, Logger: logger})
+			switch {
+			case err != nil && catchUp.Err() == nil:
 				logger.Warn("eos: a standby's catch-up failed; it tries again", "partition", part, "err", err)
+			case err == nil:
+				ks.mu.Lock()
+				if ks.standbys[part] == sb && !sb.caught {
+					sb.caught = true
+					ks.noteWarmLocked()
+				}
+				ks.mu.Unlock()
 			}
 		}
 		cancel()
@@ -243,16 +251,18 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 }
 
 // noteWarmLocked records, for the group's next balance (standbyBalancer),
-// the partitions this instance holds warm: its standbys and the stores it
-// keeps of partitions taken away. Every change to either calls it (ks.mu
-// held).
+// the partitions this instance holds warm: its standbys once caught up
+// and the stores it keeps of partitions taken away. Every change to
+// either calls it (ks.mu held).
 func (ks *keyedState) noteWarmLocked() {
 	if ks.cfg.warm == nil {
 		return
 	}
 	warm := make([]int32, 0, len(ks.standbys)+len(ks.parked))
-	for p := range ks.standbys {
-		warm = append(warm, p)
+	for p, sb := range ks.standbys {
+		if sb.caught {
+			warm = append(warm, p)
+		}
 	}
 	for p := range ks.parked {
 		warm = append(warm, p)

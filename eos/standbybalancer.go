@@ -166,9 +166,10 @@ func planWarm(n int32, members []string, owners map[int32]string, warm map[strin
 		}
 		return best
 	}
-	// The partitions left, those with the fewest warm holders first: a
+	// The partitions left, those with the fewest warm holders first (a
 	// partition warm on one member only gets it before another warm on
-	// that member and elsewhere too fills it.
+	// that member and elsewhere too fills it), those warm nowhere last
+	// (they must not fill a warm holder's room).
 	var left []int32
 	holders := map[int32]int{}
 	for p := range n {
@@ -181,7 +182,13 @@ func planWarm(n int32, members []string, owners map[int32]string, warm map[strin
 			}
 		}
 	}
-	slices.SortStableFunc(left, func(a, b int32) int { return holders[a] - holders[b] })
+	rank := func(p int32) int {
+		if holders[p] == 0 {
+			return len(members) + 1
+		}
+		return holders[p]
+	}
+	slices.SortStableFunc(left, func(a, b int32) int { return rank(a) - rank(b) })
 	for _, p := range left {
 		m := fewest(func(m string) bool { return slices.Contains(warm[m], p) })
 		if m == "" {

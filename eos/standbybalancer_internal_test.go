@@ -27,6 +27,11 @@ func TestPlanWarmPutsALeaversPartitionsOnTheirWarmStoresUnit(t *testing.T) {
 	if !slices.Contains(got["a"], 5) || !slices.Contains(got["b"], 4) {
 		t.Errorf("two warm on a, one of them on b too: %v, want 5 on a and 4 on b", got)
 	}
+	// 5 is warm nowhere: it must not take a's room before 4, warm on a alone.
+	got = planWarm(6, []string{"a", "b"}, map[int32]string{0: "a", 1: "a", 2: "b", 3: "b"}, map[string][]int32{"a": {4}})
+	if !slices.Contains(got["a"], 4) {
+		t.Errorf("4 warm on a alone, 5 nowhere: %v, want 4 on a", got)
+	}
 	blind := planWarm(6, []string{"b", "c"}, owners, nil)
 	if !slices.Contains(blind["b"], 0) || !slices.Contains(blind["c"], 3) {
 		t.Errorf("without warm lists: %v, want 0 on b and 3 on c (the control differs from the warm plan)", blind)

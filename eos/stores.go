@@ -669,6 +669,7 @@ func (ks *keyedState) ended(committed bool) {
 func (ks *keyedState) closeTakenLocked(keep []int32) {
 	ks.marksMu.Lock()
 	defer ks.marksMu.Unlock()
+	parked := false
 	for p := range ks.taken {
 		if slices.Contains(keep, p) || ks.runningLocked(p) {
 			continue // a background restore, cancelled, returns first
@@ -680,10 +681,13 @@ func (ks *keyedState) closeTakenLocked(keep []int32) {
 			delete(ks.parts, p)
 			delete(ks.restoring, p) // its restore was cancelled: the next assignment restores it
 			ks.parked[p] = parkedStore{store: ps.store, assignments: ks.takenAt[p], until: time.Now().Add(parkFor)}
+			parked = true
 		}
 		delete(ks.takenAt, p)
 	}
-	ks.noteWarmLocked()
+	if parked {
+		ks.noteWarmLocked()
+	}
 }
 
 // tablesClosed tells the co-partitioned tables that p's store closed: its
@@ -729,17 +733,23 @@ func (ks *keyedState) openStore(p int32) (state.Store, error) {
 
 // closeParkedLocked closes the parked stores close says to (ks.mu held).
 func (ks *keyedState) closeParkedLocked(close func(int32, parkedStore) bool) {
+	closed := false
+	defer func() {
+		if closed {
+			ks.noteWarmLocked()
+		}
+	}()
 	for p, pk := range ks.parked {
 		if !close(p, pk) {
 			continue
 		}
+		closed = true
 		delete(ks.parked, p)
 		ks.tablesClosed(p)
 		if err := pk.store.Close(); err != nil {
 			ks.logger.Warn("eos: closing a partition's store failed", "partition", p, "err", err)
 		}
 	}
-	ks.noteWarmLocked()
 }
 
 // closeStaleParkedLocked closes the parked stores the group did not give
