@@ -168,10 +168,7 @@ func (b *bench) assignedRestore(ctx context.Context, w io.Writer, keys int) erro
 func streamsAssigned(ctx context.Context, script string, e *env, extra ...string) (assignedRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	args := append([]string{"run", "bootstrap=" + strings.Join(e.brokers, ","), "application-id=" + e.group,
-		"input=" + e.in, "output=" + e.out, "replication-factor=" + strconv.Itoa(replicationFactor),
-		"restored-exit=" + strconv.Itoa(restorePartitions)}, extra...)
-	cmd := exec.CommandContext(ctx, script, args...)
+	cmd := exec.CommandContext(ctx, script, streamsArgs(e, append([]string{"restored-exit=" + strconv.Itoa(restorePartitions)}, extra...)...)...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 90 * time.Second
 	logs := &tail{max: 8 << 10}

@@ -133,14 +133,11 @@ func (b *bench) restartRun(ctx context.Context, self string, v restartVariant, i
 	produced := produceSteadily(produce, b.brokers, in, restartRate)
 	defer func() { stopProducing(); _ = produced() }()
 
-	env := append(os.Environ(), childEnv+"=count", "EOSKIT_BENCH_BROKERS="+strings.Join(b.brokers, ","),
-		"EOSKIT_BENCH_GROUP="+group, "EOSKIT_BENCH_IN="+in, "EOSKIT_BENCH_CHANGELOG="+changelog, "EOSKIT_BENCH_STORE="+v.store)
-	if v.store == "pebble" {
-		env = append(env, "EOSKIT_BENCH_DIR="+dir)
-	}
+	c := counter{brokers: b.brokers, group: group, in: in, changelog: changelog, store: v.store, dir: dir}
 	if v.instance {
-		env = append(env, "EOSKIT_BENCH_INSTANCE=0")
+		c.instance = "0"
 	}
+	env := c.env()
 	backlog, err := endOffsets(ctx, b.adm, in)
 	if err != nil {
 		return restartRun{}, err
@@ -395,8 +392,37 @@ func btoi(b bool) int {
 	return 0
 }
 
+// counter is what a counting child runs (runChild): eos.Count of in in
+// group, its state in changelog on memory or pebble (under dir) stores,
+// under the transactional id txn (default group-0), with an InstanceID,
+// an Endpoint and standbys if given. It travels in the child's
+// environment.
+type counter struct {
+	brokers                               []string
+	group, in, changelog, store, dir, txn string
+	instance, endpoint                    string
+	standbys                              int
+}
+
+// env is the child's environment: this process's, what it runs, and c.
+func (c counter) env() []string {
+	return append(os.Environ(), childEnv+"=count", "EOSKIT_BENCH_BROKERS="+strings.Join(c.brokers, ","),
+		"EOSKIT_BENCH_GROUP="+c.group, "EOSKIT_BENCH_IN="+c.in, "EOSKIT_BENCH_CHANGELOG="+c.changelog,
+		"EOSKIT_BENCH_STORE="+c.store, "EOSKIT_BENCH_DIR="+c.dir, "EOSKIT_BENCH_TXN="+cmp.Or(c.txn, c.group+"-0"),
+		"EOSKIT_BENCH_INSTANCE="+c.instance, "EOSKIT_BENCH_ENDPOINT="+c.endpoint, "EOSKIT_BENCH_STANDBYS="+strconv.Itoa(c.standbys))
+}
+
+// counterFromEnv reads the counter env wrote.
+func counterFromEnv() counter {
+	standbys, _ := strconv.Atoi(os.Getenv("EOSKIT_BENCH_STANDBYS"))
+	return counter{brokers: strings.Split(os.Getenv("EOSKIT_BENCH_BROKERS"), ","), group: os.Getenv("EOSKIT_BENCH_GROUP"),
+		in: os.Getenv("EOSKIT_BENCH_IN"), changelog: os.Getenv("EOSKIT_BENCH_CHANGELOG"), store: os.Getenv("EOSKIT_BENCH_STORE"),
+		dir: os.Getenv("EOSKIT_BENCH_DIR"), txn: os.Getenv("EOSKIT_BENCH_TXN"), instance: os.Getenv("EOSKIT_BENCH_INSTANCE"),
+		endpoint: os.Getenv("EOSKIT_BENCH_ENDPOINT"), standbys: standbys}
+}
+
 // runChild runs what childEnv names (the bench's own binary started again
-// by restartRun) and returns the process's exit code.
+// by restartRun and rollingRun) and returns the process's exit code.
 func runChild(what string) int {
 	if what != "count" {
 		fmt.Fprintf(os.Stderr, "bench child: unknown %s=%q\n", childEnv, what)
@@ -404,25 +430,23 @@ func runChild(what string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	group := os.Getenv("EOSKIT_BENCH_GROUP")
+	c := counterFromEnv()
 	stores := state.MemoryFactory()
-	if os.Getenv("EOSKIT_BENCH_STORE") == "pebble" {
-		stores = pebblestore.Factory(os.Getenv("EOSKIT_BENCH_DIR"), nil)
+	if c.store == "pebble" {
+		stores = pebblestore.Factory(c.dir, nil)
 	}
-	opts := []eos.ProcessorOption{eos.Brokers(strings.Split(os.Getenv("EOSKIT_BENCH_BROKERS"), ",")...), eos.Group(group),
-		eos.Topics(os.Getenv("EOSKIT_BENCH_IN")), eos.TransactionalID(cmp.Or(os.Getenv("EOSKIT_BENCH_TXN"), group+"-0")), eos.Logger(quiet),
-		eos.WithMetrics(restorePrinter{eoskit.NopMetrics{}})}
 	stateOpts := []eos.StateOption{eos.CreateChangelog(), eos.Stores(stores)}
-	if id := os.Getenv("EOSKIT_BENCH_INSTANCE"); id != "" {
-		opts = append(opts, eos.InstanceID(id))
+	if c.standbys > 0 {
+		stateOpts = append(stateOpts, eos.Standbys(c.standbys))
 	}
-	if url := os.Getenv("EOSKIT_BENCH_ENDPOINT"); url != "" {
-		opts = append(opts, eos.Endpoint(url))
+	opts := []eos.ProcessorOption{eos.Brokers(c.brokers...), eos.Group(c.group), eos.Topics(c.in), eos.TransactionalID(c.txn),
+		eos.Logger(quiet), eos.WithMetrics(restorePrinter{eoskit.NopMetrics{}}), eos.Changelog(c.changelog, stateOpts...)}
+	if c.instance != "" {
+		opts = append(opts, eos.InstanceID(c.instance))
 	}
-	if n, _ := strconv.Atoi(os.Getenv("EOSKIT_BENCH_STANDBYS")); n > 0 {
-		stateOpts = append(stateOpts, eos.Standbys(n))
+	if c.endpoint != "" {
+		opts = append(opts, eos.Endpoint(c.endpoint))
 	}
-	opts = append(opts, eos.Changelog(os.Getenv("EOSKIT_BENCH_CHANGELOG"), stateOpts...))
 	p, err := eos.NewProcessor(eos.Count(), opts...)
 	if err == nil {
 		err = p.Run(ctx)

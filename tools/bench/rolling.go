@@ -167,16 +167,12 @@ func (b *bench) rollingRun(ctx context.Context, self, script string, v rollingVa
 	for _, name := range names {
 		var cmd *exec.Cmd
 		if v.streams {
-			cmd = exec.CommandContext(ctx, script, "run", "bootstrap="+strings.Join(b.brokers, ","), "application-id="+group,
-				"input="+in, "output="+out, "replication-factor="+strconv.Itoa(replicationFactor),
-				"client-id="+group+"-"+name, "standbys="+strconv.Itoa(v.standbys), "leave-group=true", "log-restores=true")
+			cmd = exec.CommandContext(ctx, script, streamsArgs(&env{brokers: b.brokers, group: group, in: in, out: out},
+				"client-id="+group+"-"+name, "standbys="+strconv.Itoa(v.standbys), "leave-group=true", "log-restores=true")...)
 		} else {
 			cmd = exec.CommandContext(ctx, self)
-			cmd.Env = append(os.Environ(), childEnv+"=count", "EOSKIT_BENCH_BROKERS="+strings.Join(b.brokers, ","),
-				"EOSKIT_BENCH_GROUP="+group, "EOSKIT_BENCH_IN="+in, "EOSKIT_BENCH_CHANGELOG="+group+"-changelog",
-				"EOSKIT_BENCH_STORE="+v.store, "EOSKIT_BENCH_DIR="+filepath.Join(dir, name),
-				"EOSKIT_BENCH_TXN="+group+"-"+name, "EOSKIT_BENCH_ENDPOINT=http:"+marker(name),
-				"EOSKIT_BENCH_STANDBYS="+strconv.Itoa(v.standbys))
+			cmd.Env = counter{brokers: b.brokers, group: group, in: in, changelog: group + "-changelog", store: v.store,
+				dir: filepath.Join(dir, name), txn: group + "-" + name, endpoint: "http:" + marker(name), standbys: v.standbys}.env()
 		}
 		c, err := startCmd(cmd)
 		if err != nil {

@@ -144,14 +144,19 @@ func streamsJoin(script string, threads int, table string) func(context.Context,
 	return streamsPeer(script, threads, "table="+table)
 }
 
+// streamsArgs are the peer's arguments (scripts/streams.sh run): e's
+// brokers, its group as the application id, its input and output, then
+// extra.
+func streamsArgs(e *env, extra ...string) []string {
+	return append([]string{"run", "bootstrap=" + strings.Join(e.brokers, ","), "application-id=" + e.group,
+		"input=" + e.in, "output=" + e.out, "replication-factor=" + strconv.Itoa(replicationFactor)}, extra...)
+}
+
 // streamsPeer starts the Kafka Streams peer with extra arguments (see
 // streamsCount).
 func streamsPeer(script string, threads int, extra ...string) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
-		args := append([]string{"run", "bootstrap=" + strings.Join(e.brokers, ","), "application-id=" + e.group,
-			"input=" + e.in, "output=" + e.out,
-			"replication-factor=" + strconv.Itoa(replicationFactor), "threads=" + strconv.Itoa(threads)}, extra...)
-		cmd := exec.CommandContext(ctx, script, args...)
+		cmd := exec.CommandContext(ctx, script, streamsArgs(e, append([]string{"threads=" + strconv.Itoa(threads)}, extra...)...)...)
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 		cmd.WaitDelay = 90 * time.Second // Streams' close is given 60 s
 		logs := &tail{max: 8 << 10}
