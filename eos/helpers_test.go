@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -261,6 +262,29 @@ func (c *copier) kill() {
 	_ = c.cmd.Wait()
 }
 
+// signal sends the copier sig (SIGSTOP, SIGCONT, SIGTERM).
+func (c *copier) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v to the copier: %v", sig, err)
+	}
+}
+
+// wait waits up to d for the copier to exit, failing the test when it
+// did not, and returns how it exited (nil: 0).
+func (c *copier) wait(t testing.TB, d time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("the copier did not exit within %v", d)
+		return nil
+	}
+}
+
 // holdChangelog sleeps on the first update record buffered in a second:
 // a transaction's changelog records are produced first (see
 // eos.EmitUpdates), and are sent meanwhile, to sit in the open
@@ -361,7 +385,10 @@ func copierMain() int {
 		fmt.Fprintln(os.Stderr, "copier:", err)
 		return 2
 	}
-	if err := p.Run(context.Background()); err != nil && !errors.Is(err, context.Canceled) {
+	// A SIGTERM stops it as a rolling deploy does: Run drains and leaves.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "copier:", err)
 		return 1
 	}

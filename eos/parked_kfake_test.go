@@ -2,6 +2,8 @@ package eos_test
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -227,6 +229,7 @@ func TestAStandbyTakesOverWithTheTailOnly(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 				time.Sleep(2500 * time.Millisecond) // two catch-ups past the last commit
+				standbysAreTheChangelog(t, ctx, a, want)
 			}
 			taken := b.State().Partitions()
 			before := logA.count()
@@ -260,6 +263,43 @@ func TestAStandbyTakesOverWithTheTailOnly(t *testing.T) {
 				t.Fatalf("a: %v", err)
 			}
 		})
+	}
+}
+
+// standbysAreTheChangelog asserts that each standby store of p holds the
+// counts of want (the truth, all committed and caught up with) of its
+// partition's keys, and no other key, read stale (StandbyScan,
+// StandbyLookup); and that a key of p's own partitions is no standby's.
+func standbysAreTheChangelog(t *testing.T, ctx context.Context, p *eos.Processor, want map[string]int) {
+	t.Helper()
+	view := p.State()
+	for _, part := range view.Standbys() {
+		got, truth := map[string]string{}, map[string]string{}
+		asOf, err := view.StandbyScan(ctx, part, nil, nil, func(k, v []byte) bool {
+			got[string(k)] = string(v)
+			return true
+		})
+		if err != nil || asOf.IsZero() {
+			t.Fatalf("standby of partition %d: caught up at %v, %v", part, asOf, err)
+		}
+		for key, n := range want {
+			if kp, _ := view.PartitionOf([]byte(key)); kp == part {
+				truth[key] = strconv.Itoa(n)
+				if v, ok, _, err := view.StandbyLookup(ctx, []byte(key)); err != nil || !ok || string(v) != truth[key] {
+					t.Errorf("standby lookup of %s: %q, %v, %v; want %s", key, v, ok, err, truth[key])
+				}
+			}
+		}
+		if !maps.Equal(got, truth) {
+			t.Errorf("standby of partition %d holds %v, want %v", part, got, truth)
+		}
+	}
+	for key := range want {
+		kp, _ := view.PartitionOf([]byte(key))
+		var nh *eos.NotHeldError
+		if _, _, _, err := view.StandbyLookup(ctx, []byte(key)); slices.Contains(view.Partitions(), kp) && (!errors.As(err, &nh) || nh.Partition != kp) {
+			t.Errorf("standby lookup of %s, in this instance's own partition %d: %v, want a NotHeldError", key, kp, err)
+		}
 	}
 }
 

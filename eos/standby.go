@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/eoskit/eoskit/internal/changelog"
@@ -19,8 +18,10 @@ import (
 // its own (the processor's [Stores]: a pebble standby keeps its
 // checkpoint too), catching up every second; when the group gives it one
 // of them, its restore reads only the tail since its last catch-up. A
-// standby never serves reads nor writes: [StateView] shows only the
-// partitions an instance owns.
+// standby never serves writes, nor reads as current: [StateView] shows
+// only the partitions an instance owns, and a standby's values only
+// when asked for stale ones ([StateView.StandbyLookup],
+// [StateView.StandbyScan]).
 //
 // Placement: the members that advertise an [Endpoint] (which Standbys
 // needs), in the order of their endpoints; partition p's first standby is
@@ -80,16 +81,39 @@ func standbyPartitions(owners map[int32]string, members []string, self string, n
 	return out
 }
 
-// standby is a store kept warm for a partition another member owns; mu
-// is held while it catches up, and by prepare taking it over, which
-// first cancels the catch-up under way (cancel, set under ks.mu).
+// standby is a store kept warm for a partition another member owns. Its
+// turn is held while it catches up, while a stale read reads it
+// (StandbyLookup), while it is closed, and by prepare taking it over,
+// which first cancels the catch-up under way (cancel, set under ks.mu).
 type standby struct {
-	mu     sync.Mutex
+	turn   chan struct{} // a lock a reader can stop waiting for
 	store  state.Store
 	cancel context.CancelFunc
 	// caught: a catch-up of it succeeded (or it was this instance's own
 	// store), so the group may be told it is warm (ks.mu).
 	caught bool
+	// caughtAt: when its last catch-up succeeded (ks.mu); zero before
+	// the first, and for a store this instance kept of its own until
+	// its first (it lags behind the new owner by an unknown time).
+	caughtAt time.Time
+}
+
+func newStandby(s state.Store, caught bool) *standby {
+	return &standby{turn: make(chan struct{}, 1), store: s, caught: caught}
+}
+
+func (sb *standby) lock()   { sb.turn <- struct{}{} }
+func (sb *standby) unlock() { <-sb.turn }
+
+// lockCtx is lock, given up when ctx ends first (a catch-up can hang on
+// brokers that do not answer).
+func (sb *standby) lockCtx(ctx context.Context) error {
+	select {
+	case sb.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // followStandbys keeps the standby stores current until stop is called
@@ -126,14 +150,20 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 		<-done
 		r.Close()
 		ks.mu.Lock()
-		defer ks.mu.Unlock()
+		closing := make([]*standby, 0, len(ks.standbys))
 		for part, sb := range ks.standbys {
 			delete(ks.standbys, part)
-			sb.mu.Lock()
-			_ = sb.store.Close()
-			sb.mu.Unlock()
+			closing = append(closing, sb)
 		}
 		ks.noteWarmLocked()
+		ks.mu.Unlock()
+		// A stale read holds a standby's turn, then ks.mu: its turn is
+		// waited for with ks.mu free.
+		for _, sb := range closing {
+			sb.lock()
+			_ = sb.store.Close()
+			sb.unlock()
+		}
 	}, nil
 }
 
@@ -177,7 +207,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 			// its store goes on from its checkpoint (its tables are
 			// not followed any more).
 			delete(ks.parked, part)
-			ks.standbys[part] = &standby{store: pk.store, caught: true}
+			ks.standbys[part] = newStandby(pk.store, true)
 			ks.tablesClosed(part)
 		case !parked && !kept && !busy(part):
 			open = append(open, part)
@@ -187,9 +217,12 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 	ks.marksMu.Unlock()
 	ks.mu.Unlock()
 	// No catch-up runs now (they run on this goroutine), and the stores
-	// dropped left the map: nobody else reaches them.
+	// dropped left the map: only a stale read that found them before
+	// may still read them.
 	for _, sb := range drop {
+		sb.lock()
 		_ = sb.store.Close()
+		sb.unlock()
 	}
 	for _, part := range open {
 		if ctx.Err() != nil {
@@ -206,7 +239,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 		_, kept := ks.standbys[part]
 		taken := parked || kept || busy(part)
 		if !taken {
-			ks.standbys[part] = &standby{store: s}
+			ks.standbys[part] = newStandby(s, false)
 			ks.noteWarmLocked()
 		}
 		ks.marksMu.Unlock()
@@ -222,7 +255,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 	}
 	ks.mu.RUnlock()
 	for part, sb := range kept {
-		sb.mu.Lock()
+		sb.lock()
 		catchUp, cancel := context.WithCancel(ctx)
 		ks.mu.Lock()
 		current := ks.standbys[part] == sb
@@ -237,15 +270,18 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 				logger.Warn("eos: a standby's catch-up failed; it tries again", "partition", part, "err", err)
 			case err == nil:
 				ks.mu.Lock()
-				if ks.standbys[part] == sb && !sb.caught {
-					sb.caught = true
-					ks.noteWarmLocked()
+				if ks.standbys[part] == sb {
+					sb.caughtAt = time.Now()
+					if !sb.caught {
+						sb.caught = true
+						ks.noteWarmLocked()
+					}
 				}
 				ks.mu.Unlock()
 			}
 		}
 		cancel()
-		sb.mu.Unlock()
+		sb.unlock()
 	}
 	return nil
 }
@@ -286,20 +322,7 @@ func (ks *keyedState) takeStandby(p int32) (state.Store, bool) {
 	if !ok {
 		return nil, false
 	}
-	sb.mu.Lock() // waits for the cancelled catch-up to settle its apply
-	defer sb.mu.Unlock()
+	sb.lock() // waits for the cancelled catch-up to settle its apply
+	defer sb.unlock()
 	return sb.store, true
-}
-
-// Standbys lists the partitions this instance keeps warm for others (see
-// [Standbys]); they are not readable here.
-func (v *StateView) Standbys() []int32 {
-	v.ks.mu.RLock()
-	defer v.ks.mu.RUnlock()
-	var ps []int32
-	for p := range v.ks.standbys {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
-	return ps
 }

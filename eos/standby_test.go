@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,23 +21,30 @@ import (
 	"github.com/eoskit/eoskit/verify"
 )
 
-// A counter process, SIGKILLed inside a transaction, on a real broker:
-// the instance that takes its partitions over restores only the
-// changelog's tail when it kept standbys of them (eos.Standbys(1), both
-// advertising an endpoint), and the whole changelog of those partitions
-// without; with its stores on pebble too. Reports over 400 regions keep coming from transactional
-// producers that also abort, over four partitions, before, during and
-// after the kill. The counts end exact either way (the updates topic and
-// the changelog, read back read_committed, at the truth of the committed
-// input, each key's counts only growing; the survivor's view too).
+// A counter process fails on a real broker: SIGKILLed inside a
+// transaction, stopped by SIGTERM as a rolling deploy does, or stopped
+// (SIGSTOP) inside a transaction past its session timeout and woken
+// once its partitions moved (a zombie, then stopped by SIGTERM). The
+// instance that takes its partitions over restores only the changelog's
+// tail when it kept standbys of them (eos.Standbys(1), both advertising
+// an endpoint), and the whole changelog of those partitions without;
+// with its stores on pebble too. Before the fault, with the input
+// quiet, the survivor's standby stores hold what the changelog of their
+// partitions holds, read back from outside. Reports over 400 regions
+// keep coming from transactional producers that also abort, over four
+// partitions, before, during and after the fault. The counts end exact
+// every way (the updates topic and the changelog, read back
+// read_committed, at the truth of the committed input, each key's counts
+// only growing; the survivor's view too).
 func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		standbys int
 		pebble   bool
-	}{{1, false}, {1, true}, {0, false}} {
+		fault    string
+	}{{1, false, "kill"}, {1, true, "kill"}, {0, false, "kill"}, {1, false, "term"}, {1, false, "zombie"}} {
 		standbys := c.standbys
-		name := "standbys=" + strconv.Itoa(standbys)
+		name := c.fault + ",standbys=" + strconv.Itoa(standbys)
 		if c.pebble {
 			name += ",pebble"
 		}
@@ -48,8 +57,10 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 
-			// The reports, 400 at a time (and 400 aborted), until stopped.
+			// The reports, 400 at a time (and 400 aborted), until stopped;
+			// none while quiet is held.
 			stopProducing, produced := make(chan struct{}), make(chan error, 1)
+			var quiet sync.Mutex
 			go func() {
 				for {
 					select {
@@ -58,11 +69,14 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 						return
 					default:
 					}
-					if _, _, err := integration.SeedTransactional(ctx, k.Brokers, in, 400, 100, func(r *kgo.Record) {
+					quiet.Lock()
+					_, _, err := integration.SeedTransactional(ctx, k.Brokers, in, 400, 100, func(r *kgo.Record) {
 						id := string(r.Value)
 						i, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
 						r.Key = []byte("region-" + strconv.Itoa(i%400))
-					}); err != nil {
+					})
+					quiet.Unlock()
+					if err != nil {
 						produced <- err
 						return
 					}
@@ -109,9 +123,17 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 				waitFor(t, time.Minute, "the survivor to keep standbys of the victim's partitions", func() bool {
 					return slices.Equal(a.p.State().Standbys(), taken)
 				})
+				// The input quiet, every report counted, two catch-ups
+				// later: the standbys hold what the changelog does.
+				quiet.Lock()
+				waitForTotals(t, k, updates, committedCounts(t, ctx, k, in), time.Minute)
+				time.Sleep(2500 * time.Millisecond)
+				standbysHoldTheChangelog(t, ctx, k, a.p.State(), changelog)
+				quiet.Unlock()
 			}
 			// The victim counts a while (its commits, two seconds apart,
-			// grow its partitions' changelog), and dies in a transaction.
+			// grow its partitions' changelog), and fails, in a
+			// transaction unless stopped by SIGTERM.
 			time.Sleep(8 * time.Second)
 			// Its changelog partitions are its alone: a transaction open
 			// there is the victim's.
@@ -121,7 +143,17 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 			})
 			before := restores.count()
 			killed := time.Now()
-			victim.kill()
+			switch c.fault {
+			case "kill":
+				victim.kill()
+			case "term":
+				victim.signal(t, syscall.SIGTERM)
+				if err := victim.wait(t, time.Minute); err != nil {
+					t.Fatalf("the victim exited on SIGTERM with %v, want 0 (a drain)", err)
+				}
+			case "zombie":
+				victim.signal(t, syscall.SIGSTOP)
+			}
 			// What the victim left in its partitions' changelog: all a
 			// whole restore reads (the survivor writes there once it
 			// took them over).
@@ -142,13 +174,23 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 				o, _ := ends.Lookup(changelog, p)
 				whole += o.Offset
 			}
-			t.Logf("standbys %d: taking over %v, %s after the kill (a 6 s session timeout; a 10 s transaction timeout for the one it left open), read %d changelog records of %d in those partitions",
-				standbys, taken, tookOver.Round(100*time.Millisecond), read, whole)
+			t.Logf("%s, standbys %d: taking over %v, %s after the fault (a 6 s session timeout; a 10 s transaction timeout for the one it left open), read %d changelog records of %d in those partitions",
+				c.fault, standbys, taken, tookOver.Round(100*time.Millisecond), read, whole)
 			switch {
 			case standbys > 0 && int64(read)*4 > whole:
 				t.Errorf("with a standby the takeover read %d of %d changelog records: more than the tail", read, whole)
 			case standbys == 0 && int64(read)*2 < whole:
 				t.Errorf("without a standby the takeover read %d of %d changelog records: the test cannot tell standbys apart", read, whole)
+			}
+			if c.fault == "zombie" {
+				// It wakes, its transaction open and its generation past
+				// (fenced, or rejoining to count on as the group lets
+				// it), and is stopped.
+				victim.signal(t, syscall.SIGCONT)
+				time.Sleep(6 * time.Second)
+				victim.signal(t, syscall.SIGTERM)
+				t.Logf("the zombie exited with %v", victim.wait(t, time.Minute))
+				waitFor(t, time.Minute, "the survivor to hold every partition again", func() bool { return len(a.p.State().Partitions()) == 4 })
 			}
 
 			time.Sleep(2 * time.Second) // reports counted by the survivor alone
@@ -168,6 +210,35 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// standbysHoldTheChangelog asserts that the standby stores of view hold,
+// read stale, each key's last value in their changelog partitions, read
+// back read_committed from outside, and no other key.
+func standbysHoldTheChangelog(t *testing.T, ctx context.Context, k *integration.KafkaCluster, view *eos.StateView, changelog string) {
+	t.Helper()
+	want := map[string]string{}
+	for key, v := range lastValues(t, k, changelog, true) {
+		p, err := view.PartitionOf([]byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(view.Standbys(), p) {
+			want[key] = v
+		}
+	}
+	got := map[string]string{}
+	for _, p := range view.Standbys() {
+		if _, err := view.StandbyScan(ctx, p, nil, nil, func(k, v []byte) bool {
+			got[string(k)] = string(v)
+			return true
+		}); err != nil {
+			t.Fatalf("standby of partition %d: %v", p, err)
+		}
+	}
+	if len(want) == 0 || !maps.Equal(got, want) {
+		t.Fatalf("the standbys of %v hold %d keys, the changelog %d (equal: %v)", view.Standbys(), len(got), len(want), maps.Equal(got, want))
 	}
 }
 

@@ -55,10 +55,22 @@
 // answers: a page or a client adds up every partition's 200, and shows
 // nothing while one is missing (patterns/dashboard/web does). Ranges and
 // prefixes across partitions are read with eos.StateView.Scan and Prefix
-// on each owner; reads from standby replicas are not served yet.
+// on each owner.
+//
+// With [Stale], a key this instance cannot get the owner's answer for
+// (the partition restores here, nobody is known to hold it, the owner
+// did not answer or answered 503, or there is no Forward) is answered
+// from the standby replica this instance keeps of its partition
+// (eos.Standbys), when it keeps one caught up: 200 or 404 as above, with
+// the header Eoskit-Stale giving when the standby last caught up
+// (RFC 3339), never without it. A stale answer is the owner's committed
+// value of that moment, not now's: it may be older than one answered
+// before. Only this instance's standby answers (a request is not sent to
+// another's), and only Handler's keys ([Partition] never answers stale).
 package eoshttp
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -80,6 +92,11 @@ const PartitionHeader = "Eoskit-Partition"
 // never forwarded again), and names the owner on the answer relayed.
 const ForwardedHeader = "Eoskit-Forwarded"
 
+// StaleHeader marks an answer read from a standby replica (see [Stale]):
+// when it last caught up with its owner's committed changelog, in RFC
+// 3339 (UTC). An answer without it is the owner's, current.
+const StaleHeader = "Eoskit-Stale"
+
 // Option configures a Handler.
 type Option func(*options)
 
@@ -87,6 +104,15 @@ type options struct {
 	forward bool
 	client  *http.Client
 	headers []string
+	stale   bool
+}
+
+// Stale lets Handler answer a key from this instance's standby replica
+// of its partition when the owner's answer cannot be had, marked with
+// [StaleHeader] (see the package's doc). Default: never; a 421 or a 503
+// instead.
+func Stale() Option {
+	return func(o *options) { o.stale = true }
 }
 
 // ForwardHeaders names the request headers a forwarded request carries to
@@ -157,7 +183,7 @@ func Handler(src Source, opts ...Option) http.Handler {
 		var notHeld *eos.NotHeldError
 		switch {
 		case errors.As(err, &notHeld):
-			o.notHeld(w, r, src, notHeld)
+			o.notHeld(w, r, src, notHeld, []byte(key))
 		case err != nil:
 			http.Error(w, "eoshttp: the state could not be read", http.StatusInternalServerError)
 		case !ok:
@@ -195,30 +221,68 @@ func handler(src Source, opts []Option, serve func(http.ResponseWriter, *http.Re
 // for (nh): 503 while it restores here, or while the processor does not
 // run or waits for its assignment (then it cannot tell whose it is);
 // else, another instance's: relayed to its owner with Forward, or 421.
-func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh *eos.NotHeldError) {
+// With Stale, a key's (key not nil) standby answers instead of a 421 or
+// a 503, the owner's or this instance's, when it can.
+func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh *eos.NotHeldError, key []byte) {
+	stale := o.stale && key != nil
+	answer := func(refuse func()) {
+		if !stale || !serveStale(w, r, src.State(), key) {
+			refuse()
+		}
+	}
 	if nh.Restoring {
-		unavailable(w, "eoshttp: the partition is restoring here")
+		answer(func() { unavailable(w, "eoshttp: the partition is restoring here") })
 		return
 	}
 	if h := src.Health(); !h.Running || !h.Joined {
-		unavailable(w, "eoshttp: the processor does not run, or waits for its assignment")
+		answer(func() { unavailable(w, "eoshttp: the processor does not run, or waits for its assignment") })
 		return
 	}
 	if o.forward && r.Header.Get(ForwardedHeader) == "" {
 		if owner, err := src.State().PartitionOwner(r.Context(), nh.Partition); err == nil && !owner.Self && owner.Endpoint != "" {
-			o.relay(w, r, owner.Endpoint)
+			if !o.relay(w, r, owner.Endpoint, stale) {
+				answer(func() { unavailable(w, "eoshttp: the key's owner did not answer, or was not ready") })
+			}
 			return
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusMisdirectedRequest)
-	_ = json.NewEncoder(w).Encode(struct {
-		Partition int32 `json:"partition"`
-	}{nh.Partition})
+	answer(func() {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusMisdirectedRequest)
+		_ = json.NewEncoder(w).Encode(struct {
+			Partition int32 `json:"partition"`
+		}{nh.Partition})
+	})
 }
 
-// relay forwards r to the owner at endpoint and writes its answer.
-func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string) {
+// staleWait bounds a stale read's wait for a standby's catch-up under way
+// (one can hang while the brokers do not answer).
+const staleWait = time.Second
+
+// serveStale answers key from this instance's standby of its partition,
+// marked with StaleHeader, and reports whether it could.
+func serveStale(w http.ResponseWriter, r *http.Request, view *eos.StateView, key []byte) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), staleWait)
+	defer cancel()
+	value, ok, asOf, err := view.StandbyLookup(ctx, key)
+	if err != nil {
+		return false
+	}
+	w.Header().Set(StaleHeader, asOf.UTC().Format(time.RFC3339Nano))
+	if !ok {
+		http.Error(w, "eoshttp: no value (stale: read from a standby)", http.StatusNotFound)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(value)
+	return true
+}
+
+// relay forwards r to the owner at endpoint and writes its answer, and
+// reports whether it wrote one: not when the owner did not answer, nor,
+// when orStale (a stale answer may be given instead), when it answered
+// 503.
+func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string, orStale bool) bool {
 	target := strings.TrimSuffix(endpoint, "/") + r.URL.EscapedPath()
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery
@@ -226,7 +290,7 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string)
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, target, nil)
 	if err != nil {
 		http.Error(w, "eoshttp: the owner's endpoint is no URL", http.StatusBadGateway)
-		return
+		return true
 	}
 	for _, name := range o.headers {
 		for _, v := range r.Header.Values(name) {
@@ -236,11 +300,13 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string)
 	req.Header.Set(ForwardedHeader, "1")
 	resp, err := o.client.Do(req)
 	if err != nil {
-		unavailable(w, "eoshttp: the key's owner did not answer")
-		return
+		return false
 	}
 	defer resp.Body.Close()
-	for _, h := range []string{"Content-Type", "Retry-After", "Www-Authenticate", PartitionHeader} {
+	if orStale && resp.StatusCode == http.StatusServiceUnavailable {
+		return false
+	}
+	for _, h := range []string{"Content-Type", "Retry-After", "Www-Authenticate", PartitionHeader, StaleHeader} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
@@ -248,6 +314,7 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string)
 	w.Header().Set(ForwardedHeader, endpoint)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+	return true
 }
 
 // hopByHop are the headers of one connection (RFC 9110, 7.6.1), never

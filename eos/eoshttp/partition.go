@@ -69,9 +69,9 @@ func Partition(src Source, render RenderFunc, opts ...Option) http.Handler {
 		var notHeld *eos.NotHeldError
 		switch {
 		case errors.As(err, &notHeld) && notHeld.Partition == part:
-			o.notHeld(w, r, src, notHeld)
+			o.notHeld(w, r, src, notHeld, nil)
 		case errors.Is(err, eos.ErrNotHeld):
-			o.notHeld(w, r, src, &eos.NotHeldError{Partition: part})
+			o.notHeld(w, r, src, &eos.NotHeldError{Partition: part}, nil)
 		case err != nil:
 			http.Error(w, "eoshttp: the partition could not be read", http.StatusInternalServerError)
 		default:

@@ -1,0 +1,91 @@
+package eos
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/eoskit/eoskit/state"
+)
+
+// Standbys lists the partitions this instance keeps warm for others (see
+// [Standbys]): readable here only as stale values, with
+// [StateView.StandbyLookup] and [StateView.StandbyScan].
+func (v *StateView) Standbys() []int32 {
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	var ps []int32
+	for p := range v.ks.standbys {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// StandbyLookup returns key's value in the standby store this instance
+// keeps of the key's partition (see [Standbys]), and whether it has one
+// there: a stale value, the owner's as its committed changelog held it
+// at the standby's last catch-up, which ended at asOf (a catch-up runs
+// every second; while they fail, asOf stays behind). It is for a reader
+// that would rather have an old value than none, when the owner cannot
+// answer: it restores, it is gone and the group has not moved its
+// partitions yet, or it cannot be reached. Never take it for the
+// current value: the owner may have committed many since. A partition
+// this instance keeps no standby of, or none caught up yet, is a
+// *[NotHeldError] (wrapping [ErrNotHeld]); a read waiting for a
+// catch-up under way gives up when ctx ends, with its error. A reserved
+// key ([state.ReservedPrefix]) has no value.
+func (v *StateView) StandbyLookup(ctx context.Context, key []byte) (value []byte, found bool, asOf time.Time, err error) {
+	p, err := v.PartitionOf(key)
+	if err != nil {
+		return nil, false, time.Time{}, err
+	}
+	if state.IsReserved(key) {
+		return nil, false, time.Time{}, nil
+	}
+	asOf, err = v.ks.readStandby(ctx, p, func(s state.Reader) (err error) {
+		value, found, err = s.Get(key)
+		return err
+	})
+	return value, found, asOf, err
+}
+
+// StandbyScan is [StateView.ScanPartition] of the standby store this
+// instance keeps of partition: fn gets its keys from start (inclusive;
+// nil: the first) to end (exclusive; nil: past the last), in key order,
+// until it returns false, as [StateView.StandbyLookup] says: stale, as
+// of asOf, a *[NotHeldError] without a standby caught up, ctx's error
+// when a catch-up under way outlasts it. The standby's catch-ups wait
+// while fn runs: keep it short.
+func (v *StateView) StandbyScan(ctx context.Context, partition int32, start, end []byte, fn func(key, value []byte) bool) (asOf time.Time, err error) {
+	return v.ks.readStandby(ctx, partition, func(s state.Reader) error {
+		return state.Scan(s, start, end, func(k, val []byte) bool {
+			return state.IsReserved(k) || fn(k, val)
+		})
+	})
+}
+
+// readStandby calls read on p's standby store, once caught up, with its
+// turn held (no catch-up, takeover or close meanwhile), and returns when
+// its last catch-up ended.
+func (ks *keyedState) readStandby(ctx context.Context, p int32, read func(state.Reader) error) (time.Time, error) {
+	ks.mu.RLock()
+	sb := ks.standbys[p]
+	ks.mu.RUnlock()
+	if sb == nil {
+		return time.Time{}, &NotHeldError{Partition: p}
+	}
+	if err := sb.lockCtx(ctx); err != nil {
+		return time.Time{}, err
+	}
+	defer sb.unlock()
+	ks.mu.RLock()
+	// Taken over, or dropped, while this read waited: the store is
+	// another's now, or closed.
+	current, asOf := ks.standbys[p] == sb, sb.caughtAt
+	ks.mu.RUnlock()
+	if !current || asOf.IsZero() {
+		return time.Time{}, &NotHeldError{Partition: p}
+	}
+	return asOf, read(sb.store)
+}
