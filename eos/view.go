@@ -126,6 +126,24 @@ func (v *StateView) ScanPartition(partition int32, start, end []byte, fn func(ke
 	})
 }
 
+// Checkpoint returns where partition's committed state stands: its
+// store's changelog checkpoint (the changelog's topic ID, and the next
+// offset to read). It moves with each committed transaction that
+// changed the partition's state, and only then (a restore reaches the
+// changelog's end): a key for a cache of what is read from it
+// (eoshttp.Cache). A partition this instance does not hold, was revoked
+// from it, or is restoring is a *[NotHeldError], as for
+// [StateView.ScanPartition].
+func (v *StateView) Checkpoint(partition int32) (state.Checkpoint, error) {
+	v.ks.mu.RLock()
+	defer v.ks.mu.RUnlock()
+	ps, err := v.ks.heldLocked(partition)
+	if err != nil {
+		return state.Checkpoint{}, err
+	}
+	return ps.store.Checkpoint(), nil
+}
+
 // InputPartitions returns the input's partition count as Run found it: the
 // partitions [StateView.ScanPartition] and [StateView.PartitionOwner]
 // take, 0 to n-1. Before Run learnt it, it returns [ErrNotHeld].

@@ -105,6 +105,7 @@ type options struct {
 	client  *http.Client
 	headers []string
 	stale   bool
+	cache   *partitionCache // Partition's, with Cache
 }
 
 // Stale lets Handler answer a key from this instance's standby replica

@@ -10,6 +10,9 @@ import (
 	"github.com/eoskit/eoskit/eos"
 )
 
+// errNoJSON is a render's value json.Marshal refused.
+var errNoJSON = errors.New("eoshttp: the partition's value is no JSON")
+
 // RenderFunc turns one input partition of a processor's committed state
 // into the value Partition answers as JSON: it reads the partition with
 // view.ScanPartition (or Windows, Sessions or Lookup), each of which
@@ -42,9 +45,9 @@ type RenderFunc func(view *eos.StateView, partition int32) (any, error)
 // spread keys by their hash, so a page that adds them up must have every
 // partition's 200 before it shows a sum: one missing is a partial sum,
 // not a smaller one. Each request reads the whole partition under the
-// view's read lock (commits wait meanwhile): serve it behind a cache or
-// a rate limit when many read it. It panics if src keeps no state, as
-// Handler does.
+// view's read lock (commits wait meanwhile), unless given [Cache], which
+// renders a partition once per committed change of its state: give it
+// when many read. It panics if src keeps no state, as Handler does.
 func Partition(src Source, render RenderFunc, opts ...Option) http.Handler {
 	return handler(src, opts, func(w http.ResponseWriter, r *http.Request, o *options) {
 		raw := r.PathValue("partition")
@@ -65,23 +68,36 @@ func Partition(src Source, render RenderFunc, opts ...Option) http.Handler {
 			http.Error(w, "eoshttp: the input has no such partition", http.StatusNotFound)
 			return
 		}
-		value, err := render(view, part)
+		rendered := func() ([]byte, error) {
+			value, err := render(view, part)
+			if err != nil {
+				return nil, err
+			}
+			body, err := json.Marshal(value)
+			if err != nil {
+				return nil, errNoJSON
+			}
+			return append(body, '\n'), nil
+		}
+		var body []byte
+		if o.cache != nil {
+			body, err = o.cache.answer(view, part, rendered)
+		} else {
+			body, err = rendered()
+		}
 		var notHeld *eos.NotHeldError
 		switch {
 		case errors.As(err, &notHeld) && notHeld.Partition == part:
 			o.notHeld(w, r, src, notHeld, nil)
 		case errors.Is(err, eos.ErrNotHeld):
 			o.notHeld(w, r, src, &eos.NotHeldError{Partition: part}, nil)
+		case errors.Is(err, errNoJSON):
+			http.Error(w, "eoshttp: the partition's value is no JSON", http.StatusInternalServerError)
 		case err != nil:
 			http.Error(w, "eoshttp: the partition could not be read", http.StatusInternalServerError)
 		default:
-			body, err := json.Marshal(value)
-			if err != nil {
-				http.Error(w, "eoshttp: the partition's value is no JSON", http.StatusInternalServerError)
-				return
-			}
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(append(body, '\n'))
+			_, _ = w.Write(body)
 		}
 	})
 }

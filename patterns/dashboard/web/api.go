@@ -50,8 +50,10 @@ func routes(totals, days *eos.Processor) http.Handler {
 			Partitions int32 `json:"partitions"`
 		}{n})
 	})
-	mux.Handle("GET /api/totals/{partition}", eoshttp.Partition(totals, totalsOf, eoshttp.Forward(nil)))
-	mux.Handle("GET /api/days/{partition}", eoshttp.Partition(days, daysOf, eoshttp.Forward(nil)))
+	// Every page polls every partition: each is rendered once per
+	// commit that changed it (Cache), however many pages are open.
+	mux.Handle("GET /api/totals/{partition}", eoshttp.Partition(totals, totalsOf, eoshttp.Forward(nil), eoshttp.Cache()))
+	mux.Handle("GET /api/days/{partition}", eoshttp.Partition(days, daysOf, eoshttp.Forward(nil), eoshttp.Cache()))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !totals.Health().Ready() || !days.Health().Ready() {
