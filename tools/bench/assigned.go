@@ -101,11 +101,15 @@ func (b *bench) assignedRestore(ctx context.Context, w io.Writer, keys int) erro
 			return streamsAssigned(ctx, script, e, "store=memory")
 		}},
 		{"eos.Processor, memory store", false, "memory", eosRestore(func(int) state.Factory { return state.MemoryFactory() })},
-		{"eos.Processor, pebble store (a new disk)", false, "disk", eosRestore(func(round int) state.Factory {
+		{"eos.Processor, pebble store (a new disk; 16 MiB memtables, its default)", false, "disk", eosRestore(func(round int) state.Factory {
 			return pebblestore.Factory(filepath.Join(dir, strconv.Itoa(round)), nil)
 		})},
-		// What bounds the row above: pebble's memtable (4 MiB by default)
-		// flushed again and again as a partition of about 22 MB restores.
+		// What bounds pebble: its memtable flushed again and again as a
+		// partition of about 22 MB restores. Pebble's own default, and
+		// one larger than a partition.
+		{"eos.Processor, pebble store, 4 MiB memtables (pebble's default)", false, "disk", eosRestore(func(round int) state.Factory {
+			return pebblestore.Factory(filepath.Join(dir, strconv.Itoa(round)+"-4"), &pebble.Options{MemTableSize: 4 << 20, Logger: pebbleQuiet{}})
+		})},
 		{"eos.Processor, pebble store, 64 MiB memtables (pebble.Options)", false, "disk", eosRestore(func(round int) state.Factory {
 			return pebblestore.Factory(filepath.Join(dir, strconv.Itoa(round)+"-64"), &pebble.Options{MemTableSize: 64 << 20, Logger: pebbleQuiet{}})
 		})},
