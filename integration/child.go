@@ -100,7 +100,19 @@ const childTimeout = 30 * time.Second
 // error) is kept, and logged when tb fails.
 func StartChild(tb testing.TB, name string, args ...string) *Child {
 	tb.Helper()
+	return StartChildFiles(tb, name, nil, args...)
+}
+
+// StartChildFiles is [StartChild] with files open in the child as its
+// descriptors 3, 4, and so on (os/exec's ExtraFiles): a listening
+// socket's (net.TCPListener.File), say, so that the child serves on a
+// port the test holds across the child's restarts, and no other process
+// takes it meanwhile. The child reads it with os.NewFile(3, name) and
+// net.FileListener; the test may close its files once this returns.
+func StartChildFiles(tb testing.TB, name string, files []*os.File, args ...string) *Child {
+	tb.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.ExtraFiles = files
 	cmd.Env = append(os.Environ(), ChildEnv+"="+name)
 	c := &Child{name: name, cmd: cmd, out: &LogBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.out, c.out

@@ -48,6 +48,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -70,6 +71,10 @@ type Config struct {
 	// HTTP is the address to serve on; Endpoint the URL the other
 	// instances reach this one's HTTP at ("": none, and no forwarding).
 	HTTP, Endpoint string
+	// Listener, when not nil, is served on instead of listening on HTTP:
+	// a socket handed over (systemd's socket activation, or a test's
+	// that keeps its port across the instance's restarts).
+	Listener net.Listener
 	// Reports is the input topic; Totals and TotalsChangelog the totals'
 	// updates and changelog; Days and DaysChangelog the counts per day's;
 	// DeadLetters takes the reports that do not parse.
@@ -141,7 +146,11 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	errs := make(chan error, 2)
 	go func() { errs <- eos.RunTogether(ctx, totals, days) }()
 	go func() {
-		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.ListenAndServe
+		if cfg.Listener != nil {
+			serve = func() error { return srv.Serve(cfg.Listener) }
+		}
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("serve %s: %w", cfg.HTTP, err)
 			return
 		}

@@ -31,6 +31,13 @@ func TestMain(m *testing.M) {
 		if err := cfg.parse(flag.NewFlagSet("web", flag.ContinueOnError), args); err != nil {
 			return err
 		}
+		// The test's listening socket, its port held across restarts
+		// (startWeb).
+		l, err := net.FileListener(os.NewFile(3, "http"))
+		if err != nil {
+			return fmt.Errorf("the test's listener (descriptor 3): %w", err)
+		}
+		cfg.Listener = l
 		// A short session, so that a member killed for good leaves the
 		// group within seconds.
 		cfg.Options = []eos.ProcessorOption{eos.CommitInterval(100 * time.Millisecond),
@@ -96,18 +103,14 @@ func TestThePageShowsTheExactTotalsThroughAKill(t *testing.T) {
 		child     *integration.Child
 	}
 	newInstance := func(name string) *instance {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := listen(t, "127.0.0.1:0")
 		addr := l.Addr().String()
-		l.Close()
 		in := &instance{name: name, url: "http://" + addr,
 			args: []string{"-brokers", strings.Join(k.Brokers, ","), "-group", group, "-instance", name, "-http", addr, "-endpoint", "http://" + addr}}
 		for flag, topic := range names {
 			in.args = append(in.args, flag, topic)
 		}
-		in.child = integration.StartChild(t, "web", in.args...)
+		in.child = startWeb(t, l, in.args)
 		return in
 	}
 	a, b := newInstance("web-a"), newInstance("web-b")
@@ -210,12 +213,15 @@ func TestThePageShowsTheExactTotalsThroughAKill(t *testing.T) {
 	if err := b.child.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	// Its port held from now on (requests to it wait, then time out),
+	// for its restart.
+	bListener := listen(t, strings.TrimPrefix(b.url, "http://"))
 	running = []*instance{a}
 	waitFor("that it waits for the killed instance's partitions", func(s shown) bool { return s.State == "incomplete" })
 	// The group gives the killed instance's partitions to the other
 	// (its session times out): the page is whole again from it alone.
 	waitFor("every partition answered by the instance left", func(s shown) bool { return s.State == "complete" })
-	b.child = integration.StartChild(t, "web", b.args...)
+	b.child = startWeb(t, bListener, b.args)
 	running = []*instance{a, b}
 	if err := <-seeded; err != nil {
 		t.Fatal(err)
@@ -315,4 +321,28 @@ func browser(t *testing.T, ctx context.Context) context.Context {
 	tab, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(cancel)
 	return tab
+}
+
+// listen listens on addr (a port of 0: any), for an instance to serve on.
+func listen(t *testing.T, addr string) *net.TCPListener {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.(*net.TCPListener)
+}
+
+// startWeb starts an instance with args, serving on l, which it takes
+// over: the port is never free between the test's choice and the
+// instance's serving, where another process could take it.
+func startWeb(t *testing.T, l *net.TCPListener, args []string) *integration.Child {
+	t.Helper()
+	f, err := l.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	defer l.Close() // the child holds the socket now
+	return integration.StartChildFiles(t, "web", []*os.File{f}, args...)
 }
