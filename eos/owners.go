@@ -98,13 +98,24 @@ type owners struct {
 	mu sync.Mutex
 	// cl describes the group while Run runs (start); outside, each
 	// description has a client of its own.
-	cl     *kgo.Client
-	at     time.Time
+	cl   *kgo.Client
+	at   time.Time
+	view groupView
+	err  error
+}
+
+// groupView is what a description of the group shows.
+type groupView struct {
+	// byPart is each input partition's owner's endpoint ("" for an
+	// owner without one).
 	byPart map[int32]string
 	// members are the endpoints the group's members advertise, sorted
 	// (members without one left out).
 	members []string
-	err     error
+	// planned are the standbys the group's leader placed
+	// (standbyBalancer), by the endpoint of the member to keep them:
+	// only members whose assignment carries a plan.
+	planned map[string][]int32
 }
 
 // endpoint returns the endpoint of partition p's owner, from a
@@ -112,7 +123,7 @@ type owners struct {
 func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_, listed := o.byPart[p]
+	_, listed := o.view.byPart[p]
 	if age := time.Since(o.at); age > ownersRefresh || (age > ownersRetry && (o.err != nil || !listed)) {
 		// The description serves every caller: a caller's own end
 		// neither cuts nor fails it.
@@ -121,7 +132,7 @@ func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
 	if o.err != nil {
 		return "", fmt.Errorf("%w: describing the group %q: %w", ErrOwnerUnknown, o.group, o.err)
 	}
-	ep, ok := o.byPart[p]
+	ep, ok := o.view.byPart[p]
 	if !ok || ep == "" {
 		return "", fmt.Errorf("%w: no member of %q holds partition %d with an endpoint", ErrOwnerUnknown, o.group, p)
 	}
@@ -130,54 +141,58 @@ func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
 
 // refreshLocked describes the group again (o.mu held).
 func (o *owners) refreshLocked(ctx context.Context) {
-	byPart, members, err := o.describe(context.WithoutCancel(ctx))
-	o.byPart, o.members, o.err, o.at = byPart, members, err, time.Now()
+	o.view, o.err = o.describe(context.WithoutCancel(ctx))
+	o.at = time.Now()
 }
 
-// snapshot returns each partition's owner and the members' endpoints,
-// from a description at most ownersRefresh old.
-func (o *owners) snapshot(ctx context.Context) (map[int32]string, []string, error) {
+// snapshot returns what the group's description shows, from one at most
+// ownersRefresh old (a copy: the caller's to keep).
+func (o *owners) snapshot(ctx context.Context) (groupView, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if time.Since(o.at) > ownersRefresh {
 		o.refreshLocked(ctx)
 	}
-	return maps.Clone(o.byPart), slices.Clone(o.members), o.err
+	v := groupView{byPart: maps.Clone(o.view.byPart), members: slices.Clone(o.view.members), planned: map[string][]int32{}}
+	for ep, ps := range o.view.planned {
+		v.planned[ep] = slices.Clone(ps)
+	}
+	return v, o.err
 }
 
-// describe reads the group's members' assignments and endpoints (o.mu
-// held).
-func (o *owners) describe(ctx context.Context) (map[int32]string, []string, error) {
+// describe reads the group's members' assignments, endpoints and
+// planned standbys (o.mu held).
+func (o *owners) describe(ctx context.Context) (groupView, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cl := o.cl // o.mu is held (refreshLocked)
 	if cl == nil {
 		var err error
 		if cl, err = kgo.NewClient(o.conn...); err != nil {
-			return nil, nil, err
+			return groupView{}, err
 		}
 		defer cl.Close()
 	}
 	adm := kadm.NewClient(cl)
-	byPart := map[int32]string{}
-	var members []string
-	member := func(clientID string, ps []int32) {
+	v := groupView{byPart: map[int32]string{}, planned: map[string][]int32{}}
+	member := func(clientID string, ps []int32) string {
 		ep := endpointOf(clientID)
-		if ep != "" && !slices.Contains(members, ep) {
-			members = append(members, ep)
+		if ep != "" && !slices.Contains(v.members, ep) {
+			v.members = append(v.members, ep)
 		}
 		for _, p := range ps {
-			byPart[p] = ep
+			v.byPart[p] = ep
 		}
+		return ep
 	}
 	if o.consumerProtocol {
 		gs, err := adm.DescribeConsumerGroups(ctx, o.group)
 		if err != nil {
-			return nil, nil, err
+			return groupView{}, err
 		}
 		g := gs[o.group]
 		if g.Err != nil {
-			return nil, nil, g.Err
+			return groupView{}, g.Err
 		}
 		for _, m := range g.Members {
 			member(m.ClientID, slices.Collect(maps.Keys(m.Assignment[o.input])))
@@ -185,26 +200,34 @@ func (o *owners) describe(ctx context.Context) (map[int32]string, []string, erro
 	} else {
 		gs, err := adm.DescribeGroups(ctx, o.group)
 		if err != nil {
-			return nil, nil, err
+			return groupView{}, err
 		}
 		g := gs[o.group]
 		if g.Err != nil {
-			return nil, nil, g.Err
+			return groupView{}, g.Err
 		}
 		for _, m := range g.Members {
 			var ps []int32
-			if a, ok := m.Assigned.AsConsumer(); ok {
+			a, ok := m.Assigned.AsConsumer()
+			if ok {
 				for _, t := range a.Topics {
 					if t.Topic == o.input {
 						ps = append(ps, t.Partitions...)
 					}
 				}
 			}
-			member(m.ClientID, ps)
+			ep := member(m.ClientID, ps)
+			// The leader's plan, when the group balances with
+			// standbyBalancer (not when it agreed on another protocol).
+			if ok && ep != "" && g.Protocol == standbyProtocol {
+				if planned, ok := decodePlanned(a.UserData); ok {
+					v.planned[ep] = planned
+				}
+			}
 		}
 	}
-	slices.Sort(members)
-	return byPart, members, nil
+	slices.Sort(v.members)
+	return v, nil
 }
 
 // Owner says where key's partition is served: Self when this instance

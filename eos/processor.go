@@ -133,7 +133,7 @@ func newProcessor(c *config, handler HandlerFunc) (*Processor, error) {
 	c.clientOpts = append(slices.Clip(c.clientOpts), advertise...)
 	if c.state != nil && c.state.standbys > 0 && !c.consumerProtocol && defaultBalancer(cl) {
 		c.state.warm = &atomic.Pointer[[]int32]{}
-		c.clientOpts = append(c.clientOpts, kgo.Balancers(&standbyBalancer{warm: c.state.warm}, kgo.CooperativeStickyBalancer()))
+		c.clientOpts = append(c.clientOpts, kgo.Balancers(&standbyBalancer{warm: c.state.warm, standbys: c.state.standbys}, kgo.CooperativeStickyBalancer()))
 	}
 	if c.state != nil {
 		c.state.others, _ = cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)

@@ -23,19 +23,25 @@ import (
 // when asked for stale ones ([StateView.StandbyLookup],
 // [StateView.StandbyScan]).
 //
-// Placement: the members that advertise an [Endpoint] (which Standbys
-// needs), in the order of their endpoints; partition p's first standby is
-// the member 1+p%(m-1) places after its owner, m the members, wrapping
-// around (so an owner's partitions spread their standbys over the
-// others), under any balancer (KIP-848 included). Under the classic protocol with
-// franz-go's default balancer (cooperative-sticky, left unset), the group
-// is balanced knowing of them: each member tells the group which
-// partitions it holds warm (its standbys, and the stores of partitions
-// taken away it still keeps), and a partition whose owner left goes to
-// one of those that hold it warm wherever the balance allows. Under
-// another balancer or KIP-848, a moved partition goes where the balancer
-// puts it, meeting a warm store only if it lands on one. A standby moves
-// when its partition's owner, or the membership, changes. An explicit
+// Placement: under the classic protocol with franz-go's default balancer
+// (cooperative-sticky, left unset), the group balances with
+// eoskit-standby-v1, whose leader places the standbys with the
+// partitions and writes each member's into its assignment (every member
+// reads its own from the group's description): an owner's partitions
+// keep theirs on different members, as evenly as the members allow, and
+// a member already warm on a partition keeps it wherever that spread
+// allows. The same balance knows what each member holds warm (its
+// standbys, and the stores of partitions taken away it still keeps), and
+// puts a partition whose owner left on one of those wherever the balance
+// allows: when an owner leaves, each of its partitions lands on its
+// standby. Under another balancer or KIP-848 (where the coordinator
+// assigns), the standbys are placed by a ring instead: the members that
+// advertise an [Endpoint] (which Standbys needs), in the order of their
+// endpoints, partition p's first standby the member 1+p%(m-1) places
+// after its owner, m the members, wrapping around; and a moved partition
+// goes where the balancer puts it, meeting a warm store only if it lands
+// on one. Either way a standby moves when its partition's owner, or the
+// membership, changes. An explicit
 // kgo.Balancers(kgo.CooperativeStickyBalancer()) cannot be told from the
 // default and is replaced too; give any other balancer to keep your own. What it costs:
 // each standby reads its partitions' changelog as the owner writes it (a
@@ -171,16 +177,21 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 // description, opens the stores of the partitions it newly keeps, closes
 // those it no longer keeps, and catches each up with the changelog.
 func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Restorer, self string, logger *slog.Logger) error {
-	owners, members, err := ks.owners.snapshot(ctx)
+	view, err := ks.owners.snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	if !slices.Contains(members, self) {
+	owners := view.byPart
+	if !slices.Contains(view.members, self) {
 		// Without this instance (a session restart left the group for
 		// a moment): keep what is kept, and look again next time.
 		return nil
 	}
-	want := standbyPartitions(owners, members, self, ks.cfg.standbys)
+	// The leader's placement (standbyBalancer), else the ring's.
+	want, planned := view.planned[self]
+	if !planned {
+		want = standbyPartitions(owners, view.members, self, ks.cfg.standbys)
+	}
 	var drop []*standby
 	ks.mu.Lock()
 	ks.marksMu.Lock()

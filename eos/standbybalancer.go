@@ -19,8 +19,16 @@ import (
 // warm in its join's user data. The processor offers cooperative-sticky
 // after it, so that a group whose members do not all know this protocol
 // (a rolling upgrade from an earlier eoskit) agrees on that one.
+//
+// The leader also places the standbys (planStandbys), for the assignment
+// it plans, and writes each member's into its assignment's user data,
+// which every member reads back from the group's description
+// (owners.describe): an owner's partitions keep their standbys on
+// different members, so that when it leaves each lands where the balance
+// has room for it.
 type standbyBalancer struct {
-	warm *atomic.Pointer[[]int32] // what this member holds warm now
+	warm     *atomic.Pointer[[]int32] // what this member holds warm now
+	standbys int                      // Standbys' n
 }
 
 const standbyProtocol = "eoskit-standby-v1"
@@ -87,6 +95,7 @@ func (b *standbyBalancer) Balance(cb *kgo.ConsumerBalancer, topics map[string]in
 		warm[m.MemberID] = decodeWarm(meta.UserData)
 	})
 	plan := cb.NewPlan()
+	var standbys map[string][]int32
 	for _, t := range slices.Sorted(maps.Keys(topics)) {
 		members := interested[t]
 		if len(members) == 0 {
@@ -96,12 +105,93 @@ func (b *standbyBalancer) Balance(cb *kgo.ConsumerBalancer, topics map[string]in
 		for p, c := range owned[t] {
 			owners[p] = c.member
 		}
-		for member, parts := range planWarm(topics[t], members, owners, warm) {
+		target := planWarm(topics[t], members, owners, warm)
+		for member, parts := range target {
 			plan.AddPartitions(byID[member], t, parts)
 		}
+		if standbys == nil { // a stateful processor consumes one topic
+			standbys = planStandbys(members, target, warm, b.standbys)
+		}
 	}
+	// The standbys of the target: a partition moving waits a round for
+	// its new owner, its standbys placed already.
 	plan.AdjustCooperative(cb)
-	return plan
+	return &standbyPlan{plan, standbys}
+}
+
+// standbyPlan is a BalancePlan whose members' assignments carry their
+// standbys in their user data (encodePlanned).
+type standbyPlan struct {
+	*kgo.BalancePlan
+	standbys map[string][]int32 // by member id
+}
+
+func (sp *standbyPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment {
+	out := sp.BalancePlan.IntoSyncAssignment()
+	for i := range out {
+		var a kmsg.ConsumerMemberAssignment
+		if err := a.ReadFrom(out[i].MemberAssignment); err != nil {
+			continue // franz-go's own encoding: cannot fail
+		}
+		a.UserData = encodePlanned(sp.standbys[out[i].MemberID])
+		out[i].MemberAssignment = a.AppendTo(nil)
+	}
+	return out
+}
+
+// planStandbys places n standbys of each partition of target (member: the
+// partitions it is to own) on members other than its owner: for each
+// owner in turn, each of its partitions on the members holding the
+// fewest of that owner's partitions so far (so that an owner's
+// partitions spread their standbys, and go to different members when it
+// leaves), then on one that holds it warm (warm: a standby kept, or a
+// store parked, moves no data), then on the one keeping the fewest
+// standbys, then in members' order. Taken in order, so that every leader
+// computes the same plan.
+func planStandbys(members []string, target, warm map[string][]int32, n int) map[string][]int32 {
+	members = slices.Compact(slices.Sorted(slices.Values(members)))
+	out := make(map[string][]int32, len(members))
+	load := map[string]int{}
+	for _, owner := range members {
+		spread := map[string]int{}
+		for _, p := range slices.Sorted(slices.Values(target[owner])) {
+			var chosen []string
+			for range n {
+				best := ""
+				for _, m := range members {
+					if m == owner || slices.Contains(chosen, m) {
+						continue
+					}
+					if best == "" || betterStandby(m, best, p, spread, warm, load) {
+						best = m
+					}
+				}
+				if best == "" {
+					break // fewer members than standbys asked for
+				}
+				chosen = append(chosen, best)
+				spread[best]++
+				load[best]++
+				out[best] = append(out[best], p)
+			}
+		}
+	}
+	for m := range out {
+		slices.Sort(out[m])
+	}
+	return out
+}
+
+// betterStandby reports whether m is a better standby of p than best
+// (see planStandbys); a tie keeps best, earlier in members' order.
+func betterStandby(m, best string, p int32, spread map[string]int, warm map[string][]int32, load map[string]int) bool {
+	if spread[m] != spread[best] {
+		return spread[m] < spread[best]
+	}
+	if wm, wb := slices.Contains(warm[m], p), slices.Contains(warm[best], p); wm != wb {
+		return wm
+	}
+	return load[m] < load[best]
 }
 
 // claim is a member's claim to own a partition, with the generation it
@@ -209,6 +299,45 @@ func encodeWarm(warm []int32) []byte {
 	return out
 }
 
+// plannedVersion is the first byte of an assignment's user data: the
+// encoding of the standbys the leader placed.
+const plannedVersion = 1
+
+// encodePlanned is the assignment's user data listing the member's
+// standbys: plannedVersion, then each partition as a uvarint.
+func encodePlanned(standbys []int32) []byte {
+	out := []byte{plannedVersion}
+	for _, p := range standbys {
+		out = binary.AppendUvarint(out, uint64(p))
+	}
+	return out
+}
+
+// decodePlanned reads encodePlanned's user data, and reports whether it
+// is one (an assignment of another balancer has none).
+func decodePlanned(b []byte) ([]int32, bool) {
+	if len(b) == 0 || b[0] != plannedVersion {
+		return nil, false
+	}
+	ps, ok := uvarints(b[1:])
+	return ps, ok
+}
+
+// uvarints reads partitions encoded as uvarints, and reports whether
+// every byte made one.
+func uvarints(b []byte) ([]int32, bool) {
+	var ps []int32
+	for len(b) > 0 {
+		v, k := binary.Uvarint(b)
+		if k <= 0 || v > 1<<31-1 {
+			return nil, false
+		}
+		ps = append(ps, int32(v))
+		b = b[k:]
+	}
+	return ps, true
+}
+
 // decodeWarm reads encodeWarm's user data; anything else (another
 // version, bytes cut short) lists nothing: the member is then balanced
 // as one that holds nothing warm.
@@ -216,15 +345,7 @@ func decodeWarm(b []byte) []int32 {
 	if len(b) == 0 || b[0] != warmVersion {
 		return nil
 	}
-	var warm []int32
-	for b = b[1:]; len(b) > 0; {
-		v, k := binary.Uvarint(b)
-		if k <= 0 || v > 1<<31-1 {
-			return nil
-		}
-		warm = append(warm, int32(v))
-		b = b[k:]
-	}
+	warm, _ := uvarints(b[1:])
 	return warm
 }
 

@@ -207,3 +207,146 @@ func TestStandbysBalanceTheGroupUnlessABalancerIsGivenUnit(t *testing.T) {
 		}
 	}
 }
+
+// The leader's standby placement: an owner's partitions of one parity
+// (a holds 0 and 2 of six among three members) keep their standbys on
+// two different members, where the ring (standbyPartitions: partition p's
+// 1+p%2 members after its owner) puts both on b, which has room for one
+// of them when a leaves (the control). A member warm on a partition keeps
+// its standby when the spread allows; with two standbys, each partition's
+// are the two other members; with more asked than there are other
+// members, as many as there are.
+func TestPlanStandbysUnit(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	target := map[string][]int32{"a": {0, 2}, "b": {1, 3}, "c": {4, 5}}
+	got := planStandbys(members, target, nil, 1)
+	keeper := map[int32]string{}
+	for m, ps := range got {
+		for _, p := range ps {
+			if prev, ok := keeper[p]; ok {
+				t.Fatalf("partition %d has standbys on %s and %s, want one", p, prev, m)
+			}
+			keeper[p] = m
+		}
+	}
+	for owner, ps := range target {
+		for _, p := range ps {
+			if keeper[p] == "" || keeper[p] == owner {
+				t.Errorf("partition %d (owner %s): standby on %q", p, owner, keeper[p])
+			}
+		}
+		if keeper[ps[0]] == keeper[ps[1]] {
+			t.Errorf("%s's partitions %v: both standbys on %s", owner, ps, keeper[ps[0]])
+		}
+	}
+	ringOwners := map[int32]string{}
+	for m, ps := range target {
+		for _, p := range ps {
+			ringOwners[p] = m
+		}
+	}
+	if ring := standbyPartitions(ringOwners, members, "b", 1); !slices.Contains(ring, 0) || !slices.Contains(ring, 2) {
+		t.Errorf("the ring gives b %v, want both of a's 0 and 2 (the control)", ring)
+	}
+
+	// c keeps 2 warm already: the spread allows it, so it keeps it.
+	sticky := planStandbys(members, target, map[string][]int32{"c": {2}}, 1)
+	if !slices.Contains(sticky["c"], 2) {
+		t.Errorf("c warm on 2: %v, want 2 kept on c", sticky)
+	}
+	// Warm on both of a's on c: one of them moves, the spread first.
+	spread := planStandbys(members, target, map[string][]int32{"c": {0, 2}}, 1)
+	if slices.Contains(spread["c"], 0) == slices.Contains(spread["c"], 2) {
+		t.Errorf("c warm on 0 and 2: %v, want exactly one of them kept on c", spread)
+	}
+
+	two := planStandbys(members, target, nil, 2)
+	for owner, ps := range target {
+		for _, p := range ps {
+			for _, m := range members {
+				if kept := slices.Contains(two[m], p); kept == (m == owner) {
+					t.Errorf("two standbys: partition %d (owner %s) on %s: %v", p, owner, m, kept)
+				}
+			}
+		}
+	}
+	if many := planStandbys(members, target, nil, 5); !slices.Equal(many["a"], two["a"]) || !slices.Equal(many["b"], two["b"]) {
+		t.Errorf("five asked of three members: %v, want the two others each (%v)", many, two)
+	}
+	// Every leader computes the same plan, whatever the members' order.
+	if again := planStandbys([]string{"c", "a", "b"}, target, nil, 1); !equalPlans(again, got) {
+		t.Errorf("members in another order: %v, want %v", again, got)
+	}
+}
+
+func equalPlans(a, b map[string][]int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for m, ps := range a {
+		if !slices.Equal(ps, b[m]) {
+			return false
+		}
+	}
+	return true
+}
+
+// The balancer writes each member's standbys into its assignment's user
+// data, for the target of a cooperative round (a partition withheld
+// while its owner revokes it has its standbys placed already), which the
+// members read back (decodePlanned); an assignment of another balancer
+// carries none.
+func TestStandbyBalancerPlansStandbysUnit(t *testing.T) {
+	join := func(id string, owned []int32) kmsg.JoinGroupResponseMember {
+		b := &standbyBalancer{warm: &atomic.Pointer[[]int32]{}}
+		m := kmsg.NewJoinGroupResponseMember()
+		m.MemberID, m.ProtocolMetadata = id, b.JoinGroupMetadata([]string{"in"}, map[string][]int32{"in": owned}, 5)
+		return m
+	}
+	b := &standbyBalancer{warm: &atomic.Pointer[[]int32]{}, standbys: 1}
+	mb, _, err := b.MemberBalancer([]kmsg.JoinGroupResponseMember{join("a", nil), join("b", []int32{0, 1, 2}), join("c", []int32{3, 4, 5})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	into, err := mb.(kgo.GroupMemberBalancerOrError).BalanceOrError(map[string]int32{"in": 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[int32]int{}
+	for _, a := range into.IntoSyncAssignment() {
+		var ca kmsg.ConsumerMemberAssignment
+		if err := ca.ReadFrom(a.MemberAssignment); err != nil {
+			t.Fatal(err)
+		}
+		standbys, ok := decodePlanned(ca.UserData)
+		if !ok {
+			t.Fatalf("%s's assignment carries no plan: %x", a.MemberID, ca.UserData)
+		}
+		for _, p := range standbys {
+			kept[p]++
+		}
+		if parts, err := b.ParseSyncAssignment(a.MemberAssignment); err != nil || len(parts["in"]) > 2 {
+			t.Errorf("%s: %v, %v", a.MemberID, parts, err)
+		}
+	}
+	for p := range int32(6) {
+		if kept[p] != 1 {
+			t.Errorf("partition %d has %d standbys, want 1 (withheld ones included)", p, kept[p])
+		}
+	}
+	plain := kgo.CooperativeStickyBalancer()
+	cmb, _, err := plain.MemberBalancer([]kmsg.JoinGroupResponseMember{join("a", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cinto, _ := cmb.(kgo.GroupMemberBalancerOrError).BalanceOrError(map[string]int32{"in": 6})
+	for _, a := range cinto.IntoSyncAssignment() {
+		var ca kmsg.ConsumerMemberAssignment
+		if err := ca.ReadFrom(a.MemberAssignment); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := decodePlanned(ca.UserData); ok {
+			t.Errorf("cooperative-sticky's assignment reads as a plan: %x", ca.UserData)
+		}
+	}
+}
