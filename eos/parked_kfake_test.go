@@ -344,7 +344,7 @@ func newRegionReportsOf(t *testing.T, ctx context.Context, partitions int32) *re
 }
 
 // Three members, a standby each (eos.Standbys(1)), the group balanced by
-// eoskit-standby-v1, whose leader places the standbys: each member's two
+// eoskit-standby-v2, whose leader places the standbys: each member's two
 // partitions are kept warm on the two others, so when one leaves (one
 // whose partitions have the same parity, when one has), its two
 // partitions go one to each of the others, each to the member that kept
@@ -432,8 +432,8 @@ func TestALeaversPartitionsGoToTheirStandbys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if proto := described["leaver"].Protocol; proto != "eoskit-standby-v1" {
-		t.Fatalf("the group balances with %q, want eoskit-standby-v1", proto)
+	if proto := described["leaver"].Protocol; proto != "eoskit-standby-v2" {
+		t.Fatalf("the group balances with %q, want eoskit-standby-v2", proto)
 	}
 	before := []int{stayers[0].log.count(), stayers[1].log.count()}
 	leaver.stop()

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -25,7 +26,7 @@ import (
 //
 // Placement: under the classic protocol with franz-go's default balancer
 // (cooperative-sticky, left unset), the group balances with
-// eoskit-standby-v1, whose leader places the standbys with the
+// eoskit-standby-v2, whose leader places the standbys with the
 // partitions and writes each member's into its assignment (every member
 // reads its own from the group's description): an owner's partitions
 // keep theirs on different members, as evenly as the members allow, and
@@ -88,20 +89,76 @@ func standbyPartitions(owners map[int32]string, members []string, self string, n
 }
 
 // standby is a store kept warm for a partition another member owns. Its
-// turn is held while it catches up, while a stale read reads it
-// (StandbyLookup), while it is closed, and by prepare taking it over,
-// which first cancels the catch-up under way (cancel, set under ks.mu).
+// turn is held while it opens, while each of its catch-up's writes
+// applies (followed), while a stale read reads it (StandbyLookup), while
+// it is closed, and by prepare taking it over, which first cancels the
+// catch-up under way (cancel, set under ks.mu); not while a catch-up
+// fetches.
 type standby struct {
 	turn   chan struct{} // a lock a reader can stop waiting for
-	store  state.Store
+	store  state.Store   // nil while it opens, or when its opening failed
 	cancel context.CancelFunc
+	// gone: taken over or closed (turn held): a catch-up's late write
+	// must not touch it.
+	gone bool
 	// caught: a catch-up of it succeeded (or it was this instance's own
 	// store), so the group may be told it is warm (ks.mu).
 	caught bool
-	// caughtAt: when its last catch-up succeeded (ks.mu); zero before
-	// the first, and for a store this instance kept of its own until
-	// its first (it lags behind the new owner by an unknown time).
+	// caughtAt: when its last successful catch-up started (what it read
+	// was committed by then; ks.mu); zero before the first, for a store
+	// this instance kept of its own until its first (it lags behind the
+	// new owner by an unknown time), and once a catch-up wiped it.
 	caughtAt time.Time
+}
+
+// errStandbyGone is a catch-up's write to a standby taken over or
+// closed meanwhile: a closed store to the restorer, which gives up.
+var errStandbyGone = fmt.Errorf("eos: the standby was taken over or closed: %w", state.ErrClosed)
+
+// followed is a standby's store as its catch-up writes it: each write
+// holds the standby's turn (a stale read waits for one write, not for
+// the fetches between), and fails once the standby is gone; a wipe
+// (Reset) makes it unreadable as stale until a catch-up succeeds.
+type followed struct {
+	state.Store
+	sb *standby
+	ks *keyedState
+}
+
+func (f followed) Apply(ws []state.Write, cp state.Checkpoint) error {
+	f.sb.lock()
+	defer f.sb.unlock()
+	if f.sb.gone {
+		return errStandbyGone
+	}
+	return f.Store.Apply(ws, cp)
+}
+
+func (f followed) Reset(cp state.Checkpoint) error {
+	f.sb.lock()
+	defer f.sb.unlock()
+	if f.sb.gone {
+		return errStandbyGone
+	}
+	f.ks.mu.Lock()
+	f.sb.caughtAt = time.Time{}
+	f.ks.mu.Unlock()
+	return f.Store.Reset(cp)
+}
+
+// Close is not the catch-up's to do: the standby's owner closes it.
+func (followed) Close() error { return nil }
+
+// closeStandby closes sb's store, once no read nor write is under way,
+// and marks it gone (sb out of ks.standbys already; ks.mu not held: a
+// stale read holds the turn, then ks.mu).
+func closeStandby(sb *standby) {
+	sb.lock()
+	defer sb.unlock()
+	sb.gone = true
+	if sb.store != nil {
+		_ = sb.store.Close()
+	}
 }
 
 func newStandby(s state.Store, caught bool) *standby {
@@ -166,9 +223,7 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 		// A stale read holds a standby's turn, then ks.mu: its turn is
 		// waited for with ks.mu free.
 		for _, sb := range closing {
-			sb.lock()
-			_ = sb.store.Close()
-			sb.unlock()
+			closeStandby(sb)
 		}
 	}, nil
 }
@@ -213,7 +268,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 		pk, parked := ks.parked[part]
 		_, kept := ks.standbys[part]
 		switch {
-		case parked && !kept:
+		case parked && !kept && !busy(part):
 			// Taken away from this instance, which now keeps it warm:
 			// its store goes on from its checkpoint (its tables are
 			// not followed any more).
@@ -231,33 +286,46 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 	// dropped left the map: only a stale read that found them before
 	// may still read them.
 	for _, sb := range drop {
-		sb.lock()
-		_ = sb.store.Close()
-		sb.unlock()
+		closeStandby(sb)
 	}
 	for _, part := range open {
 		if ctx.Err() != nil {
 			return nil
 		}
-		s, err := ks.cfg.stores(ks.cfg.changelog, part)
-		if err != nil {
-			logger.Warn("eos: opening a standby store failed", "partition", part, "err", err)
-			continue
-		}
+		// Reserved before it opens, its turn held: a restore assigned
+		// meanwhile takes it (takeStandby waits for the opening) rather
+		// than open the same store beside it (pebble locks its
+		// directory).
 		ks.mu.Lock()
 		ks.marksMu.Lock()
 		_, parked := ks.parked[part]
 		_, kept := ks.standbys[part]
-		taken := parked || kept || busy(part)
-		if !taken {
-			ks.standbys[part] = newStandby(s, false)
-			ks.noteWarmLocked()
+		reserved := !parked && !kept && !busy(part)
+		var sb *standby
+		if reserved {
+			sb = newStandby(nil, false)
+			sb.lock()
+			ks.standbys[part] = sb
 		}
 		ks.marksMu.Unlock()
 		ks.mu.Unlock()
-		if taken {
-			_ = s.Close()
+		if !reserved {
+			continue
 		}
+		s, err := ks.cfg.stores(ks.cfg.changelog, part)
+		if err != nil {
+			logger.Warn("eos: opening a standby store failed", "partition", part, "err", err)
+			ks.mu.Lock()
+			if ks.standbys[part] == sb {
+				delete(ks.standbys, part)
+			}
+			ks.mu.Unlock()
+			sb.gone = true
+			sb.unlock()
+			continue
+		}
+		sb.store = s
+		sb.unlock()
 	}
 	ks.mu.RLock()
 	kept := make(map[int32]*standby, len(ks.standbys))
@@ -266,23 +334,25 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 	}
 	ks.mu.RUnlock()
 	for part, sb := range kept {
-		sb.lock()
 		catchUp, cancel := context.WithCancel(ctx)
 		ks.mu.Lock()
-		current := ks.standbys[part] == sb
+		current := ks.standbys[part] == sb && sb.store != nil // opened on this goroutine
 		if current {
 			sb.cancel = cancel
 		}
 		ks.mu.Unlock()
 		if current {
-			_, err := r.Restore(catchUp, ks.cfg.changelog, part, sb.store, changelog.Options{Timeout: 30 * time.Second, Logger: logger})
+			// What is committed now (Stable): a transaction the owner
+			// left open holds no catch-up, nor the others after it.
+			started := time.Now()
+			_, err := r.Restore(catchUp, ks.cfg.changelog, part, followed{sb.store, sb, ks}, changelog.Options{Timeout: 30 * time.Second, Logger: logger, Stable: true})
 			switch {
-			case err != nil && catchUp.Err() == nil:
+			case err != nil && catchUp.Err() == nil && !errors.Is(err, errStandbyGone):
 				logger.Warn("eos: a standby's catch-up failed; it tries again", "partition", part, "err", err)
 			case err == nil:
 				ks.mu.Lock()
 				if ks.standbys[part] == sb {
-					sb.caughtAt = time.Now()
+					sb.caughtAt = started
 					if !sb.caught {
 						sb.caught = true
 						ks.noteWarmLocked()
@@ -292,7 +362,6 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 			}
 		}
 		cancel()
-		sb.unlock()
 	}
 	return nil
 }
@@ -333,7 +402,10 @@ func (ks *keyedState) takeStandby(p int32) (state.Store, bool) {
 	if !ok {
 		return nil, false
 	}
-	sb.lock() // waits for the cancelled catch-up to settle its apply
+	// Waits for a write or a read under way, or the opening; the
+	// cancelled catch-up's later writes fail (gone).
+	sb.lock()
 	defer sb.unlock()
-	return sb.store, true
+	sb.gone = true
+	return sb.store, sb.store != nil
 }

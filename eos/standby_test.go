@@ -209,6 +209,11 @@ func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 					t.Errorf("%s ends at %d keys' counts, not the %d true ones", topic, len(got), len(want))
 				}
 			}
+			// The kill landed inside a transaction: the broker aborted
+			// what it had written to the changelog.
+			if c.fault == "kill" && len(verify.AbortedPositions(k.ReadRaw(changelog, verifyTimeout))) == 0 {
+				t.Error("the changelog holds no aborted record: the kill did not land inside a transaction")
+			}
 		})
 	}
 }

@@ -31,7 +31,7 @@ type standbyBalancer struct {
 	standbys int                      // Standbys' n
 }
 
-const standbyProtocol = "eoskit-standby-v1"
+const standbyProtocol = "eoskit-standby-v2"
 
 // warmVersion is the first byte of the user data: the encoding's.
 const warmVersion = 1

@@ -249,15 +249,20 @@ func TestPlanStandbysUnit(t *testing.T) {
 		t.Errorf("the ring gives b %v, want both of a's 0 and 2 (the control)", ring)
 	}
 
-	// c keeps 2 warm already: the spread allows it, so it keeps it.
-	sticky := planStandbys(members, target, map[string][]int32{"c": {2}}, 1)
-	if !slices.Contains(sticky["c"], 2) {
-		t.Errorf("c warm on 2: %v, want 2 kept on c", sticky)
+	// Without warm stores, 0's standby is b (the tie goes to the first);
+	// c warm on 0 keeps it, the spread allowing.
+	if !slices.Contains(got["b"], 0) {
+		t.Fatalf("no warm stores: %v, want 0's standby on b (the control)", got)
 	}
-	// Warm on both of a's on c: one of them moves, the spread first.
+	sticky := planStandbys(members, target, map[string][]int32{"c": {0}}, 1)
+	if !slices.Contains(sticky["c"], 0) || slices.Contains(sticky["b"], 0) {
+		t.Errorf("c warm on 0: %v, want 0 kept on c", sticky)
+	}
+	// c warm on both of a's: 0 stays there, 2 goes to b (the spread
+	// before warmth), where without warm stores 2 went to c.
 	spread := planStandbys(members, target, map[string][]int32{"c": {0, 2}}, 1)
-	if slices.Contains(spread["c"], 0) == slices.Contains(spread["c"], 2) {
-		t.Errorf("c warm on 0 and 2: %v, want exactly one of them kept on c", spread)
+	if !slices.Contains(spread["c"], 0) || !slices.Contains(spread["b"], 2) || !slices.Contains(got["c"], 2) {
+		t.Errorf("c warm on 0 and 2: %v (without: %v), want 0 on c and 2 on b", spread, got)
 	}
 
 	two := planStandbys(members, target, nil, 2)
@@ -313,6 +318,9 @@ func TestStandbyBalancerPlansStandbysUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	kept := map[int32]int{}
+	// The target: b and c keep two each, a gets 2 and 5 (withheld this
+	// round).
+	targetOf := map[string][]int32{"a": {2, 5}, "b": {0, 1}, "c": {3, 4}}
 	for _, a := range into.IntoSyncAssignment() {
 		var ca kmsg.ConsumerMemberAssignment
 		if err := ca.ReadFrom(a.MemberAssignment); err != nil {
@@ -324,6 +332,9 @@ func TestStandbyBalancerPlansStandbysUnit(t *testing.T) {
 		}
 		for _, p := range standbys {
 			kept[p]++
+			if slices.Contains(targetOf[a.MemberID], p) {
+				t.Errorf("%s keeps a standby of %d, which it is to own", a.MemberID, p)
+			}
 		}
 		if parts, err := b.ParseSyncAssignment(a.MemberAssignment); err != nil || len(parts["in"]) > 2 {
 			t.Errorf("%s: %v, %v", a.MemberID, parts, err)

@@ -8,9 +8,10 @@ import (
 	"github.com/eoskit/eoskit/state"
 )
 
-// Standbys lists the partitions this instance keeps warm for others (see
-// [Standbys]): readable here only as stale values, with
-// [StateView.StandbyLookup] and [StateView.StandbyScan].
+// Standbys lists the partitions this instance keeps standbys of for
+// others (see [Standbys]), caught up or not yet: readable here only as
+// stale values, once caught up, with [StateView.StandbyLookup] and
+// [StateView.StandbyScan].
 func (v *StateView) Standbys() []int32 {
 	v.ks.mu.RLock()
 	defer v.ks.mu.RUnlock()
@@ -25,12 +26,14 @@ func (v *StateView) Standbys() []int32 {
 // StandbyLookup returns key's value in the standby store this instance
 // keeps of the key's partition (see [Standbys]), and whether it has one
 // there: a stale value, the owner's as its committed changelog held it
-// at the standby's last catch-up, which ended at asOf (a catch-up runs
-// every second; while they fail, asOf stays behind). It is for a reader
-// that would rather have an old value than none, when the owner cannot
-// answer: it restores, it is gone and the group has not moved its
-// partitions yet, or it cannot be reached. Never take it for the
-// current value: the owner may have committed many since. A partition
+// when the standby's last successful catch-up began, at asOf (a
+// catch-up runs every second; while they fail, asOf stays behind), and
+// possibly part of the owner's next transaction (a catch-up applies
+// fetch by fetch). It is for a reader that would rather have an old
+// value than none, when the owner cannot answer: it is gone and the
+// group has not moved its partitions yet, or it cannot be reached.
+// Never take it for the current value: the owner may have committed
+// many since. A partition
 // this instance keeps no standby of, or none caught up yet, is a
 // *[NotHeldError] (wrapping [ErrNotHeld]); a read waiting for a
 // catch-up under way gives up when ctx ends, with its error. A reserved
@@ -81,8 +84,9 @@ func (ks *keyedState) readStandby(ctx context.Context, p int32, read func(state.
 	defer sb.unlock()
 	ks.mu.RLock()
 	// Taken over, or dropped, while this read waited: the store is
-	// another's now, or closed.
-	current, asOf := ks.standbys[p] == sb, sb.caughtAt
+	// another's now, or closed; or not opened, or wiped since its last
+	// catch-up.
+	current, asOf := ks.standbys[p] == sb && !sb.gone && sb.store != nil, sb.caughtAt
 	ks.mu.RUnlock()
 	if !current || asOf.IsZero() {
 		return time.Time{}, &NotHeldError{Partition: p}

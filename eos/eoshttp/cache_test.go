@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,16 +111,20 @@ func TestACachedPartitionRendersOncePerCommit(t *testing.T) {
 		t.Fatalf("after a commit in another partition: %d renders, region/0 at %d; want 1, %d", cachedRenders.Load(), part["region/0"], first["region/0"])
 	}
 	produce("region/0")
-	results := make(chan int, 10)
+	results := make(chan string, 10)
 	for range 10 {
-		go func() {
-			_, part := get(path)
-			results <- part["region/0"]
+		go func() { // no t.Fatal here: the bodies are checked below
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			results <- strconv.Itoa(rec.Code) + " " + rec.Body.String()
 		}()
 	}
 	for range 10 {
-		if n := <-results; n != want["region/0"] {
-			t.Errorf("after region/0's report was committed: %d, want %d", n, want["region/0"])
+		got := <-results
+		var part map[string]int
+		code, body, _ := strings.Cut(got, " ")
+		if code != "200" || json.Unmarshal([]byte(body), &part) != nil || part["region/0"] != want["region/0"] {
+			t.Errorf("after region/0's report was committed: %s, want 200 with region/0 at %d", got, want["region/0"])
 		}
 	}
 	if n := cachedRenders.Load(); n != 2 {

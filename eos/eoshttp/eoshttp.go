@@ -58,15 +58,18 @@
 // on each owner.
 //
 // With [Stale], a key this instance cannot get the owner's answer for
-// (the partition restores here, nobody is known to hold it, the owner
-// did not answer or answered 503, or there is no Forward) is answered
-// from the standby replica this instance keeps of its partition
-// (eos.Standbys), when it keeps one caught up: 200 or 404 as above, with
-// the header Eoskit-Stale giving when the standby last caught up
-// (RFC 3339), never without it. A stale answer is the owner's committed
-// value of that moment, not now's: it may be older than one answered
-// before. Only this instance's standby answers (a request is not sent to
-// another's), and only Handler's keys ([Partition] never answers stale).
+// (nobody is known to hold its partition, the owner did not answer or
+// answered 503, or there is no Forward) is answered from the standby
+// replica this instance keeps of its partition (eos.Standbys), when it
+// keeps one caught up: 200 or 404 as above, with the header Eoskit-Stale
+// giving when the standby's last catch-up began (RFC 3339), never
+// without it. A stale answer is the owner's committed value of that
+// moment, not now's: it may be older than one answered before. Only
+// this instance's standby answers (a request is not sent to another's
+// for it), and only Handler's keys ([Partition] never answers stale). A
+// partition restoring here has no standby any more (the restore took it
+// over): 503. A request forwarded by a handler without Stale is never
+// answered stale, and such a handler relays no stale answer.
 package eoshttp
 
 import (
@@ -91,6 +94,10 @@ const PartitionHeader = "Eoskit-Partition"
 // ForwardedHeader marks a request forwarded to its key's owner (it is
 // never forwarded again), and names the owner on the answer relayed.
 const ForwardedHeader = "Eoskit-Forwarded"
+
+// allowStaleHeader marks a request forwarded by a handler with Stale: the
+// owner, if it has Stale too, may answer it from a standby.
+const allowStaleHeader = "Eoskit-Allow-Stale"
 
 // StaleHeader marks an answer read from a standby replica (see [Stale]):
 // when it last caught up with its owner's committed changelog, in RFC
@@ -225,7 +232,10 @@ func handler(src Source, opts []Option, serve func(http.ResponseWriter, *http.Re
 // With Stale, a key's (key not nil) standby answers instead of a 421 or
 // a 503, the owner's or this instance's, when it can.
 func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh *eos.NotHeldError, key []byte) {
-	stale := o.stale && key != nil
+	// A forwarded request is answered stale only when the handler that
+	// forwarded it allows it too.
+	forwarded := r.Header.Get(ForwardedHeader) != ""
+	stale := o.stale && key != nil && (!forwarded || r.Header.Get(allowStaleHeader) != "")
 	answer := func(refuse func()) {
 		if !stale || !serveStale(w, r, src.State(), key) {
 			refuse()
@@ -239,7 +249,7 @@ func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh
 		answer(func() { unavailable(w, "eoshttp: the processor does not run, or waits for its assignment") })
 		return
 	}
-	if o.forward && r.Header.Get(ForwardedHeader) == "" {
+	if o.forward && !forwarded {
 		if owner, err := src.State().PartitionOwner(r.Context(), nh.Partition); err == nil && !owner.Self && owner.Endpoint != "" {
 			if !o.relay(w, r, owner.Endpoint, stale) {
 				answer(func() { unavailable(w, "eoshttp: the key's owner did not answer, or was not ready") })
@@ -299,13 +309,22 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string,
 		}
 	}
 	req.Header.Set(ForwardedHeader, "1")
+	if orStale {
+		req.Header.Set(allowStaleHeader, "1")
+	}
 	resp, err := o.client.Do(req)
 	if err != nil {
 		return false
 	}
 	defer resp.Body.Close()
-	if orStale && resp.StatusCode == http.StatusServiceUnavailable {
+	switch {
+	case orStale && resp.StatusCode == http.StatusServiceUnavailable:
 		return false
+	case !orStale && resp.Header.Get(StaleHeader) != "":
+		// An owner answering stale a request it was not allowed to (an
+		// eoskit before this rule): not relayed as current.
+		unavailable(w, "eoshttp: the key's owner answered only from a standby")
+		return true
 	}
 	for _, h := range []string{"Content-Type", "Retry-After", "Www-Authenticate", PartitionHeader, StaleHeader} {
 		if v := resp.Header.Get(h); v != "" {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +124,79 @@ func TestAStandbyAnswersMarkedStaleOnlyWhenAllowed(t *testing.T) {
 		if rec := serve(a.stale, key); rec.Code != http.StatusServiceUnavailable || rec.Header().Get(eoshttp.StaleHeader) != "" {
 			body, _ := io.ReadAll(rec.Body)
 			t.Fatalf("%s after Run returned: %d %q, want 503 unmarked", key, rec.Code, body)
+		}
+	}
+}
+
+// A handler without Stale never relays a stale answer as current: its
+// owner (here a stand-in for an instance with Stale that lost the
+// partition but keeps a standby) answers a forwarded request marked
+// Eoskit-Stale, and the handler answers 503; it never asks the owner to
+// allow staleness. A handler with Stale asks it (the owner sees
+// Eoskit-Allow-Stale), and relays the answer, marked.
+func TestAStaleAnswerIsRelayedOnlyWhereAllowed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	brokers, seed, _ := reportsCluster(t, ctx)
+	var askedStale []bool
+	var mu sync.Mutex
+	standIn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		askedStale = append(askedStale, r.Header.Get("Eoskit-Allow-Stale") != "")
+		mu.Unlock()
+		w.Header().Set(eoshttp.StaleHeader, time.Now().UTC().Format(time.RFC3339Nano))
+		_, _ = w.Write([]byte("7"))
+	}))
+	t.Cleanup(standIn.Close)
+	a := newCount(t, brokers, "a", eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint("http://a.example:8080"))
+	c := newCount(t, brokers, "c", eos.Changelog("counts-changelog", eos.CreateChangelog()), eos.Endpoint(standIn.URL))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	for _, p := range []*eos.Processor{a, c} {
+		go func() { done <- p.Run(runCtx) }()
+	}
+	adm := kadm.NewClient(seed)
+	for {
+		offsets, err := adm.FetchOffsets(ctx, "counts")
+		var at int64
+		offsets.Each(func(o kadm.OffsetResponse) { at += o.At })
+		pa, pc := a.State().Partitions(), c.State().Partitions()
+		if err == nil && at == 120 && len(pa) > 0 && len(pc) > 0 && len(pa)+len(pc) == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the two instances did not split the partitions")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	key := ""
+	for i := range 12 {
+		if k := "region/" + strconv.Itoa(i); slices.Contains(c.State().Partitions(), mustPartition(t, a, k)) {
+			key = k
+		}
+	}
+	serve := func(h http.Handler) *httptest.ResponseRecorder {
+		mux := http.NewServeMux()
+		mux.Handle("GET /state/{key...}", h)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/state/"+url.PathEscape(key), nil).WithContext(ctx))
+		return rec
+	}
+	if rec := serve(eoshttp.Handler(a, eoshttp.Forward(nil))); rec.Code != http.StatusServiceUnavailable || rec.Header().Get(eoshttp.StaleHeader) != "" {
+		t.Errorf("without Stale, the owner answering stale: %d %q (stale %q), want 503 unmarked", rec.Code, rec.Body, rec.Header().Get(eoshttp.StaleHeader))
+	}
+	if rec := serve(eoshttp.Handler(a, eoshttp.Forward(nil), eoshttp.Stale())); rec.Code != http.StatusOK || rec.Body.String() != "7" || rec.Header().Get(eoshttp.StaleHeader) == "" {
+		t.Errorf("with Stale, the owner answering stale: %d %q (stale %q), want its 200 7, marked", rec.Code, rec.Body, rec.Header().Get(eoshttp.StaleHeader))
+	}
+	mu.Lock()
+	if !slices.Equal(askedStale, []bool{false, true}) {
+		t.Errorf("the owner was asked to allow staleness %v, want only by the handler with Stale", askedStale)
+	}
+	mu.Unlock()
+	stop()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
 		}
 	}
 }

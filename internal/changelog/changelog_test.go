@@ -209,6 +209,52 @@ func TestRestoreAppliesOnlyCommittedTransactions(t *testing.T) {
 	}
 }
 
+// With Stable (a standby's catch-up), a restore reads to the last stable
+// offset and returns at once over a transaction open there, without its
+// records; the next one, once it committed, takes them.
+func TestAStableRestoreDoesNotWaitForAnOpenTransaction(t *testing.T) {
+	k := integration.Kafka(t)
+	topic := newChangelog(t, k)
+	w := newWriter(t, k, topic)
+	for i := range 6 {
+		w.txn(7, 10, i%3 != 1)
+	}
+	open := k.Client(kgo.TransactionalID(integration.UniqueName(t, "open")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 1, Key: []byte("p1-late"), Value: []byte("committed late")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	lso, hwm := offsets(t, k, topic, 1)
+	if lso >= hwm {
+		t.Fatalf("last stable offset %d, high watermark %d: the open transaction does not show", lso, hwm)
+	}
+	r := restorer(t, seeds(k))
+	s := state.NewMemory()
+	opts := changelog.Options{Timeout: 20 * time.Second, FetchMaxBytes: 512, Logger: quiet(), Stable: true}
+	start := time.Now()
+	res, err := r.Restore(ctx, topic, 1, s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second || res.To != lso || !maps.Equal(contents(t, s), w.want[1]) {
+		t.Fatalf("over an open transaction: %+v in %s, %d keys; want to %d at once, the %d committed keys", res, took, len(contents(t, s)), lso, len(w.want[1]))
+	}
+	if err := open.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	w.want[1]["p1-late"] = "committed late"
+	if _, err := r.Restore(ctx, topic, 1, s, opts); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(t, s); !maps.Equal(got, w.want[1]) {
+		t.Fatalf("once it committed: %d keys, want %d with p1-late", len(got), len(w.want[1]))
+	}
+}
+
 // A store restored once and reopened reads only the changelog's tail.
 func TestRestoreFromACheckpointReadsOnlyTheTail(t *testing.T) {
 	k := integration.Kafka(t)

@@ -58,6 +58,13 @@ type Options struct {
 	// Logger gets one line per restore at Info, and one at Warn when a
 	// store is wiped (default: slog.Default()). Never a key or value.
 	Logger *slog.Logger
+	// Stable reads up to the last stable offset listed when the restore
+	// starts, not the high watermark: what is committed now, without
+	// waiting for a transaction open on the partition to end (a
+	// standby's catch-up, which the next one takes further). A restore
+	// that takes a partition over must not: the previous owner's last
+	// transaction may commit after its offsets did.
+	Stable bool
 }
 
 // Result says what a restore did.
@@ -322,6 +329,19 @@ func (rs *restore) locate(ctx context.Context) error {
 		offs[i] = l.Offset
 	}
 	rs.startOff, rs.high, rs.target = offs[0], offs[1], offs[1]
+	if rs.o.Stable {
+		lo, err := rs.r.adm.ListCommittedOffsets(ctx, rs.topic)
+		l, ok := lo.Lookup(rs.topic, rs.partition)
+		switch {
+		case ok && l.Err != nil:
+			return rs.refused(l.Err)
+		case !ok && err != nil:
+			return rs.refused(err)
+		case !ok:
+			return errors.New("no last stable offset listed for the partition")
+		}
+		rs.target = min(l.Offset, rs.high)
+	}
 	return nil
 }
 

@@ -139,9 +139,12 @@ func Factory(root string, o *pebble.Options, opts ...Option) state.Factory {
 // given): 16 MiB, as Kafka Streams gives its RocksDB stores
 // (write_buffer_size), not pebble's 4 MiB, which a restore of a
 // partition larger than a few MiB flushes again and again (restoring
-// about 40% slower, `make bench`'s restore part). A store may hold two
-// of them at once (pebble's MemTableStopWritesThreshold) while one
-// flushes: with many partitions on one instance, give a smaller size.
+// 10 to 20% slower, `make bench`'s restore part). A store written to
+// may hold two of them at once (pebble's MemTableStopWritesThreshold)
+// while one flushes, and every open store counts: the partitions an
+// instance owns, its standbys (eos.Standbys) and the stores it keeps of
+// partitions taken away. With many of them on one instance, give a
+// smaller size.
 const DefaultMemTableSize = 16 << 20
 
 // DefaultSyncEvery is how often a store syncs its log by default.

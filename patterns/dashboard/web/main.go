@@ -119,6 +119,9 @@ func (cfg *Config) parse(fs *flag.FlagSet, args []string) error {
 // run runs the two processors and the HTTP server until ctx ends or one
 // of them fails.
 func run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if cfg.Listener != nil {
+		defer cfg.Listener.Close() // closed by Shutdown too, unless run fails before serving
+	}
 	if cfg.Instance == "" {
 		return errors.New("-instance is required: each instance's stable name")
 	}
@@ -146,12 +149,12 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	errs := make(chan error, 2)
 	go func() { errs <- eos.RunTogether(ctx, totals, days) }()
 	go func() {
-		serve := srv.ListenAndServe
+		serve, addr := srv.ListenAndServe, cfg.HTTP
 		if cfg.Listener != nil {
-			serve = func() error { return srv.Serve(cfg.Listener) }
+			serve, addr = func() error { return srv.Serve(cfg.Listener) }, cfg.Listener.Addr().String()
 		}
 		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("serve %s: %w", cfg.HTTP, err)
+			errs <- fmt.Errorf("serve %s: %w", addr, err)
 			return
 		}
 		errs <- nil

@@ -213,8 +213,8 @@ func TestThePageShowsTheExactTotalsThroughAKill(t *testing.T) {
 	if err := b.child.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// Its port held from now on (requests to it wait, then time out),
-	// for its restart.
+	// Its port held from just after its death (requests to it wait,
+	// then time out) to its restart.
 	bListener := listen(t, strings.TrimPrefix(b.url, "http://"))
 	running = []*instance{a}
 	waitFor("that it waits for the killed instance's partitions", func(s shown) bool { return s.State == "incomplete" })
