@@ -60,20 +60,7 @@ func TestEachInstanceAnswersItsKeysAndRedirectsTheOthers(t *testing.T) {
 	for _, p := range procs {
 		go func() { done <- p.Run(runCtx) }()
 	}
-	adm := kadm.NewClient(seed)
-	for {
-		offsets, err := adm.FetchOffsets(ctx, "counts")
-		var at int64
-		offsets.Each(func(o kadm.OffsetResponse) { at += o.At })
-		if err == nil && at == 120 && len(procs[0].State().Partitions()) > 0 && len(procs[1].State().Partitions()) > 0 &&
-			len(procs[0].State().Partitions())+len(procs[1].State().Partitions()) == 3 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the two instances did not split the partitions and count every report")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCounted(t, ctx, seed, nil, procs...)
 	for key, n := range want {
 		answered := 0
 		for i, p := range procs {
@@ -150,20 +137,7 @@ func TestAnyInstanceAnswersEveryKeyByForwarding(t *testing.T) {
 	for _, in := range insts {
 		go func() { done <- in.p.Run(runCtx) }()
 	}
-	adm := kadm.NewClient(seed)
-	for {
-		offsets, err := adm.FetchOffsets(ctx, "counts")
-		var at int64
-		offsets.Each(func(o kadm.OffsetResponse) { at += o.At })
-		a, b := len(insts[0].p.State().Partitions()), len(insts[1].p.State().Partitions())
-		if err == nil && at == 120 && a > 0 && b > 0 && a+b == 3 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the two instances did not split the partitions and count every report")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCounted(t, ctx, seed, nil, insts[0].p, insts[1].p)
 	get := func(in instance, key string, forwarded bool) (*http.Response, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, in.srv.URL+"/state/"+url.PathEscape(key), nil)
 		if forwarded {
@@ -243,6 +217,34 @@ func TestEndpointRefusals(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Setting != "Endpoint" {
 			t.Errorf("%s: %v, want a ConfigError for Endpoint", name, err)
 		}
+	}
+}
+
+// waitCounted waits until procs split reportsCluster's three partitions
+// (each holding some), every report's offset is committed in group
+// "counts", and more holds (nil: nothing more); it fails the test at
+// ctx's end.
+func waitCounted(t *testing.T, ctx context.Context, seed *kgo.Client, more func() bool, procs ...*eos.Processor) {
+	t.Helper()
+	adm := kadm.NewClient(seed)
+	for {
+		offsets, err := adm.FetchOffsets(ctx, "counts")
+		var at int64
+		offsets.Each(func(o kadm.OffsetResponse) { at += o.At })
+		held := 0
+		split := err == nil && at == 120
+		for _, p := range procs {
+			n := len(p.State().Partitions())
+			split = split && n > 0
+			held += n
+		}
+		if split && held == 3 && (more == nil || more()) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the instances did not split the partitions and count every report")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

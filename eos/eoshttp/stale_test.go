@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/eos/eoshttp"
 )
@@ -51,20 +49,7 @@ func TestAStandbyAnswersMarkedStaleOnlyWhenAllowed(t *testing.T) {
 		go func() { done <- in.p.Run(runCtx) }()
 	}
 	a, b := insts[0], insts[1]
-	adm := kadm.NewClient(seed)
-	for {
-		offsets, err := adm.FetchOffsets(ctx, "counts")
-		var at int64
-		offsets.Each(func(o kadm.OffsetResponse) { at += o.At })
-		pa, pb := a.p.State().Partitions(), b.p.State().Partitions()
-		if err == nil && at == 120 && len(pa) > 0 && len(pb) > 0 && len(pa)+len(pb) == 3 && slices.Equal(a.p.State().Standbys(), pb) {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the two instances did not split the partitions, count every report and keep standbys")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCounted(t, ctx, seed, func() bool { return slices.Equal(a.p.State().Standbys(), b.p.State().Partitions()) }, a.p, b.p)
 	time.Sleep(2500 * time.Millisecond) // a catch-up past the last commit
 	serve := func(h http.Handler, key string) *httptest.ResponseRecorder {
 		mux := http.NewServeMux()
@@ -155,20 +140,7 @@ func TestAStaleAnswerIsRelayedOnlyWhereAllowed(t *testing.T) {
 	for _, p := range []*eos.Processor{a, c} {
 		go func() { done <- p.Run(runCtx) }()
 	}
-	adm := kadm.NewClient(seed)
-	for {
-		offsets, err := adm.FetchOffsets(ctx, "counts")
-		var at int64
-		offsets.Each(func(o kadm.OffsetResponse) { at += o.At })
-		pa, pc := a.State().Partitions(), c.State().Partitions()
-		if err == nil && at == 120 && len(pa) > 0 && len(pc) > 0 && len(pa)+len(pc) == 3 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the two instances did not split the partitions")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCounted(t, ctx, seed, nil, a, c)
 	key := ""
 	for i := range 12 {
 		if k := "region/" + strconv.Itoa(i); slices.Contains(c.State().Partitions(), mustPartition(t, a, k)) {

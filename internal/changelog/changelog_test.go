@@ -150,6 +150,23 @@ func offsets(t *testing.T, k *integration.KafkaCluster, topic string, p int32) (
 	return lc.Offset, le.Offset
 }
 
+// openTransaction leaves a transaction open on partition 1 of topic,
+// holding the key p1-late ("committed late"), and returns its client.
+func openTransaction(t *testing.T, ctx context.Context, k *integration.KafkaCluster, topic string) *kgo.Client {
+	t.Helper()
+	open := k.Client(kgo.TransactionalID(integration.UniqueName(t, "open")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 1, Key: []byte("p1-late"), Value: []byte("committed late")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if lso, hwm := offsets(t, k, topic, 1); lso >= hwm {
+		t.Fatalf("partition 1: last stable offset %d, high watermark %d: the open transaction does not show", lso, hwm)
+	}
+	return open
+}
+
 // Restore applies what committed and nothing that aborted, on every
 // partition, including one whose log ends with an aborted transaction
 // (a consumer would never see a record at its end), and waits for a
@@ -166,20 +183,10 @@ func TestRestoreAppliesOnlyCommittedTransactions(t *testing.T) {
 	}
 	w.txn(5, 10, false) // the log ends aborted
 
-	open := k.Client(kgo.TransactionalID(integration.UniqueName(t, "open")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := open.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := open.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 1, Key: []byte("p1-late"), Value: []byte("committed late")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	open := openTransaction(t, ctx, k, topic)
 	w.want[1]["p1-late"] = "committed late"
-	lso, hwm := offsets(t, k, topic, 1)
-	if lso >= hwm {
-		t.Fatalf("partition 1: last stable offset %d, high watermark %d: the open transaction does not show", lso, hwm)
-	}
 	const late = 2 * time.Second
 	ended := make(chan error, 1)
 	time.AfterFunc(late, func() { ended <- open.EndTransaction(context.Background(), kgo.TryCommit) })
@@ -219,19 +226,10 @@ func TestAStableRestoreDoesNotWaitForAnOpenTransaction(t *testing.T) {
 	for i := range 6 {
 		w.txn(7, 10, i%3 != 1)
 	}
-	open := k.Client(kgo.TransactionalID(integration.UniqueName(t, "open")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := open.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := open.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 1, Key: []byte("p1-late"), Value: []byte("committed late")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	lso, hwm := offsets(t, k, topic, 1)
-	if lso >= hwm {
-		t.Fatalf("last stable offset %d, high watermark %d: the open transaction does not show", lso, hwm)
-	}
+	open := openTransaction(t, ctx, k, topic)
+	lso, _ := offsets(t, k, topic, 1)
 	r := restorer(t, seeds(k))
 	s := state.NewMemory()
 	opts := changelog.Options{Timeout: 20 * time.Second, FetchMaxBytes: 512, Logger: quiet(), Stable: true}

@@ -312,10 +312,12 @@ func (rs *restore) locate(ctx context.Context) error {
 		return errors.New("partition has no leader")
 	}
 	rs.id, rs.leader = state.TopicID(td.ID), pd.Leader
-	var offs [2]int64
-	for i, list := range []func(context.Context, ...string) (kadm.ListedOffsets, error){
-		rs.r.adm.ListStartOffsets, rs.r.adm.ListEndOffsets,
-	} {
+	lists := []func(context.Context, ...string) (kadm.ListedOffsets, error){rs.r.adm.ListStartOffsets, rs.r.adm.ListEndOffsets}
+	if rs.o.Stable {
+		lists = append(lists, rs.r.adm.ListCommittedOffsets) // the last stable offset
+	}
+	offs := make([]int64, len(lists))
+	for i, list := range lists {
 		lo, err := list(ctx, rs.topic)
 		l, ok := lo.Lookup(rs.topic, rs.partition)
 		switch {
@@ -330,17 +332,7 @@ func (rs *restore) locate(ctx context.Context) error {
 	}
 	rs.startOff, rs.high, rs.target = offs[0], offs[1], offs[1]
 	if rs.o.Stable {
-		lo, err := rs.r.adm.ListCommittedOffsets(ctx, rs.topic)
-		l, ok := lo.Lookup(rs.topic, rs.partition)
-		switch {
-		case ok && l.Err != nil:
-			return rs.refused(l.Err)
-		case !ok && err != nil:
-			return rs.refused(err)
-		case !ok:
-			return errors.New("no last stable offset listed for the partition")
-		}
-		rs.target = min(l.Offset, rs.high)
+		rs.target = min(offs[2], rs.high)
 	}
 	return nil
 }
