@@ -58,8 +58,10 @@ func (v *StateView) StandbyLookup(ctx context.Context, key []byte) (value []byte
 // nil: the first) to end (exclusive; nil: past the last), in key order,
 // until it returns false, as [StateView.StandbyLookup] says: stale, as
 // of asOf, a *[NotHeldError] without a standby caught up, ctx's error
-// when a catch-up under way outlasts it. The standby's catch-ups wait
-// while fn runs: keep it short.
+// when a catch-up's write under way outlasts it. The standby's
+// catch-up, and a restore taking the partition over here, wait while fn
+// runs: keep it short, and call neither the view nor the processor from
+// it.
 func (v *StateView) StandbyScan(ctx context.Context, partition int32, start, end []byte, fn func(key, value []byte) bool) (asOf time.Time, err error) {
 	return v.ks.readStandby(ctx, partition, func(s state.Reader) error {
 		return state.Scan(s, start, end, func(k, val []byte) bool {
