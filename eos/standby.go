@@ -121,8 +121,9 @@ var errStandbyGone = fmt.Errorf("eos: the standby was taken over or closed: %w",
 // (Reset) makes it unreadable as stale until a catch-up succeeds.
 type followed struct {
 	state.Store
-	sb *standby
-	ks *keyedState
+	sb   *standby
+	ks   *keyedState
+	part int32
 }
 
 func (f followed) Apply(ws []state.Write, cp state.Checkpoint) error {
@@ -140,8 +141,12 @@ func (f followed) Reset(cp state.Checkpoint) error {
 	if f.sb.gone {
 		return errStandbyGone
 	}
+	// Wiped: neither readable as stale nor warm until caught up again.
 	f.ks.mu.Lock()
-	f.sb.caughtAt = time.Time{}
+	f.sb.caughtAt, f.sb.caught = time.Time{}, false
+	if f.ks.standbys[f.part] == f.sb {
+		f.ks.noteWarmLocked()
+	}
 	f.ks.mu.Unlock()
 	return f.Store.Reset(cp)
 }
@@ -159,6 +164,32 @@ func closeStandby(sb *standby) {
 	if sb.store != nil {
 		_ = sb.store.Close()
 	}
+}
+
+// dropStandby closes part's standby sb, unless a restore took it over
+// first: it stays in ks.standbys until its store is closed, so that a
+// restore assigned meanwhile either takes it (takeStandby) or finds it
+// gone, closed, and opens the store afresh (never beside it: pebble
+// locks its directory).
+func (ks *keyedState) dropStandby(part int32, sb *standby) {
+	sb.lock()
+	defer sb.unlock()
+	ks.mu.RLock()
+	current := ks.standbys[part] == sb
+	ks.mu.RUnlock()
+	if !current {
+		return // taken over while this waited: the restore's now
+	}
+	sb.gone = true
+	if sb.store != nil {
+		_ = sb.store.Close()
+	}
+	ks.mu.Lock()
+	if ks.standbys[part] == sb {
+		delete(ks.standbys, part)
+		ks.noteWarmLocked()
+	}
+	ks.mu.Unlock()
 }
 
 func newStandby(s state.Store, caught bool) *standby {
@@ -247,7 +278,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 	if !planned {
 		want = standbyPartitions(owners, view.members, self, ks.cfg.standbys)
 	}
-	var drop []*standby
+	drop := map[int32]*standby{}
 	ks.mu.Lock()
 	ks.marksMu.Lock()
 	busy := func(part int32) bool { // this instance owns it, or is about to
@@ -258,9 +289,8 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 		// A partition nobody holds (a rebalance under way: maybe this
 		// instance's next) keeps its standby; one another member holds
 		// without this one among its standbys loses it.
-		if owner := owners[part]; owner != "" && owner != self && !slices.Contains(want, part) {
-			delete(ks.standbys, part)
-			drop = append(drop, sb)
+		if owner := owners[part]; owner != "" && owner != self && !slices.Contains(want, part) && !busy(part) {
+			drop[part] = sb
 		}
 	}
 	var open []int32
@@ -282,11 +312,10 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 	ks.noteWarmLocked()
 	ks.marksMu.Unlock()
 	ks.mu.Unlock()
-	// No catch-up runs now (they run on this goroutine), and the stores
-	// dropped left the map: only a stale read that found them before
-	// may still read them.
-	for _, sb := range drop {
-		closeStandby(sb)
+	// No catch-up runs now (they run on this goroutine); a stale read or
+	// a takeover under way is waited for.
+	for part, sb := range drop {
+		ks.dropStandby(part, sb)
 	}
 	for _, part := range open {
 		if ctx.Err() != nil {
@@ -345,7 +374,7 @@ func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Resto
 			// What is committed now (Stable): a transaction the owner
 			// left open holds no catch-up, nor the others after it.
 			started := time.Now()
-			_, err := r.Restore(catchUp, ks.cfg.changelog, part, followed{sb.store, sb, ks}, changelog.Options{Timeout: 30 * time.Second, Logger: logger, Stable: true})
+			_, err := r.Restore(catchUp, ks.cfg.changelog, part, followed{sb.store, sb, ks, part}, changelog.Options{Timeout: 30 * time.Second, Logger: logger, Stable: true})
 			switch {
 			case err != nil && catchUp.Err() == nil && !errors.Is(err, errStandbyGone):
 				logger.Warn("eos: a standby's catch-up failed; it tries again", "partition", part, "err", err)
@@ -406,6 +435,9 @@ func (ks *keyedState) takeStandby(p int32) (state.Store, bool) {
 	// cancelled catch-up's later writes fail (gone).
 	sb.lock()
 	defer sb.unlock()
+	if sb.gone {
+		return nil, false // closed meanwhile (dropStandby): opened afresh
+	}
 	sb.gone = true
 	return sb.store, sb.store != nil
 }

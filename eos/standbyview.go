@@ -27,9 +27,11 @@ func (v *StateView) Standbys() []int32 {
 // keeps of the key's partition (see [Standbys]), and whether it has one
 // there: a stale value, the owner's as its committed changelog held it
 // when the standby's last successful catch-up began, at asOf (a
-// catch-up runs every second; while they fail, asOf stays behind), and
-// possibly part of the owner's next transaction (a catch-up applies
-// fetch by fetch). It is for a reader that would rather have an old
+// catch-up runs every second; while they fail, asOf stays behind; and
+// while a transaction its owner left open holds the changelog's last
+// stable offset, what committed after it is missing, until the broker
+// aborts it), and possibly part of the owner's next transaction (a
+// catch-up applies fetch by fetch). It is for a reader that would rather have an old
 // value than none, when the owner cannot answer: it is gone and the
 // group has not moved its partitions yet, or it cannot be reached.
 // Never take it for the current value: the owner may have committed
@@ -57,7 +59,7 @@ func (v *StateView) StandbyLookup(ctx context.Context, key []byte) (value []byte
 // instance keeps of partition: fn gets its keys from start (inclusive;
 // nil: the first) to end (exclusive; nil: past the last), in key order,
 // until it returns false, as [StateView.StandbyLookup] says: stale, as
-// of asOf, a *[NotHeldError] without a standby caught up, ctx's error
+// of asOf, possibly with part of the owner's next transaction, a *[NotHeldError] without a standby caught up, ctx's error
 // when a catch-up's write under way outlasts it. The standby's
 // catch-up, and a restore taking the partition over here, wait while fn
 // runs: keep it short, and call neither the view nor the processor from

@@ -64,12 +64,16 @@
 // keeps one caught up: 200 or 404 as above, with the header Eoskit-Stale
 // giving when the standby's last catch-up began (RFC 3339), never
 // without it. A stale answer is the owner's committed value of that
-// moment, not now's: it may be older than one answered before. Only
-// this instance's standby answers (a request is not sent to another's
-// for it), and only Handler's keys ([Partition] never answers stale). A
-// partition restoring here has no standby any more (the restore took it
-// over): 503. A request forwarded by a handler without Stale is never
-// answered stale, and such a handler relays no stale answer.
+// moment, not now's: it may be older than one answered before, and
+// older than that time says while a transaction its owner left open
+// holds back what committed after it (until the broker aborts it). Only
+// this instance's standby answers: a forwarded request is never answered
+// stale (its owner, asked again by the group's description, answers
+// current or 421 or 503, and the instance that forwarded it falls back
+// on its own standby), and only Handler's keys ([Partition] never
+// answers stale). A partition restoring here has no standby any more
+// (the restore took it over): 503. A handler without Stale relays no
+// stale answer.
 package eoshttp
 
 import (
@@ -94,10 +98,6 @@ const PartitionHeader = "Eoskit-Partition"
 // ForwardedHeader marks a request forwarded to its key's owner (it is
 // never forwarded again), and names the owner on the answer relayed.
 const ForwardedHeader = "Eoskit-Forwarded"
-
-// allowStaleHeader marks a request forwarded by a handler with Stale: the
-// owner, if it has Stale too, may answer it from a standby.
-const allowStaleHeader = "Eoskit-Allow-Stale"
 
 // StaleHeader marks an answer read from a standby replica (see [Stale]):
 // when it last caught up with its owner's committed changelog, in RFC
@@ -232,10 +232,11 @@ func handler(src Source, opts []Option, serve func(http.ResponseWriter, *http.Re
 // With Stale, a key's (key not nil) standby answers instead of a 421 or
 // a 503, the owner's or this instance's, when it can.
 func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh *eos.NotHeldError, key []byte) {
-	// A forwarded request is answered stale only when the handler that
-	// forwarded it allows it too.
+	// A forwarded request is never answered stale: it was sent here as
+	// to the owner, whose answer is current or none; the instance that
+	// forwarded it falls back on its own standby.
 	forwarded := r.Header.Get(ForwardedHeader) != ""
-	stale := o.stale && key != nil && (!forwarded || r.Header.Get(allowStaleHeader) != "")
+	stale := o.stale && key != nil && !forwarded
 	answer := func(refuse func()) {
 		if !stale || !serveStale(w, r, src.State(), key) {
 			refuse()
@@ -252,7 +253,10 @@ func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh
 	if o.forward && !forwarded {
 		if owner, err := src.State().PartitionOwner(r.Context(), nh.Partition); err == nil && !owner.Self && owner.Endpoint != "" {
 			if !o.relay(w, r, owner.Endpoint, stale) {
-				answer(func() { unavailable(w, "eoshttp: the key's owner did not answer, or was not ready") })
+				answer(func() {
+					w.Header().Set(ForwardedHeader, owner.Endpoint)
+					unavailable(w, "eoshttp: the key's owner did not answer, was not ready, or did not hold it")
+				})
 			}
 			return
 		}
@@ -292,7 +296,7 @@ func serveStale(w http.ResponseWriter, r *http.Request, view *eos.StateView, key
 // relay forwards r to the owner at endpoint and writes its answer, and
 // reports whether it wrote one: not when the owner did not answer, nor,
 // when orStale (a stale answer may be given instead), when it answered
-// 503.
+// 503 or 421 (it does not hold the partition now).
 func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string, orStale bool) bool {
 	target := strings.TrimSuffix(endpoint, "/") + r.URL.EscapedPath()
 	if r.URL.RawQuery != "" {
@@ -309,24 +313,25 @@ func (o *options) relay(w http.ResponseWriter, r *http.Request, endpoint string,
 		}
 	}
 	req.Header.Set(ForwardedHeader, "1")
-	if orStale {
-		req.Header.Set(allowStaleHeader, "1")
-	}
 	resp, err := o.client.Do(req)
 	if err != nil {
 		return false
 	}
 	defer resp.Body.Close()
 	switch {
-	case orStale && resp.StatusCode == http.StatusServiceUnavailable:
+	case orStale && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusMisdirectedRequest):
 		return false
-	case !orStale && resp.Header.Get(StaleHeader) != "":
-		// An owner answering stale a request it was not allowed to (an
-		// eoskit before this rule): not relayed as current.
+	case resp.Header.Get(StaleHeader) != "":
+		// A forwarded request answered stale (by an eoskit before this
+		// rule, or another server): never relayed.
+		if orStale {
+			return false // this instance's own standby may answer
+		}
+		w.Header().Set(ForwardedHeader, endpoint)
 		unavailable(w, "eoshttp: the key's owner answered only from a standby")
 		return true
 	}
-	for _, h := range []string{"Content-Type", "Retry-After", "Www-Authenticate", PartitionHeader, StaleHeader} {
+	for _, h := range []string{"Content-Type", "Retry-After", "Www-Authenticate", PartitionHeader} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
