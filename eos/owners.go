@@ -102,6 +102,10 @@ type owners struct {
 	at   time.Time
 	view groupView
 	err  error
+	// refreshing is closed when the description under way ends (nil:
+	// none runs): one at a time serves every caller, each waiting for it
+	// no longer than its own ctx.
+	refreshing chan struct{}
 }
 
 // groupView is what a description of the group shows.
@@ -119,53 +123,79 @@ type groupView struct {
 }
 
 // endpoint returns the endpoint of partition p's owner, from a
-// description at most ownersRefresh old.
+// description at most ownersRefresh old (ownersRetry when the last failed
+// or showed nobody holding p), waiting for one no longer than ctx.
 func (o *owners) endpoint(ctx context.Context, p int32) (string, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	_, listed := o.view.byPart[p]
-	if age := time.Since(o.at); age > ownersRefresh || (age > ownersRetry && (o.err != nil || !listed)) {
-		// The description serves every caller: a caller's own end
-		// neither cuts nor fails it.
-		o.refreshLocked(ctx)
+	v, err := o.current(ctx, func(age time.Duration, v groupView, err error) bool {
+		_, listed := v.byPart[p]
+		return age > ownersRefresh || (age > ownersRetry && (err != nil || !listed))
+	})
+	if err != nil {
+		return "", fmt.Errorf("%w: describing the group %q: %w", ErrOwnerUnknown, o.group, err)
 	}
-	if o.err != nil {
-		return "", fmt.Errorf("%w: describing the group %q: %w", ErrOwnerUnknown, o.group, o.err)
-	}
-	ep, ok := o.view.byPart[p]
+	ep, ok := v.byPart[p]
 	if !ok || ep == "" {
 		return "", fmt.Errorf("%w: no member of %q holds partition %d with an endpoint", ErrOwnerUnknown, o.group, p)
 	}
 	return ep, nil
 }
 
-// refreshLocked describes the group again (o.mu held).
-func (o *owners) refreshLocked(ctx context.Context) {
-	o.view, o.err = o.describe(context.WithoutCancel(ctx))
-	o.at = time.Now()
+// current returns the group's description, described again first when
+// stale says the last one is too old: by the description under way, or
+// one it starts. The description serves every caller, and a caller's
+// end neither cuts nor fails it; a caller waits for it no longer than
+// its ctx, and gets ctx's error then. Its maps are never written again:
+// read them, do not change them.
+func (o *owners) current(ctx context.Context, stale func(age time.Duration, v groupView, err error) bool) (groupView, error) {
+	o.mu.Lock()
+	if !stale(time.Since(o.at), o.view, o.err) {
+		defer o.mu.Unlock()
+		return o.view, o.err
+	}
+	done := o.refreshing
+	if done == nil {
+		done = make(chan struct{})
+		o.refreshing = done
+		go o.refresh(o.cl, done)
+	}
+	o.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return groupView{}, ctx.Err()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.view, o.err
+}
+
+// refresh describes the group through cl (nil: a client of its own), and
+// closes done once the description is o's.
+func (o *owners) refresh(cl *kgo.Client, done chan struct{}) {
+	v, err := o.describe(cl)
+	o.mu.Lock()
+	o.view, o.err, o.at, o.refreshing = v, err, time.Now(), nil
+	o.mu.Unlock()
+	close(done)
 }
 
 // snapshot returns what the group's description shows, from one at most
-// ownersRefresh old (a copy: the caller's to keep).
+// ownersRefresh old, waiting for it no longer than ctx (a copy: the
+// caller's to keep).
 func (o *owners) snapshot(ctx context.Context) (groupView, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if time.Since(o.at) > ownersRefresh {
-		o.refreshLocked(ctx)
-	}
-	v := groupView{byPart: maps.Clone(o.view.byPart), members: slices.Clone(o.view.members), planned: map[string][]int32{}}
-	for ep, ps := range o.view.planned {
+	cur, err := o.current(ctx, func(age time.Duration, _ groupView, _ error) bool { return age > ownersRefresh })
+	v := groupView{byPart: maps.Clone(cur.byPart), members: slices.Clone(cur.members), planned: map[string][]int32{}}
+	for ep, ps := range cur.planned {
 		v.planned[ep] = slices.Clone(ps)
 	}
-	return v, o.err
+	return v, err
 }
 
 // describe reads the group's members' assignments, endpoints and
-// planned standbys (o.mu held).
-func (o *owners) describe(ctx context.Context) (groupView, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+// planned standbys through cl (nil: a client of its own), within 5 s.
+func (o *owners) describe(cl *kgo.Client) (groupView, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cl := o.cl // o.mu is held (refreshLocked)
 	if cl == nil {
 		var err error
 		if cl, err = kgo.NewClient(o.conn...); err != nil {
@@ -234,7 +264,9 @@ func (o *owners) describe(ctx context.Context) (groupView, error) {
 // holds it (ready or restoring: ask [StateView.Lookup]); else the
 // endpoint ([Endpoint]) of the member the group's description, at most a
 // second old (a tenth of one when the last showed nobody holding it),
-// shows holding it, or an error wrapping [ErrOwnerUnknown].
+// shows holding it, or an error wrapping [ErrOwnerUnknown]. It waits for
+// a description no longer than ctx (the error then wraps ctx's too);
+// the description goes on for the callers after it.
 // The description may be stale by a rebalance: the owner it names
 // checks again, and answers only for a partition it holds (a forwarded
 // read never returns another instance's value as current).

@@ -265,6 +265,9 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Restorer, self string, logger *slog.Logger) error {
 	view, err := ks.owners.snapshot(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopping
+		}
 		return err
 	}
 	owners := view.byPart

@@ -251,7 +251,12 @@ func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh
 		return
 	}
 	if o.forward && !forwarded {
-		if owner, err := src.State().PartitionOwner(r.Context(), nh.Partition); err == nil && !owner.Self && owner.Endpoint != "" {
+		// The group's description may be slow to come (brokers out of
+		// reach): a request waits for it a second at most.
+		lookup, cancel := context.WithTimeout(r.Context(), ownerWait)
+		owner, err := src.State().PartitionOwner(lookup, nh.Partition)
+		cancel()
+		if err == nil && !owner.Self && owner.Endpoint != "" {
 			if !o.relay(w, r, owner.Endpoint, stale) {
 				answer(func() {
 					w.Header().Set(ForwardedHeader, owner.Endpoint)
@@ -269,6 +274,10 @@ func (o *options) notHeld(w http.ResponseWriter, r *http.Request, src Source, nh
 		}{nh.Partition})
 	})
 }
+
+// ownerWait bounds a forwarding request's wait for the group's
+// description, which names the key's owner.
+const ownerWait = time.Second
 
 // staleWait bounds a stale read's wait for a standby's catch-up under way
 // (one can hang while the brokers do not answer).
