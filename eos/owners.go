@@ -97,7 +97,8 @@ type owners struct {
 
 	mu sync.Mutex
 	// cl describes the group while Run runs (start); outside, each
-	// description has a client of its own.
+	// description has a client of its own. A description started during
+	// Run may end after it, its client closed: its error is not kept.
 	cl   *kgo.Client
 	at   time.Time
 	view groupView
@@ -152,6 +153,10 @@ func (o *owners) current(ctx context.Context, stale func(age time.Duration, v gr
 		defer o.mu.Unlock()
 		return o.view, o.err
 	}
+	if err := ctx.Err(); err != nil {
+		o.mu.Unlock()
+		return groupView{}, err // a caller gone starts no description
+	}
 	done := o.refreshing
 	if done == nil {
 		done = make(chan struct{})
@@ -174,7 +179,12 @@ func (o *owners) current(ctx context.Context, stale func(age time.Duration, v gr
 func (o *owners) refresh(cl *kgo.Client, done chan struct{}) {
 	v, err := o.describe(cl)
 	o.mu.Lock()
-	o.view, o.err, o.at, o.refreshing = v, err, time.Now(), nil
+	if !errors.Is(err, kgo.ErrClientClosed) {
+		o.view, o.err, o.at = v, err, time.Now()
+	}
+	// Else Run's client, closed as Run returned: what was known stays,
+	// and the next caller that finds it old describes again.
+	o.refreshing = nil
 	o.mu.Unlock()
 	close(done)
 }
@@ -263,8 +273,8 @@ func (o *owners) describe(cl *kgo.Client) (groupView, error) {
 // Owner says where key's partition is served: Self when this instance
 // holds it (ready or restoring: ask [StateView.Lookup]); else the
 // endpoint ([Endpoint]) of the member the group's description, at most a
-// second old (a tenth of one when the last showed nobody holding it),
-// shows holding it, or an error wrapping [ErrOwnerUnknown]. It waits for
+// second old (a tenth of one when the last failed or showed nobody
+// holding it), shows holding it, or an error wrapping [ErrOwnerUnknown]. It waits for
 // a description no longer than ctx (the error then wraps ctx's too);
 // the description goes on for the callers after it.
 // The description may be stale by a rebalance: the owner it names
@@ -329,7 +339,8 @@ func endpointOpts(c *config, userClientID string) ([]kgo.Opt, error) {
 }
 
 // start gives the descriptions a client until the returned stop is
-// called (when Run returns).
+// called (when Run returns): a description under way then ends with
+// the client closed, and is not kept (refresh).
 func (o *owners) start() (stop func(), err error) {
 	cl, err := kgo.NewClient(o.conn...)
 	if err != nil {

@@ -230,6 +230,8 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 		for loop.Sleep(followCtx, standbyEvery) {
 			err := ks.followStandbysOnce(followCtx, r, p.cfg.endpoint, quiet)
 			switch {
+			case followCtx.Err() != nil:
+				// Stopping: neither a failure nor a recovery.
 			case err != nil && err.Error() != failing:
 				failing = err.Error()
 				p.logger.Warn("eos: standbys are not placed: the group cannot be described (Describe on the group?)", "err", err)
@@ -265,10 +267,7 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 func (ks *keyedState) followStandbysOnce(ctx context.Context, r *changelog.Restorer, self string, logger *slog.Logger) error {
 	view, err := ks.owners.snapshot(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopping
-		}
-		return err
+		return err // ctx's, when stopping: followStandbys logs nothing then
 	}
 	owners := view.byPart
 	if !slices.Contains(view.members, self) {
