@@ -190,15 +190,10 @@ func (o *owners) refresh(cl *kgo.Client, done chan struct{}) {
 }
 
 // snapshot returns what the group's description shows, from one at most
-// ownersRefresh old, waiting for it no longer than ctx (a copy: the
-// caller's to keep).
+// ownersRefresh old, waiting for it no longer than ctx (read it, do not
+// change it: see current).
 func (o *owners) snapshot(ctx context.Context) (groupView, error) {
-	cur, err := o.current(ctx, func(age time.Duration, _ groupView, _ error) bool { return age > ownersRefresh })
-	v := groupView{byPart: maps.Clone(cur.byPart), members: slices.Clone(cur.members), planned: map[string][]int32{}}
-	for ep, ps := range cur.planned {
-		v.planned[ep] = slices.Clone(ps)
-	}
-	return v, err
+	return o.current(ctx, func(age time.Duration, _ groupView, _ error) bool { return age > ownersRefresh })
 }
 
 // describe reads the group's members' assignments, endpoints and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -154,20 +155,10 @@ func (f followed) Reset(cp state.Checkpoint) error {
 // Close is not the catch-up's to do: the standby's owner closes it.
 func (followed) Close() error { return nil }
 
-// closeStandby closes sb's store, once no read nor write is under way,
-// and marks it gone (sb out of ks.standbys already; ks.mu not held: a
-// stale read holds the turn, then ks.mu).
-func closeStandby(sb *standby) {
-	sb.lock()
-	defer sb.unlock()
-	sb.gone = true
-	if sb.store != nil {
-		_ = sb.store.Close()
-	}
-}
-
-// dropStandby closes part's standby sb, unless a restore took it over
-// first: it stays in ks.standbys until its store is closed, so that a
+// dropStandby closes part's standby sb, once no read nor write is under
+// way (ks.mu not held: a stale read holds the turn, then ks.mu), unless a
+// restore took it over first: it stays in ks.standbys until its store
+// is closed, so that a
 // restore assigned meanwhile either takes it (takeStandby) or finds it
 // gone, closed, and opens the store afresh (never beside it: pebble
 // locks its directory).
@@ -245,18 +236,13 @@ func (p *Processor) followStandbys(ctx context.Context) (stop func(), err error)
 		cancel()
 		<-done
 		r.Close()
-		ks.mu.Lock()
-		closing := make([]*standby, 0, len(ks.standbys))
-		for part, sb := range ks.standbys {
-			delete(ks.standbys, part)
-			closing = append(closing, sb)
-		}
-		ks.noteWarmLocked()
-		ks.mu.Unlock()
+		ks.mu.RLock()
+		closing := maps.Clone(ks.standbys)
+		ks.mu.RUnlock()
 		// A stale read holds a standby's turn, then ks.mu: its turn is
 		// waited for with ks.mu free.
-		for _, sb := range closing {
-			closeStandby(sb)
+		for part, sb := range closing {
+			ks.dropStandby(part, sb)
 		}
 	}, nil
 }

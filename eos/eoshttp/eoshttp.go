@@ -194,11 +194,8 @@ func Handler(src Source, opts ...Option) http.Handler {
 			o.notHeld(w, r, src, notHeld, []byte(key))
 		case err != nil:
 			http.Error(w, "eoshttp: the state could not be read", http.StatusInternalServerError)
-		case !ok:
-			http.Error(w, "eoshttp: no value", http.StatusNotFound)
 		default:
-			w.Header().Set("Content-Type", "application/octet-stream")
-			_, _ = w.Write(value)
+			writeValue(w, value, ok)
 		}
 	})
 }
@@ -293,13 +290,18 @@ func serveStale(w http.ResponseWriter, r *http.Request, view *eos.StateView, key
 		return false
 	}
 	w.Header().Set(StaleHeader, asOf.UTC().Format(time.RFC3339Nano))
-	if !ok {
-		http.Error(w, "eoshttp: no value (stale: read from a standby)", http.StatusNotFound)
-		return true
+	writeValue(w, value, ok)
+	return true
+}
+
+// writeValue answers a key's value: 200 with it when found, else 404.
+func writeValue(w http.ResponseWriter, value []byte, found bool) {
+	if !found {
+		http.Error(w, "eoshttp: no value", http.StatusNotFound)
+		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	_, _ = w.Write(value)
-	return true
 }
 
 // relay forwards r to the owner at endpoint and writes its answer, and
