@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -515,10 +516,14 @@ func (ks *keyedState) prepareJoins(ctx context.Context, fetches kgo.Fetches, pol
 				wait = min(wait, inTxnTableWait)
 			}
 			var pos, at int64
-			if pos, err = tablePosition(ps.store, f.topic); err != nil {
+			var id kadm.TopicID
+			if pos, id, err = tablePosition(ps.store, f.topic); err != nil {
 				return
 			}
-			if at, err = tablePosition(ps.txn, f.topic); err != nil {
+			if err = f.sameTopic(p, id); err != nil {
+				return
+			}
+			if at, _, err = tablePosition(ps.txn, f.topic); err != nil {
 				return
 			}
 			err = f.prepare(ctx, p, pos, at, latest[p], wait)

@@ -2,13 +2,16 @@ package eos
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -52,9 +55,11 @@ import (
 //
 // What breaks it: a table topic whose partition count differs from the
 // input's (a *[eoskit.ConfigError] at Run), or keyed by another
-// partitioner than the input; a table topic created again or truncated
-// so that it ends before the position the state holds (Run ends with a
-// *[eoskit.ConfigError]). The table doubles in the changelog: each table
+// partitioner than the input; a table topic deleted, created again or
+// truncated (Run ends with a *[eoskit.ConfigError]: the position in the
+// state carries the topic's ID; a topic deleted while followed is
+// noticed after a few fetches, the transactions before that meeting
+// the table the state holds). The table doubles in the changelog: each table
 // record is written there once more, in the transaction of the first
 // input record that reaches its time, and a newly met partition's
 // catch-up is one transaction (see docs/state.md for its limit).
@@ -133,20 +138,41 @@ func tablePositionKey(topic string) []byte {
 	return []byte(state.ReservedPrefix + "table-position/" + topic)
 }
 
-// tablePosition reads the position of topic's table in kv (0 before its
-// first record).
+// tablePosition reads the position of topic's table in kv: the offset
+// of the next table record to apply (0 before its first record), and the
+// ID of the topic the records applied came from (zero before the first,
+// or in state written before positions kept it).
 func tablePosition(kv interface {
 	Get(key []byte) ([]byte, bool, error)
-}, topic string) (int64, error) {
+}, topic string) (int64, kadm.TopicID, error) {
+	var id kadm.TopicID
 	v, ok, err := kv.Get(tablePositionKey(topic))
 	if err != nil || !ok {
-		return 0, err
+		return 0, id, err
 	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
+	off, idHex, withID := strings.Cut(string(v), "/")
+	n, err := strconv.ParseInt(off, 10, 64)
+	if err == nil && withID {
+		var raw []byte
+		if raw, err = hex.DecodeString(idHex); err == nil && len(raw) != len(id) {
+			err = errors.New("no topic ID")
+		}
+		copy(id[:], raw)
+	}
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("eos: table %q: a position %q that is no offset in the keyed state", topic, v)
+		return 0, id, fmt.Errorf("eos: table %q: a position %q that is no offset (and topic ID) in the keyed state", topic, v)
 	}
-	return n, nil
+	return n, id, nil
+}
+
+// appendTablePosition appends the position tablePosition reads: offset,
+// then, unless id is zero, "/" and id in hex.
+func appendTablePosition(b []byte, offset int64, id kadm.TopicID) []byte {
+	b = strconv.AppendInt(b, offset, 10)
+	if id != (kadm.TopicID{}) {
+		b = hex.AppendEncode(append(b, '/'), id[:])
+	}
+	return b
 }
 
 // validateJoined checks the co-partitioned tables' settings.
@@ -230,7 +256,8 @@ func (p *Processor) followTables(ctx context.Context) (stop func(), err error) {
 		}
 	}
 	for _, t := range p.cfg.joined {
-		if err := p.checkTable(ctx, t); err != nil {
+		id, err := p.checkTable(ctx, t)
+		if err != nil {
 			stop()
 			return nil, err
 		}
@@ -245,6 +272,7 @@ func (p *Processor) followTables(ctx context.Context) (stop func(), err error) {
 			stop()
 			return nil, err
 		}
+		f.id = id
 		followers[t] = f
 	}
 	p.handlerState.joins.mu.Lock()
@@ -254,26 +282,26 @@ func (p *Processor) followTables(ctx context.Context) (stop func(), err error) {
 }
 
 // checkTable refuses a table topic missing, unreadable, or with another
-// partition count than the input's.
-func (p *Processor) checkTable(ctx context.Context, t *Table) error {
+// partition count than the input's, and returns its ID.
+func (p *Processor) checkTable(ctx context.Context, t *Table) (kadm.TopicID, error) {
 	refuse := func(reason string) error {
 		return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Semantics: checkedAgainst(p.cfg.semantics), Reason: reason}
 	}
 	tds, err := topiccheck.Describe(ctx, p.cfg.connOpts(), t.topic)
 	if err != nil {
-		return fmt.Errorf("eos: describe the table %q: %w", t.topic, err)
+		return kadm.TopicID{}, fmt.Errorf("eos: describe the table %q: %w", t.topic, err)
 	}
 	td, ok := tds[t.topic]
 	switch {
 	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
-		return refuse(fmt.Sprintf("the table's topic %q does not exist", t.topic))
+		return td.ID, refuse(fmt.Sprintf("the table's topic %q does not exist", t.topic))
 	case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
-		return &eoskit.AuthorizationError{Permission: fmt.Sprintf("Describe and Read on the table's topic %q", t.topic), Err: td.Err}
+		return td.ID, &eoskit.AuthorizationError{Permission: fmt.Sprintf("Describe and Read on the table's topic %q", t.topic), Err: td.Err}
 	case td.Err != nil:
-		return fmt.Errorf("eos: describe the table %q: %w", t.topic, td.Err)
+		return td.ID, fmt.Errorf("eos: describe the table %q: %w", t.topic, td.Err)
 	case int32(len(td.Partitions)) != p.state.partitionCount():
-		return refuse(fmt.Sprintf("the table's topic %q has %d partitions and the input %q has %d: a co-partitioned table has the input's",
+		return td.ID, refuse(fmt.Sprintf("the table's topic %q has %d partitions and the input %q has %d: a co-partitioned table has the input's",
 			t.topic, len(td.Partitions), p.state.input, p.state.partitionCount()))
 	}
-	return nil
+	return td.ID, nil
 }

@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
@@ -37,6 +37,10 @@ type tableFollower struct {
 	maxBuffered int
 
 	mu sync.Mutex
+	// id is the ID of the topic Run started on (zero in tests that
+	// build a follower alone): a position in the keyed state read from
+	// another is refused (sameTopic).
+	id kadm.TopicID
 	// cl fetches the table; reset replaces it (and its goroutine, which
 	// stops once its client is no longer cl).
 	cl   *kgo.Client
@@ -225,8 +229,8 @@ func (b *tableBuffer) upTo(pos int64, at time.Time) (apply []*kgo.Record, later 
 // to a record later than latest or to the committed end known. It drops
 // what the committed position passed. It waits for up to wait without a
 // record fetched, then asks for a new session with a *TableStallError; a
-// refused Read is an *eoskit.AuthorizationError, a topic whose end lies
-// before pos (created again) an *eoskit.ConfigError.
+// refused Read is an *eoskit.AuthorizationError; a topic whose end lies
+// before pos, or that its client found deleted, an *eoskit.ConfigError.
 func (f *tableFollower) prepare(ctx context.Context, p int32, pos, at int64, latest time.Time, wait time.Duration) error {
 	start := time.Now()
 	deadline := start.Add(wait)
@@ -262,6 +266,12 @@ func (f *tableFollower) prepare(ctx context.Context, p int32, pos, at int64, lat
 			// fetch again, and list the end anew.
 			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {p}})
 			b.paused, b.end = false, -1
+		}
+		if errors.Is(b.err, kerr.UnknownTopicID) {
+			// franz-go never adopts a topic's new ID: the topic this
+			// client follows is gone.
+			f.mu.Unlock()
+			return f.createdAgain(p, "was deleted while followed (UNKNOWN_TOPIC_ID), and maybe created again")
 		}
 		if b.end < 0 {
 			f.mu.Unlock()
@@ -329,8 +339,7 @@ func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64, wait ti
 		}
 		switch {
 		case err == nil && l.Offset < pos:
-			return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Reason: fmt.Sprintf(
-				"the table %q's partition %d ends at offset %d, before the position %d the keyed state holds: the topic was created again or truncated; reset the processor's state (its changelog) to read it afresh", f.topic, p, l.Offset, pos)}
+			return f.createdAgain(p, fmt.Sprintf("ends at offset %d, before the position %d the keyed state holds: it was created again or truncated", l.Offset, pos))
 		case err == nil:
 			f.mu.Lock()
 			if b := f.parts[p]; b != nil {
@@ -352,13 +361,32 @@ func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64, wait ti
 	}
 }
 
+// sameTopic refuses partition p's position in the keyed state when it
+// was read from another topic than the one Run started on (of the same
+// name: deleted and created again since): its offsets are not this
+// topic's. A position without an ID (none applied yet, or state older
+// than positions with IDs) is taken as it is.
+func (f *tableFollower) sameTopic(p int32, id kadm.TopicID) error {
+	if id == (kadm.TopicID{}) || f.id == (kadm.TopicID{}) || id == f.id {
+		return nil
+	}
+	return f.createdAgain(p, fmt.Sprintf("was created again: the keyed state's position was read from topic ID %s, and the topic's ID is %s", id, f.id))
+}
+
+// createdAgain is the *eoskit.ConfigError of a table topic that is not the
+// one the keyed state holds, partition p's state saying why.
+func (f *tableFollower) createdAgain(p int32, why string) error {
+	return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Reason: fmt.Sprintf(
+		"the table %q, at partition %d, %s; reset the processor's state (its changelog) to read the table afresh", f.topic, p, why)}
+}
+
 // advance applies to kv, the keyed state of input partition p, the table
 // records of p from kv's position on whose time is at or before at,
 // stopping at the first later one (see [Table]). It never waits: prepare
 // fetched what the record may meet. Should the buffer not hold it, the
 // session restarts (no record's fault).
 func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
-	pos, err := tablePosition(kv, f.topic)
+	pos, _, err := tablePosition(kv, f.topic)
 	if err != nil {
 		return err
 	}
@@ -392,7 +420,7 @@ func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
 	if len(apply) == 0 {
 		return nil
 	}
-	return kv.Put(tablePositionKey(f.topic), strconv.AppendInt(nil, apply[len(apply)-1].Offset+1, 10))
+	return kv.Put(tablePositionKey(f.topic), appendTablePosition(nil, apply[len(apply)-1].Offset+1, f.id))
 }
 
 // put writes the table record r to kv: its value, or its key's deletion

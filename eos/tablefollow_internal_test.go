@@ -5,9 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -102,7 +104,7 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 	txn := state.NewTxn(store, 0)
 	join := func(at time.Time) string {
 		t.Helper()
-		pos, _ := tablePosition(txn, "regions")
+		pos, _, _ := tablePosition(txn, "regions")
 		if err := f.prepare(ctx, 0, pos, pos, at, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -121,5 +123,47 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 	write(20, 40)
 	if got := join(base.Add(time.Hour)); got != "39" {
 		t.Fatalf("past every record: %q, want 39 (the table fetched again after its pause)", got)
+	}
+}
+
+// A table's position in the keyed state carries the topic's ID; one
+// written before it did (an offset alone) reads with a zero ID, and
+// sameTopic refuses only a known ID that differs from the followed one's.
+func TestTablePositionCarriesTheTopicIDUnit(t *testing.T) {
+	id := kadm.TopicID{1, 2, 3, 15: 0xff}
+	store := state.NewMemory()
+	for _, c := range []struct {
+		value  []byte
+		offset int64
+		id     kadm.TopicID
+		bad    bool
+	}{
+		{appendTablePosition(nil, 42, id), 42, id, false},
+		{appendTablePosition(nil, 7, kadm.TopicID{}), 7, kadm.TopicID{}, false},
+		{[]byte("1000"), 1000, kadm.TopicID{}, false},
+		{[]byte("12/zz"), 0, kadm.TopicID{}, true},
+		{[]byte("12/0102"), 0, kadm.TopicID{}, true},
+		{[]byte("-1"), 0, kadm.TopicID{}, true},
+	} {
+		if err := store.Reset(state.Checkpoint{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Apply([]state.Write{{Key: tablePositionKey("regions"), Value: c.value}}, state.Checkpoint{Offset: 1}); err != nil {
+			t.Fatal(err)
+		}
+		off, got, err := tablePosition(store, "regions")
+		if (err != nil) != c.bad || !c.bad && (off != c.offset || got != c.id) {
+			t.Errorf("position %q read as %d, %v, %v", c.value, off, got, err)
+		}
+	}
+	f := &tableFollower{topic: "regions", id: id}
+	if err := f.sameTopic(0, id); err != nil {
+		t.Errorf("the followed topic's own ID refused: %v", err)
+	}
+	if err := f.sameTopic(0, kadm.TopicID{}); err != nil {
+		t.Errorf("a position without an ID refused: %v", err)
+	}
+	if err := f.sameTopic(2, kadm.TopicID{9}); !errors.Is(err, eoskit.ErrInvalidConfig) || !strings.Contains(err.Error(), "created again") {
+		t.Errorf("a position of another topic: %v, want a ConfigError saying it was created again", err)
 	}
 }
