@@ -197,7 +197,11 @@ func waitVisible(ctx context.Context, adm *kadm.Client, names []string, leaders 
 	ctx, cancel := context.WithTimeout(ctx, WaitVisible)
 	defer cancel()
 	for {
-		details, err := list(ctx, adm, names)
+		// kadm's metadata comes from its client's cache for up to
+		// MetadataMinAge (5 s by default), which holds the topic as
+		// missing when it was looked up before its creation: asking for
+		// the authorized operations sends each request to the broker.
+		details, err := list(kadm.WithAuthorizedOps(ctx), adm, names)
 		if ae, ok := errors.AsType[*eoskit.AuthorizationError](err); ok {
 			return nil, ae
 		}
