@@ -126,6 +126,10 @@ type Config struct {
 	// Handler turns one input record into its outputs. Default:
 	// Forward(Output).
 	Handler eos.HandlerFunc
+	// Wrap, when set, wraps the whole handler of each processor Run
+	// runs (New's, after WithNames and WithTotals, and NewDaily's): a
+	// tracer, a timer, a test's fault. Default nil: none.
+	Wrap func(eos.HandlerFunc) eos.HandlerFunc
 	// Logger receives the processor's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Options are further processor options (eos.CommitInterval,
@@ -230,6 +234,9 @@ func New(cfg Config) (*eos.Processor, error) {
 	if cfg.DeadLetterTopic != "" {
 		opts = append(opts, eos.OnHandlerError(eos.DeadLetter(cfg.DeadLetterTopic)))
 	}
+	if cfg.Wrap != nil {
+		handler = cfg.Wrap(handler)
+	}
 	return eos.NewProcessor(handler, append(opts, cfg.Options...)...)
 }
 
@@ -258,11 +265,14 @@ func NewDaily(cfg Config) (*eos.Processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	daily := func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+	var daily eos.HandlerFunc = func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 		if _, err := dashboard.ReportedAt(in); err != nil {
 			return nil, nil // New's processor parks it, or stops on it
 		}
 		return sum(ctx, in)
+	}
+	if cfg.Wrap != nil {
+		daily = cfg.Wrap(daily)
 	}
 	var sopts []eos.StateOption
 	if cfg.Daily != "" {

@@ -95,15 +95,16 @@ const (
 )
 
 // control is a weaker design the pattern is measured against: the program
-// kafkatokafka.Run runs, with semantics that commit the offsets apart from
-// the outputs (and so without a transactional id).
+// kafkatokafka.Run runs (its Handler, under its Wrap), with semantics that
+// commit the offsets apart from the outputs (and so without a
+// transactional id).
 func control(sem eos.Semantics) func(context.Context, kafkatokafka.Config) error {
 	return func(ctx context.Context, cfg kafkatokafka.Config) error {
 		opts := append([]eos.ProcessorOption{
 			eos.Brokers(cfg.Brokers...), eos.Group(cfg.Group), eos.Topics(cfg.Input),
 			eos.WithSemantics(sem), eos.Logger(cfg.Logger),
 		}, cfg.Options...)
-		proc, err := eos.NewProcessor(cfg.Handler, opts...)
+		proc, err := eos.NewProcessor(cfg.Wrap(cfg.Handler), opts...)
 		if err != nil {
 			return err
 		}
@@ -168,10 +169,14 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 			forward = mapTotals(forward, totalsTopic, days)
 		}
 		cfg := kafkatokafka.Config{
-			Brokers: l.Brokers, Group: name, Instance: instance, Input: in, Output: out,
-			Handler: func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-				wait()
-				return forward(ctx, r)
+			Brokers: l.Brokers, Group: name, Instance: instance, Input: in, Output: out, Handler: forward,
+			// The lab's faults catch a handler of either processor (the
+			// daily one's too) mid-transaction.
+			Wrap: func(h eos.HandlerFunc) eos.HandlerFunc {
+				return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+					wait()
+					return h(ctx, r)
+				}
 			},
 			Logger: l.Logger.With("pattern", p.Name, "instance", instance),
 			Options: []eos.ProcessorOption{
