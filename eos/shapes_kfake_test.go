@@ -90,10 +90,14 @@ func joinShape(t *testing.T, shape contract.Shape, fail func(int64) error) {
 	defer seed.Close()
 	seedJoin(t, ctx, func(rs ...*kgo.Record) error { return seed.ProduceSync(ctx, rs...).FirstErr() }, time.Now().Add(-time.Hour), 300)
 	table := eos.NewTable("regions")
-	bad := map[string]bool{}
-	join := func(ctx context.Context, r *kgo.Record, value []byte, ok bool) ([]*kgo.Record, error) {
+	bad := map[string]bool{} // the bad cases, as written
+	for _, r := range readCommitted(t, brokers, "cases") {
 		if string(r.Value) == "bad" {
 			bad[fmt.Sprintf("%d/%d", r.Partition, r.Offset)] = true
+		}
+	}
+	join := func(ctx context.Context, r *kgo.Record, value []byte, ok bool) ([]*kgo.Record, error) {
+		if string(r.Value) == "bad" {
 			return nil, fail(r.Offset)
 		}
 		return joinCases(ctx, r, value, ok)
@@ -212,12 +216,20 @@ func groupedShape(t *testing.T, shape contract.Shape, fail func(int64) error) {
 }
 
 // runFor runs run until the returned stop is called, which fails t if
-// run returned an error (or returned before it).
+// run returned an error (or returned before it); a test that fails first
+// ends the run as it ends, and waits for it.
 func runFor(t *testing.T, ctx context.Context, run func(context.Context) error) (stop func()) {
 	t.Helper()
 	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx) }()
+	done, finished := make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- run(runCtx)
+		close(finished)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-finished
+	})
 	return func() {
 		t.Helper()
 		select {

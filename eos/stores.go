@@ -517,13 +517,16 @@ func (ks *keyedState) prepareJoins(ctx context.Context, fetches kgo.Fetches, pol
 			}
 			var pos, at int64
 			var id kadm.TopicID
-			if pos, id, err = tablePosition(ps.store, f.topic); err != nil {
+			if id, err = tableTopicID(ps.store, f.topic); err != nil {
 				return
 			}
 			if err = f.sameTopic(p, id); err != nil {
 				return
 			}
-			if at, _, err = tablePosition(ps.txn, f.topic); err != nil {
+			if pos, err = tablePosition(ps.store, f.topic); err != nil {
+				return
+			}
+			if at, err = tablePosition(ps.txn, f.topic); err != nil {
 				return
 			}
 			err = f.prepare(ctx, p, pos, at, latest[p], wait)

@@ -2,12 +2,10 @@ package eos
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -56,10 +54,10 @@ import (
 // What breaks it: a table topic whose partition count differs from the
 // input's (a *[eoskit.ConfigError] at Run), or keyed by another
 // partitioner than the input; a table topic deleted, created again or
-// truncated (Run ends with a *[eoskit.ConfigError]: the position in the
-// state carries the topic's ID; a topic deleted while followed is
-// noticed after a few fetches, the transactions before that meeting
-// the table the state holds). The table doubles in the changelog: each table
+// truncated (Run ends with a *[eoskit.ConfigError]: the state records the
+// ID of the topic its table came from; a topic created again while
+// followed is noticed by the fetches, the transactions before that
+// meeting the table the state holds). The table doubles in the changelog: each table
 // record is written there once more, in the transaction of the first
 // input record that reaches its time, and a newly met partition's
 // catch-up is one transaction (see docs/state.md for its limit).
@@ -139,40 +137,44 @@ func tablePositionKey(topic string) []byte {
 }
 
 // tablePosition reads the position of topic's table in kv: the offset
-// of the next table record to apply (0 before its first record), and the
-// ID of the topic the records applied came from (zero before the first,
-// or in state written before positions kept it).
+// of the next table record to apply (0 before its first record).
 func tablePosition(kv interface {
 	Get(key []byte) ([]byte, bool, error)
-}, topic string) (int64, kadm.TopicID, error) {
-	var id kadm.TopicID
+}, topic string) (int64, error) {
 	v, ok, err := kv.Get(tablePositionKey(topic))
 	if err != nil || !ok {
-		return 0, id, err
+		return 0, err
 	}
-	off, idHex, withID := strings.Cut(string(v), "/")
-	n, err := strconv.ParseInt(off, 10, 64)
-	if err == nil && withID {
-		var raw []byte
-		if raw, err = hex.DecodeString(idHex); err == nil && len(raw) != len(id) {
-			err = errors.New("no topic ID")
-		}
-		copy(id[:], raw)
-	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
 	if err != nil || n < 0 {
-		return 0, id, fmt.Errorf("eos: table %q: a position %q that is no offset (and topic ID) in the keyed state", topic, v)
+		return 0, fmt.Errorf("eos: table %q: a position %q that is no offset in the keyed state", topic, v)
 	}
-	return n, id, nil
+	return n, nil
 }
 
-// appendTablePosition appends the position tablePosition reads: offset,
-// then, unless id is zero, "/" and id in hex.
-func appendTablePosition(b []byte, offset int64, id kadm.TopicID) []byte {
-	b = strconv.AppendInt(b, offset, 10)
-	if id != (kadm.TopicID{}) {
-		b = hex.AppendEncode(append(b, '/'), id[:])
+// tableTopicIDKey is where the ID of the topic whose records the keyed
+// state applied lives, beside the position (a key of its own: versions
+// that do not know it read the position as before).
+func tableTopicIDKey(topic string) []byte {
+	return []byte(state.ReservedPrefix + "table-topic-id/" + topic)
+}
+
+// tableTopicID reads the ID of the topic whose records the table of
+// topic in kv came from: zero before the first record, or in state
+// written before eoskit kept it.
+func tableTopicID(kv interface {
+	Get(key []byte) ([]byte, bool, error)
+}, topic string) (kadm.TopicID, error) {
+	var id kadm.TopicID
+	v, ok, err := kv.Get(tableTopicIDKey(topic))
+	switch {
+	case err != nil || !ok:
+		return id, err
+	case len(v) != len(id):
+		return id, fmt.Errorf("eos: table %q: a topic ID of %d bytes in the keyed state, not %d", topic, len(v), len(id))
 	}
-	return b
+	copy(id[:], v)
+	return id, nil
 }
 
 // validateJoined checks the co-partitioned tables' settings.
@@ -266,13 +268,12 @@ func (p *Processor) followTables(ctx context.Context) (stop func(), err error) {
 			return nil, &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Semantics: checkedAgainst(p.cfg.semantics),
 				Reason: fmt.Sprintf("table %q is in use by another processor's Run", t.topic)}
 		}
-		f, err := newTableFollower(p.cfg.connOpts(), t, p.logger)
+		f, err := newTableFollower(p.cfg.connOpts(), t, id, p.logger)
 		if err != nil {
 			t.inUse.Store(false)
 			stop()
 			return nil, err
 		}
-		f.id = id
 		followers[t] = f
 	}
 	p.handlerState.joins.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/internal/authz"
 	"github.com/eoskit/eoskit/internal/loop"
+	"github.com/eoskit/eoskit/internal/topiccheck"
 	"github.com/eoskit/eoskit/state"
 )
 
@@ -33,14 +35,19 @@ type tableFollower struct {
 	wait   time.Duration
 	conn   []kgo.Opt
 	logger *slog.Logger
+	// id is the ID of the topic Run started on (zero when the cluster
+	// gives none): state whose table came from another (sameTopic), or
+	// fetches of another (fetch), are refused. Set before the fetching
+	// starts, never written again.
+	id kadm.TopicID
 	// maxBuffered is maxTableBuffered (tests lower it).
 	maxBuffered int
 
 	mu sync.Mutex
-	// id is the ID of the topic Run started on (zero in tests that
-	// build a follower alone): a position in the keyed state read from
-	// another is refused (sameTopic).
-	id kadm.TopicID
+	// gone is why the topic is not the one Run started on (deleted, or
+	// created again), once known: every prepare returns it, a new
+	// client included.
+	gone error
 	// cl fetches the table; reset replaces it (and its goroutine, which
 	// stops once its client is no longer cl).
 	cl   *kgo.Client
@@ -86,8 +93,8 @@ const tableFetchWait = 250 * time.Millisecond
 // input's time wait there); prepare resumes it when it needs more.
 const maxTableBuffered = 1 << 16
 
-func newTableFollower(conn []kgo.Opt, t *Table, logger *slog.Logger) (*tableFollower, error) {
-	f := &tableFollower{topic: t.topic, wait: t.timeout, conn: conn, logger: logger.With("table", t.topic),
+func newTableFollower(conn []kgo.Opt, t *Table, id kadm.TopicID, logger *slog.Logger) (*tableFollower, error) {
+	f := &tableFollower{topic: t.topic, wait: t.timeout, conn: conn, id: id, logger: logger.With("table", t.topic),
 		changed: make(chan struct{}), parts: map[int32]*tableBuffer{}, dropped: map[int32]bool{}, maxBuffered: maxTableBuffered}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -159,15 +166,24 @@ func (f *tableFollower) fetch(cl *kgo.Client, done chan struct{}) {
 			f.mu.Unlock()
 			return
 		}
+		failed := false
 		fs.EachError(func(_ string, p int32, err error) {
+			failed = true
 			if b := f.parts[p]; b != nil {
 				b.err = err
+			}
+		})
+		fs.EachTopic(func(ft kgo.FetchTopic) {
+			if id := kadm.TopicID(ft.TopicID); f.gone == nil && id != (kadm.TopicID{}) && f.id != (kadm.TopicID{}) && id != f.id {
+				// A client started after the topic was created again
+				// follows the new one.
+				f.gone = f.createdAgain(fmt.Sprintf("was created again while followed: its fetches carry topic ID %s, and Run started on %s", id, f.id), nil)
 			}
 		})
 		took := false
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 			b := f.parts[fp.Partition]
-			if b == nil || len(fp.Records) == 0 {
+			if b == nil || len(fp.Records) == 0 || f.gone != nil {
 				return
 			}
 			b.take(fp)
@@ -177,11 +193,17 @@ func (f *tableFollower) fetch(cl *kgo.Client, done chan struct{}) {
 				b.paused = true
 			}
 		})
-		if took {
+		if took || f.gone != nil {
 			close(f.changed)
 			f.changed = make(chan struct{})
 		}
 		f.mu.Unlock()
+		if failed {
+			// A partition's error franz-go keeps (UNKNOWN_TOPIC_ID
+			// once the topic is gone) comes back at once, fetch after
+			// fetch: pace them.
+			time.Sleep(tableWaitStep)
+		}
 	}
 }
 
@@ -237,6 +259,10 @@ func (f *tableFollower) prepare(ctx context.Context, p int32, pos, at int64, lat
 	var lastNext int64 = -1
 	for {
 		f.mu.Lock()
+		if gone := f.gone; gone != nil {
+			f.mu.Unlock()
+			return gone
+		}
 		b := f.parts[p]
 		if b != nil && pos < b.from {
 			if err := f.resetLocked(); err != nil {
@@ -267,11 +293,11 @@ func (f *tableFollower) prepare(ctx context.Context, p int32, pos, at int64, lat
 			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {p}})
 			b.paused, b.end = false, -1
 		}
-		if errors.Is(b.err, kerr.UnknownTopicID) {
+		if fetchErr := b.err; errors.Is(fetchErr, kerr.UnknownTopicID) {
 			// franz-go never adopts a topic's new ID: the topic this
-			// client follows is gone.
+			// client follows may be gone, or a broker lags.
 			f.mu.Unlock()
-			return f.createdAgain(p, "was deleted while followed (UNKNOWN_TOPIC_ID), and maybe created again")
+			return f.confirm(ctx, p, fetchErr)
 		}
 		if b.end < 0 {
 			f.mu.Unlock()
@@ -339,7 +365,7 @@ func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64, wait ti
 		}
 		switch {
 		case err == nil && l.Offset < pos:
-			return f.createdAgain(p, fmt.Sprintf("ends at offset %d, before the position %d the keyed state holds: it was created again or truncated", l.Offset, pos))
+			return f.createdAgain(fmt.Sprintf("ends at offset %d in partition %d, before the position %d the keyed state holds: it was created again or truncated", l.Offset, p, pos), nil)
 		case err == nil:
 			f.mu.Lock()
 			if b := f.parts[p]; b != nil {
@@ -361,23 +387,54 @@ func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64, wait ti
 	}
 }
 
-// sameTopic refuses partition p's position in the keyed state when it
-// was read from another topic than the one Run started on (of the same
-// name: deleted and created again since): its offsets are not this
-// topic's. A position without an ID (none applied yet, or state older
-// than positions with IDs) is taken as it is.
+// sameTopic refuses the table of input partition p's keyed state when
+// it came from another topic (of the same name: deleted and created
+// again since) than the one Run started on, id being the one the state
+// records: its offsets are not this topic's. State without an ID (no
+// table record applied yet, or written before eoskit kept it) is taken
+// as it is.
 func (f *tableFollower) sameTopic(p int32, id kadm.TopicID) error {
 	if id == (kadm.TopicID{}) || f.id == (kadm.TopicID{}) || id == f.id {
 		return nil
 	}
-	return f.createdAgain(p, fmt.Sprintf("was created again: the keyed state's position was read from topic ID %s, and the topic's ID is %s", id, f.id))
+	return f.createdAgain(fmt.Sprintf("was created again: the keyed state of partition %d holds the table of topic ID %s, and the topic's ID is %s", p, id, f.id), nil)
+}
+
+// confirm asks the cluster afresh whether the topic a fetch of partition
+// p found unknown (fetchErr) is gone: deleted, or created again under
+// another ID, which ends Run (and every later prepare) with a
+// *eoskit.ConfigError; or, as the topic Run started on, only lagging in a
+// broker's metadata, which restarts the session.
+func (f *tableFollower) confirm(ctx context.Context, p int32, fetchErr error) error {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	tds, err := topiccheck.Describe(dctx, f.conn, f.topic)
+	cancel()
+	td, ok := tds[f.topic]
+	var gone error
+	switch {
+	case err != nil:
+	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		gone = f.createdAgain("was deleted while followed", fetchErr)
+	case td.Err == nil && f.id != (kadm.TopicID{}) && td.ID != f.id:
+		gone = f.createdAgain(fmt.Sprintf("was created again while followed: its ID is %s, and Run started on %s", td.ID, f.id), fetchErr)
+	}
+	if gone == nil {
+		return loop.Restart(&TableStallError{Topic: f.topic, Partition: p, At: -1, End: -1, Err: errors.Join(fetchErr, err)})
+	}
+	f.mu.Lock()
+	if f.gone == nil {
+		f.gone = gone
+	}
+	gone = f.gone
+	f.mu.Unlock()
+	return gone
 }
 
 // createdAgain is the *eoskit.ConfigError of a table topic that is not the
-// one the keyed state holds, partition p's state saying why.
-func (f *tableFollower) createdAgain(p int32, why string) error {
-	return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Reason: fmt.Sprintf(
-		"the table %q, at partition %d, %s; reset the processor's state (its changelog) to read the table afresh", f.topic, p, why)}
+// one the keyed state holds, why saying how, err what showed it.
+func (f *tableFollower) createdAgain(why string, err error) error {
+	return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Err: err, Reason: fmt.Sprintf(
+		"the table %q %s; reset the processor's state (its changelog) to read the table afresh", f.topic, why)}
 }
 
 // advance applies to kv, the keyed state of input partition p, the table
@@ -386,7 +443,7 @@ func (f *tableFollower) createdAgain(p int32, why string) error {
 // fetched what the record may meet. Should the buffer not hold it, the
 // session restarts (no record's fault).
 func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
-	pos, _, err := tablePosition(kv, f.topic)
+	pos, err := tablePosition(kv, f.topic)
 	if err != nil {
 		return err
 	}
@@ -420,7 +477,20 @@ func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
 	if len(apply) == 0 {
 		return nil
 	}
-	return kv.Put(tablePositionKey(f.topic), appendTablePosition(nil, apply[len(apply)-1].Offset+1, f.id))
+	if f.id != (kadm.TopicID{}) {
+		// The state records which topic its table came from (once:
+		// sameTopic refused another before the record was handled).
+		id, err := tableTopicID(kv, f.topic)
+		if err != nil {
+			return err
+		}
+		if id != f.id {
+			if err := kv.Put(tableTopicIDKey(f.topic), f.id[:]); err != nil {
+				return err
+			}
+		}
+	}
+	return kv.Put(tablePositionKey(f.topic), strconv.AppendInt(nil, apply[len(apply)-1].Offset+1, 10))
 }
 
 // put writes the table record r to kv: its value, or its key's deletion

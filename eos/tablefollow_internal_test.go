@@ -29,7 +29,7 @@ func TestATableThatCannotBeFetchedStallsBeforeTheHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions", TableRestoreTimeout(time.Second)), slog.New(slog.DiscardHandler))
+	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions", TableRestoreTimeout(time.Second)), kadm.TopicID{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 		}
 	}
 	write(0, 20)
-	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions"), slog.New(slog.DiscardHandler))
+	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions"), kadm.TopicID{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 	txn := state.NewTxn(store, 0)
 	join := func(at time.Time) string {
 		t.Helper()
-		pos, _, _ := tablePosition(txn, "regions")
+		pos, _ := tablePosition(txn, "regions")
 		if err := f.prepare(ctx, 0, pos, pos, at, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -126,44 +126,54 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 	}
 }
 
-// A table's position in the keyed state carries the topic's ID; one
-// written before it did (an offset alone) reads with a zero ID, and
-// sameTopic refuses only a known ID that differs from the followed one's.
-func TestTablePositionCarriesTheTopicIDUnit(t *testing.T) {
+// The keyed state records, beside a table's position, the ID of the
+// topic its table came from (absent in state written before: read as
+// zero); sameTopic refuses only a recorded ID other than the followed
+// topic's, and advance records the followed topic's ID with the records
+// it applies, never a zero one over a recorded one.
+func TestTableTopicIDUnit(t *testing.T) {
 	id := kadm.TopicID{1, 2, 3, 15: 0xff}
 	store := state.NewMemory()
-	for _, c := range []struct {
-		value  []byte
-		offset int64
-		id     kadm.TopicID
-		bad    bool
-	}{
-		{appendTablePosition(nil, 42, id), 42, id, false},
-		{appendTablePosition(nil, 7, kadm.TopicID{}), 7, kadm.TopicID{}, false},
-		{[]byte("1000"), 1000, kadm.TopicID{}, false},
-		{[]byte("12/zz"), 0, kadm.TopicID{}, true},
-		{[]byte("12/0102"), 0, kadm.TopicID{}, true},
-		{[]byte("-1"), 0, kadm.TopicID{}, true},
-	} {
-		if err := store.Reset(state.Checkpoint{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := store.Apply([]state.Write{{Key: tablePositionKey("regions"), Value: c.value}}, state.Checkpoint{Offset: 1}); err != nil {
-			t.Fatal(err)
-		}
-		off, got, err := tablePosition(store, "regions")
-		if (err != nil) != c.bad || !c.bad && (off != c.offset || got != c.id) {
-			t.Errorf("position %q read as %d, %v, %v", c.value, off, got, err)
-		}
+	if got, err := tableTopicID(store, "regions"); err != nil || got != (kadm.TopicID{}) {
+		t.Fatalf("no ID recorded: read %v, %v; want zero", got, err)
+	}
+	if err := store.Apply([]state.Write{{Key: tableTopicIDKey("regions"), Value: []byte{1, 2}}}, state.Checkpoint{Offset: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tableTopicID(store, "regions"); err == nil {
+		t.Fatal("an ID of two bytes read without an error")
 	}
 	f := &tableFollower{topic: "regions", id: id}
 	if err := f.sameTopic(0, id); err != nil {
 		t.Errorf("the followed topic's own ID refused: %v", err)
 	}
 	if err := f.sameTopic(0, kadm.TopicID{}); err != nil {
-		t.Errorf("a position without an ID refused: %v", err)
+		t.Errorf("state without an ID refused: %v", err)
 	}
 	if err := f.sameTopic(2, kadm.TopicID{9}); !errors.Is(err, eoskit.ErrInvalidConfig) || !strings.Contains(err.Error(), "created again") {
-		t.Errorf("a position of another topic: %v, want a ConfigError saying it was created again", err)
+		t.Errorf("state of another topic: %v, want a ConfigError saying it was created again", err)
+	}
+	if err := (&tableFollower{topic: "regions"}).sameTopic(2, kadm.TopicID{9}); err != nil {
+		t.Errorf("a follower that knows no ID refused state with one: %v", err)
+	}
+
+	// advance records the ID with what it applies; a follower without
+	// one leaves a recorded ID as it is.
+	kv := state.NewTxn(state.NewMemory(), 0).Scope()
+	f.parts = map[int32]*tableBuffer{0: {from: 0, next: 1, end: 1, ready: 1,
+		recs: []*kgo.Record{{Key: []byte("r1"), Value: []byte("north"), Offset: 0, Timestamp: time.Unix(1, 0)}}}}
+	if err := f.advance(kv, 0, time.Unix(2, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tableTopicID(kv, "regions"); err != nil || got != id {
+		t.Fatalf("after a record applied, the state records %v (%v), want %v", got, err, id)
+	}
+	anon := &tableFollower{topic: "regions", parts: map[int32]*tableBuffer{0: {from: 0, next: 2, end: 2, ready: 2,
+		recs: []*kgo.Record{{Key: []byte("r1"), Value: []byte("south"), Offset: 1, Timestamp: time.Unix(1, 0)}}}}}
+	if err := anon.advance(kv, 0, time.Unix(2, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tableTopicID(kv, "regions"); got != id {
+		t.Fatalf("a follower without an ID left %v, want %v kept", got, id)
 	}
 }

@@ -19,11 +19,14 @@ import (
 // A table topic deleted and created again while a processor follows it,
 // the new topic holding more records than the old (so that its end lies
 // past the position the keyed state holds, and offsets alone cannot tell
-// the topics apart): no case is joined with the new topic's records
-// taken from the old one's position on (a table that never was); Run ends
-// with a *eoskit.ConfigError naming the table within seconds, and so does
-// a second processor starting on that state. Before the fix, both ran on,
-// joining every later case with the old table.
+// the topics apart). Partitions 0 and 1 of the input had cases before;
+// partition 2 meets the table only after (its buffer starts on the gone
+// topic, stalls, and the session restarts with a new client, which
+// fetches the new topic). No case is joined with the new topic's records
+// taken from the old one's position on (a table that never was); Run
+// ends with a *eoskit.ConfigError naming the table, and so does a second
+// processor starting on that state. Before the fix, both ran on, joining
+// every later case with the old table or the new topic's tail.
 func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "cases", "regions", "joined", "dead"))
 	if err != nil {
@@ -40,7 +43,7 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 	defer seed.Close()
 	adm := kadm.NewClient(seed)
 	base := time.Now().Add(-time.Hour)
-	// names writes every region's name, version v, times after base.
+	// names writes every region's name, version v, at time at.
 	names := func(v int, at time.Time) {
 		t.Helper()
 		var rs []*kgo.Record
@@ -51,21 +54,29 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cases := func(n int, at time.Time) {
+	// cases writes a case of every region whose partition of three
+	// (murmur2, the producer's and the table's) is one of ps, at time at.
+	partitioner := kgo.StickyKeyPartitioner(nil).ForTopic("cases")
+	cases := func(at time.Time, ps ...int) {
 		t.Helper()
 		var rs []*kgo.Record
-		for i := range n {
-			rs = append(rs, &kgo.Record{Topic: "cases", Key: fmt.Appendf(nil, "r%d", i%10), Timestamp: at})
+		for k := range 10 {
+			r := &kgo.Record{Topic: "cases", Key: fmt.Appendf(nil, "r%d", k), Timestamp: at}
+			for _, p := range ps {
+				if partitioner.Partition(r, 3) == p {
+					rs = append(rs, r)
+				}
+			}
 		}
 		if err := seed.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	names(1, base)
-	cases(30, base.Add(time.Minute))
+	cases(base.Add(time.Minute), 0, 1)
 
 	table := eos.NewTable("regions", eos.TableRestoreTimeout(2*time.Second))
-	newProc := func() (*eos.Processor, chan error, context.CancelFunc) {
+	start := func() (chan error, context.CancelFunc) {
 		p, err := eos.NewProcessor(eos.JoinTable(table, joinCases), joinOpts(t, brokers, table)...)
 		if err != nil {
 			t.Fatal(err)
@@ -73,10 +84,31 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- p.Run(runCtx) }()
-		return p, done, stop
+		return done, stop
 	}
-	_, done, stop := newProc()
-	defer stop()
+	// refused waits up to 30 s, writing cases of every partition, for
+	// Run to end with the ConfigError, and returns it.
+	refused := func(done chan error, stop context.CancelFunc) error {
+		t.Helper()
+		defer stop()
+		deadline := time.After(30 * time.Second)
+		for {
+			cases(base.Add(3*time.Minute), 0, 1, 2)
+			select {
+			case err := <-done:
+				var ce *eoskit.ConfigError
+				if !errors.As(err, &ce) || ce.Setting != "WithTables" || !strings.Contains(ce.Reason, `"regions"`) {
+					t.Fatalf("Run over a table created again: %v, want a ConfigError for WithTables naming the table", err)
+				}
+				return err
+			case <-deadline:
+				stop()
+				t.Fatalf("Run still runs 30 s after its table was created again (it returned %v once stopped)", <-done)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	done, stop := start()
 	waitCommitted(t, ctx, adm, "join", "cases")
 
 	// The topic created again, with every name written four times in
@@ -104,42 +136,21 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 	for range 4 {
 		names(2, base.Add(2*time.Minute))
 	}
-	checkRefused := func(err error) {
-		t.Helper()
-		var ce *eoskit.ConfigError
-		if !errors.As(err, &ce) || ce.Setting != "WithTables" || !strings.Contains(ce.Reason, `"regions"`) {
-			t.Fatalf("Run over a table created again: %v, want a ConfigError for WithTables naming the table", err)
-		}
-		t.Logf("%s: %v", time.Since(recreated).Round(time.Millisecond), err)
-	}
-	// Cases keep coming, later than every name: the first transactions
-	// may still meet the old table (its client learns the topic is gone
-	// after a few fetches), none the new one's records.
-	deadline := time.After(20 * time.Second)
-wait:
-	for {
-		cases(3, base.Add(3*time.Minute))
-		select {
-		case err := <-done:
-			checkRefused(err)
-			break wait
-		case <-deadline:
-			t.Fatal("Run still runs 20 s after its table was created again")
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	err = refused(done, stop)
+	t.Logf("the running processor, %s after the topic was created again: %v", time.Since(recreated).Round(time.Millisecond), err)
+	// Cases may have met the old table before Run learnt it was gone,
+	// none the new topic's records.
 	for _, r := range readCommitted(t, brokers, "joined") {
 		if v := string(r.Value); !strings.HasSuffix(v, "/v1") {
 			t.Errorf("case %s joined as %q: the old table held v1 for every region, and the new one's records may not mix in", r.Key, v)
 		}
 	}
-	stop()
-	_, done, stop = newProc()
-	defer stop()
-	select {
-	case err := <-done:
-		checkRefused(err)
-	case <-time.After(20 * time.Second):
-		t.Error("a processor starting on state of the old table still runs after 20 s")
+
+	// A processor starting on the state the first left.
+	began := time.Now()
+	err = refused(start())
+	if !strings.Contains(err.Error(), "keyed state") {
+		t.Fatalf("a processor starting on the old table's state: %v, want it refused for the ID its state holds", err)
 	}
+	t.Logf("a processor starting on that state, after %s: %v", time.Since(began).Round(time.Millisecond), err)
 }

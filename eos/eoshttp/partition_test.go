@@ -200,13 +200,23 @@ func TestARestoringPartitionIsAnswered503(t *testing.T) {
 		}
 	}
 	first := newProc("first", state.MemoryFactory())
-	// Every key committed, so every partition's changelog holds records
-	// the second's restore must apply (an empty one restores at once).
+	// Every key committed, and the keys in each of the three partitions,
+	// so that every partition's changelog holds records the second's
+	// restore must apply (an empty one restores at once).
 	runUntil(first, func() bool {
+		parts := map[int32]bool{}
 		for key, n := range want {
 			if v, ok, _ := first.State().Lookup([]byte(key)); !ok || string(v) != strconv.Itoa(n) {
 				return false
 			}
+			p, err := first.State().PartitionOf([]byte(key))
+			if err != nil {
+				return false
+			}
+			parts[p] = true
+		}
+		if len(parts) != 3 {
+			t.Fatalf("the keys fall in partitions %v: the test needs every partition's changelog to hold one", parts)
 		}
 		return true
 	})()

@@ -2,6 +2,7 @@ package kafkatokafka_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -66,17 +67,26 @@ func TestWrapWrapsEachProcessorsHandler(t *testing.T) {
 	for {
 		mu.Lock()
 		all := len(seen) == 2 && len(seen[0]) == reports && len(seen[1]) == reports
+		met := fmt.Sprint(seen)
 		mu.Unlock()
 		if all {
 			break
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("the wrappers met %v; want two, each meeting the %d reports", seen, reports)
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v; the wrappers met %s", err, met)
+		case <-ctx.Done():
+			t.Fatalf("the wrappers met %s; want two, each meeting the %d reports", met, reports)
+		case <-time.After(10 * time.Millisecond):
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of its ctx's end")
 	}
 }

@@ -104,7 +104,11 @@ func control(sem eos.Semantics) func(context.Context, kafkatokafka.Config) error
 			eos.Brokers(cfg.Brokers...), eos.Group(cfg.Group), eos.Topics(cfg.Input),
 			eos.WithSemantics(sem), eos.Logger(cfg.Logger),
 		}, cfg.Options...)
-		proc, err := eos.NewProcessor(cfg.Wrap(cfg.Handler), opts...)
+		h := cfg.Handler
+		if cfg.Wrap != nil {
+			h = cfg.Wrap(h)
+		}
+		proc, err := eos.NewProcessor(h, opts...)
 		if err != nil {
 			return err
 		}
