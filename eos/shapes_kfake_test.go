@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
@@ -75,19 +74,9 @@ func checkDeadLetters(t *testing.T, brokers []string, topic, input string, shape
 // joinShape: cases joined with region names (seedJoin's), its bad cases
 // failing in the join.
 func joinShape(t *testing.T, shape contract.Shape, fail func(int64) error) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "cases", "regions", "joined", "dead"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	brokers, seed := joinCluster(t, "cases", "regions", "joined", "dead")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
 	seedJoin(t, ctx, func(rs ...*kgo.Record) error { return seed.ProduceSync(ctx, rs...).FirstErr() }, time.Now().Add(-time.Hour), 300)
 	table := eos.NewTable("regions")
 	bad := map[string]bool{} // the bad cases, as written

@@ -179,6 +179,23 @@ func compareJoin(t *testing.T, conn []kgo.Opt, cases, table, joined string) join
 		values: len(seen), renamed: renamed, unnamed: seen["-"], bad: bad}
 }
 
+// joinCluster is a kfake cluster of one broker with topics, three
+// partitions each, and a client of it, both closed when t ends.
+func joinCluster(t *testing.T, topics ...string) (brokers []string, seed *kgo.Client) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers = cluster.ListenAddrs()
+	if seed, err = kgo.NewClient(kgo.SeedBrokers(brokers...)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(seed.Close)
+	return brokers, seed
+}
+
 // joinOpts are the join tests' processor options.
 func joinOpts(t *testing.T, brokers []string, table *eos.Table) []eos.ProcessorOption {
 	return []eos.ProcessorOption{eos.Brokers(brokers...), eos.Group("join"), eos.Topics("cases"), eos.TransactionalID("join-0"),
@@ -216,19 +233,9 @@ func waitCommitted(t *testing.T, ctx context.Context, adm *kadm.Client, group, t
 // table's position included) from the changelog: every case joined once,
 // with the table version its time reaches.
 func TestJoinTableAsOfEachRecordsTime(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "cases", "regions", "joined", "joined-globally", "dead"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	brokers, seed := joinCluster(t, "cases", "regions", "joined", "joined-globally", "dead")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
 	seedJoin(t, ctx, func(rs ...*kgo.Record) error { return seed.ProduceSync(ctx, rs...).FirstErr() }, time.Now().Add(-time.Hour), 600)
 
 	table := eos.NewTable("regions")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit"
@@ -28,19 +27,9 @@ import (
 // processor starting on that state. Before the fix, both ran on, joining
 // every later case with the old table or the new topic's tail.
 func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "cases", "regions", "joined", "dead"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	brokers, seed := joinCluster(t, "cases", "regions", "joined", "dead")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
 	adm := kadm.NewClient(seed)
 	base := time.Now().Add(-time.Hour)
 	// names writes every region's name, version v, at time at.
@@ -128,8 +117,8 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 	// A client that wrote to the former topic keeps its ID (franz-go
 	// v1.22.3 answers UNKNOWN_TOPIC_ID until the produce times out): a new
 	// one writes to the new topic.
-	seed.Close()
-	if seed, err = kgo.NewClient(kgo.SeedBrokers(brokers...)); err != nil {
+	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer seed.Close()
