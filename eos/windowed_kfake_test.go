@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,13 +121,23 @@ func runAggregationOn(t *testing.T, brokers []string, h eos.HandlerFunc, reports
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// The view leaves out a partition while it restores, or before it is
-	// assigned: under load a session restart or a rebalance can come
-	// after the commit (a full make test saw this test read an empty view
-	// twice, the second time (2026-12-06) though Health said ready).
-	for !p.Health().Ready() || !slices.Contains(p.State().Partitions(), 0) {
+	// The offsets' commit shows before the store takes the transaction's
+	// writes, and the view leaves out a partition while it restores or
+	// before it is assigned (under load a session restart can come after
+	// the commit): wait until the store of partition 0 holds what the
+	// changelog holds, its checkpoint at the changelog's end but the last
+	// commit marker. Fresh make tests read an empty view, and the state
+	// of the transaction before, when this waited for Health alone.
+	for {
+		cp, err := p.State().Checkpoint(0)
+		ends, lerr := adm.ListEndOffsets(ctx, "windows-changelog")
+		end, ok := ends.Lookup("windows-changelog", 0)
+		if p.Health().Ready() && err == nil && lerr == nil && ok && cp.Offset+1 >= end.Offset {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the processor did not hold partition 0, restored, within 30 s (restoring %v, holding %v)", p.Health().Restoring, p.State().Partitions())
+			t.Fatalf("the processor's store of partition 0 did not reach the changelog's end within 30 s (checkpoint %v, %v; end %v, %v; restoring %v)",
+				cp, err, end, lerr, p.Health().Restoring)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
