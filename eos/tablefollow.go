@@ -174,10 +174,10 @@ func (f *tableFollower) fetch(cl *kgo.Client, done chan struct{}) {
 			}
 		})
 		fs.EachTopic(func(ft kgo.FetchTopic) {
-			if id := kadm.TopicID(ft.TopicID); f.gone == nil && id != (kadm.TopicID{}) && f.id != (kadm.TopicID{}) && id != f.id {
+			if id := kadm.TopicID(ft.TopicID); f.other(id) {
 				// A client started after the topic was created again
 				// follows the new one.
-				f.gone = f.createdAgain(fmt.Sprintf("was created again while followed: its fetches carry topic ID %s, and Run started on %s", id, f.id), nil)
+				f.goneLocked(f.createdAgain(fmt.Sprintf("was created again while followed: its fetches carry topic ID %s, and Run started on %s", id, f.id), nil))
 			}
 		})
 		took := false
@@ -394,7 +394,7 @@ func (f *tableFollower) listEnd(ctx context.Context, p int32, pos int64, wait ti
 // table record applied yet, or written before eoskit kept it) is taken
 // as it is.
 func (f *tableFollower) sameTopic(p int32, id kadm.TopicID) error {
-	if id == (kadm.TopicID{}) || f.id == (kadm.TopicID{}) || id == f.id {
+	if !f.other(id) {
 		return nil
 	}
 	return f.createdAgain(fmt.Sprintf("was created again: the keyed state of partition %d holds the table of topic ID %s, and the topic's ID is %s", p, id, f.id), nil)
@@ -415,19 +415,31 @@ func (f *tableFollower) confirm(ctx context.Context, p int32, fetchErr error) er
 	case err != nil:
 	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
 		gone = f.createdAgain("was deleted while followed", fetchErr)
-	case td.Err == nil && f.id != (kadm.TopicID{}) && td.ID != f.id:
+	case td.Err == nil && f.other(td.ID):
 		gone = f.createdAgain(fmt.Sprintf("was created again while followed: its ID is %s, and Run started on %s", td.ID, f.id), fetchErr)
 	}
 	if gone == nil {
 		return loop.Restart(&TableStallError{Topic: f.topic, Partition: p, At: -1, End: -1, Err: errors.Join(fetchErr, err)})
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.goneLocked(gone)
+}
+
+// other reports whether id, a topic's ID as the keyed state, a fetch or
+// the metadata gives it, names another topic than the one Run started
+// on. A zero ID (none known) is no other.
+func (f *tableFollower) other(id kadm.TopicID) bool {
+	return id != (kadm.TopicID{}) && f.id != (kadm.TopicID{}) && id != f.id
+}
+
+// goneLocked notes why the topic is gone, unless a reason is already
+// noted, and returns the one noted (f.mu held).
+func (f *tableFollower) goneLocked(why error) error {
 	if f.gone == nil {
-		f.gone = gone
+		f.gone = why
 	}
-	gone = f.gone
-	f.mu.Unlock()
-	return gone
+	return f.gone
 }
 
 // createdAgain is the *eoskit.ConfigError of a table topic that is not the

@@ -138,6 +138,14 @@ type Config struct {
 	Options []eos.ProcessorOption
 }
 
+// wrapped is h under c.Wrap, if any.
+func (c Config) wrapped(h eos.HandlerFunc) eos.HandlerFunc {
+	if c.Wrap == nil {
+		return h
+	}
+	return c.Wrap(h)
+}
+
 // Forward is the pattern's handler: it checks each input is a report, with
 // a time the counts per day can take (dashboard.ReportedAt), and publishes
 // it to topic, keyed by its region. A record that is not one is an error,
@@ -234,10 +242,7 @@ func New(cfg Config) (*eos.Processor, error) {
 	if cfg.DeadLetterTopic != "" {
 		opts = append(opts, eos.OnHandlerError(eos.DeadLetter(cfg.DeadLetterTopic)))
 	}
-	if cfg.Wrap != nil {
-		handler = cfg.Wrap(handler)
-	}
-	return eos.NewProcessor(handler, append(opts, cfg.Options...)...)
+	return eos.NewProcessor(cfg.wrapped(handler), append(opts, cfg.Options...)...)
 }
 
 // NewDaily returns the processor of the counts per region per day that
@@ -265,15 +270,12 @@ func NewDaily(cfg Config) (*eos.Processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	var daily eos.HandlerFunc = func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+	daily := cfg.wrapped(func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 		if _, err := dashboard.ReportedAt(in); err != nil {
 			return nil, nil // New's processor parks it, or stops on it
 		}
 		return sum(ctx, in)
-	}
-	if cfg.Wrap != nil {
-		daily = cfg.Wrap(daily)
-	}
+	})
 	var sopts []eos.StateOption
 	if cfg.Daily != "" {
 		sopts = append(sopts, eos.EmitUpdates(cfg.Daily))

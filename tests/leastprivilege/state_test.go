@@ -59,18 +59,7 @@ func statefulProcessorUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 	user := testbed.NewUser(t, k, "app-state")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	newRun := func(name string) statefulRun {
-		r := statefulRun{in: k.NewTopic(2), updates: k.NewTopic(2), changelog: integration.UniqueName(t, "changelog"),
-			group: integration.UniqueName(t, "g-state-"+name)}
-		compact := "compact"
-		k.CreateTopic(r.changelog, 2, map[string]*string{"cleanup.policy": &compact})
-		var err error
-		if r.txnID, err = eos.StableTransactionalID(r.group, "0"); err != nil {
-			t.Fatal(err)
-		}
-		r.inputs = k.SeedHostile(r.in, 300, 100)
-		return r
-	}
+	newRun := func(name string) statefulRun { return newStatefulRun(t, k, "g-state-"+name, 300, 100) }
 	// verify reads the updates back: each committed input's id (its key)
 	// counted once, no aborted one.
 	verify := func(r statefulRun) {
@@ -132,6 +121,36 @@ func statefulProcessorUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 	}
 }
 
+// newStatefulRun is a run in group (a unique name made of it) over a
+// fresh input of two partitions holding n committed inputs of a
+// transactional producer that also aborts (in transactions of batch),
+// with fresh updates and changelog topics.
+func newStatefulRun(t *testing.T, k *integration.KafkaCluster, group string, n, batch int) statefulRun {
+	t.Helper()
+	r := statefulRun{in: k.NewTopic(2), updates: k.NewTopic(2), changelog: integration.UniqueName(t, "changelog"),
+		group: integration.UniqueName(t, group)}
+	compact := "compact"
+	k.CreateTopic(r.changelog, 2, map[string]*string{"cleanup.policy": &compact})
+	var err error
+	if r.txnID, err = eos.StableTransactionalID(r.group, "0"); err != nil {
+		t.Fatal(err)
+	}
+	r.inputs = k.SeedHostile(r.in, n, batch)
+	return r
+}
+
+// updatedAll reports whether r's updates topic holds, committed, a
+// record of every committed input's key.
+func (r statefulRun) updatedAll(k *integration.KafkaCluster) func() bool {
+	return func() bool {
+		keys := map[string]bool{}
+		for _, rec := range k.ReadNow(r.updates, kgo.ReadCommitted(), 30*time.Second) {
+			keys[string(rec.Key)] = true
+		}
+		return len(keys) >= len(r.inputs.Committed)
+	}
+}
+
 // countAll runs r's stateful processor as the principal of opts until the
 // updates topic counts every committed input (nil), or Run returns (its
 // error); see runUntil.
@@ -144,14 +163,7 @@ func countAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, r 
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := func() bool {
-		keys := map[string]bool{}
-		for _, rec := range k.ReadNow(r.updates, kgo.ReadCommitted(), 30*time.Second) {
-			keys[string(rec.Key)] = true
-		}
-		return len(keys) >= len(r.inputs.Committed)
-	}
-	return runUntil(ctx, t, p.Run, done, func() string {
+	return runUntil(ctx, t, p.Run, r.updatedAll(k), func() string {
 		return fmt.Sprintf("a stateful processor neither returned nor counted all %d inputs; logs:\n%s", len(r.inputs.Committed), logs)
 	})
 }

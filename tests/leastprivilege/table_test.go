@@ -35,16 +35,9 @@ func tableJoinUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 	defer cancel()
 	compact := "compact"
 	newRun := func(name string) (statefulRun, string) {
-		r := statefulRun{in: k.NewTopic(2), updates: k.NewTopic(2), changelog: integration.UniqueName(t, "changelog"),
-			group: integration.UniqueName(t, "g-join-"+name)}
+		r := newStatefulRun(t, k, "g-join-"+name, 200, 50)
 		table := integration.UniqueName(t, "table")
-		k.CreateTopic(r.changelog, 2, map[string]*string{"cleanup.policy": &compact})
 		k.CreateTopic(table, 2, map[string]*string{"cleanup.policy": &compact})
-		var err error
-		if r.txnID, err = eos.StableTransactionalID(r.group, "0"); err != nil {
-			t.Fatal(err)
-		}
-		r.inputs = k.SeedHostile(r.in, 200, 50)
 		// Every other committed input's key named in the table, an hour
 		// before the inputs: every input meets it.
 		cl := k.Client(kgo.DefaultProduceTopic(table))
@@ -144,14 +137,7 @@ func joinAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, r s
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := func() bool {
-		keys := map[string]bool{}
-		for _, rec := range k.ReadNow(r.updates, kgo.ReadCommitted(), 30*time.Second) {
-			keys[string(rec.Key)] = true
-		}
-		return len(keys) >= len(r.inputs.Committed)
-	}
-	return runUntil(ctx, t, p.Run, done, func() string {
+	return runUntil(ctx, t, p.Run, r.updatedAll(k), func() string {
 		return fmt.Sprintf("a joining processor neither returned nor joined all %d inputs; logs:\n%s", len(r.inputs.Committed), logs)
 	})
 }
