@@ -28,14 +28,19 @@
 # (mode 0600), never a well-known one; stop drops the role and what it owns
 # (the test databases) if this script, with this state directory, created
 # it, whoever started the cluster. A role of that name it did not create is
-# used with EOSKIT_PG_PASSWORD and never dropped (a second checkout: give it
-# the first's password, or the first's EOSKIT_STATE_DIR). The private server asks for a password (scram-sha-256) on every
+# used with EOSKIT_PG_PASSWORD and never dropped; without that password,
+# start makes this state directory a role of its own (eoskit_ and 8 random
+# hex digits, with a database of its name) and leaves the other alone: a
+# second checkout, or a machine where a run ended before its stop. The
+# private server asks for a password (scram-sha-256) on every
 # connection, its own random one. Never point this at a cluster holding
 # data you care about.
 #
 # Environment:
 #   EOSKIT_STATE_DIR  where the "started by us" markers live (default <repo>/.eoskit)
-#   EOSKIT_PG_USER, EOSKIT_PG_DB   default eoskit / eoskit
+#   EOSKIT_PG_USER    the role (default eoskit, or the one start made for this
+#                     state directory when eoskit was another's)
+#   EOSKIT_PG_DB      the database (default: the role's name)
 #   EOSKIT_PG_PASSWORD  the role's password, for a role this script did not
 #                     create (default: a random one, made with the role)
 #   EOSKIT_OWNER_PID  with private-start, a watchdog stops the private server
@@ -45,7 +50,11 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/postgres
 PG_USER=${EOSKIT_PG_USER:-eoskit}
-PG_DB=${EOSKIT_PG_DB:-eoskit}
+# The role start created for this state directory, whatever its name.
+if [ -z "${EOSKIT_PG_USER:-}" ] && [ -s "$STATE_DIR/role-created-by-eoskit" ]; then
+	PG_USER=$(cat "$STATE_DIR/role-created-by-eoskit")
+fi
+PG_DB=${EOSKIT_PG_DB:-$PG_USER}
 
 log() { echo "postgres.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -100,7 +109,8 @@ owns_role() {
 # EOSKIT_PG_PASSWORD, left as it is and never dropped; without it, only the
 # test role of an earlier version of this script, which still has that
 # version's well-known password, is taken over (a new password, and the
-# marker); any other is refused.
+# marker); for any other, this state directory gets a role of its own
+# (unless EOSKIT_PG_USER named the role: then it is refused).
 ensure_role() {
 	local port=$1 exists pw
 	exists=$(as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'\"")
@@ -109,9 +119,17 @@ ensure_role() {
 			ensure_database "$port"
 			return
 		fi
-		PGPASSWORD=eoskit PGCONNECT_TIMEOUT=5 psql -XAtq -h 127.0.0.1 -p "$port" -U "$PG_USER" -d postgres -c 'SELECT 1' >/dev/null 2>&1 ||
+		if PGPASSWORD=eoskit PGCONNECT_TIMEOUT=5 psql -XAtq -h 127.0.0.1 -p "$port" -U "$PG_USER" -d postgres -c 'SELECT 1' >/dev/null 2>&1; then
+			log "taking over role $PG_USER, made by an earlier version of this script with a well-known password: it gets a new one"
+		elif [ -z "${EOSKIT_PG_USER:-}" ]; then
+			local other=$PG_USER
+			PG_USER=eoskit_$(random | cut -c1-8)
+			[ -n "${EOSKIT_PG_DB:-}" ] || PG_DB=$PG_USER
+			log "role $other exists and this checkout's $STATE_DIR did not create it (another checkout did, or a run that never reached its stop): it stays as it is, and this state directory gets a role of its own, $PG_USER"
+			exists=
+		else
 			die "role $PG_USER exists and this checkout's $STATE_DIR did not create it (another checkout did, or someone by hand): set EOSKIT_PG_PASSWORD to its password (another checkout keeps it in its .eoskit/postgres/password), or EOSKIT_STATE_DIR to that checkout's .eoskit, or drop the role"
-		log "taking over role $PG_USER, made by an earlier version of this script with a well-known password: it gets a new one"
+		fi
 		rm -f "$STATE_DIR/password"
 	fi
 	if [ -z "${EOSKIT_PG_PASSWORD:-}" ] && { [ "$exists" != 1 ] || [ ! -f "$STATE_DIR/password" ]; }; then
