@@ -30,5 +30,8 @@ else
 	done
 fi
 echo "compat.sh: eos tests ($run) on Apache Kafka $version"
+# Four tests at a time, as make test's run of eos: they wait on brokers
+# and transaction timeouts, not on the CPU (go test's default is
+# GOMAXPROCS, two here).
 env -u KAFKA_BROKERS EOSKIT_KAFKA_VERSION="$version" \
-	scripts/with-services.sh go test -race -count=1 -timeout 30m -run "$run" ./eos
+	scripts/with-services.sh go test -race -count=1 -parallel 4 -timeout 30m -run "$run" ./eos
