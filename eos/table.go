@@ -268,7 +268,7 @@ func (p *Processor) followTables(ctx context.Context) (stop func(), err error) {
 			return nil, &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Semantics: checkedAgainst(p.cfg.semantics),
 				Reason: fmt.Sprintf("table %q is in use by another processor's Run", t.topic)}
 		}
-		f, err := newTableFollower(p.cfg.connOpts(), t, id, p.logger)
+		f, err := newTableFollower(p.cfg.connOpts(), t, id, p.cfg.semantics, p.logger)
 		if err != nil {
 			t.inUse.Store(false)
 			stop()

@@ -40,6 +40,8 @@ type tableFollower struct {
 	// fetches of another (fetch), are refused. Set before the fetching
 	// starts, never written again.
 	id kadm.TopicID
+	// semantics is the processor's, as its *eoskit.ConfigErrors name it.
+	semantics string
 	// maxBuffered is maxTableBuffered (tests lower it).
 	maxBuffered int
 
@@ -93,8 +95,8 @@ const tableFetchWait = 250 * time.Millisecond
 // input's time wait there); prepare resumes it when it needs more.
 const maxTableBuffered = 1 << 16
 
-func newTableFollower(conn []kgo.Opt, t *Table, id kadm.TopicID, logger *slog.Logger) (*tableFollower, error) {
-	f := &tableFollower{topic: t.topic, wait: t.timeout, conn: conn, id: id, logger: logger.With("table", t.topic),
+func newTableFollower(conn []kgo.Opt, t *Table, id kadm.TopicID, s Semantics, logger *slog.Logger) (*tableFollower, error) {
+	f := &tableFollower{topic: t.topic, wait: t.timeout, conn: conn, id: id, semantics: checkedAgainst(s), logger: logger.With("table", t.topic),
 		changed: make(chan struct{}), parts: map[int32]*tableBuffer{}, dropped: map[int32]bool{}, maxBuffered: maxTableBuffered}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -445,7 +447,7 @@ func (f *tableFollower) goneLocked(why error) error {
 // createdAgain is the *eoskit.ConfigError of a table topic that is not the
 // one the keyed state holds, why saying how, err what showed it.
 func (f *tableFollower) createdAgain(why string, err error) error {
-	return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Err: err, Reason: fmt.Sprintf(
+	return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Semantics: f.semantics, Err: err, Reason: fmt.Sprintf(
 		"the table %q %s; reset the processor's state (its changelog) to read the table afresh", f.topic, why)}
 }
 
@@ -520,7 +522,7 @@ func (f *tableFollower) put(kv state.KV, p int32, r *kgo.Record) error {
 		err = kv.Put(k, r.Value)
 	}
 	if errors.Is(err, state.ErrTooLarge) {
-		return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Err: err,
+		return &eoskit.ConfigError{Package: "eos", Setting: "WithTables", Semantics: f.semantics, Err: err,
 			Reason: fmt.Sprintf("the table %q's record at partition %d offset %d does not fit the changelog: %v", f.topic, p, r.Offset, err)}
 	}
 	return err

@@ -29,7 +29,7 @@ func TestATableThatCannotBeFetchedStallsBeforeTheHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions", TableRestoreTimeout(time.Second)), kadm.TopicID{}, slog.New(slog.DiscardHandler))
+	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions", TableRestoreTimeout(time.Second)), kadm.TopicID{}, ExactlyOnce, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 		}
 	}
 	write(0, 20)
-	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions"), kadm.TopicID{}, slog.New(slog.DiscardHandler))
+	f, err := newTableFollower([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, NewTable("regions"), kadm.TopicID{}, ExactlyOnce, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

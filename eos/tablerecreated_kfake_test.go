@@ -86,8 +86,8 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 			select {
 			case err := <-done:
 				var ce *eoskit.ConfigError
-				if !errors.As(err, &ce) || ce.Setting != "WithTables" || !strings.Contains(ce.Reason, `"regions"`) {
-					t.Fatalf("Run over a table created again: %v, want a ConfigError for WithTables naming the table", err)
+				if !errors.As(err, &ce) || ce.Setting != "WithTables" || ce.Semantics != "exactly-once" || !strings.Contains(ce.Reason, `"regions"`) {
+					t.Fatalf("Run over a table created again: %v, want a ConfigError for WithTables naming the table, checked against exactly-once", err)
 				}
 				return err
 			case <-deadline:
