@@ -128,8 +128,10 @@ type Config struct {
 	Handler eos.HandlerFunc
 	// Wrap, when set, wraps the whole handler of each processor Run
 	// runs (New's, after WithNames and WithTotals, and NewDaily's): a
-	// tracer, a timer, a test's fault. Default nil: none.
-	Wrap func(eos.HandlerFunc) eos.HandlerFunc
+	// tracer, a timer, a test's fault. group is the processor's consumer
+	// group (Group, or Group+"-daily"), to tell them apart. Default nil:
+	// none.
+	Wrap func(group string, h eos.HandlerFunc) eos.HandlerFunc
 	// Logger receives the processor's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Options are further processor options (eos.CommitInterval,
@@ -138,12 +140,12 @@ type Config struct {
 	Options []eos.ProcessorOption
 }
 
-// wrapped is h under c.Wrap, if any.
-func (c Config) wrapped(h eos.HandlerFunc) eos.HandlerFunc {
+// wrapped is h, the handler of group's processor, under c.Wrap, if any.
+func (c Config) wrapped(group string, h eos.HandlerFunc) eos.HandlerFunc {
 	if c.Wrap == nil {
 		return h
 	}
-	return c.Wrap(h)
+	return c.Wrap(group, h)
 }
 
 // Forward is the pattern's handler: it checks each input is a report, with
@@ -242,7 +244,7 @@ func New(cfg Config) (*eos.Processor, error) {
 	if cfg.DeadLetterTopic != "" {
 		opts = append(opts, eos.OnHandlerError(eos.DeadLetter(cfg.DeadLetterTopic)))
 	}
-	return eos.NewProcessor(cfg.wrapped(handler), append(opts, cfg.Options...)...)
+	return eos.NewProcessor(cfg.wrapped(cfg.Group, handler), append(opts, cfg.Options...)...)
 }
 
 // NewDaily returns the processor of the counts per region per day that
@@ -270,7 +272,7 @@ func NewDaily(cfg Config) (*eos.Processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	daily := cfg.wrapped(func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
+	daily := cfg.wrapped(cfg.Group+"-daily", func(ctx context.Context, in *kgo.Record) ([]*kgo.Record, error) {
 		if _, err := dashboard.ReportedAt(in); err != nil {
 			return nil, nil // New's processor parks it, or stops on it
 		}

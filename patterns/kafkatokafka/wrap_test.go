@@ -18,7 +18,8 @@ import (
 )
 
 // Config.Wrap wraps the handler of both processors Run runs, the feed's
-// and the daily counts': each wrapper meets every report.
+// and the daily counts', each named by its group: each wrapper meets
+// every report.
 func TestWrapWrapsEachProcessorsHandler(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "case-reports", "dashboard-feed", "dashboard-days"))
 	if err != nil {
@@ -45,12 +46,12 @@ func TestWrapWrapsEachProcessorsHandler(t *testing.T) {
 		}
 	}
 	var mu sync.Mutex
-	var seen []map[string]bool // per wrapper, the reports its handler met
-	wrap := func(h eos.HandlerFunc) eos.HandlerFunc {
+	seen := map[string]map[string]bool{} // per wrapper's group, the reports its handler met
+	wrap := func(group string, h eos.HandlerFunc) eos.HandlerFunc {
 		mu.Lock()
 		defer mu.Unlock()
 		met := map[string]bool{}
-		seen = append(seen, met)
+		seen[group] = met
 		return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			mu.Lock()
 			met[string(r.Value)] = true
@@ -66,7 +67,7 @@ func TestWrapWrapsEachProcessorsHandler(t *testing.T) {
 	go func() { done <- kafkatokafka.Run(runCtx, cfg) }()
 	for {
 		mu.Lock()
-		all := len(seen) == 2 && len(seen[0]) == reports && len(seen[1]) == reports
+		all := len(seen) == 2 && len(seen["dashboard"]) == reports && len(seen["dashboard-daily"]) == reports
 		met := fmt.Sprint(seen)
 		mu.Unlock()
 		if all {
@@ -76,7 +77,7 @@ func TestWrapWrapsEachProcessorsHandler(t *testing.T) {
 		case err := <-done:
 			t.Fatalf("Run returned %v; the wrappers met %s", err, met)
 		case <-ctx.Done():
-			t.Fatalf("the wrappers met %s; want two, each meeting the %d reports", met, reports)
+			t.Fatalf("the wrappers met %s; want two, dashboard and dashboard-daily, each meeting the %d reports", met, reports)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -30,11 +30,13 @@ type gate struct {
 	armed  *catch // nil when disarmed
 }
 
-// catch is one armed fault: the instance caught, and its release.
+// catch is one armed fault: the processor whose call it catches ("":
+// any), the handler call caught, and its release.
 type catch struct {
-	caught   chan string // receives the caught instance's name
-	release  chan struct{}
-	released atomic.Bool
+	processor string
+	caught    chan call // receives the call caught
+	release   chan struct{}
+	released  atomic.Bool
 }
 
 func (c *catch) free() {
@@ -45,27 +47,44 @@ func (c *catch) free() {
 
 func newGate(delay time.Duration) *gate { return &gate{delay: delay, closed: make(chan struct{})} }
 
-// arm makes the next handler call block; the returned catch names it.
-func (g *gate) arm() *catch {
-	c := &catch{caught: make(chan string, 1), release: make(chan struct{})}
+// arm makes the next handler call of processor ("": of any) block; the
+// returned catch names it.
+func (g *gate) arm(processor string) *catch {
+	c := &catch{processor: processor, caught: make(chan call, 1), release: make(chan struct{})}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.armed = c
 	return c
 }
 
-// wait does the handler's work for one record in the named instance, and
-// blocks it if the gate is armed.
-func (g *gate) wait(ctx context.Context, instance string) {
+// call is a handler call the gate caught: its instance, and which of the
+// instance's processors ("" when it runs one) made it.
+type call struct{ instance, processor string }
+
+func (c call) String() string {
+	if c.processor == "" {
+		return c.instance
+	}
+	return c.instance + " (" + c.processor + ")"
+}
+
+// wait does the handler's work for one record of processor in the named
+// instance, and blocks it if the gate is armed.
+func (g *gate) wait(ctx context.Context, instance, processor string) {
 	time.Sleep(g.delay)
 	g.mu.Lock()
 	c := g.armed
-	g.armed = nil
+	if c != nil && c.processor != "" && c.processor != processor {
+		c = nil // armed for another processor's call
+	}
+	if c != nil {
+		g.armed = nil
+	}
 	g.mu.Unlock()
 	if c == nil {
 		return
 	}
-	c.caught <- instance // buffered: never blocks
+	c.caught <- call{instance, processor} // buffered: never blocks
 	select {
 	case <-c.release:
 	case <-ctx.Done():
@@ -87,8 +106,9 @@ type instance struct {
 // launcher starts one instance of a consumer-side pattern: it runs until
 // ctx ends, with opts added to its client's options (they name the client,
 // so that the lab can find it in the group), calling wait in its handler
-// for each record.
-type launcher func(ctx context.Context, name string, opts []kgo.Opt, wait func()) error
+// for each record, with the processor it is of when an instance runs
+// several (the evidence names the one caught), or "".
+type launcher func(ctx context.Context, name string, opts []kgo.Opt, wait func(processor string)) error
 
 // feeder writes l.Reports[from:to] to a pattern's input topic.
 type feeder func(ctx context.Context, from, to int) error
@@ -117,12 +137,15 @@ type churnRun struct {
 	// offsets describes the group's committed offsets against the
 	// input's ends, partition by partition, for a stall's error (nil:
 	// not described).
-	offsets   func(context.Context) (string, error)
-	gate      *gate
-	instances []*instance
-	launched  int
-	failed    chan error // instances that returned an error of their own
-	evidence  []string   // what each fault did, as seen from outside
+	offsets func(context.Context) (string, error)
+	// processors are those each instance runs, when several: the
+	// faults catch each in turn (see target).
+	processors []string
+	gate       *gate
+	instances  []*instance
+	launched   int
+	failed     chan error // instances that returned an error of their own
+	evidence   []string   // what each fault did, as seen from outside
 	// last and total are the progress last seen, for errors.
 	last, total int64
 }
@@ -155,13 +178,15 @@ func (v groupView) String() string {
 // reports everything consumed and all instances stopped. Every wait is
 // bounded by l.StepTimeout and fails with a *StepError naming its step,
 // the group's members and their partitions, and (offsets, if not nil) the
-// committed offsets of each partition.
+// committed offsets of each partition. When each instance runs several
+// processors (processors, the names its launcher gives wait), the faults
+// catch a call of each in turn, and each fault's evidence names it.
 // Errors the faults are expected to cause (a fenced zombie) are not errors
 // of the run: the launcher filters them; any other error an instance
 // returns ends the run.
 func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder,
 	progress func(context.Context) (done, total int64, err error), group func(context.Context) (groupView, error),
-	offsets func(context.Context) (string, error),
+	offsets func(context.Context) (string, error), processors ...string,
 ) ([]string, error) {
 	if len(l.Reports) < minReports {
 		return nil, fmt.Errorf("eoslab: a run needs at least %d reports, not %d", minReports, len(l.Reports))
@@ -169,12 +194,21 @@ func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder,
 	ctx, cancelAll := context.WithCancel(ctx)
 	defer cancelAll()
 	r := &churnRun{l: l, p: p, ctx: ctx, start: start, feed: feed, progress: progress, group: group,
-		offsets: offsets, gate: newGate(l.RecordDelay), failed: make(chan error, 16)}
+		offsets: offsets, processors: processors, gate: newGate(l.RecordDelay), failed: make(chan error, 16)}
 	defer r.stopAll()
 	if err := r.faults(); err != nil {
 		return nil, err
 	}
 	return append([]string{"unknown outcome at the source"}, r.evidence...), nil
+}
+
+// target is the processor whose call the i-th fault catches: each in
+// turn, or "" (any) when the instances run one.
+func (r *churnRun) target(i int) string {
+	if len(r.processors) == 0 {
+		return ""
+	}
+	return r.processors[i%len(r.processors)]
 }
 
 func (r *churnRun) faults() error {
@@ -190,11 +224,12 @@ func (r *churnRun) faults() error {
 	if err := r.reached("crash: waiting for the first commits", 0.5); err != nil {
 		return err
 	}
-	c := r.gate.arm()
+	c := r.gate.arm(r.target(0))
 	if err := r.write("crash: writing the reports it strikes in", part(beforeCrash), part(beforeRebalance)); err != nil {
 		return err
 	}
-	if _, err := r.catchOne("crash: waiting for a handler mid-batch", c); err != nil {
+	crashed, err := r.catchOne("crash: waiting for a handler mid-batch", c)
+	if err != nil {
 		return err
 	}
 	l.progress(r.p, "crash: stopping an instance abruptly mid-batch")
@@ -203,13 +238,13 @@ func (r *churnRun) faults() error {
 	if err := r.stop("crash: waiting for the crashed instance to stop", a); err != nil {
 		return err
 	}
-	r.evidence = append(r.evidence, "crash mid-batch: instance a stopped with a handler call in flight")
+	r.evidence = append(r.evidence, fmt.Sprintf("crash mid-batch: instance %s stopped with a handler call in flight", crashed))
 	r.launch("a")
 
 	// Rebalance: a second instance joins while the first is caught
 	// mid-batch, held until the group is rebalancing and then for one
 	// more heartbeat, so that the first learns of it mid-batch.
-	c = r.gate.arm()
+	c = r.gate.arm(r.target(1))
 	if err := r.write("rebalance: writing the reports it strikes in", part(beforeRebalance), part(beforeZombie)); err != nil {
 		return err
 	}
@@ -234,7 +269,7 @@ func (r *churnRun) faults() error {
 	// Zombie: the next handler to arrive stalls; a replacement with its
 	// name starts, and the group rebalances without the stalled one
 	// (evicted, or stripped of its partitions); then it wakes.
-	c = r.gate.arm()
+	c = r.gate.arm(r.target(2))
 	if err := r.write("zombie: writing the reports it strikes in", part(beforeZombie), n); err != nil {
 		return err
 	}
@@ -242,16 +277,16 @@ func (r *churnRun) faults() error {
 	if err != nil {
 		return err
 	}
-	l.progress(r.p, "zombie: instance "+zombie+" stalls past its session timeout; a replacement starts")
+	l.progress(r.p, "zombie: instance "+zombie.String()+" stalls past its session timeout; a replacement starts")
 	if err := r.pause("zombie: stalled past its session timeout", l.SessionTimeout+time.Second); err != nil {
 		c.free()
 		return err
 	}
-	replacement := r.launch(zombie)
+	replacement := r.launch(zombie.instance)
 	view, err = r.awaitGroup("zombie: waiting for the group to rebalance onto the replacement", func(v groupView) bool {
 		return v.state == "Stable" && v.clientIDs[replacement.clientID]
 	})
-	l.progress(r.p, "zombie: instance "+zombie+" wakes up")
+	l.progress(r.p, "zombie: instance "+zombie.instance+" wakes up")
 	c.free()
 	if err != nil {
 		return err
@@ -287,7 +322,7 @@ func (r *churnRun) launch(name string) *instance {
 	opts := append(r.l.clientOpts(), kgo.ClientID(in.clientID))
 	go func() {
 		defer close(in.done)
-		if err := r.start(ictx, name, opts, func() { r.gate.wait(ictx, name) }); err != nil && ictx.Err() == nil {
+		if err := r.start(ictx, name, opts, func(processor string) { r.gate.wait(ictx, name, processor) }); err != nil && ictx.Err() == nil {
 			select {
 			case r.failed <- fmt.Errorf("instance %s: %w", name, err):
 			default:
@@ -422,22 +457,22 @@ func (r *churnRun) awaitGroup(step string, cond func(groupView) bool) (groupView
 
 // catchOne waits for a handler to be caught by c; on failure it frees c,
 // so that a handler caught late does not stay blocked.
-func (r *churnRun) catchOne(step string, c *catch) (string, error) {
+func (r *churnRun) catchOne(step string, c *catch) (call, error) {
 	began := time.Now()
 	bound := time.NewTimer(r.l.StepTimeout)
 	defer bound.Stop()
 	select {
-	case name := <-c.caught:
-		return name, nil
+	case caught := <-c.caught:
+		return caught, nil
 	case <-r.ctx.Done():
 		c.free()
-		return "", r.stalled(step, began, r.ctx.Err())
+		return call{}, r.stalled(step, began, r.ctx.Err())
 	case err := <-r.failed:
 		c.free()
-		return "", r.stalled(step, began, err)
+		return call{}, r.stalled(step, began, err)
 	case <-bound.C:
 		c.free()
-		return "", r.stalled(step, began, fmt.Errorf("%w: no handler reached the fault", ErrStalled))
+		return call{}, r.stalled(step, began, fmt.Errorf("%w: no handler reached the fault", ErrStalled))
 	}
 }
 

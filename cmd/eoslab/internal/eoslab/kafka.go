@@ -94,6 +94,13 @@ const (
 	totalsInMap
 )
 
+// The processors of an instance of the exactly-once kafka→kafka row, as
+// the faults' evidence names them.
+const (
+	totalsProcessor = "totals processor"
+	dailyProcessor  = "daily counts processor"
+)
+
 // control is a weaker design the pattern is measured against: the program
 // kafkatokafka.Run runs (its Handler, under its Wrap), with semantics that
 // commit the offsets apart from the outputs (and so without a
@@ -106,7 +113,7 @@ func control(sem eos.Semantics) func(context.Context, kafkatokafka.Config) error
 		}, cfg.Options...)
 		h := cfg.Handler
 		if cfg.Wrap != nil {
-			h = cfg.Wrap(h)
+			h = cfg.Wrap(cfg.Group, h)
 		}
 		proc, err := eos.NewProcessor(h, opts...)
 		if err != nil {
@@ -165,7 +172,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	if sem != eos.ExactlyOnce {
 		run = control(sem)
 	}
-	start := func(ctx context.Context, instance string, clientOpts []kgo.Opt, wait func()) error {
+	start := func(ctx context.Context, instance string, clientOpts []kgo.Opt, wait func(processor string)) error {
 		// Each instance is a process of its own: a map of totals starts
 		// empty in it.
 		forward := kafkatokafka.Forward(out)
@@ -175,10 +182,17 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 		cfg := kafkatokafka.Config{
 			Brokers: l.Brokers, Group: name, Instance: instance, Input: in, Output: out, Handler: forward,
 			// The lab's faults catch a handler of either processor (the
-			// daily one's too) mid-transaction.
-			Wrap: func(h eos.HandlerFunc) eos.HandlerFunc {
+			// daily one's too) mid-transaction, and say which.
+			Wrap: func(group string, h eos.HandlerFunc) eos.HandlerFunc {
+				processor := ""
+				if kept == totalsInState {
+					processor = totalsProcessor
+					if group != name {
+						processor = dailyProcessor
+					}
+				}
 				return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-					wait()
+					wait(processor)
 					return h(ctx, r)
 				}
 			},
@@ -200,7 +214,13 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	if kept == totalsInState { // the instances also run the daily group: wait for both
 		progress = slowest(progress, groupProgress(adm, name+"-daily", in))
 	}
-	faults, err := l.churn(ctx, p, start, feed, progress, describeGroup(adm, name, in), groupOffsets(adm, name, in))
+	var processors []string
+	if kept == totalsInState {
+		// The zombie (the third fault) is the totals processor, whose
+		// group the lab watches rebalance onto its replacement.
+		processors = []string{totalsProcessor, dailyProcessor}
+	}
+	faults, err := l.churn(ctx, p, start, feed, progress, describeGroup(adm, name, in), groupOffsets(adm, name, in), processors...)
 	if err != nil {
 		return result{}, err
 	}

@@ -30,7 +30,7 @@ func TestLabStepThatCannotProgressFailsWithinItsBound(t *testing.T) {
 			p := Pattern{Name: "stuck", run: func(ctx context.Context, l *Lab, p Pattern) (result, error) {
 				// An instance that never calls its handler: it waits to
 				// be stopped, as a consumer with nothing to poll does.
-				idle := func(ctx context.Context, _ string, _ []kgo.Opt, _ func()) error { <-ctx.Done(); return nil }
+				idle := func(ctx context.Context, _ string, _ []kgo.Opt, _ func(string)) error { <-ctx.Done(); return nil }
 				feed := func(context.Context, int, int) error { return nil }
 				progress := func(context.Context) (int64, int64, error) { return tc.committed, 100, nil }
 				group := func(context.Context) (groupView, error) { return groupView{state: "Stable"}, nil }
@@ -81,5 +81,44 @@ func TestControlTotalsAreNeverCalledCorrect(t *testing.T) {
 		if p.Control != weaker {
 			t.Errorf("%s: Control = %v; want %v", p.Name, p.Control, weaker)
 		}
+	}
+}
+
+// A gate armed for one processor lets the other's calls through and
+// catches the first call of that one, named with its instance.
+func TestGateArmedForAProcessorCatchesOnlyItsCalls(t *testing.T) {
+	g := newGate(0)
+	defer g.close()
+	c := g.arm("daily counts processor")
+	// Passes: not the one armed for (were it caught, the ctx's end
+	// would let it go, and the check below fail).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	g.wait(ctx, "a", "totals processor")
+	cancel()
+	select {
+	case got := <-c.caught:
+		t.Fatalf("the gate caught %s, a call of the processor it was not armed for", got)
+	default:
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); g.wait(context.Background(), "b", "daily counts processor") }()
+	select {
+	case got := <-c.caught:
+		if got.String() != "b (daily counts processor)" {
+			t.Fatalf("caught %q; want b (daily counts processor)", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the armed processor's call was not caught within 10 s")
+	}
+	select {
+	case <-done:
+		t.Fatal("the caught call went on before its release")
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.free()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caught call was not released within 10 s of free")
 	}
 }

@@ -2,6 +2,7 @@ package eoslab_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/eoskit/eoskit/cmd/eoslab/internal/eoslab"
@@ -94,6 +95,25 @@ func checkPattern(t *testing.T, lab *eoslab.Lab, p eoslab.Pattern) {
 		if !out.Report.OK() || !out.TotalsCorrect || out.TotalsVerdict != "yes" || out.DaysVerdict != "yes" || out.LateReports == 0 || out.Finals == 0 {
 			t.Errorf("%s should be exactly once with correct totals and days: %v (totals %v; days %q: %d wrong of %d, %d late, %d finals)",
 				p.Name, out.Report, out.Totals, out.DaysVerdict, out.DaysWrong, out.Days, out.LateReports, out.Finals)
+		}
+		// Its instances run two processors: the consumer-side faults
+		// catch each, and each fault's evidence names the one it caught.
+		caught := map[string]int{}
+		for i, f := range out.Faults {
+			if i == 0 { // the source's
+				continue
+			}
+			switch {
+			case strings.Contains(f, "(totals processor)"):
+				caught["totals"]++
+			case strings.Contains(f, "(daily counts processor)"):
+				caught["daily counts"]++
+			default:
+				t.Errorf("%s: fault %q does not name the processor it caught", p.Name, f)
+			}
+		}
+		if caught["totals"] == 0 || caught["daily counts"] == 0 {
+			t.Errorf("%s: the faults caught %v; want both processors mid-batch", p.Name, caught)
 		}
 	default:
 		if !out.Report.OK() || !out.TotalsCorrect || out.TotalsVerdict != "yes" {

@@ -39,14 +39,14 @@ func exactlyOncePostgres() Pattern {
 				func(ctx context.Context, name, in, tables string) error {
 					return kafkatopostgres.Migrate(ctx, cfg(name, in, tables))
 				},
-				func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error {
+				func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func(processor string)) error {
 					c := cfg(name, in, tables)
 					handle := kafkatopostgres.Handle(tables)
 					// The pattern's handler, a record at a time, so that the
 					// faults can catch it mid-batch.
 					c.Handler = func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 						for _, rec := range recs {
-							wait()
+							wait("")
 							if err := handle(ctx, tx, []*kgo.Record{rec}); err != nil {
 								return err
 							}
@@ -80,11 +80,11 @@ func dedupPostgres() Pattern {
 				func(ctx context.Context, name, in, tables string) error {
 					return dedupconsumer.Migrate(ctx, cfg(name, in, tables))
 				},
-				func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error {
+				func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func(processor string)) error {
 					c := cfg(name, in, tables)
 					handle := dedupconsumer.Handle(tables)
 					c.Handler = func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
-						wait()
+						wait("")
 						return handle(ctx, tx, rec)
 					}
 					c.Options = []dedup.Option{dedup.MaxRecordsPerCommit(labMaxPoll),
@@ -102,7 +102,7 @@ func dedupPostgres() Pattern {
 // group's Kafka offsets are used.
 func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePolicy, stamp bool,
 	migrate func(ctx context.Context, name, in, tables string) error,
-	start func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func()) error,
+	start func(ctx context.Context, name, in, tables string, clientOpts []kgo.Opt, wait func(processor string)) error,
 	progress func(ctx context.Context, name, in string) (int64, int64, error),
 ) (result, error) {
 	adm, closeAdm, err := l.admin()
@@ -140,7 +140,7 @@ func (l *Lab) postgresPipeline(ctx context.Context, p Pattern, policy sourcePoli
 			return done, total, err
 		}
 	}
-	faults, err := l.churn(ctx, p, func(ctx context.Context, _ string, clientOpts []kgo.Opt, wait func()) error {
+	faults, err := l.churn(ctx, p, func(ctx context.Context, _ string, clientOpts []kgo.Opt, wait func(processor string)) error {
 		return start(ctx, name, in, tables, clientOpts, wait)
 	}, feed, prog, describeGroup(adm, name, in), nil)
 	if err != nil {
