@@ -196,7 +196,10 @@ func RunTogether(ctx context.Context, procs ...*Processor) error {
 			results <- result{i, err}
 		}()
 	}
-	te := &TogetherError{Errs: make([]error, len(procs))}
+	te := &TogetherError{Errs: make([]error, len(procs)), Groups: make([]string, len(procs))}
+	for i, p := range procs {
+		te.Groups[i] = p.cfg.group
+	}
 	failed := false
 	for range procs {
 		r := <-results
@@ -217,12 +220,20 @@ func RunTogether(ctx context.Context, procs ...*Processor) error {
 // that also failed.
 type TogetherError struct {
 	Errs []error
+	// Groups is each processor's consumer group, in the same order: the
+	// message names the processor by it (a Grouped's re-keying one is in
+	// Group+"-repartition").
+	Groups []string
 }
 
 func (e *TogetherError) Error() string {
 	var msgs []string
 	for i, err := range e.Errs {
-		if err != nil {
+		switch {
+		case err == nil:
+		case i < len(e.Groups) && e.Groups[i] != "":
+			msgs = append(msgs, fmt.Sprintf("processor %d (group %s): %v", i, e.Groups[i], err))
+		default:
 			msgs = append(msgs, fmt.Sprintf("processor %d: %v", i, err))
 		}
 	}

@@ -215,6 +215,10 @@ func TestRunTogetherEndsTheOthersAndSaysWhoFailed(t *testing.T) {
 	if !errors.As(err, &te) || len(te.Errs) != 2 || !errors.As(te.Errs[0], &ce) || te.Errs[1] != nil || ctx.Err() != nil {
 		t.Fatalf("RunTogether: %v; want a *TogetherError with the first's ConfigError and nothing from the second, before the deadline", err)
 	}
+	// The message names the one that failed by its group.
+	if want := "processor 0 (group a): " + ce.Error(); err.Error() != want {
+		t.Fatalf("RunTogether's error reads %q; want %q", err, want)
+	}
 }
 
 // A compacted repartition topic would compact a key's records away before

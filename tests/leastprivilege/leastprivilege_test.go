@@ -186,6 +186,7 @@ func TestEachPathRunsWithOnlyItsListedACLs(t *testing.T) {
 	}
 	t.Run("eos with keyed state", func(t *testing.T) { statefulProcessorUnderACLs(t, b) })
 	t.Run("eos joining a table", func(t *testing.T) { tableJoinUnderACLs(t, b) })
+	t.Run("eos grouped by a derived key", func(t *testing.T) { groupedUnderACLs(t, b) })
 }
 
 // copyAll runs s's path as the principal of opts until it has handled n
