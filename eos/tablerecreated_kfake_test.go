@@ -15,21 +15,45 @@ import (
 	"github.com/eoskit/eoskit/eos"
 )
 
+// recreatedBed is where tableCreatedAgain runs: a cluster, its topics
+// (cases, regions and joined of three partitions), the group, and the
+// joining processor's options.
+type recreatedBed struct {
+	brokers                []string
+	cases, regions, joined string
+	group                  string
+	opts                   func(table *eos.Table) []eos.ProcessorOption
+}
+
 // A table topic deleted and created again while a processor follows it,
-// the new topic holding more records than the old (so that its end lies
-// past the position the keyed state holds, and offsets alone cannot tell
-// the topics apart). Partitions 0 and 1 of the input had cases before;
-// partition 2 meets the table only after (its buffer starts on the gone
-// topic, stalls, and the session restarts with a new client, which
-// fetches the new topic). No case is joined with the new topic's records
-// taken from the old one's position on (a table that never was); Run
-// ends with a *eoskit.ConfigError naming the table, and so does a second
-// processor starting on that state. Before the fix, both ran on, joining
-// every later case with the old table or the new topic's tail.
+// on kfake; recreated_test.go runs it on the real broker under each
+// rebalance protocol.
 func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
-	brokers, seed := joinCluster(t, "cases", "regions", "joined", "dead")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	brokers, _ := joinCluster(t, "cases", "regions", "joined", "dead")
+	tableCreatedAgain(t, recreatedBed{brokers: brokers, cases: "cases", regions: "regions", joined: "joined", group: "join",
+		opts: func(table *eos.Table) []eos.ProcessorOption { return joinOpts(t, brokers, table) }})
+}
+
+// tableCreatedAgain: a table topic deleted and created again while a
+// processor follows it, the new topic holding more records than the old
+// (so that its end lies past the position the keyed state holds, and
+// offsets alone cannot tell the topics apart). Partitions 0 and 1 of the
+// input had cases before; partition 2 meets the table only after (its
+// buffer starts on the gone topic, stalls, and the session restarts with
+// a new client, which fetches the new topic). No case is joined with the
+// new topic's records taken from the old one's position on (a table that
+// never was); Run ends within 30 s with a *eoskit.ConfigError naming the
+// table, and so does a second processor starting on that state. Before
+// the fix, both ran on, joining every later case with the old table or
+// the new topic's tail.
+func tableCreatedAgain(t *testing.T, b recreatedBed) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	seed, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { seed.Close() }()
 	adm := kadm.NewClient(seed)
 	base := time.Now().Add(-time.Hour)
 	// names writes every region's name, version v, at time at.
@@ -37,7 +61,7 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 		t.Helper()
 		var rs []*kgo.Record
 		for k := range 10 {
-			rs = append(rs, &kgo.Record{Topic: "regions", Key: fmt.Appendf(nil, "r%d", k), Value: fmt.Appendf(nil, "v%d", v), Timestamp: at})
+			rs = append(rs, &kgo.Record{Topic: b.regions, Key: fmt.Appendf(nil, "r%d", k), Value: fmt.Appendf(nil, "v%d", v), Timestamp: at})
 		}
 		if err := seed.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -45,12 +69,12 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 	}
 	// cases writes a case of every region whose partition of three
 	// (murmur2, the producer's and the table's) is one of ps, at time at.
-	partitioner := kgo.StickyKeyPartitioner(nil).ForTopic("cases")
+	partitioner := kgo.StickyKeyPartitioner(nil).ForTopic(b.cases)
 	cases := func(at time.Time, ps ...int) {
 		t.Helper()
 		var rs []*kgo.Record
 		for k := range 10 {
-			r := &kgo.Record{Topic: "cases", Key: fmt.Appendf(nil, "r%d", k), Timestamp: at}
+			r := &kgo.Record{Topic: b.cases, Key: fmt.Appendf(nil, "r%d", k), Timestamp: at}
 			for _, p := range ps {
 				if partitioner.Partition(r, 3) == p {
 					rs = append(rs, r)
@@ -64,9 +88,9 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 	names(1, base)
 	cases(base.Add(time.Minute), 0, 1)
 
-	table := eos.NewTable("regions", eos.TableRestoreTimeout(2*time.Second))
+	table := eos.NewTable(b.regions, eos.TableRestoreTimeout(2*time.Second))
 	start := func() (chan error, context.CancelFunc) {
-		p, err := eos.NewProcessor(eos.JoinTable(table, joinCases), joinOpts(t, brokers, table)...)
+		p, err := eos.NewProcessor(eos.JoinTable(table, joinCasesTo(b.joined)), b.opts(table)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +110,7 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 			select {
 			case err := <-done:
 				var ce *eoskit.ConfigError
-				if !errors.As(err, &ce) || ce.Setting != "WithTables" || ce.Semantics != "exactly-once" || !strings.Contains(ce.Reason, `"regions"`) {
+				if !errors.As(err, &ce) || ce.Setting != "WithTables" || ce.Semantics != "exactly-once" || !strings.Contains(ce.Reason, fmt.Sprintf("%q", b.regions)) {
 					t.Fatalf("Run over a table created again: %v, want a ConfigError for WithTables naming the table, checked against exactly-once", err)
 				}
 				return err
@@ -98,16 +122,16 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 		}
 	}
 	done, stop := start()
-	waitCommitted(t, ctx, adm, "join", "cases")
+	waitCommitted(t, ctx, adm, b.group, b.cases)
 
 	// The topic created again, with every name written four times in
 	// version 2: each partition ends past the old one's end.
 	recreated := time.Now()
-	if _, err := adm.DeleteTopics(ctx, "regions"); err != nil {
+	if _, err := adm.DeleteTopics(ctx, b.regions); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := adm.CreateTopic(ctx, 3, 1, nil, "regions"); err == nil {
+		if _, err := adm.CreateTopic(ctx, 3, 1, nil, b.regions); err == nil {
 			break
 		} else if ctx.Err() != nil {
 			t.Fatalf("create the table's topic again: %v", err)
@@ -117,11 +141,10 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 	// A client that wrote to the former topic keeps its ID (franz-go
 	// v1.22.3 answers UNKNOWN_TOPIC_ID until the produce times out): a new
 	// one writes to the new topic.
-	seed, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
+	seed.Close()
+	if seed, err = kgo.NewClient(kgo.SeedBrokers(b.brokers...)); err != nil {
 		t.Fatal(err)
 	}
-	defer seed.Close()
 	for range 4 {
 		names(2, base.Add(2*time.Minute))
 	}
@@ -129,7 +152,7 @@ func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
 	t.Logf("the running processor, %s after the topic was created again: %v", time.Since(recreated).Round(time.Millisecond), err)
 	// Cases may have met the old table before Run learnt it was gone,
 	// none the new topic's records.
-	for _, r := range readCommitted(t, brokers, "joined") {
+	for _, r := range readCommitted(t, b.brokers, b.joined) {
 		if v := string(r.Value); !strings.HasSuffix(v, "/v1") {
 			t.Errorf("case %s joined as %q: the old table held v1 for every region, and the new one's records may not mix in", r.Key, v)
 		}
