@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -37,6 +38,7 @@ type Grouped struct {
 	rekey, agg  *Processor
 	conn        []kgo.Opt
 	repartition string
+	purge       time.Duration // PurgeRepartition's; 0: none
 	logger      *slog.Logger
 }
 
@@ -53,7 +55,8 @@ type Grouped struct {
 // others. The repartition topic must exist (eos creates none), with the
 // changelog's partition count, and be no input, nor compacted (Run
 // refuses it; keep retention.ms=-1, or longer than any outage: a record
-// deleted before it is counted is lost); the re-keying processor needs
+// deleted before it is counted is lost; [PurgeRepartition] deletes what
+// was counted); the re-keying processor needs
 // Write on it, the aggregating one Read. A partitioner in ClientOptions
 // that does not place records by key is refused. A re-keyed record keeps
 // its value, headers and timestamp (a windowed aggregation sees its
@@ -83,7 +86,11 @@ func NewGrouped(key func(r *kgo.Record) ([]byte, error), repartition string, han
 		return nil, refuse("the changelog or the updates topic is an input: every update would be counted again")
 	case c.keyPartitioner != nil:
 		return nil, refuse("RequireKeyPartitioning: the aggregating processor checks its repartition topic against the re-keying producer's partitioner itself")
+	case c.purgeSet && c.purge <= 0:
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "PurgeRepartition", Reason: "the interval must be positive (leave the option out for no purge)"}
 	}
+	purge := c.purge
+	c.purge, c.purgeSet = 0, false // the Grouped's, not its processors'
 	rk := *c
 	rk.state, rk.keyPartitioner, rk.tables, rk.joined, rk.endpointSet = nil, nil, nil, nil, false // the aggregation's
 	rk.group = c.group + "-repartition"
@@ -111,7 +118,7 @@ func NewGrouped(key func(r *kgo.Record) ([]byte, error), repartition string, han
 		return nil, refuse("the producer's partitioner (ClientOptions) does not place records by their keys: a key's records would be counted in several partitions")
 	}
 	agg.handler = withKeyPartitioning(agg.handler, ag.state.others, agg.state.partitionCount)
-	return &Grouped{rekey: rekey, agg: agg, conn: c.connOpts(), repartition: repartition, logger: c.logger}, nil
+	return &Grouped{rekey: rekey, agg: agg, conn: c.connOpts(), repartition: repartition, purge: purge, logger: c.logger}, nil
 }
 
 // keyConsistent reports whether tp places a keyed record by its key alone:
@@ -160,12 +167,35 @@ func rekeyBy(key func(*kgo.Record) ([]byte, error), topic string) HandlerFunc {
 
 // Run checks the repartition topic (a compacted one is a
 // *[eoskit.ConfigError]; one that deletes records by age is logged), then
-// runs both processors until ctx ends ([RunTogether]).
+// runs both processors until ctx ends ([RunTogether]), and with
+// [PurgeRepartition] the purge beside them: a purge refused ends them, and
+// Run returns its error.
 func (g *Grouped) Run(ctx context.Context) error {
 	if err := g.checkRepartition(ctx); err != nil {
 		return err
 	}
-	return RunTogether(ctx, g.rekey, g.agg)
+	p, closePurger, err := g.newPurger()
+	if err != nil {
+		return err
+	}
+	defer closePurger()
+	if p == nil {
+		return RunTogether(ctx, g.rekey, g.agg)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	purged := make(chan error, 1)
+	go func() {
+		err := p.run(ctx)
+		cancel()
+		purged <- err
+	}()
+	err = RunTogether(ctx, g.rekey, g.agg)
+	cancel()
+	if perr := <-purged; perr != nil {
+		return errors.Join(perr, err)
+	}
+	return err
 }
 
 // Health is the worse of the two processors' ([eoskit.Worst]).

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/eos"
@@ -19,8 +20,11 @@ import (
 // region, derived from the id, through the repartition topic, exactly
 // once while a second instance joins mid-stream and leaves (each of the
 // two processors rebalanced, the counts restored on the new owner): the
-// updates and the changelog end at the true count per region. Inputs from
-// a transactional producer that also aborts. Negative control: the same
+// updates and the changelog end at the true count per region, while
+// each instance purges the repartition topic every 200 ms
+// (PurgeRepartition: nothing lost to it; what was counted is deleted).
+// Inputs from a transactional producer that also aborts. Negative
+// control: the same
 // count kept by the derived key straight on the input partitions ends
 // wrong, each partition emitting its own part of a region's count.
 func TestGroupedCountIsExactThroughARebalance(t *testing.T) {
@@ -53,7 +57,7 @@ func TestGroupedCountIsExactThroughARebalance(t *testing.T) {
 	group := integration.UniqueName(t, "grouped")
 	start := func(instance string) (g *eos.Grouped, stop func() error) {
 		g, err := eos.NewGrouped(region, repartition, paced, append(statefulOpts(k, group, in, changelog, updates, instance),
-			eos.Logger(testLogger(t)), eos.ClientOptions(testClientOpts()...))...)
+			eos.Logger(testLogger(t)), eos.ClientOptions(testClientOpts()...), eos.PurgeRepartition(200*time.Millisecond))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,6 +93,17 @@ func TestGroupedCountIsExactThroughARebalance(t *testing.T) {
 	if got := lastValues(t, k, changelog, true); !maps.Equal(got, want) {
 		t.Fatalf("the changelog ends at %v, want %v", got, want)
 	}
+	// The purges deleted what was counted: each partition of the
+	// repartition topic starts past its first records.
+	starts, err := k.Admin.ListStartOffsets(ctx, repartition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Offset < 100 {
+			t.Errorf("partition %d of the repartition topic starts at %d: the purges deleted (nearly) nothing", o.Partition, o.Offset)
+		}
+	})
 
 	// The control: by the derived key, without the repartition step.
 	ctlUpdates := k.NewTopic(4)

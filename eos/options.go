@@ -84,6 +84,9 @@ func (processorOpt) processorOption()  {}
 type config struct {
 	// keyPartitioner: RequireKeyPartitioning's (nil: no check).
 	keyPartitioner kgo.Partitioner
+	// purge, purgeSet: PurgeRepartition's (NewGrouped's alone).
+	purge          time.Duration
+	purgeSet       bool
 	brokers        []string
 	txnID          string
 	semantics      Semantics

@@ -249,6 +249,9 @@ func (c *config) validateProcessor(handler HandlerFunc) error {
 			return err
 		}
 	}
+	if c.purgeSet {
+		return fail("PurgeRepartition", "a processor has no repartition topic: the option is NewGrouped's")
+	}
 	if c.keyPartitioner != nil && c.state == nil {
 		return fail("RequireKeyPartitioning", "the check is for aggregations by key, which need Changelog")
 	}

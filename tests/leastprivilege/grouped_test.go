@@ -128,6 +128,38 @@ func groupedUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 			noSecret(t, user.Password, logs.String())
 		})
 	}
+	t.Run("purging without Delete on the repartition topic", func(t *testing.T) { purgeUnderACLs(ctx, t, k, user, newRun, verify) })
+}
+
+// With PurgeRepartition, the principal needs Delete on the repartition
+// topic too: without it, Run returns at its start an
+// *eoskit.AuthorizationError naming it, before anything was counted;
+// granted, everything is counted once while the purges run.
+func purgeUnderACLs(ctx context.Context, t *testing.T, k *integration.KafkaCluster, user testbed.User, newRun func(string) groupedRun, verify func(groupedRun)) {
+	r := newRun("purge")
+	allow(ctx, t, k.Admin, r.grants(user.Principal)...)
+	purge := eos.PurgeRepartition(200 * time.Millisecond)
+	deletion := grant{name: "Delete on topic " + r.repartition, acl: kadm.NewACLs().Topics(r.repartition).Allow(user.Principal).Operations(kadm.OpDelete)}
+	logs := &integration.LogBuffer{}
+	start := time.Now()
+	err := groupAll(ctx, t, k, r, user.Opts, logs, purge)
+	took := time.Since(start)
+	switch {
+	case err == nil:
+		t.Fatalf("purging without %s, Run counted everything", deletion.name)
+	case !errors.As(err, new(*eoskit.AuthorizationError)) || !errors.Is(err, kerr.TopicAuthorizationFailed) || !strings.Contains(err.Error(), deletion.name):
+		t.Fatalf("purging without %s, Run returned %v; want an *eoskit.AuthorizationError naming it; logs:\n%s", deletion.name, err, logs)
+	case took > 30*time.Second:
+		t.Fatalf("purging without %s, Run took %s to return %v; want it within 30 s", deletion.name, took, err)
+	}
+	t.Logf("purging without %s: %v (%s)", deletion.name, err, took.Round(time.Millisecond))
+	noSecret(t, user.Password, err.Error())
+	allow(ctx, t, k.Admin, deletion)
+	if err := groupAll(ctx, t, k, r, user.Opts, logs, purge); err != nil {
+		t.Fatalf("once %s was granted, Run returned %v", deletion.name, err)
+	}
+	verify(r)
+	noSecret(t, user.Password, logs.String())
 }
 
 // groupedKey is the key an input is counted under: derived from its own.
@@ -136,13 +168,14 @@ func groupedKey(id string) string { return "derived-" + id }
 // groupAll runs r's grouped count as the principal of opts until the
 // updates topic counts every committed input (nil), or Run returns (its
 // error); see runUntil.
-func groupAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, r groupedRun, opts []kgo.Opt, logs *integration.LogBuffer) error {
+func groupAll(ctx context.Context, t *testing.T, k *integration.KafkaCluster, r groupedRun, opts []kgo.Opt, logs *integration.LogBuffer, more ...eos.ProcessorOption) error {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	key := func(rec *kgo.Record) ([]byte, error) { return []byte(groupedKey(string(rec.Key))), nil }
-	g, err := eos.NewGrouped(key, r.repartition, eos.Count(), eos.Brokers(k.Brokers...), eos.Group(r.group), eos.Topics(r.in),
+	g, err := eos.NewGrouped(key, r.repartition, eos.Count(), append([]eos.ProcessorOption{eos.Brokers(k.Brokers...), eos.Group(r.group), eos.Topics(r.in),
 		eos.TransactionalID(r.txnID), eos.Changelog(r.changelog, eos.EmitUpdates(r.updates)), eos.Logger(logger),
-		eos.ClientOptions(append(slices.Clip(opts), kgo.SessionTimeout(6*time.Second), kgo.WithLogger(kslog.New(logger)))...))
+		eos.ClientOptions(append(slices.Clip(opts), kgo.SessionTimeout(6*time.Second), kgo.WithLogger(kslog.New(logger)))...)},
+		more...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
