@@ -139,10 +139,19 @@ func CoordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, k
 	return false, false
 }
 
+// ErrMarkerDeleted is why [MarkerAfter] cannot say how a transaction
+// ended: the partition's records from its first offset on were deleted
+// (retention by age, DeleteRecords, a purged repartition topic), and a
+// marker read further on may close a later transaction of the producer.
+var ErrMarkerDeleted = errors.New("the transaction's records were deleted: its marker is gone")
+
 // MarkerAfter reads topic's partition from offset from, read_uncommitted
 // with control records, for the first transaction marker of producer id,
 // and says whether it commits. clientOpts reach the cluster (seed brokers,
-// TLS, SASL). It gives up after 30 s.
+// TLS, SASL). When the partition starts past from, or moves past it
+// while being read, it returns an error wrapping [ErrMarkerDeleted]: the
+// first marker found from the log's start would be another
+// transaction's. It gives up after 30 s.
 func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, topic string, partition int32, from, id int64) (commit, found bool, err error) {
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
@@ -155,9 +164,21 @@ func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, to
 	if end.Offset <= from {
 		return false, false, nil
 	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return false, false, err
+	}
+	switch start, ok := starts.Lookup(topic, partition); {
+	case !ok || start.Err != nil:
+		return false, false, fmt.Errorf("start offset of %s[%d]: %v", topic, partition, start.Err)
+	case start.Offset > from:
+		return false, false, fmt.Errorf("%s[%d] starts at %d, past %d: %w", topic, partition, start.Offset, from, ErrMarkerDeleted)
+	}
 	opts := append(slices.Clip(clientOpts),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(from)}}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords(),
+		// Deleted meanwhile: an error, never a read from the log's start.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return false, false, err
@@ -169,6 +190,11 @@ func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, to
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return false, false, fmt.Errorf("read %s[%d] from %d: %w", topic, partition, from, err)
+		}
+		for _, fe := range fetches.Errors() {
+			if errors.Is(fe.Err, kerr.OffsetOutOfRange) {
+				return false, false, fmt.Errorf("read %s[%d] from %d: %w: %w", topic, partition, from, ErrMarkerDeleted, fe.Err)
+			}
 		}
 		done := false
 		fetches.EachRecord(func(r *kgo.Record) {

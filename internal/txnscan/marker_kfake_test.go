@@ -1,0 +1,73 @@
+package txnscan
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A transaction committed, then one of the same producer aborted; the
+// first one's records and marker deleted (retention, DeleteRecords, a
+// purged repartition topic). MarkerAfter from the first transaction's
+// offset reads its commit while the records are there, and then says the
+// marker is gone (ErrMarkerDeleted), never the later transaction's abort.
+// Before, a read from a deleted offset restarted at the log's start and
+// returned that abort: a committed transaction judged aborted.
+func TestMarkerAfterDeletedRecordsIsNotAnotherTransactions(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(append(seeds, kgo.TransactionalID("p"), kgo.DefaultProduceTopic("out"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	txn := func(n int, commit kgo.TransactionEndTry) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cl.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn(3, kgo.TryCommit) // offsets 0-2, its commit marker 3
+	txn(2, kgo.TryAbort)  // offsets 4-5, its abort marker 6
+	id, _, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	commit, found, err := MarkerAfter(ctx, adm, seeds, "out", 0, 0, id)
+	if err != nil || !found || !commit {
+		t.Fatalf("MarkerAfter from 0 with the records there: commit %v, found %v, %v; want the first transaction's commit", commit, found, err)
+	}
+	var to kadm.Offsets
+	to.Add(kadm.Offset{Topic: "out", Partition: 0, At: 4, LeaderEpoch: -1})
+	deleted, err := adm.DeleteRecords(ctx, to)
+	if !errors.Is(err, ErrMarkerDeleted) {
+		err = deleted.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, found, err = MarkerAfter(ctx, adm, seeds, "out", 0, 0, id)
+	if !errors.Is(err, ErrMarkerDeleted) {
+		t.Fatalf("MarkerAfter from 0 once 0 to 3 were deleted: commit %v, found %v, %v; want ErrMarkerDeleted, not the later transaction's abort", commit, found, err)
+	}
+}
