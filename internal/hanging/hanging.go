@@ -759,6 +759,13 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 				continue // still open for this transaction: closed with the rest
 			}
 			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.Topic, tp.Partition, first, id)
+			if errors.Is(err, txnscan.ErrMarkerDeleted) {
+				// Deleted (retention, a purge): this partition says
+				// nothing, and never will; the rest of the evidence
+				// decides.
+				s.logger.Debug("eos: a transaction's marker was deleted", "partition", fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition), "err", err)
+				continue
+			}
 			if err != nil {
 				s.logger.Debug("eos: reading a transaction's marker failed", "partition", fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition), "err", err)
 				return false, false, true, "its marker in " + fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition) + " could not be read: " + err.Error()
