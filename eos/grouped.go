@@ -87,7 +87,8 @@ func NewGrouped(key func(r *kgo.Record) ([]byte, error), repartition string, han
 	case c.keyPartitioner != nil:
 		return nil, refuse("RequireKeyPartitioning: the aggregating processor checks its repartition topic against the re-keying producer's partitioner itself")
 	case c.purgeSet && c.purge <= 0:
-		return nil, &eoskit.ConfigError{Package: "eos", Setting: "PurgeRepartition", Reason: "the interval must be positive (leave the option out for no purge)"}
+		return nil, &eoskit.ConfigError{Package: "eos", Setting: "PurgeRepartition", Semantics: checkedAgainst(c.semantics),
+			Reason: "the interval must be positive (leave the option out for no purge)"}
 	}
 	purge := c.purge
 	c.purge, c.purgeSet = 0, false // the Grouped's, not its processors'
@@ -169,7 +170,8 @@ func rekeyBy(key func(*kgo.Record) ([]byte, error), topic string) HandlerFunc {
 // *[eoskit.ConfigError]; one that deletes records by age is logged), then
 // runs both processors until ctx ends ([RunTogether]), and with
 // [PurgeRepartition] the purge beside them: a purge refused ends them, and
-// Run returns its error.
+// Run returns its *[eoskit.AuthorizationError] (joined with the
+// processors' *[TogetherError], if they failed too: use errors.As).
 func (g *Grouped) Run(ctx context.Context) error {
 	if err := g.checkRepartition(ctx); err != nil {
 		return err

@@ -41,18 +41,23 @@ type purger struct {
 	logger       *slog.Logger
 	// purged is each partition's offset below which records are deleted.
 	purged map[int32]int64
+	// warned is when a failed purge was last logged, failed how many
+	// failed since (a failure every interval is logged once a minute).
+	warned time.Time
+	failed int
 }
+
+// purgeWarnEvery is how often a purge failing again is logged.
+const purgeWarnEvery = time.Minute
 
 // run purges every p.every until ctx ends (nil) or the broker refuses a
 // purge (its *eoskit.AuthorizationError). It first deletes nothing (up to
 // where each partition starts already): a principal without Delete on the
 // topic learns it at once, not once the aggregation commits.
 func (p *purger) run(ctx context.Context) error {
-	if err := p.probe(ctx); err != nil {
-		var ae *eoskit.AuthorizationError
-		if errors.As(err, &ae) {
-			return err
-		}
+	if err := p.probe(ctx); refused(err) {
+		return err
+	} else if err != nil && ctx.Err() == nil {
 		p.logger.Warn("eos: could not check the repartition purge's right to delete; the purges will tell", "topic", p.topic, "err", err)
 	}
 	tick := time.NewTicker(p.every)
@@ -64,14 +69,24 @@ func (p *purger) run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		err := p.once(ctx)
-		var ae *eoskit.AuthorizationError
 		switch {
-		case errors.As(err, &ae):
+		case refused(err):
 			return err
 		case err != nil && ctx.Err() == nil:
-			p.logger.Warn("eos: purging the repartition topic failed; the next purge tries again", "topic", p.topic, "err", err)
+			p.failed++
+			if time.Since(p.warned) >= purgeWarnEvery {
+				p.logger.Warn("eos: purging the repartition topic failed; the next purge tries again", "topic", p.topic,
+					"failed_since_last_logged", p.failed, "err", err)
+				p.warned, p.failed = time.Now(), 0
+			}
 		}
 	}
+}
+
+// refused reports whether err is the broker's refusal of a purge.
+func refused(err error) bool {
+	var ae *eoskit.AuthorizationError
+	return errors.As(err, &ae)
 }
 
 // once deletes the records of each partition below the group's committed
@@ -81,20 +96,51 @@ func (p *purger) once(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("eos: fetch group %q's offsets: %w", p.group, err)
 	}
+	for _, o := range committed[p.topic] {
+		if o.Err == nil && o.At < p.purged[o.Partition] {
+			// Behind what was purged (the group's offsets reset, the
+			// topic created again): purge again once it moves on.
+			p.purged[o.Partition] = o.At
+		}
+	}
 	return p.deleteBelow(ctx, purgeBelow(committed, p.topic, p.purged))
 }
 
+// probe deletes the records of each partition below where it starts: none.
+// Partitions whose start could not be listed are left out.
+func (p *purger) probe(ctx context.Context) error {
+	starts, err := p.adm.ListStartOffsets(ctx, p.topic)
+	if err != nil && len(starts) == 0 {
+		return fmt.Errorf("eos: list the repartition topic's start offsets: %w", err)
+	}
+	at := kadm.Offsets{}
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			at.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: o.Offset, LeaderEpoch: -1})
+		}
+	})
+	if len(at) == 0 {
+		return fmt.Errorf("eos: list the repartition topic's start offsets: %w", errors.Join(err, starts.Error()))
+	}
+	return p.deleteBelow(ctx, at)
+}
+
 // deleteBelow deletes the records below the offsets of below, and notes
-// each partition's in p.purged once deleted.
+// each partition's in p.purged once deleted. A refusal of any partition
+// is an *eoskit.AuthorizationError, even when another broker's part of
+// the request failed.
 func (p *purger) deleteBelow(ctx context.Context, below kadm.Offsets) error {
 	if len(below) == 0 {
 		return nil
 	}
-	deleted, err := p.adm.DeleteRecords(ctx, below)
-	if err != nil {
-		return fmt.Errorf("eos: delete the repartition topic's counted records: %w", err)
+	deleted, err := p.adm.DeleteRecords(ctx, below) // with a shard's error, the others' results
+	if authz.Refused(err) {
+		return &eoskit.AuthorizationError{Permission: "Delete on topic " + p.topic, Err: err}
 	}
-	var errs []error
+	errs := []error{}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("eos: delete the repartition topic's counted records: %w", err))
+	}
 	for _, d := range deleted.Sorted() {
 		switch {
 		case authz.Refused(d.Err):
@@ -102,23 +148,12 @@ func (p *purger) deleteBelow(ctx context.Context, below kadm.Offsets) error {
 		case d.Err != nil:
 			errs = append(errs, fmt.Errorf("partition %d: %w", d.Partition, d.Err))
 		default:
-			at, _ := below.Lookup(p.topic, d.Partition)
-			p.purged[d.Partition] = at.At
+			if at, ok := below.Lookup(p.topic, d.Partition); ok && at.At > p.purged[d.Partition] {
+				p.purged[d.Partition] = at.At
+			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// probe deletes the records of each partition below where it starts: none.
-func (p *purger) probe(ctx context.Context) error {
-	starts, err := p.adm.ListStartOffsets(ctx, p.topic)
-	if err != nil {
-		return fmt.Errorf("eos: list the repartition topic's start offsets: %w", err)
-	}
-	if err := starts.Error(); err != nil {
-		return fmt.Errorf("eos: list the repartition topic's start offsets: %w", err)
-	}
-	return p.deleteBelow(ctx, starts.Offsets())
 }
 
 // purgeBelow is what a purge deletes: for each partition of topic whose

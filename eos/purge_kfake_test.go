@@ -20,10 +20,11 @@ import (
 // while its aggregation lags: the aggregating handler is held after its
 // first records while the re-keying one writes on and purges run. A
 // purge never reaches past what the aggregation committed (the topic's
-// start stays at or below its committed offsets), and once the
-// aggregation is let go, every report is counted once, nothing lost to
-// a purge; at the end the topic starts at the committed offsets: what
-// was counted is gone.
+// start stays at or below its committed offsets, read stable). Then the
+// instance stops abruptly (DrainTimeout(0): the held transaction aborts,
+// its records to be read again), and a second instance counts every
+// report once, nothing lost to a purge; at the end the topic starts at
+// the committed offsets: what was counted is gone.
 func TestPurgeRepartitionDeletesOnlyWhatWasCounted(t *testing.T) {
 	brokers := groupedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -43,26 +44,38 @@ func TestPurgeRepartitionDeletesOnlyWhatWasCounted(t *testing.T) {
 		want[r] = strconv.Itoa(n)
 	}
 	var handled atomic.Int64
-	release := make(chan struct{})
 	count := eos.Count()
 	held := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		if handled.Add(1) > 100 {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+			<-ctx.Done() // until the instance stops
+			return nil, ctx.Err()
 		}
 		return count(ctx, r)
 	}
-	g, err := eos.NewGrouped(regionOfValue, "by-region", held, append(groupedOpts(t, brokers), eos.PurgeRepartition(50*time.Millisecond),
-		eos.MaxRecordsPerCommit(20))...)
-	if err != nil {
-		t.Fatal(err)
+	// start runs a grouped count with handler h, and returns its stop.
+	start := func(h eos.HandlerFunc) func() {
+		g, err := eos.NewGrouped(regionOfValue, "by-region", h, append(groupedOpts(t, brokers), eos.PurgeRepartition(50*time.Millisecond),
+			eos.MaxRecordsPerCommit(20), eos.DrainTimeout(0))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- g.Run(runCtx) }()
+		return func() {
+			t.Helper()
+			stop()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return within 30 s of its stop")
+			}
+		}
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(runCtx) }()
+	stop := start(held)
 
 	// starts are the repartition topic's start offsets; committed the
 	// aggregation's.
@@ -76,7 +89,7 @@ func TestPurgeRepartitionDeletesOnlyWhatWasCounted(t *testing.T) {
 		return m
 	}
 	committed := func() map[int32]int64 {
-		fetched, err := adm.FetchOffsets(ctx, "grouped")
+		fetched, err := adm.FetchOffsets(kadm.RequireStable(ctx), "grouped")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +142,8 @@ func TestPurgeRepartitionDeletesOnlyWhatWasCounted(t *testing.T) {
 	if handled.Load() >= 600 {
 		t.Fatal("the aggregation was not held: it handled every report")
 	}
-	close(release)
+	stop() // the held transaction aborts
+	stop = start(count)
 	got := map[string]string{}
 	countCtx, countCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer countCancel()
@@ -160,9 +174,6 @@ func TestPurgeRepartitionDeletesOnlyWhatWasCounted(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
 }
 
 // PurgeRepartition is NewGrouped's: NewProcessor refuses it, and

@@ -54,7 +54,12 @@ func tableCreatedAgain(t *testing.T, b recreatedBed) {
 		t.Fatal(err)
 	}
 	defer func() { seed.Close() }()
-	adm := kadm.NewClient(seed)
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl) // seed is replaced below
 	base := time.Now().Add(-time.Hour)
 	// names writes every region's name, version v, at time at.
 	names := func(v int, at time.Time) {
@@ -116,7 +121,12 @@ func tableCreatedAgain(t *testing.T, b recreatedBed) {
 				return err
 			case <-deadline:
 				stop()
-				t.Fatalf("Run still runs 30 s after its table was created again (it returned %v once stopped)", <-done)
+				select {
+				case err := <-done:
+					t.Fatalf("Run still runs 30 s after its table was created again (it returned %v once stopped)", err)
+				case <-time.After(30 * time.Second):
+					t.Fatal("Run still runs 30 s after its table was created again, and 30 s after its stop")
+				}
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
