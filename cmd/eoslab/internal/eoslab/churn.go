@@ -28,12 +28,18 @@ type gate struct {
 	once   sync.Once
 	mu     sync.Mutex
 	armed  *catch // nil when disarmed
+	// holding is a catch that holds every call of the launch it caught
+	// (see arm's whole), until released.
+	holding *catch
 }
 
 // catch is one armed fault: the processor whose call it catches ("":
-// any), the handler call caught, and its release.
+// any), whether it then holds every call of that launch (whole), the
+// handler call caught, and its release.
 type catch struct {
 	processor string
+	whole     bool
+	launch    string    // the launch caught, once caught (g.mu)
 	caught    chan call // receives the call caught
 	release   chan struct{}
 	released  atomic.Bool
@@ -47,10 +53,11 @@ func (c *catch) free() {
 
 func newGate(delay time.Duration) *gate { return &gate{delay: delay, closed: make(chan struct{})} }
 
-// arm makes the next handler call of processor ("": of any) block; the
-// returned catch names it.
-func (g *gate) arm(processor string) *catch {
-	c := &catch{processor: processor, caught: make(chan call, 1), release: make(chan struct{})}
+// arm makes the next handler call of processor ("": of any) block, and
+// with whole every later call of the same launch (its other processors'
+// too: a zombie stalls whole); the returned catch names the call.
+func (g *gate) arm(processor string, whole bool) *catch {
+	c := &catch{processor: processor, whole: whole, caught: make(chan call, 1), release: make(chan struct{})}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.armed = c
@@ -69,8 +76,9 @@ func (c call) String() string {
 }
 
 // wait does the handler's work for one record of processor in the named
-// instance, and blocks it if the gate is armed.
-func (g *gate) wait(ctx context.Context, instance, processor string) {
+// instance (launch: this run of it), and blocks it if the gate is armed
+// for it, or holds that launch whole.
+func (g *gate) wait(ctx context.Context, instance, launch, processor string) {
 	time.Sleep(g.delay)
 	g.mu.Lock()
 	c := g.armed
@@ -79,12 +87,17 @@ func (g *gate) wait(ctx context.Context, instance, processor string) {
 	}
 	if c != nil {
 		g.armed = nil
+		if c.whole {
+			c.launch, g.holding = launch, c
+		}
+		c.caught <- call{instance, processor} // buffered, sent once: never blocks
+	} else if h := g.holding; h != nil && h.launch == launch && !h.released.Load() {
+		c = h // a call of the launch held whole
 	}
 	g.mu.Unlock()
 	if c == nil {
 		return
 	}
-	c.caught <- call{instance, processor} // buffered: never blocks
 	select {
 	case <-c.release:
 	case <-ctx.Done():
@@ -138,8 +151,8 @@ type churnRun struct {
 	// input's ends, partition by partition, for a stall's error (nil:
 	// not described).
 	offsets func(context.Context) (string, error)
-	// processors are those each instance runs, when several: the
-	// faults catch each in turn (see target).
+	// processors are those each instance runs, when several, the one
+	// whose group the lab watches first (see target).
 	processors []string
 	gate       *gate
 	instances  []*instance
@@ -179,8 +192,11 @@ func (v groupView) String() string {
 // bounded by l.StepTimeout and fails with a *StepError naming its step,
 // the group's members and their partitions, and (offsets, if not nil) the
 // committed offsets of each partition. When each instance runs several
-// processors (processors, the names its launcher gives wait), the faults
-// catch a call of each in turn, and each fault's evidence names it.
+// processors (processors, the names its launcher gives wait, the one
+// whose group the lab watches first), the crash catches a call of the
+// last and the rebalance and the zombie one of the first (the zombie then
+// holds every call of its instance), and each fault's evidence names the
+// processor caught.
 // Errors the faults are expected to cause (a fenced zombie) are not errors
 // of the run: the launcher filters them; any other error an instance
 // returns ends the run.
@@ -202,13 +218,19 @@ func (l *Lab) churn(ctx context.Context, p Pattern, start launcher, feed feeder,
 	return append([]string{"unknown outcome at the source"}, r.evidence...), nil
 }
 
-// target is the processor whose call the i-th fault catches: each in
-// turn, or "" (any) when the instances run one.
-func (r *churnRun) target(i int) string {
-	if len(r.processors) == 0 {
+// target is the processor whose call fault (0 the crash, 1 the
+// rebalance, 2 the zombie) catches, "" (any) when the instances run one:
+// the crash, which watches no group, the last of several, and the
+// others the first, whose group the lab watches rebalance.
+func (r *churnRun) target(fault int) string {
+	switch {
+	case len(r.processors) == 0:
 		return ""
+	case fault == 0:
+		return r.processors[len(r.processors)-1]
+	default:
+		return r.processors[0]
 	}
-	return r.processors[i%len(r.processors)]
 }
 
 func (r *churnRun) faults() error {
@@ -224,7 +246,7 @@ func (r *churnRun) faults() error {
 	if err := r.reached("crash: waiting for the first commits", 0.5); err != nil {
 		return err
 	}
-	c := r.gate.arm(r.target(0))
+	c := r.gate.arm(r.target(0), false)
 	if err := r.write("crash: writing the reports it strikes in", part(beforeCrash), part(beforeRebalance)); err != nil {
 		return err
 	}
@@ -244,7 +266,7 @@ func (r *churnRun) faults() error {
 	// Rebalance: a second instance joins while the first is caught
 	// mid-batch, held until the group is rebalancing and then for one
 	// more heartbeat, so that the first learns of it mid-batch.
-	c = r.gate.arm(r.target(1))
+	c = r.gate.arm(r.target(1), false)
 	if err := r.write("rebalance: writing the reports it strikes in", part(beforeRebalance), part(beforeZombie)); err != nil {
 		return err
 	}
@@ -269,7 +291,7 @@ func (r *churnRun) faults() error {
 	// Zombie: the next handler to arrive stalls; a replacement with its
 	// name starts, and the group rebalances without the stalled one
 	// (evicted, or stripped of its partitions); then it wakes.
-	c = r.gate.arm(r.target(2))
+	c = r.gate.arm(r.target(2), true)
 	if err := r.write("zombie: writing the reports it strikes in", part(beforeZombie), n); err != nil {
 		return err
 	}
@@ -291,7 +313,11 @@ func (r *churnRun) faults() error {
 	if err != nil {
 		return err
 	}
-	r.evidence = append(r.evidence, fmt.Sprintf("zombie: %s stalled mid-batch while the group (%d members) rebalanced onto its replacement", zombie, len(view.clientIDs)))
+	whole := ""
+	if len(r.processors) > 1 {
+		whole = ", every processor of it held"
+	}
+	r.evidence = append(r.evidence, fmt.Sprintf("zombie: %s stalled mid-batch%s, while the group (%d members) rebalanced onto its replacement", zombie, whole, len(view.clientIDs)))
 
 	if err := r.reached("finishing: waiting for every record's commit", 1); err != nil {
 		return err
@@ -322,7 +348,7 @@ func (r *churnRun) launch(name string) *instance {
 	opts := append(r.l.clientOpts(), kgo.ClientID(in.clientID))
 	go func() {
 		defer close(in.done)
-		if err := r.start(ictx, name, opts, func(processor string) { r.gate.wait(ictx, name, processor) }); err != nil && ictx.Err() == nil {
+		if err := r.start(ictx, name, opts, func(processor string) { r.gate.wait(ictx, name, in.clientID, processor) }); err != nil && ictx.Err() == nil {
 			select {
 			case r.failed <- fmt.Errorf("instance %s: %w", name, err):
 			default:

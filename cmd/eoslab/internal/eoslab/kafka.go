@@ -216,8 +216,8 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	}
 	var processors []string
 	if kept == totalsInState {
-		// The zombie (the third fault) is the totals processor, whose
-		// group the lab watches rebalance onto its replacement.
+		// The rebalance and the zombie catch the totals processor,
+		// whose group the lab watches; the crash the daily counts'.
 		processors = []string{totalsProcessor, dailyProcessor}
 	}
 	faults, err := l.churn(ctx, p, start, feed, progress, describeGroup(adm, name, in), groupOffsets(adm, name, in), processors...)

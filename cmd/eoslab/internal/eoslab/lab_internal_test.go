@@ -85,23 +85,31 @@ func TestControlTotalsAreNeverCalledCorrect(t *testing.T) {
 }
 
 // A gate armed for one processor lets the other's calls through and
-// catches the first call of that one, named with its instance.
+// catches the first call of that one, named with its instance; armed
+// whole, it then holds every call of that launch, another launch of the
+// same instance (a zombie's replacement) going on, until released.
 func TestGateArmedForAProcessorCatchesOnlyItsCalls(t *testing.T) {
 	g := newGate(0)
 	defer g.close()
-	c := g.arm("daily counts processor")
+	c := g.arm("daily counts processor", true)
 	// Passes: not the one armed for (were it caught, the ctx's end
 	// would let it go, and the check below fail).
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	g.wait(ctx, "a", "totals processor")
+	g.wait(ctx, "a", "a-1", "totals processor")
 	cancel()
 	select {
 	case got := <-c.caught:
 		t.Fatalf("the gate caught %s, a call of the processor it was not armed for", got)
 	default:
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); g.wait(context.Background(), "b", "daily counts processor") }()
+	// waiting runs a call in the background; its channel closes once
+	// the call goes on.
+	waiting := func(instance, launch, processor string) chan struct{} {
+		done := make(chan struct{})
+		go func() { defer close(done); g.wait(context.Background(), instance, launch, processor) }()
+		return done
+	}
+	caught := waiting("b", "b-2", "daily counts processor")
 	select {
 	case got := <-c.caught:
 		if got.String() != "b (daily counts processor)" {
@@ -110,15 +118,32 @@ func TestGateArmedForAProcessorCatchesOnlyItsCalls(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the armed processor's call was not caught within 10 s")
 	}
+	sameLaunch := waiting("b", "b-2", "totals processor")
+	replacement := waiting("b", "b-3", "totals processor")
 	select {
-	case <-done:
+	case <-replacement:
+	case <-time.After(10 * time.Second):
+		t.Fatal("another launch of the instance was held too")
+	}
+	select {
+	case <-caught:
 		t.Fatal("the caught call went on before its release")
+	case <-sameLaunch:
+		t.Fatal("a call of the launch held whole went on before its release")
 	case <-time.After(50 * time.Millisecond):
 	}
 	c.free()
+	for _, done := range []chan struct{}{caught, sameLaunch} {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a held call was not released within 10 s of free")
+		}
+	}
+	// Released: the launch's calls pass again.
 	select {
-	case <-done:
+	case <-waiting("b", "b-2", "totals processor"):
 	case <-time.After(10 * time.Second):
-		t.Fatal("the caught call was not released within 10 s of free")
+		t.Fatal("a call of the released launch was held")
 	}
 }
