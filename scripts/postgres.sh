@@ -7,6 +7,10 @@
 #   scripts/postgres.sh restart   restart the cluster (fault tests use this)
 #   scripts/postgres.sh status    exit 0 if the cluster is running
 #   scripts/postgres.sh env       print DATABASE_URL=... for a running cluster
+#   scripts/postgres.sh drop-role drop the test role and its databases, if this
+#                                 state directory's start created it (the cluster
+#                                 left running: scripts/with-services.sh, after a
+#                                 start that found the cluster up and made the role)
 #   scripts/postgres.sh private-start PORT [--tls]   a test's own server (initdb in a
 #                                 temporary folder; wal_level=logical), recorded in
 #                                 EOSKIT_STATE_DIR; prints DATABASE_URL=...; with
@@ -50,11 +54,16 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE_DIR=${EOSKIT_STATE_DIR:-$ROOT/.eoskit}/postgres
 PG_USER=${EOSKIT_PG_USER:-eoskit}
-# The role start created for this state directory, whatever its name.
-if [ -z "${EOSKIT_PG_USER:-}" ] && [ -s "$STATE_DIR/role-created-by-eoskit" ]; then
+# The role start created for this state directory, whatever its name
+# (unless the role, or its password, is given).
+if [ -z "${EOSKIT_PG_USER:-}" ] && [ -z "${EOSKIT_PG_PASSWORD:-}" ] && [ -s "$STATE_DIR/role-created-by-eoskit" ]; then
 	PG_USER=$(cat "$STATE_DIR/role-created-by-eoskit")
 fi
 PG_DB=${EOSKIT_PG_DB:-$PG_USER}
+# Names go into SQL and shell commands unquoted: plain identifiers only.
+for name in "$PG_USER" "$PG_DB"; do
+	[[ $name =~ ^[a-z_][a-z0-9_]{0,62}$ ]] || { echo "postgres.sh: '$name' is not a plain lower-case identifier (EOSKIT_PG_USER, EOSKIT_PG_DB, or $STATE_DIR/role-created-by-eoskit)" >&2; exit 1; }
+done
 
 log() { echo "postgres.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -135,6 +144,9 @@ ensure_role() {
 	if [ -z "${EOSKIT_PG_PASSWORD:-}" ] && { [ "$exists" != 1 ] || [ ! -f "$STATE_DIR/password" ]; }; then
 		(umask 077 && random >"$STATE_DIR/password")
 	fi
+	# A role this start makes: scripts/with-services.sh drops it when
+	# done (drop-role), even where it did not start the cluster.
+	[ "$exists" = 1 ] || echo "$PG_USER" >"$STATE_DIR/role-made-by-last-start"
 	[ -f "$STATE_DIR/password" ] && chmod 600 "$STATE_DIR/password"
 	echo "$PG_USER" >"$STATE_DIR/role-created-by-eoskit"
 	pw=$(password)
@@ -393,6 +405,7 @@ status)
 	echo "running: cluster $version/$name on port $port"
 	;;
 env) url ;;
+drop-role) drop_role ;;
 private-start) private_start "${2:-}" "${3:-}" ;;
 private-restart) private_restart "${2:-}" ;;
 private-stop) private_stop ;;

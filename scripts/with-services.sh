@@ -10,11 +10,17 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 started=()
+role_made=
 stop_started() {
 	local s
 	for s in ${started[@]+"${started[@]}"}; do
 		scripts/"$s".sh stop || true
 	done
+	# A test role made in a cluster this run did not start (which stop
+	# would have dropped): dropped all the same, not left behind.
+	if [ -n "$role_made" ] && [[ " ${started[*]-} " != *" postgres "* ]]; then
+		scripts/postgres.sh drop-role || true
+	fi
 }
 trap stop_started EXIT
 
@@ -38,6 +44,12 @@ use_service() {
 }
 
 use_service kafka KAFKA_BROKERS
+state=${EOSKIT_STATE_DIR:-.eoskit}/postgres
+rm -f "$state/role-made-by-last-start"
 use_service postgres DATABASE_URL
+if [ -f "$state/role-made-by-last-start" ]; then
+	role_made=1
+	rm -f "$state/role-made-by-last-start"
+fi
 export EOS_REQUIRE_SERVICES=1
 "$@"
