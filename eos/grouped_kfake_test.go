@@ -63,6 +63,7 @@ func groupedOpts(t *testing.T, brokers []string) []eos.ProcessorOption {
 // no region is dead-lettered by the re-keying processor, the record's
 // fault, and counted nowhere.
 func TestGroupedCountsByADerivedKey(t *testing.T) {
+	t.Parallel()
 	brokers := groupedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -125,6 +126,7 @@ func TestGroupedCountsByADerivedKey(t *testing.T) {
 // count. NewGrouped refuses a missing key function, repartition topic or
 // changelog, and a repartition topic that is the input.
 func TestGroupedRefusesWhatWouldSplitAKey(t *testing.T) {
+	t.Parallel()
 	brokers := groupedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -696,6 +696,7 @@ func TestProcessorStopPolicyNamesTheRecordAndLosesNothing(t *testing.T) {
 }
 
 func TestProcessorRunTwiceAtOnceIsRefused(t *testing.T) {
+	t.Parallel()
 	p, err := eos.NewProcessor(copyHandler("out"), eos.Brokers("127.0.0.1:1"), eos.Group("g"), eos.Topics("in"), eos.TransactionalID("g-0"))
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ type recreatedBed struct {
 // on kfake; recreated_test.go runs it on the real broker under each
 // rebalance protocol.
 func TestATableCreatedAgainIsRefusedNotMixed(t *testing.T) {
+	t.Parallel()
 	brokers, _ := joinCluster(t, "cases", "regions", "joined", "dead")
 	tableCreatedAgain(t, recreatedBed{brokers: brokers, cases: "cases", regions: "regions", joined: "joined", group: "join",
 		opts: func(table *eos.Table) []eos.ProcessorOption { return joinOpts(t, brokers, table) }})
