@@ -749,6 +749,7 @@ func (s *hangSweeper) Poll(poll loop.PollFunc) loop.PollFunc {
 // whose end will decide its records there: nothing is closed before that.
 func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransaction, id int64, epoch int16, open map[txnscan.Key]kadm.DescribedProducer) (commit, known, wait bool, evidence string) {
 	rec, ok := s.outcomes.lookup(id, epoch)
+	deleted := "" // a partition whose marker was deleted, if any
 	if ok {
 		var seen []bool
 		for tp, first := range rec.Firsts {
@@ -761,9 +762,12 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.Topic, tp.Partition, first, id)
 			if errors.Is(err, txnscan.ErrMarkerDeleted) {
 				// Deleted (retention, a purge): this partition says
-				// nothing, and never will; the rest of the evidence
-				// decides.
-				s.logger.Debug("eos: a transaction's marker was deleted", "partition", fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition), "err", err)
+				// nothing, and never will. Another partition's marker
+				// or the coordinator decides; not the EndTxn answer,
+				// which a later transaction's abort closing these
+				// records (the marker now deleted) would contradict.
+				deleted = fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition)
+				s.logger.Debug("eos: a transaction's marker was deleted", "partition", deleted, "err", err)
 				continue
 			}
 			if err != nil {
@@ -782,12 +786,15 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 			}
 			return seen[0], true, false, "the marker that closed its records in an output partition"
 		}
-		if rec.Known {
+		if rec.Known && deleted == "" {
 			return rec.Committed, true, false, "this processor's EndTxn answer"
 		}
 	}
 	commit, known = txnscan.CoordinatorOutcome(coord, epoch)
 	if !known {
+		if deleted != "" {
+			return false, false, false, fmt.Sprintf("none: its marker in %s was deleted, and the coordinator is %s at epoch %d", deleted, coord.State, coord.ProducerEpoch)
+		}
 		return false, false, false, fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)
 	}
 	return commit, known, false, fmt.Sprintf("the coordinator's state (%s at epoch %d)", coord.State, coord.ProducerEpoch)
