@@ -194,10 +194,14 @@ func (g *Grouped) Run(ctx context.Context) error {
 	}()
 	err = RunTogether(ctx, g.rekey, g.agg)
 	cancel()
-	if perr := <-purged; perr != nil {
+	switch perr := <-purged; {
+	case perr == nil:
+		return err
+	case err == nil:
+		return perr
+	default:
 		return errors.Join(perr, err)
 	}
-	return err
 }
 
 // Health is the worse of the two processors' ([eoskit.Worst]).

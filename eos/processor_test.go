@@ -705,7 +705,9 @@ func TestProcessorRunTwiceAtOnceIsRefused(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	time.Sleep(100 * time.Millisecond)
-	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
+	second, cancelSecond := context.WithTimeout(context.Background(), 30*time.Second) // were it the first to run
+	defer cancelSecond()
+	if err := p.Run(second); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("second Run returned %v, want an already-running error", err)
 	}
 	cancel()

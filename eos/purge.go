@@ -72,6 +72,9 @@ func (p *purger) run(ctx context.Context) error {
 		switch {
 		case refused(err):
 			return err
+		case err == nil && p.failed > 0:
+			p.logger.Info("eos: purging the repartition topic works again", "topic", p.topic, "failed_since_last_logged", p.failed)
+			p.failed = 0
 		case err != nil && ctx.Err() == nil:
 			p.failed++
 			if time.Since(p.warned) >= purgeWarnEvery {
@@ -163,7 +166,7 @@ func (p *purger) deleteBelow(ctx context.Context, below kadm.Offsets) error {
 func purgeBelow(committed kadm.OffsetResponses, topic string, purged map[int32]int64) kadm.Offsets {
 	below := kadm.Offsets{}
 	for _, o := range committed[topic] {
-		if o.Err != nil || o.At <= purged[o.Partition] {
+		if o.Err != nil || o.At < 0 || o.At <= purged[o.Partition] { // -1 would delete up to the high watermark
 			continue
 		}
 		below.Add(kadm.Offset{Topic: topic, Partition: o.Partition, At: o.At, LeaderEpoch: -1})
