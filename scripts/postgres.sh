@@ -7,10 +7,11 @@
 #   scripts/postgres.sh restart   restart the cluster (fault tests use this)
 #   scripts/postgres.sh status    exit 0 if the cluster is running
 #   scripts/postgres.sh env       print DATABASE_URL=... for a running cluster
-#   scripts/postgres.sh drop-role drop the test role and its databases, if this
-#                                 state directory's start created it (the cluster
-#                                 left running: scripts/with-services.sh, after a
-#                                 start that found the cluster up and made the role)
+#   scripts/postgres.sh drop-role [--if-idle]  drop the test role and its databases,
+#                                 if this state directory's start created it (the
+#                                 cluster left running: scripts/with-services.sh,
+#                                 after a start that found the cluster up and made
+#                                 the role); --if-idle: not while a session uses it
 #   scripts/postgres.sh private-start PORT [--tls]   a test's own server (initdb in a
 #                                 temporary folder; wal_level=logical), recorded in
 #                                 EOSKIT_STATE_DIR; prints DATABASE_URL=...; with
@@ -175,6 +176,10 @@ drop_role() {
 	local port status db
 	read -r _ _ port status <<<"$(cluster)"
 	[ "${status:-}" = online ] || { log "cluster is down: role $PG_USER stays"; return 0; }
+	if [ "${1:-}" = --if-idle ] && [ -n "$(as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT 1 FROM pg_stat_activity WHERE usename = '$PG_USER' LIMIT 1\"")" ]; then
+		log "role $PG_USER has sessions (another run, or make services): it stays"
+		return 0
+	fi
 	as_postgres "psql -XAtq -p $port -d postgres -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '$PG_USER'\"" >/dev/null
 	while IFS= read -r db; do
 		[ -z "$db" ] || as_postgres "psql -Xq -p $port -v ON_ERROR_STOP=1 -d postgres -c 'DROP DATABASE \"$db\" WITH (FORCE)'" || return 1
@@ -405,7 +410,7 @@ status)
 	echo "running: cluster $version/$name on port $port"
 	;;
 env) url ;;
-drop-role) drop_role ;;
+drop-role) drop_role "${2:-}" ;;
 private-start) private_start "${2:-}" "${3:-}" ;;
 private-restart) private_restart "${2:-}" ;;
 private-stop) private_stop ;;

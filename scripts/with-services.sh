@@ -10,17 +10,19 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 started=()
-role_made=
+state=${EOSKIT_STATE_DIR:-.eoskit}/postgres
 stop_started() {
 	local s
 	for s in ${started[@]+"${started[@]}"}; do
 		scripts/"$s".sh stop || true
 	done
-	# A test role made in a cluster this run did not start (which stop
-	# would have dropped): dropped all the same, not left behind.
-	if [ -n "$role_made" ] && [[ " ${started[*]-} " != *" postgres "* ]]; then
-		scripts/postgres.sh drop-role || true
+	# A test role this run's start made (a start that failed after
+	# making it included) in a cluster this run did not start, which
+	# stop would have dropped: dropped too, unless another session uses it.
+	if [ -f "$state/role-made-by-last-start" ] && [[ " ${started[*]-} " != *" postgres "* ]]; then
+		scripts/postgres.sh drop-role --if-idle || true
 	fi
+	rm -f "$state/role-made-by-last-start"
 }
 trap stop_started EXIT
 
@@ -44,12 +46,7 @@ use_service() {
 }
 
 use_service kafka KAFKA_BROKERS
-state=${EOSKIT_STATE_DIR:-.eoskit}/postgres
 rm -f "$state/role-made-by-last-start"
 use_service postgres DATABASE_URL
-if [ -f "$state/role-made-by-last-start" ]; then
-	role_made=1
-	rm -f "$state/role-made-by-last-start"
-fi
 export EOS_REQUIRE_SERVICES=1
 "$@"
