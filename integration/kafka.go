@@ -59,6 +59,17 @@ func KafkaBrokers(tb testing.TB) []string {
 	return StartKafka(tb).Brokers()
 }
 
+// For returns a handle on k's cluster whose helpers fail tb rather than
+// the test k was made for: a parallel subtest's own (its parent has
+// returned by the time it runs, and failing the parent then would end
+// the test binary). It shares k's admin client, closed when k's test
+// ends.
+func (k *KafkaCluster) For(tb testing.TB) *KafkaCluster {
+	c := *k
+	c.tb = tb
+	return &c
+}
+
 // KafkaAt returns a handle on the cluster at brokers, reached with opts
 // besides the seed brokers (SASL credentials, TLS), once it answers; it
 // fails tb when it does not within 30 s.

@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kslog"
 
-	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/testsupport/testbed"
@@ -56,7 +55,7 @@ func (r groupedRun) grants(principal string) []grant {
 // wrapping the broker's refusal that names the permission; granted, the
 // count completes, nothing lost to the refusal.
 func groupedUnderACLs(t *testing.T, b *testbed.LocalBroker) {
-	k := b.KafkaCluster
+	k := b.KafkaCluster.For(t) // run as a parallel subtest
 	user := testbed.NewUser(t, k, "app-grouped")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -100,32 +99,15 @@ func groupedUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 			"the re-keying transactional id", "topic "+r.repartition, "the repartition topic").Replace(missing.name)
 		t.Run("without "+label, func(t *testing.T) {
 			r := newRun(fmt.Sprintf("without-%d", i))
-			gs := r.grants(user.Principal)
-			allow(ctx, t, k.Admin, append(append([]grant{}, gs[:i]...), gs[i+1:]...)...)
-			logs := &integration.LogBuffer{}
-			start := time.Now()
-			err := groupAll(ctx, t, k, r, user.Opts, logs)
-			took := time.Since(start)
-			switch {
-			case err == nil:
-				t.Fatalf("without %s, Run counted everything", gs[i].name)
-			case !errors.As(err, new(*eoskit.AuthorizationError)) || !errors.Is(err, gs[i].want) || !strings.Contains(err.Error(), gs[i].name):
-				t.Fatalf("without %s, Run returned %v; want an *eoskit.AuthorizationError wrapping %v that names the permission; logs:\n%s", gs[i].name, err, gs[i].want, logs)
-			case took > 30*time.Second:
-				t.Fatalf("without %s, Run took %s to return %v; want it within 30 s", gs[i].name, took, err)
-			}
-			t.Logf("without %s: %v (%s)", gs[i].name, err, took.Round(time.Millisecond))
-			// The error names the processor refused by its group.
-			if !strings.Contains(err.Error(), "(group "+r.group) {
-				t.Fatalf("without %s, Run returned %v; want it to name the refused processor's group", gs[i].name, err)
-			}
-			noSecret(t, user.Password, err.Error())
-			allow(ctx, t, k.Admin, gs[i])
-			if err := groupAll(ctx, t, k, r, user.Opts, logs); err != nil {
-				t.Fatalf("once %s was granted, Run returned %v", gs[i].name, err)
-			}
-			verify(r)
-			noSecret(t, user.Password, logs.String())
+			refusedWithout(ctx, t, k, user, r.grants(user.Principal), i,
+				func(logs *integration.LogBuffer) error { return groupAll(ctx, t, k, r, user.Opts, logs) },
+				func() { verify(r) },
+				func(err error) error { // the refused processor named by its group
+					if !strings.Contains(err.Error(), "(group "+r.group) {
+						return errors.New("no processor's group named")
+					}
+					return nil
+				})
 		})
 	}
 	t.Run("purging without Delete on the repartition topic", func(t *testing.T) { purgeUnderACLs(ctx, t, k, user, newRun, verify) })
@@ -137,29 +119,13 @@ func groupedUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 // everything is counted once with the purge on.
 func purgeUnderACLs(ctx context.Context, t *testing.T, k *integration.KafkaCluster, user testbed.User, newRun func(string) groupedRun, verify func(groupedRun)) {
 	r := newRun("purge")
-	allow(ctx, t, k.Admin, r.grants(user.Principal)...)
-	purge := eos.PurgeRepartition(200 * time.Millisecond)
-	deletion := grant{name: "Delete on topic " + r.repartition, acl: kadm.NewACLs().Topics(r.repartition).Allow(user.Principal).Operations(kadm.OpDelete)}
-	logs := &integration.LogBuffer{}
-	start := time.Now()
-	err := groupAll(ctx, t, k, r, user.Opts, logs, purge)
-	took := time.Since(start)
-	switch {
-	case err == nil:
-		t.Fatalf("purging without %s, Run counted everything", deletion.name)
-	case !errors.As(err, new(*eoskit.AuthorizationError)) || !errors.Is(err, kerr.TopicAuthorizationFailed) || !strings.Contains(err.Error(), deletion.name):
-		t.Fatalf("purging without %s, Run returned %v; want an *eoskit.AuthorizationError naming it; logs:\n%s", deletion.name, err, logs)
-	case took > 30*time.Second:
-		t.Fatalf("purging without %s, Run took %s to return %v; want it within 30 s", deletion.name, took, err)
-	}
-	t.Logf("purging without %s: %v (%s)", deletion.name, err, took.Round(time.Millisecond))
-	noSecret(t, user.Password, err.Error())
-	allow(ctx, t, k.Admin, deletion)
-	if err := groupAll(ctx, t, k, r, user.Opts, logs, purge); err != nil {
-		t.Fatalf("once %s was granted, Run returned %v", deletion.name, err)
-	}
-	verify(r)
-	noSecret(t, user.Password, logs.String())
+	gs := append(r.grants(user.Principal), grant{name: "Delete on topic " + r.repartition,
+		acl: kadm.NewACLs().Topics(r.repartition).Allow(user.Principal).Operations(kadm.OpDelete), want: kerr.TopicAuthorizationFailed})
+	refusedWithout(ctx, t, k, user, gs, len(gs)-1,
+		func(logs *integration.LogBuffer) error {
+			return groupAll(ctx, t, k, r, user.Opts, logs, eos.PurgeRepartition(200*time.Millisecond))
+		},
+		func() { verify(r) }, nil)
 }
 
 // groupedKey is the key an input is counted under: derived from its own.

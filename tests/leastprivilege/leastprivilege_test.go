@@ -39,6 +39,9 @@ type grant struct {
 	// the copy still completes.
 	want    error
 	warning bool
+	// named, if set, is what the error must name instead of name (a
+	// refusal that reads "Describe (or Read or Write) on topics [T]").
+	named string
 }
 
 // setup is one path's topics, group and principal.
@@ -104,7 +107,8 @@ func TestEachPathRunsWithOnlyItsListedACLs(t *testing.T) {
 	for _, path := range []string{"eos", "offsetstore", "dedup"} {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
-			user := testbed.NewUser(t, b.KafkaCluster, "app-"+path)
+			k := k.For(t) // a parallel subtest fails itself, not the returned parent
+			user := testbed.NewUser(t, k, "app-"+path)
 			principal, opts, secret := user.Principal, user.Opts, user.Password
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()

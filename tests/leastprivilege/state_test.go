@@ -2,7 +2,6 @@ package leastprivilege_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -50,12 +49,12 @@ func (r statefulRun) grants(principal string) []grant {
 // Write on its changelog (an empty one: the restore reads nothing), Run's
 // check refuses it; without Write on its updates topic, the first
 // transaction's update records are refused. Either way Run returns
-// within 30 s an error wrapping the broker's refusal that names the
-// permission, rather than restarting its session until it gives up (or,
+// within 30 s an *eoskit.AuthorizationError wrapping the broker's refusal
+// that names the permission, rather than restarting its session until it gives up (or,
 // without Read, running until the first restore with state); granted,
 // the count completes with every input counted once.
 func statefulProcessorUnderACLs(t *testing.T, b *testbed.LocalBroker) {
-	k := b.KafkaCluster
+	k := b.KafkaCluster.For(t) // run as a parallel subtest
 	user := testbed.NewUser(t, k, "app-state")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -95,28 +94,9 @@ func statefulProcessorUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 		label := strings.NewReplacer(r.updates, "the updates topic", r.changelog, "the changelog").Replace(missing.name)
 		t.Run("without "+label, func(t *testing.T) {
 			r := newRun(fmt.Sprintf("without-%d", i))
-			gs := r.grants(user.Principal)
-			allow(ctx, t, k.Admin, append(append([]grant{}, gs[:i]...), gs[i+1:]...)...)
-			logs := &integration.LogBuffer{}
-			start := time.Now()
-			err := countAll(ctx, t, k, r, user.Opts, logs)
-			took := time.Since(start)
-			switch {
-			case err == nil:
-				t.Fatalf("without %s, Run counted everything", gs[i].name)
-			case !errors.Is(err, gs[i].want) || !strings.Contains(err.Error(), gs[i].name):
-				t.Fatalf("without %s, Run returned %v; want an error wrapping %v that names the permission; logs:\n%s", gs[i].name, err, gs[i].want, logs)
-			case took > 30*time.Second:
-				t.Fatalf("without %s, Run took %s to return %v; want it within 30 s", gs[i].name, took, err)
-			}
-			t.Logf("without %s: %v (%s)", gs[i].name, err, took.Round(time.Millisecond))
-			noSecret(t, user.Password, err.Error())
-			allow(ctx, t, k.Admin, gs[i])
-			if err := countAll(ctx, t, k, r, user.Opts, logs); err != nil {
-				t.Fatalf("once %s was granted, Run returned %v", gs[i].name, err)
-			}
-			verify(r)
-			noSecret(t, user.Password, logs.String())
+			refusedWithout(ctx, t, k, user, r.grants(user.Principal), i,
+				func(logs *integration.LogBuffer) error { return countAll(ctx, t, k, r, user.Opts, logs) },
+				func() { verify(r) }, nil)
 		})
 	}
 }

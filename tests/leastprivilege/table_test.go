@@ -2,11 +2,9 @@ package leastprivilege_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kslog"
 
-	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/integration"
 	"github.com/eoskit/eoskit/testsupport/testbed"
@@ -29,7 +26,7 @@ import (
 // the broker's refusal that names the topic, and once Read is granted it
 // joins everything, nothing lost to the refusal.
 func tableJoinUnderACLs(t *testing.T, b *testbed.LocalBroker) {
-	k := b.KafkaCluster
+	k := b.KafkaCluster.For(t) // run as a parallel subtest
 	user := testbed.NewUser(t, k, "app-join")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -53,7 +50,8 @@ func tableJoinUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 	}
 	grants := func(r statefulRun, table string) []grant {
 		return append(r.grants(user.Principal), grant{name: "Read on topic " + table,
-			acl: kadm.NewACLs().Topics(table).Allow(user.Principal).Operations(kadm.OpRead), want: kerr.TopicAuthorizationFailed})
+			acl: kadm.NewACLs().Topics(table).Allow(user.Principal).Operations(kadm.OpRead), want: kerr.TopicAuthorizationFailed,
+			named: table}) // refused as "Describe (or Read or Write) on topics [table]"
 	}
 	verify := func(r statefulRun) {
 		t.Helper()
@@ -91,28 +89,9 @@ func tableJoinUnderACLs(t *testing.T, b *testbed.LocalBroker) {
 	t.Run("without Read on the table", func(t *testing.T) {
 		r, table := newRun("no-table")
 		gs := grants(r, table)
-		allow(ctx, t, k.Admin, gs[:len(gs)-1]...)
-		logs := &integration.LogBuffer{}
-		start := time.Now()
-		err := joinAll(ctx, t, k, r, table, user.Opts, logs)
-		took := time.Since(start)
-		var ae *eoskit.AuthorizationError
-		switch {
-		case err == nil:
-			t.Fatal("without Read on the table's topic, Run joined everything")
-		case !errors.As(err, &ae) || !errors.Is(err, kerr.TopicAuthorizationFailed) || !strings.Contains(err.Error(), table):
-			t.Fatalf("without Read on the table's topic, Run returned %v; want an AuthorizationError wrapping the refusal and naming the topic; logs:\n%s", err, logs)
-		case took > 30*time.Second:
-			t.Fatalf("without Read on the table's topic, Run took %s to return %v; want it within 30 s", took, err)
-		}
-		t.Logf("without Read on the table's topic: %v (%s)", err, took.Round(time.Millisecond))
-		noSecret(t, user.Password, err.Error())
-		allow(ctx, t, k.Admin, gs[len(gs)-1])
-		if err := joinAll(ctx, t, k, r, table, user.Opts, logs); err != nil {
-			t.Fatalf("once Read on the table's topic was granted, Run returned %v", err)
-		}
-		verify(r)
-		noSecret(t, user.Password, logs.String())
+		refusedWithout(ctx, t, k, user, gs, len(gs)-1,
+			func(logs *integration.LogBuffer) error { return joinAll(ctx, t, k, r, table, user.Opts, logs) },
+			func() { verify(r) }, nil)
 	})
 }
 
