@@ -41,10 +41,11 @@ type purger struct {
 	logger       *slog.Logger
 	// purged is each partition's offset below which records are deleted.
 	purged map[int32]int64
-	// warned is when a failed purge was last logged, failed how many
-	// failed since (a failure every interval is logged once a minute).
-	warned time.Time
+	// failed is how many purges failed since the last that worked, warned
+	// when one was last logged (a failure every interval is logged once a
+	// minute).
 	failed int
+	warned time.Time
 }
 
 // purgeWarnEvery is how often a purge failing again is logged.
@@ -73,14 +74,14 @@ func (p *purger) run(ctx context.Context) error {
 		case refused(err):
 			return err
 		case err == nil && p.failed > 0:
-			p.logger.Info("eos: purging the repartition topic works again", "topic", p.topic, "failed_since_last_logged", p.failed)
+			p.logger.Info("eos: purging the repartition topic works again", "topic", p.topic, "failed_in_a_row", p.failed)
 			p.failed = 0
 		case err != nil && ctx.Err() == nil:
 			p.failed++
 			if time.Since(p.warned) >= purgeWarnEvery {
 				p.logger.Warn("eos: purging the repartition topic failed; the next purge tries again", "topic", p.topic,
-					"failed_since_last_logged", p.failed, "err", err)
-				p.warned, p.failed = time.Now(), 0
+					"failed_in_a_row", p.failed, "err", err)
+				p.warned = time.Now()
 			}
 		}
 	}
