@@ -46,7 +46,9 @@ demo:
 # soak (a million records and 30 mixed faults on the cluster, per copying
 # path), then the outbox path's scenarios (relay processes, a PostgreSQL of
 # its own), and prints the tables; make test runs one scenario per path
-# (two for the outbox).
+# (two for the outbox). Then eos.Processor through broker bounces on the
+# cluster (a leader and a transaction coordinator SIGKILLed; make test
+# runs the same on broker containers).
 # A run that passes puts its tables into docs/results/chaos.md, between the
 # "make chaos" markers (scripts/results.sh); a failed one leaves the doc as
 # it was. Takes about 9 hours: the soaks, slowed to 4 ms a record,
@@ -58,7 +60,7 @@ demo:
 chaos:
 	@mkdir -p .eoskit
 	@rm -f .eoskit/chaos.md
-	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 660m -run TestChaos ./tests/chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; exit $$rc'
+	@EOSKIT_KAFKA_JVM_OPTS= scripts/with-services.sh bash -c 'EOS_CHAOS=full EOS_CHAOS_TABLE=$$PWD/.eoskit/chaos.md go test -count=1 -timeout 660m -run TestChaos ./tests/chaos; rc=$$?; cat .eoskit/chaos.md 2>/dev/null; EOS_CHAOS=full EOS_REQUIRE_SERVICES=1 go test -count=1 -timeout 20m -run "^TestProcessorExactlyOnceThroughBrokerBouncesOnACluster$$" ./eos || rc=1; exit $$rc'
 	@scripts/results.sh "make chaos" docs/results/chaos.md .eoskit/chaos.md
 
 # Runs only the soak of make chaos, and puts its table into docs/results/chaos.md

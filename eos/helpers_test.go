@@ -46,6 +46,15 @@ func containersSuite(t *testing.T) {
 	}
 }
 
+// chaosSuite skips a test that make chaos runs (EOS_CHAOS=full): a long
+// fault test whose twin runs in make test.
+func chaosSuite(t *testing.T, twin string) {
+	t.Helper()
+	if os.Getenv("EOS_CHAOS") != "full" {
+		t.Skip("runs in make chaos (EOS_CHAOS=full); make test runs its twin, " + twin)
+	}
+}
+
 // testClientOpts keep group membership changes fast: a killed member is
 // noticed after the session timeout, not the 45 s default.
 func testClientOpts() []kgo.Opt {

@@ -1070,8 +1070,10 @@ func closeHangingByHand(ctx context.Context, t *testing.T, k *integration.KafkaC
 // marker ever written): SIGKILL of the node leading an output partition,
 // SIGKILL of the node coordinating a processor's transactions, each started
 // again (a clean rolling restart of all three is make chaos's
-// cluster-rolling-restart row, on every path: 110 s more here, on the
-// longest test of make test's eos package). Leadership moves on
+// cluster-rolling-restart row, on every path). Run by make chaos (about
+// 3.5 minutes and three brokers' JVMs beside make test's other tests);
+// make test runs its twin on three broker containers,
+// TestProcessorExactlyOnceThroughBrokerContainerStopAndStart. Leadership moves on
 // every bounce, so no partition is leaderless while markers are written
 // (KAFKA-20734 needs that), and nothing may hang: every input copied
 // exactly once, no processor stopped (a hang would stop it with
@@ -1079,6 +1081,7 @@ func closeHangingByHand(ctx context.Context, t *testing.T, k *integration.KafkaC
 // at the end (DescribeProducers). Inputs come from a transactional producer
 // that also aborts.
 func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
+	chaosSuite(t, "TestProcessorExactlyOnceThroughBrokerContainerStopAndStart")
 	t.Parallel()
 	c := testbed.StartLocalCluster(t)
 	copyThroughBounces(t, c.KafkaCluster, func(ctx context.Context, node func(what) int) []bounce {
