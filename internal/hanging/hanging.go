@@ -737,69 +737,6 @@ func (s *hangSweeper) Poll(poll loop.PollFunc) loop.PollFunc {
 	return loop.Interruptible(poll, s.foundNew)
 }
 
-// decide says how this processor's transaction at epoch ended, from the
-// best evidence there is: first the log of the output partitions it wrote
-// to (the first marker of this producer after the transaction's first
-// record there is the one that closed its records, whatever the
-// coordinator or EndTxn said: the chaos suite saw a broker lose a
-// committed transaction's markers and the next transaction's abort marker
-// close its records too, and the offsets must then be aborted to match);
-// then the EndTxn answer; then the coordinator's state. wait is true while
-// a partition it wrote to has it joined by a later, live transaction,
-// whose end will decide its records there: nothing is closed before that.
-func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransaction, id int64, epoch int16, open map[txnscan.Key]kadm.DescribedProducer) (commit, known, wait bool, evidence string) {
-	rec, ok := s.outcomes.lookup(id, epoch)
-	deleted := "" // a partition whose marker was deleted, if any
-	if ok {
-		var seen []bool
-		for tp, first := range rec.Firsts {
-			if q, isOpen := open[txnscan.Key{ProducerID: id, Topic: tp.Topic, Partition: tp.Partition}]; isOpen && q.CurrentTxnStartOffset <= first {
-				if q.ProducerEpoch != epoch {
-					return false, false, true, fmt.Sprintf("joined in %s[%d] by this producer's transaction at epoch %d", tp.Topic, tp.Partition, q.ProducerEpoch)
-				}
-				continue // still open for this transaction: closed with the rest
-			}
-			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.Topic, tp.Partition, first, id)
-			if errors.Is(err, txnscan.ErrMarkerDeleted) {
-				// Deleted (retention, a purge): this partition says
-				// nothing, and never will. Another partition's marker
-				// or the coordinator decides; not the EndTxn answer,
-				// which a later transaction's abort closing these
-				// records (the marker now deleted) would contradict.
-				deleted = fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition)
-				s.logger.Debug("eos: a transaction's marker was deleted", "partition", deleted, "err", err)
-				continue
-			}
-			if err != nil {
-				s.logger.Debug("eos: reading a transaction's marker failed", "partition", fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition), "err", err)
-				return false, false, true, "its marker in " + fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition) + " could not be read: " + err.Error()
-			}
-			if found {
-				seen = append(seen, c)
-			}
-		}
-		if len(seen) > 0 {
-			for _, c := range seen[1:] {
-				if c != seen[0] {
-					return false, false, false, "torn: its output partitions hold both markers" // reported as unknown
-				}
-			}
-			return seen[0], true, false, "the marker that closed its records in an output partition"
-		}
-		if rec.Known && deleted == "" {
-			return rec.Committed, true, false, "this processor's EndTxn answer"
-		}
-	}
-	commit, known = txnscan.CoordinatorOutcome(coord, epoch)
-	if !known {
-		if deleted != "" {
-			return false, false, false, fmt.Sprintf("none: its marker in %s was deleted, and the coordinator is %s at epoch %d", deleted, coord.State, coord.ProducerEpoch)
-		}
-		return false, false, false, fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)
-	}
-	return commit, known, false, fmt.Sprintf("the coordinator's state (%s at epoch %d)", coord.State, coord.ProducerEpoch)
-}
-
 // hangKey names one hanging transaction in one partition.
 type hangKey struct {
 	producerID  int64

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -69,5 +70,40 @@ func TestMarkerAfterDeletedRecordsIsNotAnotherTransactions(t *testing.T) {
 	commit, found, err = MarkerAfter(ctx, adm, seeds, "out", 0, 0, id)
 	if !errors.Is(err, ErrMarkerDeleted) {
 		t.Fatalf("MarkerAfter from 0 once 0 to 3 were deleted: commit %v, found %v, %v; want ErrMarkerDeleted, not the later transaction's abort", commit, found, err)
+	}
+}
+
+// A read out of range is a deletion only when the partition now starts
+// past the offset read from; past the log's end (a leader that lost
+// records) it says nothing of the marker.
+func TestOutOfRangeIsADeletionOnlyBelowTheLogsStart(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for range 6 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	if err := outOfRange(ctx, adm, "out", 0, 9, kerr.OffsetOutOfRange); errors.Is(err, ErrMarkerDeleted) || !errors.Is(err, kerr.OffsetOutOfRange) {
+		t.Fatalf("out of range past the end of a log of 6: %v; want the fetch's error, not ErrMarkerDeleted", err)
+	}
+	var to kadm.Offsets
+	to.Add(kadm.Offset{Topic: "out", Partition: 0, At: 4, LeaderEpoch: -1})
+	if deleted, err := adm.DeleteRecords(ctx, to); err != nil || deleted.Error() != nil {
+		t.Fatal(err, deleted.Error())
+	}
+	if err := outOfRange(ctx, adm, "out", 0, 2, kerr.OffsetOutOfRange); !errors.Is(err, ErrMarkerDeleted) {
+		t.Fatalf("out of range at 2 of a log starting at 4: %v; want ErrMarkerDeleted", err)
 	}
 }

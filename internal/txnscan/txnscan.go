@@ -151,7 +151,8 @@ var ErrMarkerDeleted = errors.New("the transaction's records were deleted: its m
 // TLS, SASL). When the partition starts past from, or moves past it
 // while being read, it returns an error wrapping [ErrMarkerDeleted]: the
 // first marker found from the log's start would be another
-// transaction's. It gives up after 30 s.
+// transaction's. A log that ends before from (truncated) is another
+// error. It gives up after 30 s.
 func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, topic string, partition int32, from, id int64) (commit, found bool, err error) {
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
@@ -193,7 +194,7 @@ func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, to
 		}
 		for _, fe := range fetches.Errors() {
 			if errors.Is(fe.Err, kerr.OffsetOutOfRange) {
-				return false, false, fmt.Errorf("read %s[%d] from %d: %w: %w", topic, partition, from, ErrMarkerDeleted, fe.Err)
+				return false, false, outOfRange(ctx, adm, topic, partition, from, fe.Err)
 			}
 		}
 		done := false
@@ -212,6 +213,22 @@ func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, to
 			return commit, found, nil
 		}
 	}
+}
+
+// outOfRange says why a read from offset from was out of range: the
+// records there were deleted ([ErrMarkerDeleted]) when the partition now
+// starts past from; otherwise the log ends before from (truncated by a
+// leader that lost records), which says nothing of the marker, and is an
+// error that is not ErrMarkerDeleted.
+func outOfRange(ctx context.Context, adm *kadm.Client, topic string, partition int32, from int64, fetchErr error) error {
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("read %s[%d] from %d: %w (and its start offset: %w)", topic, partition, from, fetchErr, err)
+	}
+	if start, ok := starts.Lookup(topic, partition); ok && start.Err == nil && start.Offset > from {
+		return fmt.Errorf("read %s[%d] from %d, which starts at %d: %w: %w", topic, partition, from, start.Offset, ErrMarkerDeleted, fetchErr)
+	}
+	return fmt.Errorf("read %s[%d] from %d, past the end of its log: %w", topic, partition, from, fetchErr)
 }
 
 // OffsetsPartition returns the partition of __consumer_offsets that holds
