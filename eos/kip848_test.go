@@ -154,13 +154,16 @@ func consumerProtocolServed(t *testing.T, k *integration.KafkaCluster) {
 
 // underEachRebalanceProtocol runs test, in parallel subtests, under the
 // classic protocol's eager range balancer (every partition revoked at
-// each rebalance) and under KIP-848's consumer protocol, each with a
-// cluster and the processor option that selects the protocol.
+// each rebalance), its cooperative-sticky balancer (franz-go's default:
+// only the partitions that move are revoked, over two rebalances) and
+// KIP-848's consumer protocol, each with a cluster and the processor
+// option that selects the protocol.
 func underEachRebalanceProtocol(t *testing.T, test func(t *testing.T, k *integration.KafkaCluster, name string, protocol eos.ProcessorOption)) {
 	t.Helper()
 	for name, opt := range map[string]eos.ProcessorOption{
-		"range":   eos.ClientOptions(kgo.Balancers(kgo.RangeBalancer())),
-		"kip-848": eos.ConsumerProtocol(),
+		"range":              eos.ClientOptions(kgo.Balancers(kgo.RangeBalancer())),
+		"cooperative-sticky": eos.ClientOptions(kgo.Balancers(kgo.CooperativeStickyBalancer())),
+		"kip-848":            eos.ConsumerProtocol(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -120,8 +120,8 @@ func seedCases(t *testing.T, ctx context.Context, k *integration.KafkaCluster, t
 
 // The join while a second instance joins mid-stream and leaves, under
 // range (eager: every partition revoked, its table buffer dropped and its
-// position restored with the state) and under KIP-848's consumer
-// protocol: every good case joined once with the table as of its time.
+// position restored with the state), cooperative-sticky and KIP-848's
+// consumer protocol: every good case joined once with the table as of its time.
 func TestJoinTableIsExactUnderEachRebalanceProtocol(t *testing.T) {
 	t.Parallel()
 	underEachRebalanceProtocol(t, func(t *testing.T, k *integration.KafkaCluster, name string, opt eos.ProcessorOption) {

@@ -10,8 +10,8 @@ import (
 
 // A table topic deleted and created again (tableCreatedAgain) on the real
 // broker, whose deletion, topic IDs and metadata are Kafka's own, under
-// range (eager: every partition revoked at the session restart) and
-// KIP-848's consumer protocol: Run refuses it within 30 s, nothing joined
+// range (eager: every partition revoked at the session restart),
+// cooperative-sticky and KIP-848's consumer protocol: Run refuses it within 30 s, nothing joined
 // with the new topic's records, and so does a processor starting on that
 // state.
 func TestATableCreatedAgainIsRefusedUnderEachRebalanceProtocol(t *testing.T) {

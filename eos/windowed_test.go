@@ -131,8 +131,9 @@ func finalsOnce(t *testing.T, k *integration.KafkaCluster, finals string, closed
 
 // The windowed count under the eager protocol (range: a join revokes
 // every partition of every member, and each is restored again, windows
-// and stream time) and under KIP-848's consumer protocol (revokes one by
-// one, the broker assigning): a second instance joins mid-stream and
+// and stream time), under cooperative-sticky (only what moves is
+// revoked, over two rebalances) and under KIP-848's consumer protocol
+// (revokes one by one, the broker assigning): a second instance joins mid-stream and
 // leaves, with the same checks as the crash test above (updates and
 // changelog end at the truth, views never pass it, each closed window's
 // final once). Inputs from a transactional producer that also aborts,
