@@ -46,15 +46,20 @@ func TestEachPathOverTLS(t *testing.T) {
 	pg := testbed.StartPrivatePostgresWithTLS(t)
 	pool, dbURL := pg.Database(t)
 	trusted := kgo.DialTLSConfig(testbed.TLSConfig(t, b.CAFile()))
+	// The subtests side by side (four at a time): their runs wait on the
+	// broker, the database and refusals far more than on the CPU. They
+	// run once this function has returned.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	newSetup := func(t *testing.T, path, principal string) (setup, integration.Inputs) {
+	t.Cleanup(cancel)
+	newSetup := func(t *testing.T, k *integration.KafkaCluster, path, principal string) (setup, integration.Inputs) {
 		return newPathSetup(ctx, t, k, pool, path, "tls", principal, 300)
 	}
 	for _, path := range []string{"eos", "offsetstore", "dedup"} {
 		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			k := k.For(t)
 			user := testbed.NewUser(t, k, "tls-"+path, trusted)
-			s, inputs := newSetup(t, path, user.Principal)
+			s, inputs := newSetup(t, k, path, user.Principal)
 			logs := copiesEachOnce(ctx, t, k, pool, s, inputs, user.Opts)
 			noSecret(t, user.Password, logs.String())
 		})
@@ -65,7 +70,9 @@ func TestEachPathOverTLS(t *testing.T) {
 	mtls := []kgo.Opt{kgo.SeedBrokers(mtlsBrokers...), kgo.DialTLSConfig(mtlsConfig)}
 	for _, path := range []string{"eos", "offsetstore", "dedup"} {
 		t.Run(path+" over mutual TLS", func(t *testing.T) {
-			s, inputs := newSetup(t, path, mtlsPrincipal)
+			t.Parallel()
+			k := k.For(t)
+			s, inputs := newSetup(t, k, path, mtlsPrincipal)
 			s.brokers = mtlsBrokers
 			copiesEachOnce(ctx, t, k, pool, s, inputs, mtls)
 		})
@@ -77,40 +84,52 @@ func TestEachPathOverTLS(t *testing.T) {
 	}
 	for _, path := range []string{"eos", "offsetstore", "dedup"} {
 		t.Run(path+" over OAUTHBEARER", func(t *testing.T) {
+			t.Parallel()
+			k := k.For(t)
 			sub := "oauth-" + path
-			s, inputs := newSetup(t, path, "User:"+sub)
+			s, inputs := newSetup(t, k, path, "User:"+sub)
 			token := testbed.SignOAuth(t, b.OAuthKey(t), b.OAuthClaims(t, sub))
 			logs := copiesEachOnce(ctx, t, k, pool, s, inputs, oauthOpts(token))
 			noSecret(t, token, logs.String())
 		})
 	}
 	t.Run("outbox over OAUTHBEARER", func(t *testing.T) {
+		t.Parallel()
+		k := k.For(t)
 		db, _ := pg.Database(t)
 		token := testbed.SignOAuth(t, b.OAuthKey(t), b.OAuthClaims(t, "oauth-outbox"))
 		relayOverTLS(ctx, t, k, db, testbed.User{Principal: "User:oauth-outbox", Opts: oauthOpts(token)}, k.Brokers, oauthOpts(token), "")
 	})
 	t.Run("outbox over mutual TLS", func(t *testing.T) {
+		t.Parallel()
+		k := k.For(t)
 		db, _ := pg.Database(t)
 		relayOverTLS(ctx, t, k, db, testbed.User{Principal: mtlsPrincipal, Opts: mtls}, mtlsBrokers, mtls, "")
 	})
 	t.Run("outbox", func(t *testing.T) {
+		t.Parallel()
+		k := k.For(t)
 		user := testbed.NewUser(t, k, "tls-outbox", trusted)
 		db, _ := pg.Database(t)
 		relayOverTLS(ctx, t, k, db, user, k.Brokers, user.Opts, "")
 	})
 	t.Run("outbox trusting a CA that did not sign the broker's certificate", func(t *testing.T) {
+		t.Parallel()
+		k := k.For(t)
 		user := testbed.NewUser(t, k, "tls-outbox-wrong-ca", trusted)
 		db, _ := pg.Database(t)
 		relayOverTLS(ctx, t, k, db, user, k.Brokers, append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(foreignCA(t))), "certificate signed by unknown authority")
 	})
 	t.Run("outbox with a wrong password", func(t *testing.T) {
+		t.Parallel()
+		k := k.For(t)
 		user := testbed.NewUser(t, k, "tls-outbox-wrong-password", trusted)
 		db, _ := pg.Database(t)
 		relayOverTLS(ctx, t, k, db, user, k.Brokers, []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, scramSHA512("tls-outbox-wrong-password", user.Password+"x")}, "SASL_AUTHENTICATION_FAILED")
 	})
-	refusedWith := func(t *testing.T, path string, brokers []string, opts []kgo.Opt, password string, want ...string) {
+	refusedWith := func(t *testing.T, k *integration.KafkaCluster, path string, brokers []string, opts []kgo.Opt, password string, want ...string) {
 		t.Helper()
-		s, inputs := newSetup(t, path, "User:admin")
+		s, inputs := newSetup(t, k, path, "User:admin")
 		s.brokers = brokers
 		logs := &integration.LogBuffer{}
 		start := time.Now()
@@ -133,15 +152,19 @@ func TestEachPathOverTLS(t *testing.T) {
 	}
 	for _, path := range []string{"eos", "offsetstore", "dedup"} {
 		t.Run(path+" trusting a CA that did not sign the broker's certificate", func(t *testing.T) {
+			t.Parallel()
+			k := k.For(t)
 			user := testbed.NewUser(t, k, "tls-wrong-ca-"+path, trusted)
 			opts := append(user.Opts[:len(user.Opts):len(user.Opts)], kgo.DialTLSConfig(foreignCA(t)))
-			refusedWith(t, path, nil, opts, user.Password, "certificate signed by unknown authority", "ClientOptions")
+			refusedWith(t, k, path, nil, opts, user.Password, "certificate signed by unknown authority", "ClientOptions")
 		})
 		t.Run(path+" with a wrong password", func(t *testing.T) {
+			t.Parallel()
+			k := k.For(t)
 			name := "tls-wrong-password-" + path
 			user := testbed.NewUser(t, k, name, trusted)
 			opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), trusted, scramSHA512(name, user.Password+"x")}
-			refusedWith(t, path, nil, opts, user.Password, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
+			refusedWith(t, k, path, nil, opts, user.Password, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
 		})
 	}
 	// Tokens the broker must refuse, each otherwise valid and for the
@@ -161,6 +184,8 @@ func TestEachPathOverTLS(t *testing.T) {
 		{"from another issuer", nil, func(c *testbed.OAuthClaims) { c.Issuer = "another-issuer" }},
 	} {
 		t.Run("eos with an OAUTHBEARER token "+tc.name, func(t *testing.T) {
+			t.Parallel()
+			k := k.For(t)
 			key := tc.key
 			if key == nil {
 				key = b.OAuthKey(t)
@@ -168,17 +193,21 @@ func TestEachPathOverTLS(t *testing.T) {
 			claims := b.OAuthClaims(t, "admin")
 			tc.edit(&claims)
 			token := testbed.SignOAuth(t, key, claims)
-			refusedWith(t, "eos", nil, oauthOpts(token), token, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
+			refusedWith(t, k, "eos", nil, oauthOpts(token), token, "SASL_AUTHENTICATION_FAILED", "ClientOptions")
 		})
 	}
 	t.Run("eos over mutual TLS without a certificate", func(t *testing.T) {
+		t.Parallel()
+		k := k.For(t)
 		noCert := []kgo.Opt{kgo.SeedBrokers(mtlsBrokers...), trusted}
-		refusedWith(t, "eos", mtlsBrokers, noCert, "", "tls: ", "ClientOptions")
+		refusedWith(t, k, "eos", mtlsBrokers, noCert, "", "tls: ", "ClientOptions")
 	})
 	_, foreignCAFile := testbed.ForeignCA(t)
 	foreign := withQuery(t, dbURL, "sslrootcert", foreignCAFile)
 	for _, path := range []string{"offsetstore", "dedup", "outbox"} {
 		t.Run(path+" trusting a CA that did not sign the database's certificate", func(t *testing.T) {
+			t.Parallel()
+			k := k.For(t)
 			runnerPool, err := pgxpool.New(ctx, foreign)
 			if err != nil {
 				t.Fatal(err)
