@@ -16,6 +16,7 @@ import (
 // the transaction come out wrong, and every exactly-once pattern does
 // neither, its totals right.
 func TestLabShowsWhatEachPatternGuarantees(t *testing.T) {
+	t.Parallel() // the real-broker lab and the embedded one side by side
 	k := integration.Kafka(t)
 	lab := &eoslab.Lab{Brokers: k.Brokers, Pool: integration.Postgres(t), Reports: eoslab.Workload(3000),
 		Progress: func(pattern, step string) { t.Logf("%s: %s", pattern, step) }}
@@ -29,6 +30,7 @@ func TestLabShowsWhatEachPatternGuarantees(t *testing.T) {
 // the embedded kfake cluster) with the same assertions as the real-broker
 // test, so that the README's first command is kept working.
 func TestEmbeddedLabShowsWhatEachPatternGuarantees(t *testing.T) {
+	t.Parallel() // the real-broker lab and the embedded one side by side
 	cluster, err := eoslab.EmbeddedCluster()
 	if err != nil {
 		t.Fatal(err)
