@@ -229,10 +229,11 @@ func moveStreamTime(kv state.KV, at time.Time) (was, now time.Time, err error) {
 	if was, err = streamTime(kv); err != nil {
 		return was, was, err
 	}
-	if !at.After(was) {
+	// Kept in milliseconds (Kafka's timestamps'): a later time within
+	// the same millisecond moves nothing, and writes nothing.
+	if now = at.Truncate(time.Millisecond); !now.After(was) {
 		return was, was, nil
 	}
-	now = at.Truncate(time.Millisecond)
 	return was, now, kv.Put([]byte(streamTimeKey), strconv.AppendInt(nil, now.UnixMilli(), 10))
 }
 

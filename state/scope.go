@@ -25,6 +25,9 @@ type Scope struct {
 	// that expired), index finds them.
 	writes []scopeWrite
 	index  map[string]int
+	// buf holds the first writes, so that a call writing a key or two
+	// (a count, a window and the stream time) allocates no slice.
+	buf [3]scopeWrite
 }
 
 // indexAbove is how many writes a Scope searches before it indexes them.
@@ -55,7 +58,11 @@ func (s *Scope) find(key string) int {
 var _ KV = (*Scope)(nil)
 
 // Scope returns an empty Scope over t.
-func (t *Txn) Scope() *Scope { return &Scope{txn: t} }
+func (t *Txn) Scope() *Scope {
+	s := &Scope{txn: t}
+	s.writes = s.buf[:0]
+	return s
+}
 
 // Get implements [KV]: the call's own write of key, else the
 // transaction's view.
@@ -126,13 +133,19 @@ func (s *Scope) Keep() {
 		s.txn.dirty[w.k] = w.v
 	}
 	s.txn.mu.Unlock()
-	s.writes, s.index = nil, nil
+	s.reset()
 }
 
 // Drop discards the call's writes: the transaction is as before the
 // call.
 func (s *Scope) Drop() {
 	s.mu.Lock()
-	s.writes, s.index = nil, nil
+	s.reset()
 	s.mu.Unlock()
+}
+
+// reset empties s for the next call, keeping its slice; s.mu is held.
+func (s *Scope) reset() {
+	clear(s.writes) // the values are the transaction's now, or dropped
+	s.writes, s.index = s.writes[:0], nil
 }

@@ -103,3 +103,31 @@ func TestScopeWithManyWritesKeepsEachKeyOnce(t *testing.T) {
 		}
 	}
 }
+
+// A Scope used again after Keep or Drop starts empty: the kept call's
+// writes are the transaction's (a later drop does not take them back),
+// and a dropped call's writes are gone.
+func TestAScopeUsedAgainStartsEmpty(t *testing.T) {
+	tx := state.NewTxn(state.NewMemory(), 0)
+	sc := tx.Scope()
+	for i := range 4 { // past the writes a Scope holds without a slice of its own
+		must(t, sc.Put(fmt.Appendf(nil, "kept%d", i), []byte("1")))
+	}
+	sc.Keep()
+	must(t, sc.Put([]byte("dropped"), []byte("2")))
+	must(t, sc.Put([]byte("kept0"), []byte("2")))
+	sc.Drop()
+	for i := range 4 {
+		if v, ok := get(t, sc, fmt.Sprintf("kept%d", i)); !ok || v != "1" {
+			t.Fatalf("kept%d = %q, %v after a kept call and a dropped one; want the kept 1", i, v, ok)
+		}
+	}
+	if _, ok := get(t, sc, "dropped"); ok {
+		t.Fatal("a dropped write is visible")
+	}
+	must(t, sc.Put([]byte("last"), []byte("3")))
+	sc.Keep()
+	if d := tx.Dirty(); len(d) != 5 {
+		t.Fatalf("dirty %v, want kept0 to kept3 and last", d)
+	}
+}
