@@ -20,7 +20,7 @@ type evidence struct {
 	joined      bool
 	joinedEpoch int16
 	unreadable  error // the marker could not be read
-	deleted     bool  // the partition's records from the first one on were deleted
+	gone        bool  // the transaction's first record there is gone (deleted or lost)
 	found       bool  // the producer's first marker after the first record
 	commit      bool  // that marker commits
 }
@@ -42,9 +42,9 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 		} else {
 			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.Topic, tp.Partition, first, id)
 			switch {
-			case errors.Is(err, txnscan.ErrMarkerDeleted):
-				e.deleted = true
-				s.logger.Debug("eos: a transaction's marker was deleted", "partition", e.partition, "err", err)
+			case errors.Is(err, txnscan.ErrRecordsGone):
+				e.gone = true
+				s.logger.Debug("eos: a transaction's records are gone from an output partition", "partition", e.partition, "err", err)
 			case err != nil:
 				e.unreadable = err
 				s.logger.Debug("eos: reading a transaction's marker failed", "partition", e.partition, "err", err)
@@ -67,14 +67,17 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 // suite saw a broker lose a committed transaction's markers and the next
 // transaction's abort marker close its records too, and the offsets must
 // then be aborted to match); then the EndTxn answer (rec, when Known);
-// then the coordinator's state. It waits while a partition is joined by a
-// later, live transaction (whose end will decide the records there) or
-// could not be read. A partition whose records were deleted (retention, a
-// purge) says nothing, and never will; then the EndTxn answer is not
-// trusted either: a later transaction's abort may have closed those
-// records, its marker deleted with them.
+// then the coordinator's state; an EndTxn answer the coordinator's state
+// contradicts is no answer (unknown). It waits while a partition is
+// joined by a later, live transaction (whose end will decide the records
+// there) or could not be read. A partition whose records are gone
+// (deleted by retention or a purge, compacted, lost to a truncation) says
+// nothing, and never will; then the EndTxn answer is not trusted either:
+// a later transaction's abort may have closed those records, its marker
+// gone with them. The records gone, how they ended no longer matters to
+// a reader; the other partitions' markers still decide.
 func judge(read []evidence, rec Record, coord kadm.DescribedTransaction, epoch int16) (commit, known, wait bool, why string) {
-	deleted := "" // a partition whose marker was deleted, if any
+	gone := "" // a partition whose records are gone, if any
 	var seen []bool
 	for _, e := range read {
 		switch {
@@ -82,8 +85,8 @@ func judge(read []evidence, rec Record, coord kadm.DescribedTransaction, epoch i
 			return false, false, true, fmt.Sprintf("joined in %s by this producer's transaction at epoch %d", e.partition, e.joinedEpoch)
 		case e.unreadable != nil:
 			return false, false, true, "its marker in " + e.partition + " could not be read: " + e.unreadable.Error()
-		case e.deleted:
-			deleted = e.partition
+		case e.gone:
+			gone = e.partition
 		case e.found:
 			seen = append(seen, e.commit)
 		}
@@ -96,13 +99,16 @@ func judge(read []evidence, rec Record, coord kadm.DescribedTransaction, epoch i
 		}
 		return seen[0], true, false, "the marker that closed its records in an output partition"
 	}
-	if rec.Known && deleted == "" {
+	commit, known = txnscan.CoordinatorOutcome(coord, epoch)
+	if rec.Known && gone == "" {
+		if known && commit != rec.Committed {
+			return false, false, false, fmt.Sprintf("none: this processor's EndTxn answer (committed %v) and the coordinator's state (%s at epoch %d) disagree", rec.Committed, coord.State, coord.ProducerEpoch)
+		}
 		return rec.Committed, true, false, "this processor's EndTxn answer"
 	}
-	commit, known = txnscan.CoordinatorOutcome(coord, epoch)
 	if !known {
-		if deleted != "" {
-			return false, false, false, fmt.Sprintf("none: its marker in %s was deleted, and the coordinator is %s at epoch %d", deleted, coord.State, coord.ProducerEpoch)
+		if gone != "" {
+			return false, false, false, fmt.Sprintf("none: its records in %s are gone, and the coordinator is %s at epoch %d", gone, coord.State, coord.ProducerEpoch)
 		}
 		return false, false, false, fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)
 	}

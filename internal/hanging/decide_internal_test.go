@@ -13,7 +13,7 @@ func TestJudgeWeighsTheLogThenEndTxnThenTheCoordinator(t *testing.T) {
 	commits := evidence{partition: "out[0]", found: true, commit: true}
 	aborts := evidence{partition: "out[1]", found: true}
 	none := evidence{partition: "out[2]"} // read to the end: no marker yet
-	deleted := evidence{partition: "out[3]", deleted: true}
+	gone := evidence{partition: "out[3]", gone: true}
 	joined := evidence{partition: "out[4]", joined: true, joinedEpoch: epoch + 1}
 	unreadable := evidence{partition: "out[5]", unreadable: errors.New("NOT_LEADER_OR_FOLLOWER")}
 	endTxnCommitted := Record{Known: true, Committed: true}
@@ -29,19 +29,21 @@ func TestJudgeWeighsTheLogThenEndTxnThenTheCoordinator(t *testing.T) {
 		commit, known, wait bool
 		why                 string // a part of the evidence named
 	}{
-		{"a marker outranks EndTxn and the coordinator", []evidence{none, aborts}, endTxnCommitted, committedThen, false, true, false, "marker"},
-		{"markers that agree", []evidence{commits, commits}, endTxnAborted, unanswered, true, true, false, "marker"},
+		{"a marker outranks EndTxn and the coordinator", []evidence{none, aborts}, endTxnCommitted, committedThen, false, true, false, "the marker that closed"},
+		{"markers that agree", []evidence{commits, commits}, endTxnAborted, unanswered, true, true, false, "the marker that closed"},
 		{"markers that disagree: torn, unknown", []evidence{commits, aborts}, endTxnCommitted, committedThen, false, false, false, "torn"},
 		{"no marker: EndTxn's answer", []evidence{none}, endTxnCommitted, unanswered, true, true, false, "EndTxn"},
+		{"no marker: EndTxn's answer, the coordinator agreeing", []evidence{none}, endTxnCommitted, committedThen, true, true, false, "EndTxn"},
+		{"no marker, EndTxn and the coordinator disagree: unknown", []evidence{none}, endTxnAborted, committedThen, false, false, false, "disagree"},
 		{"no marker, no EndTxn answer: the coordinator", []evidence{none}, Record{}, committedThen, true, true, false, "coordinator's state"},
 		{"nothing known", []evidence{none}, Record{}, unanswered, false, false, false, "none: the coordinator is Ongoing"},
 		{"a partition joined by a later transaction waits, whatever else is known", []evidence{commits, joined}, endTxnCommitted, committedThen, false, false, true, "joined in out[4]"},
-		{"an unreadable partition waits", []evidence{unreadable, commits}, endTxnCommitted, committedThen, false, false, true, "could not be read"},
-		// A deleted marker says nothing: a later transaction's abort may
-		// have closed the records, so EndTxn's commit is not trusted.
-		{"a deleted marker is not EndTxn's answer", []evidence{deleted}, endTxnCommitted, unanswered, false, false, false, "out[3] was deleted"},
-		{"a deleted marker leaves it to the coordinator", []evidence{deleted, none}, endTxnAborted, committedThen, true, true, false, "coordinator's state"},
-		{"a deleted marker beside a marker read", []evidence{deleted, aborts}, endTxnCommitted, committedThen, false, true, false, "marker"},
+		{"an unreadable partition waits", []evidence{commits, unreadable}, endTxnCommitted, committedThen, false, false, true, "could not be read"},
+		// Records gone say nothing: a later transaction's abort may have
+		// closed them, so EndTxn's commit is not trusted.
+		{"records gone are not EndTxn's answer", []evidence{gone}, endTxnCommitted, unanswered, false, false, false, "out[3] are gone"},
+		{"records gone leave it to the coordinator", []evidence{gone, none}, endTxnAborted, committedThen, true, true, false, "coordinator's state"},
+		{"records gone beside a marker read", []evidence{gone, aborts}, endTxnCommitted, committedThen, false, true, false, "the marker that closed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			commit, known, wait, why := judge(tc.read, tc.rec, tc.coord, epoch)

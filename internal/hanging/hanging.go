@@ -109,7 +109,9 @@ type Config struct {
 	Conn   []kgo.Opt
 	Logger *slog.Logger
 	// Found counts a hanging transaction found, by outcome
-	// ("committed", "aborted", "unknown").
+	// ("committed", "aborted", "unknown"): under detect, each the first
+	// time it is reported; under repair, each closed, or reported
+	// unknown.
 	Found func(outcome string)
 	// History is the processor's, kept across sessions; Committed
 	// reports whether the processor has committed a transaction.
@@ -182,8 +184,8 @@ func New(ctx context.Context, cfg Config, cl *kgo.Client, disconnected *Disconne
 	}
 	return &hangSweeper{adm: kadm.NewClient(cl), readerOpts: cfg.Conn, group: cfg.Group, txnID: cfg.TxnID,
 		outputs: &cfg.History.written, outcomes: &cfg.History.outcomes, committed: cfg.Committed, logger: cfg.Logger,
-		disconnected: disconnected, interval: cfg.Interval, partition: -1, reported: map[txnscan.Key]bool{},
-		announced: map[hangKey]bool{}, policy: cfg.Policy, v2: level >= 2 && speaksV2(cl), metrics: cfg.Found,
+		disconnected: disconnected, interval: cfg.Interval, partition: -1, reported: map[hangKey]bool{},
+		waiting: map[hangKey]*waited{}, announced: map[hangKey]bool{}, policy: cfg.Policy, v2: level >= 2 && speaksV2(cl), metrics: cfg.Found,
 		foundNew: make(chan struct{}, 1)}, nil
 }
 
@@ -219,9 +221,10 @@ type hangSweeper struct {
 	// mu serialises sweeps: the periodic one runs beside the one the
 	// processor runs before a transaction after a disconnect.
 	mu        sync.Mutex
-	partition int32                // of __consumer_offsets; -1 until known, offsetsRefused
-	reported  map[txnscan.Key]bool // repair mode: unknown outcomes reported
-	announced map[hangKey]bool     // detect mode: hangs reported (and counted)
+	partition int32               // of __consumer_offsets; -1 until known, offsetsRefused
+	reported  map[hangKey]bool    // repair mode: unknown outcomes reported
+	waiting   map[hangKey]*waited // repair mode: hangs whose evidence is awaited
+	announced map[hangKey]bool    // detect mode: hangs reported (and counted)
 	// noOffsetsTopic: the last sweep found no __consumer_offsets topic.
 	noOffsetsTopic, warnedNoOffsetsTopic bool
 	// policy is what to do with a hanging transaction; found, unless
@@ -623,12 +626,17 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 				Evidence: fmt.Sprintf("%s; coordinator %s at epoch %d", d.evidence, coord.State, coord.ProducerEpoch)})
 			continue
 		}
+		hk := hangKey{k.ProducerID, p.ProducerEpoch, k.Topic, k.Partition, p.CurrentTxnStartOffset}
 		if wait {
+			s.awaited(hk, d.evidence)
 			continue
 		}
 		if !known {
-			if !s.reported[k] {
-				s.reported[k] = true
+			if !s.reported[hk] {
+				s.reported[hk] = true
+				if s.metrics != nil {
+					s.metrics("unknown")
+				}
 				s.logger.Error("eos: a transaction of this processor hangs and its outcome is unknown; close it (eoskit txn close -outcome commit|abort) once you know whether it committed",
 					"partition", fmt.Sprintf("%s[%d]", k.Topic, k.Partition), "owner_producer_id", k.ProducerID,
 					"owner_producer_epoch", p.ProducerEpoch, "open_since_offset", p.CurrentTxnStartOffset,
@@ -672,6 +680,9 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			continue
 		}
 		closed++
+		if s.metrics != nil {
+			s.metrics(map[bool]string{true: "committed", false: "aborted"}[c.commit])
+		}
 		s.logger.Warn("eos: closed a hanging transaction",
 			"partition", fmt.Sprintf("%s[%d]", k.Topic, k.Partition), "committed", c.commit,
 			"owner_producer_id", k.ProducerID, "owner_producer_epoch", c.p.ProducerEpoch,
@@ -735,6 +746,34 @@ func (s *hangSweeper) keepHanging(ctx context.Context, set kadm.TopicsSet, found
 // empty, and the processor must get to apply its policy.
 func (s *hangSweeper) Poll(poll loop.PollFunc) loop.PollFunc {
 	return loop.Interruptible(poll, s.foundNew)
+}
+
+// waited is how long repair has waited for a hang's evidence.
+type waited struct {
+	since  time.Time
+	warned bool
+}
+
+// waitWarnAfter is how long repair waits for a hang's evidence (a later
+// transaction joined in a partition, a marker that cannot be read) before
+// it says so.
+const waitWarnAfter = 2 * time.Minute
+
+// awaited notes that repair waits on k's evidence (why), and warns once
+// it has waited waitWarnAfter: the offsets stay held meanwhile.
+func (s *hangSweeper) awaited(k hangKey, why string) {
+	w := s.waiting[k]
+	if w == nil {
+		w = &waited{since: time.Now()}
+		s.waiting[k] = w
+	}
+	if !w.warned && time.Since(w.since) >= waitWarnAfter {
+		w.warned = true
+		s.logger.Warn("eos: a transaction of this processor hangs, and repairing it waits for evidence of its outcome",
+			"partition", fmt.Sprintf("%s[%d]", k.topic, k.partition), "owner_producer_id", k.producerID,
+			"owner_producer_epoch", k.epoch, "open_since_offset", k.startOffset,
+			"waiting_for", why, "waited", time.Since(w.since).Round(time.Second))
+	}
 }
 
 // hangKey names one hanging transaction in one partition.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -16,7 +15,7 @@ import (
 // first one's records and marker deleted (retention, DeleteRecords, a
 // purged repartition topic). MarkerAfter from the first transaction's
 // offset reads its commit while the records are there, and then says the
-// marker is gone (ErrMarkerDeleted), never the later transaction's abort.
+// marker is gone (ErrRecordsGone), never the later transaction's abort.
 // Before, a read from a deleted offset restarted at the log's start and
 // returned that abort: a committed transaction judged aborted.
 func TestMarkerAfterDeletedRecordsIsNotAnotherTransactions(t *testing.T) {
@@ -68,42 +67,60 @@ func TestMarkerAfterDeletedRecordsIsNotAnotherTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	commit, found, err = MarkerAfter(ctx, adm, seeds, "out", 0, 0, id)
-	if !errors.Is(err, ErrMarkerDeleted) {
-		t.Fatalf("MarkerAfter from 0 once 0 to 3 were deleted: commit %v, found %v, %v; want ErrMarkerDeleted, not the later transaction's abort", commit, found, err)
+	if !errors.Is(err, ErrRecordsGone) {
+		t.Fatalf("MarkerAfter from 0 once 0 to 3 were deleted: commit %v, found %v, %v; want ErrRecordsGone, not the later transaction's abort", commit, found, err)
 	}
 }
 
-// A read out of range is a deletion only when the partition now starts
-// past the offset read from; past the log's end (a leader that lost
-// records) it says nothing of the marker.
-func TestOutOfRangeIsADeletionOnlyBelowTheLogsStart(t *testing.T) {
+// The record at from must be the transaction's first: a record of
+// another producer there (a log truncated and written again, compacted,
+// or a caller's wrong offset) and a log that ends at or before from give
+// ErrRecordsGone, not the producer's next marker.
+func TestMarkerAfterNeedsTheTransactionsFirstRecordAtFrom(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("out"))
+	other, err := kgo.NewClient(append(seeds, kgo.DefaultProduceTopic("out"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.ProduceSync(ctx, &kgo.Record{Value: []byte("another producer's")}).FirstErr(); err != nil { // offset 0
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append(seeds, kgo.TransactionalID("p"), kgo.DefaultProduceTopic("out"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	for range 6 {
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // offsets 1 and 2, the commit marker 3
 		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	adm := kadm.NewClient(cl)
-	if err := outOfRange(ctx, adm, "out", 0, 9, kerr.OffsetOutOfRange); errors.Is(err, ErrMarkerDeleted) || !errors.Is(err, kerr.OffsetOutOfRange) {
-		t.Fatalf("out of range past the end of a log of 6: %v; want the fetch's error, not ErrMarkerDeleted", err)
+	if commit, found, err := MarkerAfter(ctx, adm, seeds, "out", 0, 1, id); err != nil || !found || !commit {
+		t.Fatalf("MarkerAfter from the transaction's first record: commit %v, found %v, %v; want its commit", commit, found, err)
 	}
-	var to kadm.Offsets
-	to.Add(kadm.Offset{Topic: "out", Partition: 0, At: 4, LeaderEpoch: -1})
-	if deleted, err := adm.DeleteRecords(ctx, to); err != nil || deleted.Error() != nil {
-		t.Fatal(err, deleted.Error())
+	if commit, found, err := MarkerAfter(ctx, adm, seeds, "out", 0, 0, id); !errors.Is(err, ErrRecordsGone) {
+		t.Fatalf("MarkerAfter from another producer's record: commit %v, found %v, %v; want ErrRecordsGone", commit, found, err)
 	}
-	if err := outOfRange(ctx, adm, "out", 0, 2, kerr.OffsetOutOfRange); !errors.Is(err, ErrMarkerDeleted) {
-		t.Fatalf("out of range at 2 of a log starting at 4: %v; want ErrMarkerDeleted", err)
+	if commit, found, err := MarkerAfter(ctx, adm, seeds, "out", 0, 9, id); !errors.Is(err, ErrRecordsGone) {
+		t.Fatalf("MarkerAfter from past the log's end: commit %v, found %v, %v; want ErrRecordsGone", commit, found, err)
 	}
 }

@@ -139,41 +139,54 @@ func CoordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, k
 	return false, false
 }
 
-// ErrMarkerDeleted is why [MarkerAfter] cannot say how a transaction
-// ended: the partition's records from its first offset on were deleted
-// (retention by age, DeleteRecords, a purged repartition topic), and a
-// marker read further on may close a later transaction of the producer.
-var ErrMarkerDeleted = errors.New("the transaction's records were deleted: its marker is gone")
+// ErrRecordsGone is why [MarkerAfter] cannot say how a transaction
+// ended: its first record in the partition is no longer there. It was
+// deleted (retention by age, DeleteRecords, a purged repartition topic,
+// compaction) or lost (a leader that lost records, the log truncated and
+// maybe written again), and a marker read further on may close another
+// transaction of the producer.
+var ErrRecordsGone = errors.New("the transaction's first record is gone from the partition (deleted or lost): its marker cannot be told")
 
-// MarkerAfter reads topic's partition from offset from, read_uncommitted
-// with control records, for the first transaction marker of producer id,
-// and says whether it commits. clientOpts reach the cluster (seed brokers,
-// TLS, SASL). When the partition starts past from, or moves past it
-// while being read, it returns an error wrapping [ErrMarkerDeleted]: the
-// first marker found from the log's start would be another
-// transaction's. A log that ends before from (truncated) is another
-// error. It gives up after 30 s.
+// MarkerAfter reads topic's partition from offset from, the first record
+// the producer id's transaction wrote there, read_uncommitted with
+// control records, for the producer's first transaction marker after it,
+// and says whether it commits. clientOpts reach the cluster (seed
+// brokers, TLS, SASL). The record at from must still be there and be the
+// producer's: when the partition starts past from, ends at or before it,
+// is out of range while read, lost records meanwhile, or holds another
+// record at from (compacted away, or the log truncated and written
+// again), it returns an error wrapping [ErrRecordsGone]: the first marker
+// found would be another transaction's. found is false when the
+// partition holds no marker of the producer after from yet. Any other
+// fetch error is returned. It gives up after 30 s.
 func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, topic string, partition int32, from, id int64) (commit, found bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	where := fmt.Sprintf("%s[%d]", topic, partition)
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return false, false, err
+		return false, false, fmt.Errorf("end offset of %s: %w", where, err)
 	}
 	end, ok := ends.Lookup(topic, partition)
-	if !ok || end.Err != nil {
-		return false, false, fmt.Errorf("end offset of %s[%d]: %v", topic, partition, end.Err)
-	}
-	if end.Offset <= from {
-		return false, false, nil
+	switch {
+	case !ok:
+		return false, false, fmt.Errorf("end offset of %s: not listed", where)
+	case end.Err != nil:
+		return false, false, fmt.Errorf("end offset of %s: %w", where, end.Err)
+	case end.Offset <= from:
+		return false, false, fmt.Errorf("%s ends at %d, at or before the transaction's first record at %d: %w", where, end.Offset, from, ErrRecordsGone)
 	}
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
-		return false, false, err
+		return false, false, fmt.Errorf("start offset of %s: %w", where, err)
 	}
 	switch start, ok := starts.Lookup(topic, partition); {
-	case !ok || start.Err != nil:
-		return false, false, fmt.Errorf("start offset of %s[%d]: %v", topic, partition, start.Err)
+	case !ok:
+		return false, false, fmt.Errorf("start offset of %s: not listed", where)
+	case start.Err != nil:
+		return false, false, fmt.Errorf("start offset of %s: %w", where, start.Err)
 	case start.Offset > from:
-		return false, false, fmt.Errorf("%s[%d] starts at %d, past %d: %w", topic, partition, start.Offset, from, ErrMarkerDeleted)
+		return false, false, fmt.Errorf("%s starts at %d, past the transaction's first record at %d: %w", where, start.Offset, from, ErrRecordsGone)
 	}
 	opts := append(slices.Clip(clientOpts),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(from)}}),
@@ -185,50 +198,48 @@ func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, to
 		return false, false, err
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	first := true // the next record must be the transaction's first, at from
 	for {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return false, false, fmt.Errorf("read %s[%d] from %d: %w", topic, partition, from, err)
+			return false, false, fmt.Errorf("read %s from %d: %w", where, from, err)
 		}
 		for _, fe := range fetches.Errors() {
-			if errors.Is(fe.Err, kerr.OffsetOutOfRange) {
-				return false, false, outOfRange(ctx, adm, topic, partition, from, fe.Err)
+			var lost *kgo.ErrDataLoss
+			switch {
+			case errors.Is(fe.Err, kerr.OffsetOutOfRange), errors.As(fe.Err, &lost):
+				return false, false, fmt.Errorf("read %s from %d: %w: %w", where, from, ErrRecordsGone, fe.Err)
+			default:
+				return false, false, fmt.Errorf("read %s from %d: %w", where, from, fe.Err)
 			}
 		}
+		var stop error
 		done := false
 		fetches.EachRecord(func(r *kgo.Record) {
 			switch {
 			case done:
-			case r.Attrs.IsControl() && r.ProducerID == id && len(r.Key) >= 4:
+			case first && (r.Offset != from || r.ProducerID != id || r.Attrs.IsControl()):
+				// Clamped to the log's start, compacted, or written
+				// again: not the record the transaction wrote.
+				stop, done = fmt.Errorf("%s holds at %d (from %d) a record of producer id %d, not this transaction's first: %w",
+					where, r.Offset, from, r.ProducerID, ErrRecordsGone), true
+			case r.Attrs.IsControl() && r.ProducerID == id:
 				// A control record's key is version, then type: 0 abort,
 				// 1 commit.
+				if len(r.Key) < 4 || binary.BigEndian.Uint16(r.Key[2:4]) > 1 {
+					stop, done = fmt.Errorf("%s holds at %d a control record of producer id %d that is neither a commit nor an abort (key %x)", where, r.Offset, id, r.Key), true
+					break
+				}
 				commit, found, done = binary.BigEndian.Uint16(r.Key[2:4]) == 1, true, true
 			case r.Offset+1 >= end.Offset:
 				done = true
 			}
+			first = false
 		})
 		if done {
-			return commit, found, nil
+			return commit, found, stop
 		}
 	}
-}
-
-// outOfRange says why a read from offset from was out of range: the
-// records there were deleted ([ErrMarkerDeleted]) when the partition now
-// starts past from; otherwise the log ends before from (truncated by a
-// leader that lost records), which says nothing of the marker, and is an
-// error that is not ErrMarkerDeleted.
-func outOfRange(ctx context.Context, adm *kadm.Client, topic string, partition int32, from int64, fetchErr error) error {
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("read %s[%d] from %d: %w (and its start offset: %w)", topic, partition, from, fetchErr, err)
-	}
-	if start, ok := starts.Lookup(topic, partition); ok && start.Err == nil && start.Offset > from {
-		return fmt.Errorf("read %s[%d] from %d, which starts at %d: %w: %w", topic, partition, from, start.Offset, ErrMarkerDeleted, fetchErr)
-	}
-	return fmt.Errorf("read %s[%d] from %d, past the end of its log: %w", topic, partition, from, fetchErr)
 }
 
 // OffsetsPartition returns the partition of __consumer_offsets that holds
