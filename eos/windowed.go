@@ -223,8 +223,9 @@ func refusedSetting(hs handlerState, setting, final, input string) error {
 	return nil
 }
 
-// moveStreamTime moves the stream time kv keeps to at, if at is later,
-// and returns it as it was and as it is now.
+// moveStreamTime moves the stream time kv keeps to at truncated to the
+// millisecond (the precision it is kept in), if that is later, and
+// returns it as it was and as it is now; it writes kv only when it moves.
 func moveStreamTime(kv state.KV, at time.Time) (was, now time.Time, err error) {
 	if was, err = streamTime(kv); err != nil {
 		return was, was, err

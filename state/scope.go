@@ -144,8 +144,9 @@ func (s *Scope) Drop() {
 	s.mu.Unlock()
 }
 
-// reset empties s for the next call, keeping its slice; s.mu is held.
+// reset empties s, back to its inline writes (a larger slice, grown by
+// a call that wrote many keys, is let go); s.mu is held.
 func (s *Scope) reset() {
-	clear(s.writes) // the values are the transaction's now, or dropped
-	s.writes, s.index = s.writes[:0], nil
+	clear(s.buf[:]) // the values are the transaction's now, or dropped
+	s.writes, s.index = s.buf[:0], nil
 }
