@@ -5,8 +5,8 @@
 //
 //	KAFKA_BROKERS=... DATABASE_URL=... go run ./tools/bench [-only eos] [-window 10s] [-runs 3] ...
 //
-// -only runs one part: eos, single, memory, state, restore, restart,
-// rolling, offsetstore, dedup, outbox or io. By default all run, in that order (offsetstore, dedup and
+// -only runs one part: eos, single, memory, state, backlog, restore,
+// restart, rolling, offsetstore, dedup, outbox or io. By default all run, in that order (offsetstore, dedup and
 // outbox share one table), and then the cost of dedup's claim (which -only
 // dedup includes).
 //
@@ -72,6 +72,12 @@
 //     the peer once: Kafka Streams counts 20,000 records, and a
 //     read_committed reader of its output must see every key's count grow
 //     to the input's count of that key.
+//   - backlog (see backlog.go): the count by key timed as a user meets
+//     it, from the process's start to its group's commit of the last of
+//     -backlog-records (default 6,000,000) 100 B records over 6
+//     partitions and 1,000 keys, start-up included: eos.Count against
+//     Kafka Streams with one and with two stream threads (issue 45's
+//     goal: ≥ 2x the better of these).
 //   - restore (see restore.go and assigned.go): a compacted changelog of
 //     -restore-keys (default 1,000,000) keys over 6 partitions restored
 //     into each kind of store, against a plain read_committed consumer
@@ -163,10 +169,11 @@ func main() {
 	cpuProfiles := flag.String("cpuprofile", "", "directory to write a CPU profile of each eos and single window to")
 	dbRecords := flag.Int("db-records", 100_000, "records per throughput run on the offsetstore and dedup paths")
 	outboxRecords := flag.Int("outbox-records", 500_000, "records per throughput run on the outbox path")
-	only := flag.String("only", "", "run only this part: eos, single, memory, state, restore, restart, rolling, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
+	only := flag.String("only", "", "run only this part: eos, single, memory, state, backlog, restore, restart, rolling, offsetstore, dedup, outbox, or io (the I/O-bound concurrency table)")
 	restoreKeys := flag.Int("restore-keys", 1_000_000, "restore and restart parts: the keys (records) of the changelog each variant reads, and of the restarted counter's input")
 	streamsThreads := flag.Int("streams-threads", 1, "state part: the Kafka Streams peer's num.stream.threads (1: one poll loop, as eos.Processor's)")
 	stateWarmup := flag.Duration("state-warmup", 10*time.Second, "state part: the warm-up after a run's first commit (Kafka Streams' JVM takes about 6 s to reach its pace)")
+	backlogRecords := flag.Int("backlog-records", 6_000_000, "backlog part: the backlog the count by key's wall clock is timed over, start-up included")
 	check := flag.Bool("check", true, "state part: after its runs, check once that the Kafka Streams peer's counts equal the input's")
 	ioPath := flag.String("io-path", "", "io part: run only this path's variants (eos, offsetstore or dedup)")
 	ioName := flag.String("io-variant", "", "io part: run only the variants whose name matches this regular expression (\"PartitionOrder\", \"^Concurrency 1$\")")
@@ -177,7 +184,7 @@ func main() {
 		fail(err)
 	}
 
-	parts := []string{"eos", "single", "memory", "state", "restore", "restart", "rolling", "offsetstore", "dedup", "outbox", "io"}
+	parts := []string{"eos", "single", "memory", "state", "backlog", "restore", "restart", "rolling", "offsetstore", "dedup", "outbox", "io"}
 	if *only != "" && !slices.Contains(parts, *only) {
 		fail(fmt.Errorf("-only %q: want one of %s", *only, strings.Join(parts, ", ")))
 	}
@@ -209,8 +216,8 @@ func main() {
 		}
 	}
 	slices.Sort(intervals)
-	if *runs < 1 || *window <= 0 || *warmup < 0 || *stateWarmup < 0 || *streamsThreads < 1 {
-		fail(fmt.Errorf("-runs and -streams-threads must be at least 1 and -window positive"))
+	if *runs < 1 || *window <= 0 || *warmup < 0 || *stateWarmup < 0 || *streamsThreads < 1 || *backlogRecords < 1 {
+		fail(fmt.Errorf("-runs, -streams-threads and -backlog-records must be at least 1 and -window positive"))
 	}
 	if *cpuProfiles != "" {
 		if err := os.MkdirAll(*cpuProfiles, 0o755); err != nil {
@@ -265,6 +272,12 @@ func main() {
 		sb.warmup = *stateWarmup
 		if err := sb.state(ctx, os.Stdout, *streamsThreads, *check); err != nil {
 			fail(fmt.Errorf("state: %w", err))
+		}
+	}
+
+	if want("backlog") {
+		if err := b.backlogWallClock(ctx, os.Stdout, *backlogRecords); err != nil {
+			fail(fmt.Errorf("backlog: %w", err))
 		}
 	}
 
