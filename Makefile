@@ -94,7 +94,9 @@ repro-kafka-20734:
 # GroupTransactSession, Kafka Streams' exactly-once count by key (a Java
 # peer that scripts/streams.sh builds from Maven Central's kafka-streams
 # 4.4.0 jars) against eos.Processor's copy of the same keyed input,
-# restores of a changelog (eos.Processor's and the peer's of one topic),
+# the count by key timed from its start over a 6,000,000-record backlog
+# (eos.Count against Kafka Streams with one and two threads, about 4
+# minutes), restores of a changelog (eos.Processor's and the peer's of one topic),
 # a counter SIGKILLed and restarted, one of three counting instances
 # leaving (with and without standbys, eos.Processor's and the peer's),
 # offsetstore against an auto-committing consumer, dedup against the same
