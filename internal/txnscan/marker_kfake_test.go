@@ -19,14 +19,7 @@ import (
 // Before, a read from a deleted offset restarted at the log's start and
 // returned that abort: a committed transaction judged aborted.
 func TestMarkerAfterDeletedRecordsIsNotAnotherTransactions(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	seeds, ctx := outTopic(t)
 	cl, err := kgo.NewClient(append(seeds, kgo.TransactionalID("p"), kgo.DefaultProduceTopic("out"))...)
 	if err != nil {
 		t.Fatal(err)
@@ -77,14 +70,7 @@ func TestMarkerAfterDeletedRecordsIsNotAnotherTransactions(t *testing.T) {
 // or a caller's wrong offset) and a log that ends at or before from give
 // ErrRecordsGone, not the producer's next marker.
 func TestMarkerAfterNeedsTheTransactionsFirstRecordAtFrom(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	seeds, ctx := outTopic(t)
 	other, err := kgo.NewClient(append(seeds, kgo.DefaultProduceTopic("out"))...)
 	if err != nil {
 		t.Fatal(err)
@@ -123,4 +109,19 @@ func TestMarkerAfterNeedsTheTransactionsFirstRecordAtFrom(t *testing.T) {
 	if commit, found, err := MarkerAfter(ctx, adm, seeds, "out", 0, 9, id); !errors.Is(err, ErrRecordsGone) {
 		t.Fatalf("MarkerAfter from past the log's end: commit %v, found %v, %v; want ErrRecordsGone", commit, found, err)
 	}
+}
+
+// outTopic starts a kfake cluster with a topic "out" of one partition, for
+// the test's length, and returns its seed brokers and a context that ends
+// within 30 s.
+func outTopic(t *testing.T) ([]kgo.Opt, context.Context) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, ctx
 }
