@@ -21,7 +21,6 @@ import (
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/state"
 	"github.com/eoskit/eoskit/state/pebblestore"
-	"github.com/eoskit/eoskit/testsupport/srctree"
 )
 
 // The assigned-restore table of the restore part (issue 46's goal: a
@@ -60,11 +59,8 @@ type assignedRun struct {
 
 // assignedRestore runs the table over a changelog of keys keys.
 func (b *bench) assignedRestore(ctx context.Context, w io.Writer, keys int) error {
-	script, err := srctree.Find("scripts/streams.sh")
+	script, err := buildStreams(ctx)
 	if err != nil {
-		return fmt.Errorf("the Kafka Streams peer's script: %w (run the bench from the eoskit source tree)", err)
-	}
-	if err := buildStreams(ctx, script); err != nil {
 		return err
 	}
 	app := "bench-assigned-" + strconv.FormatInt(time.Now().UnixNano(), 36)

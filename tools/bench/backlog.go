@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/eoskit/eoskit/eos"
-	"github.com/eoskit/eoskit/testsupport/srctree"
 	"github.com/eoskit/eoskit/window"
 )
 
@@ -45,11 +44,8 @@ type backlogRow struct {
 // stateKeys keys, 6 partitions) and times each variant b.runs times,
 // interleaved, from its start until its group has committed every record.
 func (b *bench) backlogWallClock(ctx context.Context, w io.Writer, n int) error {
-	script, err := srctree.Find("scripts/streams.sh")
+	script, err := buildStreams(ctx)
 	if err != nil {
-		return fmt.Errorf("the Kafka Streams peer's script: %w (run the bench from the eoskit source tree)", err)
-	}
-	if err := buildStreams(ctx, script); err != nil {
 		return err
 	}
 	in := fmt.Sprintf("bench-backlog-%d-in", time.Now().UnixNano())

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/eoskit/eoskit/testsupport/srctree"
 )
 
 // The rolling table (issue 46's goal): one of three instances counting
@@ -55,11 +53,8 @@ type rollingRun struct {
 
 // rolling runs the rolling table over an input of keys keys.
 func (b *bench) rolling(ctx context.Context, w io.Writer, keys int) error {
-	script, err := srctree.Find("scripts/streams.sh")
+	script, err := buildStreams(ctx)
 	if err != nil {
-		return fmt.Errorf("the Kafka Streams peer's script: %w (run the bench from the eoskit source tree)", err)
-	}
-	if err := buildStreams(ctx, script); err != nil {
 		return err
 	}
 	self, err := os.Executable()

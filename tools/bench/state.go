@@ -111,15 +111,21 @@ func stateGoals(r wrow, vsStreams, vsStreamsWindow, vsStreamsJoin, vsCopy float6
 	return fmt.Sprintf("≥ %.2fx Kafka Streams: %s; ≥ %.2fx copy: %s", goalVsStreams, metOrMissed(vsStreams >= goalVsStreams), goalVsCopy, metOrMissed(vsCopy >= goalVsCopy))
 }
 
-// buildStreams resolves Kafka Streams' jars and compiles the peer, once,
-// before any run (so that no window waits for Maven or javac).
-func buildStreams(ctx context.Context, script string) error {
+// buildStreams finds the Kafka Streams peer's script (scripts/streams.sh),
+// resolves Kafka Streams' jars and compiles the peer, once a part, before
+// any run (so that no window waits for Maven or javac), and returns the
+// script.
+func buildStreams(ctx context.Context) (string, error) {
+	script, err := srctree.Find("scripts/streams.sh")
+	if err != nil {
+		return "", fmt.Errorf("the Kafka Streams peer's script: %w (run the bench from the eoskit source tree)", err)
+	}
 	cmd := exec.CommandContext(ctx, script, "build")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s build: %w", script, err)
+		return "", fmt.Errorf("%s build: %w", script, err)
 	}
-	return nil
+	return script, nil
 }
 
 // streamsCount starts the Kafka Streams peer (scripts/streams.sh run:
@@ -453,11 +459,8 @@ func readCounts(ctx context.Context, brokers []string, topic string, n int, each
 // state runs the state part: it builds the Kafka Streams peer, measures the
 // state table, prints it and, if check, checks the peer's counts once.
 func (b *bench) state(ctx context.Context, w io.Writer, threads int, check bool) error {
-	script, err := srctree.Find("scripts/streams.sh")
+	script, err := buildStreams(ctx)
 	if err != nil {
-		return fmt.Errorf("the Kafka Streams peer's script: %w (run the bench from the eoskit source tree)", err)
-	}
-	if err := buildStreams(ctx, script); err != nil {
 		return err
 	}
 	table, err := b.seedJoinTable(ctx)
