@@ -57,7 +57,7 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 			break // judge waits on it whatever the others say
 		}
 	}
-	return judge(read, rec, coord, epoch)
+	return judge(read, rec, coord, id, epoch)
 }
 
 // judge weighs the evidence of how a transaction at epoch ended: first
@@ -67,8 +67,9 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 // suite saw a broker lose a committed transaction's markers and the next
 // transaction's abort marker close its records too, and the offsets must
 // then be aborted to match); then the EndTxn answer (rec, when Known);
-// then the coordinator's state; an EndTxn answer the coordinator's state
-// contradicts is no answer (unknown). It waits while a partition is
+// then the coordinator's state, when it is on producer id (one that
+// moved on to another id says nothing of this one's epochs); an EndTxn
+// answer the coordinator's state contradicts is no answer (unknown). It waits while a partition is
 // joined by a later, live transaction (whose end will decide the records
 // there) or could not be read. A partition whose records are gone
 // (deleted by retention or a purge, compacted, lost to a truncation) says
@@ -76,7 +77,7 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 // a later transaction's abort may have closed those records, its marker
 // gone with them. The records gone, how they ended no longer matters to
 // a reader; the other partitions' markers still decide.
-func judge(read []evidence, rec Record, coord kadm.DescribedTransaction, epoch int16) (commit, known, wait bool, why string) {
+func judge(read []evidence, rec Record, coord kadm.DescribedTransaction, id int64, epoch int16) (commit, known, wait bool, why string) {
 	gone := "" // a partition whose records are gone, if any
 	var seen []bool
 	for _, e := range read {
@@ -99,7 +100,9 @@ func judge(read []evidence, rec Record, coord kadm.DescribedTransaction, epoch i
 		}
 		return seen[0], true, false, "the marker that closed its records in an output partition"
 	}
-	commit, known = txnscan.CoordinatorOutcome(coord, epoch)
+	if coord.ProducerID == id {
+		commit, known = txnscan.CoordinatorOutcome(coord, epoch)
+	}
 	if rec.Known && gone == "" {
 		if known && commit != rec.Committed {
 			return false, false, false, fmt.Sprintf("none: this processor's EndTxn answer (committed %v) and the coordinator's state (%s at epoch %d) disagree", rec.Committed, coord.State, coord.ProducerEpoch)
@@ -107,6 +110,9 @@ func judge(read []evidence, rec Record, coord kadm.DescribedTransaction, epoch i
 		return rec.Committed, true, false, "this processor's EndTxn answer"
 	}
 	if !known {
+		if coord.ProducerID != id {
+			return false, false, false, fmt.Sprintf("none: the coordinator moved on to producer id %d", coord.ProducerID)
+		}
 		if gone != "" {
 			return false, false, false, fmt.Sprintf("none: its records in %s are gone, and the coordinator is %s at epoch %d", gone, coord.State, coord.ProducerEpoch)
 		}

@@ -9,7 +9,7 @@ import (
 )
 
 func TestJudgeWeighsTheLogThenEndTxnThenTheCoordinator(t *testing.T) {
-	const epoch = 7
+	const id, epoch = 4000, 7
 	commits := evidence{partition: "out[0]", found: true, commit: true}
 	aborts := evidence{partition: "out[1]", found: true}
 	none := evidence{partition: "out[2]"} // read to the end: no marker yet
@@ -18,8 +18,11 @@ func TestJudgeWeighsTheLogThenEndTxnThenTheCoordinator(t *testing.T) {
 	unreadable := evidence{partition: "out[5]", unreadable: errors.New("NOT_LEADER_OR_FOLLOWER")}
 	endTxnCommitted := Record{Known: true, Committed: true}
 	endTxnAborted := Record{Known: true}
-	unanswered := kadm.DescribedTransaction{State: "Ongoing", ProducerEpoch: epoch + 3} // says nothing of epoch
-	committedThen := kadm.DescribedTransaction{State: "CompleteCommit", ProducerEpoch: epoch + 1}
+	unanswered := kadm.DescribedTransaction{State: "Ongoing", ProducerID: id, ProducerEpoch: epoch + 3} // says nothing of epoch
+	committedThen := kadm.DescribedTransaction{State: "CompleteCommit", ProducerID: id, ProducerEpoch: epoch + 1}
+	// The coordinator gave the transactional id a new producer id (epochs
+	// run out): its state at epoch+1 is the new id's, not this one's.
+	movedOn := kadm.DescribedTransaction{State: "CompleteCommit", ProducerID: id + 1, ProducerEpoch: epoch + 1}
 
 	for _, tc := range []struct {
 		name                string
@@ -43,14 +46,38 @@ func TestJudgeWeighsTheLogThenEndTxnThenTheCoordinator(t *testing.T) {
 		// closed them, so EndTxn's commit is not trusted.
 		{"records gone are not EndTxn's answer", []evidence{gone}, endTxnCommitted, unanswered, false, false, false, "out[3] are gone"},
 		{"records gone leave it to the coordinator", []evidence{gone, none}, endTxnAborted, committedThen, true, true, false, "coordinator's state"},
+		{"a producer id the coordinator moved past: the marker", []evidence{aborts}, endTxnCommitted, movedOn, false, true, false, "the marker that closed"},
+		{"a producer id the coordinator moved past: EndTxn's answer", []evidence{none}, endTxnAborted, movedOn, false, true, false, "EndTxn"},
+		{"a producer id the coordinator moved past, nothing else: unknown", []evidence{none}, Record{}, movedOn, false, false, false, "moved on to producer id 4001"},
 		{"records gone beside a marker read", []evidence{gone, aborts}, endTxnCommitted, committedThen, false, true, false, "the marker that closed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			commit, known, wait, why := judge(tc.read, tc.rec, tc.coord, epoch)
+			commit, known, wait, why := judge(tc.read, tc.rec, tc.coord, id, epoch)
 			if commit != tc.commit || known != tc.known || wait != tc.wait || !strings.Contains(why, tc.why) {
 				t.Fatalf("judge = commit %v, known %v, wait %v, %q; want commit %v, known %v, wait %v, naming %q",
 					commit, known, wait, why, tc.commit, tc.known, tc.wait, tc.why)
 			}
 		})
+	}
+}
+
+// A producer id is the processor's while an outcome it ended under that
+// id is kept: the sweep then takes a hang of it for its own after the
+// coordinator moved the transactional id to a new producer id.
+func TestOutcomesKnowTheProducerIDsUsed(t *testing.T) {
+	var o txnOutcomes
+	if o.used(4000) {
+		t.Fatal("an id used before anything was recorded")
+	}
+	o.record(4000, 32766, Record{Known: true, Committed: true})
+	o.record(4001, 0, Record{Known: true, Committed: true})
+	if !o.used(4000) || !o.used(4001) || o.used(4002) {
+		t.Fatalf("used: 4000 %v, 4001 %v, 4002 %v; want the two recorded", o.used(4000), o.used(4001), o.used(4002))
+	}
+	for i := range keptOutcomes {
+		o.record(4001, int16(i+1), Record{})
+	}
+	if o.used(4000) {
+		t.Fatal("an id whose outcomes all aged out is still taken for the processor's")
 	}
 }

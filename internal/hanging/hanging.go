@@ -399,6 +399,21 @@ func (o *txnOutcomes) record(id int64, epoch int16, rec Record) {
 	}
 }
 
+// used reports whether the processor ended a transaction under producer
+// id (among the outcomes kept): its own, though the coordinator has moved
+// it to another (under protocol v2 a producer id's epochs run out after
+// 32,767 transactions, and the coordinator gives it a new one).
+func (o *txnOutcomes) used(id int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.ended {
+		if k.id == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (o *txnOutcomes) lookup(id int64, epoch int16) (Record, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -601,17 +616,18 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		commit, known, wait bool
 		evidence            string
 	}
-	decisions := map[int16]decision{} // one per transaction, however many partitions hold it
+	decisions := map[producerEpoch]decision{} // one per transaction, however many partitions hold it
 	candidates := map[txnscan.Key]decided{}
 	var found []*Finding
 	for k, p := range before {
-		if k.ProducerID != coord.ProducerID || txnscan.Classify(coord, p) != txnscan.Hanging {
+		ours := k.ProducerID == coord.ProducerID || s.outcomes.used(k.ProducerID) // the latter: before its id moved on
+		if !ours || txnscan.Classify(coord, p) != txnscan.Hanging {
 			continue // another producer's, or the live transaction
 		}
-		d, ok := decisions[p.ProducerEpoch]
+		d, ok := decisions[producerEpoch{k.ProducerID, p.ProducerEpoch}]
 		if !ok {
 			d.commit, d.known, d.wait, d.evidence = s.decide(ctx, coord, k.ProducerID, p.ProducerEpoch, before)
-			decisions[p.ProducerEpoch] = d
+			decisions[producerEpoch{k.ProducerID, p.ProducerEpoch}] = d
 		}
 		commit, known, wait := d.commit, d.known, d.wait
 		if !s.v2 {
