@@ -151,8 +151,7 @@ func (l *Lab) kafkaPipeline(ctx context.Context, p Pattern, sem eos.Semantics, p
 	}
 	if kept == totalsInState {
 		changelog, daysChangelog = name+"-changelog", name+"-days-changelog"
-		compact := "compact"
-		if err := l.newTopicsWith(ctx, adm, map[string]*string{"cleanup.policy": &compact}, changelog, daysChangelog); err != nil {
+		if err := l.newTopicsWith(ctx, adm, map[string]string{"cleanup.policy": "compact"}, changelog, daysChangelog); err != nil {
 			return result{}, err
 		}
 		topics = append(topics, changelog, daysChangelog)

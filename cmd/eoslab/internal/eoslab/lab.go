@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/patterns/dashboard"
+	"github.com/eoskit/eoskit/topics"
 	"github.com/eoskit/eoskit/verify"
 )
 
@@ -280,16 +281,16 @@ func (l *Lab) newTopics(ctx context.Context, adm *kadm.Client, names ...string) 
 }
 
 // newTopicsWith creates a run's topics, each with one partition per region
-// and configs.
-func (l *Lab) newTopicsWith(ctx context.Context, adm *kadm.Client, configs map[string]*string, names ...string) error {
-	for _, n := range names {
-		resp, err := adm.CreateTopic(ctx, int32(len(regions)), 1, configs, n)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil {
-			return fmt.Errorf("create topic %s: %w", n, err)
-		}
+// and configs, and waits until every partition has a leader (topics.Ensure):
+// the at-most-once source does not retry a write that a partition without
+// its leader yet refuses.
+func (l *Lab) newTopicsWith(ctx context.Context, adm *kadm.Client, configs map[string]string, names ...string) error {
+	specs := make([]topics.Spec, len(names))
+	for i, n := range names {
+		specs[i] = topics.Spec{Name: n, Partitions: int32(len(regions)), ReplicationFactor: 1, Configs: configs}
+	}
+	if _, err := topics.Ensure(ctx, adm, specs...); err != nil {
+		return fmt.Errorf("create topics %s: %w", strings.Join(names, ", "), err)
 	}
 	return nil
 }
