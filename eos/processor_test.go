@@ -728,7 +728,7 @@ func TestProcessorSurvivesBrokerHardRestart(t *testing.T) {
 	in, out := k.NewTopic(3), k.NewTopic(3)
 	group := integration.UniqueName(t, "g")
 	// From a transactional producer that also aborts.
-	inputs := k.SeedHostile(in, 30_000, 500)
+	inputs := k.SeedHostile(in, 15_000, 500)
 	n := int64(len(inputs.Committed))
 	progress := followCommitted(t, k, out)
 
@@ -1144,7 +1144,7 @@ type bounce struct {
 	do   func() error
 }
 
-// copyThroughBounces copies 30,000 hostile inputs (a transactional
+// copyThroughBounces copies 15,000 hostile inputs (a transactional
 // producer that also aborts, three partitions) with two processors while
 // the bounces happen, each once an output transaction is open, and checks
 // that no processor stopped, that the
@@ -1154,7 +1154,7 @@ func copyThroughBounces(t *testing.T, k *integration.KafkaCluster, bounces func(
 	t.Helper()
 	in, out := k.NewTopic(3), k.NewTopic(3)
 	group := integration.UniqueName(t, "g")
-	inputs := k.SeedHostile(in, 30_000, 500)
+	inputs := k.SeedHostile(in, 15_000, 500)
 	n := int64(len(inputs.Committed))
 	progress := followCommitted(t, k, out)
 	// Handlers slow down while a bounce is under way, so that the copy
