@@ -525,11 +525,6 @@ func (s *hangSweeper) turnOffIfUnanswerable(err error) bool {
 	return true
 }
 
-// sweepBound bounds one sweep, its reads of output partitions' logs (30 s
-// each at most) included: a sweep past it fails, and the next one starts
-// over, so that a caller waiting for the sweep's lock never waits longer.
-const sweepBound = 2 * time.Minute
-
 // sweepOnce sweeps and logs what went wrong; a refusal turns the check
 // off. It reports whether the sweep completed.
 func (s *hangSweeper) sweepOnce(ctx context.Context) bool {
@@ -550,8 +545,6 @@ func (s *hangSweeper) sweepOnce(ctx context.Context) bool {
 func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, sweepBound)
-	defer cancel()
 	if s.partition == -1 {
 		// A cluster on which no group has found its coordinator yet has
 		// no offsets topic, and so nothing hanging in it: sweep the
