@@ -40,7 +40,7 @@ func (s *hangSweeper) decide(ctx context.Context, coord kadm.DescribedTransactio
 			}
 			e.joined, e.joinedEpoch = true, q.ProducerEpoch
 		} else {
-			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.Topic, tp.Partition, first, id)
+			c, found, err := txnscan.MarkerAfter(ctx, s.adm, s.readerOpts, tp.Topic, tp.Partition, first, id, epoch)
 			switch {
 			case errors.Is(err, txnscan.ErrRecordsGone):
 				e.gone = true

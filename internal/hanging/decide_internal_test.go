@@ -61,9 +61,11 @@ func TestJudgeWeighsTheLogThenEndTxnThenTheCoordinator(t *testing.T) {
 	}
 }
 
-// A producer id is the processor's while an outcome it ended under that
-// id is kept: the sweep then takes a hang of it for its own after the
-// coordinator moved the transactional id to a new producer id.
+// The processor's producer ids are remembered past the outcomes kept (a
+// producer id lasts 32,767 transactions under protocol v2, the outcomes
+// 256): the sweep then takes a hang of an old one for its own after the
+// coordinator moved the transactional id to a new producer id. Only the
+// latest keptIDs are.
 func TestOutcomesKnowTheProducerIDsUsed(t *testing.T) {
 	var o txnOutcomes
 	if o.used(4000) {
@@ -74,10 +76,16 @@ func TestOutcomesKnowTheProducerIDsUsed(t *testing.T) {
 	if !o.used(4000) || !o.used(4001) || o.used(4002) {
 		t.Fatalf("used: 4000 %v, 4001 %v, 4002 %v; want the two recorded", o.used(4000), o.used(4001), o.used(4002))
 	}
-	for i := range keptOutcomes {
+	for i := range 2 * keptOutcomes {
 		o.record(4001, int16(i+1), Record{})
 	}
-	if o.used(4000) {
-		t.Fatal("an id whose outcomes all aged out is still taken for the processor's")
+	if _, kept := o.lookup(4000, 32766); kept || !o.used(4000) {
+		t.Fatalf("after %d more transactions: 4000's outcome kept %v, 4000 used %v; want its outcome gone and the id remembered", 2*keptOutcomes, kept, o.used(4000))
+	}
+	for id := int64(4002); id < 4002+keptIDs; id++ {
+		o.record(id, 0, Record{})
+	}
+	if o.used(4000) || !o.used(4001+keptIDs) {
+		t.Fatalf("after %d more ids: 4000 used %v, %d used %v; want only the latest %d", keptIDs, o.used(4000), 4001+keptIDs, o.used(4001+keptIDs), keptIDs)
 	}
 }

@@ -356,7 +356,14 @@ type txnOutcomes struct {
 	mu    sync.Mutex
 	ended map[producerEpoch]Record
 	order []producerEpoch
+	// ids are the producer ids the processor ended transactions under,
+	// the latest keptIDs: they outlast the outcomes kept (a producer id
+	// lasts 32,767 transactions under protocol v2).
+	ids []int64
 }
+
+// keptIDs is how many of its producer ids a processor remembers.
+const keptIDs = 8
 
 type producerEpoch struct {
 	id    int64
@@ -388,6 +395,12 @@ func (o *txnOutcomes) record(id int64, epoch int16, rec Record) {
 	if o.ended == nil {
 		o.ended = map[producerEpoch]Record{}
 	}
+	if !slices.Contains(o.ids, id) {
+		o.ids = append(o.ids, id)
+		if len(o.ids) > keptIDs {
+			o.ids = o.ids[1:]
+		}
+	}
 	k := producerEpoch{id, epoch}
 	if _, ok := o.ended[k]; !ok {
 		o.order = append(o.order, k)
@@ -400,18 +413,14 @@ func (o *txnOutcomes) record(id int64, epoch int16, rec Record) {
 }
 
 // used reports whether the processor ended a transaction under producer
-// id (among the outcomes kept): its own, though the coordinator has moved
-// it to another (under protocol v2 a producer id's epochs run out after
-// 32,767 transactions, and the coordinator gives it a new one).
+// id (one of the last keptIDs it used): its own, though the coordinator
+// has moved it to another (under protocol v2 a producer id's epochs run
+// out after 32,767 transactions, and the coordinator gives it a new one).
+// A process remembers only its own: a restart forgets them.
 func (o *txnOutcomes) used(id int64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for k := range o.ended {
-		if k.id == id {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(o.ids, id)
 }
 
 func (o *txnOutcomes) lookup(id int64, epoch int16) (Record, bool) {

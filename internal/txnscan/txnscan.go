@@ -148,18 +148,18 @@ func CoordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, k
 var ErrRecordsGone = errors.New("the transaction's first record is gone from the partition (deleted or lost): its marker cannot be told")
 
 // MarkerAfter reads topic's partition from offset from, the first record
-// the producer id's transaction wrote there, read_uncommitted with
+// the transaction of producer id at epoch wrote there, read_uncommitted with
 // control records, for the producer's first transaction marker after it,
 // and says whether it commits. clientOpts reach the cluster (seed
 // brokers, TLS, SASL). The record at from must still be there and be the
-// producer's: when the partition starts past from, ends at or before it,
+// producer's at that epoch: when the partition starts past from, ends at or before it,
 // is out of range while read, lost records meanwhile, or holds another
 // record at from (compacted away, or the log truncated and written
 // again), it returns an error wrapping [ErrRecordsGone]: the first marker
 // found would be another transaction's. found is false when the
 // partition holds no marker of the producer after from yet. Any other
 // fetch error is returned. It gives up after 30 s.
-func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, topic string, partition int32, from, id int64) (commit, found bool, err error) {
+func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, topic string, partition int32, from, id int64, epoch int16) (commit, found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	where := fmt.Sprintf("%s[%d]", topic, partition)
@@ -218,11 +218,12 @@ func MarkerAfter(ctx context.Context, adm *kadm.Client, clientOpts []kgo.Opt, to
 		fetches.EachRecord(func(r *kgo.Record) {
 			switch {
 			case done:
-			case first && (r.Offset != from || r.ProducerID != id || r.Attrs.IsControl()):
+			case first && (r.Offset != from || r.ProducerID != id || r.ProducerEpoch != epoch || r.Attrs.IsControl()):
 				// Clamped to the log's start, compacted, or written
-				// again: not the record the transaction wrote.
-				stop, done = fmt.Errorf("%s holds at %d (from %d) a record of producer id %d, not this transaction's first: %w",
-					where, r.Offset, from, r.ProducerID, ErrRecordsGone), true
+				// again (by another producer, or a later transaction
+				// of this one): not the record the transaction wrote.
+				stop, done = fmt.Errorf("%s holds at %d (from %d) a record of producer id %d at epoch %d, not this transaction's first (epoch %d): %w",
+					where, r.Offset, from, r.ProducerID, r.ProducerEpoch, epoch, ErrRecordsGone), true
 			case r.Attrs.IsControl() && r.ProducerID == id:
 				// A control record's key is version, then type: 0 abort,
 				// 1 commit.
