@@ -644,7 +644,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 			// would join this one in the partition.
 			outcome := "unknown"
 			if known {
-				outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
+				outcome = txnscan.OutcomeName(commit)
 			}
 			found = append(found, &Finding{Topic: k.Topic, Partition: k.Partition, ProducerID: k.ProducerID,
 				ProducerEpoch: p.ProducerEpoch, StartOffset: p.CurrentTxnStartOffset, Outcome: outcome,
@@ -706,7 +706,7 @@ func (s *hangSweeper) sweep(ctx context.Context) (int, error) {
 		}
 		closed++
 		if s.metrics != nil {
-			s.metrics(map[bool]string{true: "committed", false: "aborted"}[c.commit])
+			s.metrics(txnscan.OutcomeName(c.commit))
 		}
 		s.logger.Warn("eos: closed a hanging transaction",
 			"partition", fmt.Sprintf("%s[%d]", k.Topic, k.Partition), "committed", c.commit,

@@ -143,7 +143,7 @@ func Find(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, opts FindOp
 		case !opts.ClientsV2:
 			h.Evidence = fmt.Sprintf("none known for a client of either protocol: the coordinator is %s at epoch %d (a protocol v2 client's outcome would read from that; a v1 client's epoch spans many transactions)", coord.State, coord.ProducerEpoch)
 		case known:
-			h.Outcome = map[bool]string{true: "committed", false: "aborted"}[commit]
+			h.Outcome = OutcomeName(commit)
 			h.Evidence = fmt.Sprintf("the coordinator's state (%s at epoch %d)", coord.State, coord.ProducerEpoch)
 		default:
 			h.Evidence = fmt.Sprintf("none: the coordinator is %s at epoch %d", coord.State, coord.ProducerEpoch)

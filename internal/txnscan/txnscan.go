@@ -139,6 +139,15 @@ func CoordinatorOutcome(coord kadm.DescribedTransaction, epoch int16) (commit, k
 	return false, false
 }
 
+// OutcomeName names a known outcome as findings and metrics do:
+// "committed" or "aborted".
+func OutcomeName(commit bool) string {
+	if commit {
+		return "committed"
+	}
+	return "aborted"
+}
+
 // ErrRecordsGone is why [MarkerAfter] cannot say how a transaction
 // ended: its first record in the partition is no longer there. It was
 // deleted (retention by age, DeleteRecords, a purged repartition topic,

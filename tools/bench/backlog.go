@@ -71,9 +71,9 @@ func (b *bench) backlogWallClock(ctx context.Context, w io.Writer, n int) error 
 		return fmt.Errorf("the backlog ends at %d records in all, not the %d seeded", end, n)
 	}
 	rows := []backlogRow{
-		{name: "eos.Count with eos.Processor's defaults (100ms commits, 10,000 records per commit)", graded: true, start: countingPerCommit(0)},
-		{name: "eos.Count, 100,000 records per commit", start: countingPerCommit(100_000)},
-		{name: "eos.Count, 1,000,000 records per commit (the state table's)", start: countingPerCommit(maxPerCommit)},
+		{name: "eos.Count with eos.Processor's defaults (100ms commits, 10,000 records per commit)", graded: true, start: countingWith(eos.Count())},
+		{name: "eos.Count, 100,000 records per commit", start: countingWith(eos.Count(), eos.MaxRecordsPerCommit(100_000))},
+		{name: "eos.Count, 1,000,000 records per commit (the state table's)", start: countingWith(eos.Count(), eos.MaxRecordsPerCommit(maxPerCommit))},
 		{name: "Kafka Streams count, 1 stream thread", streams: true, start: streamsCount(script, 1, window.Spec{})},
 		{name: "Kafka Streams count, 2 stream threads", streams: true, start: streamsCount(script, 2, window.Spec{})},
 	}
@@ -97,27 +97,6 @@ func (b *bench) backlogWallClock(ctx context.Context, w io.Writer, n int) error 
 	}
 	printBacklog(w, rows, n, b.runs)
 	return nil
-}
-
-// countingPerCommit is eos.Count as a user's first program runs it,
-// eos.Processor's defaults but for the changelog, the updates topic and,
-// unless 0, MaxRecordsPerCommit.
-func countingPerCommit(perCommit int) func(context.Context, *env) (running, error) {
-	return func(ctx context.Context, e *env) (running, error) {
-		opts := []eos.ProcessorOption{eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
-			eos.TransactionalID(e.group + "-0"), eos.Logger(quiet),
-			eos.Changelog(e.group+"-changelog", eos.CreateChangelog(), eos.EmitUpdates(e.out))}
-		if perCommit > 0 {
-			opts = append(opts, eos.MaxRecordsPerCommit(perCommit))
-		}
-		p, err := eos.NewProcessor(eos.Count(), opts...)
-		if err != nil {
-			return running{}, err
-		}
-		return running{wait: background(func() error {
-			return errors.Join(p.Run(ctx), deleteInternalTopics(e.brokers, e.group))
-		})}, nil
-	}
 }
 
 // drain starts a variant on e and returns how long it took from its

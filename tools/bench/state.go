@@ -198,10 +198,16 @@ var benchWindow = window.Tumbling(time.Minute, 10*time.Second)
 // per transaction to e.out, committing every interval; wait then deletes
 // the changelog.
 func counting(count eos.HandlerFunc, interval time.Duration) func(context.Context, *env) (running, error) {
+	return countingWith(count, eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit))
+}
+
+// countingWith is counting with eos.Processor's defaults but for the
+// changelog, the updates topic and opts.
+func countingWith(count eos.HandlerFunc, opts ...eos.ProcessorOption) func(context.Context, *env) (running, error) {
 	return func(ctx context.Context, e *env) (running, error) {
-		p, err := eos.NewProcessor(count, eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
-			eos.TransactionalID(e.group+"-0"), eos.CommitInterval(interval), eos.MaxRecordsPerCommit(maxPerCommit), eos.Logger(quiet),
-			eos.Changelog(e.group+"-changelog", eos.CreateChangelog(), eos.EmitUpdates(e.out)))
+		p, err := eos.NewProcessor(count, append([]eos.ProcessorOption{eos.Brokers(e.brokers...), eos.Group(e.group), eos.Topics(e.in),
+			eos.TransactionalID(e.group + "-0"), eos.Logger(quiet),
+			eos.Changelog(e.group+"-changelog", eos.CreateChangelog(), eos.EmitUpdates(e.out))}, opts...)...)
 		if err != nil {
 			return running{}, err
 		}
