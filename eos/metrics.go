@@ -28,7 +28,9 @@ func (h hangMetrics) hanging(outcome string) {
 // partition restored (at each assignment, and after a session restart),
 // with the offset the restore read from (the store's checkpoint; the
 // log's start when the store had none or was wiped), the records it
-// applied and how long it took. A restore that failed is not reported.
+// applied and how long it took, before the partition is readable. A
+// restore that failed is not reported; one that finished as its
+// partition was taken away is.
 type RestoreMetrics interface {
 	Restored(topic string, partition int32, from int64, records int, took time.Duration)
 }

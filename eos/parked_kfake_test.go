@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -506,5 +507,80 @@ func TestALeaversPartitionsGoToTheirStandbys(t *testing.T) {
 		if len(got) != 1 || got[0] != strconv.Itoa(n) {
 			t.Errorf("%s: %v, want %d on one member", key, got, n)
 		}
+	}
+}
+
+// readyAtReport is a RestoreMetrics that notes, at each restore's report,
+// whether the processor already served the partition (its view listed
+// it).
+type readyAtReport struct {
+	eoskit.Metrics
+	p     atomic.Pointer[eos.Processor]
+	mu    sync.Mutex
+	early []int32 // partitions readable before their restore was reported
+	seen  int
+}
+
+func (r *readyAtReport) Restored(_ string, partition int32, _ int64, _ int, _ time.Duration) {
+	ready := slices.Contains(r.p.Load().State().Partitions(), partition)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen++
+	if ready {
+		r.early = append(r.early, partition)
+	}
+}
+
+// A restore is reported before its partition is readable: whoever sees
+// a partition in the view (a test waiting for a takeover, a dashboard)
+// finds its restore among the reports. Both ways a restore runs: the
+// first assignment's, with records waiting, and a second member's join
+// giving partitions back (cooperative: in the background).
+func TestARestoreIsReportedBeforeItsPartitionIsReadable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rr := newRegionReports(t, ctx)
+	rr.produce(4_000)
+	start := func(instance string, m eoskit.Metrics) (*eos.Processor, context.CancelFunc, chan error) {
+		p, err := eos.NewProcessor(eos.Count(), eos.Brokers(rr.brokers...), eos.Group("reported"), eos.Topics("reports"), eos.TransactionalID("reported-"+instance),
+			eos.CommitInterval(20*time.Millisecond), eos.Logger(testLogger(t)), eos.WithMetrics(m),
+			eos.Changelog("reported-changelog", eos.CreateChangelog(), eos.EmitUpdates("counts")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := m.(*readyAtReport); ok {
+			r.p.Store(p)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		return p, stop, done
+	}
+	ra, rb := &readyAtReport{Metrics: eoskit.NopMetrics{}}, &readyAtReport{Metrics: eoskit.NopMetrics{}}
+	a, stopA, doneA := start("a", ra)
+	waitCommitted(t, ctx, rr.adm, "reported", "reports")
+	b, stopB, doneB := start("b", rb)
+	for (len(a.State().Partitions()) != 2 || len(b.State().Partitions()) != 2) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the two members did not split the four partitions: a holds %v, b %v", a.State().Partitions(), b.State().Partitions())
+	}
+	stopB()
+	stopA()
+	for _, done := range []chan error{doneA, doneB} {
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	for name, r := range map[string]*readyAtReport{"a": ra, "b": rb} {
+		r.mu.Lock()
+		if r.seen == 0 {
+			t.Errorf("%s reported no restore", name)
+		}
+		if len(r.early) > 0 {
+			t.Errorf("%s served partitions %v before reporting their restore", name, r.early)
+		}
+		r.mu.Unlock()
 	}
 }

@@ -108,6 +108,11 @@ func (ks *keyedState) launchLocked() {
 func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTask) {
 	defer ks.bgWG.Done()
 	res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
+	if err == nil && ks.restored != nil {
+		// Reported before the partition is readable: whoever sees it
+		// ready (a view, Health) sees its restore reported too.
+		ks.restored(j.p, res)
+	}
 	ks.mu.Lock()
 	ks.marksMu.Lock()
 	// Looked at under the locks: a revoke or an assignment (which cancel
@@ -125,9 +130,6 @@ func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTa
 	ks.launchLocked()
 	ks.marksMu.Unlock()
 	ks.mu.Unlock()
-	if current && err == nil && ks.restored != nil {
-		ks.restored(j.p, res)
-	}
 	close(t.done)
 	if ks.wake != nil {
 		ks.wake() // an idle loop prepares again: a new restore, or this one's failure
