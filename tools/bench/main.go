@@ -52,7 +52,10 @@
 //   - memory: the peak heap in use (runtime/metrics, sampled every 10 ms) of
 //     eos.Processor, ExactlyOnce at 100 ms, copying each of -mem-records
 //     (default 1,000,000 and 10,000,000) records of 100 B from one
-//     backlog; goal: the largest within 1.10x the smallest.
+//     backlog; goal: the largest within 1.10x the smallest. Then the same
+//     for a windowed count (windowmemory.go: tumbling 1m, 10,000 keys,
+//     record times a millisecond apart) with its windows' retention, and
+//     once with windows kept 1,000 hours: the heap a window of a key costs.
 //   - state (issue 27, keyed state; see state.go): count by key, 100 B
 //     random records over 6 partitions with keys drawn from 1,000
 //     (k0 ... k999), from a backlog: Kafka Streams 4.4.0
@@ -265,6 +268,9 @@ func main() {
 	if want("memory") {
 		if err := b.memory(ctx, os.Stdout, counts); err != nil {
 			fail(fmt.Errorf("memory: %w", err))
+		}
+		if err := b.windowMemory(ctx, os.Stdout, counts); err != nil {
+			fail(fmt.Errorf("windowed memory: %w", err))
 		}
 	}
 	if want("state") {
