@@ -28,9 +28,13 @@ func (h hangMetrics) hanging(outcome string) {
 // partition restored (at each assignment, and after a session restart),
 // with the offset the restore read from (the store's checkpoint; the
 // log's start when the store had none or was wiped), the records it
-// applied and how long it took, before the partition is readable. A
-// restore that failed is not reported; one that finished as its
-// partition was taken away is.
+// applied and how long it took. It is called before the partition
+// becomes readable (the views, Health): whoever sees a partition ready
+// finds its restore reported. Do not wait there for the partition to be
+// ready: it becomes so once the call returns. A restore that failed or
+// was cancelled (a revoke, a new assignment, the session's end) is not
+// reported; one cancelled just as it was reported stays unready, and its
+// next restore is reported again.
 type RestoreMetrics interface {
 	Restored(topic string, partition int32, from int64, records int, took time.Duration)
 }

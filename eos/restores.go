@@ -108,9 +108,12 @@ func (ks *keyedState) launchLocked() {
 func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTask) {
 	defer ks.bgWG.Done()
 	res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
-	if err == nil && ks.restored != nil {
+	if err == nil && ctx.Err() == nil && ks.restored != nil {
 		// Reported before the partition is readable: whoever sees it
-		// ready (a view, Health) sees its restore reported too.
+		// ready (a view, Health) sees its restore reported too. A
+		// revoke or a new assignment landing between this look and the
+		// marks below leaves it unready; its next restore is reported
+		// again.
 		ks.restored(j.p, res)
 	}
 	ks.mu.Lock()
