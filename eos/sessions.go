@@ -149,6 +149,7 @@ func sessions(setting string, spec window.Sessions, add func([]byte, *kgo.Record
 		return nil, err
 	}
 	every := max(spec.Gap/8, time.Millisecond).Truncate(time.Millisecond).Milliseconds()
+	clock := newStreamClock()
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		hs := handlerStateOf(ctx)
 		kv, at, err := c.prepareRecord(hs, setting, r)
@@ -156,7 +157,7 @@ func sessions(setting string, spec window.Sessions, add func([]byte, *kgo.Record
 			return nil, err
 		}
 		at = at.Truncate(time.Millisecond)
-		was, now, err := moveStreamTime(kv, at)
+		was, now, err := clock.move(kv, at)
 		if err != nil {
 			return nil, err
 		}

@@ -33,7 +33,7 @@ func TestStreamTimeMovesAndIsWrittenByTheMillisecond(t *testing.T) {
 		{base.Add(-time.Second), base.Truncate(time.Millisecond), base.Truncate(time.Millisecond), 1},
 		{base.Add(700 * time.Microsecond), base.Truncate(time.Millisecond), base.Truncate(time.Millisecond).Add(time.Millisecond), 2},
 	} {
-		was, now, err := moveStreamTime(kv, step.at)
+		was, now, err := newStreamClock().move(kv, step.at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestStreamTimeMovesAndIsWrittenByTheMillisecond(t *testing.T) {
 				step.was.Format(time.RFC3339Nano), step.now.Format(time.RFC3339Nano), step.puts)
 		}
 	}
-	if st, err := streamTime(kv); err != nil || !st.Equal(base.Truncate(time.Millisecond).Add(time.Millisecond)) {
+	if st, err := newStreamClock().read(kv); err != nil || !st.Equal(base.Truncate(time.Millisecond).Add(time.Millisecond)) {
 		t.Fatalf("the stream time kept: %s, %v", st, err)
 	}
 }

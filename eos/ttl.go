@@ -80,13 +80,14 @@ func validateTTL(d time.Duration) error {
 // writes and hides what expired.
 func withTTL(h HandlerFunc, ttl time.Duration) HandlerFunc {
 	every := max(ttl/ttlSweeps, time.Millisecond).Truncate(time.Millisecond).Milliseconds()
+	clock := newStreamClock()
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		hs := handlerStateOf(ctx)
 		kv := hs.kv
 		if !window.InRange(r.Timestamp) {
 			return nil, fmt.Errorf("eos: the record's timestamp %s, by which its state expires: %w", r.Timestamp.UTC().Format(time.RFC3339Nano), window.ErrOutOfRange)
 		}
-		was, now, err := moveStreamTime(kv, r.Timestamp)
+		was, now, err := clock.move(kv, r.Timestamp)
 		if err != nil {
 			return nil, err
 		}

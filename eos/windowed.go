@@ -161,17 +161,19 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 	if err != nil {
 		return nil, err
 	}
+	clock := newStreamClock()
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		hs := handlerStateOf(ctx) // once: this runs for every record
 		kv, at, err := c.prepareRecord(hs, setting, r)
 		if err != nil {
 			return nil, err
 		}
-		was, now, err := moveStreamTime(kv, at)
+		was, now, err := clock.move(kv, at)
 		if err != nil {
 			return nil, err
 		}
-		open, err := spec.Open(at, now)
+		var inline [4]window.Window // a tumbling window's, or a few hopping ones'
+		open, err := spec.AppendOpen(inline[:0], at, now)
 		if err != nil {
 			if hs.late != nil {
 				hs.late()
@@ -223,11 +225,18 @@ func refusedSetting(hs handlerState, setting, final, input string) error {
 	return nil
 }
 
-// moveStreamTime moves the stream time kv keeps to at truncated to the
-// millisecond (the precision it is kept in), if that is later, and
-// returns it as it was and as it is now; it writes kv only when it moves.
-func moveStreamTime(kv state.KV, at time.Time) (was, now time.Time, err error) {
-	if was, err = streamTime(kv); err != nil {
+// streamClock reads and moves a partition's stream time where its store
+// keeps it (streamTimeKey). A handler makes one, so that reading it for
+// each record makes no key.
+type streamClock []byte
+
+func newStreamClock() streamClock { return streamClock(streamTimeKey) }
+
+// move moves the stream time kv keeps to at truncated to the millisecond
+// (the precision it is kept in), if that is later, and returns it as it
+// was and as it is now; it writes kv only when it moves.
+func (c streamClock) move(kv state.KV, at time.Time) (was, now time.Time, err error) {
+	if was, err = c.read(kv); err != nil {
 		return was, was, err
 	}
 	// Kept in milliseconds (Kafka's timestamps'): a later time within
@@ -235,13 +244,13 @@ func moveStreamTime(kv state.KV, at time.Time) (was, now time.Time, err error) {
 	if now = at.Truncate(time.Millisecond); !now.After(was) {
 		return was, was, nil
 	}
-	return was, now, kv.Put([]byte(streamTimeKey), strconv.AppendInt(nil, now.UnixMilli(), 10))
+	return was, now, kv.Put(c, strconv.AppendInt(nil, now.UnixMilli(), 10))
 }
 
-// streamTime returns the stream time kv keeps, the zero time before its
+// read returns the stream time kv keeps, the zero time before its
 // partition's first record.
-func streamTime(kv state.KV) (time.Time, error) {
-	v, ok, err := kv.Get([]byte(streamTimeKey))
+func (c streamClock) read(kv state.KV) (time.Time, error) {
+	v, ok, err := kv.Get(c)
 	if err != nil || !ok {
 		return time.Time{}, err
 	}

@@ -42,18 +42,25 @@ var ErrOutOfRange = errors.New("window: a time before the Unix epoch or after ye
 // Open returns the windows t falls in that are open at streamTime, a
 // *[LateError] when none is, or [ErrOutOfRange]. s must be valid.
 func (s Spec) Open(t, streamTime time.Time) ([]Window, error) {
+	return s.AppendOpen(nil, t, streamTime)
+}
+
+// AppendOpen is [Spec.Open] appending the open windows to dst: a caller
+// handling many records gives the same (or a stack-allocated) slice.
+func (s Spec) AppendOpen(dst []Window, t, streamTime time.Time) ([]Window, error) {
 	if !InRange(t) {
-		return nil, ErrOutOfRange
+		return dst, ErrOutOfRange
 	}
-	ws := s.For(t)
-	open := ws[:0] // For's slice is the caller's: filtered in place
-	for _, w := range ws {
+	from := len(dst)
+	all := s.appendFor(dst, t)
+	open := all[:from] // filtered in place
+	for _, w := range all[from:] {
 		if !s.Closed(w, streamTime) {
 			open = append(open, w)
 		}
 	}
-	if len(open) == 0 {
-		return nil, &LateError{Time: t, StreamTime: streamTime, Window: ws[len(ws)-1], Grace: s.Grace}
+	if len(open) == from {
+		return dst, &LateError{Time: t, StreamTime: streamTime, Window: all[len(all)-1], Grace: s.Grace}
 	}
 	return open, nil
 }

@@ -206,3 +206,22 @@ func TestBetweenFindsEveryExpiryAndClosePoint(t *testing.T) {
 		t.Fatal("the first stream time does not ask for a sweep")
 	}
 }
+
+// AppendOpen appends to what dst holds, and leaves it as it was when t
+// is late or out of range.
+func TestAppendOpenAppendsToDst(t *testing.T) {
+	s := window.Hopping(time.Minute, 20*time.Second, 0)
+	at := t0.Add(65 * time.Second)
+	prior := window.Window{Start: time.UnixMilli(1)}
+	got, err := s.AppendOpen([]window.Window{prior}, at, at)
+	if err != nil || len(got) != 4 || got[0] != prior {
+		t.Fatalf("AppendOpen = %v, %v; want the prior window and the three open ones", got, err)
+	}
+	if want, _ := s.Open(at, at); !slices.Equal(got[1:], want) {
+		t.Fatalf("AppendOpen appended %v, Open returns %v", got[1:], want)
+	}
+	late, err := s.AppendOpen([]window.Window{prior}, at, at.Add(time.Hour))
+	if !errors.Is(err, window.ErrLate) || len(late) != 1 || late[0] != prior {
+		t.Fatalf("AppendOpen of a late time = %v, %v; want dst as it was and ErrLate", late, err)
+	}
+}
