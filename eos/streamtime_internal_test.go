@@ -22,6 +22,7 @@ func (c *putCounter) Put(k, v []byte) error { c.puts++; return c.KV.Put(k, v) }
 func TestStreamTimeMovesAndIsWrittenByTheMillisecond(t *testing.T) {
 	kv := &putCounter{KV: state.NewTxn(state.NewMemory(), 0)}
 	base := time.UnixMilli(1_700_000_000_123).Add(400 * time.Microsecond)
+	clock := newStreamClock() // one for every record, as a handler's
 	for _, step := range []struct {
 		at       time.Time
 		was, now time.Time
@@ -33,7 +34,7 @@ func TestStreamTimeMovesAndIsWrittenByTheMillisecond(t *testing.T) {
 		{base.Add(-time.Second), base.Truncate(time.Millisecond), base.Truncate(time.Millisecond), 1},
 		{base.Add(700 * time.Microsecond), base.Truncate(time.Millisecond), base.Truncate(time.Millisecond).Add(time.Millisecond), 2},
 	} {
-		was, now, err := newStreamClock().move(kv, step.at)
+		was, now, err := clock.move(kv, step.at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +44,10 @@ func TestStreamTimeMovesAndIsWrittenByTheMillisecond(t *testing.T) {
 				step.was.Format(time.RFC3339Nano), step.now.Format(time.RFC3339Nano), step.puts)
 		}
 	}
-	if st, err := newStreamClock().read(kv); err != nil || !st.Equal(base.Truncate(time.Millisecond).Add(time.Millisecond)) {
+	if st, err := clock.read(kv); err != nil || !st.Equal(base.Truncate(time.Millisecond).Add(time.Millisecond)) {
 		t.Fatalf("the stream time kept: %s, %v", st, err)
+	}
+	if string(clock) != streamTimeKey {
+		t.Fatalf("the clock's key became %q", clock)
 	}
 }

@@ -227,7 +227,8 @@ func refusedSetting(hs handlerState, setting, final, input string) error {
 
 // streamClock reads and moves a partition's stream time where its store
 // keeps it (streamTimeKey). A handler makes one, so that reading it for
-// each record makes no key.
+// each record makes no key; every partition and lane handled shares it,
+// read only (stores and overlays copy or only read the keys they get).
 type streamClock []byte
 
 func newStreamClock() streamClock { return streamClock(streamTimeKey) }

@@ -51,7 +51,8 @@ func (c Checkpoint) CheckApply(next Checkpoint) error {
 // whole or not at all, never what a transaction under way wrote.
 type Reader interface {
 	// Get returns key's value and true, or nil and false when key has
-	// none. The slice returned is the caller's.
+	// none. The slice returned is the caller's; key is only read, during
+	// the call (callers share one key across partitions).
 	Get(key []byte) (value []byte, ok bool, err error)
 	// Range calls fn for each key and its value until fn returns false,
 	// over one consistent view of the store; in no particular order (the

@@ -15,7 +15,8 @@ import (
 // commits; after an abort it is as if it had never been written.
 type KV interface {
 	// Get returns key's value as this transaction sees it, and whether
-	// it has one. The slice returned is the caller's.
+	// it has one. The slice returned is the caller's; key is only read,
+	// during the call.
 	Get(key []byte) (value []byte, ok bool, err error)
 	// Put sets key's value; a nil value sets an empty one (only Delete
 	// deletes). Key and value are copied. A key and value too large for

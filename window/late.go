@@ -36,7 +36,8 @@ func (e *LateError) Error() string {
 
 func (e *LateError) Unwrap() error { return ErrLate }
 
-// ErrOutOfRange is returned by [Spec.Open] for a time no window holds.
+// ErrOutOfRange is returned by [Spec.Open] and [Spec.AppendOpen] for a
+// time no window holds.
 var ErrOutOfRange = errors.New("window: a time before the Unix epoch or after year 9999 falls in no window")
 
 // Open returns the windows t falls in that are open at streamTime, a
@@ -45,22 +46,26 @@ func (s Spec) Open(t, streamTime time.Time) ([]Window, error) {
 	return s.AppendOpen(nil, t, streamTime)
 }
 
-// AppendOpen is [Spec.Open] appending the open windows to dst: a caller
-// handling many records gives the same (or a stack-allocated) slice.
+// AppendOpen is [Spec.Open] appending the open windows to dst, and
+// returning the extended slice (sharing dst's array while it has room):
+// a caller handling many records gives the same, or a stack-allocated,
+// slice, and allocates nothing for up to cap(dst) windows. It writes
+// nothing past what it returns; on an error it returns dst as it was.
 func (s Spec) AppendOpen(dst []Window, t, streamTime time.Time) ([]Window, error) {
 	if !InRange(t) {
 		return dst, ErrOutOfRange
 	}
+	ms := t.UnixMilli()
+	size, adv := s.Size.Milliseconds(), s.advance().Milliseconds()
+	last := ms - ms%adv // the latest start at or before t: t's last window
 	from := len(dst)
-	all := s.appendFor(dst, t)
-	open := all[:from] // filtered in place
-	for _, w := range all[from:] {
-		if !s.Closed(w, streamTime) {
-			open = append(open, w)
+	for start := max(0, last-(size-1)/adv*adv); start <= last; start += adv {
+		if w := s.window(start); ms < start+size && !s.Closed(w, streamTime) {
+			dst = append(dst, w)
 		}
 	}
-	if len(open) == from {
-		return dst, &LateError{Time: t, StreamTime: streamTime, Window: all[len(all)-1], Grace: s.Grace}
+	if len(dst) == from {
+		return dst, &LateError{Time: t, StreamTime: streamTime, Window: s.window(last), Grace: s.Grace}
 	}
-	return open, nil
+	return dst, nil
 }

@@ -100,23 +100,19 @@ func (s Spec) retention() time.Duration {
 // windows, up to Size/Advance (rounded up) for hopping ones. A time before
 // the Unix epoch or after [MaxTime] falls in none. s must be valid.
 func (s Spec) For(t time.Time) []Window {
-	return s.appendFor(nil, t)
-}
-
-// appendFor is For appending to dst.
-func (s Spec) appendFor(dst []Window, t time.Time) []Window {
 	if !InRange(t) {
-		return dst
+		return nil
 	}
 	ms := t.UnixMilli()
 	size, adv := s.Size.Milliseconds(), s.advance().Milliseconds()
 	last := ms - ms%adv // the latest start at or before t
+	var ws []Window
 	for start := max(0, last-(size-1)/adv*adv); start <= last; start += adv {
 		if ms < start+size {
-			dst = append(dst, s.window(start))
+			ws = append(ws, s.window(start))
 		}
 	}
-	return dst
+	return ws
 }
 
 // Starting returns the window that starts at start (a multiple of

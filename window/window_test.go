@@ -207,21 +207,62 @@ func TestBetweenFindsEveryExpiryAndClosePoint(t *testing.T) {
 	}
 }
 
-// AppendOpen appends to what dst holds, and leaves it as it was when t
-// is late or out of range.
-func TestAppendOpenAppendsToDst(t *testing.T) {
+// AppendOpen appends t's open windows to what dst holds, in place while
+// dst has room, and writes nothing else of dst's array: not past what it
+// returns, nor anything when t is late or out of range.
+func TestAppendOpenAppendsOnlyTheOpenWindows(t *testing.T) {
 	s := window.Hopping(time.Minute, 20*time.Second, 0)
-	at := t0.Add(65 * time.Second)
-	prior := window.Window{Start: time.UnixMilli(1)}
-	got, err := s.AppendOpen([]window.Window{prior}, at, at)
-	if err != nil || len(got) != 4 || got[0] != prior {
-		t.Fatalf("AppendOpen = %v, %v; want the prior window and the three open ones", got, err)
+	at := t0.Add(65 * time.Second) // in the windows starting 0:20, 0:40, 1:00
+	sentinel := window.Window{Start: time.UnixMilli(1)}
+	fresh := func() []window.Window {
+		ws := make([]window.Window, 8)
+		for i := range ws {
+			ws[i] = sentinel
+		}
+		return ws
 	}
-	if want, _ := s.Open(at, at); !slices.Equal(got[1:], want) {
-		t.Fatalf("AppendOpen appended %v, Open returns %v", got[1:], want)
+	starts := func(ws []window.Window) []time.Duration {
+		var out []time.Duration
+		for _, w := range ws {
+			out = append(out, w.Start.Sub(t0))
+		}
+		return out
 	}
-	late, err := s.AppendOpen([]window.Window{prior}, at, at.Add(time.Hour))
-	if !errors.Is(err, window.ErrLate) || len(late) != 1 || late[0] != prior {
-		t.Fatalf("AppendOpen of a late time = %v, %v; want dst as it was and ErrLate", late, err)
+	// Stream time 1:25: the window 0:20-1:20 is closed, 0:40 and 1:00 open.
+	backing := fresh()
+	got, err := s.AppendOpen(backing[:1], at, t0.Add(85*time.Second))
+	if want := []time.Duration{40 * time.Second, time.Minute}; err != nil || len(got) != 3 || got[0] != sentinel || !slices.Equal(starts(got[1:]), want) {
+		t.Fatalf("AppendOpen = %v, %v; want the prior window, then the two open ones, starting %v after %s", got, err, want, t0)
+	}
+	if &got[0] != &backing[0] {
+		t.Fatal("AppendOpen did not append in place while dst had room")
+	}
+	for i, w := range backing[len(got):] {
+		if w != sentinel {
+			t.Fatalf("AppendOpen wrote %v at %d, past the %d windows it returned", w, len(got)+i, len(got))
+		}
+	}
+	for name, streamTime := range map[string]time.Time{"late": t0.Add(time.Hour), "out of range": t0} {
+		at := at
+		if name == "out of range" {
+			at = time.UnixMilli(-1)
+		}
+		backing := fresh()
+		got, err := s.AppendOpen(backing[:1], at, streamTime)
+		if err == nil || len(got) != 1 || &got[0] != &backing[0] {
+			t.Fatalf("%s: AppendOpen = %v, %v; want dst as it was and an error", name, got, err)
+		}
+		if !slices.Equal(backing, fresh()) {
+			t.Fatalf("%s: AppendOpen wrote into dst's array: %v", name, backing)
+		}
+	}
+	// A stack array of room enough: nothing allocated.
+	if n := testing.AllocsPerRun(100, func() {
+		var inline [4]window.Window
+		if _, err := s.AppendOpen(inline[:0], at, at); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("AppendOpen into a stack array allocated %v times", n)
 	}
 }
