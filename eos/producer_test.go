@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -276,7 +274,7 @@ func TestTransactOutlivingItsTimeoutIsRetryable(t *testing.T) {
 	txnID := integration.UniqueName(t, "tx")
 	// franz-go's log, shown if the end fails: which path each
 	// EndTransaction took, and the epochs.
-	var franz lockedLog
+	var franz integration.LogBuffer
 	p, err := eos.NewTransactionalProducer(eos.Brokers(k.Brokers...), eos.TransactionalID(txnID), eos.Logger(testLogger(t)),
 		eos.ClientOptions(kgo.TransactionTimeout(5*time.Second), kgo.WithLogger(kgo.BasicLogger(&franz, kgo.LogLevelInfo, nil))))
 	if err != nil {
@@ -334,22 +332,4 @@ func markerKind(key []byte) string {
 	default:
 		return fmt.Sprintf("type %d", typ)
 	}
-}
-
-// lockedLog is a log written from several goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
