@@ -100,18 +100,8 @@ func (s Spec) retention() time.Duration {
 // windows, up to Size/Advance (rounded up) for hopping ones. A time before
 // the Unix epoch or after [MaxTime] falls in none. s must be valid.
 func (s Spec) For(t time.Time) []Window {
-	if !InRange(t) {
-		return nil
-	}
-	ms := t.UnixMilli()
-	size, adv := s.Size.Milliseconds(), s.advance().Milliseconds()
-	last := ms - ms%adv // the latest start at or before t
-	var ws []Window
-	for start := max(0, last-(size-1)/adv*adv); start <= last; start += adv {
-		if ms < start+size {
-			ws = append(ws, s.window(start))
-		}
-	}
+	// At a stream time before the epoch every window is open.
+	ws, _ := s.AppendOpen(nil, t, time.Time{})
 	return ws
 }
 
