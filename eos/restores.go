@@ -108,13 +108,8 @@ func (ks *keyedState) launchLocked() {
 func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTask) {
 	defer ks.bgWG.Done()
 	res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
-	if err == nil && ctx.Err() == nil && ks.restored != nil {
-		// Reported before the partition is readable: whoever sees it
-		// ready (a view, Health) sees its restore reported too. A
-		// revoke or a new assignment landing between this look and the
-		// marks below leaves it unready; its next restore is reported
-		// again.
-		ks.restored(j.p, res)
+	if err == nil {
+		ks.report(ctx, j.p, res)
 	}
 	ks.mu.Lock()
 	ks.marksMu.Lock()
@@ -136,6 +131,17 @@ func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTa
 	close(t.done)
 	if ks.wake != nil {
 		ks.wake() // an idle loop prepares again: a new restore, or this one's failure
+	}
+}
+
+// report tells the metrics of p's restore, unless ctx (the restore's)
+// was cancelled: called before p is marked readable, so that whoever sees
+// it ready sees its restore reported too. A revoke or a new assignment
+// landing between this look and the marks leaves p unready; its next
+// restore is reported again.
+func (ks *keyedState) report(ctx context.Context, p int32, res changelog.Result) {
+	if ctx.Err() == nil && ks.restored != nil {
+		ks.restored(p, res)
 	}
 }
 

@@ -452,9 +452,7 @@ func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob) error {
 			go func() {
 				res, err := ks.restorer.Restore(ctx, ks.cfg.changelog, j.p, j.ps.store, changelog.Options{Timeout: ks.cfg.restoreTimeout, Logger: ks.logger})
 				if err == nil {
-					if ctx.Err() == nil && ks.restored != nil {
-						ks.restored(j.p, res) // before the partition is readable, as runRestore
-					}
+					ks.report(ctx, j.p, res)
 					ks.mu.Lock()
 					ks.marksMu.Lock()
 					delete(ks.restoring, j.p)
