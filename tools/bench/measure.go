@@ -295,14 +295,8 @@ func produceTimed(stamp bool) func(ctx context.Context, e *env, n, rate int, val
 // each with a key of its own, or with keys > 0 a key drawn at random from
 // keys distinct ones (k0 ... k<keys-1>).
 func seed(ctx context.Context, brokers []string, topic string, n, size, keys int, stamp bool) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
 	values := randomValues(4096, size)
-	var firstErr atomic.Value
-	for i := range n {
+	return produceEach(ctx, brokers, topic, n, func(i int) *kgo.Record {
 		k := i
 		if keys > 0 {
 			k = mrand.IntN(keys)
@@ -311,7 +305,21 @@ func seed(ctx context.Context, brokers []string, topic string, n, size, keys int
 		if stamp {
 			r = dedup.Stamp(r)
 		}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		return r
+	})
+}
+
+// produceEach writes record(i) for i from 0 to n-1 to topic, without
+// waiting for each, and returns the first failure once all are flushed.
+func produceEach(ctx context.Context, brokers []string, topic string, n int, record func(i int) *kgo.Record) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var firstErr atomic.Value
+	for i := range n {
+		cl.Produce(ctx, record(i), func(_ *kgo.Record, err error) {
 			if err != nil {
 				firstErr.CompareAndSwap(nil, err)
 			}

@@ -37,7 +37,7 @@ func (b *bench) memory(ctx context.Context, w io.Writer, counts []int) error {
 	peaks := make([][]uint64, len(counts))
 	for r := range b.runs {
 		for i, n := range counts {
-			peak, d, err := b.memoryRun(ctx, topic, n, fmt.Sprintf("%d-%d", r, i))
+			peak, d, err := b.memoryRun(ctx, topic, n, fmt.Sprintf("%d-%d", r, i), processor(eos.ExactlyOnce, 100*time.Millisecond))
 			if err != nil {
 				return fmt.Errorf("%d records: %w", n, err)
 			}
@@ -62,9 +62,9 @@ func (b *bench) memory(ctx context.Context, w io.Writer, counts []int) error {
 	return nil
 }
 
-// memoryRun copies n records of topic with a fresh group and returns the
-// peak heap meanwhile and how long it took.
-func (b *bench) memoryRun(ctx context.Context, topic string, n int, suffix string) (uint64, time.Duration, error) {
+// memoryRun runs proc over n records of topic with a fresh group and
+// output topic, and returns the peak heap meanwhile and how long it took.
+func (b *bench) memoryRun(ctx context.Context, topic string, n int, suffix string, proc func(context.Context, *env) (running, error)) (uint64, time.Duration, error) {
 	group := fmt.Sprintf("bench-memory-%d-%s", time.Now().UnixNano(), suffix)
 	e := &env{brokers: b.brokers, in: topic, out: group + "-out", group: group}
 	if err := b.createTopics(ctx, memPartitions, e.out); err != nil {
@@ -72,7 +72,7 @@ func (b *bench) memoryRun(ctx context.Context, topic string, n int, suffix strin
 	}
 	defer onFail(func() { _, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), e.out) })()
 	start := func(ctx context.Context, e *env) (running, error) {
-		run, err := processor(eos.ExactlyOnce, 100*time.Millisecond)(ctx, e)
+		run, err := proc(ctx, e)
 		run.progress, run.failed = groupProgress(b.adm, group, topic)
 		return run, err
 	}

@@ -7,7 +7,6 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -69,18 +68,7 @@ func (b *bench) windowMemory(ctx context.Context, w io.Writer, counts []int) err
 				if err != nil {
 					return err
 				}
-				group := fmt.Sprintf("bench-wmemory-%d-%d-%d-%d", time.Now().UnixNano(), r, s, i)
-				e := &env{brokers: b.brokers, in: topic, out: group + "-out", group: group}
-				if err := b.createTopics(ctx, memPartitions, e.out); err != nil {
-					return err
-				}
-				start := func(ctx context.Context, e *env) (running, error) {
-					run, err := countingWith(h)(ctx, e)
-					run.progress, run.failed = groupProgress(b.adm, group, topic)
-					return run, err
-				}
-				d, peak, err := throughputRun(ctx, variant{name: spec.name, start: start}, e, n, 10*time.Millisecond, 10*time.Minute)
-				_, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), e.out)
+				peak, d, err := b.memoryRun(ctx, topic, n, fmt.Sprintf("w%d-%d-%d", r, s, i), countingWith(h))
 				if err != nil {
 					return fmt.Errorf("%s, %d records: %w", spec.name, n, err)
 				}
@@ -128,34 +116,17 @@ func windowsSpanned(n int) int {
 // default, must allow the first), and returns how many
 // distinct (key, one-minute window) pairs they make.
 func seedWindowed(ctx context.Context, brokers []string, topic string, n, keys int) (int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
 	values := randomValues(4096, memSize)
 	first := time.Now().Add(-time.Hour - time.Duration(n)*wmemStep).Truncate(time.Minute)
 	seen := make([]bool, keys*windowsSpanned(n))
 	var pairs int64
-	var firstErr atomic.Value
-	for i := range n {
+	err := produceEach(ctx, brokers, topic, n, func(i int) *kgo.Record {
 		k := mrand.IntN(keys)
-		if at := (k*windowsSpanned(n) + windowsSpanned(i+1) - 1); !seen[at] {
+		if at := k*windowsSpanned(n) + windowsSpanned(i+1) - 1; !seen[at] {
 			seen[at] = true
 			pairs++
 		}
-		r := &kgo.Record{Key: fmt.Appendf(nil, "k%d", k), Value: values[i%len(values)], Timestamp: first.Add(time.Duration(i) * wmemStep)}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
-			}
-		})
-	}
-	if err := cl.Flush(ctx); err != nil {
-		return 0, err
-	}
-	if err, _ := firstErr.Load().(error); err != nil {
-		return 0, err
-	}
-	return pairs, nil
+		return &kgo.Record{Key: fmt.Appendf(nil, "k%d", k), Value: values[i%len(values)], Timestamp: first.Add(time.Duration(i) * wmemStep)}
+	})
+	return pairs, err
 }
