@@ -32,9 +32,9 @@ func (h hangMetrics) hanging(outcome string) {
 // becomes readable (the views, Health): whoever sees a partition ready
 // finds its restore reported. Do not wait there for the partition to be
 // ready: it becomes so once the call returns. A restore that failed or
-// was cancelled (a revoke, a new assignment, the session's end) is not
-// reported; one cancelled just as it was reported stays unready, and its
-// next restore is reported again.
+// was cancelled (a revoke or a new assignment while it ran in the
+// background, the session's end) is not reported; one cancelled just as
+// it was reported stays unready, and its next restore is reported again.
 type RestoreMetrics interface {
 	Restored(topic string, partition int32, from int64, records int, took time.Duration)
 }

@@ -134,11 +134,13 @@ func (ks *keyedState) runRestore(ctx context.Context, j restoreJob, t *restoreTa
 	}
 }
 
-// report tells the metrics of p's restore, unless ctx (the restore's)
-// was cancelled: called before p is marked readable, so that whoever sees
-// it ready sees its restore reported too. A revoke or a new assignment
-// landing between this look and the marks leaves p unready; its next
-// restore is reported again.
+// report tells the metrics of p's restore, unless ctx (the restore's:
+// a background one's is cancelled by a revoke, a new assignment or the
+// session's end; restoreAll's by a sibling's failure or Run's end) was
+// cancelled. Both paths call it before they mark p readable, and mark it
+// only if ctx is still live then, so that whoever sees p ready sees its
+// restore reported too; a cancel landing between the two leaves p
+// unready, reported once more than it was made ready.
 func (ks *keyedState) report(ctx context.Context, p int32, res changelog.Result) {
 	if ctx.Err() == nil && ks.restored != nil {
 		ks.restored(p, res)

@@ -436,9 +436,11 @@ func (ks *keyedState) adopt(todo []restoreJob) {
 }
 
 // restoreAll restores the jobs' stores from the changelog, up to
-// maxParallelRestores at once, and waits for them; each partition is
-// marked restored, reported and fetched again as its restore succeeds.
-// The first failure cancels the others and is returned.
+// maxParallelRestores at once, and waits for them; as each restore
+// succeeds, its partition is reported, then marked restored and fetched
+// again, unless a failure or ctx's end cancelled the restores meanwhile
+// (the session ends then). The first failure cancels the others and is
+// returned.
 func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -455,8 +457,10 @@ func (ks *keyedState) restoreAll(ctx context.Context, todo []restoreJob) error {
 					ks.report(ctx, j.p, res)
 					ks.mu.Lock()
 					ks.marksMu.Lock()
-					delete(ks.restoring, j.p)
-					ks.resumeIfDoneLocked(j.p)
+					if ctx.Err() == nil { // as runRestore: never readable unreported
+						delete(ks.restoring, j.p)
+						ks.resumeIfDoneLocked(j.p)
+					}
 					ks.marksMu.Unlock()
 					ks.mu.Unlock()
 				}

@@ -60,7 +60,10 @@ func (s Spec) AppendOpen(dst []Window, t, streamTime time.Time) ([]Window, error
 	last := ms - ms%adv // the latest start at or before t: t's last window
 	from := len(dst)
 	for start := max(0, last-(size-1)/adv*adv); start <= last; start += adv {
-		if w := s.window(start); ms < start+size && !s.Closed(w, streamTime) {
+		if ms >= start+size {
+			continue // ended before t
+		}
+		if w := s.window(start); !s.Closed(w, streamTime) {
 			dst = append(dst, w)
 		}
 	}
