@@ -18,6 +18,7 @@ import (
 	"github.com/eoskit/eoskit"
 	"github.com/eoskit/eoskit/eos"
 	"github.com/eoskit/eoskit/eos/eosprom"
+	"github.com/eoskit/eoskit/verify"
 	"github.com/eoskit/eoskit/window"
 )
 
@@ -183,26 +184,17 @@ func lateCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
 	return c
 }
 
-// readCommitted reads topic (one partition) read_committed until a
-// poll of half a second brings nothing more.
+// readCommitted reads topic read_committed up to its last stable offsets
+// now (verify.ReadTopicWith): what is committed, whatever a fetch's pace
+// (a reader that stopped at the first quiet half second missed a slow
+// partition's records under load).
 func readCommitted(t *testing.T, brokers []string, topic string) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	recs, err := verify.ReadTopicWith(context.Background(), []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, kgo.ReadCommitted(), false, false, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	var recs []*kgo.Record
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		got := cl.PollFetches(ctx).Records()
-		cancel()
-		if len(got) == 0 {
-			return recs
-		}
-		recs = append(recs, got...)
-	}
+	return recs
 }
 
 // lastByKey is each windowed key's last value in recs ("nil" for a
