@@ -19,7 +19,8 @@
 // A [Spec] of Size and Advance lays windows [start, start+Size) whose
 // starts are the multiples of Advance since the Unix epoch: tumbling when
 // Advance is Size (each time in one window), hopping when Advance is less
-// (each time in Size/Advance windows, rounded up). A window takes records
+// (each time in Size/Advance windows, rounded up, at most
+// [MaxWindowsPerRecord]). A window takes records
 // until stream time reaches its end plus Grace ([Spec.Closed]); a record
 // all of whose windows are closed is late: it changes none of them. A
 // window is kept until stream time reaches its start plus Retention

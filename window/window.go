@@ -60,6 +60,12 @@ var MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
 // grace and retention add up without overflow.
 const maxSpan = 100 * 365 * 24 * time.Hour
 
+// MaxWindowsPerRecord bounds the windows one record falls in (Size /
+// Advance, rounded up), each a key its transaction writes: a day's
+// windows advancing by the minute (1,440) pass; a century's advancing by
+// the millisecond would have each record enumerate some 3e12.
+const MaxWindowsPerRecord = 10_000
+
 // Validate returns an error wrapping [ErrSpec] naming what is wrong with
 // s, or nil.
 func (s Spec) Validate() error {
@@ -73,6 +79,8 @@ func (s Spec) Validate() error {
 		return refuse("size, grace and retention are each at most a century")
 	case s.Advance < 0 || s.Advance > s.Size || s.Advance%time.Millisecond != 0:
 		return refuse("advance %s is not a whole number of milliseconds from 1 ms to the size %s", s.Advance, s.Size)
+	case s.Advance > 0 && (s.Size+s.Advance-1)/s.Advance > MaxWindowsPerRecord:
+		return refuse("size %s advancing by %s puts each record in %d windows, over %d", s.Size, s.Advance, (s.Size+s.Advance-1)/s.Advance, MaxWindowsPerRecord)
 	case s.Grace < 0 || s.Grace%time.Millisecond != 0:
 		return refuse("grace %s is not a whole number of milliseconds from 0", s.Grace)
 	case s.Retention%time.Millisecond != 0:

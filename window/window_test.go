@@ -127,6 +127,35 @@ func TestValidateRefusesWhatCannotWork(t *testing.T) {
 	}
 }
 
+// A hopping spec puts each record in Size/Advance windows, each a key
+// written in the record's transaction: a century advancing by a
+// millisecond would enumerate some 3e12 windows for one record (the
+// processor would stall in it, not fail), so Validate bounds them.
+func TestValidateBoundsTheWindowsARecordFallsIn(t *testing.T) {
+	at := window.MaxWindowsPerRecord
+	for _, c := range []struct {
+		spec window.Spec
+		ok   bool
+	}{
+		{window.Hopping(100*365*24*time.Hour, time.Millisecond, 0), false},
+		{window.Hopping(time.Duration(at+1)*time.Millisecond, time.Millisecond, 0), false},
+		{window.Hopping(time.Duration(2*at+1)*time.Millisecond, 2*time.Millisecond, 0), false}, // rounds up: at+1
+		{window.Hopping(time.Duration(2*at)*time.Millisecond, 2*time.Millisecond, 0), true},
+		{window.Hopping(time.Duration(at)*time.Millisecond, time.Millisecond, 0), true},
+		{window.Hopping(24*time.Hour, time.Minute, time.Hour), true}, // 1,440: a day's rolling total each minute
+		{window.Tumbling(100*365*24*time.Hour, 0), true},
+	} {
+		err := c.spec.Validate()
+		if c.ok != (err == nil) || (err != nil && !errors.Is(err, window.ErrSpec)) {
+			t.Errorf("%+v: %v, want ok=%v", c.spec, err, c.ok)
+			continue
+		}
+		if c.ok && len(c.spec.For(time.UnixMilli(1e12))) > at {
+			t.Errorf("%+v: a record falls in %d windows, over the bound %d", c.spec, len(c.spec.For(time.UnixMilli(1e12))), at)
+		}
+	}
+}
+
 func TestKeysRoundTrip(t *testing.T) {
 	for _, key := range [][]byte{nil, {}, []byte("region-7"), {0, 0xff, 0}} {
 		b := window.AppendKey(nil, key, t0)
