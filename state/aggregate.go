@@ -17,11 +17,41 @@ import (
 // Int64 decodes a count or a sum as [Count] and [Sum] store it. A value
 // that is not one is an error wrapping [ErrNotInt64].
 func Int64(value []byte) (int64, error) {
+	if n, ok := shortInt64(value); ok {
+		return n, nil
+	}
+	// Long, or not decimal text: strconv decides (its argument escapes
+	// into its error, so that the conversion allocates).
 	n, err := strconv.ParseInt(string(value), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%w (%d bytes)", ErrNotInt64, len(value))
 	}
 	return n, nil
+}
+
+// shortInt64 decodes a count or a sum of at most 18 digits (no int64
+// overflows there), as strconv.ParseInt would, without allocating: ok is
+// false for anything else, which Int64 leaves to strconv.
+func shortInt64(v []byte) (int64, bool) {
+	neg := len(v) > 0 && v[0] == '-'
+	digits := v
+	if neg || len(v) > 0 && v[0] == '+' {
+		digits = v[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // AppendInt64 appends n encoded as [Count] and [Sum] store it.

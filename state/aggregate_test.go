@@ -3,6 +3,7 @@ package state_test
 import (
 	"errors"
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/eoskit/eoskit/state"
@@ -112,4 +113,36 @@ func fmtSlice(s []string) string {
 		out += x
 	}
 	return out + "]"
+}
+
+// Int64 decodes what strconv.ParseInt decodes, and fails where it fails,
+// whatever the input: its short path (up to 18 digits) must not differ.
+func FuzzInt64AgreesWithStrconv(f *testing.F) {
+	for _, s := range []string{"0", "-0", "+7", "007", "-", "+", "", "12a", "999999999999999999", "-999999999999999999",
+		"9223372036854775807", "-9223372036854775808", "9223372036854775808", "1000000000000000000", "1_000", " 1", "１"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		want, wantErr := strconv.ParseInt(string(v), 10, 64)
+		got, err := state.Int64(v)
+		if (err != nil) != (wantErr != nil) || err == nil && got != want {
+			t.Fatalf("Int64(%q) = %d, %v; strconv: %d, %v", v, got, err, want, wantErr)
+		}
+		if err != nil && !errors.Is(err, state.ErrNotInt64) {
+			t.Fatalf("Int64(%q): %v, want ErrNotInt64", v, err)
+		}
+	})
+}
+
+// A count read back costs no allocation: Int64 runs for every record an
+// aggregation counts.
+func TestInt64DoesNotAllocate(t *testing.T) {
+	v := []byte("1796578789086")
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := state.Int64(v); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("Int64 allocated %v times", n)
+	}
 }
