@@ -201,11 +201,14 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record, bef
 
 	a.err, a.poisoned = rn.p.failures.poisonedBy(at)
 	var kv *state.Scope // the handler's writes to the keyed state, if any
+	var call *stateCtx
 	if !a.poisoned {
-		cctx := hctx
+		var cctx context.Context = hctx
 		if rn.p.state != nil {
-			kv = rn.p.state.scope(r.Partition)
-			cctx = withKV(hctx, kv, rn.p.handlerState)
+			var memo *clockMemo
+			kv, memo = rn.p.state.scope(r.Partition)
+			call = withKV(hctx, kv, &rn.p.handlerState, memo)
+			cctx = call
 		}
 		a.outs, a.took, a.err = rn.callHandler(cctx, r)
 		a.shutdown = ctx.Err() != nil
@@ -223,6 +226,7 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record, bef
 		// or a failure the transaction aborts for, leaves none.
 		if o.kind == produceOutputs {
 			kv.Keep()
+			call.kept()
 		} else {
 			kv.Drop()
 		}

@@ -30,15 +30,18 @@ func BenchmarkWindowedHandler(b *testing.B) {
 		keys[i] = []byte("k" + strconv.Itoa(i))
 	}
 	base := time.Now()
+	memo := &clockMemo{}  // the partition's stream time, as the processor keeps it
+	hs := &handlerState{} // the processor's, shared by its calls
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		sc := txn.Scope()
-		ctx := withKV(context.Background(), sc, handlerState{})
+		ctx := withKV(context.Background(), sc, hs, memo)
 		r := &kgo.Record{Key: keys[i%1000], Timestamp: base.Add(time.Duration(i) * time.Microsecond)}
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)
 		}
 		sc.Keep()
+		ctx.kept()
 		if i%5000 == 4999 {
 			_ = txn.Commit(int64(i))
 		}
@@ -53,10 +56,11 @@ func BenchmarkCountHandler(b *testing.B) {
 	for i := range keys {
 		keys[i] = []byte("k" + strconv.Itoa(i))
 	}
+	hs := &handlerState{} // the processor's, shared by its calls
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		sc := txn.Scope()
-		ctx := withKV(context.Background(), sc, handlerState{})
+		ctx := withKV(context.Background(), sc, hs, nil)
 		r := &kgo.Record{Key: keys[i%1000]}
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)
@@ -113,20 +117,24 @@ func BenchmarkWindowHeap(b *testing.B) {
 		b.Fatal(err)
 	}
 	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	hs := &handlerState{} // the processor's, shared by its calls
 	for range b.N {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		store := state.NewMemory()
 		txn := state.NewTxn(store, 0)
+		memo := &clockMemo{}
 		for m := range minutes {
 			for k := range keys {
 				sc := txn.Scope()
 				r := &kgo.Record{Key: []byte("k" + strconv.Itoa(k)), Timestamp: base.Add(time.Duration(m)*time.Minute + time.Duration(k)*time.Millisecond)}
-				if _, err := h(withKV(context.Background(), sc, handlerState{}), r); err != nil {
+				call := withKV(context.Background(), sc, hs, memo)
+				if _, err := h(call, r); err != nil {
 					b.Fatal(err)
 				}
 				sc.Keep()
+				call.kept()
 			}
 			if err := txn.Commit(int64(m + 1)); err != nil {
 				b.Fatal(err)
@@ -169,7 +177,7 @@ func BenchmarkJoinTableHandler(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		sc := txn.Scope()
-		ctx := withKV(context.Background(), sc, hs)
+		ctx := withKV(context.Background(), sc, &hs, nil)
 		r := &kgo.Record{Key: keys[i%1000], Timestamp: now}
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)

@@ -157,7 +157,7 @@ func sessions(setting string, spec window.Sessions, add func([]byte, *kgo.Record
 			return nil, err
 		}
 		at = at.Truncate(time.Millisecond)
-		was, now, err := clock.move(kv, at)
+		was, now, err := clock.move(hs.call, kv, at)
 		if err != nil {
 			return nil, err
 		}

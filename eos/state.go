@@ -249,17 +249,47 @@ type handlerState struct {
 	// joins is what Run follows of the co-partitioned tables (see
 	// JoinTable).
 	joins *joinedTables
+	// call is the handler call's context (set by handlerStateOf).
+	call *stateCtx
 }
 
-func withKV(ctx context.Context, kv state.KV, hs handlerState) context.Context {
-	hs.kv = kv
-	return context.WithValue(ctx, kvKey{}, hs)
+// withKV returns ctx carrying kv and hs (whose kv and call fields it
+// ignores) for one handler call, and memo, the stream time of kv's
+// partition (nil: none kept). It runs for every record: one allocation,
+// hs shared, not copied (context.WithValue would box a copy, a second
+// one).
+func withKV(ctx context.Context, kv state.KV, hs *handlerState, memo *clockMemo) *stateCtx {
+	return &stateCtx{Context: ctx, kv: kv, hs: hs, memo: memo}
+}
+
+// stateCtx is withKV's context, one handler call's: it answers kvKey with
+// itself.
+type stateCtx struct {
+	context.Context
+	kv   state.KV
+	hs   *handlerState
+	memo *clockMemo
+	// movedTo is where the call moved its partition's stream time
+	// (encoded as clockMemo.at; 0: it did not): see streamClock.
+	movedTo int64
+}
+
+func (c *stateCtx) Value(key any) any {
+	if key == (kvKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // handlerStateOf returns what ctx carries (the zero handlerState outside
 // a handler of a processor given Changelog).
 func handlerStateOf(ctx context.Context) handlerState {
-	hs, _ := ctx.Value(kvKey{}).(handlerState)
+	c, _ := ctx.Value(kvKey{}).(*stateCtx)
+	if c == nil {
+		return handlerState{}
+	}
+	hs := *c.hs
+	hs.kv, hs.call = c.kv, c
 	return hs
 }
 

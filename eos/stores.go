@@ -131,6 +131,16 @@ type partState struct {
 	// under way (-1: none), which the store's checkpoint passes once the
 	// transaction committed.
 	last atomic.Int64
+	// clock is the partition's stream time as txn sees it (see
+	// streamClock); abort forgets it with txn's writes.
+	clock clockMemo
+}
+
+// abort drops the transaction's writes, and what the clock remembered of
+// them.
+func (ps *partState) abort() {
+	ps.txn.Abort()
+	ps.clock.forget()
 }
 
 func newKeyedState(cfg *stateConfig, input string, logger *slog.Logger) *keyedState {
@@ -404,6 +414,7 @@ func (ks *keyedState) openForRestore(ps, polled []int32) ([]restoreJob, error) {
 			st = &partState{store: s, txn: state.NewTxn(s, ks.recordLimit())}
 			st.last.Store(-1)
 		}
+		st.clock.forget() // the restore writes the store
 		todo = append(todo, restoreJob{p, st})
 	}
 	return todo, nil
@@ -563,11 +574,13 @@ func (ks *keyedState) takeErr() error {
 	return err
 }
 
-// scope returns the KV of one handler call on a record of partition p.
-func (ks *keyedState) scope(p int32) *state.Scope {
+// scope returns the KV of one handler call on a record of partition p,
+// and the partition's stream time memo.
+func (ks *keyedState) scope(p int32) (*state.Scope, *clockMemo) {
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
-	return ks.parts[p].txn.Scope()
+	ps := ks.parts[p]
+	return ps.txn.Scope(), &ps.clock
 }
 
 // flush produces each partition's changes of this transaction: to the
@@ -649,7 +662,7 @@ func (ks *keyedState) ended(committed bool) {
 		last := ps.last.Swap(-1)
 		switch {
 		case !committed:
-			ps.txn.Abort()
+			ps.abort()
 			continue
 		case last < 0 && ps.txn.Len() > 0:
 			// Committed with writes but no changelog record: never
@@ -687,7 +700,7 @@ func (ks *keyedState) closeTakenLocked(keep []int32) {
 		delete(ks.taken, p)
 		ks.unqueueLocked(p)
 		if ps, ok := ks.parts[p]; ok {
-			ps.txn.Abort()
+			ps.abort()
 			delete(ks.parts, p)
 			delete(ks.restoring, p) // its restore was cancelled: the next assignment restores it
 			ks.parked[p] = parkedStore{store: ps.store, assignments: ks.takenAt[p], until: time.Now().Add(parkFor)}
@@ -774,7 +787,7 @@ func (ks *keyedState) closeStaleParkedLocked() {
 
 // closeLocked drops p's transaction and closes its store (ks.mu held).
 func (ks *keyedState) closeLocked(p int32, ps *partState) {
-	ps.txn.Abort()
+	ps.abort()
 	delete(ks.parts, p)
 	ks.tablesClosed(p)
 	if err := ps.store.Close(); err != nil {

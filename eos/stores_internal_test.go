@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/eoskit/eoskit/state"
 )
 
 // A refused state record is the transaction's failure even when a sibling
@@ -47,5 +49,25 @@ func TestAnEmptyAssignmentLeavesTheTransactionInFlight(t *testing.T) {
 	ks.assigned(nil, []int32{3})
 	if !ks.moreAssigned(since) {
 		t.Fatal("a partition assigned does not end the transaction in flight, which must restore it first")
+	}
+}
+
+// A partition assigned again while its store is still open (records of
+// it were polled) is restored again on that store, which another owner
+// may have written meanwhile: its remembered stream time is forgotten,
+// so that its next record reads the restored one.
+func TestARestoreForgetsThePartitionsStreamTime(t *testing.T) {
+	ks := newKeyedState(&stateConfig{changelog: "counts"}, "in", slog.New(slog.DiscardHandler))
+	store := state.NewMemory()
+	ps := &partState{store: store, txn: state.NewTxn(store, 0)}
+	ps.clock.at.Store(1_700_000_000_002)
+	ks.parts[3] = ps
+	ks.restore[3] = true // as assigned() marks it
+	todo, err := ks.openForRestore([]int32{3}, []int32{3})
+	if err != nil || len(todo) != 1 || todo[0].ps != ps {
+		t.Fatalf("openForRestore: %v, %v; want the open store restored again", todo, err)
+	}
+	if got := ps.clock.at.Load(); got != 0 {
+		t.Fatalf("the partition's stream time memo holds %d through its restore, want it forgotten", got)
 	}
 }

@@ -87,7 +87,7 @@ func withTTL(h HandlerFunc, ttl time.Duration) HandlerFunc {
 		if !window.InRange(r.Timestamp) {
 			return nil, fmt.Errorf("eos: the record's timestamp %s, by which its state expires: %w", r.Timestamp.UTC().Format(time.RFC3339Nano), window.ErrOutOfRange)
 		}
-		was, now, err := clock.move(kv, r.Timestamp)
+		was, now, err := clock.move(hs.call, kv, r.Timestamp)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +96,7 @@ func withTTL(h HandlerFunc, ttl time.Duration) HandlerFunc {
 				return nil, err
 			}
 		}
-		ctx = withKV(ctx, &ttlKV{kv: kv, now: now, ttl: ttl}, hs)
+		ctx = withKV(ctx, &ttlKV{kv: kv, now: now, ttl: ttl}, &hs, nil)
 		return h(ctx, r)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -110,15 +109,9 @@ func WindowedSum(spec window.Spec, value func(*kgo.Record) (int64, error), opts 
 	if value == nil {
 		return nil, &eoskit.ConfigError{Package: "eos", Setting: "WindowedSum", Reason: "no value function"}
 	}
-	return windowed("WindowedSum", spec, opts, func(r *kgo.Record) (func(kv state.KV, key []byte) error, error) {
-		n, err := value(r)
-		if err != nil {
-			return nil, err
-		}
-		return func(kv state.KV, key []byte) error {
-			_, err := state.Sum(kv, key, n)
-			return err
-		}, nil
+	return windowed("WindowedSum", spec, opts, value, func(kv state.KV, key []byte, _ *kgo.Record, n int64) error {
+		_, err := state.Sum(kv, key, n)
+		return err
 	})
 }
 
@@ -131,32 +124,28 @@ func WindowedAggregate(spec window.Spec, add func(agg []byte, r *kgo.Record) ([]
 	if add == nil {
 		return nil, &eoskit.ConfigError{Package: "eos", Setting: "WindowedAggregate", Reason: "no add function"}
 	}
-	return windowed("WindowedAggregate", spec, opts, func(r *kgo.Record) (func(kv state.KV, key []byte) error, error) {
-		return func(kv state.KV, key []byte) error {
-			agg, _, err := kv.Get(key)
-			if err != nil {
-				return err
-			}
-			next, err := add(agg, r)
-			switch {
-			case err != nil:
-				return err
-			case next == nil:
-				return kv.Delete(key)
-			}
-			return kv.Put(key, next)
-		}, nil
+	nothing := func(*kgo.Record) (struct{}, error) { return struct{}{}, nil }
+	return windowed("WindowedAggregate", spec, opts, nothing, func(kv state.KV, key []byte, r *kgo.Record, _ struct{}) error {
+		agg, _, err := kv.Get(key)
+		if err != nil {
+			return err
+		}
+		next, err := add(agg, r)
+		switch {
+		case err != nil:
+			return err
+		case next == nil:
+			return kv.Delete(key)
+		}
+		return kv.Put(key, next)
 	})
 }
 
-// streamTimeKey is where a windowed aggregation keeps its partition's
-// stream time (Unix milliseconds, decimal text).
-const streamTimeKey = state.ReservedPrefix + "stream-time"
-
 // windowed builds a windowed aggregation's handler: prepare turns a
-// record into what to do to each of its open windows' keys.
-func windowed(setting string, spec window.Spec, opts []WindowOption,
-	prepare func(r *kgo.Record) (func(kv state.KV, key []byte) error, error)) (HandlerFunc, error) {
+// record into what apply adds to each of its open windows' keys (once a
+// record, however many windows it falls in).
+func windowed[T any](setting string, spec window.Spec, opts []WindowOption,
+	prepare func(r *kgo.Record) (T, error), apply func(kv state.KV, key []byte, r *kgo.Record, v T) error) (HandlerFunc, error) {
 	c, err := newWindowConfig(setting, spec.Validate(), opts)
 	if err != nil {
 		return nil, err
@@ -168,7 +157,7 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 		if err != nil {
 			return nil, err
 		}
-		was, now, err := clock.move(kv, at)
+		was, now, err := clock.move(hs.call, kv, at)
 		if err != nil {
 			return nil, err
 		}
@@ -183,14 +172,14 @@ func windowed(setting string, spec window.Spec, opts []WindowOption,
 			}
 			return nil, nil
 		}
-		apply, err := prepare(r)
+		v, err := prepare(r)
 		if err != nil {
 			return nil, err
 		}
 		key := make([]byte, 0, len(r.Key)+window.KeyLen)
 		for _, w := range open {
 			key = window.AppendKey(key[:0], r.Key, w.Start)
-			if err := apply(kv, key); err != nil {
+			if err := apply(kv, key, r, v); err != nil {
 				return nil, err
 			}
 		}
@@ -223,43 +212,6 @@ func refusedSetting(hs handlerState, setting, final, input string) error {
 			"the finals topic %q is the processor's input, changelog or dead-letter topic", final)}
 	}
 	return nil
-}
-
-// streamClock reads and moves a partition's stream time where its store
-// keeps it (streamTimeKey). A handler makes one, so that reading it for
-// each record makes no key; every partition and lane handled shares it,
-// read only (stores and overlays copy or only read the keys they get).
-type streamClock []byte
-
-func newStreamClock() streamClock { return streamClock(streamTimeKey) }
-
-// move moves the stream time kv keeps to at truncated to the millisecond
-// (the precision it is kept in), if that is later, and returns it as it
-// was and as it is now; it writes kv only when it moves.
-func (c streamClock) move(kv state.KV, at time.Time) (was, now time.Time, err error) {
-	if was, err = c.read(kv); err != nil {
-		return was, was, err
-	}
-	// Kept in milliseconds (Kafka's timestamps'): a later time within
-	// the same millisecond moves nothing, and writes nothing.
-	if now = at.Truncate(time.Millisecond); !now.After(was) {
-		return was, was, nil
-	}
-	return was, now, kv.Put(c, strconv.AppendInt(nil, now.UnixMilli(), 10))
-}
-
-// read returns the stream time kv keeps, the zero time before its
-// partition's first record.
-func (c streamClock) read(kv state.KV) (time.Time, error) {
-	v, ok, err := kv.Get(c)
-	if err != nil || !ok {
-		return time.Time{}, err
-	}
-	ms, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("eos: the store's stream time %q: %w", v, err)
-	}
-	return time.UnixMilli(ms), nil
 }
 
 // errNoKeys is returned when a windowed aggregation's state cannot list

@@ -546,3 +546,40 @@ func TestWindowedMisconfigurationIsAConfigError(t *testing.T) {
 		})
 	}
 }
+
+// A record whose handler fails after moving its partition's stream time
+// (its value function fails, past the move) leaves the stream time as
+// the transaction had it: dead-lettered, its writes are dropped, the
+// stream time's with them, and a report after it counts in a window the
+// dropped move would have closed. The processor remembers each
+// partition's stream time between records (not reading it from the store
+// for each): a remembered move of a record that failed would make that
+// report late.
+func TestAFailedRecordsStreamTimeIsDroppedWithItsWrites(t *testing.T) {
+	t.Parallel()
+	h, err := eos.WindowedSum(window.Tumbling(time.Minute, 0), func(r *kgo.Record) (int64, error) {
+		if string(r.Key) == "poison" {
+			return 0, errors.New("no value")
+		}
+		return 1, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runAggregationOn(t, windowCluster(t), h, []report{
+		{"a", at("10s")},
+		{"poison", at("1h")}, // moves stream time an hour on, then fails
+		{"a", at("20s")},
+		{"a", at("30s")},
+	}, windowOf)
+	want := map[string][]string{"a": {"12-01T00:00=3"}}
+	if !equalWindows(got.windows, want) {
+		t.Fatalf("the store holds %v, want %v (a failed record's stream time kept?)", got.windows, want)
+	}
+	if len(got.deadLetters) != 1 || string(got.deadLetters[0].Key) != "poison" {
+		t.Fatalf("dead letters %v, want the poison record", got.deadLetters)
+	}
+	if got.late != 0 {
+		t.Fatalf("%v late, want none", got.late)
+	}
+}

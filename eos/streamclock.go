@@ -1,0 +1,160 @@
+package eos
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/eoskit/eoskit/state"
+)
+
+// streamTimeKey is where a windowed aggregation (and TTL) keeps its
+// partition's stream time (Unix milliseconds, decimal text).
+const streamTimeKey = state.ReservedPrefix + "stream-time"
+
+// streamClock reads and moves a partition's stream time where its store
+// keeps it (streamTimeKey). A handler makes one, so that reading it for
+// each record makes no key; every partition and lane handled shares it,
+// read only (stores and overlays copy or only read the keys they get).
+//
+// The stream time is read for every record; the partition's clockMemo
+// (through the call's stateCtx) saves the read and the parse from the
+// store for all but a partition's first record of a transaction.
+type streamClock []byte
+
+func newStreamClock() streamClock { return streamClock(streamTimeKey) }
+
+// move moves the stream time kv keeps to at truncated to the millisecond
+// (the precision it is kept in), if that is later, and returns it as it
+// was and as it is now; it writes kv only when it moves. call is the
+// handler call's (nil outside a processor: kv is then read each time).
+func (c streamClock) move(call *stateCtx, kv state.KV, at time.Time) (was, now time.Time, err error) {
+	if was, err = c.read(call, kv); err != nil {
+		return was, was, err
+	}
+	// Kept in milliseconds (Kafka's timestamps'): a later time within
+	// the same millisecond moves nothing, and writes nothing.
+	if now = at.Truncate(time.Millisecond); !now.After(was) {
+		return was, was, nil
+	}
+	if err := kv.Put(c, strconv.AppendInt(nil, now.UnixMilli(), 10)); err != nil {
+		return was, was, err
+	}
+	call.moved(now)
+	return was, now, nil
+}
+
+// read returns the stream time kv keeps, the zero time before its
+// partition's first record.
+func (c streamClock) read(call *stateCtx, kv state.KV) (time.Time, error) {
+	if t, ok := call.streamTime(); ok {
+		return t, nil
+	}
+	v, ok, err := kv.Get(c)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !ok {
+		call.learned(noStreamTime)
+		return time.Time{}, nil
+	}
+	ms, err := state.Int64(v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("eos: the store's stream time %q: %w", v, err)
+	}
+	call.learned(ms)
+	return time.UnixMilli(ms), nil
+}
+
+// clockMemo is a partition's stream time as its transaction sees it (the
+// transaction's kept writes over the store), remembered so that a record
+// need not read it from the store; its owner forgets it whenever the
+// transaction's writes are dropped (an abort) or the store is written
+// otherwise (a restore). A handler call's own move is held in its
+// stateCtx until the runner keeps the call's writes (stateCtx.kept): a
+// record that fails leaves the memo as the transaction is.
+//
+// Only one handler call at a time uses a partition's memo: the
+// aggregations that keep stream time refuse KeyOrder lanes.
+type clockMemo struct {
+	// at is 0 when unknown (read the store), else encoded (see memoOf).
+	at atomic.Int64
+}
+
+// noStreamTime is what a memo holds for a partition that has none yet.
+const noStreamTime = -1
+
+// memoOf encodes a stream time in Unix milliseconds (at or past the
+// epoch: the aggregations refuse earlier times), or noStreamTime, for
+// clockMemo.at; 0 (unknown) encodes none. ok is false for a time that
+// cannot be encoded, which is then not remembered.
+func memoOf(ms int64) (int64, bool) {
+	if ms < noStreamTime || ms > math.MaxInt64-2 {
+		return 0, false
+	}
+	return ms + 2, true
+}
+
+// forget makes the next read go to the store (m nil: nothing to forget).
+func (m *clockMemo) forget() {
+	if m != nil {
+		m.at.Store(0)
+	}
+}
+
+// streamTime returns what the call moved the stream time to, else what
+// the partition's memo holds; ok is false when neither is known.
+func (c *stateCtx) streamTime() (time.Time, bool) {
+	if c == nil {
+		return time.Time{}, false
+	}
+	enc := c.movedTo
+	if enc == 0 && c.memo != nil {
+		enc = c.memo.at.Load()
+	}
+	switch {
+	case enc == 0:
+		return time.Time{}, false
+	case enc-2 == noStreamTime:
+		return time.Time{}, true
+	}
+	return time.UnixMilli(enc - 2), true
+}
+
+// learned remembers what the call read from the transaction (before any
+// write of its own: reads see the call's move first).
+func (c *stateCtx) learned(ms int64) {
+	if c == nil || c.memo == nil || c.movedTo != 0 {
+		return
+	}
+	if enc, ok := memoOf(ms); ok {
+		c.memo.at.Store(enc)
+	}
+}
+
+// moved notes that the call wrote the stream time t.
+func (c *stateCtx) moved(t time.Time) {
+	if c == nil {
+		return
+	}
+	enc, ok := memoOf(t.UnixMilli())
+	if !ok {
+		// Before the epoch (the aggregations refuse such times): the
+		// call's reads go to its KV, which holds the write, and the
+		// partition's memo forgets.
+		c.memo.forget()
+		c.memo = nil
+		return
+	}
+	c.movedTo = enc
+}
+
+// kept is called when the runner keeps the call's writes: the memo takes
+// the call's move, as the transaction just did.
+func (c *stateCtx) kept() {
+	if c != nil && c.memo != nil && c.movedTo != 0 {
+		c.memo.at.Store(c.movedTo)
+	}
+}
