@@ -155,7 +155,7 @@ func BenchmarkWindowHeap(b *testing.B) {
 // record costs beyond the join itself.
 func BenchmarkJoinTableHandler(b *testing.B) {
 	t := NewTable("table")
-	f := &tableFollower{topic: "table", wait: time.Second, changed: make(chan struct{}),
+	f := &tableFollower{topic: "table", keys: newTableKeys("table"), wait: time.Second, changed: make(chan struct{}),
 		parts: map[int32]*tableBuffer{0: {from: 0, next: 1000, end: 1000, ready: 1000}}}
 	hs := handlerState{joins: &joinedTables{followers: map[*Table]*tableFollower{t: f}}}
 	h := JoinTable(t, func(_ context.Context, r *kgo.Record, v []byte, ok bool) ([]*kgo.Record, error) {

@@ -536,10 +536,10 @@ func (ks *keyedState) prepareJoins(ctx context.Context, fetches kgo.Fetches, pol
 			if err = f.sameTopic(p, id); err != nil {
 				return
 			}
-			if pos, err = tablePosition(ps.store, f.topic); err != nil {
+			if pos, err = tablePosition(ps.store, f.topic, f.keys.position); err != nil {
 				return
 			}
-			if at, err = tablePosition(ps.txn, f.topic); err != nil {
+			if at, err = tablePosition(ps.txn, f.topic, f.keys.position); err != nil {
 				return
 			}
 			err = f.prepare(ctx, p, pos, at, latest[p], wait)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -93,6 +92,7 @@ func WithTables(tables ...*Table) ProcessorOption {
 // must be given t ([WithTables]) and handle each partition in order
 // (not [KeyOrder] under [Concurrency]).
 func JoinTable(t *Table, join func(ctx context.Context, r *kgo.Record, value []byte, ok bool) ([]*kgo.Record, error)) HandlerFunc {
+	keys := newTableKeys(t.topic)
 	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		hs := handlerStateOf(ctx)
 		refuse := func(reason string) error {
@@ -117,7 +117,7 @@ func JoinTable(t *Table, join func(ctx context.Context, r *kgo.Record, value []b
 		var ok bool
 		if r.Key != nil {
 			var err error
-			if value, ok, err = hs.kv.Get(tableKey(t.topic, r.Key)); err != nil {
+			if value, ok, err = hs.kv.Get(keys.value(r.Key)); err != nil {
 				return nil, err
 			}
 		}
@@ -128,24 +128,38 @@ func JoinTable(t *Table, join func(ctx context.Context, r *kgo.Record, value []b
 // tableKey is where key's value in the table of topic lives in the
 // keyed state, and tablePositionKey where the offset of the next table
 // record to apply does.
-func tableKey(topic string, key []byte) []byte {
-	return slices.Concat([]byte(state.ReservedPrefix+"table/"+topic+"\x00"), key)
-}
+func tableKey(topic string, key []byte) []byte { return newTableKeys(topic).value(key) }
 
 func tablePositionKey(topic string) []byte {
 	return []byte(state.ReservedPrefix + "table-position/" + topic)
 }
 
-// tablePosition reads the position of topic's table in kv: the offset
-// of the next table record to apply (0 before its first record).
+// tableKeys are a table's keys in the keyed state, made once (a join
+// reads them for every record): the prefix of its values' keys
+// (tableKey's) and its position's key (tablePositionKey's). Both are only
+// read.
+type tableKeys struct{ prefix, position []byte }
+
+func newTableKeys(topic string) tableKeys {
+	return tableKeys{prefix: []byte(state.ReservedPrefix + "table/" + topic + "\x00"), position: tablePositionKey(topic)}
+}
+
+// value is the key of key's value (a slice of its own).
+func (k tableKeys) value(key []byte) []byte {
+	return append(k.prefix[:len(k.prefix):len(k.prefix)], key...)
+}
+
+// tablePosition reads the position of topic's table (its key in kv:
+// tablePositionKey's) in kv: the offset of the next table record to
+// apply (0 before its first record).
 func tablePosition(kv interface {
 	Get(key []byte) ([]byte, bool, error)
-}, topic string) (int64, error) {
-	v, ok, err := kv.Get(tablePositionKey(topic))
+}, topic string, key []byte) (int64, error) {
+	v, ok, err := kv.Get(key)
 	if err != nil || !ok {
 		return 0, err
 	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
+	n, err := state.Int64(v)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("eos: table %q: a position %q that is no offset in the keyed state", topic, v)
 	}

@@ -32,6 +32,7 @@ import (
 // that an aborted transaction applies them again.
 type tableFollower struct {
 	topic  string
+	keys   tableKeys // the topic's, in the keyed state
 	wait   time.Duration
 	conn   []kgo.Opt
 	logger *slog.Logger
@@ -96,7 +97,7 @@ const tableFetchWait = 250 * time.Millisecond
 const maxTableBuffered = 1 << 16
 
 func newTableFollower(conn []kgo.Opt, t *Table, id kadm.TopicID, s Semantics, logger *slog.Logger) (*tableFollower, error) {
-	f := &tableFollower{topic: t.topic, wait: t.timeout, conn: conn, id: id, semantics: checkedAgainst(s), logger: logger.With("table", t.topic),
+	f := &tableFollower{topic: t.topic, keys: newTableKeys(t.topic), wait: t.timeout, conn: conn, id: id, semantics: checkedAgainst(s), logger: logger.With("table", t.topic),
 		changed: make(chan struct{}), parts: map[int32]*tableBuffer{}, dropped: map[int32]bool{}, maxBuffered: maxTableBuffered}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -457,7 +458,7 @@ func (f *tableFollower) createdAgain(why string, err error) error {
 // fetched what the record may meet. Should the buffer not hold it, the
 // session restarts (no record's fault).
 func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
-	pos, err := tablePosition(kv, f.topic)
+	pos, err := tablePosition(kv, f.topic, f.keys.position)
 	if err != nil {
 		return err
 	}
@@ -504,7 +505,7 @@ func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
 			}
 		}
 	}
-	return kv.Put(tablePositionKey(f.topic), strconv.AppendInt(nil, apply[len(apply)-1].Offset+1, 10))
+	return kv.Put(f.keys.position, strconv.AppendInt(nil, apply[len(apply)-1].Offset+1, 10))
 }
 
 // put writes the table record r to kv: its value, or its key's deletion
@@ -514,7 +515,7 @@ func (f *tableFollower) put(kv state.KV, p int32, r *kgo.Record) error {
 	if r.Key == nil {
 		return nil // a table record without a key updates no key
 	}
-	k := tableKey(f.topic, r.Key)
+	k := f.keys.value(r.Key)
 	var err error
 	if r.Value == nil {
 		err = kv.Delete(k)

@@ -104,7 +104,7 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 	txn := state.NewTxn(store, 0)
 	join := func(at time.Time) string {
 		t.Helper()
-		pos, _ := tablePosition(txn, "regions")
+		pos, _ := tablePosition(txn, "regions", tablePositionKey("regions"))
 		if err := f.prepare(ctx, 0, pos, pos, at, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestTableTopicIDUnit(t *testing.T) {
 	if _, err := tableTopicID(store, "regions"); err == nil {
 		t.Fatal("an ID of two bytes read without an error")
 	}
-	f := &tableFollower{topic: "regions", id: id}
+	f := &tableFollower{topic: "regions", keys: newTableKeys("regions"), id: id}
 	if err := f.sameTopic(0, id); err != nil {
 		t.Errorf("the followed topic's own ID refused: %v", err)
 	}
@@ -168,7 +168,7 @@ func TestTableTopicIDUnit(t *testing.T) {
 	if got, err := tableTopicID(kv, "regions"); err != nil || got != id {
 		t.Fatalf("after a record applied, the state records %v (%v), want %v", got, err, id)
 	}
-	anon := &tableFollower{topic: "regions", parts: map[int32]*tableBuffer{0: {from: 0, next: 2, end: 2, ready: 2,
+	anon := &tableFollower{topic: "regions", keys: newTableKeys("regions"), parts: map[int32]*tableBuffer{0: {from: 0, next: 2, end: 2, ready: 2,
 		recs: []*kgo.Record{{Key: []byte("r1"), Value: []byte("south"), Offset: 1, Timestamp: time.Unix(1, 0)}}}}}
 	if err := anon.advance(kv, 0, time.Unix(2, 0)); err != nil {
 		t.Fatal(err)
