@@ -39,16 +39,19 @@ type scopeWrite struct {
 	v []byte
 }
 
-// find returns the index of key's write in s, or -1; s.mu is held.
-func (s *Scope) find(key string) int {
+// find returns the index of key's write in s, or -1; s.mu is held. It
+// takes the key as bytes: a conversion to a string at each call would
+// allocate for a key of more than 32 bytes (a table's keys), where the
+// map index and the comparisons below do not.
+func (s *Scope) find(key []byte) int {
 	if s.index != nil {
-		if i, ok := s.index[key]; ok {
+		if i, ok := s.index[string(key)]; ok {
 			return i
 		}
 		return -1
 	}
 	for i := len(s.writes) - 1; i >= 0; i-- {
-		if s.writes[i].k == key {
+		if s.writes[i].k == string(key) {
 			return i
 		}
 	}
@@ -68,7 +71,7 @@ func (t *Txn) Scope() *Scope {
 // transaction's view.
 func (s *Scope) Get(key []byte) ([]byte, bool, error) {
 	s.mu.Lock()
-	i := s.find(string(key))
+	i := s.find(key)
 	var v []byte
 	if i >= 0 {
 		v = s.writes[i].v
@@ -105,7 +108,7 @@ func (s *Scope) Delete(key []byte) error {
 func (s *Scope) set(key, v []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i := s.find(string(key)); i >= 0 {
+	if i := s.find(key); i >= 0 {
 		s.writes[i].v = v
 		return
 	}

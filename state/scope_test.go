@@ -131,3 +131,25 @@ func TestAScopeUsedAgainStartsEmpty(t *testing.T) {
 		t.Fatalf("dirty %v, want kept0 to kept3 and last", d)
 	}
 }
+
+// A read through a Scope allocates only the copy of the value it
+// returns, whatever the key's length: a join reads a table's key, of
+// more than 32 bytes, for every record.
+func TestAScopesReadAllocatesOnlyTheValuesCopy(t *testing.T) {
+	m := state.NewMemory()
+	key := []byte("\x00eoskit/table/regions-of-the-world\x00region-0042")
+	if err := m.Apply([]state.Write{{Key: key, Value: make([]byte, 100)}}, state.Checkpoint{Offset: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sc := state.NewTxn(m, 0).Scope()
+	if err := sc.Put([]byte("other"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, ok, err := sc.Get(key); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}); n != 1 {
+		t.Fatalf("a read allocated %v times, want 1 (the value's copy)", n)
+	}
+}
