@@ -205,10 +205,9 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record, bef
 	if !a.poisoned {
 		var cctx context.Context = hctx
 		if rn.p.state != nil {
-			var memo *clockMemo
-			kv, memo = rn.p.state.scope(r.Partition)
-			call = withKV(hctx, kv, &rn.p.handlerState, memo)
-			cctx = call
+			txn, memo := rn.p.state.txn(r.Partition)
+			call = withScope(hctx, txn, &rn.p.handlerState, memo)
+			kv, cctx = &call.scope, call
 		}
 		a.outs, a.took, a.err = rn.callHandler(cctx, r)
 		a.shutdown = ctx.Err() != nil

@@ -34,13 +34,13 @@ func BenchmarkWindowedHandler(b *testing.B) {
 	hs := &handlerState{} // the processor's, shared by its calls
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		sc := txn.Scope()
-		ctx := withKV(context.Background(), sc, hs, memo)
+		// as the runner makes each call's context, its Scope inside
+		ctx := withScope(context.Background(), txn, hs, memo)
 		r := &kgo.Record{Key: keys[i%1000], Timestamp: base.Add(time.Duration(i) * time.Microsecond)}
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)
 		}
-		sc.Keep()
+		ctx.scope.Keep()
 		ctx.kept()
 		if i%5000 == 4999 {
 			_ = txn.Commit(int64(i))
@@ -59,13 +59,13 @@ func BenchmarkCountHandler(b *testing.B) {
 	hs := &handlerState{} // the processor's, shared by its calls
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		sc := txn.Scope()
-		ctx := withKV(context.Background(), sc, hs, nil)
+		// as the runner makes each call's context, its Scope inside
+		ctx := withScope(context.Background(), txn, hs, nil)
 		r := &kgo.Record{Key: keys[i%1000]}
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)
 		}
-		sc.Keep()
+		ctx.scope.Keep()
 		if i%5000 == 4999 {
 			_ = txn.Commit(int64(i))
 		}
@@ -127,13 +127,13 @@ func BenchmarkWindowHeap(b *testing.B) {
 		memo := &clockMemo{}
 		for m := range minutes {
 			for k := range keys {
-				sc := txn.Scope()
 				r := &kgo.Record{Key: []byte("k" + strconv.Itoa(k)), Timestamp: base.Add(time.Duration(m)*time.Minute + time.Duration(k)*time.Millisecond)}
-				call := withKV(context.Background(), sc, hs, memo)
+				// as the runner makes each call's context, its Scope inside
+				call := withScope(context.Background(), txn, hs, memo)
 				if _, err := h(call, r); err != nil {
 					b.Fatal(err)
 				}
-				sc.Keep()
+				call.scope.Keep()
 				call.kept()
 			}
 			if err := txn.Commit(int64(m + 1)); err != nil {
@@ -176,13 +176,13 @@ func BenchmarkJoinTableHandler(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		sc := txn.Scope()
-		ctx := withKV(context.Background(), sc, &hs, nil)
+		// as the runner makes each call's context, its Scope inside
+		ctx := withScope(context.Background(), txn, &hs, nil)
 		r := &kgo.Record{Key: keys[i%1000], Timestamp: now}
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)
 		}
-		sc.Keep()
+		ctx.scope.Keep()
 		if i%5000 == 4999 {
 			_ = txn.Commit(int64(i))
 		}

@@ -262,6 +262,15 @@ func withKV(ctx context.Context, kv state.KV, hs *handlerState, memo *clockMemo)
 	return &stateCtx{Context: ctx, kv: kv, hs: hs, memo: memo}
 }
 
+// withScope returns ctx carrying a new Scope over txn as withKV carries a
+// KV, the Scope inside the context's own allocation (one a record).
+func withScope(ctx context.Context, txn *state.Txn, hs *handlerState, memo *clockMemo) *stateCtx {
+	c := &stateCtx{Context: ctx, hs: hs, memo: memo}
+	txn.InitScope(&c.scope)
+	c.kv = &c.scope
+	return c
+}
+
 // stateCtx is withKV's context, one handler call's: it answers kvKey with
 // itself.
 type stateCtx struct {
@@ -272,6 +281,8 @@ type stateCtx struct {
 	// movedTo is where the call moved its partition's stream time
 	// (encoded as clockMemo.at; 0: it did not): see streamClock.
 	movedTo int64
+	// scope is kv, when withScope made the context.
+	scope state.Scope
 }
 
 func (c *stateCtx) Value(key any) any {

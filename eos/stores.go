@@ -574,13 +574,13 @@ func (ks *keyedState) takeErr() error {
 	return err
 }
 
-// scope returns the KV of one handler call on a record of partition p,
-// and the partition's stream time memo.
-func (ks *keyedState) scope(p int32) (*state.Scope, *clockMemo) {
+// txn returns partition p's transaction, over which a handler call on a
+// record of p gets a Scope, and its stream time memo.
+func (ks *keyedState) txn(p int32) (*state.Txn, *clockMemo) {
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
 	ps := ks.parts[p]
-	return ps.txn.Scope(), &ps.clock
+	return ps.txn, &ps.clock
 }
 
 // flush produces each partition's changes of this transaction: to the

@@ -62,9 +62,18 @@ var _ KV = (*Scope)(nil)
 
 // Scope returns an empty Scope over t.
 func (t *Txn) Scope() *Scope {
-	s := &Scope{txn: t}
-	s.writes = s.buf[:0]
+	s := new(Scope)
+	t.InitScope(s)
 	return s
+}
+
+// InitScope makes *s an empty Scope over t, as [Txn.Scope] returns one,
+// in memory the caller provides: a runner keeping each call's Scope
+// inside a value of its own makes one allocation a call instead of two.
+// s must not be in use (a zero Scope, or one kept or dropped).
+func (t *Txn) InitScope(s *Scope) {
+	s.txn = t
+	s.writes, s.index = s.buf[:0], nil
 }
 
 // Get implements [KV]: the call's own write of key, else the
