@@ -96,7 +96,7 @@ func BenchmarkWindowSweep(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				sc := txn.Scope()
-				if _, err := sweep(sc, spec, was, now, "finals"); err != nil {
+				if _, _, err := sweep(sc, spec, was, now, "finals"); err != nil {
 					b.Fatal(err)
 				}
 				sc.Drop()

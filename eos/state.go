@@ -281,6 +281,9 @@ type stateCtx struct {
 	// movedTo is where the call moved its partition's stream time
 	// (encoded as clockMemo.at; 0: it did not): see streamClock.
 	movedTo int64
+	// sweptTo is the window bound the call's sweep left (encoded as
+	// clockMemo.earliest; 0: it did not sweep): see windowbound.go.
+	sweptTo int64
 	// scope is kv, when withScope made the context.
 	scope state.Scope
 }

@@ -414,7 +414,6 @@ func (ks *keyedState) openForRestore(ps, polled []int32) ([]restoreJob, error) {
 			st = &partState{store: s, txn: state.NewTxn(s, ks.recordLimit())}
 			st.last.Store(-1)
 		}
-		st.clock.forget() // the restore writes the store
 		todo = append(todo, restoreJob{p, st})
 	}
 	return todo, nil
@@ -437,11 +436,16 @@ type restoreJob struct {
 const maxParallelRestores = 4
 
 // adopt puts the stores of todo in parts: where the views find them once
-// restored, and where the session's end closes them.
+// restored, and where the session's end closes them. Each store is about
+// to be restored (or closed): what the memo of a store open again
+// remembered is forgotten, here, where no lane handles its records any
+// more (prepare quiesced them; a lane's call kept before would fill it
+// again).
 func (ks *keyedState) adopt(todo []restoreJob) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	for _, j := range todo {
+		j.ps.clock.forget()
 		ks.parts[j.p] = j.ps
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -54,20 +55,23 @@ func TestAnEmptyAssignmentLeavesTheTransactionInFlight(t *testing.T) {
 
 // A partition assigned again while its store is still open (records of
 // it were polled) is restored again on that store, which another owner
-// may have written meanwhile: its remembered stream time is forgotten,
-// so that its next record reads the restored one.
+// may have written meanwhile: its remembered stream time and window bound
+// are forgotten (when the restore's jobs are adopted, once the lanes are
+// quiet), so that its next record reads the restored ones.
 func TestARestoreForgetsThePartitionsStreamTime(t *testing.T) {
 	ks := newKeyedState(&stateConfig{changelog: "counts"}, "in", slog.New(slog.DiscardHandler))
 	store := state.NewMemory()
 	ps := &partState{store: store, txn: state.NewTxn(store, 0)}
 	ps.clock.at.Store(1_700_000_000_002)
+	ps.clock.earliest.Store(boundOf(time.UnixMilli(1_700_000_000_000)))
 	ks.parts[3] = ps
 	ks.restore[3] = true // as assigned() marks it
 	todo, err := ks.openForRestore([]int32{3}, []int32{3})
 	if err != nil || len(todo) != 1 || todo[0].ps != ps {
 		t.Fatalf("openForRestore: %v, %v; want the open store restored again", todo, err)
 	}
-	if got := ps.clock.at.Load(); got != 0 {
-		t.Fatalf("the partition's stream time memo holds %d through its restore, want it forgotten", got)
+	ks.adopt(todo) // as prepare does, after quiescing the lanes
+	if at, earliest := ps.clock.at.Load(), ps.clock.earliest.Load(); at != 0 || earliest != 0 {
+		t.Fatalf("the partition's memo holds stream time %d and window bound %d through its restore, want both forgotten", at, earliest)
 	}
 }

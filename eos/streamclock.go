@@ -21,7 +21,8 @@ const streamTimeKey = state.ReservedPrefix + "stream-time"
 //
 // The stream time is read for every record; the partition's clockMemo
 // (through the call's stateCtx) saves the read and the parse from the
-// store for all but a partition's first record of a transaction.
+// store for all but a partition's first record since an abort, a restore
+// or the store's opening.
 type streamClock []byte
 
 func newStreamClock() streamClock { return streamClock(streamTimeKey) }
@@ -57,7 +58,7 @@ func (c streamClock) read(call *stateCtx, kv state.KV) (time.Time, error) {
 		return time.Time{}, err
 	}
 	if !ok {
-		call.learned(noStreamTime)
+		call.learnedNone()
 		return time.Time{}, nil
 	}
 	ms, err := state.Int64(v)
@@ -81,26 +82,31 @@ func (c streamClock) read(call *stateCtx, kv state.KV) (time.Time, error) {
 type clockMemo struct {
 	// at is 0 when unknown (read the store), else encoded (see memoOf).
 	at atomic.Int64
+	// earliest is a lower bound of the window starts the store holds (0:
+	// unknown; see windowbound.go).
+	earliest atomic.Int64
 }
 
-// noStreamTime is what a memo holds for a partition that has none yet.
-const noStreamTime = -1
+// noStreamTime is what a memo holds (encoded) for a partition that has
+// no stream time yet.
+const noStreamTime = 1
 
-// memoOf encodes a stream time in Unix milliseconds (at or past the
-// epoch: the aggregations refuse earlier times), or noStreamTime, for
-// clockMemo.at; 0 (unknown) encodes none. ok is false for a time that
-// cannot be encoded, which is then not remembered.
+// memoOf encodes a stream time in Unix milliseconds for clockMemo.at: 0
+// is unknown, noStreamTime none. ok is false for a time before the epoch
+// (the aggregations refuse those), which is then not remembered.
 func memoOf(ms int64) (int64, bool) {
-	if ms < noStreamTime || ms > math.MaxInt64-2 {
+	if ms < 0 || ms > math.MaxInt64-2 {
 		return 0, false
 	}
 	return ms + 2, true
 }
 
-// forget makes the next read go to the store (m nil: nothing to forget).
+// forget makes the next read go to the store, and the next expiry point
+// sweep (m nil: nothing to forget).
 func (m *clockMemo) forget() {
 	if m != nil {
 		m.at.Store(0)
+		m.earliest.Store(0)
 	}
 }
 
@@ -114,10 +120,10 @@ func (c *stateCtx) streamTime() (time.Time, bool) {
 	if enc == 0 && c.memo != nil {
 		enc = c.memo.at.Load()
 	}
-	switch {
-	case enc == 0:
+	switch enc {
+	case 0:
 		return time.Time{}, false
-	case enc-2 == noStreamTime:
+	case noStreamTime:
 		return time.Time{}, true
 	}
 	return time.UnixMilli(enc - 2), true
@@ -126,10 +132,16 @@ func (c *stateCtx) streamTime() (time.Time, bool) {
 // learned remembers what the call read from the transaction (before any
 // write of its own: reads see the call's move first).
 func (c *stateCtx) learned(ms int64) {
-	if c == nil || c.memo == nil || c.movedTo != 0 {
-		return
-	}
 	if enc, ok := memoOf(ms); ok {
+		c.remember(enc)
+	}
+}
+
+// learnedNone remembers that the transaction holds no stream time.
+func (c *stateCtx) learnedNone() { c.remember(noStreamTime) }
+
+func (c *stateCtx) remember(enc int64) {
+	if c != nil && c.memo != nil && c.movedTo == 0 {
 		c.memo.at.Store(enc)
 	}
 }
@@ -152,9 +164,15 @@ func (c *stateCtx) moved(t time.Time) {
 }
 
 // kept is called when the runner keeps the call's writes: the memo takes
-// the call's move, as the transaction just did.
+// the call's move, and its sweep's bound, as the transaction just did.
 func (c *stateCtx) kept() {
-	if c != nil && c.memo != nil && c.movedTo != 0 {
+	if c == nil || c.memo == nil {
+		return
+	}
+	if c.movedTo != 0 {
 		c.memo.at.Store(c.movedTo)
+	}
+	if c.sweptTo != 0 {
+		c.memo.earliest.Store(c.sweptTo)
 	}
 }

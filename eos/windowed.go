@@ -182,12 +182,19 @@ func windowed[T any](setting string, spec window.Spec, opts []WindowOption,
 			if err := apply(kv, key, r, v); err != nil {
 				return nil, err
 			}
+			hs.call.wrote(w.Start)
 		}
 		closes := c.final != "" && spec.ClosesBetween(was, now)
-		if !closes && !spec.ExpiresBetween(was, now) {
+		expires := spec.ExpiresBetween(was, now) && !hs.call.expiresNothing(spec, now)
+		if !closes && !expires {
 			return nil, nil
 		}
-		return sweep(kv, spec, was, now, c.final)
+		finals, earliest, err := sweep(kv, spec, was, now, c.final)
+		if err != nil {
+			return nil, err
+		}
+		hs.call.swept(earliest)
+		return finals, nil
 	}, nil
 }
 
@@ -223,26 +230,32 @@ var errNoKeys = errors.New("eos: a windowed aggregation's state cannot list its 
 // one read of every key of the store, it returns a record to the finals
 // topic (if any) for each window that closes, with its aggregate as the
 // transaction sees it, in window-key order, and deletes each window that
-// expired (after its final: a window may close and expire at once).
-func sweep(kv state.KV, spec window.Spec, was, now time.Time, final string) ([]*kgo.Record, error) {
+// expired (after its final: a window may close and expire at once). It
+// also returns the earliest start of the windows it leaves (the zero
+// time for none; see windowbound.go).
+func sweep(kv state.KV, spec window.Spec, was, now time.Time, final string) ([]*kgo.Record, time.Time, error) {
 	var closed, expired [][]byte
+	var earliest time.Time
 	err := forWindows(kv, spec, func(key []byte, w window.Window) {
 		if final != "" && spec.Closed(w, now) && !spec.Closed(w, was) {
 			closed = append(closed, key)
 		}
-		if spec.Expired(w, now) {
+		switch {
+		case spec.Expired(w, now):
 			expired = append(expired, key)
+		case earliest.IsZero() || w.Start.Before(earliest):
+			earliest = w.Start
 		}
 	})
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	slices.SortFunc(closed, bytes.Compare)
 	finals := make([]*kgo.Record, 0, len(closed))
 	for _, key := range closed {
 		v, ok, err := kv.Get(key)
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		if ok {
 			finals = append(finals, &kgo.Record{Topic: final, Key: key, Value: v})
@@ -250,10 +263,10 @@ func sweep(kv state.KV, spec window.Spec, was, now time.Time, final string) ([]*
 	}
 	for _, key := range expired {
 		if err := kv.Delete(key); err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 	}
-	return finals, nil
+	return finals, earliest, nil
 }
 
 // newWindowConfig is a windowed or session aggregation's options, or the

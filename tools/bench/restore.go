@@ -210,8 +210,8 @@ func memoryHeapPerKey(fill func() ([]state.Store, error)) (float64, error) {
 }
 
 // fillChangelog writes keys records to topic, one per key, random values,
-// as a processor does: in transactions (of 10,000 records), so that the
-// changelog holds their markers. It returns the records per partition.
+// as a processor does: in transactions (of 10,000 records here), so that
+// the changelog holds their markers. It returns the records per partition.
 func (b *bench) fillChangelog(ctx context.Context, topic string, keys int) (map[int32]int, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.DefaultProduceTopic(topic),
 		kgo.TransactionalID(topic), kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100_000))
