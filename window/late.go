@@ -57,14 +57,19 @@ func (s Spec) AppendOpen(dst []Window, t, streamTime time.Time) ([]Window, error
 	}
 	ms := t.UnixMilli()
 	size, adv := s.Size.Milliseconds(), s.advance().Milliseconds()
+	// Closed, in whole milliseconds: a window is closed at streamTime when
+	// streamTime's millisecond reaches its start + Size + Grace (a whole
+	// millisecond; UnixMilli floors a time past the epoch, and before it
+	// no window closes).
+	closeFrom := streamTime.UnixMilli() - size - s.Grace.Milliseconds()
 	last := ms - ms%adv // the latest start at or before t: t's last window
 	from := len(dst)
 	for start := max(0, last-(size-1)/adv*adv); start <= last; start += adv {
 		if ms >= start+size {
 			continue // ended before t
 		}
-		if w := s.window(start); !s.Closed(w, streamTime) {
-			dst = append(dst, w)
+		if start > closeFrom {
+			dst = append(dst, s.window(start))
 		}
 	}
 	if len(dst) == from {

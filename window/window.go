@@ -169,7 +169,7 @@ func (s Spec) Starts(from, to time.Time, limit int) ([]time.Time, error) {
 // InRange reports whether t is a time windows hold: from the Unix epoch
 // to [MaxTime].
 func InRange(t time.Time) bool {
-	return !t.Before(time.UnixMilli(0)) && !t.After(MaxTime)
+	return t.Unix() >= 0 && !t.After(MaxTime) // Unix floors: -1 before the epoch
 }
 
 // ExpiresBetween reports whether a window may expire as stream time moves

@@ -2,6 +2,7 @@ package window_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -293,5 +294,38 @@ func TestAppendOpenAppendsOnlyTheOpenWindows(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("AppendOpen into a stack array allocated %v times", n)
+	}
+}
+
+// AppendOpen's windows are exactly those of For that Closed says are
+// open at the stream time, late errors when none is, for random specs,
+// record times and stream times (sub-millisecond ones included, around
+// each window's close).
+func TestAppendOpenAgreesWithClosed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 6))
+	for i := range 20000 {
+		adv := time.Duration(1+rng.IntN(5)) * time.Millisecond
+		spec := window.Hopping(adv*time.Duration(1+rng.IntN(4)), adv, time.Duration(rng.IntN(4))*time.Millisecond)
+		at := time.UnixMilli(int64(rng.IntN(100))).Add(time.Duration(rng.IntN(1000)) * time.Microsecond)
+		stream := at.Add(time.Duration(rng.IntN(20000)-5000) * time.Microsecond)
+		if i%10 == 0 {
+			stream = time.Time{}
+		}
+		var want []window.Window
+		for _, w := range spec.For(at) {
+			if !spec.Closed(w, stream) {
+				want = append(want, w)
+			}
+		}
+		got, err := spec.AppendOpen(nil, at, stream)
+		if len(want) == 0 {
+			if !errors.Is(err, window.ErrLate) {
+				t.Fatalf("%+v at %v, stream time %v: %v, %v; want late", spec, at, stream, got, err)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%+v at %v, stream time %v: %v, %v; want %v", spec, at, stream, got, err, want)
+		}
 	}
 }
