@@ -207,7 +207,7 @@ func CommitInterval(d time.Duration) ProcessorOption {
 // transaction's markers), so the bound decides what one busy partition
 // can carry: a copy through one partition made 3.9 times as many
 // records a second at 10,000 as at 1,000, and a count by key from its
-// start over a backlog of 6,000,000 records 1.4 to 1.5 times as many at
+// start over a backlog of 6,000,000 records 1.37 to 1.49 times as many at
 // 100,000 as at 10,000 (make bench's backlog part). At the default
 // interval the bound is reached only above a million records a second.
 // Under AtLeastOnce and AtMostOnce the loop keeps a batch's records until

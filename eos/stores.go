@@ -440,7 +440,9 @@ const maxParallelRestores = 4
 // to be restored (or closed): what the memo of a store open again
 // remembered is forgotten, here, where no lane handles its records any
 // more (prepare quiesced them; a lane's call kept before would fill it
-// again).
+// again). openForRestore's failures adopt what they opened before the
+// lanes are quiet; the transaction then fails, and its abort forgets the
+// memos again once the lanes are done.
 func (ks *keyedState) adopt(todo []restoreJob) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
