@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/internal/loop"
-	"github.com/eoskit/eoskit/state"
 )
 
 // coords names an input record.
@@ -200,14 +199,13 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record, bef
 	b.mu.Unlock()
 
 	a.err, a.poisoned = rn.p.failures.poisonedBy(at)
-	var kv *state.Scope // the handler's writes to the keyed state, if any
-	var call *stateCtx
+	var call *stateCtx // the handler's writes to the keyed state, if any
 	if !a.poisoned {
 		var cctx context.Context = hctx
 		if rn.p.state != nil {
 			txn, memo := rn.p.state.txn(r.Partition)
 			call = withScope(hctx, txn, &rn.p.handlerState, memo)
-			kv, cctx = &call.scope, call
+			cctx = call
 		}
 		a.outs, a.took, a.err = rn.callHandler(cctx, r)
 		a.shutdown = ctx.Err() != nil
@@ -220,14 +218,13 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record, bef
 	}
 	o := rn.conclude(b, at, a)
 	b.mu.Unlock()
-	if kv != nil {
+	if call != nil {
 		// A record's writes count only with its outputs: a dead letter,
 		// or a failure the transaction aborts for, leaves none.
 		if o.kind == produceOutputs {
-			kv.Keep()
-			call.kept()
+			call.keep()
 		} else {
-			kv.Drop()
+			call.scope.Drop()
 		}
 	}
 	if !o.goesOn() {

@@ -40,8 +40,7 @@ func BenchmarkWindowedHandler(b *testing.B) {
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)
 		}
-		ctx.scope.Keep()
-		ctx.kept()
+		ctx.keep()
 		if i%5000 == 4999 {
 			_ = txn.Commit(int64(i))
 		}
@@ -65,7 +64,7 @@ func BenchmarkCountHandler(b *testing.B) {
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)
 		}
-		ctx.scope.Keep()
+		ctx.keep()
 		if i%5000 == 4999 {
 			_ = txn.Commit(int64(i))
 		}
@@ -133,8 +132,7 @@ func BenchmarkWindowHeap(b *testing.B) {
 				if _, err := h(call, r); err != nil {
 					b.Fatal(err)
 				}
-				call.scope.Keep()
-				call.kept()
+				call.keep()
 			}
 			if err := txn.Commit(int64(m + 1)); err != nil {
 				b.Fatal(err)
@@ -166,7 +164,7 @@ func BenchmarkJoinTableHandler(b *testing.B) {
 	var writes []state.Write
 	for i := range keys {
 		keys[i] = []byte("k" + strconv.Itoa(i))
-		writes = append(writes, state.Write{Key: tableKey("table", keys[i]), Value: make([]byte, 100)})
+		writes = append(writes, state.Write{Key: newTableKeys("table").value(keys[i]), Value: make([]byte, 100)})
 	}
 	writes = append(writes, state.Write{Key: tablePositionKey("table"), Value: []byte("1000")})
 	if err := store.Apply(writes, state.Checkpoint{Offset: 1}); err != nil {
@@ -182,7 +180,7 @@ func BenchmarkJoinTableHandler(b *testing.B) {
 		if _, err := h(ctx, r); err != nil {
 			b.Fatal(err)
 		}
-		ctx.scope.Keep()
+		ctx.keep()
 		if i%5000 == 4999 {
 			_ = txn.Commit(int64(i))
 		}

@@ -163,8 +163,15 @@ func (c *stateCtx) moved(t time.Time) {
 	c.movedTo = enc
 }
 
-// kept is called when the runner keeps the call's writes: the memo takes
-// the call's move, and its sweep's bound, as the transaction just did.
+// keep keeps a withScope call's writes: its Scope's into the transaction,
+// then its move and sweep bound into the memo (kept).
+func (c *stateCtx) keep() {
+	c.scope.Keep()
+	c.kept()
+}
+
+// kept is called when the call's writes were kept: the memo takes the
+// call's move, and its sweep's bound, as the transaction just did.
 func (c *stateCtx) kept() {
 	if c == nil || c.memo == nil {
 		return

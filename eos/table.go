@@ -125,19 +125,16 @@ func JoinTable(t *Table, join func(ctx context.Context, r *kgo.Record, value []b
 	}
 }
 
-// tableKey is where key's value in the table of topic lives in the
-// keyed state, and tablePositionKey where the offset of the next table
-// record to apply does.
-func tableKey(topic string, key []byte) []byte { return newTableKeys(topic).value(key) }
-
+// tablePositionKey is where the offset of the next record of topic's
+// table to apply lives in the keyed state (see tableKeys).
 func tablePositionKey(topic string) []byte {
 	return []byte(state.ReservedPrefix + "table-position/" + topic)
 }
 
 // tableKeys are a table's keys in the keyed state, made once (a join
-// reads them for every record): the prefix of its values' keys
-// (tableKey's) and its position's key (tablePositionKey's). Both are only
-// read.
+// reads them for every record): the prefix of its values' keys (the
+// prefix, then the record's key: value) and its position's key
+// (tablePositionKey's). Both are only read.
 type tableKeys struct{ prefix, position []byte }
 
 func newTableKeys(topic string) tableKeys {

@@ -113,7 +113,7 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		sc.Keep()
-		v, _, _ := sc.Get(tableKey("regions", []byte("r")))
+		v, _, _ := sc.Get(newTableKeys("regions").value([]byte("r")))
 		return string(v)
 	}
 	if got := join(base.Add(2 * time.Second)); got != "2" {
