@@ -65,13 +65,25 @@ func Count(kv KV, key []byte) (int64, error) { return Sum(kv, key, 1) }
 // none). A sum that would overflow an int64 is an error wrapping
 // [ErrOverflow], and changes nothing.
 func Sum(kv KV, key []byte, n int64) (int64, error) {
-	old, _, err := kv.Get(key)
+	// A handler's Scope (StateOf's) is read and written without copying
+	// the value: the sum is parsed from it, and a new one handed over.
+	scope, _ := kv.(*Scope)
+	var old []byte
+	var err error
+	if scope != nil {
+		old, _, err = scope.peek(key)
+	} else {
+		old, _, err = kv.Get(key)
+	}
 	if err != nil {
 		return 0, err
 	}
 	sum, err := AddInt64(old, n)
 	if err != nil {
 		return 0, fmt.Errorf("state: sum of a key of %d bytes: %w", len(key), err)
+	}
+	if scope != nil {
+		return sum, scope.putOwned(key, AppendInt64(nil, sum))
 	}
 	return sum, kv.Put(key, AppendInt64(nil, sum))
 }

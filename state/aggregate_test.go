@@ -146,3 +146,56 @@ func TestInt64DoesNotAllocate(t *testing.T) {
 		t.Fatalf("Int64 allocated %v times", n)
 	}
 }
+
+// A sum through a handler's Scope copies no value: it parses the one the
+// call, the transaction or the store holds, and hands its new one over.
+// Its allocations are the new value and, for a key the call had not
+// written, the call's copy of the key; the sums stay right wherever the
+// old value was.
+func TestASumInAScopeCopiesNoValue(t *testing.T) {
+	key := []byte("region-0042")
+	for _, tc := range []struct {
+		name   string
+		keep   bool // the call's writes move to the transaction after each sum
+		allocs float64
+	}{
+		{"the call's own write", false, 1},
+		{"the transaction's write", true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := state.NewMemory()
+			if err := m.Apply([]state.Write{{Key: key, Value: []byte("40")}}, state.Checkpoint{Offset: 1}); err != nil {
+				t.Fatal(err)
+			}
+			tx := state.NewTxn(m, 0)
+			sc := tx.Scope()
+			// The first sum reads the store's value.
+			if n, err := state.Sum(sc, key, 2); err != nil || n != 42 {
+				t.Fatalf("first sum %d, %v; want 42", n, err)
+			}
+			if tc.keep {
+				sc.Keep()
+			}
+			runs := 100
+			if n := testing.AllocsPerRun(runs, func() {
+				if _, err := state.Sum(sc, key, 1); err != nil {
+					t.Fatal(err)
+				}
+				if tc.keep {
+					sc.Keep()
+				}
+			}); n != tc.allocs {
+				t.Fatalf("a sum allocated %v times, want %v", n, tc.allocs)
+			}
+			sc.Keep()
+			v, ok, err := tx.Get(key)
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			// AllocsPerRun runs the function once more than runs.
+			if want := strconv.Itoa(42 + runs + 1); string(v) != want {
+				t.Fatalf("the sum is %s, want %s", v, want)
+			}
+		})
+	}
+}

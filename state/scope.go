@@ -79,14 +79,7 @@ func (t *Txn) InitScope(s *Scope) {
 // Get implements [KV]: the call's own write of key, else the
 // transaction's view.
 func (s *Scope) Get(key []byte) ([]byte, bool, error) {
-	s.mu.Lock()
-	i := s.find(key)
-	var v []byte
-	if i >= 0 {
-		v = s.writes[i].v
-	}
-	s.mu.Unlock()
-	if i >= 0 {
+	if v, found := s.own(key); found {
 		if v == nil {
 			return nil, false, nil
 		}
@@ -95,13 +88,41 @@ func (s *Scope) Get(key []byte) ([]byte, bool, error) {
 	return s.txn.Get(key)
 }
 
+// peek is Get without its copy, for this package's aggregates, which
+// read the value and let it go. A value a Scope or its Txn holds is
+// never written in place (every write is a slice of its own), so what
+// peek returns stays as it is after the locks are let go.
+func (s *Scope) peek(key []byte) ([]byte, bool, error) {
+	if v, found := s.own(key); found {
+		return v, v != nil, nil
+	}
+	return s.txn.peek(key)
+}
+
+// own returns the call's own write of key (nil: deleted), if it wrote
+// key.
+func (s *Scope) own(key []byte) (v []byte, found bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := s.find(key); i >= 0 {
+		return s.writes[i].v, true
+	}
+	return nil, false
+}
+
 // Put implements [KV]. A key and value too large for the changelog fail
 // here, with an error wrapping [ErrTooLarge]: the record's fault.
 func (s *Scope) Put(key, value []byte) error {
+	return s.putOwned(key, append([]byte{}, value...))
+}
+
+// putOwned is Put of a value the caller hands over (and writes no
+// more): s keeps it without a copy.
+func (s *Scope) putOwned(key, value []byte) error {
 	if err := s.txn.fits(key, value); err != nil {
 		return err
 	}
-	s.set(key, append([]byte{}, value...))
+	s.set(key, value)
 	return nil
 }
 

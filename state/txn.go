@@ -80,16 +80,31 @@ func (t *Txn) Store() Store { return t.store }
 // Get implements [KV]: the transaction's own write of key if there is
 // one, else the store's value.
 func (t *Txn) Get(key []byte) ([]byte, bool, error) {
-	t.mu.RLock()
-	v, ok := t.dirty[string(key)]
-	t.mu.RUnlock()
-	if ok {
+	if v, found := t.own(key); found {
 		if v == nil {
 			return nil, false, nil
 		}
 		return bytes.Clone(v), true, nil
 	}
 	return t.store.Get(key)
+}
+
+// peek is Get without the copy of a value the transaction wrote (see
+// Scope.peek); the store's value is its own copy.
+func (t *Txn) peek(key []byte) ([]byte, bool, error) {
+	if v, found := t.own(key); found {
+		return v, v != nil, nil
+	}
+	return t.store.Get(key)
+}
+
+// own returns the transaction's write of key (nil: deleted), if it
+// wrote key.
+func (t *Txn) own(key []byte) (v []byte, found bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	v, found = t.dirty[string(key)]
+	return v, found
 }
 
 // Put implements [KV].
