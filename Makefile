@@ -8,12 +8,15 @@ SHELL := bash
 test:
 	@scripts/test.sh
 
-# Runs only the containers suite of make test: Kafka and PostgreSQL in
-# Docker through testcontainers-go (package integration), on images built here
-# with no registry. Installs and starts Docker when none answers (as root),
-# and stops only what it started. About 5 minutes cold, 4 warm.
+# Runs the containers suite of make test: Kafka and PostgreSQL in Docker
+# through testcontainers-go (package integration), on images built here
+# with no registry; and beside it eos.Processor through three broker
+# containers stopped, started and replaced mid-run, which make test leaves
+# out (make chaos runs the same bounces on a local cluster). Installs and
+# starts Docker when none answers (as root), and stops only what it
+# started. About 5 minutes cold, 4 warm.
 containers:
-	@scripts/containers.sh
+	@scripts/containers.sh --full
 
 # Builds eoskit/kafka and eoskit/postgres (Debian packages and the Maven
 # Central jars, no registry) when missing or stale; needs a running Docker.
@@ -47,8 +50,8 @@ demo:
 # path), then the outbox path's scenarios (relay processes, a PostgreSQL of
 # its own), and prints the tables; make test runs one scenario per path
 # (two for the outbox). Then eos.Processor through broker bounces on the
-# cluster (a leader and a transaction coordinator SIGKILLed; make test
-# runs the same on broker containers).
+# cluster (a leader and a transaction coordinator SIGKILLed; make
+# containers runs the same on broker containers).
 # A run that passes puts its tables into docs/results/chaos.md, between the
 # "make chaos" markers (scripts/results.sh); a failed one leaves the doc as
 # it was. Takes about 9 hours: the soaks, slowed to 4 ms a record,

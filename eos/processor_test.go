@@ -1072,7 +1072,7 @@ func closeHangingByHand(ctx context.Context, t *testing.T, k *integration.KafkaC
 // again (a clean rolling restart of all three is make chaos's
 // cluster-rolling-restart row, on every path). Run by make chaos (about
 // 3.5 minutes and three brokers' JVMs beside make test's other tests);
-// make test runs its twin on three broker containers,
+// make containers runs its twin on three broker containers,
 // TestProcessorExactlyOnceThroughBrokerContainerStopAndStart. Leadership moves on
 // every bounce, so no partition is leaderless while markers are written
 // (KAFKA-20734 needs that), and nothing may hang: every input copied
@@ -1104,8 +1104,8 @@ func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
 	})
 }
 
-// The same on three broker containers (integration.StartCluster, run by the containers
-// suite): the container of the node leading an output partition stopped
+// The same on three broker containers (integration.StartCluster, run by
+// make containers, not make test's containers suite): the container of the node leading an output partition stopped
 // (SIGTERM) and started again, then the container of the node coordinating
 // processor 0's transactions killed, removed, and replaced by a new
 // container on the node's volume, which is all the new node knows.
