@@ -35,20 +35,28 @@ import (
 // partitions, before, during and after the fault. The counts end exact
 // every way (the updates topic and the changelog, read back
 // read_committed, at the truth of the committed input, each key's counts
-// only growing; the survivor's view too).
+// only growing; the survivor's view too). make test runs the SIGKILL
+// with a standby and its control without; make chaos every case (each
+// takes 30-50 s of make test's time: TestALeaversPartitionsGoToTheirStandbys
+// and TestPebbleRestoresOnlyTheTailAfterASIGKILL keep a leave and pebble
+// there, TestProcessorZombieIsFenced a zombie).
 func TestAStandbyTakesOverAKilledInstancesPartitionsWithTheTail(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		standbys int
 		pebble   bool
 		fault    string
-	}{{1, false, "kill"}, {1, true, "kill"}, {0, false, "kill"}, {1, false, "term"}, {1, false, "zombie"}} {
+		chaos    bool // make chaos's alone
+	}{{1, false, "kill", false}, {0, false, "kill", false}, {1, true, "kill", true}, {1, false, "term", true}, {1, false, "zombie", true}} {
 		standbys := c.standbys
 		name := c.fault + ",standbys=" + strconv.Itoa(standbys)
 		if c.pebble {
 			name += ",pebble"
 		}
 		t.Run(name, func(t *testing.T) {
+			if c.chaos {
+				chaosSuite(t, "its kill,standbys=1 and kill,standbys=0")
+			}
 			t.Parallel()
 			if c.fault == "zombie" && pauseSignal < 0 {
 				t.Skip("no SIGSTOP on this platform")
