@@ -36,22 +36,23 @@ func TestMain(m *testing.M) {
 }
 
 // containersSuite skips t outside the containers suite
-// (scripts/containers.sh, part of make test): t starts broker containers
+// (scripts/containers.sh: make test's, or make containers' with --full,
+// which picks the tests it runs): t starts broker containers
 // whatever KAFKA_BROKERS names, and the main suite runs with no Docker
 // engine.
 func containersSuite(t *testing.T) {
 	t.Helper()
 	if os.Getenv("EOSKIT_CONTAINERS") != "1" {
-		t.Skip("runs in the containers suite (scripts/containers.sh, part of make test)")
+		t.Skip("runs in the containers suite (scripts/containers.sh, of make test and make containers)")
 	}
 }
 
 // chaosSuite skips a test that make chaos runs (EOS_CHAOS=full): a long
-// fault test whose twin runs in make test.
-func chaosSuite(t *testing.T, twin string) {
+// fault test, of which elsewhere says what runs instead.
+func chaosSuite(t *testing.T, elsewhere string) {
 	t.Helper()
 	if os.Getenv("EOS_CHAOS") != "full" {
-		t.Skip("runs in make chaos (EOS_CHAOS=full); make test runs its twin, " + twin)
+		t.Skip("runs in make chaos (EOS_CHAOS=full); " + elsewhere)
 	}
 }
 

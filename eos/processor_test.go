@@ -1081,7 +1081,7 @@ func closeHangingByHand(ctx context.Context, t *testing.T, k *integration.KafkaC
 // at the end (DescribeProducers). Inputs come from a transactional producer
 // that also aborts.
 func TestProcessorExactlyOnceThroughBrokerBouncesOnACluster(t *testing.T) {
-	chaosSuite(t, "TestProcessorExactlyOnceThroughBrokerContainerStopAndStart")
+	chaosSuite(t, "make containers runs its twin, TestProcessorExactlyOnceThroughBrokerContainerStopAndStart")
 	t.Parallel()
 	c := testbed.StartLocalCluster(t)
 	copyThroughBounces(t, c.KafkaCluster, func(ctx context.Context, node func(what) int) []bounce {
