@@ -42,6 +42,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { echo "containers.sh: $*" >&2; }
 
+case "${1:-}" in
+"" | prepare | --full) ;;
+*)
+	log "unknown argument $1 (none, prepare or --full)"
+	exit 2
+	;;
+esac
+
 run=${EOSKIT_TEST_RUN:-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')}
 export EOSKIT_TEST_RUN=$run
 
