@@ -291,9 +291,10 @@ type stateCtx struct {
 }
 
 // keyBuf returns an empty slice with room for n bytes, for a key the
-// call builds and hands to its KV, which only reads it during each call
-// (state.KV's contract): the call's own room when n fits there, sparing
-// an allocation a record.
+// call builds and hands to its KV, which copies what it keeps (state.KV's
+// contract): the call's own room when n fits there, sparing a windowed
+// aggregation an allocation a record (and costing every call's context
+// 64 bytes).
 func (c *stateCtx) keyBuf(n int) []byte {
 	if n <= len(c.keys) {
 		return c.keys[:0]

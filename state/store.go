@@ -80,7 +80,9 @@ type Store interface {
 	Reader
 	// Apply applies writes in order (a nil Value deletes its key) and
 	// moves the checkpoint to cp, atomically. A cp.Offset behind the
-	// current one is refused with [ErrCheckpointBehind].
+	// current one is refused with [ErrCheckpointBehind]. The writes'
+	// keys and values are only read, during the call: a [Txn] hands over
+	// the slices it holds, which its readers may be reading.
 	Apply(writes []Write, cp Checkpoint) error
 	// Reset drops every key and sets the checkpoint to cp, atomically:
 	// what a restore does before reading a changelog from its start

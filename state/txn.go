@@ -22,7 +22,8 @@ type KV interface {
 	// deletes). Key and value are copied. A key and value too large for
 	// the changelog fail with an error wrapping [ErrTooLarge].
 	Put(key, value []byte) error
-	// Delete deletes key: its changelog record is a tombstone.
+	// Delete deletes key: its changelog record is a tombstone. Key is
+	// copied.
 	Delete(key []byte) error
 }
 
