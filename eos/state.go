@@ -286,20 +286,6 @@ type stateCtx struct {
 	sweptTo int64
 	// scope is kv, when withScope made the context.
 	scope state.Scope
-	// keys is room for the keys the call builds (see keyBuf).
-	keys [64]byte
-}
-
-// keyBuf returns an empty slice with room for n bytes, for a key the
-// call builds and hands to its KV, which copies what it keeps (state.KV's
-// contract): the call's own room when n fits there, sparing a windowed
-// aggregation an allocation a record (and costing every call's context
-// 64 bytes).
-func (c *stateCtx) keyBuf(n int) []byte {
-	if n <= len(c.keys) {
-		return c.keys[:0]
-	}
-	return make([]byte, 0, n)
 }
 
 func (c *stateCtx) Value(key any) any {
