@@ -1,12 +1,15 @@
 package eos
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eoskit/eoskit/state"
 )
@@ -73,5 +76,48 @@ func TestARestoreForgetsThePartitionsStreamTime(t *testing.T) {
 	ks.adopt(todo) // as prepare does, after quiescing the lanes
 	if at, earliest := ps.clock.at.Load(), ps.clock.earliest.Load(); at != 0 || earliest != 0 {
 		t.Fatalf("the partition's memo holds stream time %d and window bound %d through its restore, want both forgotten", at, earliest)
+	}
+}
+
+// prepare quiets the lanes before it adopts the stores it restores, which
+// forgets their memos: a lane's call kept while the lanes wind down (here,
+// inside quiesce) remembers the store as it was before its restore, and
+// must not outlive it. It fails with adopt moved before quiesce.
+func TestPrepareQuietsTheLanesBeforeItForgetsTheMemos(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "counts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ks := newKeyedState(&stateConfig{changelog: "counts", restoreTimeout: time.Minute}, "in", slog.New(slog.DiscardHandler))
+	if err := ks.open([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer ks.close()
+	ks.partitions.Store(4)
+	store := state.NewMemory()
+	ps := &partState{store: store, txn: state.NewTxn(store, 0)}
+	ps.last.Store(-1)
+	ks.parts[3] = ps
+	ks.restore[3] = true // assigned again, its store still open
+	polled := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: "in", Partitions: []kgo.FetchPartition{
+		{Partition: 3, Records: []*kgo.Record{{Topic: "in", Partition: 3}}}}}}}}
+	quieted := false
+	quiesce := func() {
+		quieted = true
+		// The last lane's call is kept as the lanes wind down.
+		ps.clock.at.Store(1_700_000_000_002)
+		ps.clock.earliest.Store(boundOf(time.UnixMilli(1_700_000_000_000)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ks.prepare(ctx, polled, true, quiesce); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if !quieted {
+		t.Fatal("prepare restored the partition's store without quieting the lanes")
+	}
+	if at, earliest := ps.clock.at.Load(), ps.clock.earliest.Load(); at != 0 || earliest != 0 {
+		t.Fatalf("after the restore the memo holds stream time %d and window bound %d from a call kept before it, want both forgotten", at, earliest)
 	}
 }
