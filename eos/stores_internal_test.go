@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eoskit/eoskit/internal/changelog"
 	"github.com/eoskit/eoskit/state"
 )
 
@@ -79,21 +80,22 @@ func TestARestoreForgetsThePartitionsStreamTime(t *testing.T) {
 	}
 }
 
-// prepare quiets the lanes before it adopts the stores it restores, which
-// forgets their memos: a lane's call kept while the lanes wind down (here,
-// inside quiesce) remembers the store as it was before its restore, and
-// must not outlive it. It fails with adopt moved before quiesce.
-func TestPrepareQuietsTheLanesBeforeItForgetsTheMemos(t *testing.T) {
+// restoringAgain returns a keyed state on a kfake changelog whose
+// partition 3, its store still open, was assigned again, the store's
+// partState, and a poll of a record of partition 3: prepare then restores
+// it in the transaction's way (restoreAll).
+func restoringAgain(t *testing.T) (*keyedState, *partState, kgo.Fetches) {
+	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "counts"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
+	t.Cleanup(cluster.Close)
 	ks := newKeyedState(&stateConfig{changelog: "counts", restoreTimeout: time.Minute}, "in", slog.New(slog.DiscardHandler))
 	if err := ks.open([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	defer ks.close()
+	t.Cleanup(ks.close)
 	ks.partitions.Store(4)
 	store := state.NewMemory()
 	ps := &partState{store: store, txn: state.NewTxn(store, 0)}
@@ -102,6 +104,15 @@ func TestPrepareQuietsTheLanesBeforeItForgetsTheMemos(t *testing.T) {
 	ks.restore[3] = true // assigned again, its store still open
 	polled := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: "in", Partitions: []kgo.FetchPartition{
 		{Partition: 3, Records: []*kgo.Record{{Topic: "in", Partition: 3}}}}}}}}
+	return ks, ps, polled
+}
+
+// prepare quiets the lanes before it adopts the stores it restores, which
+// forgets their memos: a lane's call kept while the lanes wind down (here,
+// inside quiesce) remembers the store as it was before its restore, and
+// must not outlive it. It fails with adopt moved before quiesce.
+func TestPrepareQuietsTheLanesBeforeItForgetsTheMemos(t *testing.T) {
+	ks, ps, polled := restoringAgain(t)
 	quieted := false
 	quiesce := func() {
 		quieted = true
@@ -119,5 +130,34 @@ func TestPrepareQuietsTheLanesBeforeItForgetsTheMemos(t *testing.T) {
 	}
 	if at, earliest := ps.clock.at.Load(), ps.clock.earliest.Load(); at != 0 || earliest != 0 {
 		t.Fatalf("after the restore the memo holds stream time %d and window bound %d from a call kept before it, want both forgotten", at, earliest)
+	}
+}
+
+// A restore in the transaction's way (restoreAll) is reported while its
+// partition is still marked restoring, and unmarked after: whoever sees
+// the partition served finds its restore among the reports (as
+// TestARestoreIsReportedBeforeItsPartitionIsReadable checks of the
+// background restores).
+func TestRestoreAllReportsBeforeItUnmarks(t *testing.T) {
+	ks, _, polled := restoringAgain(t)
+	reports := 0
+	ks.restored = func(p int32, _ changelog.Result) {
+		reports++
+		ks.mu.RLock()
+		defer ks.mu.RUnlock()
+		if p != 3 || !ks.restoring[p] {
+			t.Errorf("partition %d reported restored while marked restoring %v, want partition 3 still marked", p, ks.restoring[p])
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ks.prepare(ctx, polled, true, nil); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	ks.mu.RLock()
+	restoring := ks.restoring[3]
+	ks.mu.RUnlock()
+	if reports != 1 || restoring {
+		t.Fatalf("%d reports, partition 3 marked restoring %v after prepare; want 1 report, and the mark gone", reports, restoring)
 	}
 }
