@@ -14,7 +14,7 @@ test:
 # containers stopped, started and replaced mid-run, which make test leaves
 # out (make chaos runs the same bounces on a local cluster). Installs and
 # starts Docker when none answers (as root), and stops only what it
-# started. About 5 minutes cold, 4 warm.
+# started. About 4 minutes warm, 5 the first time.
 containers:
 	@scripts/containers.sh --full
 
@@ -52,7 +52,7 @@ demo:
 # (two for the outbox). Then eos.Processor through broker bounces on the
 # cluster (a leader and a transaction coordinator SIGKILLed; make
 # containers runs the same on broker containers), and every case of the
-# standbys' take-over (make test runs two).
+# standbys' take-over (make test runs its three SIGKILL cases).
 # A run that passes puts its tables into docs/results/chaos.md, between the
 # "make chaos" markers (scripts/results.sh); a failed one leaves the doc as
 # it was. Takes about 9 hours: the soaks, slowed to 4 ms a record,

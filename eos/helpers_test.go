@@ -36,14 +36,15 @@ func TestMain(m *testing.M) {
 }
 
 // containersSuite skips t outside the containers suite
-// (scripts/containers.sh: make test's, or make containers' with --full,
-// which picks the tests it runs): t starts broker containers
+// (scripts/containers.sh, which picks the tests it runs: eos's one, the
+// broker containers bounced, only with --full, as make containers runs
+// it): t starts broker containers
 // whatever KAFKA_BROKERS names, and the main suite runs with no Docker
 // engine.
 func containersSuite(t *testing.T) {
 	t.Helper()
 	if os.Getenv("EOSKIT_CONTAINERS") != "1" {
-		t.Skip("runs in the containers suite (scripts/containers.sh, of make test and make containers)")
+		t.Skip("runs in make containers (scripts/containers.sh --full)")
 	}
 }
 

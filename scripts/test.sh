@@ -81,7 +81,8 @@ sed 's/^/test.sh: (prepared meanwhile) /' .eoskit/containers-prepare.log >&2
 containers_ran=1
 scripts/containers.sh || rc=$?
 # The protocol-dependent eos fault tests again on Kafka 3.9 (transaction
-# protocol v1; make compat runs all of eos there), after the containers
+# protocol v1; make compat runs all of eos there but make chaos's own
+# tests), after the containers
 # suite: beside it (tried 2026-12-03) their brokers starved the
 # containers' three-node cluster, which did not log its start within
 # its two minutes.
