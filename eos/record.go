@@ -66,8 +66,8 @@ type attempt struct {
 	// poisoned is set when the input was dead-lettered without running
 	// its handler; err is then why (see failures.poison).
 	poisoned bool
-	// outs, err and took are what the handler returned, and how long it
-	// took.
+	// outs and err are what the handler returned; took is how long it
+	// took when it failed (0 when it succeeded: see HandleTimed).
 	outs []*kgo.Record
 	err  error
 	took time.Duration
@@ -145,7 +145,8 @@ func notTheRecords(err error) bool {
 
 // callHandler runs the handler, turning a panic and an output without a
 // topic into errors, so that both follow the error policy.
-// It also returns how long the handler took.
+// It also returns how long a handler that failed took (0 when it
+// returned without error, whatever its outputs).
 func (rn *runner) callHandler(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, took time.Duration, err error) {
 	took, err = rn.p.obs.HandleTimed("eos", func() (err error) {
 		outs, err = rn.p.handler(ctx, r)
