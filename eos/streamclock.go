@@ -69,22 +69,27 @@ func (c streamClock) read(call *stateCtx, kv state.KV) (time.Time, error) {
 	return time.UnixMilli(ms), nil
 }
 
-// clockMemo is a partition's stream time as its transaction sees it (the
-// transaction's kept writes over the store), remembered so that a record
-// need not read it from the store; its owner forgets it whenever the
-// transaction's writes are dropped (an abort) or the store is written
-// otherwise (a restore). A handler call's own move is held in its
-// stateCtx until the runner keeps the call's writes (stateCtx.kept): a
-// record that fails leaves the memo as the transaction is.
+// clockMemo is a partition's stream time (and its tables' positions, see
+// tablememo.go) as its transaction sees it (the transaction's kept writes
+// over the store), remembered so that a record need not read it from the
+// store; its owner forgets it whenever the transaction's writes are
+// dropped (an abort) or the store is written otherwise (a restore). A
+// handler call's own move is held apart until the runner keeps the
+// call's writes (stateCtx.kept): a record that fails leaves the memo as
+// the transaction is.
 //
 // Only one handler call at a time uses a partition's memo: the
-// aggregations that keep stream time refuse KeyOrder lanes.
+// aggregations that keep stream time, and JoinTable, refuse KeyOrder
+// lanes.
 type clockMemo struct {
 	// at is 0 when unknown (read the store), else encoded (see memoOf).
 	at atomic.Int64
 	// earliest is a lower bound of the window starts the store holds (0:
 	// unknown; see windowbound.go).
 	earliest atomic.Int64
+	// tables are the positions of the co-partitioned tables the
+	// partition's records join (see tablememo.go).
+	tables [memoTables]tableMemo
 }
 
 // noStreamTime is what a memo holds (encoded) for a partition that has
@@ -107,6 +112,10 @@ func (m *clockMemo) forget() {
 	if m != nil {
 		m.at.Store(0)
 		m.earliest.Store(0)
+		for i := range m.tables {
+			m.tables[i].at.Store(0)
+			m.tables[i].call.Store(0)
+		}
 	}
 }
 
@@ -164,10 +173,20 @@ func (c *stateCtx) moved(t time.Time) {
 }
 
 // keep keeps a withScope call's writes: its Scope's into the transaction,
-// then its move and sweep bound into the memo (kept).
+// then its moves and sweep bound into the memo (kept).
 func (c *stateCtx) keep() {
 	c.scope.Keep()
 	c.kept()
+}
+
+// drop drops a withScope call's writes, and its moves of the tables'
+// positions from the memo (its stream time's move is the call's own:
+// the memo never took it).
+func (c *stateCtx) drop() {
+	c.scope.Drop()
+	if c.memo != nil {
+		c.memo.droppedTables()
+	}
 }
 
 // kept is called when the call's writes were kept: the memo takes the
@@ -182,4 +201,5 @@ func (c *stateCtx) kept() {
 	if c.sweptTo != 0 {
 		c.memo.earliest.Store(c.sweptTo)
 	}
+	c.memo.keptTables()
 }

@@ -110,7 +110,7 @@ func JoinTable(t *Table, join func(ctx context.Context, r *kgo.Record, value []b
 		case f == nil:
 			return nil, refuse(fmt.Sprintf("table %q is not given to the processor (WithTables)", t.topic))
 		}
-		if err := f.advance(hs.kv, r.Partition, r.Timestamp); err != nil {
+		if err := f.advance(hs.call, hs.kv, r.Partition, r.Timestamp); err != nil {
 			return nil, err
 		}
 		var value []byte
@@ -268,7 +268,7 @@ func (p *Processor) followTables(ctx context.Context) (stop func(), err error) {
 			t.inUse.Store(false)
 		}
 	}
-	for _, t := range p.cfg.joined {
+	for i, t := range p.cfg.joined {
 		id, err := p.checkTable(ctx, t)
 		if err != nil {
 			stop()
@@ -285,6 +285,7 @@ func (p *Processor) followTables(ctx context.Context) (stop func(), err error) {
 			stop()
 			return nil, err
 		}
+		f.index = i
 		followers[t] = f
 	}
 	p.handlerState.joins.mu.Lock()

@@ -45,6 +45,9 @@ type tableFollower struct {
 	semantics string
 	// maxBuffered is maxTableBuffered (tests lower it).
 	maxBuffered int
+	// index is the table's in the processor's WithTables, under which a
+	// partition's memo keeps its position (see tablememo.go).
+	index int
 
 	mu sync.Mutex
 	// gone is why the topic is not the one Run started on (deleted, or
@@ -457,10 +460,14 @@ func (f *tableFollower) createdAgain(why string, err error) error {
 // stopping at the first later one (see [Table]). It never waits: prepare
 // fetched what the record may meet. Should the buffer not hold it, the
 // session restarts (no record's fault).
-func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
-	pos, err := tablePosition(kv, f.topic, f.keys.position)
-	if err != nil {
-		return err
+func (f *tableFollower) advance(call *stateCtx, kv state.KV, p int32, at time.Time) error {
+	pos, known := call.tablePosition(f.index)
+	if !known {
+		var err error
+		if pos, err = tablePosition(kv, f.topic, f.keys.position); err != nil {
+			return err
+		}
+		call.learnedTablePosition(f.index, pos)
 	}
 	f.mu.Lock()
 	b := f.parts[p]
@@ -505,7 +512,12 @@ func (f *tableFollower) advance(kv state.KV, p int32, at time.Time) error {
 			}
 		}
 	}
-	return kv.Put(f.keys.position, strconv.AppendInt(nil, apply[len(apply)-1].Offset+1, 10))
+	to := apply[len(apply)-1].Offset + 1
+	if err := kv.Put(f.keys.position, strconv.AppendInt(nil, to, 10)); err != nil {
+		return err
+	}
+	call.movedTable(f.index, to)
+	return nil
 }
 
 // put writes the table record r to kv: its value, or its key's deletion

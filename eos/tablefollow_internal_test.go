@@ -64,7 +64,7 @@ func TestATableThatCannotBeFetchedStallsBeforeTheHandlers(t *testing.T) {
 	// A partition no prepare readied: the handler's advance asks for a
 	// new session.
 	kv := state.NewTxn(state.NewMemory(), 0).Scope()
-	if err := f.advance(kv, 3, time.Now()); !errors.As(err, new(*loop.RestartError)) {
+	if err := f.advance(nil, kv, 3, time.Now()); !errors.As(err, new(*loop.RestartError)) {
 		t.Fatalf("advance of a partition never prepared: %v, want a RestartError", err)
 	}
 }
@@ -109,7 +109,7 @@ func TestAPausedTablePartitionIsFetchedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		sc := txn.Scope()
-		if err := f.advance(sc, 0, at); err != nil {
+		if err := f.advance(nil, sc, 0, at); err != nil {
 			t.Fatal(err)
 		}
 		sc.Keep()
@@ -162,7 +162,7 @@ func TestTableTopicIDUnit(t *testing.T) {
 	kv := state.NewTxn(state.NewMemory(), 0).Scope()
 	f.parts = map[int32]*tableBuffer{0: {from: 0, next: 1, end: 1, ready: 1,
 		recs: []*kgo.Record{{Key: []byte("r1"), Value: []byte("north"), Offset: 0, Timestamp: time.Unix(1, 0)}}}}
-	if err := f.advance(kv, 0, time.Unix(2, 0)); err != nil {
+	if err := f.advance(nil, kv, 0, time.Unix(2, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := tableTopicID(kv, "regions"); err != nil || got != id {
@@ -170,7 +170,7 @@ func TestTableTopicIDUnit(t *testing.T) {
 	}
 	anon := &tableFollower{topic: "regions", keys: newTableKeys("regions"), parts: map[int32]*tableBuffer{0: {from: 0, next: 2, end: 2, ready: 2,
 		recs: []*kgo.Record{{Key: []byte("r1"), Value: []byte("south"), Offset: 1, Timestamp: time.Unix(1, 0)}}}}}
-	if err := anon.advance(kv, 0, time.Unix(2, 0)); err != nil {
+	if err := anon.advance(nil, kv, 0, time.Unix(2, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := tableTopicID(kv, "regions"); got != id {
