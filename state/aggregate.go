@@ -67,25 +67,23 @@ func Count(kv KV, key []byte) (int64, error) { return Sum(kv, key, 1) }
 func Sum(kv KV, key []byte, n int64) (int64, error) {
 	// A handler's Scope (StateOf's) is read and written without copying
 	// the value: the sum is parsed from it, and a new one handed over.
-	scope, _ := kv.(*Scope)
-	var old []byte
-	var err error
-	if scope != nil {
-		old, _, err = scope.peek(key)
-	} else {
-		old, _, err = kv.Get(key)
+	if scope, ok := kv.(*Scope); ok {
+		return scope.add(key, n)
 	}
+	old, _, err := kv.Get(key)
 	if err != nil {
 		return 0, err
 	}
 	sum, err := AddInt64(old, n)
 	if err != nil {
-		return 0, fmt.Errorf("state: sum of a key of %d bytes: %w", len(key), err)
-	}
-	if scope != nil {
-		return sum, scope.putOwned(key, AppendInt64(nil, sum))
+		return 0, sumError(key, err)
 	}
 	return sum, kv.Put(key, AppendInt64(nil, sum))
+}
+
+// sumError is the error of a sum at key that AddInt64 refused.
+func sumError(key []byte, err error) error {
+	return fmt.Errorf("state: sum of a key of %d bytes: %w", len(key), err)
 }
 
 // AddInt64 returns sum (a sum as decimal text, nil for none: 0) plus n.

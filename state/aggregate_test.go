@@ -199,3 +199,42 @@ func TestASumInAScopeCopiesNoValue(t *testing.T) {
 		})
 	}
 }
+
+// A sum through a handler's Scope refuses what a sum on the transaction
+// refuses, and writes nothing then: an overflow, a value that is no
+// count, a sum too large for the changelog; a key the call deleted sums
+// from nothing.
+func TestASumInAScopeRefusesWhatTheTxnRefuses(t *testing.T) {
+	m := state.NewMemory()
+	if err := m.Apply([]state.Write{
+		{Key: []byte("max"), Value: state.AppendInt64(nil, math.MaxInt64)},
+		{Key: []byte("text"), Value: []byte("hello")},
+		{Key: []byte("gone"), Value: []byte("7")},
+	}, state.Checkpoint{Offset: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// 100 bytes of framing, the key's bytes and 3 for the sum.
+	tx := state.NewTxn(m, 100+len("long-key")+3)
+	sc := tx.Scope()
+	if _, err := state.Count(sc, []byte("max")); !errors.Is(err, state.ErrOverflow) {
+		t.Fatalf("overflow: %v", err)
+	}
+	if _, err := state.Count(sc, []byte("text")); !errors.Is(err, state.ErrNotInt64) {
+		t.Fatalf("count of text: %v", err)
+	}
+	if n, err := state.Sum(sc, []byte("long-key"), 999); err != nil || n != 999 {
+		t.Fatalf("a sum of 3 digits within the limit: %d, %v", n, err)
+	}
+	if _, err := state.Sum(sc, []byte("long-key"), 1); !errors.Is(err, state.ErrTooLarge) {
+		t.Fatalf("a sum of 4 digits past the limit: %v, want ErrTooLarge", err)
+	}
+	must(t, sc.Delete([]byte("gone")))
+	if n, err := state.Count(sc, []byte("gone")); err != nil || n != 1 {
+		t.Fatalf("a count of a key the call deleted: %d, %v; want 1", n, err)
+	}
+	for key, want := range map[string]string{"max": "9223372036854775807", "text": "hello", "long-key": "999", "gone": "1"} {
+		if v, _ := get(t, sc, key); v != want {
+			t.Errorf("%s holds %q after the refusals, want %q", key, v, want)
+		}
+	}
+}

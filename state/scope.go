@@ -88,15 +88,32 @@ func (s *Scope) Get(key []byte) ([]byte, bool, error) {
 	return s.txn.Get(key)
 }
 
-// peek is Get without its copy, for this package's aggregates, which
-// read the value and let it go. A value a Scope or its Txn holds is
-// never written in place (every write is a slice of its own), so what
-// peek returns stays as it is after the locks are let go.
-func (s *Scope) peek(key []byte) ([]byte, bool, error) {
-	if v, found := s.own(key); found {
-		return v, v != nil, nil
+// add is [Sum] in s, in one pass under its lock: the sum is parsed from
+// the call's own write of key, else from the transaction's value, without
+// copying either, and the new sum is handed over.
+func (s *Scope) add(key []byte, n int64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.find(key)
+	var old []byte
+	if i >= 0 {
+		old = s.writes[i].v
+	} else {
+		var err error
+		if old, _, err = s.txn.peek(key); err != nil {
+			return 0, err
+		}
 	}
-	return s.txn.peek(key)
+	sum, err := AddInt64(old, n)
+	if err != nil {
+		return 0, sumError(key, err)
+	}
+	v := AppendInt64(nil, sum)
+	if err := s.txn.fits(key, v); err != nil {
+		return sum, err
+	}
+	s.setLocked(i, key, v)
+	return sum, nil
 }
 
 // own returns the call's own write of key (nil: deleted), if it wrote
@@ -138,7 +155,13 @@ func (s *Scope) Delete(key []byte) error {
 func (s *Scope) set(key, v []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i := s.find(key); i >= 0 {
+	s.setLocked(s.find(key), key, v)
+}
+
+// setLocked writes v at key, whose write is at index i (-1: none yet);
+// s.mu is held.
+func (s *Scope) setLocked(i int, key, v []byte) {
+	if i >= 0 {
 		s.writes[i].v = v
 		return
 	}

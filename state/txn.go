@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // KV is the state of one partition as a handler sees it inside the
@@ -52,8 +53,10 @@ const RecordOverhead = 100
 type Txn struct {
 	store Store
 
+	// max is the changelog record's limit (0: none): atomic, read by
+	// every write without the lock.
+	max   atomic.Int64
 	mu    sync.RWMutex
-	max   int               // 0: no limit
 	dirty map[string][]byte // nil: deleted
 }
 
@@ -63,16 +66,16 @@ var _ KV = (*Txn)(nil)
 // would exceed maxRecordBytes (the changelog's max.message.bytes, and at
 // most the producer's batch limit for it; 0: no limit).
 func NewTxn(s Store, maxRecordBytes int) *Txn {
-	return &Txn{store: s, max: maxRecordBytes, dirty: map[string][]byte{}}
+	t := &Txn{store: s, dirty: map[string][]byte{}}
+	t.max.Store(int64(maxRecordBytes))
+	return t
 }
 
 // SetMaxRecordBytes changes the limit NewTxn set, for the writes to come:
 // a runner that finds its producer's hooks add headers to every record
 // (kotel's traceparent) lowers it by what they add.
 func (t *Txn) SetMaxRecordBytes(maxRecordBytes int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.max = maxRecordBytes
+	t.max.Store(int64(maxRecordBytes))
 }
 
 // Store returns the store under the overlay: the committed state.
@@ -90,8 +93,11 @@ func (t *Txn) Get(key []byte) ([]byte, bool, error) {
 	return t.store.Get(key)
 }
 
-// peek is Get without the copy of a value the transaction wrote (see
-// Scope.peek); the store's value is its own copy.
+// peek is Get without the copy of a value the transaction wrote, for
+// this package's aggregates (Scope.add), which read the value and let it
+// go. A value a Scope or its Txn holds is never written in place (every
+// write is a slice of its own), so what peek returns stays as it is
+// after the locks are let go; the store's value is its own copy.
 func (t *Txn) peek(key []byte) ([]byte, bool, error) {
 	if v, found := t.own(key); found {
 		return v, v != nil, nil
@@ -132,10 +138,7 @@ func (t *Txn) Delete(key []byte) error {
 }
 
 func (t *Txn) fits(key, value []byte) error {
-	t.mu.RLock()
-	max := t.max
-	t.mu.RUnlock()
-	if max > 0 && len(key)+len(value)+RecordOverhead > max {
+	if max := int(t.max.Load()); max > 0 && len(key)+len(value)+RecordOverhead > max {
 		return fmt.Errorf("%w: a key of %d bytes and a value of %d bytes (+%d of framing) exceed the changelog's limit of %d bytes",
 			ErrTooLarge, len(key), len(value), RecordOverhead, max)
 	}
