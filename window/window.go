@@ -169,8 +169,19 @@ func (s Spec) Starts(from, to time.Time, limit int) ([]time.Time, error) {
 // InRange reports whether t is a time windows hold: from the Unix epoch
 // to [MaxTime].
 func InRange(t time.Time) bool {
-	return t.Unix() >= 0 && !t.After(MaxTime) // Unix floors: -1 before the epoch
+	// In seconds and nanoseconds (Unix floors: -1 before the epoch), as
+	// t.After(MaxTime) compares, without its monotonic clock's checks:
+	// every record of a windowed aggregation comes here twice.
+	sec := t.Unix()
+	return sec >= 0 && (sec < maxTimeUnix || sec == maxTimeUnix && t.Nanosecond() <= maxTimeNanos)
 }
+
+// maxTimeUnix and maxTimeNanos are MaxTime's Unix seconds and
+// nanoseconds.
+const (
+	maxTimeUnix  = 253402300799
+	maxTimeNanos = 999e6
+)
 
 // ExpiresBetween reports whether a window may expire as stream time moves
 // from was (exclusive) to now (inclusive): whether a window start plus

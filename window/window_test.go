@@ -329,3 +329,34 @@ func TestAppendOpenAgreesWithClosed(t *testing.T) {
 		}
 	}
 }
+
+// InRange holds the times from the Unix epoch to MaxTime, both included,
+// with or without a monotonic reading, in any location.
+func TestInRangeIsFromTheEpochToMaxTime(t *testing.T) {
+	epoch := time.Unix(0, 0)
+	cases := []struct {
+		t    time.Time
+		want bool
+	}{
+		{epoch, true},
+		{epoch.Add(-time.Nanosecond), false},
+		{epoch.Add(-time.Second), false},
+		{window.MaxTime, true},
+		{window.MaxTime.Add(time.Nanosecond), false},
+		{window.MaxTime.Add(-time.Nanosecond), true},
+		{window.MaxTime.Add(time.Second), false},
+		{window.MaxTime.In(time.FixedZone("east", 14*3600)), true},
+		{window.MaxTime.Add(time.Nanosecond).In(time.FixedZone("west", -12*3600)), false},
+		{time.Now(), true}, // monotonic
+		{t0, true},
+		{time.Time{}, false},
+	}
+	for _, c := range cases {
+		if got := window.InRange(c.t); got != c.want {
+			t.Errorf("InRange(%s) = %v, want %v", c.t.Format(time.RFC3339Nano), got, c.want)
+		}
+		if want := !c.t.Before(epoch) && !c.t.After(window.MaxTime); want != c.want {
+			t.Errorf("case %s: the comparison with MaxTime says %v", c.t.Format(time.RFC3339Nano), want)
+		}
+	}
+}
