@@ -90,6 +90,23 @@ type clockMemo struct {
 	// tables are the positions of the co-partitioned tables the
 	// partition's records join (see tablememo.go).
 	tables [memoTables]tableMemo
+	// scratch is the calls' buffer for a key they build and let go (see
+	// stateCtx.scratch).
+	scratch []byte
+}
+
+// scratch returns an empty buffer of capacity n or more for a key the
+// call builds and lets go before it returns (a window's: a Scope and its
+// Txn copy the keys they keep): the partition memo's, which one call at a
+// time uses, or a new one outside a processor.
+func (c *stateCtx) scratch(n int) []byte {
+	if c == nil || c.memo == nil {
+		return make([]byte, 0, n)
+	}
+	if cap(c.memo.scratch) < n {
+		c.memo.scratch = make([]byte, 0, max(n, 64))
+	}
+	return c.memo.scratch[:0]
 }
 
 // noStreamTime is what a memo holds (encoded) for a partition that has

@@ -176,7 +176,7 @@ func windowed[T any](setting string, spec window.Spec, opts []WindowOption,
 		if err != nil {
 			return nil, err
 		}
-		key := make([]byte, 0, len(r.Key)+window.KeyLen)
+		key := hs.call.scratch(len(r.Key) + window.KeyLen)
 		for _, w := range open {
 			key = window.AppendKey(key[:0], r.Key, w.Start)
 			if err := apply(kv, key, r, v); err != nil {
