@@ -224,7 +224,7 @@ func (rn *runner) handle(ctx, hctx context.Context, b *batch, r *kgo.Record, bef
 		if o.kind == produceOutputs {
 			call.keep()
 		} else {
-			call.drop()
+			call.scope.Drop()
 		}
 	}
 	if !o.goesOn() {

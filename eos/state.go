@@ -284,6 +284,9 @@ type stateCtx struct {
 	// sweptTo is the window bound the call's sweep left (encoded as
 	// clockMemo.earliest; 0: it did not sweep): see windowbound.go.
 	sweptTo int64
+	// tablesMoved are where the call moved its partition's tables
+	// (encoded as clockMemo.tables; 0: it did not): see tablememo.go.
+	tablesMoved [memoTables]int64
 	// scope is kv, when withScope made the context.
 	scope state.Scope
 }

@@ -89,25 +89,44 @@ type clockMemo struct {
 	earliest atomic.Int64
 	// tables are the positions of the co-partitioned tables the
 	// partition's records join (see tablememo.go).
-	tables [memoTables]tableMemo
-	// scratch is the calls' buffer for a key they build and let go (see
-	// stateCtx.scratch).
-	scratch []byte
+	tables tablePositions
+	// scratch is a buffer the calls borrow for a key they build and let
+	// go (see stateCtx.borrowScratch).
+	scratch atomic.Pointer[[]byte]
 }
 
-// scratch returns an empty buffer of capacity n or more for a key the
-// call builds and lets go before it returns (a window's: a Scope and its
-// Txn copy the keys they keep): the partition memo's, which one call at a
-// time uses, or a new one outside a processor.
-func (c *stateCtx) scratch(n int) []byte {
-	if c == nil || c.memo == nil {
-		return make([]byte, 0, n)
+// borrowScratch returns an empty buffer of capacity n or more for a key
+// the call builds and lets go before it returns (a window's: a Scope and
+// its Txn copy the keys they keep), which the call gives back
+// (giveBackScratch): the partition memo's, taken from it, so that a call
+// that finds it lent (a handler's goroutine still running after its call
+// returned) gets a buffer of its own, as a call outside a processor does.
+func (c *stateCtx) borrowScratch(n int) *[]byte {
+	if c != nil && c.memo != nil {
+		if b := c.memo.scratch.Swap(nil); b != nil {
+			if cap(*b) < n {
+				*b = make([]byte, 0, max(n, 64))
+			}
+			*b = (*b)[:0]
+			return b
+		}
 	}
-	if cap(c.memo.scratch) < n {
-		c.memo.scratch = make([]byte, 0, max(n, 64))
-	}
-	return c.memo.scratch[:0]
+	b := make([]byte, 0, max(n, 64))
+	return &b
 }
+
+// giveBackScratch gives back what borrowScratch lent, holding buf (the
+// buffer, perhaps grown).
+func (c *stateCtx) giveBackScratch(b *[]byte, buf []byte) {
+	if c != nil && c.memo != nil && cap(buf) <= maxScratch {
+		*b = buf[:0]
+		c.memo.scratch.Store(b)
+	}
+}
+
+// maxScratch is the largest buffer a memo keeps for its calls' keys: one
+// grown by a key larger than most lives only as long as its call.
+const maxScratch = 4 << 10
 
 // noStreamTime is what a memo holds (encoded) for a partition that has
 // no stream time yet.
@@ -130,8 +149,7 @@ func (m *clockMemo) forget() {
 		m.at.Store(0)
 		m.earliest.Store(0)
 		for i := range m.tables {
-			m.tables[i].at.Store(0)
-			m.tables[i].call.Store(0)
+			m.tables[i].Store(0)
 		}
 	}
 }
@@ -196,16 +214,6 @@ func (c *stateCtx) keep() {
 	c.kept()
 }
 
-// drop drops a withScope call's writes, and its moves of the tables'
-// positions from the memo (its stream time's move is the call's own:
-// the memo never took it).
-func (c *stateCtx) drop() {
-	c.scope.Drop()
-	if c.memo != nil {
-		c.memo.droppedTables()
-	}
-}
-
 // kept is called when the call's writes were kept: the memo takes the
 // call's move, and its sweep's bound, as the transaction just did.
 func (c *stateCtx) kept() {
@@ -218,5 +226,9 @@ func (c *stateCtx) kept() {
 	if c.sweptTo != 0 {
 		c.memo.earliest.Store(c.sweptTo)
 	}
-	c.memo.keptTables()
+	for i, enc := range c.tablesMoved {
+		if enc != 0 {
+			c.memo.tables[i].Store(enc)
+		}
+	}
 }

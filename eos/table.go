@@ -215,7 +215,9 @@ func validateJoined(c *config) error {
 			return refuse(fmt.Sprintf("table %q is the processor's changelog or updates topic", t.topic))
 		case slices.Contains(c.onError.DeadLetterTopics(), t.topic):
 			return refuse(fmt.Sprintf("table %q is a dead-letter topic", t.topic))
-		case slices.Contains(c.joined[i+1:], t):
+		case slices.ContainsFunc(c.joined[i+1:], func(u *Table) bool { return u != nil && u.topic == t.topic }):
+			// Two Tables of one topic would apply its records to the
+			// same keys of the state, each from its own position.
 			return refuse(fmt.Sprintf("table %q is given twice", t.topic))
 		case slices.ContainsFunc(c.tables, func(g *GlobalTable) bool { return g != nil && g.topic == t.topic }):
 			return refuse(fmt.Sprintf("table %q is also a global table", t.topic))

@@ -324,6 +324,7 @@ func TestJoinTableRefusals(t *testing.T) {
 		"input":            {eos.WithTables(eos.NewTable("cases")), eos.Changelog("c")},
 		"changelog":        {eos.WithTables(eos.NewTable("c")), eos.Changelog("c")},
 		"twice":            {eos.WithTables(table, table), eos.Changelog("c")},
+		"one topic twice":  {eos.WithTables(table, eos.NewTable("regions")), eos.Changelog("c")},
 		"refresh interval": {eos.WithTables(eos.NewTable("regions", eos.RefreshInterval(time.Second))), eos.Changelog("c")},
 	} {
 		all := append([]eos.ProcessorOption{eos.Brokers(brokers...), eos.Group("g"), eos.Topics("cases"), eos.TransactionalID("x")}, opts...)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,7 +35,9 @@ func (s *positionReads) Get(key []byte) ([]byte, bool, error) {
 // it, and applied again by the next record that meets them), and an
 // abort makes the next record read the store again. A memo that kept the
 // failed call's move would have the next record skip the table's update
-// the failed call applied, and join with the value before it.
+// the failed call applied, and join with the value before it. The
+// position is committed first, so that every read the memo does not
+// answer reaches the store.
 func TestAJoinsTablePositionFollowsWhatItsCallsKeep(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
 	tbl := NewTable("regions")
@@ -54,14 +57,14 @@ func TestAJoinsTablePositionFollowsWhatItsCallsKeep(t *testing.T) {
 	store := &positionReads{Store: state.NewMemory(), key: tablePositionKey("regions")}
 	ps := &partState{store: store, txn: state.NewTxn(store, 0)}
 
-	// join handles a record at t0 plus at as the runner does: its writes
-	// kept with its outputs, dropped when it failed.
+	// join handles a record at t0 plus at as the runner does (batch.go):
+	// its writes kept with its outputs, dropped when it failed.
 	join := func(at time.Duration, value string) (string, error) {
 		t.Helper()
 		call := withScope(context.Background(), ps.txn, &hs, &ps.clock)
 		outs, err := h(call, &kgo.Record{Key: []byte("r"), Value: []byte(value), Timestamp: t0.Add(at)})
 		if err != nil {
-			call.drop()
+			call.scope.Drop()
 			return "", err
 		}
 		call.keep()
@@ -78,7 +81,11 @@ func TestAJoinsTablePositionFollowsWhatItsCallsKeep(t *testing.T) {
 		}
 	}
 
-	want(time.Second, "north", 1)
+	want(time.Second, "north", 1) // no position yet: read once
+	if err := ps.txn.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	want(2*time.Second, "north", 1) // the committed position, from the memo
 	// This record applies the update at t0+10s, then fails.
 	if _, err := join(20*time.Second, "fail"); !errors.Is(err, errJoin) {
 		t.Fatalf("the failing record: %v", err)
@@ -88,17 +95,70 @@ func TestAJoinsTablePositionFollowsWhatItsCallsKeep(t *testing.T) {
 	want(30*time.Second, "NORTH", 1)
 
 	// An abort drops the transaction's writes and the memo with them:
-	// the next record reads the committed position (none) again.
+	// the next record reads the committed position (1) again.
 	ps.abort()
-	want(2*time.Second, "north", 2)
+	want(3*time.Second, "north", 2)
 	want(20*time.Second, "NORTH", 2)
+}
 
-	// Committed, the position is the store's, and the memo still holds it.
-	if err := ps.txn.Commit(1); err != nil {
-		t.Fatal(err)
+// Two tables joined in one call each keep their own position in the
+// memo; a third, past what the memo holds, reads its position from the
+// state every time, and is joined as rightly.
+func TestEachTablesPositionIsItsOwn(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	followers := map[*Table]*tableFollower{}
+	var tables []*Table
+	var stores []*positionReads
+	store := state.Store(state.NewMemory())
+	for i, topic := range []string{"a", "b", "c"} {
+		tbl := NewTable(topic)
+		tables = append(tables, tbl)
+		recs := []*kgo.Record{
+			{Key: []byte("k"), Value: []byte(topic + "1"), Offset: 0, Timestamp: t0},
+			{Key: []byte("k"), Value: []byte(topic + "2"), Offset: 1, Timestamp: t0.Add(time.Duration(i+1) * 10 * time.Second)},
+		}
+		followers[tbl] = &tableFollower{topic: topic, keys: newTableKeys(topic), wait: time.Second, changed: make(chan struct{}), index: i,
+			parts: map[int32]*tableBuffer{0: {recs: recs, from: 0, next: 2, end: 2, ready: 2}}}
+		counted := &positionReads{Store: store, key: tablePositionKey(topic)}
+		stores = append(stores, counted)
+		store = counted
 	}
-	if v, _, _ := store.Store.Get(tablePositionKey("regions")); string(v) != "2" {
-		t.Fatalf("the committed position %q, want 2", v)
+	hs := handlerState{joins: &joinedTables{followers: followers}}
+	ps := &partState{store: store, txn: state.NewTxn(store, 0)}
+	value := func(_ context.Context, _ *kgo.Record, v []byte, _ bool) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: "out", Value: v}}, nil
 	}
-	want(40*time.Second, "NORTH", 2)
+	joins := []HandlerFunc{JoinTable(tables[0], value), JoinTable(tables[1], value), JoinTable(tables[2], value)}
+	all := func(at time.Duration) string {
+		t.Helper()
+		call := withScope(context.Background(), ps.txn, &hs, &ps.clock)
+		var got []string
+		for _, h := range joins {
+			outs, err := h(call, &kgo.Record{Key: []byte("k"), Timestamp: t0.Add(at)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(outs[0].Value))
+		}
+		call.keep()
+		return strings.Join(got, " ")
+	}
+	for _, step := range []struct {
+		at   time.Duration
+		want string
+	}{{time.Second, "a1 b1 c1"}, {15 * time.Second, "a2 b1 c1"}, {25 * time.Second, "a2 b2 c1"}, {35 * time.Second, "a2 b2 c2"}} {
+		if got := all(step.at); got != step.want {
+			t.Fatalf("at t0+%v the joins gave %q, want %q", step.at, got, step.want)
+		}
+		if err := ps.txn.Commit(int64(step.at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a and b: one read each, before their first record; c, past the
+	// memo: one a record.
+	for i, want := range []int64{1, 1, 4} {
+		if n := stores[i].reads.Load(); n != want {
+			t.Errorf("table %s: %d reads of its position from the store, want %d", []string{"a", "b", "c"}[i], n, want)
+		}
+	}
 }

@@ -176,7 +176,8 @@ func windowed[T any](setting string, spec window.Spec, opts []WindowOption,
 		if err != nil {
 			return nil, err
 		}
-		key := hs.call.scratch(len(r.Key) + window.KeyLen)
+		lent := hs.call.borrowScratch(len(r.Key) + window.KeyLen)
+		key := *lent
 		for _, w := range open {
 			key = window.AppendKey(key[:0], r.Key, w.Start)
 			if err := apply(kv, key, r, v); err != nil {
@@ -184,6 +185,7 @@ func windowed[T any](setting string, spec window.Spec, opts []WindowOption,
 			}
 			hs.call.wrote(w.Start)
 		}
+		hs.call.giveBackScratch(lent, key)
 		closes := c.final != "" && spec.ClosesBetween(was, now)
 		expires := spec.ExpiresBetween(was, now) && !hs.call.expiresNothing(spec, now)
 		if !closes && !expires {
