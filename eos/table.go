@@ -78,8 +78,9 @@ func (t *Table) Topic() string { return t.topic }
 // tables to follow, for [JoinTable]. Run refuses, with a
 // *[eoskit.ConfigError], a table topic that does not exist or whose
 // partition count differs from the input's; a table given to two
-// processors running at once is refused by the second's Run. The
-// processor needs Describe and Read on each table's topic.
+// processors running at once is refused by the second's Run, and two
+// tables of one topic by NewProcessor. The processor needs Describe and
+// Read on each table's topic.
 func WithTables(tables ...*Table) ProcessorOption {
 	return processorOpt(func(c *config) { c.joined = append(c.joined, tables...) })
 }

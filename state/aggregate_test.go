@@ -225,8 +225,13 @@ func TestASumInAScopeRefusesWhatTheTxnRefuses(t *testing.T) {
 	if n, err := state.Sum(sc, []byte("long-key"), 999); err != nil || n != 999 {
 		t.Fatalf("a sum of 3 digits within the limit: %d, %v", n, err)
 	}
-	if _, err := state.Sum(sc, []byte("long-key"), 1); !errors.Is(err, state.ErrTooLarge) {
-		t.Fatalf("a sum of 4 digits past the limit: %v, want ErrTooLarge", err)
+	// As on the Txn: the sum it could not write, and ErrTooLarge.
+	if n, err := state.Sum(sc, []byte("long-key"), 1); !errors.Is(err, state.ErrTooLarge) || n != 1000 {
+		t.Fatalf("a sum of 4 digits past the limit: %d, %v; want 1000 and ErrTooLarge", n, err)
+	}
+	must(t, tx.Put([]byte("long-key"), []byte("999")))
+	if n, err := state.Sum(tx, []byte("long-key"), 1); !errors.Is(err, state.ErrTooLarge) || n != 1000 {
+		t.Fatalf("the same sum on the Txn: %d, %v", n, err)
 	}
 	must(t, sc.Delete([]byte("gone")))
 	if n, err := state.Count(sc, []byte("gone")); err != nil || n != 1 {
