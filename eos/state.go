@@ -230,6 +230,11 @@ type kvKey struct{}
 // records'. A write too large for the changelog fails with an error
 // wrapping [state.ErrTooLarge]; returned by the handler, it is the
 // record's fault (see [OnHandlerError]).
+//
+// The KV, like ctx, is the call's: a goroutine the handler starts must be
+// done with both before the handler returns. Its writes after that are
+// lost, and a windowed aggregation's or a join's bookkeeping for the
+// partition may then be another record's.
 func StateOf(ctx context.Context) state.KV { return handlerStateOf(ctx).kv }
 
 // handlerState is what a handler call's context carries for its keyed

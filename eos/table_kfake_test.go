@@ -333,3 +333,63 @@ func TestJoinTableRefusals(t *testing.T) {
 		}
 	}
 }
+
+// Two co-partitioned tables joined in one handler each join every case
+// with their own version as of its time: each table's position is its
+// own (in the state and in the partition's memo), through two processors
+// in turn (the second restoring both positions). The second table is the
+// first's names at other times, so that a join reading one table's
+// position for the other's records names cases wrongly.
+func TestTwoTablesJoinedInOneHandlerKeepTheirOwnPositions(t *testing.T) {
+	brokers, seed := joinCluster(t, "cases", "regions", "names", "joined", "joined-names", "dead")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := time.Now().Add(-time.Hour)
+	seedJoin(t, ctx, func(rs ...*kgo.Record) error { return seed.ProduceSync(ctx, rs...).FirstErr() }, base, 600)
+	var names []*kgo.Record
+	for v := range 4 {
+		for k := range 8 {
+			names = append(names, &kgo.Record{Topic: "names", Key: fmt.Appendf(nil, "r%d", k),
+				Value: fmt.Appendf(nil, "name %d v%d", k, v), Timestamp: base.Add(time.Duration(v*50+25+k*7%60) * time.Second)})
+		}
+	}
+	if err := seed.ProduceSync(ctx, names...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	regions, named := eos.NewTable("regions"), eos.NewTable("names")
+	joinRegion, joinName := eos.JoinTable(regions, joinCases), eos.JoinTable(named, joinCasesTo("joined-names"))
+	both := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		a, err := joinRegion(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		b, err := joinName(ctx, r)
+		return append(a, b...), err
+	}
+	adm := kadm.NewClient(seed)
+	for run := range 2 {
+		opts := append(joinOpts(t, brokers, regions), eos.WithTables(named))
+		p, err := eos.NewProcessor(both, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		if run == 0 {
+			for p.Health().LastCommit.IsZero() && ctx.Err() == nil {
+				time.Sleep(5 * time.Millisecond)
+			}
+		} else {
+			waitCommitted(t, ctx, adm, "join", "cases")
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+	}
+	conn := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	checkJoin(t, conn, "cases", "regions", "joined")
+	checkJoin(t, conn, "cases", "names", "joined-names")
+}

@@ -181,6 +181,7 @@ func windowed[T any](setting string, spec window.Spec, opts []WindowOption,
 		for _, w := range open {
 			key = window.AppendKey(key[:0], r.Key, w.Start)
 			if err := apply(kv, key, r, v); err != nil {
+				hs.call.giveBackScratch(lent, key)
 				return nil, err
 			}
 			hs.call.wrote(w.Start)
