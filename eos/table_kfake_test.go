@@ -204,6 +204,34 @@ func joinOpts(t *testing.T, brokers []string, table *eos.Table) []eos.ProcessorO
 		eos.Changelog("join-changelog", eos.CreateChangelog())}
 }
 
+// joinInTurn runs two processors of the join group in turn, each made by
+// newProcessor: the first until it committed some cases, the second
+// (restoring what the first committed) until the group committed them
+// all.
+func joinInTurn(t *testing.T, ctx context.Context, adm *kadm.Client, newProcessor func() (*eos.Processor, error)) {
+	t.Helper()
+	for run := range 2 {
+		p, err := newProcessor()
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		if run == 0 {
+			for p.Health().LastCommit.IsZero() && ctx.Err() == nil {
+				time.Sleep(5 * time.Millisecond)
+			}
+		} else {
+			waitCommitted(t, ctx, adm, "join", "cases")
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+	}
+}
+
 // waitCommitted waits until group committed every record of topic.
 func waitCommitted(t *testing.T, ctx context.Context, adm *kadm.Client, group, topic string) {
 	t.Helper()
@@ -240,27 +268,9 @@ func TestJoinTableAsOfEachRecordsTime(t *testing.T) {
 
 	table := eos.NewTable("regions")
 	adm := kadm.NewClient(seed)
-	for run := range 2 {
-		p, err := eos.NewProcessor(eos.JoinTable(table, joinCases), joinOpts(t, brokers, table)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- p.Run(runCtx) }()
-		if run == 0 {
-			// Stop the first processor once it committed some cases.
-			for p.Health().LastCommit.IsZero() && ctx.Err() == nil {
-				time.Sleep(5 * time.Millisecond)
-			}
-		} else {
-			waitCommitted(t, ctx, adm, "join", "cases")
-		}
-		stop()
-		if err := <-done; err != nil {
-			t.Fatalf("run %d: %v", run, err)
-		}
-	}
+	joinInTurn(t, ctx, adm, func() (*eos.Processor, error) {
+		return eos.NewProcessor(eos.JoinTable(table, joinCases), joinOpts(t, brokers, table)...)
+	})
 	checkJoin(t, []kgo.Opt{kgo.SeedBrokers(brokers...)}, "cases", "regions", "joined")
 
 	// The negative control: the same cases joined by a lookup in a
@@ -367,28 +377,9 @@ func TestTwoTablesJoinedInOneHandlerKeepTheirOwnPositions(t *testing.T) {
 		b, err := joinName(ctx, r)
 		return append(a, b...), err
 	}
-	adm := kadm.NewClient(seed)
-	for run := range 2 {
-		opts := append(joinOpts(t, brokers, regions), eos.WithTables(named))
-		p, err := eos.NewProcessor(both, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- p.Run(runCtx) }()
-		if run == 0 {
-			for p.Health().LastCommit.IsZero() && ctx.Err() == nil {
-				time.Sleep(5 * time.Millisecond)
-			}
-		} else {
-			waitCommitted(t, ctx, adm, "join", "cases")
-		}
-		stop()
-		if err := <-done; err != nil {
-			t.Fatalf("run %d: %v", run, err)
-		}
-	}
+	joinInTurn(t, ctx, kadm.NewClient(seed), func() (*eos.Processor, error) {
+		return eos.NewProcessor(both, append(joinOpts(t, brokers, regions), eos.WithTables(named))...)
+	})
 	conn := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 	checkJoin(t, conn, "cases", "regions", "joined")
 	checkJoin(t, conn, "cases", "names", "joined-names")
