@@ -54,7 +54,14 @@ var ErrSpec = errors.New("window: invalid spec")
 // MaxTime is the latest time a window may hold: the end of year 9999.
 // Later times (a Kafka timestamp may be up to 2^63-1 ms) are refused by
 // the windowed aggregations, so that no window's arithmetic overflows.
-var MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+var MaxTime = time.Unix(maxTimeUnix, maxTimeNanos).UTC()
+
+// maxTimeUnix and maxTimeNanos are MaxTime's Unix seconds and nanoseconds
+// (9999-12-31T23:59:59.999Z), which InRange compares with.
+const (
+	maxTimeUnix  = 253402300799
+	maxTimeNanos = 999e6
+)
 
 // maxSpan bounds a spec's durations (a century each), so that size,
 // grace and retention add up without overflow.
@@ -175,13 +182,6 @@ func InRange(t time.Time) bool {
 	sec := t.Unix()
 	return sec >= 0 && (sec < maxTimeUnix || sec == maxTimeUnix && t.Nanosecond() <= maxTimeNanos)
 }
-
-// maxTimeUnix and maxTimeNanos are MaxTime's Unix seconds and
-// nanoseconds.
-const (
-	maxTimeUnix  = 253402300799
-	maxTimeNanos = 999e6
-)
 
 // ExpiresBetween reports whether a window may expire as stream time moves
 // from was (exclusive) to now (inclusive): whether a window start plus

@@ -225,16 +225,15 @@ func (o *Observer) Handle(pkg string, call func() error) error {
 func (o *Observer) HandleTimed(pkg string, call func() error) (failedAfter time.Duration, err error) {
 	o.Metrics.HandlerStarted()
 	start := time.Since(o.origin)
-	err = Recover(pkg, call)
-	if err == nil && !o.timesCalls {
+	if err = Recover(pkg, call); err == nil && !o.timesCalls {
 		return 0, nil
 	}
 	took := time.Since(o.origin) - start
 	o.Metrics.Handled(took, err != nil)
-	if err == nil {
-		return 0, nil
+	if err != nil {
+		failedAfter = took
 	}
-	return took, err
+	return failedAfter, err
 }
 
 // Health returns a copy of the runner's health.
