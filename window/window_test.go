@@ -363,7 +363,7 @@ func TestInRangeIsFromTheEpochToMaxTime(t *testing.T) {
 
 // MaxTime is the end of year 9999, UTC.
 func TestMaxTimeIsTheEndOfYear9999(t *testing.T) {
-	if want := time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC); !window.MaxTime.Equal(want) || window.MaxTime.Location() != time.UTC {
+	if want := time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC); window.MaxTime != want || window.MaxTime.Location() != time.UTC {
 		t.Fatalf("MaxTime = %s, want %s", window.MaxTime.Format(time.RFC3339Nano), want.Format(time.RFC3339Nano))
 	}
 }

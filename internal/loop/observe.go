@@ -21,7 +21,8 @@ type Observer struct {
 	// origin is when the observer was made: HandleTimed times each call
 	// as time.Since(origin), a read of the monotonic clock, where
 	// time.Now reads the wall clock too (30 ns a record here, twice the
-	// monotonic read). The zero origin works too, at time.Now's cost.
+	// monotonic read). NewObserver sets it: the zero time would make
+	// every duration saturate, and each call measure 0.
 	origin time.Time
 	// timesCalls is whether Metrics receives handler times (anything but
 	// NopMetrics): else a call that succeeds reads the clock once, not
